@@ -1,0 +1,265 @@
+//! The charge handler: what a worker does when woken for an attempt.
+//!
+//! A thin shell around the pure parts: load (attempt + database clock) →
+//! decide ([`crate::policy`]) → act (gateway call, no transaction open) →
+//! record (compare-and-set through [`Store::apply`]). Invariant: the wake-up
+//! job carries nothing but the attempt id and is never trusted; losing a race
+//! is a normal no-op, so a duplicated wake-up or two workers on one attempt
+//! cannot charge twice (the gateway only ever sees the attempt's own key, and
+//! only the lease holder sends).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use tracing::{Instrument, debug, error, info, info_span, warn};
+use uuid::Uuid;
+
+use crate::backoff::CheckSchedule;
+use crate::domain::{Amount, Currency, IdempotencyKey, InputError, OrderId, PaymentMethod};
+use crate::gateway::{ChargeCall, ChargeOutcome, Gateway, LookupOutcome};
+use crate::policy::{Action, LookupPlan, Snapshot, after_lookup, decide};
+use crate::state::Event;
+use crate::store::{Applied, Attempt, Change, CheckRecord, Lease, Store, StoreError};
+
+/// The wake-up job's payload: only which attempt to look at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Wake {
+    pub attempt_id: Uuid,
+}
+
+/// How a worker treats attempts.
+#[derive(Debug, Clone)]
+pub struct EngineConfig {
+    /// Unique per process (and per restart): the lease owner's name.
+    pub worker_name: String,
+    /// How long a worker may hold an attempt; must exceed the gateway's
+    /// request timeout.
+    pub lease_ttl: Duration,
+    pub schedule: CheckSchedule,
+    /// How long the gateway keeps idempotency keys (Stripe: 24 h). An attempt
+    /// whose key is older is never re-sent.
+    pub key_lifetime: Duration,
+}
+
+pub struct Engine {
+    store: Store,
+    gateway: Arc<dyn Gateway>,
+    cfg: EngineConfig,
+    actor: String,
+}
+
+/// A wake-up should never need more steps than this (send, unknown, check,
+/// resend, ...); the bound only stops a bug from spinning.
+const MAX_STEPS: usize = 12;
+
+impl Engine {
+    pub fn new(store: Store, gateway: Arc<dyn Gateway>, cfg: EngineConfig) -> Self {
+        let actor = format!("worker:{}", cfg.worker_name);
+        Self {
+            store,
+            gateway,
+            cfg,
+            actor,
+        }
+    }
+
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    /// Handles one wake-up for `id`: acts until the attempt needs nothing
+    /// more now.
+    pub async fn process(&self, id: Uuid) -> Result<(), StoreError> {
+        let span = info_span!("attempt", attempt = %id, order = tracing::field::Empty);
+        async {
+            for _ in 0..MAX_STEPS {
+                let (attempt, now) = self.store.load(id).await?;
+                tracing::Span::current().record("order", attempt.order_id.as_str());
+                let action = decide(snapshot(&attempt), now);
+                debug!(state = %attempt.state, ?action, "decided");
+                match action {
+                    Action::Nothing => return Ok(()),
+                    Action::WaitUntil(at) => {
+                        let wait = (at - now).to_std().unwrap_or_default();
+                        if wait > Duration::from_millis(250) {
+                            return Ok(()); // its own wake-up (or the sweeper) comes then
+                        }
+                        tokio::time::sleep(wait).await;
+                    }
+                    Action::Send => self.send(&attempt, Event::Claim, "claim", None).await?,
+                    Action::ExpireLease => self.expire_lease(&attempt).await?,
+                    Action::Check => self.check(&attempt).await?,
+                }
+            }
+            warn!("attempt still wants work after {MAX_STEPS} steps; leaving it to the sweeper");
+            Ok(())
+        }
+        .instrument(span)
+        .await
+    }
+
+    fn next_check_in(&self, checks_done: i32) -> Option<Duration> {
+        self.cfg
+            .schedule
+            .delay(checks_done.max(0) as u32, &mut rand::rng())
+    }
+
+    /// Takes the lease (`EN_PROCESO`) with `event`, then sends with the
+    /// attempt's own key and records the answer.
+    async fn send(
+        &self,
+        seen: &Attempt,
+        event: Event,
+        cause: &str,
+        check: Option<(CheckRecord, &crate::gateway::Evidence)>,
+    ) -> Result<(), StoreError> {
+        let call = match charge_call(seen) {
+            Ok(call) => call,
+            Err(e) => {
+                error!(%e, "stored attempt fails validation; not sending it");
+                return Ok(());
+            }
+        };
+        let mut claim = Change::new(Some(event), cause, &self.actor);
+        claim.lease = Lease::Take {
+            owner: &self.cfg.worker_name,
+            ttl: self.cfg.lease_ttl,
+        };
+        claim.add_send = true;
+        if let Some((record, evidence)) = check {
+            claim.add_check = Some(record);
+            claim.evidence = Some(evidence);
+        }
+        let Applied::Moved(claimed) = self.store.apply(seen, &claim).await? else {
+            debug!("another worker claimed it first");
+            return Ok(());
+        };
+        let outcome = self.gateway.charge(&call).await;
+        info!(send = claimed.send_count, outcome = ?outcome_name(&outcome), "gateway answered");
+        let mut change = match &outcome {
+            ChargeOutcome::Approved { charge_id, .. } => {
+                let mut c = Change::new(Some(Event::Approved), "gateway_approved", &self.actor);
+                c.charge_id = Some(charge_id);
+                c
+            }
+            ChargeOutcome::Declined { code, charge_id, .. } => {
+                let mut c = Change::new(Some(Event::Declined), "gateway_declined", &self.actor);
+                c.decline_code = Some(code);
+                c.charge_id = charge_id.as_deref();
+                c
+            }
+            ChargeOutcome::Unknown { .. } => {
+                let mut c = Change::new(Some(Event::Unknown), "gateway_unknown", &self.actor);
+                c.act_in = self.next_check_in(claimed.check_count);
+                c
+            }
+        };
+        change.evidence = Some(outcome.evidence());
+        if self.store.apply(&claimed, &change).await? == Applied::Lost {
+            warn!("lease lost before the answer was recorded; a lookup will settle it");
+        }
+        Ok(())
+    }
+
+    async fn expire_lease(&self, seen: &Attempt) -> Result<(), StoreError> {
+        let mut change = Change::new(Some(Event::LeaseExpired), "lease_expired", &self.actor);
+        change.act_in = self.next_check_in(seen.check_count);
+        if let Applied::Moved(_) = self.store.apply(seen, &change).await? {
+            info!(holder = ?seen.lease_owner, "lease expired: outcome unknown");
+        }
+        Ok(())
+    }
+
+    /// `DESCONOCIDO`: take the lease, look the charge up by key, act on it.
+    async fn check(&self, seen: &Attempt) -> Result<(), StoreError> {
+        let scheduled_at = seen.next_action_at.unwrap_or(seen.updated_at);
+        let mut take = Change::new(None, "check", &self.actor);
+        take.lease = Lease::Take {
+            owner: &self.cfg.worker_name,
+            ttl: self.cfg.lease_ttl,
+        };
+        let Applied::Moved(held) = self.store.apply(seen, &take).await? else {
+            return Ok(());
+        };
+        let record = CheckRecord {
+            scheduled_at,
+            started_at: held.updated_at,
+        };
+        let outcome = self
+            .gateway
+            .lookup(IdempotencyKey::from_uuid(held.idempotency_key))
+            .await;
+        let checks_done = held.check_count as u32 + 1;
+        let key_age = (held.updated_at - held.created_at).to_std().unwrap_or_default();
+        let plan = after_lookup(
+            &outcome,
+            checks_done,
+            key_age,
+            self.cfg.key_lifetime,
+            &self.cfg.schedule,
+        );
+        info!(check = checks_done, ?plan, "looked up");
+        let evidence = outcome.evidence();
+        let mut change = match (plan, &outcome) {
+            (LookupPlan::Apply(Event::Resend), _) => {
+                return self
+                    .send(&held, Event::Resend, "lookup_not_found", Some((record, evidence)))
+                    .await;
+            }
+            (LookupPlan::Apply(event), LookupOutcome::Approved { charge_id, .. }) => {
+                let mut c = Change::new(Some(event), "lookup_approved", &self.actor);
+                c.charge_id = Some(charge_id);
+                c
+            }
+            (LookupPlan::Apply(event), LookupOutcome::Declined { code, charge_id, .. }) => {
+                let mut c = Change::new(Some(event), "lookup_declined", &self.actor);
+                c.decline_code = Some(code);
+                c.charge_id = charge_id.as_deref();
+                c
+            }
+            (LookupPlan::Apply(event @ Event::KeyExpired), _) => {
+                Change::new(Some(event), "key_expired_not_found", &self.actor)
+            }
+            (LookupPlan::Apply(event), _) => Change::new(Some(event), "checks_exhausted", &self.actor),
+            (LookupPlan::CheckAgain, _) => {
+                let mut c = Change::new(None, "lookup_failed", &self.actor);
+                c.act_in = self.next_check_in(checks_done as i32);
+                c
+            }
+        };
+        change.evidence = Some(evidence);
+        change.add_check = Some(record);
+        self.store.apply(&held, &change).await?;
+        Ok(())
+    }
+}
+
+fn snapshot(a: &Attempt) -> Snapshot {
+    Snapshot {
+        state: a.state,
+        next_action_at: a.next_action_at,
+        lease_expires_at: a.lease_expires_at,
+    }
+}
+
+fn outcome_name(o: &ChargeOutcome) -> &'static str {
+    match o {
+        ChargeOutcome::Approved { .. } => "approved",
+        ChargeOutcome::Declined { .. } => "declined",
+        ChargeOutcome::Unknown { .. } => "unknown",
+    }
+}
+
+/// Rebuilds the gateway call from the stored row. The row was validated on
+/// the way in and by its CHECK constraints; if it still fails to parse, the
+/// database was edited by hand and nothing is sent.
+fn charge_call(a: &Attempt) -> Result<ChargeCall, InputError> {
+    Ok(ChargeCall {
+        key: IdempotencyKey::from_uuid(a.idempotency_key),
+        order_id: OrderId::parse(&a.order_id)?,
+        amount: Amount::parse(a.amount_minor)?,
+        currency: Currency::parse(&a.currency)?,
+        payment_method: a.payment_method.as_deref().map(PaymentMethod::parse).transpose()?,
+    })
+}

@@ -1,0 +1,104 @@
+//! The gateway seen from a worker: charge by key and look up by key, with
+//! every answer classified as definite (approved, declined, not found) or
+//! unknown.
+//!
+//! Invariant: a timeout, a reset connection, an EOF or a 5xx after the request
+//! may have left is *unknown*, never a decline. Only an explicit answer from
+//! the gateway is definite. Every outcome carries [`Evidence`] for the
+//! transition log.
+
+mod http;
+
+pub use http::{HttpGateway, HttpGatewayConfig};
+
+use futures::future::BoxFuture;
+use serde::{Deserialize, Serialize};
+
+use crate::domain::{Amount, Currency, IdempotencyKey, OrderId, PaymentMethod};
+
+/// What the gateway (or the network) said, kept with each state change.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Evidence {
+    /// `charge` or `lookup`.
+    pub call: String,
+    /// The HTTP status, when a response arrived at all.
+    pub http_status: Option<u16>,
+    /// `ok`, `declined`, `not_found`, `timeout`, `connect`, `connection_closed`,
+    /// `http_5xx`, `http_4xx`, `bad_body`.
+    pub error_kind: String,
+    /// The lookup's answer: `approved`, `declined`, `not_found`, `failed`.
+    pub lookup_result: Option<String>,
+    pub elapsed_ms: u64,
+    /// A short human-readable detail (never a secret, never card data).
+    pub detail: Option<String>,
+}
+
+/// One charge request, always with the attempt's own key.
+#[derive(Debug, Clone)]
+pub struct ChargeCall {
+    pub key: IdempotencyKey,
+    pub order_id: OrderId,
+    pub amount: Amount,
+    pub currency: Currency,
+    pub payment_method: Option<PaymentMethod>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ChargeOutcome {
+    Approved {
+        charge_id: String,
+        evidence: Evidence,
+    },
+    Declined {
+        code: String,
+        charge_id: Option<String>,
+        evidence: Evidence,
+    },
+    /// The request may or may not have been executed.
+    Unknown { evidence: Evidence },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LookupOutcome {
+    Approved {
+        charge_id: String,
+        evidence: Evidence,
+    },
+    Declined {
+        code: String,
+        charge_id: Option<String>,
+        evidence: Evidence,
+    },
+    /// The gateway answered that it has no charge with this key.
+    NotFound { evidence: Evidence },
+    /// No usable answer (timeout, 5xx, reset): still unknown.
+    Failed { evidence: Evidence },
+}
+
+impl ChargeOutcome {
+    pub fn evidence(&self) -> &Evidence {
+        match self {
+            ChargeOutcome::Approved { evidence, .. }
+            | ChargeOutcome::Declined { evidence, .. }
+            | ChargeOutcome::Unknown { evidence } => evidence,
+        }
+    }
+}
+
+impl LookupOutcome {
+    pub fn evidence(&self) -> &Evidence {
+        match self {
+            LookupOutcome::Approved { evidence, .. }
+            | LookupOutcome::Declined { evidence, .. }
+            | LookupOutcome::NotFound { evidence }
+            | LookupOutcome::Failed { evidence } => evidence,
+        }
+    }
+}
+
+/// A payment gateway adapter. Refunds, listing for reconciliation and webhook
+/// verification join this trait when those features land.
+pub trait Gateway: Send + Sync {
+    fn charge<'a>(&'a self, call: &'a ChargeCall) -> BoxFuture<'a, ChargeOutcome>;
+    fn lookup(&self, key: IdempotencyKey) -> BoxFuture<'_, LookupOutcome>;
+}

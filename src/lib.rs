@@ -1,0 +1,29 @@
+//! cobro: a durable job-queue worker that charges payments so that a retry
+//! never charges twice.
+//!
+//! The `payment_attempts` table is the truth and a queued job is only a
+//! wake-up. Every attempt carries an idempotency key generated with the
+//! payment intent; a worker sends it, treats a timeout as `DESCONOCIDO`
+//! (never as a decline), looks the charge up by key before re-sending with
+//! the same key, and hands finance what it cannot settle (`EN_REVISION`).
+//!
+//! # Layout
+//! - [`domain`]: parsed boundary values (amount, currency, order id, key, token).
+//! - [`state`]: the state machine, one pure function over (state, event).
+//! - [`backoff`]: the jittered 2-4-8-16-32 s check schedule.
+//! - [`policy`]: pure decisions (what to do with an attempt, what a lookup means).
+//! - [`gateway`]: the gateway trait and its HTTP adapter; every failure classified.
+//! - [`store`]: all SQL: enqueue, compare-and-set writes, sweeper, history.
+//! - [`engine`]: the wake-up handler (load → decide → act → record).
+//! - [`runtime`]: the worker process (apalis wiring, sweeper, shutdown).
+//! - [`sim`]: the gateway simulator, a real HTTP server for tests, demo and benchmarks.
+
+pub mod backoff;
+pub mod domain;
+pub mod engine;
+pub mod gateway;
+pub mod policy;
+pub mod runtime;
+pub mod sim;
+pub mod state;
+pub mod store;

@@ -1,0 +1,165 @@
+//! `cobro`: the command-line tool: migrate the database, enqueue a charge,
+//! show an attempt's state and history, run the gateway simulator.
+
+use anyhow::{Context, Result, bail};
+use clap::{Parser, Subcommand};
+use uuid::Uuid;
+
+use cobro::domain::ChargeRequest;
+use cobro::store::{Attempt, Store};
+
+#[derive(Parser)]
+#[command(name = "cobro", version, about = "Charges payments so that a retry never charges twice")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Create or upgrade the database schema (apalis' and cobro's).
+    Migrate {
+        #[arg(long, env = "DATABASE_URL")]
+        database_url: String,
+    },
+    /// Record a charge attempt with its idempotency key and wake a worker.
+    Enqueue {
+        #[arg(long, env = "DATABASE_URL")]
+        database_url: String,
+        /// The app's order id.
+        #[arg(long = "order")]
+        order_id: String,
+        /// Integer minor units (cents): 1999 = 19.99 USD.
+        #[arg(long, allow_negative_numbers = true)]
+        amount_minor: i64,
+        /// ISO 4217 code, e.g. USD.
+        #[arg(long)]
+        currency: String,
+        /// The intent's key (a UUID); generated when absent.
+        #[arg(long)]
+        key: Option<String>,
+        /// The gateway's opaque payment-method token (never card data).
+        #[arg(long)]
+        payment_method: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show attempts with their state and full transition history.
+    Status {
+        #[arg(long, env = "DATABASE_URL")]
+        database_url: String,
+        #[arg(long = "order", conflicts_with = "attempt", required_unless_present = "attempt")]
+        order_id: Option<String>,
+        #[arg(long)]
+        attempt: Option<Uuid>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Run the gateway simulator (a real HTTP server with its own ledger).
+    GatewaySim(cobro::sim::SimArgs),
+}
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    cobro::runtime::init_tracing();
+    match Cli::parse().command {
+        Command::Migrate { database_url } => {
+            let store = Store::connect(&database_url, 2).await?;
+            store.migrate().await.context("migrating")?;
+            println!("database is up to date");
+        }
+        Command::Enqueue {
+            database_url,
+            order_id,
+            amount_minor,
+            currency,
+            key,
+            payment_method,
+            json,
+        } => {
+            // Parse before connecting: bad input never reaches the database.
+            let req = ChargeRequest::parse(
+                &order_id,
+                amount_minor,
+                &currency,
+                key.as_deref(),
+                payment_method.as_deref(),
+            )?;
+            let store = Store::connect(&database_url, 2).await?;
+            let out = store.enqueue(&req).await?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&out)?);
+            } else {
+                let verb = if out.created { "enqueued" } else { "already enqueued" };
+                println!(
+                    "{verb}: attempt {} key {} state {}",
+                    out.attempt_id, out.idempotency_key, out.state
+                );
+            }
+        }
+        Command::Status {
+            database_url,
+            order_id,
+            attempt,
+            json,
+        } => {
+            let store = Store::connect(&database_url, 2).await?;
+            let attempts = match (order_id, attempt) {
+                (Some(order), _) => store.attempts_for_order(&order).await?,
+                (None, Some(id)) => vec![store.load(id).await?.0],
+                (None, None) => bail!("give --order or --attempt"),
+            };
+            if attempts.is_empty() {
+                bail!("no attempts found");
+            }
+            print_status(&store, &attempts, json).await?;
+        }
+        Command::GatewaySim(args) => {
+            let listener = tokio::net::TcpListener::bind(args.listen())
+                .await
+                .with_context(|| format!("binding {}", args.listen()))?;
+            eprintln!("gateway simulator listening on http://{}", listener.local_addr()?);
+            cobro::sim::serve(listener, args.config(), cobro::runtime::shutdown_signal()).await?;
+        }
+    }
+    Ok(())
+}
+
+async fn print_status(store: &Store, attempts: &[Attempt], json: bool) -> Result<()> {
+    let mut out = Vec::new();
+    for a in attempts {
+        let history = store.transitions(a.id).await?;
+        let checks = store.checks(a.id).await?;
+        if json {
+            out.push(serde_json::json!({ "attempt": a, "transitions": history, "checks": checks }));
+            continue;
+        }
+        println!(
+            "attempt {}  order {}  {} {} minor units  key {}",
+            a.id, a.order_id, a.currency, a.amount_minor, a.idempotency_key
+        );
+        println!(
+            "  state {}  sends {}  checks {}  charge {}  decline {}",
+            a.state,
+            a.send_count,
+            a.check_count,
+            a.gateway_charge_id.as_deref().unwrap_or("-"),
+            a.decline_code.as_deref().unwrap_or("-")
+        );
+        for t in &history {
+            println!(
+                "  {}  {:>11} -> {:<11}  {:<22} {:<28} {}",
+                t.at.format("%Y-%m-%dT%H:%M:%S%.3fZ"),
+                t.from_state.as_deref().unwrap_or("(new)"),
+                t.to_state,
+                t.cause,
+                t.actor,
+                t.error_kind.as_deref().unwrap_or("")
+            );
+        }
+    }
+    if json {
+        println!("{}", serde_json::to_string_pretty(&out)?);
+    }
+    Ok(())
+}

@@ -1,0 +1,164 @@
+//! The worker's decisions, as pure functions: what to do with an attempt
+//! found in the store, and what a lookup result means.
+//!
+//! Invariant: nothing here reads a clock, a database or a socket. `now` is the
+//! database's clock (read together with the attempt), so workers on machines
+//! with skewed clocks agree on lease expiry and due times.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+
+use crate::backoff::CheckSchedule;
+use crate::gateway::LookupOutcome;
+use crate::state::{Event, State};
+
+/// The parts of an attempt a decision looks at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Snapshot {
+    pub state: State,
+    pub next_action_at: Option<DateTime<Utc>>,
+    pub lease_expires_at: Option<DateTime<Utc>>,
+}
+
+/// What a worker woken for an attempt should do now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    /// `PENDIENTE`: take the lease (`EN_PROCESO`) and send.
+    Send,
+    /// `DESCONOCIDO` and due: take the lease and look the charge up by key.
+    Check,
+    /// `EN_PROCESO` whose holder vanished: the outcome is unknown.
+    ExpireLease,
+    /// Not yet: the next action is due at this time.
+    WaitUntil(DateTime<Utc>),
+    /// Terminal, waiting for finance, or another worker holds the lease.
+    Nothing,
+}
+
+pub fn decide(s: Snapshot, now: DateTime<Utc>) -> Action {
+    let leased = s.lease_expires_at.is_some_and(|until| until > now);
+    let due = |then: Action| match s.next_action_at {
+        Some(at) if at > now => Action::WaitUntil(at),
+        _ => then,
+    };
+    match s.state {
+        State::Pendiente => due(Action::Send),
+        State::EnProceso => match s.lease_expires_at {
+            Some(until) if until > now => Action::WaitUntil(until),
+            _ => Action::ExpireLease,
+        },
+        State::Desconocido if leased => Action::Nothing,
+        State::Desconocido => due(Action::Check),
+        State::Aprobado | State::Rechazado | State::EnRevision => Action::Nothing,
+    }
+}
+
+/// What a completed lookup in `DESCONOCIDO` leads to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LookupPlan {
+    /// Move the attempt with this event.
+    Apply(Event),
+    /// Still unknown: look again after the schedule's next delay.
+    CheckAgain,
+}
+
+/// `checks_done` counts this check too. `key_age` is how long ago the key was
+/// created; a key older than the gateway keeps keys is never re-sent.
+pub fn after_lookup(
+    outcome: &LookupOutcome,
+    checks_done: u32,
+    key_age: Duration,
+    key_lifetime: Duration,
+    schedule: &CheckSchedule,
+) -> LookupPlan {
+    match outcome {
+        LookupOutcome::Approved { .. } => LookupPlan::Apply(Event::Approved),
+        LookupOutcome::Declined { .. } => LookupPlan::Apply(Event::Declined),
+        LookupOutcome::NotFound { .. } if key_age >= key_lifetime => {
+            LookupPlan::Apply(Event::KeyExpired)
+        }
+        LookupOutcome::NotFound { .. } => LookupPlan::Apply(Event::Resend),
+        LookupOutcome::Failed { .. } if checks_done >= schedule.max_checks() => {
+            LookupPlan::Apply(Event::ChecksExhausted)
+        }
+        LookupOutcome::Failed { .. } => LookupPlan::CheckAgain,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gateway::Evidence;
+    use chrono::TimeZone;
+
+    fn t(s: i64) -> DateTime<Utc> {
+        Utc.timestamp_opt(1_800_000_000 + s, 0).unwrap()
+    }
+
+    fn snap(state: State, next: Option<i64>, lease: Option<i64>) -> Snapshot {
+        Snapshot {
+            state,
+            next_action_at: next.map(t),
+            lease_expires_at: lease.map(t),
+        }
+    }
+
+    #[test]
+    fn decide_table() {
+        let now = t(100);
+        let cases = [
+            (snap(State::Pendiente, Some(90), None), Action::Send),
+            (snap(State::Pendiente, Some(110), None), Action::WaitUntil(t(110))),
+            (snap(State::EnProceso, None, Some(130)), Action::WaitUntil(t(130))),
+            (snap(State::EnProceso, None, Some(99)), Action::ExpireLease),
+            (snap(State::EnProceso, None, None), Action::ExpireLease),
+            (snap(State::Desconocido, Some(99), None), Action::Check),
+            (snap(State::Desconocido, Some(105), None), Action::WaitUntil(t(105))),
+            (snap(State::Desconocido, Some(99), Some(120)), Action::Nothing),
+            (snap(State::Desconocido, Some(99), Some(50)), Action::Check),
+            (snap(State::Aprobado, Some(0), None), Action::Nothing),
+            (snap(State::Rechazado, None, None), Action::Nothing),
+            (snap(State::EnRevision, Some(0), None), Action::Nothing),
+        ];
+        for (s, want) in cases {
+            assert_eq!(decide(s, now), want, "{s:?}");
+        }
+    }
+
+    #[test]
+    fn lookup_table() {
+        let ev = Evidence::default;
+        let sched = CheckSchedule::default();
+        let hour = Duration::from_secs(3600);
+        let day = Duration::from_secs(86_400);
+        let approved = LookupOutcome::Approved {
+            charge_id: "ch_1".into(),
+            evidence: ev(),
+        };
+        let declined = LookupOutcome::Declined {
+            code: "card_declined".into(),
+            charge_id: None,
+            evidence: ev(),
+        };
+        let missing = LookupOutcome::NotFound { evidence: ev() };
+        let failed = LookupOutcome::Failed { evidence: ev() };
+        let cases = [
+            (&approved, 1, hour, LookupPlan::Apply(Event::Approved)),
+            (&approved, 5, 2 * day, LookupPlan::Apply(Event::Approved)),
+            (&declined, 1, hour, LookupPlan::Apply(Event::Declined)),
+            (&missing, 1, hour, LookupPlan::Apply(Event::Resend)),
+            (&missing, 1, day, LookupPlan::Apply(Event::KeyExpired)),
+            (&failed, 1, hour, LookupPlan::CheckAgain),
+            (&failed, 4, hour, LookupPlan::CheckAgain),
+            (&failed, 5, hour, LookupPlan::Apply(Event::ChecksExhausted)),
+        ];
+        for (outcome, checks, age, want) in cases {
+            assert_eq!(
+                after_lookup(outcome, checks, age, day, &sched),
+                want,
+                "{outcome:?} after {checks} checks, key age {age:?}"
+            );
+        }
+    }
+}

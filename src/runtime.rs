@@ -1,0 +1,255 @@
+//! The worker process: apalis workers over apalis-postgres, the sweeper, and
+//! graceful shutdown.
+//!
+//! Invariant: a scheduled check starts within about one poll interval of its
+//! time: wake-ups are pushed with their exact `run_at`, LISTEN/NOTIFY picks up
+//! jobs due now, and apalis' heartbeat (set to the poll interval) re-polls for
+//! jobs that became due later. Nothing here decides about money: lost or
+//! doubled wake-ups only delay or repeat a no-op, and the sweeper re-creates
+//! wake-ups for attempts whose time has passed.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use apalis::layers::WorkerBuilderExt;
+use apalis::prelude::*;
+use apalis_postgres::{Config, PostgresStorage};
+use clap::Args;
+use tokio::sync::watch;
+use tracing::{error, info, warn};
+
+use crate::backoff::{CheckSchedule, parse_duration};
+use crate::engine::{Engine, EngineConfig, Wake};
+use crate::gateway::{HttpGateway, HttpGatewayConfig};
+use crate::store::{CHARGE_QUEUE, Store};
+
+fn duration(s: &str) -> Result<Duration, String> {
+    parse_duration(s).ok_or_else(|| format!("{s:?} is not a duration (use e.g. 500ms, 2s, 5m, 24h)"))
+}
+
+/// Every setting of `cobro-worker`, as a flag or an environment variable.
+#[derive(Debug, Clone, Args)]
+pub struct WorkerArgs {
+    /// PostgreSQL URL.
+    #[arg(long, env = "DATABASE_URL")]
+    pub database_url: String,
+    /// The gateway's base URL.
+    #[arg(long, env = "GATEWAY_URL", default_value = "http://127.0.0.1:8089")]
+    pub gateway_url: String,
+    /// Attempts handled at once by this process.
+    #[arg(long, env = "COBRO_CONCURRENCY", default_value_t = 16)]
+    pub concurrency: usize,
+    /// Wake-up jobs fetched per poll.
+    #[arg(long, env = "COBRO_BATCH_SIZE", default_value_t = 10)]
+    pub batch_size: usize,
+    /// How long a worker may hold an attempt before another may take over.
+    #[arg(long, env = "COBRO_LEASE_TTL", default_value = "30s", value_parser = duration)]
+    pub lease_ttl: Duration,
+    /// Delays between lookups of a DESCONOCIDO attempt; after the last one, EN_REVISION.
+    #[arg(long, env = "COBRO_CHECK_SCHEDULE", default_value = "2s,4s,8s,16s,32s")]
+    pub check_schedule: String,
+    /// Jitter of each delay, as a fraction of it (0.5 = ±50 %).
+    #[arg(long, env = "COBRO_CHECK_JITTER", default_value_t = 0.5)]
+    pub check_jitter: f64,
+    /// How long the gateway keeps idempotency keys; older keys are never re-sent.
+    #[arg(long, env = "COBRO_KEY_LIFETIME", default_value = "24h", value_parser = duration)]
+    pub key_lifetime: Duration,
+    /// How often an idle worker polls for jobs that became due (apalis heartbeat).
+    #[arg(long, env = "COBRO_POLL_INTERVAL", default_value = "500ms", value_parser = duration)]
+    pub poll_interval: Duration,
+    /// Missed heartbeats before another worker re-enqueues this one's jobs.
+    #[arg(long, env = "COBRO_MISSED_HEARTBEATS", default_value_t = 20)]
+    pub missed_heartbeats: usize,
+    /// How often the sweeper looks for attempts whose time has passed.
+    #[arg(long, env = "COBRO_SWEEP_INTERVAL", default_value = "1s", value_parser = duration)]
+    pub sweep_interval: Duration,
+    /// How late a scheduled attempt must be before the sweeper re-wakes it.
+    #[arg(long, env = "COBRO_SWEEP_GRACE", default_value = "2s", value_parser = duration)]
+    pub sweep_grace: Duration,
+    #[arg(long, env = "COBRO_GATEWAY_CONNECT_TIMEOUT", default_value = "2s", value_parser = duration)]
+    pub gateway_connect_timeout: Duration,
+    /// A request without an answer after this long is DESCONOCIDO.
+    #[arg(long, env = "COBRO_GATEWAY_TIMEOUT", default_value = "10s", value_parser = duration)]
+    pub gateway_timeout: Duration,
+    /// This process's name (unique); default host-pid.
+    #[arg(long, env = "COBRO_WORKER_NAME")]
+    pub worker_name: Option<String>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("COBRO_CHECK_SCHEDULE: {0}")]
+    Schedule(#[from] crate::backoff::ScheduleError),
+    #[error(
+        "COBRO_LEASE_TTL ({lease:?}) must be longer than the gateway's connect + request timeouts ({timeouts:?})"
+    )]
+    LeaseTooShort { lease: Duration, timeouts: Duration },
+    #[error("COBRO_CONCURRENCY and COBRO_BATCH_SIZE must be at least 1")]
+    Zero,
+}
+
+impl WorkerArgs {
+    pub fn schedule(&self) -> Result<CheckSchedule, ConfigError> {
+        Ok(CheckSchedule::parse(&self.check_schedule, self.check_jitter)?)
+    }
+
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        self.schedule()?;
+        let timeouts = self.gateway_connect_timeout + self.gateway_timeout;
+        if self.lease_ttl <= timeouts {
+            return Err(ConfigError::LeaseTooShort {
+                lease: self.lease_ttl,
+                timeouts,
+            });
+        }
+        if self.concurrency == 0 || self.batch_size == 0 {
+            return Err(ConfigError::Zero);
+        }
+        Ok(())
+    }
+
+    pub fn name(&self) -> String {
+        self.worker_name.clone().unwrap_or_else(|| {
+            let host = std::fs::read_to_string("/etc/hostname")
+                .ok()
+                .map(|h| h.trim().to_owned())
+                .filter(|h| !h.is_empty())
+                .or_else(|| std::env::var("HOSTNAME").ok())
+                .unwrap_or_else(|| "host".into());
+            format!("{host}-{}", std::process::id())
+        })
+    }
+}
+
+async fn handle(job: Wake, engine: Data<Arc<Engine>>) -> Result<(), BoxDynError> {
+    engine.process(job.attempt_id).await.map_err(|e| {
+        error!(attempt = %job.attempt_id, error = %e, "wake-up failed; apalis retries it");
+        Box::new(e) as BoxDynError
+    })
+}
+
+/// Runs a worker process until `shutdown` resolves: stops fetching, lets
+/// in-flight attempts finish (each bounded by the gateway timeout), exits.
+pub async fn run(
+    args: WorkerArgs,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    use anyhow::Context;
+    args.validate()?;
+    let name = args.name();
+    let store = Store::connect(&args.database_url, (args.concurrency + 4) as u32)
+        .await
+        .context("connecting to DATABASE_URL")?;
+    let gateway = HttpGateway::new(HttpGatewayConfig {
+        base_url: args.gateway_url.clone(),
+        connect_timeout: args.gateway_connect_timeout,
+        request_timeout: args.gateway_timeout,
+    })
+    .context("building the gateway client")?;
+    let engine = Arc::new(Engine::new(
+        store.clone(),
+        Arc::new(gateway),
+        EngineConfig {
+            worker_name: name.clone(),
+            lease_ttl: args.lease_ttl,
+            schedule: args.schedule()?,
+            key_lifetime: args.key_lifetime,
+        },
+    ));
+    info!(worker = %name, concurrency = args.concurrency, "cobro-worker starting");
+
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let sweeper = tokio::spawn(sweep_loop(store.clone(), args.clone(), stop_rx));
+
+    let pool = store.pool().clone();
+    let (concurrency, batch, poll, missed) = (
+        args.concurrency,
+        args.batch_size,
+        args.poll_interval,
+        args.missed_heartbeats,
+    );
+    let monitor = Monitor::new()
+        .register(move |restarts| {
+            let config = Config::default()
+                .queue(CHARGE_QUEUE)
+                .batch_size(batch)
+                .heartbeat_interval(poll)
+                .missed_heartbeats(missed);
+            let backend = PostgresStorage::<Wake>::new(&pool)
+                .with_config(config)
+                .with_pubsub();
+            WorkerBuilder::new(format!("{name}-{restarts}"))
+                .backend(backend)
+                .concurrency(concurrency)
+                .parallelize(tokio::spawn)
+                .data(engine.clone())
+                .build(handle)
+        })
+        .should_restart(|ctx, err| {
+            warn!(worker = %ctx.name(), error = %err, "apalis worker stopped; restarting it");
+            true
+        });
+    let result = monitor
+        .run_with_signal(async move {
+            shutdown.await;
+            info!("shutdown requested: no new wake-ups, finishing in-flight attempts");
+            Ok(())
+        })
+        .await;
+    let _ = stop_tx.send(true);
+    let _ = sweeper.await;
+    result.context("worker monitor")?;
+    info!("cobro-worker stopped");
+    Ok(())
+}
+
+async fn sweep_loop(store: Store, args: WorkerArgs, mut stop: watch::Receiver<bool>) {
+    let mut tick = tokio::time::interval(args.sweep_interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = stop.changed() => return,
+        }
+        match store.sweep(args.sweep_grace, args.sweep_grace * 2, 500).await {
+            Ok(0) => {}
+            Ok(n) => info!(rewoken = n, "sweeper re-woke attempts whose time had passed"),
+            Err(e) => warn!(error = %e, "sweep failed; trying again next tick"),
+        }
+    }
+}
+
+/// Resolves on SIGTERM or Ctrl-C.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {}
+        _ = term => {}
+    }
+}
+
+/// Structured logs: `RUST_LOG` filters (default `info`), `COBRO_LOG_FORMAT=json`
+/// switches to one JSON object per line.
+pub fn init_tracing() {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    if std::env::var("COBRO_LOG_FORMAT").as_deref() == Ok("json") {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
+}
