@@ -1,0 +1,322 @@
+//! The charge path end to end: a real worker, the simulator over HTTP, the
+//! gateway's ledger as the ground truth. Reads like seed 003's pre-deploy
+//! checklist.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use cobro::backoff::CheckSchedule;
+use cobro::domain::ChargeRequest;
+use cobro::engine::{Engine, EngineConfig};
+use cobro::gateway::{HttpGateway, HttpGatewayConfig};
+use cobro::sim::Faults;
+use cobro::state::State;
+use cobro::store::{Attempt, Store};
+use common::*;
+use uuid::Uuid;
+
+async fn enqueue(store: &Store, order: &str, amount: i64) -> Uuid {
+    let req = ChargeRequest::parse(order, amount, "USD", None, Some("pm_test_visa")).unwrap();
+    store.enqueue(&req).await.unwrap().attempt_id
+}
+
+async fn settled(store: &Store, id: Uuid, want: State, limit: Duration) -> Attempt {
+    eventually(limit, &format!("attempt {id} to reach {want}"), || async {
+        let (a, _) = store.load(id).await.unwrap();
+        (a.state == want).then_some(a)
+    })
+    .await
+}
+
+async fn path(store: &Store, id: Uuid) -> Vec<String> {
+    store
+        .transitions(id)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|t| t.to_state)
+        .collect()
+}
+
+#[tokio::test]
+async fn seed_test_1_connection_cut_after_the_charge_is_resolved_by_lookup() {
+    init_logs();
+    let db = TestDb::new().await;
+    let sim = start_sim(
+        true,
+        Faults {
+            p_response_lost: 1.0,
+            ..Faults::default()
+        },
+    )
+    .await;
+    let worker = spawn_worker(worker_args(&db.url, &sim.url()));
+    let id = enqueue(&db.store, "order-cut", 25_000).await;
+
+    let a = settled(&db.store, id, State::Aprobado, Duration::from_secs(20)).await;
+    assert_eq!(
+        path(&db.store, id).await,
+        ["PENDIENTE", "EN_PROCESO", "DESCONOCIDO", "APROBADO"]
+    );
+    let t = db.store.transitions(id).await.unwrap();
+    assert_eq!(t[2].error_kind.as_deref(), Some("connection_closed"));
+    assert_eq!(t[3].cause, "lookup_approved");
+    assert_eq!(t[3].lookup_result.as_deref(), Some("approved"));
+    assert_eq!(a.send_count, 1, "resolved by lookup, never re-sent");
+
+    let l = ledger(&sim.url()).await;
+    assert_eq!(l.entries.len(), 1, "exactly one charge at the gateway");
+    assert_eq!(l.stats.charge_requests, 1);
+    assert_eq!(a.gateway_charge_id.as_deref(), Some(l.entries[0].charge_id.as_str()));
+    assert_eq!(l.entries[0].idempotency_key, a.idempotency_key.to_string());
+
+    worker.stop().await;
+    sim.shutdown().await;
+    db.drop_db().await;
+}
+
+#[tokio::test]
+async fn a_lost_request_is_looked_up_then_resent_with_the_same_key() {
+    init_logs();
+    let db = TestDb::new().await;
+    let sim = start_sim(
+        true,
+        Faults {
+            p_request_lost: 1.0,
+            hold_ms: 2_500, // longer than the worker's 1.5 s request timeout
+            ..Faults::default()
+        },
+    )
+    .await;
+    let worker = spawn_worker(worker_args(&db.url, &sim.url()));
+    let id = enqueue(&db.store, "order-lost", 4_200).await;
+
+    settled(&db.store, id, State::Desconocido, Duration::from_secs(10)).await;
+    set_faults(&sim.url(), &Faults::default()).await; // the network heals
+    let a = settled(&db.store, id, State::Aprobado, Duration::from_secs(20)).await;
+
+    assert_eq!(
+        path(&db.store, id).await,
+        ["PENDIENTE", "EN_PROCESO", "DESCONOCIDO", "EN_PROCESO", "APROBADO"]
+    );
+    let t = db.store.transitions(id).await.unwrap();
+    assert_eq!(t[2].error_kind.as_deref(), Some("timeout"));
+    assert_eq!(t[3].cause, "lookup_not_found");
+    assert_eq!(a.send_count, 2);
+
+    let l = ledger(&sim.url()).await;
+    assert_eq!(l.entries.len(), 1, "one charge");
+    assert_eq!(l.stats.charge_requests, 2, "sent twice");
+    assert_eq!(l.entries[0].idempotency_key, a.idempotency_key.to_string(), "same key");
+
+    worker.stop().await;
+    sim.shutdown().await;
+    db.drop_db().await;
+}
+
+#[tokio::test]
+async fn lookups_that_keep_failing_give_exactly_five_checks_on_time_then_review() {
+    init_logs();
+    let db = TestDb::new().await;
+    let sim = start_sim(
+        true,
+        Faults {
+            p_response_lost: 1.0,
+            p_lookup_fail: 1.0,
+            ..Faults::default()
+        },
+    )
+    .await;
+    let args = worker_args(&db.url, &sim.url());
+    let schedule = CheckSchedule::parse(&args.check_schedule, args.check_jitter).unwrap();
+    let worker = spawn_worker(args);
+    let id = enqueue(&db.store, "order-dark", 9_900).await;
+
+    let a = settled(&db.store, id, State::EnRevision, Duration::from_secs(30)).await;
+    assert_eq!(
+        path(&db.store, id).await,
+        ["PENDIENTE", "EN_PROCESO", "DESCONOCIDO", "EN_REVISION"]
+    );
+    assert_eq!(a.check_count, 5);
+    assert_eq!(a.send_count, 1, "never re-sent while the outcome is unknown");
+    let last = db.store.transitions(id).await.unwrap().pop().unwrap();
+    assert_eq!(last.cause, "checks_exhausted");
+    assert_eq!(last.lookup_result.as_deref(), Some("failed"));
+
+    let checks = db.store.checks(id).await.unwrap();
+    assert_eq!(checks.len(), 5);
+    let mut prev_end = db.store.transitions(id).await.unwrap()[2].at;
+    for (i, c) in checks.iter().enumerate() {
+        assert_eq!(c.check_number, i as i32 + 1);
+        // Each check was scheduled one jittered delay after the previous event...
+        let gap = (c.scheduled_at - prev_end).to_std().unwrap().as_secs_f64();
+        let nominal = schedule.nominal(i as u32).unwrap().as_secs_f64();
+        assert!(
+            gap >= nominal * 0.5 - 0.05 && gap <= nominal * 1.5 + 0.05,
+            "check {} scheduled {gap:.3}s after the previous, nominal {nominal}s",
+            i + 1
+        );
+        // ...and started within a second of that time.
+        let late = (c.started_at - c.scheduled_at).num_milliseconds();
+        println!("check {}: {gap:.3}s after the previous (nominal {nominal}s), started {late} ms late", i + 1);
+        assert!((-50..1000).contains(&late), "check {} started {late} ms late", i + 1);
+        prev_end = c.finished_at;
+    }
+    let l = ledger(&sim.url()).await;
+    assert_eq!((l.entries.len(), l.stats.charge_requests), (1, 1));
+    assert_eq!(l.stats.lookup_requests, 5);
+
+    worker.stop().await;
+    sim.shutdown().await;
+    db.drop_db().await;
+}
+
+#[tokio::test]
+async fn a_decline_is_final_for_the_attempt_and_a_5xx_is_unknown() {
+    init_logs();
+    let db = TestDb::new().await;
+    let sim = start_sim(
+        true,
+        Faults {
+            p_decline: 1.0,
+            decline_codes: vec!["insufficient_funds".into()],
+            ..Faults::default()
+        },
+    )
+    .await;
+    let worker = spawn_worker(worker_args(&db.url, &sim.url()));
+    let declined = enqueue(&db.store, "order-poor", 1_000).await;
+    let a = settled(&db.store, declined, State::Rechazado, Duration::from_secs(10)).await;
+    assert_eq!(a.decline_code.as_deref(), Some("insufficient_funds"));
+
+    set_faults(
+        &sim.url(),
+        &Faults {
+            p_5xx: 1.0,
+            ..Faults::default()
+        },
+    )
+    .await;
+    let unknown = enqueue(&db.store, "order-5xx", 1_000).await;
+    let t = eventually(Duration::from_secs(10), "a 5xx to be recorded", || async {
+        let t = db.store.transitions(unknown).await.unwrap();
+        (t.len() >= 3).then_some(t)
+    })
+    .await;
+    assert_eq!(t[2].to_state, "DESCONOCIDO", "a 5xx is never a decline");
+    assert_eq!(t[2].http_status, Some(503));
+    set_faults(&sim.url(), &Faults::default()).await;
+    settled(&db.store, unknown, State::Aprobado, Duration::from_secs(20)).await;
+    let l = ledger(&sim.url()).await;
+    assert_eq!(approved_per_order(&l).get("order-5xx"), Some(&1));
+
+    worker.stop().await;
+    sim.shutdown().await;
+    db.drop_db().await;
+}
+
+fn engine(store: &Store, gateway_url: &str, name: &str) -> Engine {
+    let gateway = HttpGateway::new(HttpGatewayConfig {
+        base_url: gateway_url.into(),
+        connect_timeout: Duration::from_millis(500),
+        request_timeout: Duration::from_millis(1500),
+    })
+    .unwrap();
+    Engine::new(
+        store.clone(),
+        Arc::new(gateway),
+        EngineConfig {
+            worker_name: name.into(),
+            lease_ttl: Duration::from_secs(3),
+            schedule: CheckSchedule::default().scaled(0.1),
+            key_lifetime: Duration::from_secs(86_400),
+        },
+    )
+}
+
+#[tokio::test]
+async fn duplicated_wake_ups_and_racing_workers_charge_once() {
+    init_logs();
+    let db = TestDb::new().await;
+    let sim = start_sim(
+        true,
+        Faults {
+            latency_ms: 200, // keep the first sender on the wire while the others arrive
+            ..Faults::default()
+        },
+    )
+    .await;
+    let id = enqueue(&db.store, "order-race", 7_700).await;
+    // Three extra wake-ups for the same attempt, as a redelivering queue would.
+    for _ in 0..3 {
+        sqlx::query("SELECT cobro.wake($1)")
+            .bind(id)
+            .execute(db.store.pool())
+            .await
+            .unwrap();
+    }
+    // Two engines stepped by hand, racing on the same attempt four times each...
+    let (a, b) = (
+        engine(&db.store, &sim.url(), "racer-a"),
+        engine(&db.store, &sim.url(), "racer-b"),
+    );
+    let races = (0..4).flat_map(|_| [a.process(id), b.process(id)]);
+    for r in futures::future::join_all(races).await {
+        r.unwrap();
+    }
+    // ...and two real workers draining the four queued wake-ups.
+    let w1 = spawn_worker(worker_args(&db.url, &sim.url()));
+    let w2 = spawn_worker(worker_args(&db.url, &sim.url()));
+    eventually(Duration::from_secs(10), "wake-ups drained", || async {
+        let left: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM apalis.jobs WHERE job_type = 'cobro.charge' AND status IN ('Pending', 'Queued', 'Running')",
+        )
+        .fetch_one(db.store.pool())
+        .await
+        .unwrap();
+        (left == 0).then_some(())
+    })
+    .await;
+
+    let (attempt, _) = db.store.load(id).await.unwrap();
+    assert_eq!(attempt.state, State::Aprobado);
+    assert_eq!(attempt.send_count, 1);
+    let l = ledger(&sim.url()).await;
+    assert_eq!(l.stats.charge_requests, 1, "only the lease holder ever sent");
+    assert_eq!(l.entries.len(), 1);
+    assert_eq!(path(&db.store, id).await, ["PENDIENTE", "EN_PROCESO", "APROBADO"]);
+
+    w1.stop().await;
+    w2.stop().await;
+    sim.shutdown().await;
+    db.drop_db().await;
+}
+
+#[tokio::test]
+async fn an_old_key_is_never_resent() {
+    init_logs();
+    let db = TestDb::new().await;
+    let sim = start_sim(true, Faults::default()).await;
+    let id = enqueue(&db.store, "order-old", 3_000).await;
+    // The attempt was sent two days ago, and nobody knows what happened.
+    sqlx::query(
+        "UPDATE cobro.payment_attempts
+            SET state = 'DESCONOCIDO', send_count = 1, next_action_at = now(),
+                created_at = now() - interval '2 days'
+          WHERE id = $1",
+    )
+    .bind(id)
+    .execute(db.store.pool())
+    .await
+    .unwrap();
+    engine(&db.store, &sim.url(), "w").process(id).await.unwrap();
+    let (a, _) = db.store.load(id).await.unwrap();
+    assert_eq!(a.state, State::EnRevision);
+    let last = db.store.transitions(id).await.unwrap().pop().unwrap();
+    assert_eq!(last.cause, "key_expired_not_found");
+    assert_eq!(ledger(&sim.url()).await.stats.charge_requests, 0);
+    sim.shutdown().await;
+    db.drop_db().await;
+}

@@ -1,0 +1,196 @@
+//! Test harness: a fresh PostgreSQL database per test, the gateway simulator
+//! as a real HTTP server on 127.0.0.1, workers in-process or as real
+//! `cobro-worker` processes.
+//!
+//! PostgreSQL comes from `TEST_DATABASE_URL` (default
+//! `postgres://postgres@127.0.0.1:5432/postgres`); each test creates its own
+//! database `cobro_t_<uuid>` there and drops it when it passes. When
+//! PostgreSQL is unreachable the tests fail loudly: they never skip.
+
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+use cobro::runtime::WorkerArgs;
+use cobro::sim::{Faults, Ledger, SimConfig, SimHandle};
+use cobro::store::Store;
+use sqlx::Connection;
+use sqlx::postgres::PgConnection;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+use uuid::Uuid;
+
+pub fn admin_url() -> String {
+    std::env::var("TEST_DATABASE_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into())
+}
+
+fn with_database(url: &str, db: &str) -> String {
+    let (base, _) = url.rsplit_once('/').expect("TEST_DATABASE_URL ends in /<database>");
+    format!("{base}/{db}")
+}
+
+pub struct TestDb {
+    pub name: String,
+    pub url: String,
+    pub store: Store,
+}
+
+impl TestDb {
+    /// A new, migrated database of its own.
+    pub async fn new() -> TestDb {
+        let admin = admin_url();
+        let mut conn = PgConnection::connect(&admin).await.unwrap_or_else(|e| {
+            panic!(
+                "PostgreSQL is not reachable at {admin} ({e}). Start it (see README) or set TEST_DATABASE_URL."
+            )
+        });
+        let name = format!("cobro_t_{}", Uuid::new_v4().simple());
+        // A database name cannot be a bound parameter; this one is ours, [a-z0-9_] only.
+        sqlx::raw_sql(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
+            .execute(&mut conn)
+            .await
+            .expect("create test database");
+        let url = with_database(&admin, &name);
+        let store = Store::connect(&url, 10).await.expect("connect test database");
+        store.migrate().await.expect("migrate test database");
+        TestDb { name, url, store }
+    }
+
+    /// Drops the database (call at the end of a passing test).
+    pub async fn drop_db(self) {
+        self.store.pool().close().await;
+        if let Ok(mut conn) = PgConnection::connect(&admin_url()).await {
+            let _ = sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+                "DROP DATABASE IF EXISTS {} WITH (FORCE)",
+                self.name
+            )))
+            .execute(&mut conn)
+            .await;
+        }
+    }
+
+    pub async fn scalar(&self, sql: &'static str) -> i64 {
+        sqlx::query_scalar(sql)
+            .fetch_one(self.store.pool())
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"))
+    }
+}
+
+pub async fn start_sim(idempotent: bool, faults: Faults) -> SimHandle {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind sim");
+    cobro::sim::spawn(
+        listener,
+        SimConfig {
+            idempotent,
+            seed: 7,
+            faults,
+        },
+    )
+    .await
+    .expect("start gateway simulator")
+}
+
+pub async fn ledger(sim_url: &str) -> Ledger {
+    reqwest::get(format!("{sim_url}/ledger"))
+        .await
+        .expect("GET /ledger")
+        .json()
+        .await
+        .expect("ledger json")
+}
+
+pub async fn set_faults(sim_url: &str, faults: &Faults) {
+    let resp = reqwest::Client::new()
+        .put(format!("{sim_url}/control/faults"))
+        .json(faults)
+        .send()
+        .await
+        .expect("PUT /control/faults");
+    assert!(resp.status().is_success(), "PUT /control/faults: {}", resp.status());
+}
+
+/// Approved charges per order in the gateway's ledger.
+pub fn approved_per_order(ledger: &Ledger) -> HashMap<String, usize> {
+    let mut m = HashMap::new();
+    for e in ledger.entries.iter().filter(|e| e.status == "approved") {
+        *m.entry(e.order_id.clone()).or_insert(0) += 1;
+    }
+    m
+}
+
+/// Worker settings scaled down for tests: the check schedule is the real
+/// 2-4-8-16-32 shape times 0.1, timeouts are short, the lease is 3 s.
+pub fn worker_args(db_url: &str, gateway_url: &str) -> WorkerArgs {
+    WorkerArgs {
+        database_url: db_url.into(),
+        gateway_url: gateway_url.into(),
+        concurrency: 8,
+        batch_size: 10,
+        lease_ttl: Duration::from_secs(3),
+        check_schedule: "200ms,400ms,800ms,1600ms,3200ms".into(),
+        check_jitter: 0.5,
+        key_lifetime: Duration::from_secs(86_400),
+        poll_interval: Duration::from_millis(500),
+        missed_heartbeats: 20,
+        sweep_interval: Duration::from_millis(500),
+        sweep_grace: Duration::from_secs(2),
+        gateway_connect_timeout: Duration::from_millis(500),
+        gateway_timeout: Duration::from_millis(1500),
+        worker_name: Some(format!("test-{}", Uuid::new_v4().simple())),
+    }
+}
+
+/// A worker running in this process until [`InProcessWorker::stop`].
+pub struct InProcessWorker {
+    stop: oneshot::Sender<()>,
+    task: JoinHandle<anyhow::Result<()>>,
+}
+
+pub fn spawn_worker(args: WorkerArgs) -> InProcessWorker {
+    let (stop, rx) = oneshot::channel::<()>();
+    let task = tokio::spawn(cobro::runtime::run(args, async move {
+        let _ = rx.await;
+    }));
+    InProcessWorker { stop, task }
+}
+
+impl InProcessWorker {
+    pub async fn stop(self) {
+        let _ = self.stop.send(());
+        tokio::time::timeout(Duration::from_secs(20), self.task)
+            .await
+            .expect("worker stops within 20 s")
+            .expect("worker task")
+            .expect("worker exits cleanly");
+    }
+}
+
+/// Polls `cond` every 50 ms until it returns `Some`, or panics after `limit`.
+pub async fn eventually<T, F, Fut>(limit: Duration, what: &str, mut cond: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let start = Instant::now();
+    loop {
+        if let Some(v) = cond().await {
+            return v;
+        }
+        assert!(start.elapsed() < limit, "timed out after {limit:?} waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Optional log output for debugging a test: `COBRO_TEST_LOG=debug cargo test`.
+pub fn init_logs() {
+    if let Ok(filter) = std::env::var("COBRO_TEST_LOG") {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_test_writer()
+            .try_init();
+    }
+}
