@@ -20,11 +20,8 @@ pub struct CheckSchedule {
 
 impl Default for CheckSchedule {
     fn default() -> Self {
-        Self::new(
-            [2, 4, 8, 16, 32].map(Duration::from_secs).to_vec(),
-            0.5,
-        )
-        .expect("the default schedule is valid")
+        Self::new([2, 4, 8, 16, 32].map(Duration::from_secs).to_vec(), 0.5)
+            .expect("the default schedule is valid")
     }
 }
 
@@ -140,7 +137,9 @@ mod tests {
         let s = CheckSchedule::default();
         let run = |seed| {
             let mut rng = StdRng::seed_from_u64(seed);
-            (0..5).map(|i| s.delay(i, &mut rng).unwrap()).collect::<Vec<_>>()
+            (0..5)
+                .map(|i| s.delay(i, &mut rng).unwrap())
+                .collect::<Vec<_>>()
         };
         assert_eq!(run(7), run(7));
         assert_ne!(run(7), run(8));
@@ -170,7 +169,10 @@ mod tests {
 
     #[test]
     fn parse_rejects_garbage() {
-        assert_eq!(CheckSchedule::parse("", 0.5), Err(ScheduleError::Delay("".into())));
+        assert_eq!(
+            CheckSchedule::parse("", 0.5),
+            Err(ScheduleError::Delay("".into()))
+        );
         assert!(CheckSchedule::parse("2s,x", 0.5).is_err());
         assert!(CheckSchedule::parse("2s", 1.5).is_err());
         assert_eq!(parse_duration("250ms"), Some(Duration::from_millis(250)));

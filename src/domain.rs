@@ -122,7 +122,9 @@ impl Currency {
             .ok_or_else(|| {
                 InputError::new(
                     "currency",
-                    format!("unknown ISO 4217 currency code {code:?} (use upper case, e.g. \"USD\")"),
+                    format!(
+                        "unknown ISO 4217 currency code {code:?} (use upper case, e.g. \"USD\")"
+                    ),
                 )
             })
     }
@@ -171,7 +173,10 @@ impl OrderId {
             return Err(InputError::new(field, "must be at most 200 characters"));
         }
         if raw.chars().any(char::is_control) {
-            return Err(InputError::new(field, "must not contain control characters"));
+            return Err(InputError::new(
+                field,
+                "must not contain control characters",
+            ));
         }
         Ok(Self(raw.to_owned()))
     }
@@ -206,7 +211,10 @@ impl IdempotencyKey {
             )
         })?;
         if uuid.is_nil() {
-            return Err(InputError::new("idempotency_key", "must not be the nil UUID"));
+            return Err(InputError::new(
+                "idempotency_key",
+                "must not be the nil UUID",
+            ));
         }
         Ok(Self(uuid))
     }
@@ -309,14 +317,29 @@ mod tests {
     #[test]
     fn every_bad_input_names_its_field() {
         let key = "8f14e45f-ceea-467f-a0e6-1c2f0d5e6a01";
-        let cases: &[(&str, i64, &str, Option<&str>, Option<&str>, &str)] = &[
+        type Case<'a> = (
+            &'a str,
+            i64,
+            &'a str,
+            Option<&'a str>,
+            Option<&'a str>,
+            &'a str,
+        );
+        let cases: &[Case] = &[
             ("o-1", 0, "USD", Some(key), None, "amount_minor"),
             ("o-1", -5, "USD", Some(key), None, "amount_minor"),
             ("o-1", 100, "XXX", Some(key), None, "currency"),
             ("o-1", 100, "usd", Some(key), None, "currency"),
             ("", 100, "USD", Some(key), None, "order_id"),
             ("  ", 100, "USD", Some(key), None, "order_id"),
-            ("o-1", 100, "USD", Some("not-a-uuid"), None, "idempotency_key"),
+            (
+                "o-1",
+                100,
+                "USD",
+                Some("not-a-uuid"),
+                None,
+                "idempotency_key",
+            ),
             (
                 "o-1",
                 100,
@@ -325,12 +348,29 @@ mod tests {
                 None,
                 "idempotency_key",
             ),
-            ("o-1", 100, "USD", Some(key), Some("4242424242424242"), "payment_method"),
-            ("o-1", 100, "USD", Some(key), Some("pm card"), "payment_method"),
+            (
+                "o-1",
+                100,
+                "USD",
+                Some(key),
+                Some("4242424242424242"),
+                "payment_method",
+            ),
+            (
+                "o-1",
+                100,
+                "USD",
+                Some(key),
+                Some("pm card"),
+                "payment_method",
+            ),
         ];
         for (order, amount, cur, k, pm, field) in cases {
             let err = ChargeRequest::parse(order, *amount, cur, *k, *pm).unwrap_err();
-            assert_eq!(err.field, *field, "input {order:?} {amount} {cur} {k:?} {pm:?}");
+            assert_eq!(
+                err.field, *field,
+                "input {order:?} {amount} {cur} {k:?} {pm:?}"
+            );
         }
     }
 

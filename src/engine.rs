@@ -143,7 +143,9 @@ impl Engine {
                 c.charge_id = Some(charge_id);
                 c
             }
-            ChargeOutcome::Declined { code, charge_id, .. } => {
+            ChargeOutcome::Declined {
+                code, charge_id, ..
+            } => {
                 let mut c = Change::new(Some(Event::Declined), "gateway_declined", &self.actor);
                 c.decline_code = Some(code);
                 c.charge_id = charge_id.as_deref();
@@ -191,7 +193,9 @@ impl Engine {
             .lookup(IdempotencyKey::from_uuid(held.idempotency_key))
             .await;
         let checks_done = held.check_count as u32 + 1;
-        let key_age = (held.updated_at - held.created_at).to_std().unwrap_or_default();
+        let key_age = (held.updated_at - held.created_at)
+            .to_std()
+            .unwrap_or_default();
         let plan = after_lookup(
             &outcome,
             checks_done,
@@ -204,7 +208,12 @@ impl Engine {
         let mut change = match (plan, &outcome) {
             (LookupPlan::Apply(Event::Resend), _) => {
                 return self
-                    .send(&held, Event::Resend, "lookup_not_found", Some((record, evidence)))
+                    .send(
+                        &held,
+                        Event::Resend,
+                        "lookup_not_found",
+                        Some((record, evidence)),
+                    )
                     .await;
             }
             (LookupPlan::Apply(event), LookupOutcome::Approved { charge_id, .. }) => {
@@ -212,7 +221,12 @@ impl Engine {
                 c.charge_id = Some(charge_id);
                 c
             }
-            (LookupPlan::Apply(event), LookupOutcome::Declined { code, charge_id, .. }) => {
+            (
+                LookupPlan::Apply(event),
+                LookupOutcome::Declined {
+                    code, charge_id, ..
+                },
+            ) => {
                 let mut c = Change::new(Some(event), "lookup_declined", &self.actor);
                 c.decline_code = Some(code);
                 c.charge_id = charge_id.as_deref();
@@ -221,7 +235,9 @@ impl Engine {
             (LookupPlan::Apply(event @ Event::KeyExpired), _) => {
                 Change::new(Some(event), "key_expired_not_found", &self.actor)
             }
-            (LookupPlan::Apply(event), _) => Change::new(Some(event), "checks_exhausted", &self.actor),
+            (LookupPlan::Apply(event), _) => {
+                Change::new(Some(event), "checks_exhausted", &self.actor)
+            }
             (LookupPlan::CheckAgain, _) => {
                 let mut c = Change::new(None, "lookup_failed", &self.actor);
                 c.act_in = self.next_check_in(checks_done as i32);
@@ -260,6 +276,10 @@ fn charge_call(a: &Attempt) -> Result<ChargeCall, InputError> {
         order_id: OrderId::parse(&a.order_id)?,
         amount: Amount::parse(a.amount_minor)?,
         currency: Currency::parse(&a.currency)?,
-        payment_method: a.payment_method.as_deref().map(PaymentMethod::parse).transpose()?,
+        payment_method: a
+            .payment_method
+            .as_deref()
+            .map(PaymentMethod::parse)
+            .transpose()?,
     })
 }

@@ -9,7 +9,11 @@ use cobro::domain::ChargeRequest;
 use cobro::store::{Attempt, Store};
 
 #[derive(Parser)]
-#[command(name = "cobro", version, about = "Charges payments so that a retry never charges twice")]
+#[command(
+    name = "cobro",
+    version,
+    about = "Charges payments so that a retry never charges twice"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -48,7 +52,11 @@ enum Command {
     Status {
         #[arg(long, env = "DATABASE_URL")]
         database_url: String,
-        #[arg(long = "order", conflicts_with = "attempt", required_unless_present = "attempt")]
+        #[arg(
+            long = "order",
+            conflicts_with = "attempt",
+            required_unless_present = "attempt"
+        )]
         order_id: Option<String>,
         #[arg(long)]
         attempt: Option<Uuid>,
@@ -90,7 +98,11 @@ async fn main() -> Result<()> {
             if json {
                 println!("{}", serde_json::to_string_pretty(&out)?);
             } else {
-                let verb = if out.created { "enqueued" } else { "already enqueued" };
+                let verb = if out.created {
+                    "enqueued"
+                } else {
+                    "already enqueued"
+                };
                 println!(
                     "{verb}: attempt {} key {} state {}",
                     out.attempt_id, out.idempotency_key, out.state
@@ -118,7 +130,10 @@ async fn main() -> Result<()> {
             let listener = tokio::net::TcpListener::bind(args.listen())
                 .await
                 .with_context(|| format!("binding {}", args.listen()))?;
-            eprintln!("gateway simulator listening on http://{}", listener.local_addr()?);
+            eprintln!(
+                "gateway simulator listening on http://{}",
+                listener.local_addr()?
+            );
             cobro::sim::serve(listener, args.config(), cobro::runtime::shutdown_signal()).await?;
         }
     }

@@ -109,13 +109,25 @@ mod tests {
         let now = t(100);
         let cases = [
             (snap(State::Pendiente, Some(90), None), Action::Send),
-            (snap(State::Pendiente, Some(110), None), Action::WaitUntil(t(110))),
-            (snap(State::EnProceso, None, Some(130)), Action::WaitUntil(t(130))),
+            (
+                snap(State::Pendiente, Some(110), None),
+                Action::WaitUntil(t(110)),
+            ),
+            (
+                snap(State::EnProceso, None, Some(130)),
+                Action::WaitUntil(t(130)),
+            ),
             (snap(State::EnProceso, None, Some(99)), Action::ExpireLease),
             (snap(State::EnProceso, None, None), Action::ExpireLease),
             (snap(State::Desconocido, Some(99), None), Action::Check),
-            (snap(State::Desconocido, Some(105), None), Action::WaitUntil(t(105))),
-            (snap(State::Desconocido, Some(99), Some(120)), Action::Nothing),
+            (
+                snap(State::Desconocido, Some(105), None),
+                Action::WaitUntil(t(105)),
+            ),
+            (
+                snap(State::Desconocido, Some(99), Some(120)),
+                Action::Nothing,
+            ),
             (snap(State::Desconocido, Some(99), Some(50)), Action::Check),
             (snap(State::Aprobado, Some(0), None), Action::Nothing),
             (snap(State::Rechazado, None, None), Action::Nothing),

@@ -24,7 +24,8 @@ use crate::gateway::{HttpGateway, HttpGatewayConfig};
 use crate::store::{CHARGE_QUEUE, Store};
 
 fn duration(s: &str) -> Result<Duration, String> {
-    parse_duration(s).ok_or_else(|| format!("{s:?} is not a duration (use e.g. 500ms, 2s, 5m, 24h)"))
+    parse_duration(s)
+        .ok_or_else(|| format!("{s:?} is not a duration (use e.g. 500ms, 2s, 5m, 24h)"))
 }
 
 /// Every setting of `cobro-worker`, as a flag or an environment variable.
@@ -90,7 +91,10 @@ pub enum ConfigError {
 
 impl WorkerArgs {
     pub fn schedule(&self) -> Result<CheckSchedule, ConfigError> {
-        Ok(CheckSchedule::parse(&self.check_schedule, self.check_jitter)?)
+        Ok(CheckSchedule::parse(
+            &self.check_schedule,
+            self.check_jitter,
+        )?)
     }
 
     pub fn validate(&self) -> Result<(), ConfigError> {
@@ -211,9 +215,15 @@ async fn sweep_loop(store: Store, args: WorkerArgs, mut stop: watch::Receiver<bo
             _ = tick.tick() => {}
             _ = stop.changed() => return,
         }
-        match store.sweep(args.sweep_grace, args.sweep_grace * 2, 500).await {
+        match store
+            .sweep(args.sweep_grace, args.sweep_grace * 2, 500)
+            .await
+        {
             Ok(0) => {}
-            Ok(n) => info!(rewoken = n, "sweeper re-woke attempts whose time had passed"),
+            Ok(n) => info!(
+                rewoken = n,
+                "sweeper re-woke attempts whose time had passed"
+            ),
             Err(e) => warn!(error = %e, "sweep failed; trying again next tick"),
         }
     }
@@ -246,7 +256,9 @@ pub async fn shutdown_signal() {
 pub fn init_tracing() {
     use tracing_subscriber::EnvFilter;
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
     if std::env::var("COBRO_LOG_FORMAT").as_deref() == Ok("json") {
         builder.json().init();
     } else {

@@ -69,7 +69,10 @@ async fn seed_test_1_connection_cut_after_the_charge_is_resolved_by_lookup() {
     let l = ledger(&sim.url()).await;
     assert_eq!(l.entries.len(), 1, "exactly one charge at the gateway");
     assert_eq!(l.stats.charge_requests, 1);
-    assert_eq!(a.gateway_charge_id.as_deref(), Some(l.entries[0].charge_id.as_str()));
+    assert_eq!(
+        a.gateway_charge_id.as_deref(),
+        Some(l.entries[0].charge_id.as_str())
+    );
     assert_eq!(l.entries[0].idempotency_key, a.idempotency_key.to_string());
 
     worker.stop().await;
@@ -99,7 +102,13 @@ async fn a_lost_request_is_looked_up_then_resent_with_the_same_key() {
 
     assert_eq!(
         path(&db.store, id).await,
-        ["PENDIENTE", "EN_PROCESO", "DESCONOCIDO", "EN_PROCESO", "APROBADO"]
+        [
+            "PENDIENTE",
+            "EN_PROCESO",
+            "DESCONOCIDO",
+            "EN_PROCESO",
+            "APROBADO"
+        ]
     );
     let t = db.store.transitions(id).await.unwrap();
     assert_eq!(t[2].error_kind.as_deref(), Some("timeout"));
@@ -109,7 +118,11 @@ async fn a_lost_request_is_looked_up_then_resent_with_the_same_key() {
     let l = ledger(&sim.url()).await;
     assert_eq!(l.entries.len(), 1, "one charge");
     assert_eq!(l.stats.charge_requests, 2, "sent twice");
-    assert_eq!(l.entries[0].idempotency_key, a.idempotency_key.to_string(), "same key");
+    assert_eq!(
+        l.entries[0].idempotency_key,
+        a.idempotency_key.to_string(),
+        "same key"
+    );
 
     worker.stop().await;
     sim.shutdown().await;
@@ -140,7 +153,10 @@ async fn lookups_that_keep_failing_give_exactly_five_checks_on_time_then_review(
         ["PENDIENTE", "EN_PROCESO", "DESCONOCIDO", "EN_REVISION"]
     );
     assert_eq!(a.check_count, 5);
-    assert_eq!(a.send_count, 1, "never re-sent while the outcome is unknown");
+    assert_eq!(
+        a.send_count, 1,
+        "never re-sent while the outcome is unknown"
+    );
     let last = db.store.transitions(id).await.unwrap().pop().unwrap();
     assert_eq!(last.cause, "checks_exhausted");
     assert_eq!(last.lookup_result.as_deref(), Some("failed"));
@@ -160,8 +176,15 @@ async fn lookups_that_keep_failing_give_exactly_five_checks_on_time_then_review(
         );
         // ...and started within a second of that time.
         let late = (c.started_at - c.scheduled_at).num_milliseconds();
-        println!("check {}: {gap:.3}s after the previous (nominal {nominal}s), started {late} ms late", i + 1);
-        assert!((-50..1000).contains(&late), "check {} started {late} ms late", i + 1);
+        println!(
+            "check {}: {gap:.3}s after the previous (nominal {nominal}s), started {late} ms late",
+            i + 1
+        );
+        assert!(
+            (-50..1000).contains(&late),
+            "check {} started {late} ms late",
+            i + 1
+        );
         prev_end = c.finished_at;
     }
     let l = ledger(&sim.url()).await;
@@ -188,7 +211,13 @@ async fn a_decline_is_final_for_the_attempt_and_a_5xx_is_unknown() {
     .await;
     let worker = spawn_worker(worker_args(&db.url, &sim.url()));
     let declined = enqueue(&db.store, "order-poor", 1_000).await;
-    let a = settled(&db.store, declined, State::Rechazado, Duration::from_secs(10)).await;
+    let a = settled(
+        &db.store,
+        declined,
+        State::Rechazado,
+        Duration::from_secs(10),
+    )
+    .await;
     assert_eq!(a.decline_code.as_deref(), Some("insufficient_funds"));
 
     set_faults(
@@ -284,9 +313,15 @@ async fn duplicated_wake_ups_and_racing_workers_charge_once() {
     assert_eq!(attempt.state, State::Aprobado);
     assert_eq!(attempt.send_count, 1);
     let l = ledger(&sim.url()).await;
-    assert_eq!(l.stats.charge_requests, 1, "only the lease holder ever sent");
+    assert_eq!(
+        l.stats.charge_requests, 1,
+        "only the lease holder ever sent"
+    );
     assert_eq!(l.entries.len(), 1);
-    assert_eq!(path(&db.store, id).await, ["PENDIENTE", "EN_PROCESO", "APROBADO"]);
+    assert_eq!(
+        path(&db.store, id).await,
+        ["PENDIENTE", "EN_PROCESO", "APROBADO"]
+    );
 
     w1.stop().await;
     w2.stop().await;
@@ -311,7 +346,10 @@ async fn an_old_key_is_never_resent() {
     .execute(db.store.pool())
     .await
     .unwrap();
-    engine(&db.store, &sim.url(), "w").process(id).await.unwrap();
+    engine(&db.store, &sim.url(), "w")
+        .process(id)
+        .await
+        .unwrap();
     let (a, _) = db.store.load(id).await.unwrap();
     assert_eq!(a.state, State::EnRevision);
     let last = db.store.transitions(id).await.unwrap().pop().unwrap();

@@ -30,7 +30,10 @@ fn spawn_process(args: &WorkerArgs, tag: &str) -> (Child, std::path::PathBuf) {
         .env("COBRO_POLL_INTERVAL", ms(args.poll_interval))
         .env("COBRO_SWEEP_INTERVAL", ms(args.sweep_interval))
         .env("COBRO_SWEEP_GRACE", ms(args.sweep_grace))
-        .env("COBRO_GATEWAY_CONNECT_TIMEOUT", ms(args.gateway_connect_timeout))
+        .env(
+            "COBRO_GATEWAY_CONNECT_TIMEOUT",
+            ms(args.gateway_connect_timeout),
+        )
         .env("COBRO_GATEWAY_TIMEOUT", ms(args.gateway_timeout))
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(&log).expect("worker log file"))
@@ -54,7 +57,10 @@ async fn wait_exit(child: &mut Child, limit: Duration) -> std::process::ExitStat
         if let Some(status) = child.try_wait().expect("try_wait") {
             return status;
         }
-        assert!(start.elapsed() < limit, "worker did not exit within {limit:?}");
+        assert!(
+            start.elapsed() < limit,
+            "worker did not exit within {limit:?}"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
@@ -82,10 +88,14 @@ async fn a_worker_killed_while_en_proceso_is_recovered_after_its_lease_with_one_
     let req = ChargeRequest::parse("order-kill", 12_345, "USD", None, None).unwrap();
     let id = db.store.enqueue(&req).await.unwrap().attempt_id;
 
-    let held = eventually(Duration::from_secs(15), "the victim to take the lease", || async {
-        let (a, _) = db.store.load(id).await.unwrap();
-        (a.state == State::EnProceso).then_some(a)
-    })
+    let held = eventually(
+        Duration::from_secs(15),
+        "the victim to take the lease",
+        || async {
+            let (a, _) = db.store.load(id).await.unwrap();
+            (a.state == State::EnProceso).then_some(a)
+        },
+    )
     .await;
     eventually(Duration::from_secs(5), "the gateway to charge", || async {
         (!ledger(&sim.url()).await.entries.is_empty()).then_some(())
@@ -104,7 +114,9 @@ async fn a_worker_killed_while_en_proceso_is_recovered_after_its_lease_with_one_
     })
     .await;
     let took = killed_at.elapsed();
-    let lease_left = (held.lease_expires_at.unwrap() - held.updated_at).to_std().unwrap();
+    let lease_left = (held.lease_expires_at.unwrap() - held.updated_at)
+        .to_std()
+        .unwrap();
     println!("recovered {took:?} after the kill (lease {lease_left:?})");
     assert!(
         took < args.lease_ttl + Duration::from_secs(3),
@@ -114,7 +126,10 @@ async fn a_worker_killed_while_en_proceso_is_recovered_after_its_lease_with_one_
 
     let t = db.store.transitions(id).await.unwrap();
     let causes: Vec<_> = t.iter().map(|t| t.cause.as_str()).collect();
-    assert_eq!(causes, ["enqueued", "claim", "lease_expired", "lookup_approved"]);
+    assert_eq!(
+        causes,
+        ["enqueued", "claim", "lease_expired", "lookup_approved"]
+    );
     assert_ne!(t[2].actor, t[1].actor, "another worker moved it");
     assert_eq!(done.send_count, 1, "found by lookup: never re-sent");
     let l = ledger(&sim.url()).await;
@@ -125,7 +140,11 @@ async fn a_worker_killed_while_en_proceso_is_recovered_after_its_lease_with_one_
     let status = wait_exit(&mut rescuer, Duration::from_secs(15)).await;
     if !status.success() {
         for log in [&victim_log, &rescuer_log] {
-            eprintln!("--- {}\n{}", log.display(), std::fs::read_to_string(log).unwrap_or_default());
+            eprintln!(
+                "--- {}\n{}",
+                log.display(),
+                std::fs::read_to_string(log).unwrap_or_default()
+            );
         }
     }
     assert!(status.success(), "SIGTERM exits 0, got {status}");
@@ -160,7 +179,11 @@ async fn sigterm_finishes_the_charge_in_flight_then_exits_zero() {
         eprintln!("{}", std::fs::read_to_string(&log).unwrap_or_default());
     }
     assert!(status.success(), "exit status {status}");
-    assert_eq!(a.state, State::Aprobado, "the in-flight charge was finished, not dropped");
+    assert_eq!(
+        a.state,
+        State::Aprobado,
+        "the in-flight charge was finished, not dropped"
+    );
     assert_eq!(a.lease_owner, None);
     sim.shutdown().await;
     db.drop_db().await;

@@ -62,14 +62,21 @@ async fn a_thousand_orders_with_15_percent_lost_responses_are_charged_exactly_on
     assert_eq!(per_order.len(), 1000, "every order charged");
     assert_eq!(charged_twice, 0, "no order charged twice");
     assert_eq!(l.entries.len(), 1000);
-    assert_eq!(charged_total, intent_total, "total charged equals the sum of intents");
+    assert_eq!(
+        charged_total, intent_total,
+        "total charged equals the sum of intents"
+    );
     let approved_in_db = db
-        .scalar("SELECT sum(amount_minor)::bigint FROM cobro.payment_attempts WHERE state = 'APROBADO'")
+        .scalar(
+            "SELECT sum(amount_minor)::bigint FROM cobro.payment_attempts WHERE state = 'APROBADO'",
+        )
         .await;
     assert_eq!(approved_in_db, intent_total);
     // Every state change has exactly one log row: 3 per direct approval,
     // 4 per approval found by lookup.
-    let rows = db.scalar("SELECT count(*) FROM cobro.attempt_transitions").await;
+    let rows = db
+        .scalar("SELECT count(*) FROM cobro.attempt_transitions")
+        .await;
     let via_lookup = db
         .scalar("SELECT count(*) FROM cobro.attempt_transitions WHERE to_state = 'DESCONOCIDO'")
         .await;

@@ -86,7 +86,9 @@ impl HttpGateway {
             }
         };
         let code = status.as_u16();
-        let ev = |kind: &str, detail: Option<String>| evidence("charge", Some(code), kind, detail, started);
+        let ev = |kind: &str, detail: Option<String>| {
+            evidence("charge", Some(code), kind, detail, started)
+        };
         match (code, reply) {
             (200, Some(r)) if r.status.as_deref() == Some("approved") && r.charge_id.is_some() => {
                 ChargeOutcome::Approved {
@@ -114,7 +116,10 @@ impl HttpGateway {
                 evidence: ev("http_5xx", None),
             },
             (_, _) => ChargeOutcome::Unknown {
-                evidence: ev("bad_body", Some(format!("unexpected answer to a charge (HTTP {code})"))),
+                evidence: ev(
+                    "bad_body",
+                    Some(format!("unexpected answer to a charge (HTTP {code})")),
+                ),
             },
         }
     }
@@ -201,7 +206,12 @@ fn evidence(
     }
 }
 
-fn lookup_evidence(http_status: Option<u16>, kind: &str, result: &str, started: Instant) -> Evidence {
+fn lookup_evidence(
+    http_status: Option<u16>,
+    kind: &str,
+    result: &str,
+    started: Instant,
+) -> Evidence {
     Evidence {
         lookup_result: Some(result.into()),
         ..evidence("lookup", http_status, kind, None, started)

@@ -72,7 +72,7 @@ impl<'a> Change<'a> {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Applied {
     /// The write won; this is the attempt as it is now.
-    Moved(Attempt),
+    Moved(Box<Attempt>),
     /// Someone else changed the attempt first; nothing was written.
     Lost,
 }
@@ -146,7 +146,7 @@ impl Store {
         .bind(lease_secs)
         .bind(i32::from(change.add_check.is_some()))
         .bind(i32::from(change.add_send))
-        .bind(&evidence)
+        .bind(evidence)
         .bind(seen.state.as_str())
         .fetch_optional(&mut *tx)
         .await?;
@@ -169,7 +169,7 @@ impl Store {
             .bind(ev.and_then(|e| e.http_status).map(i32::from))
             .bind(ev.map(|e| e.error_kind.as_str()))
             .bind(ev.and_then(|e| e.lookup_result.as_deref()))
-            .bind(&evidence)
+            .bind(evidence)
             .execute(&mut *tx)
             .await?;
         }
@@ -205,14 +205,19 @@ impl Store {
                 .await?;
         }
         tx.commit().await?;
-        Ok(Applied::Moved(now))
+        Ok(Applied::Moved(Box::new(now)))
     }
 
     /// Re-creates wake-ups for attempts whose time has passed: `EN_PROCESO`
     /// whose lease expired, and `PENDIENTE`/`DESCONOCIDO` due more than
     /// `grace` ago (their own scheduled job should have come by then). An
     /// attempt is re-woken at most once per `every`. Returns how many.
-    pub async fn sweep(&self, grace: Duration, every: Duration, limit: i64) -> Result<u64, StoreError> {
+    pub async fn sweep(
+        &self,
+        grace: Duration,
+        every: Duration,
+        limit: i64,
+    ) -> Result<u64, StoreError> {
         let n: i64 = sqlx::query_scalar(
             "WITH due AS (
                 SELECT id FROM cobro.payment_attempts

@@ -100,9 +100,6 @@ fn invalid_from_message(msg: &str) -> EnqueueError {
         .into_iter()
         .find(|f| rest.starts_with(&format!("{f}:")))
         .unwrap_or("input");
-    let reason = rest
-        .split_once(": ")
-        .map_or(rest, |(_, r)| r)
-        .to_owned();
+    let reason = rest.split_once(": ").map_or(rest, |(_, r)| r).to_owned();
     EnqueueError::Invalid(InputError::new(field, reason))
 }

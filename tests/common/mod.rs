@@ -28,7 +28,9 @@ pub fn admin_url() -> String {
 }
 
 fn with_database(url: &str, db: &str) -> String {
-    let (base, _) = url.rsplit_once('/').expect("TEST_DATABASE_URL ends in /<database>");
+    let (base, _) = url
+        .rsplit_once('/')
+        .expect("TEST_DATABASE_URL ends in /<database>");
     format!("{base}/{db}")
 }
 
@@ -54,7 +56,9 @@ impl TestDb {
             .await
             .expect("create test database");
         let url = with_database(&admin, &name);
-        let store = Store::connect(&url, 10).await.expect("connect test database");
+        let store = Store::connect(&url, 10)
+            .await
+            .expect("connect test database");
         store.migrate().await.expect("migrate test database");
         TestDb { name, url, store }
     }
@@ -81,7 +85,9 @@ impl TestDb {
 }
 
 pub async fn start_sim(idempotent: bool, faults: Faults) -> SimHandle {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind sim");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind sim");
     cobro::sim::spawn(
         listener,
         SimConfig {
@@ -110,7 +116,11 @@ pub async fn set_faults(sim_url: &str, faults: &Faults) {
         .send()
         .await
         .expect("PUT /control/faults");
-    assert!(resp.status().is_success(), "PUT /control/faults: {}", resp.status());
+    assert!(
+        resp.status().is_success(),
+        "PUT /control/faults: {}",
+        resp.status()
+    );
 }
 
 /// Approved charges per order in the gateway's ledger.
@@ -180,7 +190,10 @@ where
         if let Some(v) = cond().await {
             return v;
         }
-        assert!(start.elapsed() < limit, "timed out after {limit:?} waiting for {what}");
+        assert!(
+            start.elapsed() < limit,
+            "timed out after {limit:?} waiting for {what}"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }

@@ -1,0 +1,163 @@
+//! The `cobro` command line, run as a real process.
+
+mod common;
+
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+use common::*;
+
+fn cobro(db_url: &str, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_cobro"))
+        .args(args)
+        .env("DATABASE_URL", db_url)
+        .env("RUST_LOG", "warn")
+        .output()
+        .expect("run cobro")
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+#[tokio::test]
+async fn migrate_enqueue_and_status_from_the_command_line() {
+    let db = TestDb::new().await;
+    let out = cobro(&db.url, &["migrate"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+
+    // Bad input: a clear error naming the field, nothing written.
+    for (args, field) in [
+        (
+            vec!["--amount-minor", "0", "--currency", "USD"],
+            "amount_minor",
+        ),
+        (
+            vec!["--amount-minor", "-5", "--currency", "USD"],
+            "amount_minor",
+        ),
+        (
+            vec!["--amount-minor", "100", "--currency", "XYZ"],
+            "currency",
+        ),
+        (
+            vec![
+                "--amount-minor",
+                "100",
+                "--currency",
+                "USD",
+                "--key",
+                "nope",
+            ],
+            "idempotency_key",
+        ),
+    ] {
+        let mut full = vec!["enqueue", "--order", "cli-1"];
+        full.extend(args);
+        let out = cobro(&db.url, &full);
+        assert!(!out.status.success(), "{full:?} should fail");
+        assert!(
+            text(&out.stderr).contains(field),
+            "{full:?}: {}",
+            text(&out.stderr)
+        );
+    }
+    assert_eq!(
+        db.scalar("SELECT count(*) FROM cobro.payment_attempts")
+            .await,
+        0
+    );
+
+    let key = "3e7d1c9a-2b4f-4a6e-8c0d-9f1e2a3b4c5d";
+    let enqueue = [
+        "enqueue",
+        "--order",
+        "cli-1",
+        "--amount-minor",
+        "1999",
+        "--currency",
+        "USD",
+        "--key",
+        key,
+        "--json",
+    ];
+    let out = cobro(&db.url, &enqueue);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("enqueue --json");
+    assert_eq!(v["idempotency_key"], key);
+    assert_eq!(v["created"], true);
+    assert_eq!(v["state"], "PENDIENTE");
+    let id = v["attempt_id"].as_str().unwrap().to_owned();
+
+    // The same command again: the same attempt, not a second one.
+    let out = cobro(&db.url, &enqueue);
+    let again: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        (again["attempt_id"].as_str(), &again["created"]),
+        (Some(id.as_str()), &serde_json::json!(false))
+    );
+
+    let out = cobro(&db.url, &["status", "--attempt", &id, "--json"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v[0]["attempt"]["state"], "PENDIENTE");
+    assert_eq!(v[0]["transitions"][0]["cause"], "enqueued");
+
+    let out = cobro(&db.url, &["status", "--order", "cli-1"]);
+    let human = text(&out.stdout);
+    assert!(
+        human.contains("state PENDIENTE") && human.contains("enqueued"),
+        "{human}"
+    );
+    db.drop_db().await;
+}
+
+#[tokio::test]
+async fn the_gateway_simulator_runs_as_its_own_process() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    drop(listener);
+    let mut sim = Command::new(env!("CARGO_BIN_EXE_cobro"))
+        .args([
+            "gateway-sim",
+            "--listen",
+            &addr.to_string(),
+            "--no-idempotency",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn gateway-sim");
+    let url = format!("http://{addr}");
+    let health = eventually(
+        Duration::from_secs(10),
+        "the simulator to answer",
+        || async {
+            reqwest::get(format!("{url}/health"))
+                .await
+                .ok()
+                .map(|r| r.status())
+        },
+    )
+    .await;
+    assert!(health.is_success());
+    let body = serde_json::json!({"order_id": "o", "amount_minor": 100, "currency": "USD"});
+    let client = reqwest::Client::new();
+    for _ in 0..2 {
+        let r = client
+            .post(format!("{url}/v1/charges"))
+            .header("Idempotency-Key", "3e7d1c9a-2b4f-4a6e-8c0d-9f1e2a3b4c5d")
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+    }
+    assert_eq!(
+        ledger(&url).await.entries.len(),
+        2,
+        "--no-idempotency: the memoryless gateway charges a replay again"
+    );
+    sim.kill().unwrap();
+    let _ = sim.wait();
+}
