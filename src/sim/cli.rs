@@ -1,0 +1,174 @@
+//! Command-line arguments of the gateway simulator (`SimArgs`, flattened into the binary's
+//! CLI) and their translation into a `SimConfig`.
+//!
+//! Invariant: every `Faults` field has exactly one flag, probabilities are rejected at parse
+//! time unless they lie in `[0, 1]`, and `SimArgs::config` is a pure mapping of the flags.
+
+use std::net::SocketAddr;
+
+use super::{
+    SimConfig,
+    faults::{Faults, check_probability},
+};
+
+fn probability(s: &str) -> Result<f64, String> {
+    let p: f64 = s
+        .parse()
+        .map_err(|e| format!("not a number: {s:?} ({e})"))?;
+    check_probability(p)?;
+    Ok(p)
+}
+
+/// Flags of the `sim` command.
+#[derive(clap::Args, Debug, Clone)]
+pub struct SimArgs {
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1:8089")]
+    pub listen: SocketAddr,
+    /// Seed of the fault-injection rng (same seed + same request order = same faults).
+    #[arg(long, default_value_t = 42)]
+    pub seed: u64,
+    /// Execute every request, even with a repeated Idempotency-Key.
+    #[arg(long)]
+    pub no_idempotency: bool,
+    /// Probability that a charge executes but the connection drops with no response.
+    #[arg(long, default_value_t = 0.0, value_parser = probability)]
+    pub p_response_lost: f64,
+    /// Probability that a charge executes but the reply is held for --hold-ms.
+    #[arg(long, default_value_t = 0.0, value_parser = probability)]
+    pub p_timeout_after_charge: f64,
+    /// Probability that a request is held for --hold-ms then dropped, never charged.
+    #[arg(long, default_value_t = 0.0, value_parser = probability)]
+    pub p_request_lost: f64,
+    /// Probability of a 503 before charging.
+    #[arg(long = "p-5xx", default_value_t = 0.0, value_parser = probability)]
+    pub p_5xx: f64,
+    /// Probability that a lookup answers 503.
+    #[arg(long, default_value_t = 0.0, value_parser = probability)]
+    pub p_lookup_fail: f64,
+    /// Probability that an executed charge is a decline.
+    #[arg(long, default_value_t = 0.0, value_parser = probability)]
+    pub p_decline: f64,
+    /// Decline code to pick from (repeatable); none means "card_declined".
+    #[arg(long = "decline-code")]
+    pub decline_codes: Vec<String>,
+    /// Latency added before every charge and lookup, in milliseconds.
+    #[arg(long, default_value_t = 0)]
+    pub latency_ms: u64,
+    /// How long held requests wait, in milliseconds (0 = 30000).
+    #[arg(long, default_value_t = 0)]
+    pub hold_ms: u64,
+    /// Answer 503 to every charge and lookup.
+    #[arg(long)]
+    pub outage: bool,
+}
+
+impl SimArgs {
+    /// The simulator configuration these flags describe.
+    pub fn config(&self) -> SimConfig {
+        SimConfig {
+            idempotent: !self.no_idempotency,
+            seed: self.seed,
+            faults: Faults {
+                p_response_lost: self.p_response_lost,
+                p_timeout_after_charge: self.p_timeout_after_charge,
+                p_request_lost: self.p_request_lost,
+                p_5xx: self.p_5xx,
+                p_lookup_fail: self.p_lookup_fail,
+                p_decline: self.p_decline,
+                decline_codes: self.decline_codes.clone(),
+                latency_ms: self.latency_ms,
+                hold_ms: self.hold_ms,
+                outage: self.outage,
+            },
+        }
+    }
+
+    /// The address to listen on.
+    pub fn listen(&self) -> SocketAddr {
+        self.listen
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Parser, Debug)]
+    struct Cli {
+        #[command(flatten)]
+        sim: SimArgs,
+    }
+
+    #[test]
+    fn defaults() -> Result<(), clap::Error> {
+        let cli = Cli::try_parse_from(["sim"])?;
+        assert_eq!(cli.sim.listen().to_string(), "127.0.0.1:8089");
+        let cfg = cli.sim.config();
+        assert!(cfg.idempotent);
+        assert_eq!(cfg.seed, 42);
+        assert_eq!(cfg.faults, Faults::default());
+        Ok(())
+    }
+
+    #[test]
+    fn every_fault_flag() -> Result<(), clap::Error> {
+        let cli = Cli::try_parse_from([
+            "sim",
+            "--listen",
+            "127.0.0.1:9000",
+            "--seed",
+            "7",
+            "--no-idempotency",
+            "--p-response-lost",
+            "0.15",
+            "--p-timeout-after-charge",
+            "0.1",
+            "--p-request-lost",
+            "0.05",
+            "--p-5xx",
+            "0.2",
+            "--p-lookup-fail",
+            "0.3",
+            "--p-decline",
+            "0.25",
+            "--decline-code",
+            "insufficient_funds",
+            "--decline-code",
+            "do_not_honor",
+            "--latency-ms",
+            "5",
+            "--hold-ms",
+            "100",
+            "--outage",
+        ])?;
+        let cfg = cli.sim.config();
+        assert_eq!(cli.sim.listen().port(), 9000);
+        assert!(!cfg.idempotent);
+        assert_eq!(cfg.seed, 7);
+        assert_eq!(
+            cfg.faults,
+            Faults {
+                p_response_lost: 0.15,
+                p_timeout_after_charge: 0.1,
+                p_request_lost: 0.05,
+                p_5xx: 0.2,
+                p_lookup_fail: 0.3,
+                p_decline: 0.25,
+                decline_codes: vec!["insufficient_funds".into(), "do_not_honor".into()],
+                latency_ms: 5,
+                hold_ms: 100,
+                outage: true,
+            }
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn rejects_bad_probability() {
+        assert!(Cli::try_parse_from(["sim", "--p-5xx", "1.5"]).is_err());
+        assert!(Cli::try_parse_from(["sim", "--p-decline", "abc"]).is_err());
+    }
+}

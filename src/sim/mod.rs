@@ -1,0 +1,152 @@
+//! Gateway simulator: a real HTTP server with its own in-memory ledger and seeded fault
+//! injection, standing in for a payment gateway in integration tests, the demo and the
+//! benchmarks. Callers only ever talk to it over HTTP.
+//!
+//! Invariant: the ledger records exactly the charges the simulator executed, whatever
+//! happened to the replies afterwards (dropped, held, replayed); for a given seed and request
+//! order the injected faults are identical from run to run.
+//!
+//! HTTP API (JSON everywhere):
+//! - `POST /v1/charges` (header `Idempotency-Key: <uuid>`, body [`ChargeBody`]):
+//!   200 [`ChargeResult`] approved, 402 declined, 400 `{"error","field"}`, 409 key reused
+//!   with other parameters, 503 outage/injected, or the connection dropped (faults).
+//! - `GET /v1/charges/{key}`: 200 [`ChargeResult`] of the first entry with that key, 404, 503.
+//! - `GET /ledger` -> [`Ledger`]; `GET|PUT /control/faults` -> [`Faults`];
+//!   `POST /control/reset`; `GET /health`.
+
+mod charges;
+mod cli;
+mod conn;
+mod faults;
+mod ledger;
+mod server;
+#[cfg(test)]
+mod tests;
+
+use std::{future::Future, io, net::SocketAddr};
+
+use tokio::{net::TcpListener, sync::oneshot, task::JoinHandle};
+use tracing::{info, warn};
+
+pub use charges::IDEMPOTENCY_KEY_HEADER;
+pub use cli::SimArgs;
+pub use faults::{DEFAULT_DECLINE_CODE, DEFAULT_HOLD_MS, Faults, InvalidFaults};
+pub use ledger::{APPROVED, ChargeBody, ChargeResult, DECLINED, Ledger, LedgerEntry, Stats};
+
+use conn::{ConnKill, Registry, SimListener};
+use server::AppState;
+
+/// How the simulator behaves.
+#[derive(Debug, Clone)]
+pub struct SimConfig {
+    /// Honour `Idempotency-Key` (replay stored results); `false` executes every request.
+    pub idempotent: bool,
+    /// Seed of the fault-injection rng.
+    pub seed: u64,
+    /// Initial faults (replaceable at run time via `PUT /control/faults`).
+    pub faults: Faults,
+}
+
+impl Default for SimConfig {
+    /// Idempotent, seed 42, no faults.
+    fn default() -> Self {
+        Self {
+            idempotent: true,
+            seed: 42,
+            faults: Faults::default(),
+        }
+    }
+}
+
+/// A simulator serving in a background task. Dropping the handle leaves the server running
+/// until the runtime ends; call [`SimHandle::shutdown`] to stop it.
+#[derive(Debug)]
+pub struct SimHandle {
+    /// The address the simulator listens on.
+    pub addr: SocketAddr,
+    stop: oneshot::Sender<()>,
+    task: JoinHandle<io::Result<()>>,
+}
+
+impl SimHandle {
+    /// Base URL, e.g. `http://127.0.0.1:PORT` (an unspecified bind address maps to loopback).
+    pub fn url(&self) -> String {
+        let mut addr = self.addr;
+        if addr.ip().is_unspecified() {
+            addr.set_ip(match addr {
+                SocketAddr::V4(_) => std::net::Ipv4Addr::LOCALHOST.into(),
+                SocketAddr::V6(_) => std::net::Ipv6Addr::LOCALHOST.into(),
+            });
+        }
+        format!("http://{addr}")
+    }
+
+    /// Stops accepting, drops every open connection (held requests included) and waits for
+    /// the server task to end.
+    pub async fn shutdown(self) {
+        // The receiver is gone only if the server already stopped.
+        let _ = self.stop.send(());
+        match self.task.await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => warn!(error = %e, "sim: server ended with an error"),
+            Err(e) => warn!(error = %e, "sim: server task failed"),
+        }
+    }
+}
+
+fn check_config(cfg: &SimConfig) -> io::Result<()> {
+    cfg.faults.validate().map_err(|invalid| {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("invalid faults: {}: {}", invalid.field, invalid.message),
+        )
+    })
+}
+
+/// Starts the simulator on `listener` in a background tokio task.
+pub async fn spawn(listener: TcpListener, cfg: SimConfig) -> io::Result<SimHandle> {
+    let addr = listener.local_addr()?;
+    check_config(&cfg)?;
+    let (stop, stopped) = oneshot::channel::<()>();
+    let shutdown = async move {
+        // A dropped handle detaches the server instead of stopping it.
+        if stopped.await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    };
+    let task = tokio::spawn(serve(listener, cfg, shutdown));
+    Ok(SimHandle { addr, stop, task })
+}
+
+/// Serves the simulator on `listener` until `shutdown` completes, then stops accepting,
+/// drops every open connection and returns.
+pub async fn serve(
+    listener: TcpListener,
+    cfg: SimConfig,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> io::Result<()> {
+    let addr = listener.local_addr()?;
+    check_config(&cfg)?;
+    info!(
+        %addr,
+        idempotent = cfg.idempotent,
+        seed = cfg.seed,
+        faults = ?cfg.faults,
+        "sim: gateway simulator listening"
+    );
+    let registry = Registry::default();
+    let app = server::router(AppState::new(cfg));
+    let listener = SimListener::new(listener, registry.clone());
+    let signal = async move {
+        shutdown.await;
+        registry.close();
+    };
+    axum::serve(
+        listener,
+        app.into_make_service_with_connect_info::<ConnKill>(),
+    )
+    .with_graceful_shutdown(signal)
+    .await?;
+    info!(%addr, "sim: gateway simulator stopped");
+    Ok(())
+}

@@ -1,0 +1,136 @@
+//! The simulator's shared state and HTTP routing: the axum `Router`, the control/ledger/
+//! health endpoints and the JSON reply helpers used by every handler.
+//!
+//! Invariant: all mutable simulator state (faults, rng, ledger, key index, stats) lives in one
+//! `Mutex<Inner>` that is only ever locked for short synchronous sections, never across an
+//! `.await`, so every request sees and updates that state atomically and in request order.
+
+use std::sync::{Arc, Mutex, PoisonError};
+
+use axum::{
+    Json, Router,
+    body::Bytes,
+    extract::State,
+    http::StatusCode,
+    response::{IntoResponse, Response},
+    routing::{get, post},
+};
+use serde_json::json;
+use tracing::{debug, info};
+
+use super::{
+    SimConfig,
+    charges::{create_charge, lookup_charge},
+    faults::{Dice, Faults},
+    ledger::Books,
+};
+
+/// Everything that changes while the simulator runs.
+#[derive(Debug)]
+pub(crate) struct Inner {
+    pub(crate) faults: Faults,
+    pub(crate) dice: Dice,
+    pub(crate) books: Books,
+}
+
+#[derive(Debug)]
+struct Shared {
+    idempotent: bool,
+    inner: Mutex<Inner>,
+}
+
+/// Handle to the simulator state shared by all handlers.
+#[derive(Clone, Debug)]
+pub(crate) struct AppState(Arc<Shared>);
+
+impl AppState {
+    pub(crate) fn new(cfg: SimConfig) -> Self {
+        Self(Arc::new(Shared {
+            idempotent: cfg.idempotent,
+            inner: Mutex::new(Inner {
+                faults: cfg.faults,
+                dice: Dice::new(cfg.seed),
+                books: Books::default(),
+            }),
+        }))
+    }
+
+    pub(crate) fn idempotent(&self) -> bool {
+        self.0.idempotent
+    }
+
+    /// Runs `f` with the state locked. `f` is synchronous, so the lock never spans an await.
+    pub(crate) fn with<R>(&self, f: impl FnOnce(&mut Inner) -> R) -> R {
+        let mut guard = self.0.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        f(&mut guard)
+    }
+}
+
+/// The simulator's routes.
+pub(crate) fn router(state: AppState) -> Router {
+    Router::new()
+        .route("/v1/charges", post(create_charge))
+        .route("/v1/charges/{key}", get(lookup_charge))
+        .route("/ledger", get(get_ledger))
+        .route("/control/faults", get(get_faults).put(put_faults))
+        .route("/control/reset", post(reset))
+        .route("/health", get(health))
+        .fallback(not_found)
+        .with_state(state)
+}
+
+/// `{"error": error}` with the given status.
+pub(crate) fn error(status: StatusCode, error: &str) -> Response {
+    (status, Json(json!({ "error": error }))).into_response()
+}
+
+/// 400 `{"error": message, "field": field}`.
+pub(crate) fn bad_request(field: &str, message: &str) -> Response {
+    (
+        StatusCode::BAD_REQUEST,
+        Json(json!({ "error": message, "field": field })),
+    )
+        .into_response()
+}
+
+/// 503 `{"error": "unavailable"}`.
+pub(crate) fn unavailable() -> Response {
+    error(StatusCode::SERVICE_UNAVAILABLE, "unavailable")
+}
+
+async fn get_ledger(State(app): State<AppState>) -> Response {
+    debug!("sim: GET /ledger");
+    Json(app.with(|s| s.books.snapshot())).into_response()
+}
+
+async fn get_faults(State(app): State<AppState>) -> Response {
+    debug!("sim: GET /control/faults");
+    Json(app.with(|s| s.faults.clone())).into_response()
+}
+
+async fn put_faults(State(app): State<AppState>, body: Bytes) -> Response {
+    let faults: Faults = match serde_json::from_slice(&body) {
+        Ok(f) => f,
+        Err(e) => return bad_request("body", &format!("invalid faults JSON: {e}")),
+    };
+    if let Err(invalid) = faults.validate() {
+        return bad_request(invalid.field, &invalid.message);
+    }
+    info!(?faults, "sim: faults replaced");
+    app.with(|s| s.faults = faults.clone());
+    Json(faults).into_response()
+}
+
+async fn reset(State(app): State<AppState>) -> Response {
+    info!("sim: ledger, key store and stats reset");
+    app.with(|s| s.books.reset());
+    Json(json!({ "ok": true })).into_response()
+}
+
+async fn health() -> Response {
+    Json(json!({ "ok": true })).into_response()
+}
+
+async fn not_found() -> Response {
+    error(StatusCode::NOT_FOUND, "not_found")
+}
