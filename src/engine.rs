@@ -71,11 +71,18 @@ impl Engine {
     /// Handles one wake-up for `id`: acts until the attempt needs nothing
     /// more now.
     pub async fn process(&self, id: Uuid) -> Result<(), StoreError> {
-        let span = info_span!("attempt", attempt = %id, order = tracing::field::Empty);
+        let span = info_span!(
+            "attempt",
+            attempt = %id,
+            order = tracing::field::Empty,
+            key = tracing::field::Empty
+        );
         async {
             for _ in 0..MAX_STEPS {
                 let (attempt, now) = self.store.load(id).await?;
-                tracing::Span::current().record("order", attempt.order_id.as_str());
+                let span = tracing::Span::current();
+                span.record("order", attempt.order_id.as_str());
+                span.record("key", tracing::field::display(attempt.idempotency_key));
                 let action = decide(snapshot(&attempt), now);
                 debug!(state = %attempt.state, ?action, "decided");
                 match action {

@@ -5,7 +5,11 @@
 use clap::Parser;
 
 #[derive(Parser)]
-#[command(name = "cobro-worker", version, about = "cobro's worker process: charges attempts, never twice")]
+#[command(
+    name = "cobro-worker",
+    version,
+    about = "cobro's worker process: charges attempts, never twice"
+)]
 struct Cli {
     #[command(flatten)]
     worker: cobro::runtime::WorkerArgs,
