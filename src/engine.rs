@@ -89,7 +89,9 @@ impl Engine {
                     Action::Nothing => return Ok(()),
                     Action::WaitUntil(at) => {
                         let wait = (at - now).to_std().unwrap_or_default();
-                        if wait > Duration::from_millis(250) {
+                        // SQLite's queue keeps whole seconds, so a wake-up
+                        // may come up to a second early: wait that out.
+                        if wait > Duration::from_millis(1100) {
                             return Ok(()); // its own wake-up (or the sweeper) comes then
                         }
                         tokio::time::sleep(wait).await;

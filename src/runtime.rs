@@ -13,7 +13,8 @@ use std::time::Duration;
 
 use apalis::layers::WorkerBuilderExt;
 use apalis::prelude::*;
-use apalis_postgres::{Config, PostgresStorage};
+use apalis_postgres::PostgresStorage;
+use apalis_sqlite::SqliteStorage;
 use clap::Args;
 use tokio::sync::watch;
 use tracing::{error, info, warn};
@@ -31,7 +32,7 @@ fn duration(s: &str) -> Result<Duration, String> {
 /// Every setting of `cobro-worker`, as a flag or an environment variable.
 #[derive(Debug, Clone, Args)]
 pub struct WorkerArgs {
-    /// PostgreSQL URL.
+    /// `postgres://…` or `sqlite://path`.
     #[arg(long, env = "DATABASE_URL")]
     pub database_url: String,
     /// The gateway's base URL.
@@ -165,34 +166,18 @@ pub async fn run(
     let (stop_tx, stop_rx) = watch::channel(false);
     let sweeper = tokio::spawn(sweep_loop(store.clone(), args.clone(), stop_rx));
 
-    let pool = store.pool().clone();
-    let (concurrency, batch, poll, missed) = (
-        args.concurrency,
-        args.batch_size,
-        args.poll_interval,
-        args.missed_heartbeats,
-    );
-    let monitor = Monitor::new()
-        .register(move |restarts| {
-            let config = Config::default()
-                .queue(CHARGE_QUEUE)
-                .batch_size(batch)
-                .heartbeat_interval(poll)
-                .missed_heartbeats(missed);
-            let backend = PostgresStorage::<Wake>::new(&pool)
-                .with_config(config)
-                .with_pubsub();
-            WorkerBuilder::new(format!("{name}-{restarts}"))
-                .backend(backend)
-                .concurrency(concurrency)
-                .parallelize(tokio::spawn)
-                .data(engine.clone())
-                .build(handle)
-        })
-        .should_restart(|ctx, err| {
-            warn!(worker = %ctx.name(), error = %err, "apalis worker stopped; restarting it");
-            true
-        });
+    let settings = QueueSettings {
+        name,
+        concurrency: args.concurrency,
+        batch: args.batch_size,
+        poll: args.poll_interval,
+        missed: args.missed_heartbeats,
+    };
+    let monitor = match (store.pg_pool(), store.sqlite_pool()) {
+        (Some(pool), _) => pg_monitor(pool.clone(), engine, settings),
+        (None, Some(pool)) => sqlite_monitor(pool.clone(), engine, settings),
+        (None, None) => anyhow::bail!("the store has no pool"),
+    };
     let result = monitor
         .run_with_signal(async move {
             shutdown.await;
@@ -205,6 +190,64 @@ pub async fn run(
     result.context("worker monitor")?;
     info!("cobro-worker stopped");
     Ok(())
+}
+
+/// How this process's apalis worker fetches wake-ups.
+#[derive(Clone)]
+struct QueueSettings {
+    name: String,
+    concurrency: usize,
+    batch: usize,
+    poll: Duration,
+    missed: usize,
+}
+
+fn restart_logged(ctx: &WorkerContext, err: &WorkerError) -> bool {
+    warn!(worker = %ctx.name(), error = %err, "apalis worker stopped; restarting it");
+    true
+}
+
+/// PostgreSQL: LISTEN/NOTIFY for jobs due now, the heartbeat (= poll
+/// interval) for jobs that became due later.
+fn pg_monitor(pool: sqlx::PgPool, engine: Arc<Engine>, q: QueueSettings) -> Monitor {
+    Monitor::new()
+        .register(move |restarts| {
+            let config = apalis_postgres::Config::default()
+                .queue(CHARGE_QUEUE)
+                .batch_size(q.batch)
+                .heartbeat_interval(q.poll)
+                .missed_heartbeats(q.missed);
+            let backend = PostgresStorage::<Wake>::new(&pool)
+                .with_config(config)
+                .with_pubsub();
+            WorkerBuilder::new(format!("{}-{restarts}", q.name))
+                .backend(backend)
+                .concurrency(q.concurrency)
+                .parallelize(tokio::spawn)
+                .data(engine.clone())
+                .build(handle)
+        })
+        .should_restart(restart_logged)
+}
+
+/// SQLite: polling at the poll interval (the heartbeat).
+fn sqlite_monitor(pool: sqlx::SqlitePool, engine: Arc<Engine>, q: QueueSettings) -> Monitor {
+    Monitor::new()
+        .register(move |restarts| {
+            let config = apalis_sqlite::Config::default()
+                .queue(CHARGE_QUEUE)
+                .batch_size(q.batch)
+                .heartbeat_interval(q.poll)
+                .missed_heartbeats(q.missed);
+            let backend = SqliteStorage::<Wake>::new(&pool).with_config(config);
+            WorkerBuilder::new(format!("{}-{restarts}", q.name))
+                .backend(backend)
+                .concurrency(q.concurrency)
+                .parallelize(tokio::spawn)
+                .data(engine.clone())
+                .build(handle)
+        })
+        .should_restart(restart_logged)
 }
 
 async fn sweep_loop(store: Store, args: WorkerArgs, mut stop: watch::Receiver<bool>) {

@@ -2,6 +2,7 @@
 //! gateway's ledger as the ground truth. Reads like seed 003's pre-deploy
 //! checklist.
 
+#[macro_use]
 mod common;
 
 use std::sync::Arc;
@@ -16,6 +17,15 @@ use cobro::state::State;
 use cobro::store::{Attempt, Store};
 use common::*;
 use uuid::Uuid;
+
+on_both_backends!(
+    seed_test_1_connection_cut_after_the_charge_is_resolved_by_lookup,
+    a_lost_request_is_looked_up_then_resent_with_the_same_key,
+    lookups_that_keep_failing_give_exactly_five_checks_on_time_then_review,
+    a_decline_is_final_for_the_attempt_and_a_5xx_is_unknown,
+    duplicated_wake_ups_and_racing_workers_charge_once,
+    an_old_key_is_never_resent,
+);
 
 async fn enqueue(store: &Store, order: &str, amount: i64) -> Uuid {
     let req = ChargeRequest::parse(order, amount, "USD", None, Some("pm_test_visa")).unwrap();
@@ -40,10 +50,9 @@ async fn path(store: &Store, id: Uuid) -> Vec<String> {
         .collect()
 }
 
-#[tokio::test]
-async fn seed_test_1_connection_cut_after_the_charge_is_resolved_by_lookup() {
+async fn seed_test_1_connection_cut_after_the_charge_is_resolved_by_lookup(b: Backend) {
     init_logs();
-    let db = TestDb::new().await;
+    let db = TestDb::new(b).await;
     let sim = start_sim(
         true,
         Faults {
@@ -80,10 +89,9 @@ async fn seed_test_1_connection_cut_after_the_charge_is_resolved_by_lookup() {
     db.drop_db().await;
 }
 
-#[tokio::test]
-async fn a_lost_request_is_looked_up_then_resent_with_the_same_key() {
+async fn a_lost_request_is_looked_up_then_resent_with_the_same_key(b: Backend) {
     init_logs();
-    let db = TestDb::new().await;
+    let db = TestDb::new(b).await;
     let sim = start_sim(
         true,
         Faults {
@@ -129,10 +137,9 @@ async fn a_lost_request_is_looked_up_then_resent_with_the_same_key() {
     db.drop_db().await;
 }
 
-#[tokio::test]
-async fn lookups_that_keep_failing_give_exactly_five_checks_on_time_then_review() {
+async fn lookups_that_keep_failing_give_exactly_five_checks_on_time_then_review(b: Backend) {
     init_logs();
-    let db = TestDb::new().await;
+    let db = TestDb::new(b).await;
     let sim = start_sim(
         true,
         Faults {
@@ -196,10 +203,9 @@ async fn lookups_that_keep_failing_give_exactly_five_checks_on_time_then_review(
     db.drop_db().await;
 }
 
-#[tokio::test]
-async fn a_decline_is_final_for_the_attempt_and_a_5xx_is_unknown() {
+async fn a_decline_is_final_for_the_attempt_and_a_5xx_is_unknown(b: Backend) {
     init_logs();
-    let db = TestDb::new().await;
+    let db = TestDb::new(b).await;
     let sim = start_sim(
         true,
         Faults {
@@ -265,10 +271,9 @@ fn engine(store: &Store, gateway_url: &str, name: &str) -> Engine {
     )
 }
 
-#[tokio::test]
-async fn duplicated_wake_ups_and_racing_workers_charge_once() {
+async fn duplicated_wake_ups_and_racing_workers_charge_once(b: Backend) {
     init_logs();
-    let db = TestDb::new().await;
+    let db = TestDb::new(b).await;
     let sim = start_sim(
         true,
         Faults {
@@ -280,11 +285,7 @@ async fn duplicated_wake_ups_and_racing_workers_charge_once() {
     let id = enqueue(&db.store, "order-race", 7_700).await;
     // Three extra wake-ups for the same attempt, as a redelivering queue would.
     for _ in 0..3 {
-        sqlx::query("SELECT cobro.wake($1)")
-            .bind(id)
-            .execute(db.store.pool())
-            .await
-            .unwrap();
+        db.store.wake(id).await.unwrap();
     }
     // Two engines stepped by hand, racing on the same attempt four times each...
     let (a, b) = (
@@ -299,13 +300,7 @@ async fn duplicated_wake_ups_and_racing_workers_charge_once() {
     let w1 = spawn_worker(worker_args(&db.url, &sim.url()));
     let w2 = spawn_worker(worker_args(&db.url, &sim.url()));
     eventually(Duration::from_secs(10), "wake-ups drained", || async {
-        let left: i64 = sqlx::query_scalar(
-            "SELECT count(*) FROM apalis.jobs WHERE job_type = 'cobro.charge' AND status IN ('Pending', 'Queued', 'Running')",
-        )
-        .fetch_one(db.store.pool())
-        .await
-        .unwrap();
-        (left == 0).then_some(())
+        (db.store.open_wakeups().await.unwrap() == 0).then_some(())
     })
     .await;
 
@@ -329,23 +324,27 @@ async fn duplicated_wake_ups_and_racing_workers_charge_once() {
     db.drop_db().await;
 }
 
-#[tokio::test]
-async fn an_old_key_is_never_resent() {
+async fn an_old_key_is_never_resent(b: Backend) {
     init_logs();
-    let db = TestDb::new().await;
+    let db = TestDb::new(b).await;
     let sim = start_sim(true, Faults::default()).await;
     let id = enqueue(&db.store, "order-old", 3_000).await;
     // The attempt was sent two days ago, and nobody knows what happened.
-    sqlx::query(
-        "UPDATE cobro.payment_attempts
-            SET state = 'DESCONOCIDO', send_count = 1, next_action_at = now(),
-                created_at = now() - interval '2 days'
-          WHERE id = $1",
-    )
-    .bind(id)
-    .execute(db.store.pool())
-    .await
-    .unwrap();
+    let updated = db
+        .exec(
+            "UPDATE cobro.payment_attempts
+                SET state = 'DESCONOCIDO', send_count = 1, next_action_at = now(),
+                    created_at = now() - interval '2 days'
+              WHERE id = $1::uuid",
+            "UPDATE payment_attempts
+                SET state = 'DESCONOCIDO', send_count = 1, next_action_at = 0,
+                    created_at = created_at - 172800000
+              WHERE id = ?1",
+            &[&id.to_string()],
+        )
+        .await
+        .unwrap();
+    assert_eq!(updated, 1);
     engine(&db.store, &sim.url(), "w")
         .process(id)
         .await

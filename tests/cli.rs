@@ -1,11 +1,14 @@
 //! The `cobro` command line, run as a real process.
 
+#[macro_use]
 mod common;
 
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
 use common::*;
+
+on_both_backends!(migrate_enqueue_and_status_from_the_command_line,);
 
 fn cobro(db_url: &str, args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_cobro"))
@@ -20,9 +23,8 @@ fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
 
-#[tokio::test]
-async fn migrate_enqueue_and_status_from_the_command_line() {
-    let db = TestDb::new().await;
+async fn migrate_enqueue_and_status_from_the_command_line(b: Backend) {
+    let db = TestDb::new(b).await;
     let out = cobro(&db.url, &["migrate"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
 
@@ -62,11 +64,7 @@ async fn migrate_enqueue_and_status_from_the_command_line() {
             text(&out.stderr)
         );
     }
-    assert_eq!(
-        db.scalar("SELECT count(*) FROM cobro.payment_attempts")
-            .await,
-        0
-    );
+    assert_eq!(db.attempts().await, 0);
 
     let key = "3e7d1c9a-2b4f-4a6e-8c0d-9f1e2a3b4c5d";
     let enqueue = [

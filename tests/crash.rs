@@ -1,6 +1,7 @@
 //! Workers as real processes: SIGKILL in the middle of a charge, and a
 //! graceful SIGTERM.
 
+#[macro_use]
 mod common;
 
 use std::process::{Child, Command, Stdio};
@@ -12,6 +13,11 @@ use cobro::sim::Faults;
 use cobro::state::State;
 use common::*;
 use uuid::Uuid;
+
+on_both_backends!(
+    a_worker_killed_while_en_proceso_is_recovered_after_its_lease_with_one_charge,
+    sigterm_finishes_the_charge_in_flight_then_exits_zero,
+);
 
 /// Starts `cobro-worker` with `args` as environment variables; its log goes
 /// to a file in the temp dir (printed if the test fails).
@@ -65,9 +71,8 @@ async fn wait_exit(child: &mut Child, limit: Duration) -> std::process::ExitStat
     }
 }
 
-#[tokio::test]
-async fn a_worker_killed_while_en_proceso_is_recovered_after_its_lease_with_one_charge() {
-    let db = TestDb::new().await;
+async fn a_worker_killed_while_en_proceso_is_recovered_after_its_lease_with_one_charge(b: Backend) {
+    let db = TestDb::new(b).await;
     // The gateway charges at once but holds its answer for 3 s: the worker is
     // killed after the money moved and before it could record it.
     let sim = start_sim(
@@ -152,9 +157,8 @@ async fn a_worker_killed_while_en_proceso_is_recovered_after_its_lease_with_one_
     db.drop_db().await;
 }
 
-#[tokio::test]
-async fn sigterm_finishes_the_charge_in_flight_then_exits_zero() {
-    let db = TestDb::new().await;
+async fn sigterm_finishes_the_charge_in_flight_then_exits_zero(b: Backend) {
+    let db = TestDb::new(b).await;
     let sim = start_sim(
         true,
         Faults {

@@ -1,22 +1,24 @@
 //! Enqueue: the app's side. The attempt, its first log row and its wake-up
 //! job commit with the caller's transaction or not at all; keys are unique;
-//! the database refuses what the code might forget.
+//! the database refuses what the code might forget. On both backends, plus
+//! the PostgreSQL-only SQL function.
 
+#[macro_use]
 mod common;
 
 use cobro::domain::{CURRENCIES, ChargeRequest};
-use cobro::store::{EnqueueError, enqueue_charge};
-use common::TestDb;
+use cobro::store::{EnqueueError, enqueue_charge, enqueue_charge_sqlite};
+use common::{Backend, TestDb};
 
-async fn attempts(db: &TestDb) -> i64 {
-    db.scalar("SELECT count(*) FROM cobro.payment_attempts")
-        .await
-}
-
-async fn jobs(db: &TestDb) -> i64 {
-    db.scalar("SELECT count(*) FROM apalis.jobs WHERE job_type = 'cobro.charge'")
-        .await
-}
+on_both_backends!(
+    a_rolled_back_transaction_leaves_neither_attempt_nor_job,
+    the_same_key_twice_is_one_attempt_and_a_changed_charge_is_refused,
+    a_second_live_attempt_for_an_order_is_refused,
+    the_database_enforces_the_invariants_without_the_code,
+    the_transition_log_is_append_only,
+    the_database_knows_the_same_currencies_as_the_code,
+    migrate_twice_is_a_no_op,
+);
 
 fn req(order: &str, amount: i64, key: &str) -> ChargeRequest {
     ChargeRequest::parse(order, amount, "USD", Some(key), None).unwrap()
@@ -24,58 +26,103 @@ fn req(order: &str, amount: i64, key: &str) -> ChargeRequest {
 
 const KEY: &str = "0f8b7c1e-4a52-4d0e-9a8e-3c5b2f1d7e60";
 
-#[tokio::test]
-async fn a_rolled_back_transaction_leaves_neither_attempt_nor_job() {
-    let db = TestDb::new().await;
+/// Enqueues inside a transaction of the caller's, then commits or rolls back.
+async fn in_caller_tx(db: &TestDb, req: &ChargeRequest, commit: bool) {
+    match db.backend {
+        Backend::Postgres => {
+            let mut tx = db.store.pg_pool().unwrap().begin().await.unwrap();
+            assert!(enqueue_charge(&mut tx, req).await.unwrap().created);
+            if commit {
+                tx.commit().await
+            } else {
+                tx.rollback().await
+            }
+            .unwrap();
+        }
+        Backend::Sqlite => {
+            let pool = db.store.sqlite_pool().unwrap();
+            let mut tx = pool.begin_with("BEGIN IMMEDIATE").await.unwrap();
+            assert!(enqueue_charge_sqlite(&mut tx, req).await.unwrap().created);
+            if commit {
+                tx.commit().await
+            } else {
+                tx.rollback().await
+            }
+            .unwrap();
+        }
+    }
+}
 
-    // Rust library, inside the caller's transaction.
-    let mut tx = db.store.pool().begin().await.unwrap();
-    let out = enqueue_charge(&mut tx, &req("o-1", 1000, KEY))
-        .await
-        .unwrap();
-    assert!(out.created);
-    tx.rollback().await.unwrap();
-    assert_eq!((attempts(&db).await, jobs(&db).await), (0, 0));
+async fn counts(db: &TestDb) -> (i64, i64) {
+    (db.attempts().await, db.store.open_wakeups().await.unwrap())
+}
 
-    // SQL function, as another language would call it.
-    let mut tx = db.store.pool().begin().await.unwrap();
-    sqlx::query("SELECT * FROM cobro.enqueue_charge('o-2', 500, 'EUR')")
-        .execute(&mut *tx)
-        .await
-        .unwrap();
-    tx.rollback().await.unwrap();
-    assert_eq!((attempts(&db).await, jobs(&db).await), (0, 0));
-
-    // And committed, both write everything: attempt, first log row, one job.
-    let mut tx = db.store.pool().begin().await.unwrap();
-    enqueue_charge(&mut tx, &req("o-1", 1000, KEY))
-        .await
-        .unwrap();
-    sqlx::query("SELECT * FROM cobro.enqueue_charge('o-2', 500, 'EUR')")
-        .execute(&mut *tx)
-        .await
-        .unwrap();
-    tx.commit().await.unwrap();
-    assert_eq!((attempts(&db).await, jobs(&db).await), (2, 2));
+async fn a_rolled_back_transaction_leaves_neither_attempt_nor_job(b: Backend) {
+    let db = TestDb::new(b).await;
+    in_caller_tx(&db, &req("o-1", 1000, KEY), false).await;
+    assert_eq!(counts(&db).await, (0, 0));
+    in_caller_tx(&db, &req("o-1", 1000, KEY), true).await;
+    assert_eq!(counts(&db).await, (1, 1));
+    let id = db.store.attempts_for_order("o-1").await.unwrap()[0].id;
+    let log = db.store.transitions(id).await.unwrap();
+    assert_eq!(log.len(), 1);
     assert_eq!(
-        db.scalar("SELECT count(*) FROM cobro.attempt_transitions WHERE from_state IS NULL AND to_state = 'PENDIENTE'")
-            .await,
-        2
+        (log[0].from_state.as_deref(), log[0].to_state.as_str()),
+        (None, "PENDIENTE")
     );
     db.drop_db().await;
 }
 
 #[tokio::test]
-async fn the_same_key_twice_is_one_attempt_and_a_changed_charge_is_refused() {
-    let db = TestDb::new().await;
+async fn postgres_the_sql_function_commits_and_rolls_back_with_the_caller() {
+    let db = TestDb::new(Backend::Postgres).await;
+    let pool = db.store.pg_pool().unwrap();
+    let mut tx = pool.begin().await.unwrap();
+    sqlx::query("SELECT * FROM cobro.enqueue_charge('o-2', 500, 'EUR')")
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    tx.rollback().await.unwrap();
+    assert_eq!(counts(&db).await, (0, 0));
+    let mut tx = pool.begin().await.unwrap();
+    let (created,): (bool,) = sqlx::query_as(
+        "SELECT created FROM cobro.enqueue_charge('o-2', 500, 'EUR', '5b0c3a2e-8d1f-4c6b-9e7a-1f2d3c4b5a69')",
+    )
+    .fetch_one(&mut *tx)
+    .await
+    .unwrap();
+    tx.commit().await.unwrap();
+    assert!(created);
+    assert_eq!(counts(&db).await, (1, 1));
+    // The Rust library and the SQL function are one implementation: the
+    // same key through Rust is the same attempt.
+    let again = db
+        .store
+        .enqueue(
+            &ChargeRequest::parse(
+                "o-2",
+                500,
+                "EUR",
+                Some("5b0c3a2e-8d1f-4c6b-9e7a-1f2d3c4b5a69"),
+                None,
+            )
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert!(!again.created);
+    db.drop_db().await;
+}
+
+async fn the_same_key_twice_is_one_attempt_and_a_changed_charge_is_refused(b: Backend) {
+    let db = TestDb::new(b).await;
     let first = db.store.enqueue(&req("o-1", 1000, KEY)).await.unwrap();
     let again = db.store.enqueue(&req("o-1", 1000, KEY)).await.unwrap();
     assert!(first.created && !again.created);
     assert_eq!(first.attempt_id, again.attempt_id);
-    assert_eq!(attempts(&db).await, 1);
     assert_eq!(
-        jobs(&db).await,
-        1,
+        counts(&db).await,
+        (1, 1),
         "a replayed enqueue pushes no second wake-up"
     );
 
@@ -92,13 +139,12 @@ async fn the_same_key_twice_is_one_attempt_and_a_changed_charge_is_refused() {
         db.store.enqueue(&eur).await.unwrap_err(),
         EnqueueError::KeyReused(_)
     ));
-    assert_eq!(attempts(&db).await, 1);
+    assert_eq!(db.attempts().await, 1);
     db.drop_db().await;
 }
 
-#[tokio::test]
-async fn a_second_live_attempt_for_an_order_is_refused() {
-    let db = TestDb::new().await;
+async fn a_second_live_attempt_for_an_order_is_refused(b: Backend) {
+    let db = TestDb::new(b).await;
     db.store.enqueue(&req("o-1", 1000, KEY)).await.unwrap();
     let other_key = "5b0c3a2e-8d1f-4c6b-9e7a-1f2d3c4b5a69";
     let err = db
@@ -108,13 +154,16 @@ async fn a_second_live_attempt_for_an_order_is_refused() {
         .unwrap_err();
     assert!(matches!(err, EnqueueError::LiveAttempt(_)), "{err:?}");
     assert!(err.to_string().contains("o-1"));
-    assert_eq!(attempts(&db).await, 1);
+    assert_eq!(db.attempts().await, 1);
 
     // Once approved, a new charge for the order is refused too.
-    sqlx::query("UPDATE cobro.payment_attempts SET state = 'APROBADO', gateway_charge_id = 'ch_1'")
-        .execute(db.store.pool())
-        .await
-        .unwrap();
+    db.exec(
+        "UPDATE cobro.payment_attempts SET state = 'APROBADO', gateway_charge_id = 'ch_1'",
+        "UPDATE payment_attempts SET state = 'APROBADO', gateway_charge_id = 'ch_1'",
+        &[],
+    )
+    .await
+    .unwrap();
     let err = db
         .store
         .enqueue(&req("o-1", 1000, other_key))
@@ -125,8 +174,9 @@ async fn a_second_live_attempt_for_an_order_is_refused() {
 }
 
 #[tokio::test]
-async fn bad_input_names_the_field_and_writes_nothing_even_through_sql() {
-    let db = TestDb::new().await;
+async fn postgres_bad_input_through_sql_names_the_field_and_writes_nothing() {
+    let db = TestDb::new(Backend::Postgres).await;
+    let pool = db.store.pg_pool().unwrap();
     let cases: &[(&str, &str)] = &[
         (
             "SELECT * FROM cobro.enqueue_charge('o-1', 0, 'USD')",
@@ -162,10 +212,7 @@ async fn bad_input_names_the_field_and_writes_nothing_even_through_sql() {
         ),
     ];
     for (sql, field) in cases {
-        let err = sqlx::query(*sql)
-            .execute(db.store.pool())
-            .await
-            .expect_err(sql);
+        let err = sqlx::query(*sql).execute(pool).await.expect_err(sql);
         let msg = err
             .as_database_error()
             .expect("database error")
@@ -176,117 +223,144 @@ async fn bad_input_names_the_field_and_writes_nothing_even_through_sql() {
             "{sql} -> {msg}"
         );
     }
-    // A malformed key never even reaches SQL: the uuid type refuses it.
+    // A malformed key never even reaches the function: the uuid type refuses it.
     assert!(
         sqlx::query("SELECT * FROM cobro.enqueue_charge('o-1', 100, 'USD', 'not-a-uuid')")
-            .execute(db.store.pool())
+            .execute(pool)
             .await
             .is_err()
     );
-    assert_eq!((attempts(&db).await, jobs(&db).await), (0, 0));
+    assert_eq!(counts(&db).await, (0, 0));
     db.drop_db().await;
 }
 
-#[tokio::test]
-async fn the_database_enforces_the_invariants_without_the_code() {
-    let db = TestDb::new().await;
-    let insert = "INSERT INTO cobro.payment_attempts
-        (id, order_id, amount_minor, currency, idempotency_key, state, gateway_charge_id)
-        VALUES (gen_random_uuid(), $1, 100, 'USD', gen_random_uuid(), $2, 'ch_x')";
-    let pool = db.store.pool();
-    sqlx::query(insert)
-        .bind("o-1")
-        .bind("APROBADO")
-        .execute(pool)
-        .await
-        .unwrap();
-    let err = sqlx::query(insert)
-        .bind("o-1")
-        .bind("APROBADO")
-        .execute(pool)
-        .await
-        .unwrap_err();
-    assert_eq!(
-        err.as_database_error().unwrap().constraint(),
-        Some("one_approved_per_order")
+async fn the_database_enforces_the_invariants_without_the_code(b: Backend) {
+    let db = TestDb::new(b).await;
+    let insert = |order: &'static str, state: &'static str, amount: &'static str| {
+        let db = &db;
+        async move {
+            db.exec(
+                "INSERT INTO cobro.payment_attempts
+                    (id, order_id, amount_minor, currency, idempotency_key, state, gateway_charge_id)
+                 VALUES (gen_random_uuid(), $1, $3::bigint, 'USD', gen_random_uuid(), $2, 'ch_x')",
+                "INSERT INTO payment_attempts
+                    (id, order_id, amount_minor, currency, idempotency_key, state, gateway_charge_id,
+                     created_at, updated_at)
+                 VALUES (lower(hex(randomblob(18))), ?1, CAST(?3 AS INTEGER), 'USD',
+                         lower(hex(randomblob(18))), ?2, 'ch_x', 0, 0)",
+                &[order, state, amount],
+            )
+            .await
+        }
+    };
+    insert("o-1", "APROBADO", "100").await.unwrap();
+    let err = insert("o-1", "APROBADO", "100").await.unwrap_err();
+    assert!(
+        err.as_database_error().unwrap().is_unique_violation(),
+        "{err}"
     );
-    sqlx::query(insert)
-        .bind("o-2")
-        .bind("DESCONOCIDO")
-        .execute(pool)
-        .await
-        .unwrap();
-    let err = sqlx::query(insert)
-        .bind("o-2")
-        .bind("EN_REVISION")
-        .execute(pool)
-        .await
-        .unwrap_err();
-    assert_eq!(
-        err.as_database_error().unwrap().constraint(),
-        Some("one_live_attempt_per_order")
+    insert("o-2", "DESCONOCIDO", "100").await.unwrap();
+    let err = insert("o-2", "EN_REVISION", "100").await.unwrap_err();
+    assert!(
+        err.as_database_error().unwrap().is_unique_violation(),
+        "{err}"
     );
-    let err = sqlx::query(insert)
-        .bind("o-3")
-        .bind("pending")
-        .execute(pool)
-        .await
-        .unwrap_err();
-    assert!(err.to_string().contains("check constraint"), "{err}");
-    let err = sqlx::query(
-        "INSERT INTO cobro.payment_attempts (id, order_id, amount_minor, currency, idempotency_key, state)
-         VALUES (gen_random_uuid(), 'o-4', 0, 'USD', gen_random_uuid(), 'PENDIENTE')",
-    )
-    .execute(pool)
-    .await
-    .unwrap_err();
-    assert!(err.to_string().contains("check constraint"), "{err}");
+    // Terminal attempts do not count as live: a declined one may sit beside a new one.
+    insert("o-3", "RECHAZADO", "100").await.unwrap();
+    insert("o-3", "RECHAZADO", "100").await.unwrap();
+    let err = insert("o-4", "pending", "100").await.unwrap_err();
+    assert!(
+        err.as_database_error().unwrap().is_check_violation(),
+        "{err}"
+    );
+    let err = insert("o-4", "PENDIENTE", "0").await.unwrap_err();
+    assert!(
+        err.as_database_error().unwrap().is_check_violation(),
+        "{err}"
+    );
     db.drop_db().await;
 }
 
-#[tokio::test]
-async fn the_transition_log_is_append_only() {
-    let db = TestDb::new().await;
+async fn the_transition_log_is_append_only(b: Backend) {
+    let db = TestDb::new(b).await;
     db.store.enqueue(&req("o-1", 1000, KEY)).await.unwrap();
-    for sql in [
-        "UPDATE cobro.attempt_transitions SET cause = 'edited'",
-        "DELETE FROM cobro.attempt_transitions",
-        "TRUNCATE cobro.attempt_transitions",
-    ] {
-        let err = sqlx::query(sql)
-            .execute(db.store.pool())
-            .await
-            .expect_err(sql);
-        assert!(err.to_string().contains("append-only"), "{sql}: {err}");
+    let statements: &[(&str, &str)] = &[
+        (
+            "UPDATE cobro.attempt_transitions SET cause = 'edited'",
+            "UPDATE attempt_transitions SET cause = 'edited'",
+        ),
+        (
+            "DELETE FROM cobro.attempt_transitions",
+            "DELETE FROM attempt_transitions",
+        ),
+        (
+            "TRUNCATE cobro.attempt_transitions",
+            "DELETE FROM attempt_transitions WHERE 1",
+        ),
+    ];
+    for (pg, lite) in statements {
+        let err = db.exec(pg, lite, &[]).await.expect_err(pg);
+        assert!(err.to_string().contains("append-only"), "{pg}: {err}");
     }
-    assert_eq!(
-        db.scalar("SELECT count(*) FROM cobro.attempt_transitions")
-            .await,
-        1
-    );
+    assert_eq!(db.store.transition_rows().await.unwrap(), 1);
     db.drop_db().await;
 }
 
-#[tokio::test]
-async fn the_database_knows_the_same_currencies_as_the_code() {
-    let db = TestDb::new().await;
-    let rows: Vec<(String, i16)> =
-        sqlx::query_as("SELECT code, minor_unit FROM cobro.currencies ORDER BY code")
-            .fetch_all(db.store.pool())
-            .await
-            .unwrap();
-    let mut code: Vec<(String, i16)> = CURRENCIES
+async fn the_database_knows_the_same_currencies_as_the_code(b: Backend) {
+    let db = TestDb::new(b).await;
+    let mut code: Vec<(String, i64)> = CURRENCIES
         .iter()
-        .map(|(c, e)| (c.to_string(), i16::from(*e)))
+        .map(|(c, e)| (c.to_string(), i64::from(*e)))
         .collect();
     code.sort();
+    let rows: Vec<(String, i64)> = match b {
+        Backend::Postgres => {
+            sqlx::query_as("SELECT code, minor_unit::bigint FROM cobro.currencies ORDER BY code")
+                .fetch_all(db.store.pg_pool().unwrap())
+                .await
+                .unwrap()
+        }
+        Backend::Sqlite => sqlx::query_as("SELECT code, minor_unit FROM currencies ORDER BY code")
+            .fetch_all(db.store.sqlite_pool().unwrap())
+            .await
+            .unwrap(),
+    };
     assert_eq!(rows, code);
     db.drop_db().await;
 }
 
-#[tokio::test]
-async fn migrate_twice_is_a_no_op() {
-    let db = TestDb::new().await;
+async fn migrate_twice_is_a_no_op(b: Backend) {
+    let db = TestDb::new(b).await;
     db.store.migrate().await.expect("second migrate");
+    db.drop_db().await;
+}
+
+#[tokio::test]
+async fn sqlite_money_survives_a_power_cut_wal_and_synchronous_full_on_every_connection() {
+    let db = TestDb::new(Backend::Sqlite).await;
+    let pool = db.store.sqlite_pool().unwrap();
+    // Hold several pooled connections at once so each one is checked.
+    let mut conns = Vec::new();
+    for _ in 0..4 {
+        conns.push(pool.acquire().await.unwrap());
+    }
+    for conn in &mut conns {
+        let journal: String = sqlx::query_scalar("PRAGMA journal_mode")
+            .fetch_one(&mut **conn)
+            .await
+            .unwrap();
+        let sync: i64 = sqlx::query_scalar("PRAGMA synchronous")
+            .fetch_one(&mut **conn)
+            .await
+            .unwrap();
+        let fks: i64 = sqlx::query_scalar("PRAGMA foreign_keys")
+            .fetch_one(&mut **conn)
+            .await
+            .unwrap();
+        assert_eq!(journal, "wal");
+        assert_eq!(sync, 2, "synchronous = FULL (2)");
+        assert_eq!(fks, 1, "foreign keys enforced");
+    }
+    drop(conns);
     db.drop_db().await;
 }

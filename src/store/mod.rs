@@ -1,23 +1,31 @@
-//! The store: every SQL statement cobro runs lives under `src/store/`.
+//! The store: every SQL statement cobro runs lives under `src/store/`, one
+//! module per backend (`pg.rs` for PostgreSQL, `lite.rs` for SQLite).
 //!
 //! Invariant: every write to an attempt is a compare-and-set on its `version`
 //! (the fencing token) and expected state; zero rows is "someone else won",
 //! reported as [`Applied::Lost`], never an error. A state change and its
 //! transition-log row (and the wake-up job it schedules) commit together.
-//! Bound parameters only; no SQL is built with `format!`.
+//! What to write is decided once in [`change`]; the backends differ only in
+//! SQL. Bound parameters only; no SQL is built with `format!`.
 
-mod attempts;
+mod change;
 mod enqueue;
+mod lite;
+mod pg;
 
-pub use attempts::{Applied, Change, CheckRecord, Lease};
-pub use enqueue::{EnqueueError, Enqueued, enqueue_charge};
+pub use change::{Applied, Change, CheckRecord, Lease};
+pub use enqueue::{EnqueueError, Enqueued};
+pub use lite::enqueue_charge as enqueue_charge_sqlite;
+pub use pg::enqueue_charge;
+
+use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
-use sqlx::PgPool;
-use sqlx::postgres::PgPoolOptions;
+use sqlx::{PgPool, SqlitePool};
 use uuid::Uuid;
 
+use crate::domain::ChargeRequest;
 use crate::state::{InvalidTransition, State};
 
 /// The apalis queue that carries wake-up jobs for charge attempts.
@@ -30,11 +38,17 @@ pub enum StoreError {
     #[error("migration failed: {0}")]
     Migrate(#[from] sqlx::migrate::MigrateError),
     #[error("apalis setup failed: {0}")]
-    Apalis(#[from] apalis_postgres::Error),
+    Apalis(String),
     #[error(transparent)]
     Invalid(#[from] InvalidTransition),
     #[error("no attempt with id {0}")]
     NotFound(Uuid),
+    #[error(
+        "DATABASE_URL must start with postgres://, postgresql:// or sqlite: (got {0:?}; the password, if any, is not shown)"
+    )]
+    UnknownScheme(String),
+    #[error("stored row is corrupt: {0}")]
+    Corrupt(String),
 }
 
 /// One charge attempt, as stored.
@@ -93,50 +107,199 @@ pub struct Check {
     pub actor: String,
 }
 
-/// A handle on the PostgreSQL database (pool).
+/// Which database the store talks to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum Backend {
+    Postgres,
+    Sqlite,
+}
+
+#[derive(Clone, Debug)]
+enum Db {
+    Pg(PgPool),
+    Lite(SqlitePool),
+}
+
+/// A handle on the database (a connection pool).
 #[derive(Clone, Debug)]
 pub struct Store {
-    pool: PgPool,
+    db: Db,
+    url: String,
 }
 
 impl Store {
+    /// `postgres://…` (production, many workers on many machines) or
+    /// `sqlite://path` (the embedded default; created when missing).
     pub async fn connect(url: &str, max_connections: u32) -> Result<Self, StoreError> {
-        let pool = PgPoolOptions::new()
-            .max_connections(max_connections)
-            .acquire_timeout(std::time::Duration::from_secs(10))
-            .connect(url)
-            .await?;
-        Ok(Self { pool })
+        let db = if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            Db::Pg(pg::connect(url, max_connections).await?)
+        } else if url.starts_with("sqlite:") {
+            Db::Lite(lite::connect(url, max_connections).await?)
+        } else {
+            let shown = url.split('@').next_back().unwrap_or_default().to_owned();
+            return Err(StoreError::UnknownScheme(shown));
+        };
+        Ok(Self {
+            db,
+            url: url.to_owned(),
+        })
     }
 
-    pub fn from_pool(pool: PgPool) -> Self {
-        Self { pool }
+    pub fn backend(&self) -> Backend {
+        match self.db {
+            Db::Pg(_) => Backend::Postgres,
+            Db::Lite(_) => Backend::Sqlite,
+        }
     }
 
-    pub fn pool(&self) -> &PgPool {
-        &self.pool
+    pub fn url(&self) -> &str {
+        &self.url
     }
 
-    /// Creates or upgrades apalis' tables, then cobro's (schema `cobro`, with
-    /// its own migrations table so the two histories never collide).
+    pub fn pg_pool(&self) -> Option<&PgPool> {
+        match &self.db {
+            Db::Pg(p) => Some(p),
+            Db::Lite(_) => None,
+        }
+    }
+
+    pub fn sqlite_pool(&self) -> Option<&SqlitePool> {
+        match &self.db {
+            Db::Lite(p) => Some(p),
+            Db::Pg(_) => None,
+        }
+    }
+
+    pub async fn close(&self) {
+        match &self.db {
+            Db::Pg(p) => p.close().await,
+            Db::Lite(p) => p.close().await,
+        }
+    }
+
+    /// Creates or upgrades apalis' tables, then cobro's (each with its own
+    /// migrations table so the two histories never collide).
     pub async fn migrate(&self) -> Result<(), StoreError> {
-        apalis_postgres::PostgresStorage::setup(&self.pool).await?;
-        let mut migrator = sqlx::migrate!("./migrations");
-        migrator.create_schema("cobro");
-        migrator.dangerous_set_table_name("cobro._migrations");
-        migrator.run(&self.pool).await?;
-        Ok(())
+        match &self.db {
+            Db::Pg(p) => pg::migrate(p).await,
+            Db::Lite(_) => lite::migrate(&self.url).await,
+        }
     }
 
     /// Enqueues one charge in its own transaction (the CLI's way; an app
     /// uses [`enqueue_charge`] inside its own transaction instead).
-    pub async fn enqueue(
+    pub async fn enqueue(&self, req: &ChargeRequest) -> Result<Enqueued, EnqueueError> {
+        match &self.db {
+            Db::Pg(p) => {
+                let mut tx = p.begin().await?;
+                let out = pg::enqueue_charge(&mut tx, req).await?;
+                tx.commit().await?;
+                Ok(out)
+            }
+            Db::Lite(p) => {
+                let mut tx = p.begin_with("BEGIN IMMEDIATE").await?;
+                let out = lite::enqueue_charge(&mut tx, req).await?;
+                tx.commit().await?;
+                Ok(out)
+            }
+        }
+    }
+
+    /// The attempt and the database's clock, read together.
+    pub async fn load(&self, id: Uuid) -> Result<(Attempt, DateTime<Utc>), StoreError> {
+        let found = match &self.db {
+            Db::Pg(p) => pg::load(p, id).await?,
+            Db::Lite(p) => lite::load(p, id).await?,
+        };
+        found.ok_or(StoreError::NotFound(id))
+    }
+
+    /// The compare-and-set write. See the module docs.
+    pub async fn apply(&self, seen: &Attempt, change: &Change<'_>) -> Result<Applied, StoreError> {
+        let plan = change::plan(seen, change)?;
+        match &self.db {
+            Db::Pg(p) => pg::apply(p, seen, change, &plan).await,
+            Db::Lite(p) => lite::apply(p, seen, change, &plan).await,
+        }
+    }
+
+    /// Pushes one more wake-up job for an attempt, due now. Harmless at any
+    /// time: the handler re-reads the attempt and decides.
+    pub async fn wake(&self, id: Uuid) -> Result<(), StoreError> {
+        match &self.db {
+            Db::Pg(p) => pg::wake(p, id).await,
+            Db::Lite(p) => {
+                let mut conn = p.acquire().await?;
+                lite::push_wake(&mut conn, id, Utc::now()).await
+            }
+        }
+    }
+
+    /// Re-creates wake-ups for attempts whose time has passed: `EN_PROCESO`
+    /// whose lease expired, and `PENDIENTE`/`DESCONOCIDO` due more than
+    /// `grace` ago (their own scheduled job should have come by then). An
+    /// attempt is re-woken at most once per `every`. Returns how many.
+    pub async fn sweep(
         &self,
-        req: &crate::domain::ChargeRequest,
-    ) -> Result<Enqueued, EnqueueError> {
-        let mut tx = self.pool.begin().await?;
-        let out = enqueue_charge(&mut tx, req).await?;
-        tx.commit().await?;
-        Ok(out)
+        grace: Duration,
+        every: Duration,
+        limit: i64,
+    ) -> Result<u64, StoreError> {
+        match &self.db {
+            Db::Pg(p) => pg::sweep(p, grace, every, limit).await,
+            Db::Lite(p) => lite::sweep(p, grace, every, limit).await,
+        }
+    }
+
+    pub async fn attempts_for_order(&self, order_id: &str) -> Result<Vec<Attempt>, StoreError> {
+        match &self.db {
+            Db::Pg(p) => pg::attempts_for_order(p, order_id).await,
+            Db::Lite(p) => lite::attempts_for_order(p, order_id).await,
+        }
+    }
+
+    pub async fn transitions(&self, attempt_id: Uuid) -> Result<Vec<Transition>, StoreError> {
+        match &self.db {
+            Db::Pg(p) => pg::transitions(p, attempt_id).await,
+            Db::Lite(p) => lite::transitions(p, attempt_id).await,
+        }
+    }
+
+    pub async fn checks(&self, attempt_id: Uuid) -> Result<Vec<Check>, StoreError> {
+        match &self.db {
+            Db::Pg(p) => pg::checks(p, attempt_id).await,
+            Db::Lite(p) => lite::checks(p, attempt_id).await,
+        }
+    }
+
+    /// Counts of attempts per state.
+    pub async fn count_by_state(&self) -> Result<Vec<(State, i64)>, StoreError> {
+        let rows = match &self.db {
+            Db::Pg(p) => pg::count_by_state(p).await?,
+            Db::Lite(p) => lite::count_by_state(p).await?,
+        };
+        rows.into_iter()
+            .map(|(s, n)| {
+                s.parse::<State>()
+                    .map(|st| (st, n))
+                    .map_err(|e| StoreError::Corrupt(e.to_string()))
+            })
+            .collect()
+    }
+
+    /// Wake-up jobs not yet finished (pending, queued or running).
+    pub async fn open_wakeups(&self) -> Result<i64, StoreError> {
+        match &self.db {
+            Db::Pg(p) => pg::open_wakeups(p).await,
+            Db::Lite(p) => lite::open_wakeups(p).await,
+        }
+    }
+
+    /// Transition-log rows in the whole database.
+    pub async fn transition_rows(&self) -> Result<i64, StoreError> {
+        match &self.db {
+            Db::Pg(p) => pg::transition_rows(p).await,
+            Db::Lite(p) => lite::transition_rows(p).await,
+        }
     }
 }

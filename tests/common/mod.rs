@@ -34,38 +34,81 @@ fn with_database(url: &str, db: &str) -> String {
     format!("{base}/{db}")
 }
 
+pub use cobro::store::Backend;
+
+/// Runs each named `async fn name(backend: Backend)` once per backend, as
+/// `postgres::name` and `sqlite::name`: one suite, a backend parameter.
+#[macro_export]
+macro_rules! on_both_backends {
+    ($($name:ident),* $(,)?) => {
+        mod postgres {
+            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $name() { super::$name(cobro::store::Backend::Postgres).await })*
+        }
+        mod sqlite {
+            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $name() { super::$name(cobro::store::Backend::Sqlite).await })*
+        }
+    };
+}
+
 pub struct TestDb {
+    pub backend: Backend,
     pub name: String,
     pub url: String,
     pub store: Store,
+    dir: Option<std::path::PathBuf>,
 }
 
 impl TestDb {
-    /// A new, migrated database of its own.
-    pub async fn new() -> TestDb {
-        let admin = admin_url();
-        let mut conn = PgConnection::connect(&admin).await.unwrap_or_else(|e| {
-            panic!(
-                "PostgreSQL is not reachable at {admin} ({e}). Start it (see README) or set TEST_DATABASE_URL."
-            )
-        });
+    /// A new, migrated database of its own: a PostgreSQL database, or a
+    /// SQLite file in a fresh temp directory.
+    pub async fn new(backend: Backend) -> TestDb {
         let name = format!("cobro_t_{}", Uuid::new_v4().simple());
-        // A database name cannot be a bound parameter; this one is ours, [a-z0-9_] only.
-        sqlx::raw_sql(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
-            .execute(&mut conn)
-            .await
-            .expect("create test database");
-        let url = with_database(&admin, &name);
+        let (url, dir) = match backend {
+            Backend::Postgres => {
+                let admin = admin_url();
+                let mut conn = PgConnection::connect(&admin).await.unwrap_or_else(|e| {
+                    panic!(
+                        "PostgreSQL is not reachable at {admin} ({e}). Start it (see README) or set TEST_DATABASE_URL."
+                    )
+                });
+                // A database name cannot be a bound parameter; this one is ours, [a-z0-9_] only.
+                sqlx::raw_sql(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
+                    .execute(&mut conn)
+                    .await
+                    .expect("create test database");
+                (with_database(&admin, &name), None)
+            }
+            Backend::Sqlite => {
+                let dir = std::env::temp_dir().join(&name);
+                std::fs::create_dir_all(&dir).expect("temp dir");
+                (
+                    format!("sqlite://{}", dir.join("cobro.db").display()),
+                    Some(dir),
+                )
+            }
+        };
         let store = Store::connect(&url, 10)
             .await
             .expect("connect test database");
         store.migrate().await.expect("migrate test database");
-        TestDb { name, url, store }
+        TestDb {
+            backend,
+            name,
+            url,
+            store,
+            dir,
+        }
     }
 
     /// Drops the database (call at the end of a passing test).
     pub async fn drop_db(self) {
-        self.store.pool().close().await;
+        self.store.close().await;
+        if let Some(dir) = &self.dir {
+            let _ = std::fs::remove_dir_all(dir);
+            return;
+        }
         if let Ok(mut conn) = PgConnection::connect(&admin_url()).await {
             let _ = sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
                 "DROP DATABASE IF EXISTS {} WITH (FORCE)",
@@ -76,11 +119,68 @@ impl TestDb {
         }
     }
 
-    pub async fn scalar(&self, sql: &'static str) -> i64 {
-        sqlx::query_scalar(sql)
-            .fetch_one(self.store.pool())
+    /// Picks the statement written for this backend.
+    pub fn sql(&self, pg: &'static str, lite: &'static str) -> &'static str {
+        match self.backend {
+            Backend::Postgres => pg,
+            Backend::Sqlite => lite,
+        }
+    }
+
+    /// Runs a statement (with optional text binds) and returns rows affected.
+    pub async fn exec(
+        &self,
+        pg: &'static str,
+        lite: &'static str,
+        binds: &[&str],
+    ) -> Result<u64, sqlx::Error> {
+        match self.backend {
+            Backend::Postgres => {
+                let mut q = sqlx::query(pg);
+                for b in binds {
+                    q = q.bind(*b);
+                }
+                Ok(q.execute(self.store.pg_pool().unwrap())
+                    .await?
+                    .rows_affected())
+            }
+            Backend::Sqlite => {
+                let mut q = sqlx::query(lite);
+                for b in binds {
+                    q = q.bind(*b);
+                }
+                Ok(q.execute(self.store.sqlite_pool().unwrap())
+                    .await?
+                    .rows_affected())
+            }
+        }
+    }
+
+    pub async fn scalar(&self, pg: &'static str, lite: &'static str) -> i64 {
+        let sql = self.sql(pg, lite);
+        match self.backend {
+            Backend::Postgres => {
+                sqlx::query_scalar(pg)
+                    .fetch_one(self.store.pg_pool().unwrap())
+                    .await
+            }
+            Backend::Sqlite => {
+                sqlx::query_scalar(lite)
+                    .fetch_one(self.store.sqlite_pool().unwrap())
+                    .await
+            }
+        }
+        .unwrap_or_else(|e| panic!("{sql}: {e}"))
+    }
+
+    pub async fn attempts(&self) -> i64 {
+        self.store
+            .count_by_state()
             .await
-            .unwrap_or_else(|e| panic!("{sql}: {e}"))
+            .unwrap()
+            .iter()
+            .map(|(_, n)| n)
+            .sum()
     }
 }
 

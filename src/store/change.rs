@@ -1,0 +1,116 @@
+//! What a compare-and-set write to an attempt asks for, and the plan both
+//! backends execute for it.
+//!
+//! Invariant: the decision part of a write (the target state from the pure
+//! state machine, the lease, when to act next, whether a log row and a
+//! wake-up are due) is computed once, here, by [`plan`]; the PostgreSQL and
+//! SQLite modules only translate the plan into their SQL.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+
+use super::Attempt;
+use crate::gateway::Evidence;
+use crate::state::{Event, InvalidTransition, State, transition};
+
+/// Who holds the attempt after the write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lease<'a> {
+    /// Take (or keep) the lease for `ttl`; `next_action_at` becomes its
+    /// expiry, so the sweeper recovers the attempt if the holder vanishes.
+    Take { owner: &'a str, ttl: Duration },
+    /// No holder.
+    Release,
+}
+
+/// A completed lookup, recorded with the write that follows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CheckRecord {
+    pub scheduled_at: DateTime<Utc>,
+    pub started_at: DateTime<Utc>,
+}
+
+/// One compare-and-set write to an attempt.
+#[derive(Debug, Clone)]
+pub struct Change<'a> {
+    /// `None` for writes that keep the state (taking a check lease, a failed
+    /// check): those write no transition-log row.
+    pub event: Option<Event>,
+    pub cause: &'a str,
+    pub actor: &'a str,
+    pub evidence: Option<&'a Evidence>,
+    pub charge_id: Option<&'a str>,
+    pub decline_code: Option<&'a str>,
+    /// Act again after this delay (from the database's now); a wake-up job
+    /// is pushed for that time. Ignored when the lease is taken.
+    pub act_in: Option<Duration>,
+    pub lease: Lease<'a>,
+    pub add_check: Option<CheckRecord>,
+    pub add_send: bool,
+}
+
+impl<'a> Change<'a> {
+    pub fn new(event: Option<Event>, cause: &'a str, actor: &'a str) -> Self {
+        Self {
+            event,
+            cause,
+            actor,
+            evidence: None,
+            charge_id: None,
+            decline_code: None,
+            act_in: None,
+            lease: Lease::Release,
+            add_check: None,
+            add_send: false,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Applied {
+    /// The write won; this is the attempt as it is now.
+    Moved(Box<Attempt>),
+    /// Someone else changed the attempt first; nothing was written.
+    Lost,
+}
+
+/// The write, decided.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Plan<'a> {
+    pub to: State,
+    /// Write a transition-log row (the state changes).
+    pub log: bool,
+    pub lease_owner: Option<&'a str>,
+    pub lease_secs: Option<f64>,
+    /// `next_action_at = now + this`; `None` clears it.
+    pub act_in_secs: Option<f64>,
+    /// Push a wake-up job for the new `next_action_at`.
+    pub wake: bool,
+    pub add_check: i32,
+    pub add_send: i32,
+    pub evidence_json: Option<String>,
+}
+
+pub(crate) fn plan<'a>(seen: &Attempt, change: &Change<'a>) -> Result<Plan<'a>, InvalidTransition> {
+    let to = match change.event {
+        Some(event) => transition(seen.state, event)?.to,
+        None => seen.state,
+    };
+    let (lease_owner, lease_secs) = match change.lease {
+        Lease::Take { owner, ttl } => (Some(owner), Some(ttl.as_secs_f64())),
+        Lease::Release => (None, None),
+    };
+    let act_in_secs = lease_secs.or(change.act_in.map(|d| d.as_secs_f64()));
+    Ok(Plan {
+        to,
+        log: to != seen.state,
+        lease_owner,
+        lease_secs,
+        act_in_secs,
+        wake: lease_owner.is_none() && act_in_secs.is_some(),
+        add_check: i32::from(change.add_check.is_some()),
+        add_send: i32::from(change.add_send),
+        evidence_json: change.evidence.and_then(|e| serde_json::to_string(e).ok()),
+    })
+}

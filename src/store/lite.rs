@@ -1,0 +1,485 @@
+//! SQLite: the embedded default, so the product runs on a fresh machine with
+//! nothing installed. One machine; the workers of one or more processes on it
+//! share the file.
+//!
+//! Invariant: only SQL lives here; what to write comes from
+//! [`super::change::plan`]. Durability: WAL with `synchronous = FULL` on
+//! every pooled connection (apalis-sqlite's `setup` turns `synchronous` OFF
+//! on the connection it uses, so it runs on a throwaway connection). Times
+//! are INTEGER milliseconds since the Unix epoch from SQLite's clock; ids and
+//! keys are hyphenated UUID text.
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use chrono::{DateTime, TimeZone, Utc};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
+use sqlx::{Row, SqliteConnection, SqlitePool};
+use uuid::Uuid;
+
+use super::change::{Applied, Change, Plan};
+use super::enqueue::{EnqueueError, Enqueued, already_approved, key_reused, live_attempt};
+use super::{Attempt, CHARGE_QUEUE, Check, StoreError, Transition};
+use crate::domain::ChargeRequest;
+use crate::engine::Wake;
+use crate::state::State;
+
+/// SQLite's clock in milliseconds (the same value within one statement).
+macro_rules! now_ms {
+    () => {
+        "CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER)"
+    };
+}
+
+fn options(url: &str) -> Result<SqliteConnectOptions, StoreError> {
+    Ok(SqliteConnectOptions::from_str(url)?
+        .create_if_missing(true)
+        .journal_mode(SqliteJournalMode::Wal)
+        .synchronous(SqliteSynchronous::Full)
+        .foreign_keys(true)
+        .busy_timeout(Duration::from_secs(30)))
+}
+
+pub(super) async fn connect(url: &str, max: u32) -> Result<SqlitePool, StoreError> {
+    Ok(SqlitePoolOptions::new()
+        .max_connections(max)
+        .acquire_timeout(Duration::from_secs(30))
+        .connect_with(options(url)?)
+        .await?)
+}
+
+pub(super) async fn migrate(url: &str) -> Result<(), StoreError> {
+    // A one-connection pool that is closed afterwards: apalis' setup leaves
+    // `synchronous = OFF` on its connection, which must never serve money.
+    let setup = SqlitePoolOptions::new()
+        .max_connections(1)
+        .connect_with(options(url)?)
+        .await?;
+    apalis_sqlite::SqliteStorage::setup(&setup)
+        .await
+        .map_err(|e| StoreError::Apalis(e.to_string()))?;
+    let mut migrator = sqlx::migrate!("./migrations/sqlite");
+    migrator.dangerous_set_table_name("_cobro_migrations");
+    migrator.run(&setup).await?;
+    setup.close().await;
+    Ok(())
+}
+
+fn ms(t: i64) -> DateTime<Utc> {
+    Utc.timestamp_millis_opt(t).single().unwrap_or_default()
+}
+
+fn uuid(s: &str) -> Result<Uuid, StoreError> {
+    Uuid::try_parse(s).map_err(|e| StoreError::Corrupt(format!("uuid {s:?}: {e}")))
+}
+
+fn json(s: Option<String>) -> Option<serde_json::Value> {
+    s.and_then(|s| serde_json::from_str(&s).ok())
+}
+
+fn attempt(r: &sqlx::sqlite::SqliteRow) -> Result<Attempt, StoreError> {
+    let state: String = r.try_get("state")?;
+    Ok(Attempt {
+        id: uuid(r.try_get("id")?)?,
+        order_id: r.try_get("order_id")?,
+        amount_minor: r.try_get("amount_minor")?,
+        currency: r.try_get("currency")?,
+        payment_method: r.try_get("payment_method")?,
+        idempotency_key: uuid(r.try_get("idempotency_key")?)?,
+        state: State::from_str(&state).map_err(|e| StoreError::Corrupt(e.to_string()))?,
+        kind: r.try_get("kind")?,
+        attempt_number: r.try_get("attempt_number")?,
+        gateway_charge_id: r.try_get("gateway_charge_id")?,
+        decline_code: r.try_get("decline_code")?,
+        check_count: r.try_get("check_count")?,
+        send_count: r.try_get("send_count")?,
+        next_action_at: r.try_get::<Option<i64>, _>("next_action_at")?.map(ms),
+        lease_owner: r.try_get("lease_owner")?,
+        lease_expires_at: r.try_get::<Option<i64>, _>("lease_expires_at")?.map(ms),
+        version: r.try_get("version")?,
+        last_evidence: json(r.try_get("last_evidence")?),
+        created_at: ms(r.try_get("created_at")?),
+        updated_at: ms(r.try_get("updated_at")?),
+    })
+}
+
+/// Pushes the apalis wake-up job for `id`, due at `at` (apalis-sqlite keeps
+/// whole seconds, so the job may come up to a second early; the handler
+/// waits out the rest).
+pub(super) async fn push_wake(
+    conn: &mut SqliteConnection,
+    id: Uuid,
+    at: DateTime<Utc>,
+) -> Result<(), StoreError> {
+    let job = serde_json::to_vec(&Wake { attempt_id: id })
+        .map_err(|e| StoreError::Corrupt(e.to_string()))?;
+    sqlx::query(
+        "INSERT INTO Jobs (job, id, job_type, status, attempts, max_attempts, run_at, priority)
+         VALUES (?1, ?2, ?3, 'Pending', 0, 3, ?4, 0)",
+    )
+    .bind(job)
+    .bind(ulid::Ulid::generate().to_string())
+    .bind(CHARGE_QUEUE)
+    .bind(at.timestamp())
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// Enqueues inside the caller's transaction (begin it with
+/// `BEGIN IMMEDIATE` so the checks and the insert see one state of the
+/// file): the same steps and errors as PostgreSQL's `cobro.enqueue_charge`.
+pub async fn enqueue_charge(
+    conn: &mut SqliteConnection,
+    req: &ChargeRequest,
+) -> Result<Enqueued, EnqueueError> {
+    let order = req.order_id.as_str();
+    let key = req.key.uuid().hyphenated().to_string();
+    let pm = req.payment_method.as_ref().map(|p| p.token());
+    let existing = sqlx::query(
+        "SELECT id, order_id, amount_minor, currency, payment_method, state
+           FROM payment_attempts WHERE idempotency_key = ?1",
+    )
+    .bind(&key)
+    .fetch_optional(&mut *conn)
+    .await?;
+    if let Some(row) = existing {
+        let (o, a, c, p): (String, i64, String, Option<String>) = (
+            row.try_get("order_id")?,
+            row.try_get("amount_minor")?,
+            row.try_get("currency")?,
+            row.try_get("payment_method")?,
+        );
+        if o == order && a == req.amount.minor() && c == req.currency.code() && p.as_deref() == pm {
+            let id: String = row.try_get("id")?;
+            let state: String = row.try_get("state")?;
+            return Ok(Enqueued {
+                attempt_id: uuid(&id).map_err(|e| sqlx::Error::Decode(e.into()))?,
+                idempotency_key: req.key,
+                state: state
+                    .parse()
+                    .map_err(|e: crate::state::UnknownState| sqlx::Error::Decode(e.into()))?,
+                created: false,
+            });
+        }
+        return Err(key_reused(req.key, &o, a, &c));
+    }
+    let states: Vec<String> =
+        sqlx::query_scalar("SELECT state FROM payment_attempts WHERE order_id = ?1")
+            .bind(order)
+            .fetch_all(&mut *conn)
+            .await?;
+    if states.iter().any(|s| s == State::Aprobado.as_str()) {
+        return Err(already_approved(order));
+    }
+    if states
+        .iter()
+        .any(|s| s.parse::<State>().is_ok_and(State::is_live))
+    {
+        return Err(live_attempt(order));
+    }
+    let id = Uuid::new_v4();
+    let inserted = sqlx::query(concat!(
+        "INSERT INTO payment_attempts
+            (id, order_id, amount_minor, currency, payment_method, idempotency_key, state,
+             next_action_at, created_at, updated_at)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'PENDIENTE', ",
+        now_ms!(),
+        ", ",
+        now_ms!(),
+        ", ",
+        now_ms!(),
+        ") RETURNING next_action_at"
+    ))
+    .bind(id.hyphenated().to_string())
+    .bind(order)
+    .bind(req.amount.minor())
+    .bind(req.currency.code())
+    .bind(pm)
+    .bind(&key)
+    .fetch_one(&mut *conn)
+    .await;
+    let due: i64 = match inserted {
+        Ok(row) => row.try_get(0)?,
+        Err(e)
+            if e.as_database_error()
+                .is_some_and(|d| d.is_unique_violation()) =>
+        {
+            let msg = e
+                .as_database_error()
+                .map(|d| d.message().to_owned())
+                .unwrap_or_default();
+            return Err(if msg.contains("idempotency_key") {
+                key_reused(req.key, order, req.amount.minor(), req.currency.code())
+            } else {
+                live_attempt(order)
+            });
+        }
+        Err(e) => return Err(e.into()),
+    };
+    sqlx::query(concat!(
+        "INSERT INTO attempt_transitions (attempt_id, from_state, to_state, cause, actor, at)
+         VALUES (?1, NULL, 'PENDIENTE', 'enqueued', 'app', ",
+        now_ms!(),
+        ")"
+    ))
+    .bind(id.hyphenated().to_string())
+    .execute(&mut *conn)
+    .await?;
+    push_wake(conn, id, ms(due)).await.map_err(|e| match e {
+        StoreError::Db(e) => EnqueueError::Db(e),
+        other => EnqueueError::Db(sqlx::Error::Protocol(other.to_string())),
+    })?;
+    Ok(Enqueued {
+        attempt_id: id,
+        idempotency_key: req.key,
+        state: State::Pendiente,
+        created: true,
+    })
+}
+
+pub(super) async fn load(
+    pool: &SqlitePool,
+    id: Uuid,
+) -> Result<Option<(Attempt, DateTime<Utc>)>, StoreError> {
+    let row = sqlx::query(concat!(
+        "SELECT *, ",
+        now_ms!(),
+        " AS db_now FROM payment_attempts WHERE id = ?1"
+    ))
+    .bind(id.hyphenated().to_string())
+    .fetch_optional(pool)
+    .await?;
+    row.map(|r| Ok((attempt(&r)?, ms(r.try_get("db_now")?))))
+        .transpose()
+}
+
+pub(super) async fn apply(
+    pool: &SqlitePool,
+    seen: &Attempt,
+    change: &Change<'_>,
+    plan: &Plan<'_>,
+) -> Result<Applied, StoreError> {
+    let id = seen.id.hyphenated().to_string();
+    let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
+    let row = sqlx::query(concat!(
+        "UPDATE payment_attempts SET
+            state = ?3,
+            version = version + 1,
+            updated_at = ",
+        now_ms!(),
+        ",
+            gateway_charge_id = COALESCE(?4, gateway_charge_id),
+            decline_code = COALESCE(?5, decline_code),
+            next_action_at = CASE WHEN ?6 IS NULL THEN NULL
+                                  ELSE ",
+        now_ms!(),
+        " + CAST(?6 * 1000.0 AS INTEGER) END,
+            lease_owner = ?7,
+            lease_expires_at = CASE WHEN ?8 IS NULL THEN NULL
+                                    ELSE ",
+        now_ms!(),
+        " + CAST(?8 * 1000.0 AS INTEGER) END,
+            check_count = check_count + ?9,
+            send_count = send_count + ?10,
+            last_evidence = COALESCE(?11, last_evidence)
+         WHERE id = ?1 AND version = ?2 AND state = ?12
+         RETURNING *"
+    ))
+    .bind(&id)
+    .bind(seen.version)
+    .bind(plan.to.as_str())
+    .bind(change.charge_id)
+    .bind(change.decline_code)
+    .bind(plan.act_in_secs)
+    .bind(plan.lease_owner)
+    .bind(plan.lease_secs)
+    .bind(plan.add_check)
+    .bind(plan.add_send)
+    .bind(plan.evidence_json.as_deref())
+    .bind(seen.state.as_str())
+    .fetch_optional(&mut *tx)
+    .await?;
+    let Some(row) = row else {
+        return Ok(Applied::Lost);
+    };
+    let now = attempt(&row)?;
+    let ev = change.evidence;
+    if plan.log {
+        sqlx::query(concat!(
+            "INSERT INTO attempt_transitions
+                (attempt_id, from_state, to_state, cause, actor,
+                 http_status, error_kind, lookup_result, evidence, at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ",
+            now_ms!(),
+            ")"
+        ))
+        .bind(&id)
+        .bind(seen.state.as_str())
+        .bind(plan.to.as_str())
+        .bind(change.cause)
+        .bind(change.actor)
+        .bind(ev.and_then(|e| e.http_status).map(i32::from))
+        .bind(ev.map(|e| e.error_kind.as_str()))
+        .bind(ev.and_then(|e| e.lookup_result.as_deref()))
+        .bind(plan.evidence_json.as_deref())
+        .execute(&mut *tx)
+        .await?;
+    }
+    if let Some(check) = &change.add_check {
+        sqlx::query(concat!(
+            "INSERT INTO attempt_checks
+                (attempt_id, check_number, scheduled_at, started_at, finished_at, lookup_result,
+                 http_status, error_kind, actor)
+             VALUES (?1, ?2, ?3, ?4, ",
+            now_ms!(),
+            ", ?5, ?6, ?7, ?8)"
+        ))
+        .bind(&id)
+        .bind(now.check_count)
+        .bind(check.scheduled_at.timestamp_millis())
+        .bind(check.started_at.timestamp_millis())
+        .bind(
+            ev.and_then(|e| e.lookup_result.as_deref())
+                .unwrap_or("failed"),
+        )
+        .bind(ev.and_then(|e| e.http_status).map(i32::from))
+        .bind(ev.map(|e| e.error_kind.as_str()))
+        .bind(change.actor)
+        .execute(&mut *tx)
+        .await?;
+    }
+    if plan.wake
+        && let Some(at) = now.next_action_at
+    {
+        push_wake(&mut tx, seen.id, at).await?;
+    }
+    tx.commit().await?;
+    Ok(Applied::Moved(Box::new(now)))
+}
+
+pub(super) async fn sweep(
+    pool: &SqlitePool,
+    grace: Duration,
+    every: Duration,
+    limit: i64,
+) -> Result<u64, StoreError> {
+    let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
+    let ids: Vec<String> = sqlx::query_scalar(concat!(
+        "UPDATE payment_attempts SET woken_at = ",
+        now_ms!(),
+        " WHERE id IN (
+            SELECT id FROM payment_attempts
+             WHERE ((state = 'EN_PROCESO' AND next_action_at <= ",
+        now_ms!(),
+        ")
+                 OR (state IN ('PENDIENTE', 'DESCONOCIDO') AND next_action_at <= ",
+        now_ms!(),
+        " - ?1))
+               AND (woken_at IS NULL OR woken_at <= ",
+        now_ms!(),
+        " - ?2)
+             ORDER BY next_action_at
+             LIMIT ?3)
+         RETURNING id"
+    ))
+    .bind(grace.as_millis() as i64)
+    .bind(every.as_millis() as i64)
+    .bind(limit)
+    .fetch_all(&mut *tx)
+    .await?;
+    for id in &ids {
+        push_wake(&mut tx, uuid(id)?, Utc::now()).await?;
+    }
+    tx.commit().await?;
+    Ok(ids.len() as u64)
+}
+
+pub(super) async fn attempts_for_order(
+    pool: &SqlitePool,
+    order_id: &str,
+) -> Result<Vec<Attempt>, StoreError> {
+    let rows =
+        sqlx::query("SELECT * FROM payment_attempts WHERE order_id = ?1 ORDER BY created_at, id")
+            .bind(order_id)
+            .fetch_all(pool)
+            .await?;
+    rows.iter().map(attempt).collect()
+}
+
+pub(super) async fn transitions(
+    pool: &SqlitePool,
+    id: Uuid,
+) -> Result<Vec<Transition>, StoreError> {
+    let rows = sqlx::query("SELECT * FROM attempt_transitions WHERE attempt_id = ?1 ORDER BY id")
+        .bind(id.hyphenated().to_string())
+        .fetch_all(pool)
+        .await?;
+    rows.iter()
+        .map(|r| {
+            Ok(Transition {
+                id: r.try_get("id")?,
+                attempt_id: id,
+                from_state: r.try_get("from_state")?,
+                to_state: r.try_get("to_state")?,
+                cause: r.try_get("cause")?,
+                actor: r.try_get("actor")?,
+                http_status: r.try_get("http_status")?,
+                error_kind: r.try_get("error_kind")?,
+                lookup_result: r.try_get("lookup_result")?,
+                evidence: json(r.try_get("evidence")?),
+                at: ms(r.try_get("at")?),
+            })
+        })
+        .collect()
+}
+
+pub(super) async fn checks(pool: &SqlitePool, id: Uuid) -> Result<Vec<Check>, StoreError> {
+    let rows = sqlx::query("SELECT * FROM attempt_checks WHERE attempt_id = ?1 ORDER BY id")
+        .bind(id.hyphenated().to_string())
+        .fetch_all(pool)
+        .await?;
+    rows.iter()
+        .map(|r| {
+            Ok(Check {
+                attempt_id: id,
+                check_number: r.try_get("check_number")?,
+                scheduled_at: ms(r.try_get("scheduled_at")?),
+                started_at: ms(r.try_get("started_at")?),
+                finished_at: ms(r.try_get("finished_at")?),
+                lookup_result: r.try_get("lookup_result")?,
+                http_status: r.try_get("http_status")?,
+                error_kind: r.try_get("error_kind")?,
+                actor: r.try_get("actor")?,
+            })
+        })
+        .collect()
+}
+
+pub(super) async fn count_by_state(pool: &SqlitePool) -> Result<Vec<(String, i64)>, StoreError> {
+    Ok(
+        sqlx::query_as(
+            "SELECT state, count(*) FROM payment_attempts GROUP BY state ORDER BY state",
+        )
+        .fetch_all(pool)
+        .await?,
+    )
+}
+
+pub(super) async fn open_wakeups(pool: &SqlitePool) -> Result<i64, StoreError> {
+    Ok(sqlx::query_scalar(
+        "SELECT count(*) FROM Jobs
+          WHERE job_type = ?1 AND status IN ('Pending', 'Queued', 'Running')",
+    )
+    .bind(CHARGE_QUEUE)
+    .fetch_one(pool)
+    .await?)
+}
+
+pub(super) async fn transition_rows(pool: &SqlitePool) -> Result<i64, StoreError> {
+    Ok(
+        sqlx::query_scalar("SELECT count(*) FROM attempt_transitions")
+            .fetch_one(pool)
+            .await?,
+    )
+}

@@ -1,0 +1,321 @@
+//! PostgreSQL: the production store and the distributed engine. Workers on
+//! many machines coordinate through it (row versions, `SKIP LOCKED`, partial
+//! unique indexes, LISTEN/NOTIFY via apalis-postgres).
+//!
+//! Invariant: only SQL lives here; what to write comes from
+//! [`super::change::plan`]. Times are the database's `now()`.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use sqlx::postgres::PgPoolOptions;
+use sqlx::{PgConnection, PgPool};
+use uuid::Uuid;
+
+use super::change::{Applied, Change, Plan};
+use super::enqueue::{EnqueueError, Enqueued};
+use super::{Attempt, Check, StoreError, Transition};
+use crate::domain::{ChargeRequest, IdempotencyKey, InputError};
+
+pub(super) async fn connect(url: &str, max: u32) -> Result<PgPool, StoreError> {
+    Ok(PgPoolOptions::new()
+        .max_connections(max)
+        .acquire_timeout(Duration::from_secs(10))
+        .connect(url)
+        .await?)
+}
+
+pub(super) async fn migrate(pool: &PgPool) -> Result<(), StoreError> {
+    apalis_postgres::PostgresStorage::setup(pool)
+        .await
+        .map_err(|e| StoreError::Apalis(e.to_string()))?;
+    let mut migrator = sqlx::migrate!("./migrations/postgres");
+    migrator.create_schema("cobro");
+    migrator.dangerous_set_table_name("cobro._migrations");
+    migrator.run(pool).await?;
+    Ok(())
+}
+
+#[derive(sqlx::FromRow)]
+struct EnqueueRow {
+    attempt_id: Uuid,
+    idempotency_key: Uuid,
+    state: String,
+    created: bool,
+}
+
+/// Inserts the attempt and pushes its wake-up job on `conn`, which may be
+/// inside the caller's transaction, by calling `cobro.enqueue_charge`. On
+/// error the caller's transaction is aborted (PostgreSQL semantics) and must
+/// be rolled back; nothing is written.
+pub async fn enqueue_charge(
+    conn: &mut PgConnection,
+    req: &ChargeRequest,
+) -> Result<Enqueued, EnqueueError> {
+    let row: EnqueueRow = sqlx::query_as("SELECT * FROM cobro.enqueue_charge($1, $2, $3, $4, $5)")
+        .bind(req.order_id.as_str())
+        .bind(req.amount.minor())
+        .bind(req.currency.code())
+        .bind(req.key.uuid())
+        .bind(req.payment_method.as_ref().map(|p| p.token()))
+        .fetch_one(conn)
+        .await
+        .map_err(classify)?;
+    Ok(Enqueued {
+        attempt_id: row.attempt_id,
+        idempotency_key: IdempotencyKey::from_uuid(row.idempotency_key),
+        state: row
+            .state
+            .parse()
+            .map_err(|e: crate::state::UnknownState| sqlx::Error::Decode(e.into()))?,
+        created: row.created,
+    })
+}
+
+fn classify(e: sqlx::Error) -> EnqueueError {
+    let Some(db) = e.as_database_error() else {
+        return EnqueueError::Db(e);
+    };
+    let msg = db.message().to_owned();
+    match db.code().as_deref() {
+        Some("22023") => EnqueueError::Invalid(invalid_from_message(&msg)),
+        Some("CB409") => EnqueueError::KeyReused(msg),
+        Some("CB001") => EnqueueError::LiveAttempt(msg),
+        Some("CB002") => EnqueueError::AlreadyApproved(msg),
+        _ => EnqueueError::Db(e),
+    }
+}
+
+/// `invalid <field>: <reason>` from the SQL function, back into an [`InputError`].
+fn invalid_from_message(msg: &str) -> InputError {
+    const FIELDS: [&str; 5] = [
+        "order_id",
+        "amount_minor",
+        "currency",
+        "idempotency_key",
+        "payment_method",
+    ];
+    let rest = msg.strip_prefix("invalid ").unwrap_or(msg);
+    let field = FIELDS
+        .into_iter()
+        .find(|f| rest.starts_with(&format!("{f}:")))
+        .unwrap_or("input");
+    let reason = rest.split_once(": ").map_or(rest, |(_, r)| r).to_owned();
+    InputError::new(field, reason)
+}
+
+#[derive(sqlx::FromRow)]
+struct WithNow {
+    #[sqlx(flatten)]
+    attempt: Attempt,
+    db_now: DateTime<Utc>,
+}
+
+pub(super) async fn load(
+    pool: &PgPool,
+    id: Uuid,
+) -> Result<Option<(Attempt, DateTime<Utc>)>, StoreError> {
+    let row: Option<WithNow> =
+        sqlx::query_as("SELECT a.*, now() AS db_now FROM cobro.payment_attempts a WHERE a.id = $1")
+            .bind(id)
+            .fetch_optional(pool)
+            .await?;
+    Ok(row.map(|r| (r.attempt, r.db_now)))
+}
+
+pub(super) async fn apply(
+    pool: &PgPool,
+    seen: &Attempt,
+    change: &Change<'_>,
+    plan: &Plan<'_>,
+) -> Result<Applied, StoreError> {
+    let evidence: Option<sqlx::types::Json<serde_json::Value>> = plan
+        .evidence_json
+        .as_deref()
+        .and_then(|s| serde_json::from_str(s).ok())
+        .map(sqlx::types::Json);
+    let mut tx = pool.begin().await?;
+    let moved: Option<Attempt> = sqlx::query_as(
+        "UPDATE cobro.payment_attempts SET
+            state = $3,
+            version = version + 1,
+            updated_at = now(),
+            gateway_charge_id = COALESCE($4, gateway_charge_id),
+            decline_code = COALESCE($5, decline_code),
+            next_action_at = CASE WHEN $6::float8 IS NULL THEN NULL
+                                  ELSE now() + make_interval(secs => $6::float8) END,
+            lease_owner = $7,
+            lease_expires_at = CASE WHEN $8::float8 IS NULL THEN NULL
+                                    ELSE now() + make_interval(secs => $8::float8) END,
+            check_count = check_count + $9,
+            send_count = send_count + $10,
+            last_evidence = COALESCE($11, last_evidence)
+         WHERE id = $1 AND version = $2 AND state = $12
+         RETURNING *",
+    )
+    .bind(seen.id)
+    .bind(seen.version)
+    .bind(plan.to.as_str())
+    .bind(change.charge_id)
+    .bind(change.decline_code)
+    .bind(plan.act_in_secs)
+    .bind(plan.lease_owner)
+    .bind(plan.lease_secs)
+    .bind(plan.add_check)
+    .bind(plan.add_send)
+    .bind(&evidence)
+    .bind(seen.state.as_str())
+    .fetch_optional(&mut *tx)
+    .await?;
+    let Some(now) = moved else {
+        return Ok(Applied::Lost);
+    };
+    let ev = change.evidence;
+    if plan.log {
+        sqlx::query(
+            "INSERT INTO cobro.attempt_transitions
+                (attempt_id, from_state, to_state, cause, actor,
+                 http_status, error_kind, lookup_result, evidence)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+        )
+        .bind(seen.id)
+        .bind(seen.state.as_str())
+        .bind(plan.to.as_str())
+        .bind(change.cause)
+        .bind(change.actor)
+        .bind(ev.and_then(|e| e.http_status).map(i32::from))
+        .bind(ev.map(|e| e.error_kind.as_str()))
+        .bind(ev.and_then(|e| e.lookup_result.as_deref()))
+        .bind(&evidence)
+        .execute(&mut *tx)
+        .await?;
+    }
+    if let Some(check) = &change.add_check {
+        sqlx::query(
+            "INSERT INTO cobro.attempt_checks
+                (attempt_id, check_number, scheduled_at, started_at, lookup_result,
+                 http_status, error_kind, actor)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+        )
+        .bind(seen.id)
+        .bind(now.check_count)
+        .bind(check.scheduled_at)
+        .bind(check.started_at)
+        .bind(
+            ev.and_then(|e| e.lookup_result.as_deref())
+                .unwrap_or("failed"),
+        )
+        .bind(ev.and_then(|e| e.http_status).map(i32::from))
+        .bind(ev.map(|e| e.error_kind.as_str()))
+        .bind(change.actor)
+        .execute(&mut *tx)
+        .await?;
+    }
+    if plan.wake
+        && let Some(at) = now.next_action_at
+    {
+        sqlx::query("SELECT cobro.wake($1, $2)")
+            .bind(seen.id)
+            .bind(at)
+            .execute(&mut *tx)
+            .await?;
+    }
+    tx.commit().await?;
+    Ok(Applied::Moved(Box::new(now)))
+}
+
+pub(super) async fn wake(pool: &PgPool, id: Uuid) -> Result<(), StoreError> {
+    sqlx::query("SELECT cobro.wake($1)")
+        .bind(id)
+        .execute(pool)
+        .await?;
+    Ok(())
+}
+
+pub(super) async fn sweep(
+    pool: &PgPool,
+    grace: Duration,
+    every: Duration,
+    limit: i64,
+) -> Result<u64, StoreError> {
+    let n: i64 = sqlx::query_scalar(
+        "WITH due AS (
+            SELECT id FROM cobro.payment_attempts
+             WHERE ((state = 'EN_PROCESO' AND next_action_at <= now())
+                 OR (state IN ('PENDIENTE', 'DESCONOCIDO')
+                     AND next_action_at <= now() - make_interval(secs => $1::float8)))
+               AND (woken_at IS NULL OR woken_at <= now() - make_interval(secs => $2::float8))
+             ORDER BY next_action_at
+             LIMIT $3
+             FOR UPDATE SKIP LOCKED
+         ), marked AS (
+            UPDATE cobro.payment_attempts a SET woken_at = now()
+              FROM due WHERE a.id = due.id
+            RETURNING a.id
+         )
+         SELECT count(cobro.wake(id, now())) FROM marked",
+    )
+    .bind(grace.as_secs_f64())
+    .bind(every.as_secs_f64())
+    .bind(limit)
+    .fetch_one(pool)
+    .await?;
+    Ok(n as u64)
+}
+
+pub(super) async fn attempts_for_order(
+    pool: &PgPool,
+    order_id: &str,
+) -> Result<Vec<Attempt>, StoreError> {
+    Ok(sqlx::query_as(
+        "SELECT * FROM cobro.payment_attempts WHERE order_id = $1 ORDER BY created_at, id",
+    )
+    .bind(order_id)
+    .fetch_all(pool)
+    .await?)
+}
+
+pub(super) async fn transitions(pool: &PgPool, id: Uuid) -> Result<Vec<Transition>, StoreError> {
+    Ok(
+        sqlx::query_as("SELECT * FROM cobro.attempt_transitions WHERE attempt_id = $1 ORDER BY id")
+            .bind(id)
+            .fetch_all(pool)
+            .await?,
+    )
+}
+
+pub(super) async fn checks(pool: &PgPool, id: Uuid) -> Result<Vec<Check>, StoreError> {
+    Ok(sqlx::query_as(
+        "SELECT attempt_id, check_number, scheduled_at, started_at, finished_at,
+                lookup_result, http_status, error_kind, actor
+           FROM cobro.attempt_checks WHERE attempt_id = $1 ORDER BY id",
+    )
+    .bind(id)
+    .fetch_all(pool)
+    .await?)
+}
+
+pub(super) async fn count_by_state(pool: &PgPool) -> Result<Vec<(String, i64)>, StoreError> {
+    Ok(sqlx::query_as(
+        "SELECT state, count(*) FROM cobro.payment_attempts GROUP BY state ORDER BY state",
+    )
+    .fetch_all(pool)
+    .await?)
+}
+
+pub(super) async fn open_wakeups(pool: &PgPool) -> Result<i64, StoreError> {
+    Ok(sqlx::query_scalar(
+        "SELECT count(*) FROM apalis.jobs
+          WHERE job_type = 'cobro.charge' AND status IN ('Pending', 'Queued', 'Running')",
+    )
+    .fetch_one(pool)
+    .await?)
+}
+
+pub(super) async fn transition_rows(pool: &PgPool) -> Result<i64, StoreError> {
+    Ok(
+        sqlx::query_scalar("SELECT count(*) FROM cobro.attempt_transitions")
+            .fetch_one(pool)
+            .await?,
+    )
+}
