@@ -19,6 +19,7 @@ use uuid::Uuid;
 
 use super::{
     conn::ConnKill,
+    faults::Dice,
     ledger::{ChargeBody, ChargeResult, Execution},
     server::{AppState, Inner, bad_request, error, unavailable},
 };
@@ -71,7 +72,23 @@ pub(crate) async fn create_charge(
 
     let idempotent = app.idempotent();
     let plan = app.with(|s| {
-        let Inner { dice, books, .. } = s;
+        let Inner {
+            dice: shared,
+            books,
+            per_order_seed,
+            order_requests,
+            ..
+        } = s;
+        let mut own;
+        let dice = match per_order_seed {
+            Some(seed) => {
+                let n = order_requests.entry(charge.order_id.clone()).or_insert(0);
+                own = Dice::for_order(*seed, &charge.order_id, *n);
+                *n += 1;
+                &mut own
+            }
+            None => shared,
+        };
         if dice.fire(faults.p_request_lost) {
             books.stats_mut().dropped += 1;
             return Plan::LoseRequest;

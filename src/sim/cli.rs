@@ -61,6 +61,9 @@ pub struct SimArgs {
     /// Answer 503 to every charge and lookup.
     #[arg(long)]
     pub outage: bool,
+    /// Draw faults per order (seed, order id, request number) instead of in arrival order.
+    #[arg(long)]
+    pub per_order_draws: bool,
 }
 
 impl SimArgs {
@@ -69,6 +72,7 @@ impl SimArgs {
         SimConfig {
             idempotent: !self.no_idempotency,
             seed: self.seed,
+            per_order_draws: self.per_order_draws,
             faults: Faults {
                 p_response_lost: self.p_response_lost,
                 p_timeout_after_charge: self.p_timeout_after_charge,

@@ -112,6 +112,23 @@ impl Dice {
         }
     }
 
+    /// Dice for one charge request of one order: a pure function of the seed,
+    /// the order id and how many requests that order made before (FNV-1a,
+    /// stable across runs and platforms).
+    pub(crate) fn for_order(seed: u64, order_id: &str, n: u64) -> Self {
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        for b in seed
+            .to_le_bytes()
+            .iter()
+            .chain(order_id.as_bytes())
+            .chain(&n.to_le_bytes())
+        {
+            h ^= u64::from(*b);
+            h = h.wrapping_mul(0x0100_0000_01b3);
+        }
+        Self::new(h)
+    }
+
     /// Decides a fault with probability `p`. Does not touch the rng when `p <= 0`.
     pub(crate) fn fire(&mut self, p: f64) -> bool {
         if p <= 0.0 || p.is_nan() {

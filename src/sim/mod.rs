@@ -45,6 +45,11 @@ pub struct SimConfig {
     pub seed: u64,
     /// Initial faults (replaceable at run time via `PUT /control/faults`).
     pub faults: Faults,
+    /// Draw each charge request's faults from (seed, order id, how many charge
+    /// requests that order already made) instead of one shared sequence, so
+    /// different clients, or the same client at other concurrency, meet the
+    /// same faults order by order (the demo compares worlds this way).
+    pub per_order_draws: bool,
 }
 
 impl Default for SimConfig {
@@ -54,6 +59,7 @@ impl Default for SimConfig {
             idempotent: true,
             seed: 42,
             faults: Faults::default(),
+            per_order_draws: false,
         }
     }
 }

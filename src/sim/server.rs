@@ -31,6 +31,10 @@ pub(crate) struct Inner {
     pub(crate) faults: Faults,
     pub(crate) dice: Dice,
     pub(crate) books: Books,
+    /// `Some(seed)` when faults are drawn per order (see `SimConfig::per_order_draws`).
+    pub(crate) per_order_seed: Option<u64>,
+    /// Charge requests seen per order id (for per-order draws).
+    pub(crate) order_requests: std::collections::HashMap<String, u64>,
 }
 
 #[derive(Debug)]
@@ -51,6 +55,8 @@ impl AppState {
                 faults: cfg.faults,
                 dice: Dice::new(cfg.seed),
                 books: Books::default(),
+                per_order_seed: cfg.per_order_draws.then_some(cfg.seed),
+                order_requests: Default::default(),
             }),
         }))
     }
@@ -123,7 +129,10 @@ async fn put_faults(State(app): State<AppState>, body: Bytes) -> Response {
 
 async fn reset(State(app): State<AppState>) -> Response {
     info!("sim: ledger, key store and stats reset");
-    app.with(|s| s.books.reset());
+    app.with(|s| {
+        s.books.reset();
+        s.order_requests.clear();
+    });
     Json(json!({ "ok": true })).into_response()
 }
 

@@ -191,6 +191,7 @@ pub async fn start_sim(idempotent: bool, faults: Faults) -> SimHandle {
     cobro::sim::spawn(
         listener,
         SimConfig {
+            per_order_draws: false,
             idempotent,
             seed: 7,
             faults,

@@ -229,6 +229,58 @@ async fn same_seed_same_faults() -> TestResult {
 }
 
 #[tokio::test]
+async fn per_order_draws_give_each_order_the_same_faults_whatever_the_arrival_order() -> TestResult
+{
+    let faults = Faults {
+        p_decline: 0.5,
+        ..Faults::default()
+    };
+    let mut runs = Vec::new();
+    for reversed in [false, true] {
+        let sim = start(SimConfig {
+            seed: 11,
+            faults: faults.clone(),
+            per_order_draws: true,
+            ..SimConfig::default()
+        })
+        .await?;
+        let c = client(Duration::from_secs(5))?;
+        let mut orders: Vec<usize> = (0..24).collect();
+        if reversed {
+            orders.reverse();
+        }
+        // Two requests per order (fresh keys, as a naive client would send).
+        for i in orders {
+            for _ in 0..2 {
+                charge(&c, &sim, &key(), &body(&format!("o{i}"), 100)).await?;
+            }
+        }
+        let l = ledger(&c, &sim).await?;
+        let mut per_order: Vec<(String, Vec<String>)> = (0..24)
+            .map(|i| {
+                let order = format!("o{i}");
+                let statuses = l
+                    .entries
+                    .iter()
+                    .filter(|e| e.order_id == order)
+                    .map(|e| e.status.clone())
+                    .collect();
+                (order, statuses)
+            })
+            .collect();
+        per_order.sort();
+        runs.push(per_order);
+        sim.shutdown().await;
+    }
+    assert_eq!(runs[0], runs[1], "same faults order by order");
+    let flat: Vec<&String> = runs[0].iter().flat_map(|(_, s)| s).collect();
+    assert!(flat.iter().any(|s| *s == "declined") && flat.iter().any(|s| *s == "approved"));
+    // The first and second request of an order are drawn independently.
+    assert!(runs[0].iter().any(|(_, s)| s[0] != s[1]));
+    Ok(())
+}
+
+#[tokio::test]
 async fn shutdown_drops_held_requests_promptly() -> TestResult {
     let sim = start_with(Faults {
         p_timeout_after_charge: 1.0,
