@@ -17,8 +17,10 @@
 //! - [`engine`]: the wake-up handler (load → decide → act → record).
 //! - [`runtime`]: the worker process (apalis wiring, sweeper, shutdown).
 //! - [`sim`]: the gateway simulator, a real HTTP server for tests, demo and benchmarks.
+//! - [`demo`]: `cobro demo`, the seed's fleet experiment in three worlds.
 
 pub mod backoff;
+pub mod demo;
 pub mod domain;
 pub mod engine;
 pub mod gateway;

@@ -65,12 +65,40 @@ enum Command {
     },
     /// Run the gateway simulator (a real HTTP server with its own ledger).
     GatewaySim(cobro::sim::SimArgs),
+    /// The seed's fleet experiment on the real engine: a naive client and
+    /// cobro, side by side, on the same seeded faults.
+    Demo {
+        /// Orders in the fleet (amounts seeded between 10.00 and 500.00).
+        #[arg(long, default_value_t = 1000)]
+        orders: usize,
+        /// Probability that the gateway's response is lost after charging.
+        #[arg(long, default_value_t = 0.15)]
+        loss: f64,
+        #[arg(long, default_value_t = 42)]
+        seed: u64,
+        /// cobro workers per world (in this process).
+        #[arg(long, default_value_t = 4)]
+        workers: usize,
+        /// Delays between lookups in DESCONOCIDO.
+        #[arg(long, default_value = "2s,4s,8s,16s,32s")]
+        check_schedule: String,
+        /// Use this database instead of a throwaway SQLite file per world.
+        #[arg(long, env = "DATABASE_URL")]
+        database_url: Option<String>,
+        /// Print the report as JSON (no progress bars).
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[tokio::main]
 async fn main() -> Result<()> {
-    cobro::runtime::init_tracing();
-    match Cli::parse().command {
+    let cli = Cli::parse();
+    let quiet = matches!(cli.command, Command::Demo { .. });
+    // The demo draws progress bars: only real problems may print over them
+    // (SQLite lock waits make sqlx flag "slow statements", which are expected).
+    cobro::runtime::init_tracing(if quiet { "warn,sqlx=error" } else { "info" });
+    match cli.command {
         Command::Migrate { database_url } => {
             let store = Store::connect(&database_url, 2).await?;
             store.migrate().await.context("migrating")?;
@@ -135,6 +163,31 @@ async fn main() -> Result<()> {
                 listener.local_addr()?
             );
             cobro::sim::serve(listener, args.config(), cobro::runtime::shutdown_signal()).await?;
+        }
+        Command::Demo {
+            orders,
+            loss,
+            seed,
+            workers,
+            check_schedule,
+            database_url,
+            json,
+        } => {
+            let opts = cobro::demo::DemoOptions {
+                orders,
+                loss,
+                seed,
+                workers,
+                database_url,
+                check_schedule,
+            };
+            let bars = (!json).then(indicatif::MultiProgress::new);
+            let report = cobro::demo::run(&opts, bars.as_ref()).await?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&report)?);
+            } else {
+                println!("\n{}", cobro::demo::render(&report));
+            }
         }
     }
     Ok(())

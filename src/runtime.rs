@@ -294,11 +294,12 @@ pub async fn shutdown_signal() {
     }
 }
 
-/// Structured logs: `RUST_LOG` filters (default `info`), `COBRO_LOG_FORMAT=json`
-/// switches to one JSON object per line.
-pub fn init_tracing() {
+/// Structured logs: `RUST_LOG` filters (default `default_level`),
+/// `COBRO_LOG_FORMAT=json` switches to one JSON object per line.
+pub fn init_tracing(default_level: &str) {
     use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let filter =
+        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_level));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);

@@ -17,7 +17,7 @@ struct Cli {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    cobro::runtime::init_tracing();
+    cobro::runtime::init_tracing("info");
     let cli = Cli::parse();
     cobro::runtime::run(cli.worker, cobro::runtime::shutdown_signal()).await
 }

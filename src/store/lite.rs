@@ -456,14 +456,18 @@ pub(super) async fn checks(pool: &SqlitePool, id: Uuid) -> Result<Vec<Check>, St
         .collect()
 }
 
-pub(super) async fn count_by_state(pool: &SqlitePool) -> Result<Vec<(String, i64)>, StoreError> {
-    Ok(
-        sqlx::query_as(
-            "SELECT state, count(*) FROM payment_attempts GROUP BY state ORDER BY state",
-        )
-        .fetch_all(pool)
-        .await?,
+pub(super) async fn count_by_state(
+    pool: &SqlitePool,
+    prefix: &str,
+) -> Result<Vec<(String, i64)>, StoreError> {
+    Ok(sqlx::query_as(
+        "SELECT state, count(*) FROM payment_attempts
+          WHERE substr(order_id, 1, length(?1)) = ?1
+          GROUP BY state ORDER BY state",
     )
+    .bind(prefix)
+    .fetch_all(pool)
+    .await?)
 }
 
 pub(super) async fn open_wakeups(pool: &SqlitePool) -> Result<i64, StoreError> {

@@ -274,9 +274,17 @@ impl Store {
 
     /// Counts of attempts per state.
     pub async fn count_by_state(&self) -> Result<Vec<(State, i64)>, StoreError> {
+        self.count_by_state_of_orders("").await
+    }
+
+    /// Counts of attempts per state, of orders whose id starts with `prefix`.
+    pub async fn count_by_state_of_orders(
+        &self,
+        prefix: &str,
+    ) -> Result<Vec<(State, i64)>, StoreError> {
         let rows = match &self.db {
-            Db::Pg(p) => pg::count_by_state(p).await?,
-            Db::Lite(p) => lite::count_by_state(p).await?,
+            Db::Pg(p) => pg::count_by_state(p, prefix).await?,
+            Db::Lite(p) => lite::count_by_state(p, prefix).await?,
         };
         rows.into_iter()
             .map(|(s, n)| {

@@ -295,10 +295,16 @@ pub(super) async fn checks(pool: &PgPool, id: Uuid) -> Result<Vec<Check>, StoreE
     .await?)
 }
 
-pub(super) async fn count_by_state(pool: &PgPool) -> Result<Vec<(String, i64)>, StoreError> {
+pub(super) async fn count_by_state(
+    pool: &PgPool,
+    prefix: &str,
+) -> Result<Vec<(String, i64)>, StoreError> {
     Ok(sqlx::query_as(
-        "SELECT state, count(*) FROM cobro.payment_attempts GROUP BY state ORDER BY state",
+        "SELECT state, count(*) FROM cobro.payment_attempts
+          WHERE substr(order_id, 1, length($1)) = $1
+          GROUP BY state ORDER BY state",
     )
+    .bind(prefix)
     .fetch_all(pool)
     .await?)
 }

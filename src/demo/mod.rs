@@ -1,0 +1,366 @@
+//! `cobro demo`: the seed's fleet experiment (lesson 2, "ESCENARIO C") run
+//! on the real engine, in three worlds on the same seeded faults.
+//!
+//! 1. the naive client of the lesson: retries a lost response without a
+//!    stable key, against a memoryless gateway;
+//! 2. cobro (keys, `DESCONOCIDO`, lookup before re-send) against an
+//!    idempotent gateway;
+//! 3. cobro against the memoryless gateway: lookup-before-retry protects
+//!    even a gateway without idempotency support.
+//!
+//! Invariant: every number in the report is counted from the simulator's
+//! `/ledger` (and its request counter), never computed by formula. Faults
+//! are drawn per order (`SimConfig::per_order_draws`), so the same order
+//! meets the same fate on its first request in every world.
+
+mod naive;
+mod table;
+
+pub use table::render;
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use clap::Parser;
+use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use serde::Serialize;
+use tokio::sync::oneshot;
+
+use crate::domain::ChargeRequest;
+use crate::runtime::WorkerArgs;
+use crate::sim::{Faults, Ledger, SimConfig, SimHandle};
+use crate::state::State;
+use crate::store::Store;
+
+/// The naive client's attempts per order (the lesson's module-3 retry).
+pub const NAIVE_MAX_ATTEMPTS: u32 = 4;
+
+#[derive(Debug, Clone)]
+pub struct DemoOptions {
+    pub orders: usize,
+    /// Probability that the gateway's response is lost after it charged.
+    pub loss: f64,
+    pub seed: u64,
+    /// In-process cobro workers per world.
+    pub workers: usize,
+    /// `None`: a throwaway SQLite database per world, deleted afterwards.
+    pub database_url: Option<String>,
+    /// The check schedule for `DESCONOCIDO` (default 2s,4s,8s,16s,32s).
+    pub check_schedule: String,
+}
+
+/// One column of the table.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct World {
+    pub name: String,
+    pub client: String,
+    pub gateway: String,
+    pub intent_total_minor: i64,
+    pub orders: usize,
+    pub attempts_sent: u64,
+    pub ledger_charges: usize,
+    pub orders_charged_twice: usize,
+    pub orders_not_charged: usize,
+    pub total_charged_minor: i64,
+    pub overcharge_minor: i64,
+    pub overcharge_pct: f64,
+    /// cobro worlds: attempts left in `EN_REVISION` for finance.
+    pub en_revision: i64,
+    pub wall_ms: u64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    pub orders: usize,
+    pub loss: f64,
+    pub seed: u64,
+    pub currency: &'static str,
+    pub database: String,
+    pub worlds: Vec<World>,
+}
+
+/// The fleet: `(order id, amount in minor units)`, amounts 10.00-500.00 USD.
+pub fn fleet(orders: usize, seed: u64) -> Vec<(String, i64)> {
+    let mut rng = StdRng::seed_from_u64(seed);
+    (0..orders)
+        .map(|i| {
+            (
+                format!("order-{:05}", i + 1),
+                rng.random_range(1_000..=50_000),
+            )
+        })
+        .collect()
+}
+
+pub async fn run(opts: &DemoOptions, progress: Option<&MultiProgress>) -> Result<Report> {
+    if opts.orders == 0 || opts.workers == 0 {
+        bail!("--orders and --workers must be at least 1");
+    }
+    if !(0.0..=1.0).contains(&opts.loss) {
+        bail!(
+            "--loss must be a probability within 0..=1, got {}",
+            opts.loss
+        );
+    }
+    let fleet = fleet(opts.orders, opts.seed);
+    let run_id = uuid::Uuid::new_v4().simple().to_string();
+    let scratch = std::env::temp_dir().join(format!("cobro-demo-{}", &run_id[..12]));
+    let bar = |name: &str| progress.map(|m| m.add(new_bar(name, fleet.len())));
+
+    let mut worlds = Vec::new();
+    let sim = start_sim(false, opts).await?;
+    worlds.push(naive::run(&sim, &fleet, bar("naive client")).await?);
+    sim.shutdown().await;
+
+    for (n, idempotent) in [(2, true), (3, false)] {
+        let sim = start_sim(idempotent, opts).await?;
+        let db_url = match &opts.database_url {
+            Some(url) => url.clone(),
+            None => {
+                std::fs::create_dir_all(&scratch).context("creating the demo's temp dir")?;
+                format!(
+                    "sqlite://{}",
+                    scratch.join(format!("world{n}.db")).display()
+                )
+            }
+        };
+        // In a shared database each world needs its own order ids.
+        let prefix = match &opts.database_url {
+            Some(_) => format!("demo-{}-w{n}-", &run_id[..8]),
+            None => String::new(),
+        };
+        let label = if idempotent {
+            "cobro / idempotent gw"
+        } else {
+            "cobro / memoryless gw"
+        };
+        let world = run_cobro(&sim, &db_url, &prefix, &fleet, opts, bar(label)).await;
+        sim.shutdown().await;
+        let mut world = world?;
+        world.name = format!("world {n}");
+        world.gateway = if idempotent {
+            "idempotent"
+        } else {
+            "memoryless"
+        }
+        .into();
+        worlds.push(world);
+    }
+    if opts.database_url.is_none() {
+        let _ = std::fs::remove_dir_all(&scratch);
+    }
+    Ok(Report {
+        orders: opts.orders,
+        loss: opts.loss,
+        seed: opts.seed,
+        currency: "USD",
+        database: match &opts.database_url {
+            Some(url) if url.starts_with("sqlite:") => "sqlite (DATABASE_URL)".into(),
+            Some(_) => "postgres (DATABASE_URL)".into(),
+            None => "sqlite (throwaway, one file per world)".into(),
+        },
+        worlds,
+    })
+}
+
+fn new_bar(name: &str, len: usize) -> ProgressBar {
+    let bar = ProgressBar::new(len as u64);
+    let style =
+        ProgressStyle::with_template("{prefix:>24} [{bar:40}] {pos}/{len} settled {elapsed}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar())
+            .progress_chars("=> ");
+    bar.set_style(style);
+    bar.set_prefix(name.to_owned());
+    bar
+}
+
+async fn start_sim(idempotent: bool, opts: &DemoOptions) -> Result<SimHandle> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .context("binding the simulator to 127.0.0.1")?;
+    Ok(crate::sim::spawn(
+        listener,
+        SimConfig {
+            idempotent,
+            seed: opts.seed,
+            per_order_draws: true,
+            faults: Faults {
+                p_response_lost: opts.loss,
+                ..Faults::default()
+            },
+        },
+    )
+    .await?)
+}
+
+#[derive(Parser)]
+struct WorkerFlags {
+    #[command(flatten)]
+    args: WorkerArgs,
+}
+
+fn worker_args(db_url: &str, gateway: &str, name: &str, schedule: &str) -> Result<WorkerArgs> {
+    Ok(WorkerFlags::try_parse_from([
+        "cobro-worker",
+        "--database-url",
+        db_url,
+        "--gateway-url",
+        gateway,
+        "--worker-name",
+        name,
+        "--concurrency",
+        "8",
+        "--check-schedule",
+        schedule,
+    ])?
+    .args)
+}
+
+async fn run_cobro(
+    sim: &SimHandle,
+    db_url: &str,
+    prefix: &str,
+    fleet: &[(String, i64)],
+    opts: &DemoOptions,
+    bar: Option<ProgressBar>,
+) -> Result<World> {
+    let started = Instant::now();
+    let store = Store::connect(db_url, 4)
+        .await
+        .context("connecting to the demo database")?;
+    store
+        .migrate()
+        .await
+        .context("migrating the demo database")?;
+    let mut stops = Vec::new();
+    let mut tasks = Vec::new();
+    for k in 0..opts.workers {
+        let name = format!(
+            "demo-{}-{k}",
+            &uuid::Uuid::new_v4().simple().to_string()[..8]
+        );
+        let args = worker_args(db_url, &sim.url(), &name, &opts.check_schedule)?;
+        let (stop, rx) = oneshot::channel::<()>();
+        stops.push(stop);
+        tasks.push(tokio::spawn(crate::runtime::run(args, async move {
+            let _ = rx.await;
+        })));
+    }
+    let mut ids = Vec::with_capacity(fleet.len());
+    for (order, amount) in fleet {
+        let req = ChargeRequest::parse(&format!("{prefix}{order}"), *amount, "USD", None, None)?;
+        ids.push(store.enqueue(&req).await?.attempt_id);
+    }
+    let deadline = Instant::now() + Duration::from_secs(600);
+    let (settled, en_revision) = loop {
+        let (settled, review) = settled_counts(&store, prefix).await?;
+        if let Some(b) = &bar {
+            b.set_position(settled as u64);
+        }
+        if settled as usize >= fleet.len() {
+            break (settled, review);
+        }
+        if Instant::now() > deadline {
+            bail!(
+                "the fleet did not settle within 10 minutes ({settled}/{} settled)",
+                fleet.len()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    if let Some(b) = &bar {
+        b.finish();
+    }
+    for stop in stops {
+        let _ = stop.send(());
+    }
+    for t in tasks {
+        t.await??;
+    }
+    store.close().await;
+    debug_assert!(settled as usize == fleet.len());
+    let ledger = fetch_ledger(sim).await?;
+    Ok(count(
+        "cobro",
+        fleet,
+        prefix,
+        &ledger,
+        en_revision,
+        started.elapsed(),
+    ))
+}
+
+/// Attempts of this run that no worker will move again, and how many of
+/// them wait for finance.
+async fn settled_counts(store: &Store, prefix: &str) -> Result<(i64, i64)> {
+    let by_state = store.count_by_state_of_orders(prefix).await?;
+    let get = |s: State| {
+        by_state
+            .iter()
+            .find(|(st, _)| *st == s)
+            .map_or(0, |(_, n)| *n)
+    };
+    let review = get(State::EnRevision);
+    Ok((
+        get(State::Aprobado) + get(State::Rechazado) + review,
+        review,
+    ))
+}
+
+pub(crate) async fn fetch_ledger(sim: &SimHandle) -> Result<Ledger> {
+    Ok(reqwest::get(format!("{}/ledger", sim.url()))
+        .await?
+        .error_for_status()?
+        .json()
+        .await?)
+}
+
+/// Counts one world from the gateway's ledger.
+pub(crate) fn count(
+    client: &str,
+    fleet: &[(String, i64)],
+    prefix: &str,
+    ledger: &Ledger,
+    en_revision: i64,
+    wall: Duration,
+) -> World {
+    let intent: i64 = fleet.iter().map(|(_, a)| a).sum();
+    let mut per_order: HashMap<&str, usize> = HashMap::new();
+    let mut total = 0;
+    for e in ledger
+        .entries
+        .iter()
+        .filter(|e| e.status == crate::sim::APPROVED)
+    {
+        *per_order.entry(e.order_id.as_str()).or_default() += 1;
+        total += e.amount_minor;
+    }
+    let not_charged = fleet
+        .iter()
+        .filter(|(o, _)| !per_order.contains_key(format!("{prefix}{o}").as_str()))
+        .count();
+    let overcharge = total - intent;
+    World {
+        name: String::new(),
+        client: client.into(),
+        gateway: String::new(),
+        intent_total_minor: intent,
+        orders: fleet.len(),
+        attempts_sent: ledger.stats.charge_requests,
+        ledger_charges: per_order.values().sum(),
+        orders_charged_twice: per_order.values().filter(|n| **n >= 2).count(),
+        orders_not_charged: not_charged,
+        total_charged_minor: total,
+        overcharge_minor: overcharge,
+        overcharge_pct: if intent > 0 {
+            overcharge as f64 * 100.0 / intent as f64
+        } else {
+            0.0
+        },
+        en_revision,
+        wall_ms: wall.as_millis() as u64,
+    }
+}

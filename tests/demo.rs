@@ -1,0 +1,104 @@
+//! `cobro demo` with a small fleet: the cobro columns show nobody charged
+//! twice and no overcharge; the naive column shows the seed's overcharge.
+
+#[macro_use]
+mod common;
+
+use std::process::Command;
+
+use cobro::demo::{DemoOptions, Report, World};
+use common::*;
+
+on_both_backends!(a_small_fleet_shows_the_naive_overcharge_and_none_for_cobro);
+
+fn assert_report(r: &Report, orders: usize) {
+    assert_eq!(r.worlds.len(), 3);
+    let naive = &r.worlds[0];
+    assert_eq!(
+        (naive.client.as_str(), naive.gateway.as_str()),
+        ("naive", "memoryless")
+    );
+    assert!(
+        naive.attempts_sent > orders as u64,
+        "lost responses made the naive client retry"
+    );
+    assert!(naive.orders_charged_twice > 0, "{naive:?}");
+    assert!(
+        naive.overcharge_minor > 0 && naive.overcharge_pct > 0.0,
+        "{naive:?}"
+    );
+    assert_eq!(
+        naive.ledger_charges as u64, naive.attempts_sent,
+        "memoryless: every request charges"
+    );
+    for w in &r.worlds[1..] {
+        let cobro: &World = w;
+        assert_eq!(cobro.client, "cobro");
+        assert_eq!(cobro.orders_charged_twice, 0, "{cobro:?}");
+        assert_eq!(cobro.overcharge_minor, 0, "{cobro:?}");
+        assert_eq!(cobro.orders_not_charged, 0, "{cobro:?}");
+        assert_eq!(cobro.ledger_charges, orders);
+        assert_eq!(cobro.total_charged_minor, cobro.intent_total_minor);
+        assert_eq!(
+            cobro.intent_total_minor, naive.intent_total_minor,
+            "same fleet in every world"
+        );
+    }
+    assert_eq!(r.worlds[1].gateway, "idempotent");
+    assert_eq!(r.worlds[2].gateway, "memoryless");
+}
+
+async fn a_small_fleet_shows_the_naive_overcharge_and_none_for_cobro(b: Backend) {
+    init_logs();
+    let db = TestDb::new(b).await;
+    let opts = DemoOptions {
+        orders: 60,
+        loss: 0.3,
+        seed: 42,
+        workers: 2,
+        database_url: Some(db.url.clone()),
+        check_schedule: "200ms,400ms,800ms,1600ms,3200ms".into(),
+    };
+    let report = cobro::demo::run(&opts, None).await.expect("demo runs");
+    assert_report(&report, 60);
+    let table = cobro::demo::render(&report);
+    assert!(
+        table.contains("orders charged 2+ times") && table.contains("overcharge"),
+        "{table}"
+    );
+    db.drop_db().await;
+}
+
+#[test]
+fn the_demo_command_runs_with_no_database_url_on_a_throwaway_sqlite() {
+    let out = Command::new(env!("CARGO_BIN_EXE_cobro"))
+        .args([
+            "demo",
+            "--orders",
+            "40",
+            "--loss",
+            "0.3",
+            "--workers",
+            "2",
+            "--check-schedule",
+            "200ms,400ms,800ms,1600ms,3200ms",
+            "--json",
+        ])
+        .env_remove("DATABASE_URL")
+        .output()
+        .expect("run cobro demo");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("--json report");
+    assert_eq!(report["database"], "sqlite (throwaway, one file per world)");
+    let worlds = report["worlds"].as_array().unwrap();
+    assert!(worlds[0]["overcharge_minor"].as_i64().unwrap() > 0);
+    for w in &worlds[1..] {
+        assert_eq!(w["orders_charged_twice"], 0);
+        assert_eq!(w["overcharge_minor"], 0);
+        assert_eq!(w["ledger_charges"], 40);
+    }
+}
