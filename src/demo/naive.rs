@@ -28,7 +28,8 @@ pub(super) async fn run(
     let url = format!("{}/v1/charges", sim.url());
     let limit = Arc::new(Semaphore::new(32));
     let mut tasks = Vec::with_capacity(fleet.len());
-    for (order, amount) in fleet.iter().cloned() {
+    for (order, amount) in fleet {
+        let (order, amount) = (order.clone(), *amount);
         let (client, url, limit, bar) = (client.clone(), url.clone(), limit.clone(), bar.clone());
         tasks.push(tokio::spawn(async move {
             let _slot = limit.acquire_owned().await;
