@@ -65,8 +65,9 @@ pub struct WorkerArgs {
     /// How often the sweeper looks for attempts whose time has passed.
     #[arg(long, env = "COBRO_SWEEP_INTERVAL", default_value = "1s", value_parser = duration)]
     pub sweep_interval: Duration,
-    /// How late a scheduled attempt must be before the sweeper re-wakes it.
-    #[arg(long, env = "COBRO_SWEEP_GRACE", default_value = "2s", value_parser = duration)]
+    /// How late a scheduled attempt must be before the sweeper re-wakes it
+    /// (expired leases are re-woken at once).
+    #[arg(long, env = "COBRO_SWEEP_GRACE", default_value = "30s", value_parser = duration)]
     pub sweep_grace: Duration,
     #[arg(long, env = "COBRO_GATEWAY_CONNECT_TIMEOUT", default_value = "2s", value_parser = duration)]
     pub gateway_connect_timeout: Duration,

@@ -25,6 +25,7 @@ on_both_backends!(
     a_decline_is_final_for_the_attempt_and_a_5xx_is_unknown,
     duplicated_wake_ups_and_racing_workers_charge_once,
     an_old_key_is_never_resent,
+    a_lost_wake_up_is_recreated_by_the_sweeper,
 );
 
 async fn enqueue(store: &Store, order: &str, amount: i64) -> Uuid {
@@ -354,6 +355,31 @@ async fn an_old_key_is_never_resent(b: Backend) {
     let last = db.store.transitions(id).await.unwrap().pop().unwrap();
     assert_eq!(last.cause, "key_expired_not_found");
     assert_eq!(ledger(&sim.url()).await.stats.charge_requests, 0);
+    sim.shutdown().await;
+    db.drop_db().await;
+}
+
+async fn a_lost_wake_up_is_recreated_by_the_sweeper(b: Backend) {
+    init_logs();
+    let db = TestDb::new(b).await;
+    let sim = start_sim(true, Faults::default()).await;
+    let id = enqueue(&db.store, "order-lost-job", 2_500).await;
+    // The queue loses the job (as if deleted by hand or failed for good).
+    let deleted = db
+        .exec(
+            "DELETE FROM apalis.jobs WHERE job_type = 'cobro.charge'",
+            "DELETE FROM Jobs WHERE job_type = 'cobro.charge'",
+            &[],
+        )
+        .await
+        .unwrap();
+    assert_eq!(deleted, 1);
+    let args = worker_args(&db.url, &sim.url()); // sweep grace 2 s
+    let worker = spawn_worker(args);
+    let a = settled(&db.store, id, State::Aprobado, Duration::from_secs(15)).await;
+    assert_eq!(a.send_count, 1);
+    assert_eq!(ledger(&sim.url()).await.entries.len(), 1);
+    worker.stop().await;
     sim.shutdown().await;
     db.drop_db().await;
 }

@@ -14,12 +14,16 @@
 
 -- Push the apalis wake-up job for an attempt, due at p_run_at. The job only
 -- says "look at this attempt"; the attempt row decides what happens.
-CREATE FUNCTION cobro.wake(p_attempt_id uuid, p_run_at timestamptz DEFAULT now())
+-- Priority 1 (checks of DESCONOCIDO attempts, late re-wakes) is fetched
+-- before priority 0 (new charges), so a backlog of new charges never makes
+-- a scheduled check late.
+CREATE FUNCTION cobro.wake(p_attempt_id uuid, p_run_at timestamptz DEFAULT now(),
+                           p_priority integer DEFAULT 0)
 RETURNS text LANGUAGE sql AS $$
-    INSERT INTO apalis.jobs (id, job_type, job, run_at, max_attempts)
+    INSERT INTO apalis.jobs (id, job_type, job, run_at, max_attempts, priority)
     VALUES (apalis.generate_ulid(), 'cobro.charge',
             convert_to(json_build_object('attempt_id', p_attempt_id)::text, 'UTF8'),
-            p_run_at, 3)
+            p_run_at, 3, p_priority)
     RETURNING id;
 $$;
 

@@ -87,6 +87,8 @@ pub(crate) struct Plan<'a> {
     pub act_in_secs: Option<f64>,
     /// Push a wake-up job for the new `next_action_at`.
     pub wake: bool,
+    /// Its priority: checks (1) before new charges (0).
+    pub wake_priority: i32,
     pub add_check: i32,
     pub add_send: i32,
     pub evidence_json: Option<String>,
@@ -109,6 +111,7 @@ pub(crate) fn plan<'a>(seen: &Attempt, change: &Change<'a>) -> Result<Plan<'a>, 
         lease_secs,
         act_in_secs,
         wake: lease_owner.is_none() && act_in_secs.is_some(),
+        wake_priority: i32::from(to == State::Desconocido),
         add_check: i32::from(change.add_check.is_some()),
         add_send: i32::from(change.add_send),
         evidence_json: change.evidence.and_then(|e| serde_json::to_string(e).ok()),

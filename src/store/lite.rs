@@ -110,17 +110,19 @@ pub(super) async fn push_wake(
     conn: &mut SqliteConnection,
     id: Uuid,
     at: DateTime<Utc>,
+    priority: i32,
 ) -> Result<(), StoreError> {
     let job = serde_json::to_vec(&Wake { attempt_id: id })
         .map_err(|e| StoreError::Corrupt(e.to_string()))?;
     sqlx::query(
         "INSERT INTO Jobs (job, id, job_type, status, attempts, max_attempts, run_at, priority)
-         VALUES (?1, ?2, ?3, 'Pending', 0, 3, ?4, 0)",
+         VALUES (?1, ?2, ?3, 'Pending', 0, 3, ?4, ?5)",
     )
     .bind(job)
     .bind(ulid::Ulid::generate().to_string())
     .bind(CHARGE_QUEUE)
     .bind(at.timestamp())
+    .bind(priority)
     .execute(conn)
     .await?;
     Ok(())
@@ -226,7 +228,7 @@ pub async fn enqueue_charge(
     .bind(id.hyphenated().to_string())
     .execute(&mut *conn)
     .await?;
-    push_wake(conn, id, ms(due)).await.map_err(|e| match e {
+    push_wake(conn, id, ms(due), 0).await.map_err(|e| match e {
         StoreError::Db(e) => EnqueueError::Db(e),
         other => EnqueueError::Db(sqlx::Error::Protocol(other.to_string())),
     })?;
@@ -352,7 +354,7 @@ pub(super) async fn apply(
     if plan.wake
         && let Some(at) = now.next_action_at
     {
-        push_wake(&mut tx, seen.id, at).await?;
+        push_wake(&mut tx, seen.id, at, plan.wake_priority).await?;
     }
     tx.commit().await?;
     Ok(Applied::Moved(Box::new(now)))
@@ -365,34 +367,37 @@ pub(super) async fn sweep(
     limit: i64,
 ) -> Result<u64, StoreError> {
     let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
-    let ids: Vec<String> = sqlx::query_scalar(concat!(
+    let woken: Vec<(String, String)> = sqlx::query_as(concat!(
         "UPDATE payment_attempts SET woken_at = ",
         now_ms!(),
         " WHERE id IN (
             SELECT id FROM payment_attempts
-             WHERE ((state = 'EN_PROCESO' AND next_action_at <= ",
+             WHERE ((lease_owner IS NOT NULL AND next_action_at <= ",
         now_ms!(),
         ")
-                 OR (state IN ('PENDIENTE', 'DESCONOCIDO') AND next_action_at <= ",
+                 OR (lease_owner IS NULL AND state IN ('PENDIENTE', 'DESCONOCIDO')
+                     AND next_action_at <= ",
         now_ms!(),
         " - ?1))
+               AND state IN ('PENDIENTE', 'EN_PROCESO', 'DESCONOCIDO')
                AND (woken_at IS NULL OR woken_at <= ",
         now_ms!(),
         " - ?2)
              ORDER BY next_action_at
              LIMIT ?3)
-         RETURNING id"
+         RETURNING id, state"
     ))
     .bind(grace.as_millis() as i64)
     .bind(every.as_millis() as i64)
     .bind(limit)
     .fetch_all(&mut *tx)
     .await?;
-    for id in &ids {
-        push_wake(&mut tx, uuid(id)?, Utc::now()).await?;
+    for (id, state) in &woken {
+        let priority = i32::from(state != State::Pendiente.as_str());
+        push_wake(&mut tx, uuid(id)?, Utc::now(), priority).await?;
     }
     tx.commit().await?;
-    Ok(ids.len() as u64)
+    Ok(woken.len() as u64)
 }
 
 pub(super) async fn attempts_for_order(

@@ -230,15 +230,17 @@ impl Store {
             Db::Pg(p) => pg::wake(p, id).await,
             Db::Lite(p) => {
                 let mut conn = p.acquire().await?;
-                lite::push_wake(&mut conn, id, Utc::now()).await
+                lite::push_wake(&mut conn, id, Utc::now(), 0).await
             }
         }
     }
 
-    /// Re-creates wake-ups for attempts whose time has passed: `EN_PROCESO`
-    /// whose lease expired, and `PENDIENTE`/`DESCONOCIDO` due more than
-    /// `grace` ago (their own scheduled job should have come by then). An
-    /// attempt is re-woken at most once per `every`. Returns how many.
+    /// Re-creates wake-ups for attempts whose time has passed: a lease that
+    /// expired (the holder vanished: `EN_PROCESO`, or a check in
+    /// `DESCONOCIDO`) at once, and `PENDIENTE`/`DESCONOCIDO` with no holder
+    /// only once they are `grace` late (their own scheduled job normally
+    /// comes, even behind a backlog; the sweeper is the backstop for a lost
+    /// one). An attempt is re-woken at most once per `every`. Returns how many.
     pub async fn sweep(
         &self,
         grace: Duration,

@@ -214,9 +214,10 @@ pub(super) async fn apply(
     if plan.wake
         && let Some(at) = now.next_action_at
     {
-        sqlx::query("SELECT cobro.wake($1, $2)")
+        sqlx::query("SELECT cobro.wake($1, $2, $3)")
             .bind(seen.id)
             .bind(at)
+            .bind(plan.wake_priority)
             .execute(&mut *tx)
             .await?;
     }
@@ -241,9 +242,10 @@ pub(super) async fn sweep(
     let n: i64 = sqlx::query_scalar(
         "WITH due AS (
             SELECT id FROM cobro.payment_attempts
-             WHERE ((state = 'EN_PROCESO' AND next_action_at <= now())
-                 OR (state IN ('PENDIENTE', 'DESCONOCIDO')
+             WHERE ((lease_owner IS NOT NULL AND next_action_at <= now())
+                 OR (lease_owner IS NULL AND state IN ('PENDIENTE', 'DESCONOCIDO')
                      AND next_action_at <= now() - make_interval(secs => $1::float8)))
+               AND state IN ('PENDIENTE', 'EN_PROCESO', 'DESCONOCIDO')
                AND (woken_at IS NULL OR woken_at <= now() - make_interval(secs => $2::float8))
              ORDER BY next_action_at
              LIMIT $3
@@ -251,9 +253,10 @@ pub(super) async fn sweep(
          ), marked AS (
             UPDATE cobro.payment_attempts a SET woken_at = now()
               FROM due WHERE a.id = due.id
-            RETURNING a.id
+            RETURNING a.id, a.state
          )
-         SELECT count(cobro.wake(id, now())) FROM marked",
+         SELECT count(cobro.wake(id, now(), CASE WHEN state = 'PENDIENTE' THEN 0 ELSE 1 END))
+           FROM marked",
     )
     .bind(grace.as_secs_f64())
     .bind(every.as_secs_f64())
