@@ -16,6 +16,8 @@
 //! - [`store`]: all SQL: enqueue, compare-and-set writes, sweeper, history.
 //! - [`engine`]: the wake-up handler (load → decide → act → record).
 //! - [`runtime`]: the worker process (apalis wiring, sweeper, shutdown).
+//! - [`webhook`]: webhook signatures (Standard Webhooks, Stripe) and the event format.
+//! - [`web`]: the web process: webhooks, HTTP enqueue, health.
 //! - [`sim`]: the gateway simulator, a real HTTP server for tests, demo and benchmarks.
 //! - [`demo`]: `cobro demo`, the seed's fleet experiment in three worlds.
 
@@ -29,3 +31,5 @@ pub mod runtime;
 pub mod sim;
 pub mod state;
 pub mod store;
+pub mod web;
+pub mod webhook;

@@ -63,6 +63,8 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Run the web process: gateway webhooks, HTTP enqueue, health.
+    Serve(cobro::web::ServeArgs),
     /// Run the gateway simulator (a real HTTP server with its own ledger).
     GatewaySim(cobro::sim::SimArgs),
     /// The seed's fleet experiment on the real engine: a naive client and
@@ -154,6 +156,9 @@ async fn main() -> Result<()> {
             }
             print_status(&store, &attempts, json).await?;
         }
+        Command::Serve(args) => {
+            cobro::web::run(args, cobro::runtime::shutdown_signal()).await?;
+        }
         Command::GatewaySim(args) => {
             let listener = tokio::net::TcpListener::bind(args.listen())
                 .await
@@ -162,7 +167,8 @@ async fn main() -> Result<()> {
                 "gateway simulator listening on http://{}",
                 listener.local_addr()?
             );
-            cobro::sim::serve(listener, args.config(), cobro::runtime::shutdown_signal()).await?;
+            let config = args.config().map_err(anyhow::Error::msg)?;
+            cobro::sim::serve(listener, config, cobro::runtime::shutdown_signal()).await?;
         }
         Command::Demo {
             orders,

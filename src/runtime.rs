@@ -179,7 +179,13 @@ pub async fn run(
         (None, Some(pool)) => sqlite_monitor(pool.clone(), engine, settings),
         (None, None) => anyhow::bail!("the store has no pool"),
     };
+    // In-flight work is bounded by the gateway timeout, which is shorter
+    // than the lease; past the lease a stuck shutdown is cut short. That is
+    // safe: an attempt left EN_PROCESO is recovered by another worker once
+    // its lease expires. (Seen with apalis-sqlite on a starved machine: a
+    // worker that never finished stopping.)
     let result = monitor
+        .shutdown_timeout(args.lease_ttl)
         .run_with_signal(async move {
             shutdown.await;
             info!("shutdown requested: no new wake-ups, finishing in-flight attempts");

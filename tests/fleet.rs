@@ -85,7 +85,12 @@ async fn a_thousand_orders_with_15_percent_lost_responses_are_charged_exactly_on
         )
         .await;
     assert_eq!(rows, 3 * 1000 + via_lookup);
-    assert_eq!(via_lookup as u64, lost);
+    // Every lost response went through DESCONOCIDO; on a starved machine a
+    // slow answer (timeout) or an expired lease may send a few more there.
+    assert!(
+        via_lookup as u64 >= lost,
+        "{via_lookup} attempts went DESCONOCIDO, {lost} responses were lost"
+    );
 
     sim.shutdown().await;
     db.drop_db().await;

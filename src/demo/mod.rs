@@ -187,6 +187,7 @@ async fn start_sim(idempotent: bool, opts: &DemoOptions) -> Result<SimHandle> {
             idempotent,
             seed: opts.seed,
             per_order_draws: true,
+            webhooks: None,
             faults: Faults {
                 p_response_lost: opts.loss,
                 ..Faults::default()

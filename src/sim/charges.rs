@@ -148,6 +148,9 @@ pub(crate) async fn create_charge(
                 hold,
                 "sim: POST /v1/charges"
             );
+            if !replay {
+                app.emit_webhook(&result);
+            }
             if lose_response {
                 return drop_connection(&conn);
             }

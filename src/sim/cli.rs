@@ -64,12 +64,49 @@ pub struct SimArgs {
     /// Draw faults per order (seed, order id, request number) instead of in arrival order.
     #[arg(long)]
     pub per_order_draws: bool,
+    /// Send a signed webhook for every executed charge to this URL.
+    #[arg(long, requires = "webhook_secret")]
+    pub webhook_url: Option<String>,
+    /// The signing secret (`whsec_<base64>` for Standard Webhooks).
+    #[arg(long, env = "COBRO_SIM_WEBHOOK_SECRET", hide_env_values = true)]
+    pub webhook_secret: Option<String>,
+    /// `standard` or `stripe`.
+    #[arg(long, default_value = "standard")]
+    pub webhook_scheme: String,
+    /// Deliver each event this many times.
+    #[arg(long, default_value_t = 1)]
+    pub webhook_copies: u32,
+    /// Wait before each delivery, in ms.
+    #[arg(long, default_value_t = 0)]
+    pub webhook_delay_ms: u64,
+    /// Plus a seeded random 0..=N ms per copy (reorders events).
+    #[arg(long, default_value_t = 0)]
+    pub webhook_jitter_ms: u64,
 }
 
 impl SimArgs {
     /// The simulator configuration these flags describe.
-    pub fn config(&self) -> SimConfig {
-        SimConfig {
+    pub fn config(&self) -> Result<SimConfig, String> {
+        let webhooks = match (&self.webhook_url, &self.webhook_secret) {
+            (Some(url), Some(secret)) => {
+                let scheme: crate::webhook::Scheme = self
+                    .webhook_scheme
+                    .parse()
+                    .map_err(|e| format!("--webhook-scheme: {e}"))?;
+                let signer = crate::webhook::Verifier::from_env_value(scheme, secret)
+                    .map_err(|e| format!("--webhook-secret: {e}"))?;
+                Some(super::WebhookTarget {
+                    url: url.clone(),
+                    signer,
+                    copies: self.webhook_copies,
+                    delay_ms: self.webhook_delay_ms,
+                    jitter_ms: self.webhook_jitter_ms,
+                })
+            }
+            _ => None,
+        };
+        Ok(SimConfig {
+            webhooks,
             idempotent: !self.no_idempotency,
             seed: self.seed,
             per_order_draws: self.per_order_draws,
@@ -85,7 +122,7 @@ impl SimArgs {
                 hold_ms: self.hold_ms,
                 outage: self.outage,
             },
-        }
+        })
     }
 
     /// The address to listen on.
@@ -110,7 +147,7 @@ mod tests {
     fn defaults() -> Result<(), clap::Error> {
         let cli = Cli::try_parse_from(["sim"])?;
         assert_eq!(cli.sim.listen().to_string(), "127.0.0.1:8089");
-        let cfg = cli.sim.config();
+        let cfg = cli.sim.config().unwrap();
         assert!(cfg.idempotent);
         assert_eq!(cfg.seed, 42);
         assert_eq!(cfg.faults, Faults::default());
@@ -148,7 +185,7 @@ mod tests {
             "100",
             "--outage",
         ])?;
-        let cfg = cli.sim.config();
+        let cfg = cli.sim.config().unwrap();
         assert_eq!(cli.sim.listen().port(), 9000);
         assert!(!cfg.idempotent);
         assert_eq!(cfg.seed, 7);

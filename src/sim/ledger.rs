@@ -97,6 +97,10 @@ pub struct Stats {
     pub replays: u64,
     /// Connections dropped on purpose (request lost or response lost).
     pub dropped: u64,
+    /// Webhook deliveries answered 2xx.
+    pub webhooks_delivered: u64,
+    /// Webhook deliveries given up (refused with a 4xx, or five failed tries).
+    pub webhooks_failed: u64,
 }
 
 /// Body of `GET /ledger`.

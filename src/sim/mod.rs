@@ -22,6 +22,7 @@ mod ledger;
 mod server;
 #[cfg(test)]
 mod tests;
+mod webhooks;
 
 use std::{future::Future, io, net::SocketAddr};
 
@@ -32,6 +33,7 @@ pub use charges::IDEMPOTENCY_KEY_HEADER;
 pub use cli::SimArgs;
 pub use faults::{DEFAULT_DECLINE_CODE, DEFAULT_HOLD_MS, Faults, InvalidFaults};
 pub use ledger::{APPROVED, ChargeBody, ChargeResult, DECLINED, Ledger, LedgerEntry, Stats};
+pub use webhooks::WebhookTarget;
 
 use conn::{ConnKill, Registry, SimListener};
 use server::AppState;
@@ -50,6 +52,8 @@ pub struct SimConfig {
     /// different clients, or the same client at other concurrency, meet the
     /// same faults order by order (the demo compares worlds this way).
     pub per_order_draws: bool,
+    /// Send a signed webhook for every executed charge.
+    pub webhooks: Option<WebhookTarget>,
 }
 
 impl Default for SimConfig {
@@ -60,6 +64,7 @@ impl Default for SimConfig {
             seed: 42,
             faults: Faults::default(),
             per_order_draws: false,
+            webhooks: None,
         }
     }
 }

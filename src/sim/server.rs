@@ -41,6 +41,7 @@ pub(crate) struct Inner {
 struct Shared {
     idempotent: bool,
     inner: Mutex<Inner>,
+    outbox: Option<super::webhooks::Outbox>,
 }
 
 /// Handle to the simulator state shared by all handlers.
@@ -49,7 +50,11 @@ pub(crate) struct AppState(Arc<Shared>);
 
 impl AppState {
     pub(crate) fn new(cfg: SimConfig) -> Self {
+        let outbox = cfg
+            .webhooks
+            .map(|t| super::webhooks::Outbox::start(t, cfg.seed));
         Self(Arc::new(Shared {
+            outbox,
             idempotent: cfg.idempotent,
             inner: Mutex::new(Inner {
                 faults: cfg.faults,
@@ -59,6 +64,13 @@ impl AppState {
                 order_requests: Default::default(),
             }),
         }))
+    }
+
+    /// Queues a webhook for an executed charge (when webhooks are on).
+    pub(crate) fn emit_webhook(&self, result: &super::ledger::ChargeResult) {
+        if let Some(outbox) = &self.0.outbox {
+            outbox.emit(result);
+        }
     }
 
     pub(crate) fn idempotent(&self) -> bool {
@@ -106,7 +118,13 @@ pub(crate) fn unavailable() -> Response {
 
 async fn get_ledger(State(app): State<AppState>) -> Response {
     debug!("sim: GET /ledger");
-    Json(app.with(|s| s.books.snapshot())).into_response()
+    let mut ledger = app.with(|s| s.books.snapshot());
+    if let Some(outbox) = &app.0.outbox {
+        use std::sync::atomic::Ordering;
+        ledger.stats.webhooks_delivered = outbox.counters.delivered.load(Ordering::Relaxed);
+        ledger.stats.webhooks_failed = outbox.counters.failed.load(Ordering::Relaxed);
+    }
+    Json(ledger).into_response()
 }
 
 async fn get_faults(State(app): State<AppState>) -> Response {

@@ -12,11 +12,13 @@ mod change;
 mod enqueue;
 mod lite;
 mod pg;
+mod webhooks;
 
 pub use change::{Applied, Change, CheckRecord, Lease};
 pub use enqueue::{EnqueueError, Enqueued};
 pub use lite::enqueue_charge as enqueue_charge_sqlite;
 pub use pg::enqueue_charge;
+pub use webhooks::{EventOutcome, IncomingEvent, WebhookResult};
 
 use std::time::Duration;
 
@@ -311,5 +313,55 @@ impl Store {
             Db::Pg(p) => pg::transition_rows(p).await,
             Db::Lite(p) => lite::transition_rows(p).await,
         }
+    }
+
+    /// Stores a verified gateway event once and applies what it says to its
+    /// attempt, in one transaction (see `store::webhooks`).
+    pub async fn record_webhook(&self, ev: &IncomingEvent) -> Result<WebhookResult, StoreError> {
+        match &self.db {
+            Db::Pg(p) => pg::webhooks::record(p, ev).await,
+            Db::Lite(p) => lite::webhooks::record(p, ev).await,
+        }
+    }
+
+    /// Records a rejected delivery (reason, safe headers, size).
+    pub async fn record_rejected_webhook(
+        &self,
+        reason: &str,
+        detail: Option<&str>,
+        headers: &serde_json::Value,
+        body_size: usize,
+    ) -> Result<(), StoreError> {
+        match &self.db {
+            Db::Pg(p) => pg::webhooks::record_rejected(p, reason, detail, headers, body_size).await,
+            Db::Lite(p) => {
+                lite::webhooks::record_rejected(p, reason, detail, headers, body_size).await
+            }
+        }
+    }
+
+    /// (accepted events, rejected deliveries) stored so far.
+    pub async fn webhook_counts(&self) -> Result<(i64, i64), StoreError> {
+        match &self.db {
+            Db::Pg(p) => pg::webhooks::counts(p).await,
+            Db::Lite(p) => lite::webhooks::counts(p).await,
+        }
+    }
+
+    /// The reasons of every rejected delivery, oldest first.
+    pub async fn rejected_webhook_reasons(&self) -> Result<Vec<String>, StoreError> {
+        match &self.db {
+            Db::Pg(p) => pg::webhooks::rejected_reasons(p).await,
+            Db::Lite(p) => lite::webhooks::rejected_reasons(p).await,
+        }
+    }
+
+    /// Checks the database answers (for `/health`).
+    pub async fn ping(&self) -> Result<(), StoreError> {
+        match &self.db {
+            Db::Pg(p) => sqlx::query("SELECT 1").execute(p).await.map(|_| ())?,
+            Db::Lite(p) => sqlx::query("SELECT 1").execute(p).await.map(|_| ())?,
+        }
+        Ok(())
     }
 }

@@ -242,6 +242,7 @@ pub async fn start_sim(idempotent: bool, faults: Faults) -> SimHandle {
         listener,
         SimConfig {
             per_order_draws: false,
+            webhooks: None,
             idempotent,
             seed: 7,
             faults,
@@ -321,12 +322,14 @@ pub fn spawn_worker(args: WorkerArgs) -> InProcessWorker {
 
 impl InProcessWorker {
     pub async fn stop(self) {
+        let started = Instant::now();
         let _ = self.stop.send(());
         tokio::time::timeout(Duration::from_secs(20), self.task)
             .await
             .expect("worker stops within 20 s")
             .expect("worker task")
             .expect("worker exits cleanly");
+        println!("worker stopped in {:?}", started.elapsed());
     }
 }
 
@@ -356,5 +359,48 @@ pub fn init_logs() {
             .with_env_filter(filter)
             .with_test_writer()
             .try_init();
+    }
+}
+
+/// A test webhook secret (Standard Webhooks format, 32 random bytes).
+pub fn test_secret() -> String {
+    use base64::Engine;
+    let bytes: [u8; 32] = rand::random();
+    format!(
+        "whsec_{}",
+        base64::engine::general_purpose::STANDARD.encode(bytes)
+    )
+}
+
+/// The web process (`cobro serve`'s router) on 127.0.0.1:0, until dropped
+/// or stopped.
+pub struct Web {
+    pub url: String,
+    stop: oneshot::Sender<()>,
+    task: JoinHandle<()>,
+}
+
+pub async fn start_web(store: &Store, verifier: cobro::webhook::Verifier) -> Web {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind web");
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let app = cobro::web::router(store.clone(), verifier, 65_536);
+    let (stop, rx) = oneshot::channel::<()>();
+    let task = tokio::spawn(async move {
+        axum::serve(listener, app)
+            .with_graceful_shutdown(async move {
+                let _ = rx.await;
+            })
+            .await
+            .expect("web server");
+    });
+    Web { url, stop, task }
+}
+
+impl Web {
+    pub async fn stop(self) {
+        let _ = self.stop.send(());
+        let _ = self.task.await;
     }
 }

@@ -71,6 +71,7 @@ async fn idempotent_replay_does_not_charge_again() -> TestResult {
 async fn non_idempotent_mode_charges_twice_and_lookup_returns_first() -> TestResult {
     let sim = start(SimConfig {
         per_order_draws: false,
+        webhooks: None,
         idempotent: false,
         ..SimConfig::default()
     })

@@ -241,6 +241,7 @@ async fn per_order_draws_give_each_order_the_same_faults_whatever_the_arrival_or
             seed: 11,
             faults: faults.clone(),
             per_order_draws: true,
+            webhooks: None,
             ..SimConfig::default()
         })
         .await?;

@@ -31,6 +31,8 @@ macro_rules! now_ms {
     };
 }
 
+pub(crate) mod webhooks;
+
 fn options(url: &str) -> Result<SqliteConnectOptions, StoreError> {
     Ok(SqliteConnectOptions::from_str(url)?
         .create_if_missing(true)
@@ -77,7 +79,7 @@ fn json(s: Option<String>) -> Option<serde_json::Value> {
     s.and_then(|s| serde_json::from_str(&s).ok())
 }
 
-fn attempt(r: &sqlx::sqlite::SqliteRow) -> Result<Attempt, StoreError> {
+pub(super) fn attempt(r: &sqlx::sqlite::SqliteRow) -> Result<Attempt, StoreError> {
     let state: String = r.try_get("state")?;
     Ok(Attempt {
         id: uuid(r.try_get("id")?)?,
@@ -262,8 +264,22 @@ pub(super) async fn apply(
     change: &Change<'_>,
     plan: &Plan<'_>,
 ) -> Result<Applied, StoreError> {
-    let id = seen.id.hyphenated().to_string();
     let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
+    let applied = apply_tx(&mut tx, seen, change, plan).await?;
+    tx.commit().await?;
+    Ok(applied)
+}
+
+/// The compare-and-set write inside a transaction of the caller's (begun
+/// with `BEGIN IMMEDIATE`); nothing is written when it returns
+/// [`Applied::Lost`].
+pub(super) async fn apply_tx(
+    tx: &mut SqliteConnection,
+    seen: &Attempt,
+    change: &Change<'_>,
+    plan: &Plan<'_>,
+) -> Result<Applied, StoreError> {
+    let id = seen.id.hyphenated().to_string();
     let row = sqlx::query(concat!(
         "UPDATE payment_attempts SET
             state = ?3,
@@ -354,9 +370,8 @@ pub(super) async fn apply(
     if plan.wake
         && let Some(at) = now.next_action_at
     {
-        push_wake(&mut tx, seen.id, at, plan.wake_priority).await?;
+        push_wake(&mut *tx, seen.id, at, plan.wake_priority).await?;
     }
-    tx.commit().await?;
     Ok(Applied::Moved(Box::new(now)))
 }
 

@@ -17,6 +17,8 @@ use super::enqueue::{EnqueueError, Enqueued};
 use super::{Attempt, Check, StoreError, Transition};
 use crate::domain::{ChargeRequest, IdempotencyKey, InputError};
 
+pub(crate) mod webhooks;
+
 pub(super) async fn connect(url: &str, max: u32) -> Result<PgPool, StoreError> {
     Ok(PgPoolOptions::new()
         .max_connections(max)
@@ -129,12 +131,25 @@ pub(super) async fn apply(
     change: &Change<'_>,
     plan: &Plan<'_>,
 ) -> Result<Applied, StoreError> {
+    let mut tx = pool.begin().await?;
+    let applied = apply_tx(&mut tx, seen, change, plan).await?;
+    tx.commit().await?;
+    Ok(applied)
+}
+
+/// The compare-and-set write inside a transaction of the caller's; nothing
+/// is written when it returns [`Applied::Lost`].
+pub(super) async fn apply_tx(
+    tx: &mut PgConnection,
+    seen: &Attempt,
+    change: &Change<'_>,
+    plan: &Plan<'_>,
+) -> Result<Applied, StoreError> {
     let evidence: Option<sqlx::types::Json<serde_json::Value>> = plan
         .evidence_json
         .as_deref()
         .and_then(|s| serde_json::from_str(s).ok())
         .map(sqlx::types::Json);
-    let mut tx = pool.begin().await?;
     let moved: Option<Attempt> = sqlx::query_as(
         "UPDATE cobro.payment_attempts SET
             state = $3,
@@ -221,7 +236,6 @@ pub(super) async fn apply(
             .execute(&mut *tx)
             .await?;
     }
-    tx.commit().await?;
     Ok(Applied::Moved(Box::new(now)))
 }
 

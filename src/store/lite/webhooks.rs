@@ -1,0 +1,125 @@
+//! SQLite SQL for gateway webhooks (see `store::webhooks`). The whole
+//! transaction runs under `BEGIN IMMEDIATE`, which locks the database for
+//! writing: the attempt cannot change between the read and the write.
+
+use sqlx::{Row, SqlitePool};
+
+use super::{apply_tx, attempt};
+use crate::store::StoreError;
+use crate::store::change::Applied;
+use crate::store::webhooks::{EventOutcome, IncomingEvent, WebhookResult, change_for, evidence};
+
+pub(crate) async fn record(
+    pool: &SqlitePool,
+    ev: &IncomingEvent,
+) -> Result<WebhookResult, StoreError> {
+    let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
+    let key = ev.key.map(|k| k.hyphenated().to_string());
+    let inserted = sqlx::query(concat!(
+        "INSERT INTO webhook_events (event_id, event_type, idempotency_key, outcome, payload, received_at)
+         VALUES (?1, ?2, ?3, 'ignored', ?4, ",
+        now_ms!(),
+        ") ON CONFLICT (event_id) DO NOTHING"
+    ))
+    .bind(&ev.event_id)
+    .bind(&ev.event_type)
+    .bind(&key)
+    .bind(&ev.payload)
+    .execute(&mut *tx)
+    .await?;
+    if inserted.rows_affected() == 0 {
+        tx.commit().await?;
+        return Ok(WebhookResult::Duplicate);
+    }
+    let seen = match &key {
+        Some(key) => sqlx::query("SELECT * FROM payment_attempts WHERE idempotency_key = ?1")
+            .bind(key)
+            .fetch_optional(&mut *tx)
+            .await?
+            .map(|r| attempt(&r))
+            .transpose()?,
+        None => None,
+    };
+    let actor = format!("webhook:{}", ev.event_id);
+    let ev_evidence = evidence(ev);
+    let (result, detail) = match &seen {
+        None if matches!(ev.outcome, EventOutcome::NotActionable) => (WebhookResult::Ignored, None),
+        None => (WebhookResult::Unmatched, None),
+        Some(seen) => match change_for(seen, ev, &actor, &ev_evidence) {
+            Ok(None) => (WebhookResult::Ignored, None),
+            Err(refused) => (
+                WebhookResult::Noop {
+                    attempt_id: seen.id,
+                    state: seen.state,
+                },
+                Some(refused.to_string()),
+            ),
+            Ok(Some((change, plan))) => match apply_tx(&mut tx, seen, &change, &plan).await? {
+                Applied::Moved(now) => (
+                    WebhookResult::Applied {
+                        attempt_id: now.id,
+                        to: now.state,
+                    },
+                    None,
+                ),
+                Applied::Lost => (
+                    WebhookResult::Noop {
+                        attempt_id: seen.id,
+                        state: seen.state,
+                    },
+                    Some("the attempt moved meanwhile".into()),
+                ),
+            },
+        },
+    };
+    sqlx::query(
+        "UPDATE webhook_events SET outcome = ?2, detail = ?3, attempt_id = ?4 WHERE event_id = ?1",
+    )
+    .bind(&ev.event_id)
+    .bind(result.outcome_column())
+    .bind(detail)
+    .bind(seen.as_ref().map(|a| a.id.hyphenated().to_string()))
+    .execute(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    Ok(result)
+}
+
+pub(crate) async fn record_rejected(
+    pool: &SqlitePool,
+    reason: &str,
+    detail: Option<&str>,
+    headers: &serde_json::Value,
+    body_size: usize,
+) -> Result<(), StoreError> {
+    sqlx::query(concat!(
+        "INSERT INTO rejected_webhooks (reason, detail, headers, body_size, received_at)
+         VALUES (?1, ?2, ?3, ?4, ",
+        now_ms!(),
+        ")"
+    ))
+    .bind(reason)
+    .bind(detail)
+    .bind(headers.to_string())
+    .bind(body_size as i64)
+    .execute(pool)
+    .await?;
+    Ok(())
+}
+
+pub(crate) async fn counts(pool: &SqlitePool) -> Result<(i64, i64), StoreError> {
+    let row = sqlx::query(
+        "SELECT (SELECT count(*) FROM webhook_events), (SELECT count(*) FROM rejected_webhooks)",
+    )
+    .fetch_one(pool)
+    .await?;
+    Ok((row.try_get(0)?, row.try_get(1)?))
+}
+
+pub(crate) async fn rejected_reasons(pool: &SqlitePool) -> Result<Vec<String>, StoreError> {
+    Ok(
+        sqlx::query_scalar("SELECT reason FROM rejected_webhooks ORDER BY id")
+            .fetch_all(pool)
+            .await?,
+    )
+}

@@ -1,0 +1,128 @@
+//! PostgreSQL SQL for gateway webhooks (see `store::webhooks`).
+
+use sqlx::PgPool;
+
+use super::apply_tx;
+use crate::store::change::Applied;
+use crate::store::webhooks::{IncomingEvent, WebhookResult, change_for, evidence};
+use crate::store::{Attempt, StoreError};
+
+pub(crate) async fn record(pool: &PgPool, ev: &IncomingEvent) -> Result<WebhookResult, StoreError> {
+    let mut tx = pool.begin().await?;
+    let payload: serde_json::Value =
+        serde_json::from_str(&ev.payload).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+    let inserted: Option<String> = sqlx::query_scalar(
+        "INSERT INTO cobro.webhook_events (event_id, event_type, idempotency_key, outcome, payload)
+         VALUES ($1, $2, $3, 'ignored', $4)
+         ON CONFLICT (event_id) DO NOTHING
+         RETURNING event_id",
+    )
+    .bind(&ev.event_id)
+    .bind(&ev.event_type)
+    .bind(ev.key)
+    .bind(sqlx::types::Json(&payload))
+    .fetch_optional(&mut *tx)
+    .await?;
+    if inserted.is_none() {
+        tx.commit().await?;
+        return Ok(WebhookResult::Duplicate);
+    }
+    let seen: Option<Attempt> = match ev.key {
+        Some(key) => {
+            sqlx::query_as(
+                "SELECT * FROM cobro.payment_attempts WHERE idempotency_key = $1 FOR UPDATE",
+            )
+            .bind(key)
+            .fetch_optional(&mut *tx)
+            .await?
+        }
+        None => None,
+    };
+    let actor = format!("webhook:{}", ev.event_id);
+    let ev_evidence = evidence(ev);
+    let (result, detail) = match &seen {
+        None if matches!(
+            ev.outcome,
+            crate::store::webhooks::EventOutcome::NotActionable
+        ) =>
+        {
+            (WebhookResult::Ignored, None)
+        }
+        None => (WebhookResult::Unmatched, None),
+        Some(seen) => match change_for(seen, ev, &actor, &ev_evidence) {
+            Ok(None) => (WebhookResult::Ignored, None),
+            Err(refused) => (
+                WebhookResult::Noop {
+                    attempt_id: seen.id,
+                    state: seen.state,
+                },
+                Some(refused.to_string()),
+            ),
+            Ok(Some((change, plan))) => match apply_tx(&mut tx, seen, &change, &plan).await? {
+                Applied::Moved(now) => (
+                    WebhookResult::Applied {
+                        attempt_id: now.id,
+                        to: now.state,
+                    },
+                    None,
+                ),
+                Applied::Lost => (
+                    WebhookResult::Noop {
+                        attempt_id: seen.id,
+                        state: seen.state,
+                    },
+                    Some("the attempt moved meanwhile".into()),
+                ),
+            },
+        },
+    };
+    sqlx::query(
+        "UPDATE cobro.webhook_events SET outcome = $2, detail = $3, attempt_id = $4
+          WHERE event_id = $1",
+    )
+    .bind(&ev.event_id)
+    .bind(result.outcome_column())
+    .bind(detail)
+    .bind(seen.as_ref().map(|a| a.id))
+    .execute(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    Ok(result)
+}
+
+pub(crate) async fn record_rejected(
+    pool: &PgPool,
+    reason: &str,
+    detail: Option<&str>,
+    headers: &serde_json::Value,
+    body_size: usize,
+) -> Result<(), StoreError> {
+    sqlx::query(
+        "INSERT INTO cobro.rejected_webhooks (reason, detail, headers, body_size)
+         VALUES ($1, $2, $3, $4)",
+    )
+    .bind(reason)
+    .bind(detail)
+    .bind(sqlx::types::Json(headers))
+    .bind(body_size as i32)
+    .execute(pool)
+    .await?;
+    Ok(())
+}
+
+pub(crate) async fn counts(pool: &PgPool) -> Result<(i64, i64), StoreError> {
+    Ok(sqlx::query_as(
+        "SELECT (SELECT count(*) FROM cobro.webhook_events),
+                (SELECT count(*) FROM cobro.rejected_webhooks)",
+    )
+    .fetch_one(pool)
+    .await?)
+}
+
+pub(crate) async fn rejected_reasons(pool: &PgPool) -> Result<Vec<String>, StoreError> {
+    Ok(
+        sqlx::query_scalar("SELECT reason FROM cobro.rejected_webhooks ORDER BY id")
+            .fetch_all(pool)
+            .await?,
+    )
+}

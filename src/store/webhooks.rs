@@ -1,0 +1,116 @@
+//! Gateway webhooks in the store, shared by both backends: what an accepted
+//! event does to its attempt.
+//!
+//! Invariant: an event id is stored once (UNIQUE), in the same transaction
+//! as the transition it causes, with the attempt row locked; an outcome the
+//! state machine refuses (news about an attempt that already moved on) is a
+//! recorded no-op, never an error.
+
+use serde::Serialize;
+use uuid::Uuid;
+
+use super::Attempt;
+use super::change::{Change, Plan, plan};
+use crate::gateway::Evidence;
+use crate::state::{Event, InvalidTransition, State};
+
+/// What a verified, parsed gateway event says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EventOutcome {
+    Approved {
+        charge_id: String,
+    },
+    Declined {
+        code: String,
+        charge_id: Option<String>,
+    },
+    /// A type cobro does not act on: stored and acknowledged.
+    NotActionable,
+}
+
+/// A verified event, ready for the store.
+#[derive(Debug, Clone)]
+pub struct IncomingEvent {
+    pub event_id: String,
+    pub event_type: String,
+    /// Our idempotency key, which the gateway echoes on the charge.
+    pub key: Option<Uuid>,
+    pub outcome: EventOutcome,
+    /// The raw JSON body.
+    pub payload: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "result", rename_all = "snake_case")]
+pub enum WebhookResult {
+    /// The event id was seen before: nothing done.
+    Duplicate,
+    Applied {
+        attempt_id: Uuid,
+        to: State,
+    },
+    /// Not valid from the attempt's state: recorded, nothing changed.
+    Noop {
+        attempt_id: Uuid,
+        state: State,
+    },
+    /// No attempt carries that key.
+    Unmatched,
+    Ignored,
+}
+
+impl WebhookResult {
+    pub(crate) fn outcome_column(&self) -> &'static str {
+        match self {
+            WebhookResult::Applied { .. } => "applied",
+            WebhookResult::Noop { .. } => "noop",
+            WebhookResult::Unmatched => "unmatched",
+            WebhookResult::Duplicate | WebhookResult::Ignored => "ignored",
+        }
+    }
+}
+
+/// The evidence a webhook leaves in the transition log.
+pub(crate) fn evidence(ev: &IncomingEvent) -> Evidence {
+    Evidence {
+        call: "webhook".into(),
+        http_status: None,
+        error_kind: "webhook".into(),
+        lookup_result: Some(
+            match ev.outcome {
+                EventOutcome::Approved { .. } => "approved",
+                EventOutcome::Declined { .. } => "declined",
+                EventOutcome::NotActionable => "none",
+            }
+            .into(),
+        ),
+        elapsed_ms: 0,
+        detail: Some(format!("{} {}", ev.event_type, ev.event_id)),
+    }
+}
+
+/// The write an actionable event asks for, or why the state machine refuses it.
+pub(crate) fn change_for<'a>(
+    seen: &Attempt,
+    ev: &'a IncomingEvent,
+    actor: &'a str,
+    evidence: &'a Evidence,
+) -> Result<Option<(Change<'a>, Plan<'a>)>, InvalidTransition> {
+    let mut change = match &ev.outcome {
+        EventOutcome::Approved { charge_id } => {
+            let mut c = Change::new(Some(Event::Approved), "webhook_approved", actor);
+            c.charge_id = Some(charge_id);
+            c
+        }
+        EventOutcome::Declined { code, charge_id } => {
+            let mut c = Change::new(Some(Event::Declined), "webhook_declined", actor);
+            c.decline_code = Some(code);
+            c.charge_id = charge_id.as_deref();
+            c
+        }
+        EventOutcome::NotActionable => return Ok(None),
+    };
+    change.evidence = Some(evidence);
+    let p = plan(seen, &change)?;
+    Ok(Some((change, p)))
+}

@@ -1,0 +1,162 @@
+//! `POST /charges` (enqueue over HTTP, `Idempotency-Key` header, Stripe's
+//! convention) and `GET /charges/{attempt_id}`.
+//!
+//! Invariant: the same semantics as the library and SQL enqueue, because it
+//! calls them. The response to a create holds only what never changes for
+//! that key (attempt id, key, order, amount, currency, payment method), so a
+//! replay with the same key and body gets the original status and body back,
+//! byte for byte, with `Idempotent-Replayed: true`.
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+use uuid::Uuid;
+
+use super::{AppState, error};
+use crate::domain::{ChargeRequest, IdempotencyKey};
+use crate::store::{EnqueueError, StoreError};
+
+pub(super) async fn create(State(app): AppState, headers: HeaderMap, body: Bytes) -> Response {
+    const KEY: &str = "Idempotency-Key";
+    let Some(raw_key) = headers.get(KEY).and_then(|v| v.to_str().ok()) else {
+        return error(
+            StatusCode::BAD_REQUEST,
+            Some(KEY),
+            "the Idempotency-Key header is required",
+        );
+    };
+    if let Err(e) = IdempotencyKey::parse(raw_key) {
+        return error(StatusCode::BAD_REQUEST, Some(KEY), e.reason);
+    }
+    if body.len() > app.max_body {
+        let msg = format!(
+            "body of {} bytes exceeds the limit of {}",
+            body.len(),
+            app.max_body
+        );
+        return error(StatusCode::PAYLOAD_TOO_LARGE, None, msg);
+    }
+    let json_type = headers
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|ct| ct.to_ascii_lowercase().starts_with("application/json"));
+    if !json_type {
+        return error(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            None,
+            "Content-Type must be application/json",
+        );
+    }
+    let Ok(v) = serde_json::from_slice::<Value>(&body) else {
+        return error(StatusCode::BAD_REQUEST, None, "the body is not valid JSON");
+    };
+    let text = |field: &'static str| match v.get(field) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s.as_str())),
+        Some(_) => Err(field),
+    };
+    let (order_id, currency, payment_method) =
+        match (text("order_id"), text("currency"), text("payment_method")) {
+            (Ok(o), Ok(c), Ok(p)) => (o, c, p),
+            (Err(field), _, _) | (_, Err(field), _) | (_, _, Err(field)) => {
+                return error(
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    Some(field),
+                    "must be a string",
+                );
+            }
+        };
+    let Some(order_id) = order_id else {
+        return error(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            Some("order_id"),
+            "is required",
+        );
+    };
+    let Some(currency) = currency else {
+        return error(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            Some("currency"),
+            "is required",
+        );
+    };
+    let Some(amount) = v.get("amount_minor").and_then(Value::as_i64) else {
+        return error(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            Some("amount_minor"),
+            "is required: a whole number of minor units (1999 = 19.99 USD), never a decimal",
+        );
+    };
+    let req = match ChargeRequest::parse(order_id, amount, currency, Some(raw_key), payment_method)
+    {
+        Ok(r) => r,
+        Err(e) => {
+            return error(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                Some(e.field),
+                e.to_string(),
+            );
+        }
+    };
+    match app.store.enqueue(&req).await {
+        Ok(out) => {
+            let mut body = json!({
+                "attempt_id": out.attempt_id,
+                "idempotency_key": out.idempotency_key,
+                "order_id": req.order_id,
+                "amount_minor": req.amount.minor(),
+                "currency": req.currency.code(),
+            });
+            if let Some(pm) = &req.payment_method {
+                body["payment_method"] = json!(pm.token());
+            }
+            let mut resp = (StatusCode::CREATED, Json(body)).into_response();
+            let h = resp.headers_mut();
+            if let Ok(loc) = HeaderValue::from_str(&format!("/charges/{}", out.attempt_id)) {
+                h.insert("location", loc);
+            }
+            if !out.created {
+                h.insert("idempotent-replayed", HeaderValue::from_static("true"));
+            }
+            resp
+        }
+        Err(EnqueueError::Invalid(e)) => error(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            Some(e.field),
+            e.to_string(),
+        ),
+        Err(EnqueueError::KeyReused(m)) => error(StatusCode::CONFLICT, Some(KEY), m),
+        Err(EnqueueError::LiveAttempt(m) | EnqueueError::AlreadyApproved(m)) => {
+            error(StatusCode::CONFLICT, Some("order_id"), m)
+        }
+        Err(EnqueueError::Db(e)) => {
+            tracing::warn!(error = %e, "enqueue failed");
+            error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                None,
+                "the database is not available; retry with the same key",
+            )
+        }
+    }
+}
+
+pub(super) async fn show(State(app): AppState, Path(id): Path<String>) -> Response {
+    let Ok(id) = Uuid::try_parse(&id) else {
+        return error(
+            StatusCode::BAD_REQUEST,
+            Some("attempt_id"),
+            "must be a UUID",
+        );
+    };
+    match app.store.load(id).await {
+        Ok((attempt, _)) => match app.store.transitions(id).await {
+            Ok(t) => Json(json!({ "attempt": attempt, "transitions": t })).into_response(),
+            Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, None, e.to_string()),
+        },
+        Err(StoreError::NotFound(_)) => error(StatusCode::NOT_FOUND, None, "no such attempt"),
+        Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, None, e.to_string()),
+    }
+}

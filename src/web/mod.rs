@@ -1,0 +1,149 @@
+//! The `web` process (`cobro serve`): gateway webhooks, HTTP enqueue and a
+//! health check.
+//!
+//! Routes:
+//! - `POST /webhooks/gateway`: signed gateway events ([`webhooks`]).
+//! - `POST /charges` with `Idempotency-Key`, `GET /charges/{attempt_id}` ([`charges`]).
+//! - `GET /health`: the process is up and the database answers.
+//!
+//! Invariant: the process refuses to start without valid webhook secrets;
+//! secrets never reach logs or `Debug`.
+
+mod charges;
+mod webhooks;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use clap::Args;
+use serde_json::json;
+use tracing::info;
+
+use crate::backoff::parse_duration;
+use crate::store::Store;
+use crate::webhook::{Scheme, Verifier};
+
+fn duration(s: &str) -> Result<Duration, String> {
+    parse_duration(s).ok_or_else(|| format!("{s:?} is not a duration (use e.g. 300s, 5m)"))
+}
+
+/// Every setting of `cobro serve`, as a flag or an environment variable.
+#[derive(Clone, Args)]
+pub struct ServeArgs {
+    #[arg(long, env = "COBRO_LISTEN", default_value = "127.0.0.1:8080")]
+    pub listen: SocketAddr,
+    /// `postgres://…` or `sqlite://path`.
+    #[arg(long, env = "DATABASE_URL")]
+    pub database_url: String,
+    /// Active webhook signing secrets, comma-separated (several during a
+    /// rotation). Standard Webhooks: `whsec_<base64>`; Stripe: `whsec_…`.
+    #[arg(long, env = "COBRO_WEBHOOK_SECRETS", hide_env_values = true)]
+    pub webhook_secrets: String,
+    /// `standard` (Standard Webhooks) or `stripe` (`Stripe-Signature`).
+    #[arg(long, env = "COBRO_WEBHOOK_SCHEME", default_value = "standard")]
+    pub webhook_scheme: String,
+    /// How far a webhook's timestamp may be from now, either way.
+    #[arg(long, env = "COBRO_WEBHOOK_TOLERANCE", default_value = "300s", value_parser = duration)]
+    pub webhook_tolerance: Duration,
+    /// Largest accepted request body; larger ones get 413.
+    #[arg(long, env = "COBRO_MAX_BODY_BYTES", default_value_t = 65_536)]
+    pub max_body_bytes: usize,
+}
+
+impl std::fmt::Debug for ServeArgs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServeArgs")
+            .field("listen", &self.listen)
+            .field("webhook_scheme", &self.webhook_scheme)
+            .field("webhook_secrets", &"<redacted>")
+            .finish_non_exhaustive()
+    }
+}
+
+impl ServeArgs {
+    pub fn verifier(&self) -> anyhow::Result<Verifier> {
+        let scheme: Scheme = self
+            .webhook_scheme
+            .parse()
+            .map_err(|e| anyhow::anyhow!("COBRO_WEBHOOK_SCHEME: {e}"))?;
+        let verifier = Verifier::from_env_value(scheme, &self.webhook_secrets)
+            .map_err(|e| anyhow::anyhow!("COBRO_WEBHOOK_SECRETS: {e}"))?;
+        Ok(verifier.with_tolerance(self.webhook_tolerance))
+    }
+}
+
+pub(crate) struct App {
+    pub(crate) store: Store,
+    pub(crate) verifier: Verifier,
+    pub(crate) max_body: usize,
+}
+
+pub(crate) type AppState = State<Arc<App>>;
+
+/// The routes, for a store and a verifier.
+pub fn router(store: Store, verifier: Verifier, max_body: usize) -> Router {
+    let app = Arc::new(App {
+        store,
+        verifier,
+        max_body,
+    });
+    Router::new()
+        .route("/webhooks/gateway", post(webhooks::receive))
+        .route("/charges", post(charges::create))
+        .route("/charges/{attempt_id}", get(charges::show))
+        .route("/health", get(health))
+        // Our own limit (recorded, 413) applies first; this one only stops
+        // absurd bodies from being read at all.
+        .layer(DefaultBodyLimit::max(max_body.max(1 << 20)))
+        .with_state(app)
+}
+
+async fn health(State(app): AppState) -> Response {
+    match app.store.ping().await {
+        Ok(()) => Json(json!({"ok": true, "database": app.store.backend()})).into_response(),
+        Err(e) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(json!({"ok": false, "error": e.to_string()})),
+        )
+            .into_response(),
+    }
+}
+
+pub(crate) fn error(
+    status: StatusCode,
+    field: Option<&str>,
+    message: impl Into<String>,
+) -> Response {
+    let mut body = json!({ "error": message.into() });
+    if let Some(f) = field {
+        body["field"] = json!(f);
+    }
+    (status, Json(body)).into_response()
+}
+
+/// Runs the web process until `shutdown` resolves.
+pub async fn run(
+    args: ServeArgs,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let verifier = args.verifier()?;
+    let store = Store::connect(&args.database_url, 10)
+        .await
+        .context("connecting to DATABASE_URL")?;
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .with_context(|| format!("binding {}", args.listen))?;
+    info!(addr = %listener.local_addr()?, scheme = ?verifier.scheme(), "cobro web listening");
+    axum::serve(listener, router(store, verifier, args.max_body_bytes))
+        .with_graceful_shutdown(shutdown)
+        .await?;
+    info!("cobro web stopped");
+    Ok(())
+}

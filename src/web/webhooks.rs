@@ -1,0 +1,112 @@
+//! `POST /webhooks/gateway`: verify, then store once and apply.
+//!
+//! Invariant: the signature and timestamp are verified over the raw bytes
+//! before anything is parsed; every rejection is answered 4xx and recorded
+//! (reason, safe headers, size); a duplicate or a late event is answered
+//! 2xx (an error would make the gateway retry for days).
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde_json::{Map, Value, json};
+use tracing::{info, warn};
+
+use super::{AppState, error};
+use crate::webhook::{Rejection, event};
+
+/// Headers worth keeping with a rejected delivery. Signatures are HMACs,
+/// not secrets; nothing like `Authorization` or `Cookie` is ever kept.
+const SAFE_HEADERS: [&str; 8] = [
+    "content-type",
+    "content-length",
+    "user-agent",
+    "webhook-id",
+    "webhook-timestamp",
+    "webhook-signature",
+    "stripe-signature",
+    "x-forwarded-for",
+];
+
+fn safe_headers(h: &HeaderMap) -> Value {
+    let mut m = Map::new();
+    for name in SAFE_HEADERS {
+        if let Some(v) = h.get(name).and_then(|v| v.to_str().ok()) {
+            m.insert(name.into(), Value::String(v.chars().take(512).collect()));
+        }
+    }
+    Value::Object(m)
+}
+
+pub(super) async fn receive(State(app): AppState, headers: HeaderMap, body: Bytes) -> Response {
+    let reject = |status: StatusCode, reason: &'static str, detail: String| {
+        let app = app.clone();
+        let headers = safe_headers(&headers);
+        let size = body.len();
+        async move {
+            warn!(reason, %detail, size, "webhook rejected");
+            if let Err(e) = app
+                .store
+                .record_rejected_webhook(reason, Some(&detail), &headers, size)
+                .await
+            {
+                // Still a rejection; the gateway will retry and it will be recorded then.
+                warn!(error = %e, "could not record the rejected webhook");
+            }
+            error(status, None, format!("{reason}: {detail}"))
+        }
+    };
+    if body.len() > app.max_body {
+        let detail = format!("{} bytes, limit {}", body.len(), app.max_body);
+        return reject(StatusCode::PAYLOAD_TOO_LARGE, "body_too_large", detail).await;
+    }
+    let json_type = headers
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|ct| {
+            ct.trim_start()
+                .to_ascii_lowercase()
+                .starts_with("application/json")
+        });
+    if !json_type {
+        let detail = "Content-Type must be application/json".to_owned();
+        return reject(StatusCode::UNSUPPORTED_MEDIA_TYPE, "not_json", detail).await;
+    }
+    let header = |name: &str| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned)
+    };
+    if let Err(rejection) = app.verifier.verify(&header, &body, chrono::Utc::now()) {
+        let status = match rejection {
+            Rejection::MissingHeader(_) | Rejection::MalformedHeader(_) => StatusCode::BAD_REQUEST,
+            _ => StatusCode::UNAUTHORIZED,
+        };
+        return reject(status, rejection.reason(), rejection.to_string()).await;
+    }
+    let event = match event::parse(&body) {
+        Ok(ev) => ev,
+        Err(e) => return reject(StatusCode::BAD_REQUEST, "malformed_body", e.to_string()).await,
+    };
+    match app.store.record_webhook(&event).await {
+        Ok(result) => {
+            info!(event = %event.event_id, kind = %event.event_type, ?result, "webhook");
+            (
+                StatusCode::OK,
+                Json(json!({ "received": true, "outcome": result })),
+            )
+                .into_response()
+        }
+        Err(e) => {
+            // A 5xx here is right: nothing was stored, the gateway retries.
+            warn!(event = %event.event_id, error = %e, "webhook not stored");
+            error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                None,
+                "could not store the event; retry",
+            )
+        }
+    }
+}

@@ -1,0 +1,431 @@
+//! Gateway webhooks over real HTTP: signed, deduplicated, order-tolerant.
+//! Seed 003's pre-deploy tests 2, 3 and 5, the signature cases at the HTTP
+//! level, late news, and a concurrent storm.
+
+#[macro_use]
+mod common;
+
+use std::time::Duration;
+
+use cobro::domain::ChargeRequest;
+use cobro::sim::{Faults, SimConfig, WebhookTarget};
+use cobro::state::State;
+use cobro::store::Store;
+use cobro::webhook::{Scheme, Verifier};
+use common::*;
+use rand::seq::SliceRandom;
+use serde_json::{Value, json};
+use uuid::Uuid;
+
+on_both_backends!(
+    seed_test_2_the_same_webhook_three_times_is_one_transition,
+    the_simulator_delivering_each_event_three_times_still_moves_the_attempt_once,
+    seed_test_3_an_approval_before_the_synchronous_answer_wins_once,
+    seed_test_5_an_invalid_signature_is_rejected_and_recorded,
+    every_kind_of_bad_delivery_is_refused_and_recorded,
+    a_late_decline_after_approval_is_a_recorded_no_op,
+    a_storm_of_100_events_each_delivered_3_times_concurrently,
+);
+
+fn verifier(secret: &str) -> Verifier {
+    Verifier::from_env_value(Scheme::StandardWebhooks, secret).unwrap()
+}
+
+async fn pending(store: &Store, order: &str) -> (Uuid, Uuid) {
+    let req = ChargeRequest::parse(order, 4_999, "USD", None, None).unwrap();
+    let e = store.enqueue(&req).await.unwrap();
+    (e.attempt_id, e.idempotency_key.uuid())
+}
+
+fn event(id: &str, kind: &str, key: Uuid) -> Vec<u8> {
+    json!({
+        "id": id,
+        "type": kind,
+        "created": chrono::Utc::now().timestamp(),
+        "data": {"charge_id": format!("ch_{id}"), "idempotency_key": key,
+                 "status": if kind == "charge.succeeded" { "approved" } else { "declined" },
+                 "decline_code": if kind == "charge.failed" { Some("card_declined") } else { None }}
+    })
+    .to_string()
+    .into_bytes()
+}
+
+/// POSTs `body` with the headers `signer` makes (or `headers` as given).
+async fn post(web: &Web, headers: &[(String, String)], body: &[u8]) -> (u16, Value) {
+    let mut req = reqwest::Client::new()
+        .post(format!("{}/webhooks/gateway", web.url))
+        .header("content-type", "application/json")
+        .body(body.to_vec());
+    for (k, v) in headers {
+        req = req.header(k, v);
+    }
+    let resp = req.send().await.expect("POST /webhooks/gateway");
+    let status = resp.status().as_u16();
+    (status, resp.json().await.unwrap_or(Value::Null))
+}
+
+fn signed(v: &Verifier, id: &str, body: &[u8]) -> Vec<(String, String)> {
+    v.sign(id, chrono::Utc::now().timestamp(), body)
+}
+
+async fn causes(store: &Store, id: Uuid) -> Vec<String> {
+    store
+        .transitions(id)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|t| t.cause)
+        .collect()
+}
+
+async fn seed_test_2_the_same_webhook_three_times_is_one_transition(b: Backend) {
+    let db = TestDb::new(b).await;
+    let secret = test_secret();
+    let web = start_web(&db.store, verifier(&secret)).await;
+    let (id, key) = pending(&db.store, "wh-dup").await;
+    let body = event("evt_dup", "charge.succeeded", key);
+    let headers = signed(&verifier(&secret), "evt_dup", &body);
+    let replies = futures::future::join_all((0..3).map(|_| post(&web, &headers, &body))).await;
+    let mut outcomes: Vec<String> = replies
+        .iter()
+        .map(|(status, v)| {
+            assert_eq!(*status, 200, "{v}");
+            v["outcome"]["result"].as_str().unwrap().to_owned()
+        })
+        .collect();
+    outcomes.sort();
+    assert_eq!(outcomes, ["applied", "duplicate", "duplicate"]);
+    assert_eq!(
+        causes(&db.store, id).await,
+        ["enqueued", "webhook_approved"]
+    );
+    let (a, _) = db.store.load(id).await.unwrap();
+    assert_eq!(a.state, State::Aprobado);
+    assert_eq!(a.gateway_charge_id.as_deref(), Some("ch_evt_dup"));
+    assert_eq!(db.store.webhook_counts().await.unwrap(), (1, 0));
+    web.stop().await;
+    db.drop_db().await;
+}
+
+async fn sim_with_webhooks(
+    web: &Web,
+    secret: &str,
+    faults: Faults,
+    copies: u32,
+) -> cobro::sim::SimHandle {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    cobro::sim::spawn(
+        listener,
+        SimConfig {
+            idempotent: true,
+            seed: 3,
+            faults,
+            per_order_draws: false,
+            webhooks: Some(WebhookTarget {
+                url: format!("{}/webhooks/gateway", web.url),
+                signer: verifier(secret),
+                copies,
+                delay_ms: 0,
+                jitter_ms: 100,
+            }),
+        },
+    )
+    .await
+    .unwrap()
+}
+
+async fn the_simulator_delivering_each_event_three_times_still_moves_the_attempt_once(b: Backend) {
+    init_logs();
+    let db = TestDb::new(b).await;
+    let secret = test_secret();
+    let web = start_web(&db.store, verifier(&secret)).await;
+    let sim = sim_with_webhooks(&web, &secret, Faults::default(), 3).await;
+    let worker = spawn_worker(worker_args(&db.url, &sim.url()));
+    let (id, _) = pending(&db.store, "wh-sim").await;
+    eventually(Duration::from_secs(15), "three deliveries", || async {
+        let l = ledger(&sim.url()).await;
+        (l.stats.webhooks_delivered == 3).then_some(())
+    })
+    .await;
+    let (a, _) = db.store.load(id).await.unwrap();
+    assert_eq!(a.state, State::Aprobado);
+    let to_approved = db
+        .store
+        .transitions(id)
+        .await
+        .unwrap()
+        .iter()
+        .filter(|t| t.to_state == "APROBADO")
+        .count();
+    assert_eq!(
+        to_approved, 1,
+        "one transition, whoever brought the news first"
+    );
+    assert_eq!(
+        db.store.webhook_counts().await.unwrap(),
+        (1, 0),
+        "one event stored once"
+    );
+    assert_eq!(ledger(&sim.url()).await.entries.len(), 1);
+    worker.stop().await;
+    sim.shutdown().await;
+    web.stop().await;
+    db.drop_db().await;
+}
+
+async fn seed_test_3_an_approval_before_the_synchronous_answer_wins_once(b: Backend) {
+    init_logs();
+    let db = TestDb::new(b).await;
+    let secret = test_secret();
+    let web = start_web(&db.store, verifier(&secret)).await;
+    // The gateway charges at once, sends the webhook at once, and holds
+    // its synchronous answer for 1.5 s (within the worker's 4 s timeout).
+    let faults = Faults {
+        p_timeout_after_charge: 1.0,
+        hold_ms: 1_500,
+        ..Faults::default()
+    };
+    let sim = sim_with_webhooks(&web, &secret, faults, 1).await;
+    let mut args = worker_args(&db.url, &sim.url());
+    args.gateway_timeout = Duration::from_secs(4);
+    args.lease_ttl = Duration::from_secs(6);
+    let worker = spawn_worker(args);
+    let (id, _) = pending(&db.store, "wh-first").await;
+    eventually(
+        Duration::from_secs(15),
+        "the webhook to approve it",
+        || async {
+            let (a, _) = db.store.load(id).await.unwrap();
+            (a.state == State::Aprobado).then_some(())
+        },
+    )
+    .await;
+    // Let the held synchronous answer arrive and be recorded (or not).
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    assert_eq!(
+        causes(&db.store, id).await,
+        ["enqueued", "claim", "webhook_approved"]
+    );
+    let (a, _) = db.store.load(id).await.unwrap();
+    assert_eq!(a.state, State::Aprobado);
+    assert_eq!(a.send_count, 1);
+    let l = ledger(&sim.url()).await;
+    assert_eq!(l.entries.len(), 1, "one charge");
+    assert_eq!(
+        a.gateway_charge_id.as_deref(),
+        Some(l.entries[0].charge_id.as_str())
+    );
+    worker.stop().await;
+    sim.shutdown().await;
+    web.stop().await;
+    db.drop_db().await;
+}
+
+async fn seed_test_5_an_invalid_signature_is_rejected_and_recorded(b: Backend) {
+    let db = TestDb::new(b).await;
+    let web = start_web(&db.store, verifier(&test_secret())).await;
+    let (id, key) = pending(&db.store, "wh-forged").await;
+    let body = event("evt_forged", "charge.succeeded", key);
+    let forged = signed(&verifier(&test_secret()), "evt_forged", &body); // another secret
+    let (status, reply) = post(&web, &forged, &body).await;
+    assert_eq!(status, 401, "{reply}");
+    assert_eq!(db.store.webhook_counts().await.unwrap(), (0, 1));
+    assert_eq!(
+        db.store.rejected_webhook_reasons().await.unwrap(),
+        ["bad_signature"]
+    );
+    let (a, _) = db.store.load(id).await.unwrap();
+    assert_eq!(
+        a.state,
+        State::Pendiente,
+        "nobody can declare they have paid"
+    );
+    assert_eq!(causes(&db.store, id).await, ["enqueued"]);
+    web.stop().await;
+    db.drop_db().await;
+}
+
+async fn every_kind_of_bad_delivery_is_refused_and_recorded(b: Backend) {
+    let db = TestDb::new(b).await;
+    let secret = test_secret();
+    let v = verifier(&secret);
+    let web = start_web(&db.store, verifier(&secret)).await;
+    let (id, key) = pending(&db.store, "wh-bad").await;
+    let body = event("evt_bad", "charge.succeeded", key);
+    let now = chrono::Utc::now().timestamp();
+    let good = v.sign("evt_bad", now, &body);
+    let without = |name: &str| -> Vec<(String, String)> {
+        good.iter().filter(|(k, _)| k != name).cloned().collect()
+    };
+    let mut flipped = body.clone();
+    flipped[10] ^= 1;
+    type Case<'a> = (&'a str, Vec<(String, String)>, Vec<u8>, u16, &'a str);
+    let cases: Vec<Case> = vec![
+        (
+            "no id",
+            without("webhook-id"),
+            body.clone(),
+            400,
+            "missing_header",
+        ),
+        (
+            "no timestamp",
+            without("webhook-timestamp"),
+            body.clone(),
+            400,
+            "missing_header",
+        ),
+        (
+            "no signature",
+            without("webhook-signature"),
+            body.clone(),
+            400,
+            "missing_header",
+        ),
+        ("flipped byte", good.clone(), flipped, 401, "bad_signature"),
+        (
+            "301 s old",
+            v.sign("evt_bad", now - 301, &body),
+            body.clone(),
+            401,
+            "timestamp_too_old",
+        ),
+        (
+            "301 s ahead",
+            v.sign("evt_bad", now + 301, &body),
+            body.clone(),
+            401,
+            "timestamp_in_future",
+        ),
+    ];
+    let mut reasons = Vec::new();
+    for (what, headers, payload, want, reason) in &cases {
+        let (status, reply) = post(&web, headers, payload).await;
+        assert_eq!(status, *want, "{what}: {reply}");
+        reasons.push(reason.to_string());
+    }
+    // Not JSON, and too large: refused before verification, recorded too.
+    let resp = reqwest::Client::new()
+        .post(format!("{}/webhooks/gateway", web.url))
+        .header("content-type", "text/plain")
+        .body(body.clone())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 415);
+    reasons.push("not_json".into());
+    let big = vec![b' '; 70_000];
+    let (status, _) = post(&web, &v.sign("evt_big", now, &big), &big).await;
+    assert_eq!(status, 413);
+    reasons.push("body_too_large".into());
+    // Signed but not an event.
+    let junk = b"{\"hello\": 1}".to_vec();
+    let (status, _) = post(&web, &v.sign("evt_junk", now, &junk), &junk).await;
+    assert_eq!(status, 400);
+    reasons.push("malformed_body".into());
+
+    assert_eq!(db.store.rejected_webhook_reasons().await.unwrap(), reasons);
+    assert_eq!(db.store.webhook_counts().await.unwrap().0, 0);
+    assert_eq!(db.store.load(id).await.unwrap().0.state, State::Pendiente);
+    // And the genuine delivery still passes afterwards.
+    let (status, reply) = post(&web, &good, &body).await;
+    assert_eq!(
+        (status, reply["outcome"]["result"].as_str()),
+        (200, Some("applied"))
+    );
+    web.stop().await;
+    db.drop_db().await;
+}
+
+async fn a_late_decline_after_approval_is_a_recorded_no_op(b: Backend) {
+    let db = TestDb::new(b).await;
+    let secret = test_secret();
+    let v = verifier(&secret);
+    let web = start_web(&db.store, verifier(&secret)).await;
+    let (id, key) = pending(&db.store, "wh-late").await;
+    let ok = event("evt_ok", "charge.succeeded", key);
+    assert_eq!(post(&web, &signed(&v, "evt_ok", &ok), &ok).await.0, 200);
+    for (eid, kind) in [
+        ("evt_late_fail", "charge.failed"),
+        ("evt_again", "charge.succeeded"),
+    ] {
+        let late = event(eid, kind, key);
+        let (status, reply) = post(&web, &signed(&v, eid, &late), &late).await;
+        assert_eq!(status, 200, "late news is acknowledged, never an error");
+        assert_eq!(reply["outcome"]["result"], "noop", "{reply}");
+        assert_eq!(reply["outcome"]["state"], "APROBADO");
+    }
+    // Unknown types and unknown keys are stored and acknowledged too.
+    let other = br#"{"id":"evt_other","type":"customer.updated","data":{}}"#.to_vec();
+    let (status, reply) = post(&web, &signed(&v, "evt_other", &other), &other).await;
+    assert_eq!(
+        (status, reply["outcome"]["result"].as_str()),
+        (200, Some("ignored"))
+    );
+    let stranger = event("evt_stranger", "charge.succeeded", Uuid::new_v4());
+    let (status, reply) = post(&web, &signed(&v, "evt_stranger", &stranger), &stranger).await;
+    assert_eq!(
+        (status, reply["outcome"]["result"].as_str()),
+        (200, Some("unmatched"))
+    );
+
+    assert_eq!(
+        causes(&db.store, id).await,
+        ["enqueued", "webhook_approved"]
+    );
+    assert_eq!(db.store.load(id).await.unwrap().0.state, State::Aprobado);
+    assert_eq!(db.store.webhook_counts().await.unwrap(), (5, 0));
+    web.stop().await;
+    db.drop_db().await;
+}
+
+async fn a_storm_of_100_events_each_delivered_3_times_concurrently(b: Backend) {
+    let db = TestDb::new(b).await;
+    let secret = test_secret();
+    let v = verifier(&secret);
+    let web = start_web(&db.store, verifier(&secret)).await;
+    let mut deliveries = Vec::new();
+    let mut ids = Vec::new();
+    for i in 0..100 {
+        let (id, key) = pending(&db.store, &format!("storm-{i:03}")).await;
+        ids.push(id);
+        let eid = format!("evt_storm_{i:03}");
+        let kind = if i % 4 == 0 {
+            "charge.failed"
+        } else {
+            "charge.succeeded"
+        };
+        let body = event(&eid, kind, key);
+        let headers = signed(&v, &eid, &body);
+        for _ in 0..3 {
+            deliveries.push((headers.clone(), body.clone()));
+        }
+    }
+    deliveries.shuffle(&mut rand::rng());
+    let limit = std::sync::Arc::new(tokio::sync::Semaphore::new(24));
+    let replies = futures::future::join_all(deliveries.iter().map(|(h, body)| {
+        let limit = limit.clone();
+        let web = &web;
+        async move {
+            let _slot = limit.acquire().await.unwrap();
+            post(web, h, body).await
+        }
+    }))
+    .await;
+    let mut applied = 0;
+    for (status, reply) in &replies {
+        assert_eq!(*status, 200, "no 5xx, no refusal: {reply}");
+        applied += usize::from(reply["outcome"]["result"] == "applied");
+    }
+    assert_eq!(applied, 100, "exactly one effective delivery per event");
+    assert_eq!(db.store.webhook_counts().await.unwrap(), (100, 0));
+    assert_eq!(
+        db.store.transition_rows().await.unwrap(),
+        200,
+        "100 enqueued + 100 webhook"
+    );
+    let states = db.store.count_by_state().await.unwrap();
+    assert_eq!(states, [(State::Aprobado, 75), (State::Rechazado, 25)]);
+    web.stop().await;
+    db.drop_db().await;
+}
