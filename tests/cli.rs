@@ -159,3 +159,26 @@ async fn the_gateway_simulator_runs_as_its_own_process() {
     sim.kill().unwrap();
     let _ = sim.wait();
 }
+
+#[test]
+fn the_web_process_refuses_to_start_without_a_proper_secret() {
+    for (secret, why) in [
+        ("", "empty"),
+        ("whsec_", "empty after the prefix"),
+        ("whsec_c2hvcnQ=", "5 bytes"),
+        ("Sup3rS3cretValueWithoutPrefix42", "no prefix"),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_cobro"))
+            .args(["serve", "--listen", "127.0.0.1:0"])
+            .env("DATABASE_URL", "sqlite::memory:")
+            .env("COBRO_WEBHOOK_SECRETS", secret)
+            .output()
+            .expect("run cobro serve");
+        assert!(!out.status.success(), "{why}: it started");
+        let stderr = text(&out.stderr);
+        assert!(stderr.contains("COBRO_WEBHOOK_SECRETS"), "{why}: {stderr}");
+        for part in ["c2hvcnQ", "Sup3rS3cret"] {
+            assert!(!stderr.contains(part), "{why}: the secret leaked: {stderr}");
+        }
+    }
+}

@@ -25,6 +25,7 @@ on_both_backends!(
     every_kind_of_bad_delivery_is_refused_and_recorded,
     a_late_decline_after_approval_is_a_recorded_no_op,
     a_storm_of_100_events_each_delivered_3_times_concurrently,
+    the_stripe_scheme_works_end_to_end_when_the_adapter_chooses_it,
 );
 
 fn verifier(secret: &str) -> Verifier {
@@ -426,6 +427,33 @@ async fn a_storm_of_100_events_each_delivered_3_times_concurrently(b: Backend) {
     );
     let states = db.store.count_by_state().await.unwrap();
     assert_eq!(states, [(State::Aprobado, 75), (State::Rechazado, 25)]);
+    web.stop().await;
+    db.drop_db().await;
+}
+
+async fn the_stripe_scheme_works_end_to_end_when_the_adapter_chooses_it(b: Backend) {
+    let db = TestDb::new(b).await;
+    let secret = "whsec_stripe_test_secret_0123456789abcdef";
+    let stripe = || Verifier::from_env_value(Scheme::Stripe, secret).unwrap();
+    let web = start_web(&db.store, stripe()).await;
+    let (id, key) = pending(&db.store, "wh-stripe").await;
+    let body = event("evt_stripe", "charge.succeeded", key);
+    let headers = stripe().sign("evt_stripe", chrono::Utc::now().timestamp(), &body);
+    assert_eq!(headers[0].0.to_ascii_lowercase(), "stripe-signature");
+    // A Standard Webhooks signature means nothing to a Stripe receiver.
+    let standard = signed(&verifier(&test_secret()), "evt_stripe", &body);
+    assert_eq!(post(&web, &standard, &body).await.0, 400);
+    let (status, reply) = post(&web, &headers, &body).await;
+    assert_eq!(
+        (status, reply["outcome"]["result"].as_str()),
+        (200, Some("applied")),
+        "{reply}"
+    );
+    assert_eq!(db.store.load(id).await.unwrap().0.state, State::Aprobado);
+    assert_eq!(
+        db.store.rejected_webhook_reasons().await.unwrap(),
+        ["missing_header"]
+    );
     web.stop().await;
     db.drop_db().await;
 }
