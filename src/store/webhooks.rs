@@ -10,7 +10,7 @@ use serde::Serialize;
 use uuid::Uuid;
 
 use super::Attempt;
-use super::change::{Change, Plan, plan};
+use super::change::{Applied, Change, Plan, plan};
 use crate::gateway::Evidence;
 use crate::state::{Event, InvalidTransition, State};
 
@@ -90,7 +90,7 @@ pub(crate) fn evidence(ev: &IncomingEvent) -> Evidence {
 }
 
 /// The write an actionable event asks for, or why the state machine refuses it.
-pub(crate) fn change_for<'a>(
+fn change_for<'a>(
     seen: &Attempt,
     ev: &'a IncomingEvent,
     actor: &'a str,
@@ -113,4 +113,57 @@ pub(crate) fn change_for<'a>(
     change.evidence = Some(evidence);
     let p = plan(seen, &change)?;
     Ok(Some((change, p)))
+}
+
+/// What to do with a stored, new event, given its attempt (if any).
+pub(crate) enum Decision<'a> {
+    Done(WebhookResult, Option<String>),
+    Apply(&'a Attempt, Box<(Change<'a>, Plan<'a>)>),
+}
+
+pub(crate) fn decide<'a>(
+    seen: Option<&'a Attempt>,
+    ev: &'a IncomingEvent,
+    actor: &'a str,
+    evidence: &'a Evidence,
+) -> Decision<'a> {
+    let Some(seen) = seen else {
+        let result = match ev.outcome {
+            EventOutcome::NotActionable => WebhookResult::Ignored,
+            _ => WebhookResult::Unmatched,
+        };
+        return Decision::Done(result, None);
+    };
+    match change_for(seen, ev, actor, evidence) {
+        Ok(None) => Decision::Done(WebhookResult::Ignored, None),
+        Ok(Some(write)) => Decision::Apply(seen, Box::new(write)),
+        Err(refused) => Decision::Done(
+            WebhookResult::Noop {
+                attempt_id: seen.id,
+                state: seen.state,
+            },
+            Some(refused.to_string()),
+        ),
+    }
+}
+
+/// The result of applying an event's change (the row is locked, so losing
+/// the compare-and-set should not happen; if it does, it is a no-op).
+pub(crate) fn after_apply(seen: &Attempt, applied: Applied) -> (WebhookResult, Option<String>) {
+    match applied {
+        Applied::Moved(now) => (
+            WebhookResult::Applied {
+                attempt_id: now.id,
+                to: now.state,
+            },
+            None,
+        ),
+        Applied::Lost => (
+            WebhookResult::Noop {
+                attempt_id: seen.id,
+                state: seen.state,
+            },
+            Some("the attempt moved meanwhile".into()),
+        ),
+    }
 }

@@ -6,8 +6,9 @@ use sqlx::{Row, SqlitePool};
 
 use super::{apply_tx, attempt};
 use crate::store::StoreError;
-use crate::store::change::Applied;
-use crate::store::webhooks::{EventOutcome, IncomingEvent, WebhookResult, change_for, evidence};
+use crate::store::webhooks::{
+    Decision, IncomingEvent, WebhookResult, after_apply, decide, evidence,
+};
 
 pub(crate) async fn record(
     pool: &SqlitePool,
@@ -42,35 +43,12 @@ pub(crate) async fn record(
     };
     let actor = format!("webhook:{}", ev.event_id);
     let ev_evidence = evidence(ev);
-    let (result, detail) = match &seen {
-        None if matches!(ev.outcome, EventOutcome::NotActionable) => (WebhookResult::Ignored, None),
-        None => (WebhookResult::Unmatched, None),
-        Some(seen) => match change_for(seen, ev, &actor, &ev_evidence) {
-            Ok(None) => (WebhookResult::Ignored, None),
-            Err(refused) => (
-                WebhookResult::Noop {
-                    attempt_id: seen.id,
-                    state: seen.state,
-                },
-                Some(refused.to_string()),
-            ),
-            Ok(Some((change, plan))) => match apply_tx(&mut tx, seen, &change, &plan).await? {
-                Applied::Moved(now) => (
-                    WebhookResult::Applied {
-                        attempt_id: now.id,
-                        to: now.state,
-                    },
-                    None,
-                ),
-                Applied::Lost => (
-                    WebhookResult::Noop {
-                        attempt_id: seen.id,
-                        state: seen.state,
-                    },
-                    Some("the attempt moved meanwhile".into()),
-                ),
-            },
-        },
+    let (result, detail) = match decide(seen.as_ref(), ev, &actor, &ev_evidence) {
+        Decision::Done(result, detail) => (result, detail),
+        Decision::Apply(seen, write) => {
+            let (change, plan) = *write;
+            after_apply(seen, apply_tx(&mut tx, seen, &change, &plan).await?)
+        }
     };
     sqlx::query(
         "UPDATE webhook_events SET outcome = ?2, detail = ?3, attempt_id = ?4 WHERE event_id = ?1",

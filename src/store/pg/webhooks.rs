@@ -3,8 +3,9 @@
 use sqlx::PgPool;
 
 use super::apply_tx;
-use crate::store::change::Applied;
-use crate::store::webhooks::{IncomingEvent, WebhookResult, change_for, evidence};
+use crate::store::webhooks::{
+    Decision, IncomingEvent, WebhookResult, after_apply, decide, evidence,
+};
 use crate::store::{Attempt, StoreError};
 
 pub(crate) async fn record(pool: &PgPool, ev: &IncomingEvent) -> Result<WebhookResult, StoreError> {
@@ -40,41 +41,12 @@ pub(crate) async fn record(pool: &PgPool, ev: &IncomingEvent) -> Result<WebhookR
     };
     let actor = format!("webhook:{}", ev.event_id);
     let ev_evidence = evidence(ev);
-    let (result, detail) = match &seen {
-        None if matches!(
-            ev.outcome,
-            crate::store::webhooks::EventOutcome::NotActionable
-        ) =>
-        {
-            (WebhookResult::Ignored, None)
+    let (result, detail) = match decide(seen.as_ref(), ev, &actor, &ev_evidence) {
+        Decision::Done(result, detail) => (result, detail),
+        Decision::Apply(seen, write) => {
+            let (change, plan) = *write;
+            after_apply(seen, apply_tx(&mut tx, seen, &change, &plan).await?)
         }
-        None => (WebhookResult::Unmatched, None),
-        Some(seen) => match change_for(seen, ev, &actor, &ev_evidence) {
-            Ok(None) => (WebhookResult::Ignored, None),
-            Err(refused) => (
-                WebhookResult::Noop {
-                    attempt_id: seen.id,
-                    state: seen.state,
-                },
-                Some(refused.to_string()),
-            ),
-            Ok(Some((change, plan))) => match apply_tx(&mut tx, seen, &change, &plan).await? {
-                Applied::Moved(now) => (
-                    WebhookResult::Applied {
-                        attempt_id: now.id,
-                        to: now.state,
-                    },
-                    None,
-                ),
-                Applied::Lost => (
-                    WebhookResult::Noop {
-                        attempt_id: seen.id,
-                        state: seen.state,
-                    },
-                    Some("the attempt moved meanwhile".into()),
-                ),
-            },
-        },
     };
     sqlx::query(
         "UPDATE cobro.webhook_events SET outcome = $2, detail = $3, attempt_id = $4
