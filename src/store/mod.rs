@@ -111,6 +111,7 @@ pub struct Check {
 
 /// Which database the store talks to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Backend {
     Postgres,
     Sqlite,

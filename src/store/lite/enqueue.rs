@@ -1,0 +1,124 @@
+//! Enqueue on SQLite, inside the caller's transaction: the same steps and
+//! errors as PostgreSQL's `cobro.enqueue_charge` (SQLite has no stored
+//! procedures, so they run from Rust here).
+
+use sqlx::{Row, SqliteConnection};
+use uuid::Uuid;
+
+use super::{ms, push_wake, uuid};
+use crate::domain::ChargeRequest;
+use crate::state::State;
+use crate::store::StoreError;
+use crate::store::enqueue::{EnqueueError, Enqueued, already_approved, key_reused, live_attempt};
+
+/// Enqueues inside the caller's transaction (begin it with
+/// `BEGIN IMMEDIATE` so the checks and the insert see one state of the
+/// file): the same steps and errors as PostgreSQL's `cobro.enqueue_charge`.
+pub async fn enqueue_charge(
+    conn: &mut SqliteConnection,
+    req: &ChargeRequest,
+) -> Result<Enqueued, EnqueueError> {
+    let order = req.order_id.as_str();
+    let key = req.key.uuid().hyphenated().to_string();
+    let pm = req.payment_method.as_ref().map(|p| p.token());
+    let existing = sqlx::query(
+        "SELECT id, order_id, amount_minor, currency, payment_method, state
+           FROM payment_attempts WHERE idempotency_key = ?1",
+    )
+    .bind(&key)
+    .fetch_optional(&mut *conn)
+    .await?;
+    if let Some(row) = existing {
+        let (o, a, c, p): (String, i64, String, Option<String>) = (
+            row.try_get("order_id")?,
+            row.try_get("amount_minor")?,
+            row.try_get("currency")?,
+            row.try_get("payment_method")?,
+        );
+        if o == order && a == req.amount.minor() && c == req.currency.code() && p.as_deref() == pm {
+            let id: String = row.try_get("id")?;
+            let state: String = row.try_get("state")?;
+            return Ok(Enqueued {
+                attempt_id: uuid(&id).map_err(|e| sqlx::Error::Decode(e.into()))?,
+                idempotency_key: req.key,
+                state: state
+                    .parse()
+                    .map_err(|e: crate::state::UnknownState| sqlx::Error::Decode(e.into()))?,
+                created: false,
+            });
+        }
+        return Err(key_reused(req.key, &o, a, &c));
+    }
+    let states: Vec<String> =
+        sqlx::query_scalar("SELECT state FROM payment_attempts WHERE order_id = ?1")
+            .bind(order)
+            .fetch_all(&mut *conn)
+            .await?;
+    if states.iter().any(|s| s == State::Aprobado.as_str()) {
+        return Err(already_approved(order));
+    }
+    if states
+        .iter()
+        .any(|s| s.parse::<State>().is_ok_and(State::is_live))
+    {
+        return Err(live_attempt(order));
+    }
+    let id = Uuid::new_v4();
+    let inserted = sqlx::query(concat!(
+        "INSERT INTO payment_attempts
+            (id, order_id, amount_minor, currency, payment_method, idempotency_key, state,
+             next_action_at, created_at, updated_at)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'PENDIENTE', ",
+        now_ms!(),
+        ", ",
+        now_ms!(),
+        ", ",
+        now_ms!(),
+        ") RETURNING next_action_at"
+    ))
+    .bind(id.hyphenated().to_string())
+    .bind(order)
+    .bind(req.amount.minor())
+    .bind(req.currency.code())
+    .bind(pm)
+    .bind(&key)
+    .fetch_one(&mut *conn)
+    .await;
+    let due: i64 = match inserted {
+        Ok(row) => row.try_get(0)?,
+        Err(e)
+            if e.as_database_error()
+                .is_some_and(|d| d.is_unique_violation()) =>
+        {
+            let msg = e
+                .as_database_error()
+                .map(|d| d.message().to_owned())
+                .unwrap_or_default();
+            return Err(if msg.contains("idempotency_key") {
+                key_reused(req.key, order, req.amount.minor(), req.currency.code())
+            } else {
+                live_attempt(order)
+            });
+        }
+        Err(e) => return Err(e.into()),
+    };
+    sqlx::query(concat!(
+        "INSERT INTO attempt_transitions (attempt_id, from_state, to_state, cause, actor, at)
+         VALUES (?1, NULL, 'PENDIENTE', 'enqueued', 'app', ",
+        now_ms!(),
+        ")"
+    ))
+    .bind(id.hyphenated().to_string())
+    .execute(&mut *conn)
+    .await?;
+    push_wake(conn, id, ms(due), 0).await.map_err(|e| match e {
+        StoreError::Db(e) => EnqueueError::Db(e),
+        other => EnqueueError::Db(sqlx::Error::Protocol(other.to_string())),
+    })?;
+    Ok(Enqueued {
+        attempt_id: id,
+        idempotency_key: req.key,
+        state: State::Pendiente,
+        created: true,
+    })
+}
