@@ -89,7 +89,7 @@ impl CheckSchedule {
     }
 }
 
-/// `"250ms"`, `"2s"`, `"1.5s"`, `"24h"`, `"5m"`.
+/// `"250ms"`, `"2s"`, `"1.5s"`, `"5m"`, `"24h"`, `"3d"`.
 pub fn parse_duration(s: &str) -> Option<Duration> {
     let (num, unit) = s
         .find(|c: char| c.is_ascii_alphabetic())
@@ -103,6 +103,7 @@ pub fn parse_duration(s: &str) -> Option<Duration> {
         "s" => n,
         "m" => n * 60.0,
         "h" => n * 3600.0,
+        "d" => n * 86_400.0,
         _ => return None,
     };
     Some(Duration::from_secs_f64(secs))

@@ -19,8 +19,9 @@ use crate::backoff::CheckSchedule;
 use crate::domain::{Amount, Currency, IdempotencyKey, InputError, OrderId, PaymentMethod};
 use crate::gateway::{ChargeCall, ChargeOutcome, Gateway, LookupOutcome};
 use crate::policy::{Action, LookupPlan, Snapshot, after_lookup, decide};
+use crate::retry::{RetryPlan, RetryPolicy};
 use crate::state::Event;
-use crate::store::{Applied, Attempt, Change, CheckRecord, Lease, Store, StoreError};
+use crate::store::{Applied, Attempt, Change, CheckRecord, Lease, RetryError, Store, StoreError};
 
 /// The wake-up job's payload: only which attempt to look at.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -40,6 +41,8 @@ pub struct EngineConfig {
     /// How long the gateway keeps idempotency keys (Stripe: 24 h). An attempt
     /// whose key is older is never re-sent.
     pub key_lifetime: Duration,
+    /// Which declines get a new attempt, when, and how many.
+    pub retry: RetryPolicy,
 }
 
 pub struct Engine {
@@ -99,6 +102,7 @@ impl Engine {
                     Action::Send => self.send(&attempt, Event::Claim, "claim", None).await?,
                     Action::ExpireLease => self.expire_lease(&attempt).await?,
                     Action::Check => self.check(&attempt).await?,
+                    Action::Retry => self.business_retry(&attempt).await?,
                 }
             }
             warn!("attempt still wants work after {MAX_STEPS} steps; leaving it to the sweeper");
@@ -158,6 +162,7 @@ impl Engine {
                 let mut c = Change::new(Some(Event::Declined), "gateway_declined", &self.actor);
                 c.decline_code = Some(code);
                 c.charge_id = charge_id.as_deref();
+                c.act_in = retry_in(&self.cfg.retry, code, claimed.attempt_number);
                 c
             }
             ChargeOutcome::Unknown { .. } => {
@@ -179,6 +184,30 @@ impl Engine {
         if let Applied::Moved(_) = self.store.apply(seen, &change).await? {
             info!(holder = ?seen.lease_owner, "lease expired: outcome unknown");
         }
+        Ok(())
+    }
+
+    /// `RECHAZADO` with a retry due: a new attempt with a new key, if the
+    /// database agrees (nothing approved, nothing live, under the maximum).
+    async fn business_retry(&self, seen: &Attempt) -> Result<(), StoreError> {
+        let key = IdempotencyKey::generate();
+        let refused = match self
+            .store
+            .business_retry(seen.id, key, self.cfg.retry.max_attempts(), &self.actor)
+            .await
+        {
+            Ok(new) => {
+                info!(retry = %new.attempt_id, number = new.attempt_number, "business retry created");
+                return Ok(());
+            }
+            Err(RetryError::Db(e)) => return Err(StoreError::Db(e)),
+            Err(refused) => refused,
+        };
+        // Already retried, approved meanwhile, or out of attempts: this
+        // attempt's retry is over either way; clear its schedule.
+        info!(reason = %refused, "business retry not created");
+        let clear = Change::new(None, "retry_refused", &self.actor);
+        self.store.apply(seen, &clear).await?;
         Ok(())
     }
 
@@ -239,6 +268,7 @@ impl Engine {
                 let mut c = Change::new(Some(event), "lookup_declined", &self.actor);
                 c.decline_code = Some(code);
                 c.charge_id = charge_id.as_deref();
+                c.act_in = retry_in(&self.cfg.retry, code, held.attempt_number);
                 c
             }
             (LookupPlan::Apply(event @ Event::KeyExpired), _) => {
@@ -257,6 +287,15 @@ impl Engine {
         change.add_check = Some(record);
         self.store.apply(&held, &change).await?;
         Ok(())
+    }
+}
+
+/// When a declined attempt's order gets its next attempt, if ever.
+pub fn retry_in(policy: &RetryPolicy, code: &str, attempt_number: i32) -> Option<Duration> {
+    let attempt = u32::try_from(attempt_number.max(1)).unwrap_or(1);
+    match policy.after_decline(code, attempt, &mut rand::rng()) {
+        RetryPlan::RetryIn(d) => Some(d),
+        RetryPlan::Final | RetryPlan::Exhausted => None,
     }
 }
 

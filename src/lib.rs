@@ -12,6 +12,7 @@
 //! - [`state`]: the state machine, one pure function over (state, event).
 //! - [`backoff`]: the jittered 2-4-8-16-32 s check schedule.
 //! - [`policy`]: pure decisions (what to do with an attempt, what a lookup means).
+//! - [`retry`]: business retries: which declines are retried, when, how many times.
 //! - [`gateway`]: the gateway trait and its HTTP adapter; every failure classified.
 //! - [`store`]: all SQL: enqueue, compare-and-set writes, sweeper, history.
 //! - [`engine`]: the wake-up handler (load → decide → act → record).
@@ -27,6 +28,7 @@ pub mod domain;
 pub mod engine;
 pub mod gateway;
 pub mod policy;
+pub mod retry;
 pub mod runtime;
 pub mod sim;
 pub mod state;

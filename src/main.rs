@@ -63,6 +63,23 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// A manual business retry (finance): a NEW attempt with a NEW key for the
+    /// order of a declined attempt, through the same guards as the automatic
+    /// ones (nothing approved, nothing live, under the maximum).
+    Retry {
+        #[arg(long, env = "DATABASE_URL")]
+        database_url: String,
+        /// The declined attempt.
+        #[arg(long)]
+        attempt: Uuid,
+        /// Who asks (kept in the transition log).
+        #[arg(long)]
+        actor: String,
+        #[arg(long, env = "COBRO_MAX_ATTEMPTS", default_value_t = 4)]
+        max_attempts: u32,
+        #[arg(long)]
+        json: bool,
+    },
     /// Run the web process: gateway webhooks, HTTP enqueue, health.
     Serve(cobro::web::ServeArgs),
     /// Run the gateway simulator (a real HTTP server with its own ledger).
@@ -155,6 +172,28 @@ async fn main() -> Result<()> {
                 bail!("no attempts found");
             }
             print_status(&store, &attempts, json).await?;
+        }
+        Command::Retry {
+            database_url,
+            attempt,
+            actor,
+            max_attempts,
+            json,
+        } => {
+            let store = Store::connect(&database_url, 2).await?;
+            let key = cobro::domain::IdempotencyKey::generate();
+            let who = format!("manual:{actor}");
+            let retried = store
+                .business_retry(attempt, key, max_attempts, &who)
+                .await?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&retried)?);
+            } else {
+                println!(
+                    "retry created: attempt {} (number {}) key {}",
+                    retried.attempt_id, retried.attempt_number, retried.idempotency_key
+                );
+            }
         }
         Command::Serve(args) => {
             cobro::web::run(args, cobro::runtime::shutdown_signal()).await?;

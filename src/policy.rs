@@ -30,6 +30,8 @@ pub enum Action {
     Check,
     /// `EN_PROCESO` whose holder vanished: the outcome is unknown.
     ExpireLease,
+    /// `RECHAZADO` with a business retry due: a NEW attempt with a NEW key.
+    Retry,
     /// Not yet: the next action is due at this time.
     WaitUntil(DateTime<Utc>),
     /// Terminal, waiting for finance, or another worker holds the lease.
@@ -50,6 +52,7 @@ pub fn decide(s: Snapshot, now: DateTime<Utc>) -> Action {
         },
         State::Desconocido if leased => Action::Nothing,
         State::Desconocido => due(Action::Check),
+        State::Rechazado if s.next_action_at.is_some() => due(Action::Retry),
         State::Aprobado | State::Rechazado | State::EnRevision => Action::Nothing,
     }
 }
@@ -131,6 +134,11 @@ mod tests {
             (snap(State::Desconocido, Some(99), Some(50)), Action::Check),
             (snap(State::Aprobado, Some(0), None), Action::Nothing),
             (snap(State::Rechazado, None, None), Action::Nothing),
+            (snap(State::Rechazado, Some(99), None), Action::Retry),
+            (
+                snap(State::Rechazado, Some(200), None),
+                Action::WaitUntil(t(200)),
+            ),
             (snap(State::EnRevision, Some(0), None), Action::Nothing),
         ];
         for (s, want) in cases {

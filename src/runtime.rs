@@ -77,6 +77,8 @@ pub struct WorkerArgs {
     /// This process's name (unique); default host-pid.
     #[arg(long, env = "COBRO_WORKER_NAME")]
     pub worker_name: Option<String>,
+    #[command(flatten)]
+    pub retry: crate::retry::RetryArgs,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -101,6 +103,7 @@ impl WorkerArgs {
 
     pub fn validate(&self) -> Result<(), ConfigError> {
         self.schedule()?;
+        self.retry.policy()?;
         let timeouts = self.gateway_connect_timeout + self.gateway_timeout;
         if self.lease_ttl <= timeouts {
             return Err(ConfigError::LeaseTooShort {
@@ -160,6 +163,7 @@ pub async fn run(
             lease_ttl: args.lease_ttl,
             schedule: args.schedule()?,
             key_lifetime: args.key_lifetime,
+            retry: args.retry.policy()?,
         },
     ));
     info!(worker = %name, concurrency = args.concurrency, "cobro-worker starting");

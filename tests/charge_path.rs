@@ -268,6 +268,7 @@ fn engine(store: &Store, gateway_url: &str, name: &str) -> Engine {
             lease_ttl: Duration::from_secs(3),
             schedule: CheckSchedule::default().scaled(0.1),
             key_lifetime: Duration::from_secs(86_400),
+            retry: Default::default(),
         },
     )
 }

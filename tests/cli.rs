@@ -8,7 +8,10 @@ use std::time::Duration;
 
 use common::*;
 
-on_both_backends!(migrate_enqueue_and_status_from_the_command_line,);
+on_both_backends!(
+    migrate_enqueue_and_status_from_the_command_line,
+    finance_retries_a_declined_order_from_the_command_line,
+);
 
 fn cobro(db_url: &str, args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_cobro"))
@@ -181,4 +184,52 @@ fn the_web_process_refuses_to_start_without_a_proper_secret() {
             assert!(!stderr.contains(part), "{why}: the secret leaked: {stderr}");
         }
     }
+}
+
+async fn finance_retries_a_declined_order_from_the_command_line(b: Backend) {
+    use cobro::state::Event;
+    use cobro::store::{Applied, Change, Lease};
+    let db = TestDb::new(b).await;
+    let req = cobro::domain::ChargeRequest::parse("cli-retry", 900, "USD", None, None).unwrap();
+    let id = db.store.enqueue(&req).await.unwrap().attempt_id;
+    let (a, _) = db.store.load(id).await.unwrap();
+    let mut claim = Change::new(Some(Event::Claim), "test", "test");
+    claim.lease = Lease::Take {
+        owner: "test",
+        ttl: Duration::from_secs(30),
+    };
+    let Applied::Moved(a) = db.store.apply(&a, &claim).await.unwrap() else {
+        panic!()
+    };
+    let mut decline = Change::new(Some(Event::Declined), "test", "test");
+    decline.decline_code = Some("card_declined");
+    db.store.apply(&a, &decline).await.unwrap();
+
+    let args = [
+        "retry",
+        "--attempt",
+        &id.to_string(),
+        "--actor",
+        "ana",
+        "--json",
+    ];
+    let out = cobro(&db.url, &args);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["attempt_number"], 2);
+    let new_id: uuid::Uuid = v["attempt_id"].as_str().unwrap().parse().unwrap();
+    let log = db.store.transitions(new_id).await.unwrap();
+    assert_eq!(
+        (log[0].cause.as_str(), log[0].actor.as_str()),
+        ("business_retry", "manual:ana")
+    );
+    // Again: the order already has a live attempt.
+    let out = cobro(&db.url, &args);
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("already being retried"),
+        "{}",
+        text(&out.stderr)
+    );
+    db.drop_db().await;
 }

@@ -26,6 +26,7 @@ on_both_backends!(
     a_late_decline_after_approval_is_a_recorded_no_op,
     a_storm_of_100_events_each_delivered_3_times_concurrently,
     the_stripe_scheme_works_end_to_end_when_the_adapter_chooses_it,
+    a_retryable_decline_by_webhook_schedules_the_business_retry,
 );
 
 fn verifier(secret: &str) -> Verifier {
@@ -454,6 +455,47 @@ async fn the_stripe_scheme_works_end_to_end_when_the_adapter_chooses_it(b: Backe
         db.store.rejected_webhook_reasons().await.unwrap(),
         ["missing_header"]
     );
+    web.stop().await;
+    db.drop_db().await;
+}
+
+async fn a_retryable_decline_by_webhook_schedules_the_business_retry(b: Backend) {
+    let db = TestDb::new(b).await;
+    let secret = test_secret();
+    let v = verifier(&secret);
+    let web = start_web(&db.store, verifier(&secret)).await;
+    for (order, code, scheduled) in [
+        ("wh-poor", "insufficient_funds", true),
+        ("wh-stolen", "stolen_card", false),
+    ] {
+        let (id, key) = pending(&db.store, order).await;
+        let eid = format!("evt_{order}");
+        let body = json!({"id": eid, "type": "charge.failed",
+                          "data": {"idempotency_key": key, "decline_code": code}})
+        .to_string()
+        .into_bytes();
+        let (status, reply) = post(&web, &signed(&v, &eid, &body), &body).await;
+        assert_eq!(
+            (status, reply["outcome"]["result"].as_str()),
+            (200, Some("applied"))
+        );
+        let (a, now) = db.store.load(id).await.unwrap();
+        assert_eq!(
+            (a.state, a.decline_code.as_deref()),
+            (State::Rechazado, Some(code))
+        );
+        match (scheduled, a.next_action_at) {
+            (true, Some(at)) => {
+                let secs = (at - now).num_seconds();
+                assert!(
+                    (69_000..=104_000).contains(&secs),
+                    "retry in {secs}s, nominal 1 day"
+                );
+            }
+            (false, None) => {}
+            other => panic!("{code}: {other:?}"),
+        }
+    }
     web.stop().await;
     db.drop_db().await;
 }

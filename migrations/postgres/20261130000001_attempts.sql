@@ -105,7 +105,7 @@ CREATE UNIQUE INDEX one_live_attempt_per_order ON cobro.payment_attempts (order_
     WHERE state IN ('PENDIENTE', 'EN_PROCESO', 'DESCONOCIDO', 'EN_REVISION');
 -- What the sweeper scans.
 CREATE INDEX payment_attempts_due ON cobro.payment_attempts (next_action_at)
-    WHERE state IN ('PENDIENTE', 'EN_PROCESO', 'DESCONOCIDO');
+    WHERE state IN ('PENDIENTE', 'EN_PROCESO', 'DESCONOCIDO', 'RECHAZADO');
 CREATE INDEX payment_attempts_order ON cobro.payment_attempts (order_id);
 
 -- Append-only: one row per state change, written in the same transaction.

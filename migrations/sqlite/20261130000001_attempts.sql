@@ -98,7 +98,7 @@ CREATE UNIQUE INDEX one_approved_per_order ON payment_attempts (order_id)
 CREATE UNIQUE INDEX one_live_attempt_per_order ON payment_attempts (order_id)
     WHERE state IN ('PENDIENTE', 'EN_PROCESO', 'DESCONOCIDO', 'EN_REVISION');
 CREATE INDEX payment_attempts_due ON payment_attempts (next_action_at)
-    WHERE state IN ('PENDIENTE', 'EN_PROCESO', 'DESCONOCIDO');
+    WHERE state IN ('PENDIENTE', 'EN_PROCESO', 'DESCONOCIDO', 'RECHAZADO');
 CREATE INDEX payment_attempts_order ON payment_attempts (order_id);
 
 CREATE TABLE attempt_transitions (

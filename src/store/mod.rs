@@ -12,12 +12,14 @@ mod change;
 mod enqueue;
 mod lite;
 mod pg;
+mod retry;
 mod webhooks;
 
 pub use change::{Applied, Change, CheckRecord, Lease};
 pub use enqueue::{EnqueueError, Enqueued};
 pub use lite::enqueue_charge as enqueue_charge_sqlite;
 pub use pg::enqueue_charge;
+pub use retry::{Retried, RetryError};
 pub use webhooks::{EventOutcome, IncomingEvent, WebhookResult};
 
 use std::time::Duration;
@@ -240,7 +242,8 @@ impl Store {
 
     /// Re-creates wake-ups for attempts whose time has passed: a lease that
     /// expired (the holder vanished: `EN_PROCESO`, or a check in
-    /// `DESCONOCIDO`) at once, and `PENDIENTE`/`DESCONOCIDO` with no holder
+    /// `DESCONOCIDO`) at once, and `PENDIENTE`/`DESCONOCIDO` (or a
+    /// `RECHAZADO` with a business retry due) with no holder
     /// only once they are `grace` late (their own scheduled job normally
     /// comes, even behind a backlog; the sweeper is the backstop for a lost
     /// one). An attempt is re-woken at most once per `every`. Returns how many.
@@ -318,10 +321,15 @@ impl Store {
 
     /// Stores a verified gateway event once and applies what it says to its
     /// attempt, in one transaction (see `store::webhooks`).
-    pub async fn record_webhook(&self, ev: &IncomingEvent) -> Result<WebhookResult, StoreError> {
+    /// A decline schedules the order's business retry per `retry`.
+    pub async fn record_webhook(
+        &self,
+        ev: &IncomingEvent,
+        retry: Option<&crate::retry::RetryPolicy>,
+    ) -> Result<WebhookResult, StoreError> {
         match &self.db {
-            Db::Pg(p) => pg::webhooks::record(p, ev).await,
-            Db::Lite(p) => lite::webhooks::record(p, ev).await,
+            Db::Pg(p) => pg::webhooks::record(p, ev, retry).await,
+            Db::Lite(p) => lite::webhooks::record(p, ev, retry).await,
         }
     }
 
@@ -364,5 +372,22 @@ impl Store {
             Db::Lite(p) => sqlx::query("SELECT 1").execute(p).await.map(|_| ())?,
         }
         Ok(())
+    }
+
+    /// A business retry: a NEW attempt with the NEW `key` for the order of
+    /// the declined attempt `attempt_id`, only if the order has nothing
+    /// approved and nothing live and fewer than `max_attempts` attempts.
+    pub async fn business_retry(
+        &self,
+        attempt_id: Uuid,
+        key: crate::domain::IdempotencyKey,
+        max_attempts: u32,
+        actor: &str,
+    ) -> Result<Retried, RetryError> {
+        let max = i32::try_from(max_attempts).unwrap_or(i32::MAX);
+        match &self.db {
+            Db::Pg(p) => pg::business_retry(p, attempt_id, key.uuid(), max, actor).await,
+            Db::Lite(p) => lite::retry::business_retry(p, attempt_id, key.uuid(), max, actor).await,
+        }
     }
 }

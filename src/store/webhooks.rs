@@ -12,6 +12,7 @@ use uuid::Uuid;
 use super::Attempt;
 use super::change::{Applied, Change, Plan, plan};
 use crate::gateway::Evidence;
+use crate::retry::RetryPolicy;
 use crate::state::{Event, InvalidTransition, State};
 
 /// What a verified, parsed gateway event says.
@@ -95,6 +96,7 @@ fn change_for<'a>(
     ev: &'a IncomingEvent,
     actor: &'a str,
     evidence: &'a Evidence,
+    retry: Option<&RetryPolicy>,
 ) -> Result<Option<(Change<'a>, Plan<'a>)>, InvalidTransition> {
     let mut change = match &ev.outcome {
         EventOutcome::Approved { charge_id } => {
@@ -106,6 +108,7 @@ fn change_for<'a>(
             let mut c = Change::new(Some(Event::Declined), "webhook_declined", actor);
             c.decline_code = Some(code);
             c.charge_id = charge_id.as_deref();
+            c.act_in = retry.and_then(|p| crate::engine::retry_in(p, code, seen.attempt_number));
             c
         }
         EventOutcome::NotActionable => return Ok(None),
@@ -126,6 +129,7 @@ pub(crate) fn decide<'a>(
     ev: &'a IncomingEvent,
     actor: &'a str,
     evidence: &'a Evidence,
+    retry: Option<&RetryPolicy>,
 ) -> Decision<'a> {
     let Some(seen) = seen else {
         let result = match ev.outcome {
@@ -134,7 +138,7 @@ pub(crate) fn decide<'a>(
         };
         return Decision::Done(result, None);
     };
-    match change_for(seen, ev, actor, evidence) {
+    match change_for(seen, ev, actor, evidence, retry) {
         Ok(None) => Decision::Done(WebhookResult::Ignored, None),
         Ok(Some(write)) => Decision::Apply(seen, Box::new(write)),
         Err(refused) => Decision::Done(

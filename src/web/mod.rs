@@ -55,6 +55,9 @@ pub struct ServeArgs {
     /// Largest accepted request body; larger ones get 413.
     #[arg(long, env = "COBRO_MAX_BODY_BYTES", default_value_t = 65_536)]
     pub max_body_bytes: usize,
+    /// A decline by webhook schedules the business retry like the worker does.
+    #[command(flatten)]
+    pub retry: crate::retry::RetryArgs,
 }
 
 impl std::fmt::Debug for ServeArgs {
@@ -83,16 +86,23 @@ pub(crate) struct App {
     pub(crate) store: Store,
     pub(crate) verifier: Verifier,
     pub(crate) max_body: usize,
+    pub(crate) retry: crate::retry::RetryPolicy,
 }
 
 pub(crate) type AppState = State<Arc<App>>;
 
-/// The routes, for a store and a verifier.
-pub fn router(store: Store, verifier: Verifier, max_body: usize) -> Router {
+/// The routes, for a store, a verifier and the business-retry policy.
+pub fn router(
+    store: Store,
+    verifier: Verifier,
+    max_body: usize,
+    retry: crate::retry::RetryPolicy,
+) -> Router {
     let app = Arc::new(App {
         store,
         verifier,
         max_body,
+        retry,
     });
     Router::new()
         .route("/webhooks/gateway", post(webhooks::receive))
@@ -134,6 +144,10 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     let verifier = args.verifier()?;
+    let retry = args
+        .retry
+        .policy()
+        .map_err(|e| anyhow::anyhow!("COBRO_RETRY_SCHEDULE: {e}"))?;
     let store = Store::connect(&args.database_url, 10)
         .await
         .context("connecting to DATABASE_URL")?;
@@ -141,9 +155,12 @@ pub async fn run(
         .await
         .with_context(|| format!("binding {}", args.listen))?;
     info!(addr = %listener.local_addr()?, scheme = ?verifier.scheme(), "cobro web listening");
-    axum::serve(listener, router(store, verifier, args.max_body_bytes))
-        .with_graceful_shutdown(shutdown)
-        .await?;
+    axum::serve(
+        listener,
+        router(store, verifier, args.max_body_bytes, retry),
+    )
+    .with_graceful_shutdown(shutdown)
+    .await?;
     info!("cobro web stopped");
     Ok(())
 }

@@ -90,7 +90,7 @@ pub(super) async fn receive(State(app): AppState, headers: HeaderMap, body: Byte
         Ok(ev) => ev,
         Err(e) => return reject(StatusCode::BAD_REQUEST, "malformed_body", e.to_string()).await,
     };
-    match app.store.record_webhook(&event).await {
+    match app.store.record_webhook(&event, Some(&app.retry)).await {
         Ok(result) => {
             info!(event = %event.event_id, kind = %event.event_type, ?result, "webhook");
             (

@@ -303,6 +303,12 @@ pub fn worker_args(db_url: &str, gateway_url: &str) -> WorkerArgs {
         gateway_connect_timeout: Duration::from_millis(500),
         gateway_timeout: Duration::from_millis(1500),
         worker_name: Some(format!("test-{}", Uuid::new_v4().simple())),
+        retry: cobro::retry::RetryArgs {
+            retryable_declines: cobro::retry::DEFAULT_RETRYABLE.into(),
+            retry_schedule: "1d,3d,7d".into(),
+            retry_jitter: 0.2,
+            max_attempts: 4,
+        },
     }
 }
 
@@ -385,7 +391,7 @@ pub async fn start_web(store: &Store, verifier: cobro::webhook::Verifier) -> Web
         .await
         .expect("bind web");
     let url = format!("http://{}", listener.local_addr().unwrap());
-    let app = cobro::web::router(store.clone(), verifier, 65_536);
+    let app = cobro::web::router(store.clone(), verifier, 65_536, Default::default());
     let (stop, rx) = oneshot::channel::<()>();
     let task = tokio::spawn(async move {
         axum::serve(listener, app)

@@ -30,6 +30,7 @@ macro_rules! now_ms {
 }
 
 mod enqueue;
+pub(crate) mod retry;
 pub(crate) mod webhooks;
 
 pub use enqueue::enqueue_charge;
@@ -279,11 +280,11 @@ pub(super) async fn sweep(
              WHERE ((lease_owner IS NOT NULL AND next_action_at <= ",
         now_ms!(),
         ")
-                 OR (lease_owner IS NULL AND state IN ('PENDIENTE', 'DESCONOCIDO')
+                 OR (lease_owner IS NULL AND state IN ('PENDIENTE', 'DESCONOCIDO', 'RECHAZADO')
                      AND next_action_at <= ",
         now_ms!(),
         " - ?1))
-               AND state IN ('PENDIENTE', 'EN_PROCESO', 'DESCONOCIDO')
+               AND state IN ('PENDIENTE', 'EN_PROCESO', 'DESCONOCIDO', 'RECHAZADO')
                AND (woken_at IS NULL OR woken_at <= ",
         now_ms!(),
         " - ?2)

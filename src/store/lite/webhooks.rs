@@ -13,6 +13,7 @@ use crate::store::webhooks::{
 pub(crate) async fn record(
     pool: &SqlitePool,
     ev: &IncomingEvent,
+    retry: Option<&crate::retry::RetryPolicy>,
 ) -> Result<WebhookResult, StoreError> {
     let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
     let key = ev.key.map(|k| k.hyphenated().to_string());
@@ -43,7 +44,7 @@ pub(crate) async fn record(
     };
     let actor = format!("webhook:{}", ev.event_id);
     let ev_evidence = evidence(ev);
-    let (result, detail) = match decide(seen.as_ref(), ev, &actor, &ev_evidence) {
+    let (result, detail) = match decide(seen.as_ref(), ev, &actor, &ev_evidence, retry) {
         Decision::Done(result, detail) => (result, detail),
         Decision::Apply(seen, write) => {
             let (change, plan) = *write;

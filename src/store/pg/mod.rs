@@ -257,9 +257,9 @@ pub(super) async fn sweep(
         "WITH due AS (
             SELECT id FROM cobro.payment_attempts
              WHERE ((lease_owner IS NOT NULL AND next_action_at <= now())
-                 OR (lease_owner IS NULL AND state IN ('PENDIENTE', 'DESCONOCIDO')
+                 OR (lease_owner IS NULL AND state IN ('PENDIENTE', 'DESCONOCIDO', 'RECHAZADO')
                      AND next_action_at <= now() - make_interval(secs => $1::float8)))
-               AND state IN ('PENDIENTE', 'EN_PROCESO', 'DESCONOCIDO')
+               AND state IN ('PENDIENTE', 'EN_PROCESO', 'DESCONOCIDO', 'RECHAZADO')
                AND (woken_at IS NULL OR woken_at <= now() - make_interval(secs => $2::float8))
              ORDER BY next_action_at
              LIMIT $3
@@ -341,4 +341,43 @@ pub(super) async fn transition_rows(pool: &PgPool) -> Result<i64, StoreError> {
             .fetch_one(pool)
             .await?,
     )
+}
+
+pub(super) async fn business_retry(
+    pool: &PgPool,
+    attempt_id: Uuid,
+    key: Uuid,
+    max_attempts: i32,
+    actor: &str,
+) -> Result<super::retry::Retried, super::retry::RetryError> {
+    use super::retry::{Retried, RetryError};
+    let row: Result<(Uuid, Uuid, i32), sqlx::Error> =
+        sqlx::query_as("SELECT * FROM cobro.business_retry($1, $2, $3, $4)")
+            .bind(attempt_id)
+            .bind(key)
+            .bind(max_attempts)
+            .bind(actor)
+            .fetch_one(pool)
+            .await;
+    match row {
+        Ok((attempt_id, idempotency_key, attempt_number)) => Ok(Retried {
+            attempt_id,
+            idempotency_key,
+            attempt_number,
+        }),
+        Err(e) => {
+            let Some(db) = e.as_database_error() else {
+                return Err(RetryError::Db(e));
+            };
+            let msg = db.message().to_owned();
+            Err(match db.code().as_deref() {
+                Some("CB404") => RetryError::NotFound(msg),
+                Some("CB003") => RetryError::NotDeclined(msg),
+                Some("CB002") => RetryError::AlreadyApproved(msg),
+                Some("CB001") => RetryError::AlreadyRetrying(msg),
+                Some("CB005") => RetryError::MaxAttempts(msg),
+                _ => RetryError::Db(e),
+            })
+        }
+    }
 }

@@ -8,7 +8,11 @@ use crate::store::webhooks::{
 };
 use crate::store::{Attempt, StoreError};
 
-pub(crate) async fn record(pool: &PgPool, ev: &IncomingEvent) -> Result<WebhookResult, StoreError> {
+pub(crate) async fn record(
+    pool: &PgPool,
+    ev: &IncomingEvent,
+    retry: Option<&crate::retry::RetryPolicy>,
+) -> Result<WebhookResult, StoreError> {
     let mut tx = pool.begin().await?;
     let payload: serde_json::Value =
         serde_json::from_str(&ev.payload).map_err(|e| StoreError::Corrupt(e.to_string()))?;
@@ -41,7 +45,7 @@ pub(crate) async fn record(pool: &PgPool, ev: &IncomingEvent) -> Result<WebhookR
     };
     let actor = format!("webhook:{}", ev.event_id);
     let ev_evidence = evidence(ev);
-    let (result, detail) = match decide(seen.as_ref(), ev, &actor, &ev_evidence) {
+    let (result, detail) = match decide(seen.as_ref(), ev, &actor, &ev_evidence, retry) {
         Decision::Done(result, detail) => (result, detail),
         Decision::Apply(seen, write) => {
             let (change, plan) = *write;

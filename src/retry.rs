@@ -1,0 +1,179 @@
+//! Business retries: after a decline, whether and when the order gets a NEW
+//! attempt with a NEW key.
+//!
+//! Invariant: pure functions of (decline code, attempt number, policy, rng):
+//! a final decline is never retried, an order never gets more than
+//! `max_attempts` attempts, and the delay comes from a jittered schedule
+//! (the same [`CheckSchedule`] type as the unknown-outcome checks). Whether a
+//! retry may actually be created is the database's call (no approved and no
+//! live attempt for the order), not this module's.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use rand::Rng;
+
+use crate::backoff::{CheckSchedule, ScheduleError};
+
+/// Decline codes worth retrying days later, by default (money may arrive,
+/// the issuer may come back). Everything else is final.
+pub const DEFAULT_RETRYABLE: &str =
+    "insufficient_funds,try_again_later,processing_error,issuer_unavailable,do_not_honor";
+
+/// The business-retry settings, shared by `cobro-worker` and `cobro serve`
+/// (a decline may arrive by the synchronous answer or by webhook).
+#[derive(Debug, Clone, clap::Args)]
+pub struct RetryArgs {
+    /// Decline codes retried later with a new attempt; all others are final.
+    #[arg(long, env = "COBRO_RETRYABLE_DECLINES", default_value = DEFAULT_RETRYABLE)]
+    pub retryable_declines: String,
+    /// Delays before the 2nd, 3rd, ... attempt (the last one repeats).
+    #[arg(long, env = "COBRO_RETRY_SCHEDULE", default_value = "1d,3d,7d")]
+    pub retry_schedule: String,
+    /// Jitter of each retry delay, as a fraction of it.
+    #[arg(long, env = "COBRO_RETRY_JITTER", default_value_t = 0.2)]
+    pub retry_jitter: f64,
+    /// Attempts per order, the first one included.
+    #[arg(long, env = "COBRO_MAX_ATTEMPTS", default_value_t = 4)]
+    pub max_attempts: u32,
+}
+
+impl RetryArgs {
+    pub fn policy(&self) -> Result<RetryPolicy, ScheduleError> {
+        RetryPolicy::parse(
+            &self.retryable_declines,
+            &self.retry_schedule,
+            self.retry_jitter,
+            self.max_attempts,
+        )
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct RetryPolicy {
+    retryable: BTreeSet<String>,
+    schedule: CheckSchedule,
+    max_attempts: u32,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        Self::parse(DEFAULT_RETRYABLE, "1d,3d,7d", 0.2, 4).expect("the default policy is valid")
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RetryPlan {
+    /// Create a new attempt after this delay.
+    RetryIn(Duration),
+    /// The decline code says retrying cannot help.
+    Final,
+    /// The order has had its `max_attempts`.
+    Exhausted,
+}
+
+impl RetryPolicy {
+    /// `codes`: comma-separated retryable decline codes; `schedule`: e.g.
+    /// `"1d,3d,7d"`; `jitter`: fraction of each delay (0.2 = ±20 %).
+    pub fn parse(
+        codes: &str,
+        schedule: &str,
+        jitter: f64,
+        max_attempts: u32,
+    ) -> Result<Self, ScheduleError> {
+        Ok(Self {
+            retryable: codes
+                .split(',')
+                .map(|c| c.trim().to_owned())
+                .filter(|c| !c.is_empty())
+                .collect(),
+            schedule: CheckSchedule::parse(schedule, jitter)?,
+            max_attempts: max_attempts.max(1),
+        })
+    }
+
+    pub fn max_attempts(&self) -> u32 {
+        self.max_attempts
+    }
+
+    pub fn is_retryable(&self, code: &str) -> bool {
+        self.retryable.contains(code)
+    }
+
+    /// What follows a decline with `code` on attempt number `attempt` (1-based).
+    pub fn after_decline(&self, code: &str, attempt: u32, rng: &mut impl Rng) -> RetryPlan {
+        if !self.is_retryable(code) {
+            return RetryPlan::Final;
+        }
+        if attempt >= self.max_attempts {
+            return RetryPlan::Exhausted;
+        }
+        // Attempt 1 waits the first delay, attempt 2 the second, ...; past
+        // the schedule's end the last delay repeats.
+        let index = (attempt - 1).min(self.schedule.max_checks() - 1);
+        match self.schedule.delay(index, rng) {
+            Some(d) => RetryPlan::RetryIn(d),
+            None => RetryPlan::Exhausted,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::SeedableRng;
+    use rand::rngs::StdRng;
+
+    const DAY: f64 = 86_400.0;
+
+    #[test]
+    fn the_decision_table() {
+        let p = RetryPolicy::default();
+        let mut rng = StdRng::seed_from_u64(9);
+        let cases: [(&str, u32, Option<f64>, RetryPlan); 9] = [
+            ("insufficient_funds", 1, Some(DAY), RetryPlan::Final),
+            ("insufficient_funds", 2, Some(3.0 * DAY), RetryPlan::Final),
+            ("insufficient_funds", 3, Some(7.0 * DAY), RetryPlan::Final),
+            ("insufficient_funds", 4, None, RetryPlan::Exhausted),
+            ("try_again_later", 1, Some(DAY), RetryPlan::Final),
+            ("card_declined", 1, None, RetryPlan::Final),
+            ("stolen_card", 1, None, RetryPlan::Final),
+            ("invalid_account", 2, None, RetryPlan::Final),
+            ("", 1, None, RetryPlan::Final),
+        ];
+        for (code, attempt, nominal, otherwise) in cases {
+            let got = p.after_decline(code, attempt, &mut rng);
+            match (nominal, &got) {
+                (Some(n), RetryPlan::RetryIn(d)) => {
+                    let d = d.as_secs_f64();
+                    assert!(
+                        (n * 0.8..=n * 1.2).contains(&d),
+                        "{code} #{attempt}: {d}s not within ±20% of {n}s"
+                    );
+                }
+                (None, plan) => assert_eq!(plan, &otherwise, "{code} #{attempt}"),
+                (Some(_), plan) => panic!("{code} #{attempt}: expected a retry, got {plan:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn configuration_changes_the_answers_and_seeds_repeat() {
+        let p = RetryPolicy::parse("card_declined", "10s", 0.5, 2).unwrap();
+        let mut a = StdRng::seed_from_u64(1);
+        let mut b = StdRng::seed_from_u64(1);
+        assert_eq!(
+            p.after_decline("card_declined", 1, &mut a),
+            p.after_decline("card_declined", 1, &mut b)
+        );
+        assert_eq!(
+            p.after_decline("insufficient_funds", 1, &mut a),
+            RetryPlan::Final
+        );
+        assert_eq!(
+            p.after_decline("card_declined", 2, &mut a),
+            RetryPlan::Exhausted
+        );
+        assert!(RetryPolicy::parse("x", "nope", 0.1, 3).is_err());
+    }
+}

@@ -1,0 +1,114 @@
+//! Business retries on SQLite: the steps of PostgreSQL's
+//! `cobro.business_retry`, from Rust, under `BEGIN IMMEDIATE` (which locks
+//! the database for writing). The partial unique index refuses a second
+//! live attempt.
+
+use sqlx::{Row, SqlitePool};
+use uuid::Uuid;
+
+use super::{ms, push_wake};
+use crate::store::retry::{Retried, RetryError};
+
+pub(crate) async fn business_retry(
+    pool: &SqlitePool,
+    attempt_id: Uuid,
+    key: Uuid,
+    max_attempts: i32,
+    actor: &str,
+) -> Result<Retried, RetryError> {
+    let id = attempt_id.hyphenated().to_string();
+    let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
+    let Some(old) = sqlx::query("SELECT order_id, state FROM payment_attempts WHERE id = ?1")
+        .bind(&id)
+        .fetch_optional(&mut *tx)
+        .await?
+    else {
+        return Err(RetryError::NotFound(format!(
+            "no attempt with id {attempt_id}"
+        )));
+    };
+    let (order, state): (String, String) = (old.try_get("order_id")?, old.try_get("state")?);
+    if state != "RECHAZADO" {
+        return Err(RetryError::NotDeclined(format!(
+            "attempt {attempt_id} is {state}, not RECHAZADO: only a declined attempt is retried"
+        )));
+    }
+    let (approved, n): (i64, i64) = sqlx::query_as(
+        "SELECT coalesce(sum(state = 'APROBADO'), 0), coalesce(max(attempt_number), 0)
+           FROM payment_attempts WHERE order_id = ?1",
+    )
+    .bind(&order)
+    .fetch_one(&mut *tx)
+    .await?;
+    if approved > 0 {
+        return Err(RetryError::AlreadyApproved(format!(
+            "order {order} already has an approved charge"
+        )));
+    }
+    if n >= i64::from(max_attempts) {
+        return Err(RetryError::MaxAttempts(format!(
+            "order {order} has had {n} attempts, the maximum"
+        )));
+    }
+    let new_id = Uuid::new_v4();
+    let inserted = sqlx::query(concat!(
+        "INSERT INTO payment_attempts
+            (id, order_id, amount_minor, currency, payment_method, idempotency_key, state,
+             kind, attempt_number, next_action_at, created_at, updated_at)
+         SELECT ?1, order_id, amount_minor, currency, payment_method, ?2, 'PENDIENTE',
+                'business_retry', ?3, ",
+        now_ms!(),
+        ", ",
+        now_ms!(),
+        ", ",
+        now_ms!(),
+        " FROM payment_attempts WHERE id = ?4
+         RETURNING next_action_at"
+    ))
+    .bind(new_id.hyphenated().to_string())
+    .bind(key.hyphenated().to_string())
+    .bind(n + 1)
+    .bind(&id)
+    .fetch_one(&mut *tx)
+    .await;
+    let due: i64 = match inserted {
+        Ok(row) => row.try_get(0)?,
+        Err(e)
+            if e.as_database_error()
+                .is_some_and(|d| d.is_unique_violation()) =>
+        {
+            return Err(RetryError::AlreadyRetrying(format!(
+                "order {order} is already being retried (another attempt is live)"
+            )));
+        }
+        Err(e) => return Err(e.into()),
+    };
+    sqlx::query(concat!(
+        "UPDATE payment_attempts SET next_action_at = NULL, version = version + 1, updated_at = ",
+        now_ms!(),
+        " WHERE id = ?1"
+    ))
+    .bind(&id)
+    .execute(&mut *tx)
+    .await?;
+    sqlx::query(concat!(
+        "INSERT INTO attempt_transitions (attempt_id, from_state, to_state, cause, actor, evidence, at)
+         VALUES (?1, NULL, 'PENDIENTE', 'business_retry', ?2, json_object('retry_of', ?3), ",
+        now_ms!(),
+        ")"
+    ))
+    .bind(new_id.hyphenated().to_string())
+    .bind(actor)
+    .bind(&id)
+    .execute(&mut *tx)
+    .await?;
+    push_wake(&mut tx, new_id, ms(due), 0)
+        .await
+        .map_err(|e| RetryError::Db(sqlx::Error::Protocol(e.to_string())))?;
+    tx.commit().await?;
+    Ok(Retried {
+        attempt_id: new_id,
+        idempotency_key: key,
+        attempt_number: (n + 1) as i32,
+    })
+}

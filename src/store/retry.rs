@@ -1,0 +1,33 @@
+//! Business retries in the store: a NEW attempt with a NEW key for a
+//! declined order, guarded by the database (see
+//! migrations/postgres/…_business_retry.sql; SQLite runs the same steps from
+//! Rust under `BEGIN IMMEDIATE`).
+
+use serde::Serialize;
+use uuid::Uuid;
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Retried {
+    pub attempt_id: Uuid,
+    pub idempotency_key: Uuid,
+    pub attempt_number: i32,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum RetryError {
+    #[error("{0}")]
+    NotFound(String),
+    /// Only a RECHAZADO attempt is retried (never DESCONOCIDO or EN_REVISION).
+    #[error("{0}")]
+    NotDeclined(String),
+    #[error("{0}")]
+    AlreadyApproved(String),
+    /// Another attempt of the order is live: a racing retry won, or the
+    /// order is in doubt. Handled as "already being retried".
+    #[error("{0}")]
+    AlreadyRetrying(String),
+    #[error("{0}")]
+    MaxAttempts(String),
+    #[error("database error: {0}")]
+    Db(#[from] sqlx::Error),
+}

@@ -1,0 +1,295 @@
+//! Business retries: a declined order may get a NEW attempt with a NEW key,
+//! only when nothing for that order is approved or still in doubt. Seed
+//! 003's pre-deploy test 4 and the guards around it, on both backends.
+
+#[macro_use]
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use cobro::domain::{ChargeRequest, IdempotencyKey};
+use cobro::sim::Faults;
+use cobro::state::{Event, State};
+use cobro::store::{Applied, Attempt, Change, Lease, RetryError, Store};
+use common::*;
+use uuid::Uuid;
+
+on_both_backends!(
+    seed_test_4_two_parallel_retries_one_fails_on_the_uniqueness_constraint,
+    a_hundred_orders_times_fifty_concurrent_triggers_make_one_attempt_each,
+    no_retry_while_in_doubt_or_approved,
+    the_maximum_number_of_attempts_is_respected,
+    a_retryable_decline_is_retried_later_with_a_new_key_and_a_final_one_never,
+);
+
+/// Moves `a` with `event` through the store's compare-and-set writer.
+async fn step(store: &Store, a: &Attempt, event: Event, code: Option<&str>) -> Attempt {
+    let mut c = Change::new(Some(event), "test", "test");
+    c.decline_code = code;
+    if event == Event::Claim || event == Event::Resend {
+        c.lease = Lease::Take {
+            owner: "test",
+            ttl: Duration::from_secs(30),
+        };
+    }
+    if event == Event::Approved {
+        c.charge_id = Some("ch_test");
+    }
+    match store.apply(a, &c).await.unwrap() {
+        Applied::Moved(now) => *now,
+        Applied::Lost => panic!("lost a race nobody runs"),
+    }
+}
+
+/// An order whose first attempt was declined.
+async fn declined(store: &Store, order: &str) -> Attempt {
+    let req = ChargeRequest::parse(order, 2_000, "USD", None, None).unwrap();
+    let id = store.enqueue(&req).await.unwrap().attempt_id;
+    let (a, _) = store.load(id).await.unwrap();
+    let a = step(store, &a, Event::Claim, None).await;
+    step(store, &a, Event::Declined, Some("insufficient_funds")).await
+}
+
+async fn seed_test_4_two_parallel_retries_one_fails_on_the_uniqueness_constraint(b: Backend) {
+    let db = TestDb::new(b).await;
+    let first = declined(&db.store, "retry-race").await;
+    let (x, y) = futures::join!(
+        db.store
+            .business_retry(first.id, IdempotencyKey::generate(), 4, "finance:ana"),
+        db.store
+            .business_retry(first.id, IdempotencyKey::generate(), 4, "scheduler"),
+    );
+    let (won, lost) = match (x, y) {
+        (Ok(w), Err(l)) | (Err(l), Ok(w)) => (w, l),
+        other => panic!("exactly one retry must win: {other:?}"),
+    };
+    assert!(matches!(lost, RetryError::AlreadyRetrying(_)), "{lost:?}");
+    assert_eq!(won.attempt_number, 2);
+    assert_ne!(
+        won.idempotency_key, first.idempotency_key,
+        "a new attempt has a new key"
+    );
+    let attempts = db.store.attempts_for_order("retry-race").await.unwrap();
+    assert_eq!(attempts.len(), 2);
+    assert_eq!(attempts[1].kind, "business_retry");
+    assert_eq!(attempts[1].state, State::Pendiente);
+    let log = db.store.transitions(won.attempt_id).await.unwrap();
+    assert_eq!(log[0].cause, "business_retry");
+    db.drop_db().await;
+}
+
+async fn a_hundred_orders_times_fifty_concurrent_triggers_make_one_attempt_each(b: Backend) {
+    let db = TestDb::new(b).await;
+    let mut firsts = Vec::new();
+    for i in 0..100 {
+        firsts.push(declined(&db.store, &format!("storm-{i:03}")).await.id);
+    }
+    let store = Arc::new(db.store.clone());
+    let limit = Arc::new(tokio::sync::Semaphore::new(16));
+    let mut tasks = Vec::new();
+    for round in 0..50 {
+        for id in &firsts {
+            let (store, limit, id) = (store.clone(), limit.clone(), *id);
+            tasks.push(tokio::spawn(async move {
+                let _slot = limit.acquire().await.unwrap();
+                let actor = format!("trigger-{round}");
+                store
+                    .business_retry(id, IdempotencyKey::generate(), 4, &actor)
+                    .await
+            }));
+        }
+    }
+    let mut created = 0;
+    for t in tasks {
+        match t.await.unwrap() {
+            Ok(_) => created += 1,
+            Err(RetryError::AlreadyRetrying(_)) => {}
+            Err(other) => panic!("a trigger failed otherwise: {other:?}"),
+        }
+    }
+    assert_eq!(created, 100, "exactly one new attempt per order");
+    assert_eq!(db.attempts().await, 200);
+    let states = db.store.count_by_state().await.unwrap();
+    assert_eq!(states, [(State::Pendiente, 100), (State::Rechazado, 100)]);
+    db.drop_db().await;
+}
+
+async fn no_retry_while_in_doubt_or_approved(b: Backend) {
+    let db = TestDb::new(b).await;
+    let retry = |id: Uuid| {
+        db.store
+            .business_retry(id, IdempotencyKey::generate(), 9, "finance")
+    };
+
+    // The attempt itself is in doubt: only a declined attempt is retried.
+    let req = ChargeRequest::parse("doubt-1", 500, "USD", None, None).unwrap();
+    let id = db.store.enqueue(&req).await.unwrap().attempt_id;
+    let (a, _) = db.store.load(id).await.unwrap();
+    let a = step(&db.store, &a, Event::Claim, None).await;
+    let a = step(&db.store, &a, Event::Unknown, None).await;
+    assert!(matches!(retry(a.id).await, Err(RetryError::NotDeclined(_))));
+    let a = step(&db.store, &a, Event::ChecksExhausted, None).await;
+    assert_eq!(a.state, State::EnRevision);
+    assert!(matches!(retry(a.id).await, Err(RetryError::NotDeclined(_))));
+
+    // A declined attempt whose order has another attempt in doubt (DESCONOCIDO, then EN_REVISION).
+    let first = declined(&db.store, "doubt-2").await;
+    let second = db
+        .store
+        .business_retry(first.id, IdempotencyKey::generate(), 9, "t")
+        .await
+        .unwrap();
+    let (s, _) = db.store.load(second.attempt_id).await.unwrap();
+    let s = step(&db.store, &s, Event::Claim, None).await;
+    let s = step(&db.store, &s, Event::Unknown, None).await;
+    assert!(matches!(
+        retry(first.id).await,
+        Err(RetryError::AlreadyRetrying(_))
+    ));
+    let s = step(&db.store, &s, Event::ChecksExhausted, None).await;
+    assert!(matches!(
+        retry(first.id).await,
+        Err(RetryError::AlreadyRetrying(_))
+    ));
+
+    // An order with an approved attempt is never retried.
+    let s = step(&db.store, &s, Event::Approved, None).await;
+    assert_eq!(s.state, State::Aprobado);
+    assert!(matches!(
+        retry(first.id).await,
+        Err(RetryError::AlreadyApproved(_))
+    ));
+    assert!(matches!(retry(s.id).await, Err(RetryError::NotDeclined(_))));
+    assert_eq!(
+        db.store.attempts_for_order("doubt-2").await.unwrap().len(),
+        2
+    );
+    db.drop_db().await;
+}
+
+async fn the_maximum_number_of_attempts_is_respected(b: Backend) {
+    let db = TestDb::new(b).await;
+    let mut last = declined(&db.store, "max-1").await;
+    for n in 2..=4 {
+        let r = db
+            .store
+            .business_retry(last.id, IdempotencyKey::generate(), 4, "t")
+            .await
+            .unwrap();
+        assert_eq!(r.attempt_number, n);
+        let (a, _) = db.store.load(r.attempt_id).await.unwrap();
+        let a = step(&db.store, &a, Event::Claim, None).await;
+        last = step(&db.store, &a, Event::Declined, Some("insufficient_funds")).await;
+    }
+    let refused = db
+        .store
+        .business_retry(last.id, IdempotencyKey::generate(), 4, "t")
+        .await;
+    assert!(
+        matches!(refused, Err(RetryError::MaxAttempts(_))),
+        "{refused:?}"
+    );
+    assert_eq!(db.attempts().await, 4);
+    db.drop_db().await;
+}
+
+async fn a_retryable_decline_is_retried_later_with_a_new_key_and_a_final_one_never(b: Backend) {
+    init_logs();
+    let db = TestDb::new(b).await;
+    let sim = start_sim(
+        true,
+        Faults {
+            p_decline: 1.0,
+            decline_codes: vec!["insufficient_funds".into()],
+            ..Faults::default()
+        },
+    )
+    .await;
+    let worker = spawn_worker(worker_args(&db.url, &sim.url()));
+    let req = ChargeRequest::parse("later-1", 7_500, "USD", None, None).unwrap();
+    let first = db.store.enqueue(&req).await.unwrap().attempt_id;
+    let a = eventually(Duration::from_secs(10), "the decline", || async {
+        let (a, now) = db.store.load(first).await.unwrap();
+        (a.state == State::Rechazado).then_some((a, now))
+    })
+    .await;
+    let (a, now) = a;
+    let wait = (a.next_action_at.expect("a retry is scheduled") - now).num_seconds();
+    assert!(
+        (69_000..=104_000).contains(&wait),
+        "retry in {wait}s, nominal 1 day ±20 %"
+    );
+
+    // A day passes (the database's clock is the injectable one), and the
+    // gateway would now approve.
+    set_faults(&sim.url(), &Faults::default()).await;
+    db.exec(
+        "UPDATE cobro.payment_attempts SET next_action_at = now() WHERE id = $1::uuid",
+        "UPDATE payment_attempts SET next_action_at = 0 WHERE id = ?1",
+        &[&first.to_string()],
+    )
+    .await
+    .unwrap();
+    db.store.wake(first).await.unwrap();
+    let attempts = eventually(
+        Duration::from_secs(15),
+        "the retry to be approved",
+        || async {
+            let all = db.store.attempts_for_order("later-1").await.unwrap();
+            (all.len() == 2 && all[1].state == State::Aprobado).then_some(all)
+        },
+    )
+    .await;
+    assert_eq!(
+        attempts[0].next_action_at, None,
+        "the declined attempt's retry is done"
+    );
+    assert_eq!(attempts[1].attempt_number, 2);
+    let l = ledger(&sim.url()).await;
+    let keys: Vec<_> = l
+        .entries
+        .iter()
+        .map(|e| (e.idempotency_key.clone(), e.status.clone()))
+        .collect();
+    assert_eq!(
+        keys,
+        [
+            (
+                attempts[0].idempotency_key.to_string(),
+                "declined".to_string()
+            ),
+            (
+                attempts[1].idempotency_key.to_string(),
+                "approved".to_string()
+            ),
+        ],
+        "two attempts, two different keys"
+    );
+
+    // A final decline is never retried.
+    set_faults(
+        &sim.url(),
+        &Faults {
+            p_decline: 1.0,
+            decline_codes: vec!["stolen_card".into()],
+            ..Faults::default()
+        },
+    )
+    .await;
+    let req = ChargeRequest::parse("final-1", 7_500, "USD", None, None).unwrap();
+    let id = db.store.enqueue(&req).await.unwrap().attempt_id;
+    let a = eventually(Duration::from_secs(10), "the final decline", || async {
+        let (a, _) = db.store.load(id).await.unwrap();
+        (a.state == State::Rechazado).then_some(a)
+    })
+    .await;
+    assert_eq!(a.decline_code.as_deref(), Some("stolen_card"));
+    assert_eq!(
+        a.next_action_at, None,
+        "nothing scheduled after a final decline"
+    );
+    worker.stop().await;
+    sim.shutdown().await;
+    db.drop_db().await;
+}
