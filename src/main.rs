@@ -80,6 +80,22 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// The customer-notice outbox: list notices, or acknowledge one.
+    Notices {
+        #[arg(long, env = "DATABASE_URL")]
+        database_url: String,
+        /// Include acknowledged notices.
+        #[arg(long)]
+        all: bool,
+        /// Acknowledge this notice id instead of listing.
+        #[arg(long, requires = "by")]
+        ack: Option<i64>,
+        /// Who acknowledges.
+        #[arg(long)]
+        by: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
     /// Run the web process: gateway webhooks, HTTP enqueue, health.
     Serve(cobro::web::ServeArgs),
     /// Run the gateway simulator (a real HTTP server with its own ledger).
@@ -193,6 +209,41 @@ async fn main() -> Result<()> {
                     "retry created: attempt {} (number {}) key {}",
                     retried.attempt_id, retried.attempt_number, retried.idempotency_key
                 );
+            }
+        }
+        Command::Notices {
+            database_url,
+            all,
+            ack,
+            by,
+            json,
+        } => {
+            let store = Store::connect(&database_url, 2).await?;
+            if let Some(id) = ack {
+                let who = by.unwrap_or_default();
+                if !store.ack_notice(id, &who).await? {
+                    bail!("notice {id} does not exist or was already acknowledged");
+                }
+                println!("notice {id} acknowledged by {who}");
+                return Ok(());
+            }
+            let notices = store.notices(!all).await?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&notices)?);
+            } else {
+                for n in &notices {
+                    println!(
+                        "{:>6}  {}  order {}  {}  {}  {}",
+                        n.id,
+                        n.created_at.format("%Y-%m-%dT%H:%M:%SZ"),
+                        n.order_id,
+                        n.kind,
+                        n.decline_code.as_deref().unwrap_or("-"),
+                        n.next_retry_at
+                            .map(|t| format!("next retry {}", t.format("%Y-%m-%dT%H:%M:%SZ")))
+                            .unwrap_or_default()
+                    );
+                }
             }
         }
         Command::Serve(args) => {

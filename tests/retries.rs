@@ -21,6 +21,7 @@ on_both_backends!(
     no_retry_while_in_doubt_or_approved,
     the_maximum_number_of_attempts_is_respected,
     a_retryable_decline_is_retried_later_with_a_new_key_and_a_final_one_never,
+    notices_are_written_with_their_cause_and_acknowledged_once,
 );
 
 /// Moves `a` with `event` through the store's compare-and-set writer.
@@ -291,5 +292,42 @@ async fn a_retryable_decline_is_retried_later_with_a_new_key_and_a_final_one_nev
     );
     worker.stop().await;
     sim.shutdown().await;
+    db.drop_db().await;
+}
+
+async fn notices_are_written_with_their_cause_and_acknowledged_once(b: Backend) {
+    let db = TestDb::new(b).await;
+    let first = declined(&db.store, "notice-1").await; // no retry scheduled by `step`
+    let notices = db.store.notices(true).await.unwrap();
+    assert_eq!(notices.len(), 1);
+    let n = &notices[0];
+    assert_eq!(
+        (n.kind.as_str(), n.attempt_id),
+        ("payment_failed", first.id)
+    );
+    assert_eq!(n.decline_code.as_deref(), Some("insufficient_funds"));
+    // A transition that lost its compare-and-set writes no notice.
+    let mut late = Change::new(Some(Event::Declined), "test", "test");
+    late.decline_code = Some("insufficient_funds");
+    let (stale, _) = db.store.load(first.id).await.unwrap();
+    let claimed = Attempt {
+        state: State::EnProceso,
+        version: stale.version - 1,
+        ..stale
+    };
+    assert_eq!(
+        db.store.apply(&claimed, &late).await.unwrap(),
+        Applied::Lost
+    );
+    assert_eq!(db.store.notices(false).await.unwrap().len(), 1);
+
+    assert!(db.store.ack_notice(n.id, "app").await.unwrap());
+    assert!(
+        !db.store.ack_notice(n.id, "app").await.unwrap(),
+        "acknowledged once"
+    );
+    assert!(db.store.notices(true).await.unwrap().is_empty());
+    let all = db.store.notices(false).await.unwrap();
+    assert_eq!(all[0].acked_by.as_deref(), Some("app"));
     db.drop_db().await;
 }

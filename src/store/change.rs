@@ -92,6 +92,30 @@ pub(crate) struct Plan<'a> {
     pub add_check: i32,
     pub add_send: i32,
     pub evidence_json: Option<String>,
+    /// The customer notice this transition causes, written with it.
+    pub notice: Option<NoticeKind>,
+}
+
+/// What the customer should hear about (the outbox).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NoticeKind {
+    /// Declined; a business retry is scheduled.
+    RetryScheduled,
+    /// Declined for good: a final code, or out of attempts.
+    PaymentFailed,
+    /// A business retry succeeded.
+    ApprovedAfterRetry,
+}
+
+impl NoticeKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NoticeKind::RetryScheduled => "retry_scheduled",
+            NoticeKind::PaymentFailed => "payment_failed",
+            NoticeKind::ApprovedAfterRetry => "approved_after_retry",
+        }
+    }
 }
 
 pub(crate) fn plan<'a>(seen: &Attempt, change: &Change<'a>) -> Result<Plan<'a>, InvalidTransition> {
@@ -104,6 +128,12 @@ pub(crate) fn plan<'a>(seen: &Attempt, change: &Change<'a>) -> Result<Plan<'a>, 
         Lease::Release => (None, None),
     };
     let act_in_secs = lease_secs.or(change.act_in.map(|d| d.as_secs_f64()));
+    let notice = match (to != seen.state, to) {
+        (true, State::Rechazado) if act_in_secs.is_some() => Some(NoticeKind::RetryScheduled),
+        (true, State::Rechazado) => Some(NoticeKind::PaymentFailed),
+        (true, State::Aprobado) if seen.attempt_number > 1 => Some(NoticeKind::ApprovedAfterRetry),
+        _ => None,
+    };
     Ok(Plan {
         to,
         log: to != seen.state,
@@ -115,5 +145,6 @@ pub(crate) fn plan<'a>(seen: &Attempt, change: &Change<'a>) -> Result<Plan<'a>, 
         add_check: i32::from(change.add_check.is_some()),
         add_send: i32::from(change.add_send),
         evidence_json: change.evidence.and_then(|e| serde_json::to_string(e).ok()),
+        notice,
     })
 }

@@ -15,7 +15,7 @@ mod pg;
 mod retry;
 mod webhooks;
 
-pub use change::{Applied, Change, CheckRecord, Lease};
+pub use change::{Applied, Change, CheckRecord, Lease, NoticeKind};
 pub use enqueue::{EnqueueError, Enqueued};
 pub use lite::enqueue_charge as enqueue_charge_sqlite;
 pub use pg::enqueue_charge;
@@ -109,6 +109,21 @@ pub struct Check {
     pub http_status: Option<i32>,
     pub error_kind: Option<String>,
     pub actor: String,
+}
+
+/// A customer notice in the outbox.
+#[derive(Debug, Clone, PartialEq, Serialize, sqlx::FromRow)]
+pub struct Notice {
+    pub id: i64,
+    pub order_id: String,
+    pub attempt_id: Uuid,
+    /// `retry_scheduled`, `payment_failed` or `approved_after_retry`.
+    pub kind: String,
+    pub decline_code: Option<String>,
+    pub next_retry_at: Option<DateTime<Utc>>,
+    pub created_at: DateTime<Utc>,
+    pub acked_at: Option<DateTime<Utc>>,
+    pub acked_by: Option<String>,
 }
 
 /// Which database the store talks to.
@@ -388,6 +403,23 @@ impl Store {
         match &self.db {
             Db::Pg(p) => pg::business_retry(p, attempt_id, key.uuid(), max, actor).await,
             Db::Lite(p) => lite::retry::business_retry(p, attempt_id, key.uuid(), max, actor).await,
+        }
+    }
+
+    /// The outbox: notices, oldest first (only unacknowledged ones when asked).
+    pub async fn notices(&self, unacked_only: bool) -> Result<Vec<Notice>, StoreError> {
+        match &self.db {
+            Db::Pg(p) => pg::notices(p, unacked_only).await,
+            Db::Lite(p) => lite::notices(p, unacked_only).await,
+        }
+    }
+
+    /// Acknowledges a notice; `false` when it was already acknowledged or
+    /// does not exist.
+    pub async fn ack_notice(&self, id: i64, by: &str) -> Result<bool, StoreError> {
+        match &self.db {
+            Db::Pg(p) => pg::ack_notice(p, id, by).await,
+            Db::Lite(p) => lite::ack_notice(p, id, by).await,
         }
     }
 }

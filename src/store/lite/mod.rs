@@ -17,7 +17,7 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, S
 use sqlx::{Row, SqliteConnection, SqlitePool};
 use uuid::Uuid;
 
-use super::change::{Applied, Change, Plan};
+use super::change::{Applied, Change, NoticeKind, Plan};
 use super::{Attempt, CHARGE_QUEUE, Check, StoreError, Transition};
 use crate::engine::Wake;
 use crate::state::State;
@@ -234,6 +234,25 @@ pub(super) async fn apply_tx(
         .execute(&mut *tx)
         .await?;
     }
+    if let Some(kind) = plan.notice {
+        sqlx::query(concat!(
+            "INSERT INTO notices (order_id, attempt_id, kind, decline_code, next_retry_at, created_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ",
+            now_ms!(),
+            ")"
+        ))
+        .bind(&now.order_id)
+        .bind(&id)
+        .bind(kind.as_str())
+        .bind(&now.decline_code)
+        .bind(
+            now.next_action_at
+                .filter(|_| kind == NoticeKind::RetryScheduled)
+                .map(|t| t.timestamp_millis()),
+        )
+        .execute(&mut *tx)
+        .await?;
+    }
     if let Some(check) = &change.add_check {
         sqlx::query(concat!(
             "INSERT INTO attempt_checks
@@ -396,4 +415,42 @@ pub(super) async fn transition_rows(pool: &SqlitePool) -> Result<i64, StoreError
             .fetch_one(pool)
             .await?,
     )
+}
+
+pub(super) async fn notices(
+    pool: &SqlitePool,
+    unacked_only: bool,
+) -> Result<Vec<super::Notice>, StoreError> {
+    let rows = sqlx::query("SELECT * FROM notices WHERE NOT ?1 OR acked_at IS NULL ORDER BY id")
+        .bind(unacked_only)
+        .fetch_all(pool)
+        .await?;
+    rows.iter()
+        .map(|r| {
+            Ok(super::Notice {
+                id: r.try_get("id")?,
+                order_id: r.try_get("order_id")?,
+                attempt_id: uuid(r.try_get("attempt_id")?)?,
+                kind: r.try_get("kind")?,
+                decline_code: r.try_get("decline_code")?,
+                next_retry_at: r.try_get::<Option<i64>, _>("next_retry_at")?.map(ms),
+                created_at: ms(r.try_get("created_at")?),
+                acked_at: r.try_get::<Option<i64>, _>("acked_at")?.map(ms),
+                acked_by: r.try_get("acked_by")?,
+            })
+        })
+        .collect()
+}
+
+pub(super) async fn ack_notice(pool: &SqlitePool, id: i64, by: &str) -> Result<bool, StoreError> {
+    let done = sqlx::query(concat!(
+        "UPDATE notices SET acked_at = ",
+        now_ms!(),
+        ", acked_by = ?2 WHERE id = ?1 AND acked_at IS NULL"
+    ))
+    .bind(id)
+    .bind(by)
+    .execute(pool)
+    .await?;
+    Ok(done.rows_affected() == 1)
 }

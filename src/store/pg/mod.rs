@@ -12,7 +12,7 @@ use sqlx::postgres::PgPoolOptions;
 use sqlx::{PgConnection, PgPool};
 use uuid::Uuid;
 
-use super::change::{Applied, Change, Plan};
+use super::change::{Applied, Change, NoticeKind, Plan};
 use super::enqueue::{EnqueueError, Enqueued};
 use super::{Attempt, Check, StoreError, Transition};
 use crate::domain::{ChargeRequest, IdempotencyKey, InputError};
@@ -205,6 +205,22 @@ pub(super) async fn apply_tx(
         .execute(&mut *tx)
         .await?;
     }
+    if let Some(kind) = plan.notice {
+        sqlx::query(
+            "INSERT INTO cobro.notices (order_id, attempt_id, kind, decline_code, next_retry_at)
+             VALUES ($1, $2, $3, $4, $5)",
+        )
+        .bind(&now.order_id)
+        .bind(seen.id)
+        .bind(kind.as_str())
+        .bind(&now.decline_code)
+        .bind(
+            now.next_action_at
+                .filter(|_| kind == NoticeKind::RetryScheduled),
+        )
+        .execute(&mut *tx)
+        .await?;
+    }
     if let Some(check) = &change.add_check {
         sqlx::query(
             "INSERT INTO cobro.attempt_checks
@@ -380,4 +396,28 @@ pub(super) async fn business_retry(
             })
         }
     }
+}
+
+pub(super) async fn notices(
+    pool: &PgPool,
+    unacked_only: bool,
+) -> Result<Vec<super::Notice>, StoreError> {
+    Ok(sqlx::query_as(
+        "SELECT id, order_id, attempt_id, kind, decline_code, next_retry_at, created_at, acked_at, acked_by
+           FROM cobro.notices WHERE NOT $1 OR acked_at IS NULL ORDER BY id",
+    )
+    .bind(unacked_only)
+    .fetch_all(pool)
+    .await?)
+}
+
+pub(super) async fn ack_notice(pool: &PgPool, id: i64, by: &str) -> Result<bool, StoreError> {
+    let done = sqlx::query(
+        "UPDATE cobro.notices SET acked_at = now(), acked_by = $2 WHERE id = $1 AND acked_at IS NULL",
+    )
+    .bind(id)
+    .bind(by)
+    .execute(pool)
+    .await?;
+    Ok(done.rows_affected() == 1)
 }
