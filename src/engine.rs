@@ -21,7 +21,9 @@ use crate::gateway::{ChargeCall, ChargeOutcome, Gateway, LookupOutcome};
 use crate::policy::{Action, LookupPlan, Snapshot, after_lookup, decide};
 use crate::retry::{RetryPlan, RetryPolicy};
 use crate::state::Event;
-use crate::store::{Applied, Attempt, Change, CheckRecord, Lease, RetryError, Store, StoreError};
+use crate::store::{
+    Applied, Attempt, Change, CheckRecord, Lease, NoticeKind, RetryError, Store, StoreError,
+};
 
 /// The wake-up job's payload: only which attempt to look at.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -112,10 +114,13 @@ impl Engine {
         .await
     }
 
+    /// The wait before the next check. Never `None`: past the schedule's end
+    /// the last delay repeats, so a live attempt always has a due time (the
+    /// lookup that follows decides whether finance takes over).
     fn next_check_in(&self, checks_done: i32) -> Option<Duration> {
-        self.cfg
-            .schedule
-            .delay(checks_done.max(0) as u32, &mut rand::rng())
+        let last = self.cfg.schedule.max_checks().saturating_sub(1);
+        let index = (checks_done.max(0) as u32).min(last);
+        self.cfg.schedule.delay(index, &mut rand::rng())
     }
 
     /// Takes the lease (`EN_PROCESO`) with `event`, then sends with the
@@ -193,7 +198,13 @@ impl Engine {
         let key = IdempotencyKey::generate();
         let refused = match self
             .store
-            .business_retry(seen.id, key, self.cfg.retry.max_attempts(), &self.actor)
+            .business_retry(
+                seen.id,
+                key,
+                self.cfg.retry.max_attempts(),
+                &self.actor,
+                Some(seen.version),
+            )
             .await
         {
             Ok(new) => {
@@ -201,12 +212,17 @@ impl Engine {
                 return Ok(());
             }
             Err(RetryError::Db(e)) => return Err(StoreError::Db(e)),
+            Err(RetryError::AlreadyHandled(_)) => return Ok(()), // another worker did it
             Err(refused) => refused,
         };
         // Already retried, approved meanwhile, or out of attempts: this
-        // attempt's retry is over either way; clear its schedule.
+        // attempt's retry is over either way; clear its schedule. Out of
+        // attempts, the customer is told the payment failed.
         info!(reason = %refused, "business retry not created");
-        let clear = Change::new(None, "retry_refused", &self.actor);
+        let mut clear = Change::new(None, "retry_refused", &self.actor);
+        if matches!(refused, RetryError::MaxAttempts(_)) {
+            clear.notice = Some(NoticeKind::PaymentFailed);
+        }
         self.store.apply(seen, &clear).await?;
         Ok(())
     }

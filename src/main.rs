@@ -200,7 +200,7 @@ async fn main() -> Result<()> {
             let key = cobro::domain::IdempotencyKey::generate();
             let who = format!("manual:{actor}");
             let retried = store
-                .business_retry(attempt, key, max_attempts, &who)
+                .business_retry(attempt, key, max_attempts, &who, None)
                 .await?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&retried)?);

@@ -81,6 +81,12 @@ pub fn after_lookup(
         LookupOutcome::NotFound { .. } if key_age >= key_lifetime => {
             LookupPlan::Apply(Event::KeyExpired)
         }
+        // Every check counts, found or not: a gateway that keeps losing our
+        // requests (or lying about them) ends in finance's queue too, not in
+        // an endless send-lookup loop.
+        LookupOutcome::NotFound { .. } if checks_done >= schedule.max_checks() => {
+            LookupPlan::Apply(Event::ChecksExhausted)
+        }
         LookupOutcome::NotFound { .. } => LookupPlan::Apply(Event::Resend),
         LookupOutcome::Failed { .. } if checks_done >= schedule.max_checks() => {
             LookupPlan::Apply(Event::ChecksExhausted)
@@ -169,6 +175,8 @@ mod tests {
             (&declined, 1, hour, LookupPlan::Apply(Event::Declined)),
             (&missing, 1, hour, LookupPlan::Apply(Event::Resend)),
             (&missing, 1, day, LookupPlan::Apply(Event::KeyExpired)),
+            (&missing, 4, hour, LookupPlan::Apply(Event::Resend)),
+            (&missing, 5, hour, LookupPlan::Apply(Event::ChecksExhausted)),
             (&failed, 1, hour, LookupPlan::CheckAgain),
             (&failed, 4, hour, LookupPlan::CheckAgain),
             (&failed, 5, hour, LookupPlan::Apply(Event::ChecksExhausted)),

@@ -30,7 +30,8 @@ fn duration(s: &str) -> Result<Duration, String> {
 }
 
 /// Every setting of `cobro-worker`, as a flag or an environment variable.
-#[derive(Debug, Clone, Args)]
+/// `Debug` leaves out the database URL (it may hold a password).
+#[derive(Clone, Args)]
 pub struct WorkerArgs {
     /// `postgres://…` or `sqlite://path`.
     #[arg(long, env = "DATABASE_URL")]
@@ -79,6 +80,18 @@ pub struct WorkerArgs {
     pub worker_name: Option<String>,
     #[command(flatten)]
     pub retry: crate::retry::RetryArgs,
+}
+
+impl std::fmt::Debug for WorkerArgs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WorkerArgs")
+            .field("gateway_url", &self.gateway_url)
+            .field("concurrency", &self.concurrency)
+            .field("lease_ttl", &self.lease_ttl)
+            .field("check_schedule", &self.check_schedule)
+            .field("worker_name", &self.worker_name)
+            .finish_non_exhaustive()
+    }
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -26,6 +26,7 @@ on_both_backends!(
     duplicated_wake_ups_and_racing_workers_charge_once,
     an_old_key_is_never_resent,
     a_lost_wake_up_is_recreated_by_the_sweeper,
+    a_gateway_that_keeps_losing_requests_ends_in_review_not_in_a_loop,
 );
 
 async fn enqueue(store: &Store, order: &str, amount: i64) -> Uuid {
@@ -380,6 +381,43 @@ async fn a_lost_wake_up_is_recreated_by_the_sweeper(b: Backend) {
     let a = settled(&db.store, id, State::Aprobado, Duration::from_secs(15)).await;
     assert_eq!(a.send_count, 1);
     assert_eq!(ledger(&sim.url()).await.entries.len(), 1);
+    worker.stop().await;
+    sim.shutdown().await;
+    db.drop_db().await;
+}
+
+async fn a_gateway_that_keeps_losing_requests_ends_in_review_not_in_a_loop(b: Backend) {
+    init_logs();
+    let db = TestDb::new(b).await;
+    // Every charge request is lost (never executed, the client times out)
+    // and every lookup truthfully says "not found".
+    let sim = start_sim(
+        true,
+        Faults {
+            p_request_lost: 1.0,
+            hold_ms: 1_300,
+            ..Faults::default()
+        },
+    )
+    .await;
+    let mut args = worker_args(&db.url, &sim.url());
+    args.check_schedule = "100ms,100ms,100ms,100ms,100ms".into();
+    args.gateway_timeout = Duration::from_millis(1_000);
+    let worker = spawn_worker(args);
+    let id = enqueue(&db.store, "order-black-hole", 1_234).await;
+    let a = settled(&db.store, id, State::EnRevision, Duration::from_secs(40)).await;
+    assert_eq!(a.check_count, 5, "every check counts, found or not");
+    assert_eq!(
+        a.send_count, 5,
+        "the first send and one re-send after each of the first four checks"
+    );
+    let last = db.store.transitions(id).await.unwrap().pop().unwrap();
+    assert_eq!(
+        (last.cause.as_str(), last.lookup_result.as_deref()),
+        ("checks_exhausted", Some("not_found"))
+    );
+    let l = ledger(&sim.url()).await;
+    assert_eq!((l.entries.len() as u64, l.stats.charge_requests), (0, 5));
     worker.stop().await;
     sim.shutdown().await;
     db.drop_db().await;

@@ -22,6 +22,7 @@ on_both_backends!(
     the_maximum_number_of_attempts_is_respected,
     a_retryable_decline_is_retried_later_with_a_new_key_and_a_final_one_never,
     notices_are_written_with_their_cause_and_acknowledged_once,
+    a_scheduled_retry_runs_once_even_when_woken_twice_or_late,
 );
 
 /// Moves `a` with `event` through the store's compare-and-set writer.
@@ -57,9 +58,9 @@ async fn seed_test_4_two_parallel_retries_one_fails_on_the_uniqueness_constraint
     let first = declined(&db.store, "retry-race").await;
     let (x, y) = futures::join!(
         db.store
-            .business_retry(first.id, IdempotencyKey::generate(), 4, "finance:ana"),
+            .business_retry(first.id, IdempotencyKey::generate(), 4, "finance:ana", None),
         db.store
-            .business_retry(first.id, IdempotencyKey::generate(), 4, "scheduler"),
+            .business_retry(first.id, IdempotencyKey::generate(), 4, "scheduler", None),
     );
     let (won, lost) = match (x, y) {
         (Ok(w), Err(l)) | (Err(l), Ok(w)) => (w, l),
@@ -96,7 +97,7 @@ async fn a_hundred_orders_times_fifty_concurrent_triggers_make_one_attempt_each(
                 let _slot = limit.acquire().await.unwrap();
                 let actor = format!("trigger-{round}");
                 store
-                    .business_retry(id, IdempotencyKey::generate(), 4, &actor)
+                    .business_retry(id, IdempotencyKey::generate(), 4, &actor, None)
                     .await
             }));
         }
@@ -120,7 +121,7 @@ async fn no_retry_while_in_doubt_or_approved(b: Backend) {
     let db = TestDb::new(b).await;
     let retry = |id: Uuid| {
         db.store
-            .business_retry(id, IdempotencyKey::generate(), 9, "finance")
+            .business_retry(id, IdempotencyKey::generate(), 9, "finance", None)
     };
 
     // The attempt itself is in doubt: only a declined attempt is retried.
@@ -138,7 +139,7 @@ async fn no_retry_while_in_doubt_or_approved(b: Backend) {
     let first = declined(&db.store, "doubt-2").await;
     let second = db
         .store
-        .business_retry(first.id, IdempotencyKey::generate(), 9, "t")
+        .business_retry(first.id, IdempotencyKey::generate(), 9, "t", None)
         .await
         .unwrap();
     let (s, _) = db.store.load(second.attempt_id).await.unwrap();
@@ -175,7 +176,7 @@ async fn the_maximum_number_of_attempts_is_respected(b: Backend) {
     for n in 2..=4 {
         let r = db
             .store
-            .business_retry(last.id, IdempotencyKey::generate(), 4, "t")
+            .business_retry(last.id, IdempotencyKey::generate(), 4, "t", None)
             .await
             .unwrap();
         assert_eq!(r.attempt_number, n);
@@ -185,7 +186,7 @@ async fn the_maximum_number_of_attempts_is_respected(b: Backend) {
     }
     let refused = db
         .store
-        .business_retry(last.id, IdempotencyKey::generate(), 4, "t")
+        .business_retry(last.id, IdempotencyKey::generate(), 4, "t", None)
         .await;
     assert!(
         matches!(refused, Err(RetryError::MaxAttempts(_))),
@@ -329,5 +330,47 @@ async fn notices_are_written_with_their_cause_and_acknowledged_once(b: Backend) 
     assert!(db.store.notices(true).await.unwrap().is_empty());
     let all = db.store.notices(false).await.unwrap();
     assert_eq!(all[0].acked_by.as_deref(), Some("app"));
+    db.drop_db().await;
+}
+
+async fn a_scheduled_retry_runs_once_even_when_woken_twice_or_late(b: Backend) {
+    let db = TestDb::new(b).await;
+    let req = ChargeRequest::parse("sched-1", 3_000, "USD", None, None).unwrap();
+    let id = db.store.enqueue(&req).await.unwrap().attempt_id;
+    let (a, _) = db.store.load(id).await.unwrap();
+    let a = step(&db.store, &a, Event::Claim, None).await;
+    let mut decline = Change::new(Some(Event::Declined), "test", "test");
+    decline.decline_code = Some("insufficient_funds");
+    decline.act_in = Some(Duration::from_millis(1));
+    let Applied::Moved(a) = db.store.apply(&a, &decline).await.unwrap() else {
+        panic!("decline")
+    };
+    assert!(a.next_action_at.is_some());
+    // Two wake-ups (its own and the sweeper's) both saw version v.
+    let (x, y) = futures::join!(
+        db.store
+            .business_retry(a.id, IdempotencyKey::generate(), 4, "w1", Some(a.version)),
+        db.store
+            .business_retry(a.id, IdempotencyKey::generate(), 4, "w2", Some(a.version)),
+    );
+    let (won, other) = match (x, y) {
+        (Ok(w), Err(o)) | (Err(o), Ok(w)) => (w, o),
+        other => panic!("exactly one scheduled retry must run: {other:?}"),
+    };
+    assert!(matches!(other, RetryError::AlreadyHandled(_)), "{other:?}");
+    // The retry is then declined for good; a very late wake-up of the first
+    // attempt must not create a third one.
+    let (r, _) = db.store.load(won.attempt_id).await.unwrap();
+    let r = step(&db.store, &r, Event::Claim, None).await;
+    step(&db.store, &r, Event::Declined, Some("stolen_card")).await;
+    let late = db
+        .store
+        .business_retry(a.id, IdempotencyKey::generate(), 4, "w3", Some(a.version))
+        .await;
+    assert!(
+        matches!(late, Err(RetryError::AlreadyHandled(_))),
+        "{late:?}"
+    );
+    assert_eq!(db.attempts().await, 2);
     db.drop_db().await;
 }

@@ -8,12 +8,15 @@
 -- Errors: CB404 no such attempt, CB003 the attempt is not RECHAZADO,
 -- CB002 the order has an approved attempt, CB001 already being retried (or
 -- another attempt is live: DESCONOCIDO, EN_REVISION, ...), CB005 the order
--- has had its maximum number of attempts.
+-- has had its maximum number of attempts, CB006 the scheduled retry this
+-- call was made for was already handled (p_expected_version: the version
+-- the scheduler saw; NULL for a manual retry by finance).
 CREATE FUNCTION cobro.business_retry(
-    p_attempt_id   uuid,
-    p_key          uuid,
-    p_max_attempts integer,
-    p_actor        text
+    p_attempt_id       uuid,
+    p_key              uuid,
+    p_max_attempts     integer,
+    p_actor            text,
+    p_expected_version bigint DEFAULT NULL
 ) RETURNS TABLE (attempt_id uuid, idempotency_key uuid, attempt_number integer)
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -27,6 +30,11 @@ BEGIN
     END IF;
     PERFORM 1 FROM cobro.payment_attempts a WHERE a.order_id = v_old.order_id FOR UPDATE;
     SELECT * INTO v_old FROM cobro.payment_attempts a WHERE a.id = p_attempt_id;
+    IF p_expected_version IS NOT NULL
+       AND (v_old.version <> p_expected_version OR v_old.next_action_at IS NULL) THEN
+        RAISE EXCEPTION 'the scheduled retry of attempt % was already handled', p_attempt_id
+            USING ERRCODE = 'CB006';
+    END IF;
     IF v_old.state <> 'RECHAZADO' THEN
         RAISE EXCEPTION 'attempt % is %, not RECHAZADO: only a declined attempt is retried',
             p_attempt_id, v_old.state USING ERRCODE = 'CB003';

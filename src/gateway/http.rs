@@ -2,9 +2,10 @@
 //! `Idempotency-Key` header, `GET /v1/charges/{key}`).
 //!
 //! Invariant: explicit connect and request timeouts on every call, and every
-//! failure classified: only a parsed 200 (approved), 402 or other definite 4xx
-//! (declined) and 404 on lookup (not found) are definite; everything else is
-//! unknown.
+//! failure classified: only a parsed 200 (approved), 402/400/422 (declined or
+//! refused, never executed) and the gateway's own 404 `not_found` on lookup
+//! are definite; everything else (timeouts, resets, 5xx, 401/403/404 from
+//! something that may not be the gateway) is unknown.
 
 use std::time::{Duration, Instant};
 
@@ -104,13 +105,19 @@ impl HttpGateway {
             (408 | 409 | 425 | 429, r) => ChargeOutcome::Unknown {
                 evidence: ev("http_4xx_retryable", r.and_then(|r| r.error)),
             },
-            (400..=499, r) => ChargeOutcome::Declined {
+            // The gateway refused the request as such: never executed.
+            (400 | 422, r) => ChargeOutcome::Declined {
                 code: r
                     .as_ref()
                     .and_then(|r| r.error.clone())
                     .unwrap_or_else(|| format!("http_{code}")),
                 charge_id: None,
                 evidence: ev("http_4xx", r.and_then(|r| r.error)),
+            },
+            // 401, 403, 404, ...: credentials, a firewall or a proxy may be
+            // answering, not the gateway. Not a decline: look it up.
+            (400..=499, r) => ChargeOutcome::Unknown {
+                evidence: ev("http_4xx_unexpected", r.and_then(|r| r.error)),
             },
             (500..=599, _) => ChargeOutcome::Unknown {
                 evidence: ev("http_5xx", None),
@@ -155,8 +162,13 @@ impl HttpGateway {
                     evidence: lookup_evidence(Some(code), "bad_body", "failed", started),
                 },
             },
-            (404, _) => LookupOutcome::NotFound {
+            // Only the gateway's own "not found" counts; a bare 404 may come
+            // from a proxy or a wrong URL, and re-sending on it is a guess.
+            (404, Some(r)) if r.error.as_deref() == Some("not_found") => LookupOutcome::NotFound {
                 evidence: lookup_evidence(Some(code), "not_found", "not_found", started),
+            },
+            (404, _) => LookupOutcome::Failed {
+                evidence: lookup_evidence(Some(code), "http_404_unconfirmed", "failed", started),
             },
             (500..=599, _) => LookupOutcome::Failed {
                 evidence: lookup_evidence(Some(code), "http_5xx", "failed", started),

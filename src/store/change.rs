@@ -48,6 +48,9 @@ pub struct Change<'a> {
     pub lease: Lease<'a>,
     pub add_check: Option<CheckRecord>,
     pub add_send: bool,
+    /// A customer notice to write even though the state does not change
+    /// (state changes decide their own notice).
+    pub notice: Option<NoticeKind>,
 }
 
 impl<'a> Change<'a> {
@@ -63,6 +66,7 @@ impl<'a> Change<'a> {
             lease: Lease::Release,
             add_check: None,
             add_send: false,
+            notice: None,
         }
     }
 }
@@ -132,6 +136,7 @@ pub(crate) fn plan<'a>(seen: &Attempt, change: &Change<'a>) -> Result<Plan<'a>, 
         (true, State::Rechazado) if act_in_secs.is_some() => Some(NoticeKind::RetryScheduled),
         (true, State::Rechazado) => Some(NoticeKind::PaymentFailed),
         (true, State::Aprobado) if seen.attempt_number > 1 => Some(NoticeKind::ApprovedAfterRetry),
+        (false, _) => change.notice,
         _ => None,
     };
     Ok(Plan {

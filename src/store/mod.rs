@@ -140,11 +140,20 @@ enum Db {
     Lite(SqlitePool),
 }
 
-/// A handle on the database (a connection pool).
-#[derive(Clone, Debug)]
+/// A handle on the database (a connection pool). `Debug` shows the backend,
+/// never the URL (it may hold a password).
+#[derive(Clone)]
 pub struct Store {
     db: Db,
     url: String,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store")
+            .field("backend", &self.backend())
+            .finish_non_exhaustive()
+    }
 }
 
 impl Store {
@@ -392,17 +401,23 @@ impl Store {
     /// A business retry: a NEW attempt with the NEW `key` for the order of
     /// the declined attempt `attempt_id`, only if the order has nothing
     /// approved and nothing live and fewer than `max_attempts` attempts.
+    /// `expected_version`: the scheduler's view of the declined attempt (its
+    /// retry must still be pending at that version); `None` for finance.
     pub async fn business_retry(
         &self,
         attempt_id: Uuid,
         key: crate::domain::IdempotencyKey,
         max_attempts: u32,
         actor: &str,
+        expected_version: Option<i64>,
     ) -> Result<Retried, RetryError> {
         let max = i32::try_from(max_attempts).unwrap_or(i32::MAX);
+        let key = key.uuid();
         match &self.db {
-            Db::Pg(p) => pg::business_retry(p, attempt_id, key.uuid(), max, actor).await,
-            Db::Lite(p) => lite::retry::business_retry(p, attempt_id, key.uuid(), max, actor).await,
+            Db::Pg(p) => pg::business_retry(p, attempt_id, key, max, actor, expected_version).await,
+            Db::Lite(p) => {
+                lite::retry::business_retry(p, attempt_id, key, max, actor, expected_version).await
+            }
         }
     }
 

@@ -28,6 +28,10 @@ pub enum RetryError {
     AlreadyRetrying(String),
     #[error("{0}")]
     MaxAttempts(String),
+    /// The scheduled retry was already handled by another worker (the
+    /// declined attempt moved since it was read).
+    #[error("{0}")]
+    AlreadyHandled(String),
     #[error("database error: {0}")]
     Db(#[from] sqlx::Error),
 }

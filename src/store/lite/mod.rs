@@ -302,6 +302,10 @@ pub(super) async fn sweep(
                  OR (lease_owner IS NULL AND state IN ('PENDIENTE', 'DESCONOCIDO', 'RECHAZADO')
                      AND next_action_at <= ",
         now_ms!(),
+        " - ?1)
+                 OR (lease_owner IS NULL AND state IN ('PENDIENTE', 'DESCONOCIDO')
+                     AND next_action_at IS NULL AND updated_at <= ",
+        now_ms!(),
         " - ?1))
                AND state IN ('PENDIENTE', 'EN_PROCESO', 'DESCONOCIDO', 'RECHAZADO')
                AND (woken_at IS NULL OR woken_at <= ",

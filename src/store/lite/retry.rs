@@ -15,19 +15,29 @@ pub(crate) async fn business_retry(
     key: Uuid,
     max_attempts: i32,
     actor: &str,
+    expected_version: Option<i64>,
 ) -> Result<Retried, RetryError> {
     let id = attempt_id.hyphenated().to_string();
     let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
-    let Some(old) = sqlx::query("SELECT order_id, state FROM payment_attempts WHERE id = ?1")
-        .bind(&id)
-        .fetch_optional(&mut *tx)
-        .await?
+    let Some(old) = sqlx::query(
+        "SELECT order_id, state, version, next_action_at FROM payment_attempts WHERE id = ?1",
+    )
+    .bind(&id)
+    .fetch_optional(&mut *tx)
+    .await?
     else {
         return Err(RetryError::NotFound(format!(
             "no attempt with id {attempt_id}"
         )));
     };
     let (order, state): (String, String) = (old.try_get("order_id")?, old.try_get("state")?);
+    let (version, due): (i64, Option<i64>) =
+        (old.try_get("version")?, old.try_get("next_action_at")?);
+    if expected_version.is_some_and(|v| v != version || due.is_none()) {
+        return Err(RetryError::AlreadyHandled(format!(
+            "the scheduled retry of attempt {attempt_id} was already handled"
+        )));
+    }
     if state != "RECHAZADO" {
         return Err(RetryError::NotDeclined(format!(
             "attempt {attempt_id} is {state}, not RECHAZADO: only a declined attempt is retried"

@@ -274,7 +274,11 @@ pub(super) async fn sweep(
             SELECT id FROM cobro.payment_attempts
              WHERE ((lease_owner IS NOT NULL AND next_action_at <= now())
                  OR (lease_owner IS NULL AND state IN ('PENDIENTE', 'DESCONOCIDO', 'RECHAZADO')
-                     AND next_action_at <= now() - make_interval(secs => $1::float8)))
+                     AND next_action_at <= now() - make_interval(secs => $1::float8))
+                 -- a live attempt must always have a due time; none is a bug to recover from
+                 OR (lease_owner IS NULL AND state IN ('PENDIENTE', 'DESCONOCIDO')
+                     AND next_action_at IS NULL
+                     AND updated_at <= now() - make_interval(secs => $1::float8)))
                AND state IN ('PENDIENTE', 'EN_PROCESO', 'DESCONOCIDO', 'RECHAZADO')
                AND (woken_at IS NULL OR woken_at <= now() - make_interval(secs => $2::float8))
              ORDER BY next_action_at
@@ -365,14 +369,16 @@ pub(super) async fn business_retry(
     key: Uuid,
     max_attempts: i32,
     actor: &str,
+    expected_version: Option<i64>,
 ) -> Result<super::retry::Retried, super::retry::RetryError> {
     use super::retry::{Retried, RetryError};
     let row: Result<(Uuid, Uuid, i32), sqlx::Error> =
-        sqlx::query_as("SELECT * FROM cobro.business_retry($1, $2, $3, $4)")
+        sqlx::query_as("SELECT * FROM cobro.business_retry($1, $2, $3, $4, $5)")
             .bind(attempt_id)
             .bind(key)
             .bind(max_attempts)
             .bind(actor)
+            .bind(expected_version)
             .fetch_one(pool)
             .await;
     match row {
@@ -392,6 +398,7 @@ pub(super) async fn business_retry(
                 Some("CB002") => RetryError::AlreadyApproved(msg),
                 Some("CB001") => RetryError::AlreadyRetrying(msg),
                 Some("CB005") => RetryError::MaxAttempts(msg),
+                Some("CB006") => RetryError::AlreadyHandled(msg),
                 _ => RetryError::Db(e),
             })
         }
