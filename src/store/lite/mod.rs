@@ -44,21 +44,23 @@ fn options(url: &str) -> Result<SqliteConnectOptions, StoreError> {
         .busy_timeout(Duration::from_secs(30)))
 }
 
-pub(super) async fn connect(url: &str, max: u32) -> Result<SqlitePool, StoreError> {
-    Ok(SqlitePoolOptions::new()
+/// Pool options without sqlx's maintenance task (see `store::pool_options`).
+fn pool_options(max: u32) -> SqlitePoolOptions {
+    SqlitePoolOptions::new()
         .max_connections(max)
         .acquire_timeout(Duration::from_secs(30))
-        .connect_with(options(url)?)
-        .await?)
+        .idle_timeout(None)
+        .max_lifetime(None)
+}
+
+pub(super) async fn connect(url: &str, max: u32) -> Result<SqlitePool, StoreError> {
+    Ok(pool_options(max).connect_with(options(url)?).await?)
 }
 
 pub(super) async fn migrate(url: &str) -> Result<(), StoreError> {
     // A one-connection pool that is closed afterwards: apalis' setup leaves
     // `synchronous = OFF` on its connection, which must never serve money.
-    let setup = SqlitePoolOptions::new()
-        .max_connections(1)
-        .connect_with(options(url)?)
-        .await?;
+    let setup = pool_options(1).connect_with(options(url)?).await?;
     apalis_sqlite::SqliteStorage::setup(&setup)
         .await
         .map_err(|e| StoreError::Apalis(e.to_string()))?;

@@ -20,9 +20,16 @@ use crate::domain::{ChargeRequest, IdempotencyKey, InputError};
 pub(crate) mod webhooks;
 
 pub(super) async fn connect(url: &str, max: u32) -> Result<PgPool, StoreError> {
+    // No idle timeout or max lifetime: with either set, sqlx 0.9.0 runs a
+    // maintenance task that spins a CPU forever when the pool is closed
+    // during its pass (seen in CI: `num_idle` wraps below zero). Broken
+    // connections are still replaced: sqlx pings a connection before
+    // handing it out.
     Ok(PgPoolOptions::new()
         .max_connections(max)
         .acquire_timeout(Duration::from_secs(10))
+        .idle_timeout(None)
+        .max_lifetime(None)
         .connect(url)
         .await?)
 }
