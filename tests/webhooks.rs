@@ -286,20 +286,23 @@ async fn every_kind_of_bad_delivery_is_refused_and_recorded(b: Backend) {
         ),
         ("flipped byte", good.clone(), flipped, 401, "bad_signature"),
         (
-            "301 s old",
-            v.sign("evt_bad", now - 301, &body),
+            "310 s old",
+            v.sign("evt_bad", now - 310, &body),
             body.clone(),
             401,
             "timestamp_too_old",
         ),
         (
-            "301 s ahead",
-            v.sign("evt_bad", now + 301, &body),
+            "310 s ahead",
+            v.sign("evt_bad", now + 310, &body),
             body.clone(),
             401,
             "timestamp_in_future",
         ),
     ];
+    // Over HTTP the wall clock moves while the cases run, so the stale and
+    // future timestamps are 10 s past the tolerance; the exact ±300/301 s
+    // boundary is tested with an injected clock in src/webhook/verify_tests.rs.
     let mut reasons = Vec::new();
     for (what, headers, payload, want, reason) in &cases {
         let (status, reply) = post(&web, headers, payload).await;
