@@ -18,9 +18,10 @@ use tracing::debug;
 use uuid::Uuid;
 
 use super::{
+    books::Execution,
     conn::ConnKill,
     faults::Dice,
-    ledger::{ChargeBody, ChargeResult, Execution},
+    ledger::{ChargeBody, ChargeResult},
     server::{AppState, Inner, bad_request, error, unavailable},
 };
 

@@ -14,6 +14,7 @@
 //! - `GET /ledger` -> [`Ledger`]; `GET|PUT /control/faults` -> [`Faults`];
 //!   `POST /control/reset`; `GET /health`.
 
+mod books;
 mod charges;
 mod cli;
 mod conn;

@@ -20,9 +20,9 @@ use tracing::{debug, info};
 
 use super::{
     SimConfig,
+    books::Books,
     charges::{create_charge, lookup_charge},
     faults::{Dice, Faults},
-    ledger::Books,
 };
 
 /// Everything that changes while the simulator runs.
