@@ -19,7 +19,9 @@ mod charges;
 mod cli;
 mod conn;
 mod faults;
+mod flow;
 mod ledger;
+mod parse;
 mod server;
 #[cfg(test)]
 mod tests;
@@ -30,10 +32,10 @@ use std::{future::Future, io, net::SocketAddr};
 use tokio::{net::TcpListener, sync::oneshot, task::JoinHandle};
 use tracing::{info, warn};
 
-pub use charges::IDEMPOTENCY_KEY_HEADER;
 pub use cli::SimArgs;
 pub use faults::{DEFAULT_DECLINE_CODE, DEFAULT_HOLD_MS, Faults, InvalidFaults};
 pub use ledger::{APPROVED, ChargeBody, ChargeResult, DECLINED, Ledger, LedgerEntry, Stats};
+pub use parse::IDEMPOTENCY_KEY_HEADER;
 pub use webhooks::WebhookTarget;
 
 use conn::{ConnKill, Registry, SimListener};
