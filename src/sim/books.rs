@@ -1,17 +1,22 @@
-//! The simulator's mutable books: the journal of charges with its idempotency-key index, and
-//! the counters, behind `Books`.
+//! The simulator's mutable books: two journals (charges, refunds), each with its
+//! idempotency-key index, and the counters, behind `Books`.
 //!
-//! Invariant: between resets the journal is append-only with a 1-based gapless `seq`, every
+//! Invariant: between resets each journal is append-only with a 1-based gapless `seq`, every
 //! entry is exactly one executed request, `first_by_key` points at the first entry carrying a
-//! key, and in idempotent mode a key never gets a second entry.
+//! key, and in idempotent mode a key never gets a second entry; the approved refunds of a
+//! charge never add up to more than the charge's amount, in either mode.
 
 use std::collections::HashMap;
 
 use chrono::Utc;
 
-use super::ledger::{APPROVED, ChargeBody, ChargeResult, DECLINED, Ledger, LedgerEntry, Stats};
+use super::ledger::{
+    AMOUNT_EXCEEDS_CHARGE, APPROVED, CHARGE_NOT_APPROVED, CHARGE_NOT_FOUND, CURRENCY_MISMATCH,
+    ChargeBody, ChargeResult, DECLINED, Ledger, LedgerEntry, RefundBody, RefundEntry, RefundResult,
+    Stats,
+};
 
-/// What executing a request did.
+/// What executing a charge or refund request did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Execution<R> {
     /// A new entry was appended.
@@ -39,6 +44,17 @@ impl Recorded for LedgerEntry {
         LedgerEntry::same_params(self, body)
     }
     fn answer(&self) -> ChargeResult {
+        self.to_result()
+    }
+}
+
+impl Recorded for RefundEntry {
+    type Body = RefundBody;
+    type Answer = RefundResult;
+    fn same_params(&self, body: &RefundBody) -> bool {
+        RefundEntry::same_params(self, body)
+    }
+    fn answer(&self) -> RefundResult {
         self.to_result()
     }
 }
@@ -117,9 +133,12 @@ fn status(decline_code: Option<&str>) -> String {
 #[derive(Debug, Default)]
 pub(crate) struct Books {
     charges: Journal<LedgerEntry>,
+    refunds: Journal<RefundEntry>,
     stats: Stats,
     /// Charge ids handed out since start-up; never reset so ids stay unique per process.
     charges_issued: u64,
+    /// Refund ids handed out since start-up; never reset either.
+    refunds_issued: u64,
 }
 
 impl Books {
@@ -159,21 +178,88 @@ impl Books {
         Execution::Executed(self.charges.append(key, entry))
     }
 
+    /// Executes (or replays) a refund: approved unless [`Books::refund_decline`] objects.
+    /// Declined refunds are recorded too; they never count against the charge.
+    pub(crate) fn refund(
+        &mut self,
+        idempotent: bool,
+        key: &str,
+        body: &RefundBody,
+    ) -> Execution<RefundResult> {
+        if let Some(known) = self.refunds.recall(idempotent, key, body) {
+            if matches!(known, Execution::Replayed(_)) {
+                self.stats.refund_replays += 1;
+            }
+            return known;
+        }
+        let decline_code = self.refund_decline(body);
+        self.refunds_issued += 1;
+        let entry = RefundEntry {
+            seq: self.refunds.next_seq(),
+            idempotency_key: key.to_owned(),
+            refund_id: format!("re_{:06}", self.refunds_issued),
+            charge_id: body.charge_id.clone(),
+            order_id: body.order_id.clone(),
+            amount_minor: body.amount_minor,
+            currency: body.currency.clone(),
+            status: status(decline_code),
+            decline_code: decline_code.map(str::to_owned),
+            at: Utc::now(),
+        };
+        Execution::Executed(self.refunds.append(key, entry))
+    }
+
+    /// Why `body` must be declined, or `None` to approve it: the charge must exist, be
+    /// approved and be in the same currency, and its approved refunds plus this one must not
+    /// exceed its amount.
+    fn refund_decline(&self, body: &RefundBody) -> Option<&'static str> {
+        let Some(charge) = self
+            .charges
+            .entries
+            .iter()
+            .find(|c| c.charge_id == body.charge_id)
+        else {
+            return Some(CHARGE_NOT_FOUND);
+        };
+        if !charge.is_approved() {
+            return Some(CHARGE_NOT_APPROVED);
+        }
+        if charge.currency != body.currency {
+            return Some(CURRENCY_MISMATCH);
+        }
+        let refunded: i64 = self
+            .refunds
+            .entries
+            .iter()
+            .filter(|r| r.charge_id == charge.charge_id && r.is_approved())
+            .map(|r| r.amount_minor)
+            .sum();
+        (refunded.saturating_add(body.amount_minor) > charge.amount_minor)
+            .then_some(AMOUNT_EXCEEDS_CHARGE)
+    }
+
     /// The result of the first charge recorded under `key`.
     pub(crate) fn lookup(&self, key: &str) -> Option<ChargeResult> {
         self.charges.lookup(key)
     }
 
+    /// The result of the first refund recorded under `key`.
+    pub(crate) fn lookup_refund(&self, key: &str) -> Option<RefundResult> {
+        self.refunds.lookup(key)
+    }
+
     pub(crate) fn snapshot(&self) -> Ledger {
         Ledger {
             entries: self.charges.entries.clone(),
+            refunds: self.refunds.entries.clone(),
             stats: self.stats,
         }
     }
 
-    /// Clears the journal, its key index and the counters (charge ids keep counting).
+    /// Clears both journals, their key indexes and the counters (ids keep counting).
     pub(crate) fn reset(&mut self) {
         self.charges.clear();
+        self.refunds.clear();
         self.stats = Stats::default();
     }
 }
@@ -228,5 +314,160 @@ mod tests {
         assert_eq!(books.lookup("k"), None);
         let after = books.execute(false, "k", &body(1), || None);
         assert!(matches!(after, Execution::Executed(ref r) if r.charge_id == "ch_000003"));
+    }
+
+    /// Books holding one approved charge of `amount` EUR, and its id.
+    fn charged(amount: i64) -> (Books, String) {
+        let mut books = Books::default();
+        let charge_id = match books.execute(true, "c", &body(amount), || None) {
+            Execution::Executed(r) => r.charge_id,
+            other => panic!("charge not executed: {other:?}"),
+        };
+        (books, charge_id)
+    }
+
+    fn refund_body(charge_id: &str, amount: i64) -> RefundBody {
+        RefundBody {
+            charge_id: charge_id.to_owned(),
+            order_id: "o1".to_owned(),
+            amount_minor: amount,
+            currency: "EUR".to_owned(),
+        }
+    }
+
+    /// The decline code of a newly executed refund (`None` when approved).
+    fn refund_code(
+        books: &mut Books,
+        idempotent: bool,
+        key: &str,
+        b: &RefundBody,
+    ) -> Option<String> {
+        match books.refund(idempotent, key, b) {
+            Execution::Executed(r) => r.decline_code,
+            other => panic!("refund not executed: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn partial_refunds_up_to_the_charge_then_one_cent_more_is_declined() {
+        let (mut books, ch) = charged(1000);
+        assert_eq!(
+            refund_code(&mut books, true, "r1", &refund_body(&ch, 600)),
+            None
+        );
+        assert_eq!(
+            refund_code(&mut books, true, "r2", &refund_body(&ch, 400)),
+            None
+        );
+        assert_eq!(
+            refund_code(&mut books, true, "r3", &refund_body(&ch, 1)).as_deref(),
+            Some(AMOUNT_EXCEEDS_CHARGE)
+        );
+        let ledger = books.snapshot();
+        assert_eq!(
+            ledger.refunds.iter().map(|r| r.seq).collect::<Vec<_>>(),
+            [1, 2, 3]
+        );
+        let refunded: i64 = ledger
+            .refunds_for_charge(&ch)
+            .filter(|r| r.is_approved())
+            .map(|r| r.amount_minor)
+            .sum();
+        assert_eq!(refunded, 1000);
+    }
+
+    #[test]
+    fn declined_refunds_are_recorded_but_do_not_count() {
+        let (mut books, ch) = charged(1000);
+        assert_eq!(
+            refund_code(&mut books, true, "r1", &refund_body(&ch, 1001)).as_deref(),
+            Some(AMOUNT_EXCEEDS_CHARGE)
+        );
+        assert_eq!(
+            refund_code(&mut books, true, "r2", &refund_body(&ch, 1000)),
+            None
+        );
+        let found = books.lookup_refund("r1").map(|r| r.status);
+        assert_eq!(found.as_deref(), Some(DECLINED));
+        assert_eq!(books.snapshot().refunds.len(), 2);
+    }
+
+    #[test]
+    fn refund_decline_codes() {
+        let (mut books, ch) = charged(1000);
+        books.execute(true, "c2", &body(500), || Some("card_declined".to_owned()));
+        let declined_charge = books.lookup("c2").map(|r| r.charge_id).unwrap_or_default();
+        let usd = RefundBody {
+            currency: "USD".to_owned(),
+            ..refund_body(&ch, 100)
+        };
+        let cases = [
+            ("r1", refund_body("ch_unknown", 100), CHARGE_NOT_FOUND),
+            (
+                "r2",
+                refund_body(&declined_charge, 100),
+                CHARGE_NOT_APPROVED,
+            ),
+            ("r3", usd, CURRENCY_MISMATCH),
+        ];
+        for (key, b, code) in cases {
+            assert_eq!(
+                refund_code(&mut books, true, key, &b).as_deref(),
+                Some(code)
+            );
+        }
+        assert_eq!(
+            refund_code(&mut books, true, "r4", &refund_body(&ch, 1000)),
+            None
+        );
+    }
+
+    #[test]
+    fn idempotent_refund_replays_and_conflicts() {
+        let (mut books, ch) = charged(1000);
+        let first = books.refund(true, "r", &refund_body(&ch, 300));
+        assert!(matches!(first, Execution::Executed(ref r) if r.is_approved()));
+        let again = books.refund(true, "r", &refund_body(&ch, 300));
+        assert!(matches!(again, Execution::Replayed(ref r) if r.is_approved()));
+        assert_eq!(
+            books.refund(true, "r", &refund_body(&ch, 301)),
+            Execution::KeyReused
+        );
+        // Charge and refund keys live apart: the charge's key is a new refund key.
+        assert_eq!(
+            refund_code(&mut books, true, "c", &refund_body(&ch, 1)),
+            None
+        );
+        let ledger = books.snapshot();
+        assert_eq!(ledger.refunds.len(), 2);
+        assert_eq!((ledger.stats.refund_replays, ledger.stats.replays), (1, 0));
+    }
+
+    #[test]
+    fn non_idempotent_refunds_execute_every_time_and_reset_clears_them() {
+        let (mut books, ch) = charged(1000);
+        assert_eq!(
+            refund_code(&mut books, false, "r", &refund_body(&ch, 400)),
+            None
+        );
+        assert_eq!(
+            refund_code(&mut books, false, "r", &refund_body(&ch, 400)),
+            None
+        );
+        assert_eq!(
+            refund_code(&mut books, false, "r", &refund_body(&ch, 400)).as_deref(),
+            Some(AMOUNT_EXCEEDS_CHARGE)
+        );
+        let first = books.lookup_refund("r").map(|r| r.refund_id);
+        assert_eq!(first.as_deref(), Some("re_000001"));
+        books.reset();
+        assert_eq!(books.snapshot(), Ledger::default());
+        assert_eq!(books.lookup_refund("r"), None);
+        let after = books.refund(false, "r", &refund_body(&ch, 1));
+        assert!(matches!(
+            after,
+            Execution::Executed(ref r)
+                if r.refund_id == "re_000004" && r.decline_code.as_deref() == Some(CHARGE_NOT_FOUND)
+        ));
     }
 }

@@ -31,16 +31,16 @@ pub struct SimArgs {
     /// Execute every request, even with a repeated Idempotency-Key.
     #[arg(long)]
     pub no_idempotency: bool,
-    /// Probability that a charge executes but the connection drops with no response.
+    /// Probability that a charge or refund executes but the connection drops with no response.
     #[arg(long, default_value_t = 0.0, value_parser = probability)]
     pub p_response_lost: f64,
-    /// Probability that a charge executes but the reply is held for --hold-ms.
+    /// Probability that a charge or refund executes but the reply is held for --hold-ms.
     #[arg(long, default_value_t = 0.0, value_parser = probability)]
     pub p_timeout_after_charge: f64,
-    /// Probability that a request is held for --hold-ms then dropped, never charged.
+    /// Probability that a request is held for --hold-ms then dropped, never executed.
     #[arg(long, default_value_t = 0.0, value_parser = probability)]
     pub p_request_lost: f64,
-    /// Probability of a 503 before charging.
+    /// Probability of a 503 before executing a charge or refund.
     #[arg(long = "p-5xx", default_value_t = 0.0, value_parser = probability)]
     pub p_5xx: f64,
     /// Probability that a lookup answers 503.
@@ -52,13 +52,13 @@ pub struct SimArgs {
     /// Decline code to pick from (repeatable); none means "card_declined".
     #[arg(long = "decline-code")]
     pub decline_codes: Vec<String>,
-    /// Latency added before every charge and lookup, in milliseconds.
+    /// Latency added before every charge, refund and lookup, in milliseconds.
     #[arg(long, default_value_t = 0)]
     pub latency_ms: u64,
     /// How long held requests wait, in milliseconds (0 = 30000).
     #[arg(long, default_value_t = 0)]
     pub hold_ms: u64,
-    /// Answer 503 to every charge and lookup.
+    /// Answer 503 to every charge, refund and lookup.
     #[arg(long)]
     pub outage: bool,
     /// Draw faults per order (seed, order id, request number) instead of in arrival order.

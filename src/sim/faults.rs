@@ -21,25 +21,25 @@ pub const DEFAULT_DECLINE_CODE: &str = "card_declined";
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 #[serde(default)]
 pub struct Faults {
-    /// Charge executed, then the TCP connection is dropped with no response.
+    /// Charge (or refund) executed, then the TCP connection is dropped with no response.
     pub p_response_lost: f64,
-    /// Charge executed, reply held for `hold_ms` (the client times out first).
+    /// Charge (or refund) executed, reply held for `hold_ms` (the client times out first).
     pub p_timeout_after_charge: f64,
-    /// Never charged; request held for `hold_ms`, then the connection is dropped.
+    /// Never executed; request held for `hold_ms`, then the connection is dropped.
     pub p_request_lost: f64,
-    /// 503 before charging (nothing executed).
+    /// 503 before executing a charge or refund (nothing executed).
     pub p_5xx: f64,
-    /// Lookups answer 503.
+    /// Lookups (of charges and refunds) answer 503.
     pub p_lookup_fail: f64,
-    /// Executed as a decline instead of an approval.
+    /// A charge is executed as a decline instead of an approval (refunds never are).
     pub p_decline: f64,
     /// Decline code, picked uniformly with the seeded rng; empty means `card_declined`.
     pub decline_codes: Vec<String>,
-    /// Added before handling every charge/lookup request.
+    /// Added before handling every charge, refund and lookup request.
     pub latency_ms: u64,
     /// How long "held" requests wait (0 means `DEFAULT_HOLD_MS`).
     pub hold_ms: u64,
-    /// Every charge and lookup answers 503.
+    /// Every charge, refund and lookup answers 503.
     pub outage: bool,
 }
 
@@ -61,7 +61,7 @@ impl Faults {
         Duration::from_millis(ms)
     }
 
-    /// The latency added before handling a charge or lookup, if any.
+    /// The latency added before handling a charge, refund or lookup, if any.
     pub fn latency(&self) -> Option<Duration> {
         (self.latency_ms > 0).then(|| Duration::from_millis(self.latency_ms))
     }

@@ -1,5 +1,5 @@
-//! The request flow every payment endpoint of the simulator shares (`POST /v1/charges`
-//! and its lookup by key): counting, outage and latency, validation,
+//! The request flow every payment endpoint of the simulator shares (`POST /v1/charges`,
+//! `POST /v1/refunds` and their lookups by key): counting, outage and latency, validation,
 //! the seeded fault plan around the execution, and what finally reaches the client.
 //!
 //! Invariant: a payment request executes at most once, and only after the pre-execution
@@ -20,7 +20,7 @@ use super::{
     books::{Books, Execution},
     conn::ConnKill,
     faults::{Dice, Faults},
-    ledger::{ChargeResult, Stats},
+    ledger::{ChargeResult, RefundResult, Stats},
     parse::{Invalid, idempotency_key, normalize_key},
     server::{AppState, Inner, bad_request, error, unavailable},
 };
@@ -29,6 +29,7 @@ use super::{
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Kind {
     Charge,
+    Refund,
 }
 
 impl Kind {
@@ -36,25 +37,28 @@ impl Kind {
     fn path(self) -> &'static str {
         match self {
             Kind::Charge => "/v1/charges",
+            Kind::Refund => "/v1/refunds",
         }
     }
 
     fn count_request(self, stats: &mut Stats) {
         match self {
             Kind::Charge => stats.charge_requests += 1,
+            Kind::Refund => stats.refund_requests += 1,
         }
     }
 
     fn count_lookup(self, stats: &mut Stats) {
         match self {
             Kind::Charge => stats.lookup_requests += 1,
+            Kind::Refund => stats.refund_lookup_requests += 1,
         }
     }
 }
 
 /// A stored result the flow can send: 200 when approved, 402 when declined.
 pub(crate) trait Answer: Serialize {
-    /// The simulator's id of what was executed (`ch_…`).
+    /// The simulator's id of what was executed (`ch_…`, `re_…`).
     fn id(&self) -> &str;
     fn is_approved(&self) -> bool;
 }
@@ -65,6 +69,15 @@ impl Answer for ChargeResult {
     }
     fn is_approved(&self) -> bool {
         ChargeResult::is_approved(self)
+    }
+}
+
+impl Answer for RefundResult {
+    fn id(&self) -> &str {
+        &self.refund_id
+    }
+    fn is_approved(&self) -> bool {
+        RefundResult::is_approved(self)
     }
 }
 
@@ -124,7 +137,8 @@ pub(crate) enum Plan<R> {
 }
 
 /// Decides one admitted request in a single locked section: draws its faults around
-/// `execute`, from the order's own dice when draws are per order.
+/// `execute`, from the order's own dice when draws are per order (one counter per order id,
+/// shared by its charge and refund requests).
 pub(crate) fn plan<R>(
     app: &AppState,
     faults: &Faults,

@@ -1,17 +1,27 @@
 //! The simulator's public wire types: what clients send, what they get back and what
 //! `GET /ledger` shows (tests decode these).
 //!
-//! Invariant: a [`Ledger`] is a snapshot of the books: `entries` are exactly the charges
-//! executed since the last reset, in order, with a 1-based gapless `seq`; `Ledger` and
-//! `Stats` fill missing fields with defaults, so a snapshot from any simulator version decodes.
+//! Invariant: a [`Ledger`] is a snapshot of the books: `entries` are exactly the charges and
+//! `refunds` exactly the refunds executed since the last reset (declined ones included), each
+//! list in order with its own 1-based gapless `seq`; `Ledger` and `Stats` fill missing fields
+//! with defaults, so a snapshot from any simulator version decodes.
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-/// Status of an approved charge.
+/// Status of an approved charge or refund.
 pub const APPROVED: &str = "approved";
-/// Status of a declined charge.
+/// Status of a declined charge or refund.
 pub const DECLINED: &str = "declined";
+
+/// Refund decline: no charge has the given `charge_id`.
+pub const CHARGE_NOT_FOUND: &str = "charge_not_found";
+/// Refund decline: the charge exists but was declined.
+pub const CHARGE_NOT_APPROVED: &str = "charge_not_approved";
+/// Refund decline: the refund's currency is not the charge's.
+pub const CURRENCY_MISMATCH: &str = "currency_mismatch";
+/// Refund decline: the charge's approved refunds plus this one exceed the charge amount.
+pub const AMOUNT_EXCEEDS_CHARGE: &str = "amount_exceeds_charge";
 
 /// Body of `POST /v1/charges`.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
@@ -74,8 +84,95 @@ impl LedgerEntry {
         }
     }
 
+    /// Whether this charge was approved.
+    pub fn is_approved(&self) -> bool {
+        self.status == APPROVED
+    }
+
     pub(crate) fn same_params(&self, body: &ChargeBody) -> bool {
         self.order_id == body.order_id
+            && self.amount_minor == body.amount_minor
+            && self.currency == body.currency
+    }
+}
+
+/// Body of `POST /v1/refunds`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct RefundBody {
+    /// The simulator's id of the charge being refunded (`ch_…`).
+    pub charge_id: String,
+    pub order_id: String,
+    pub amount_minor: i64,
+    pub currency: String,
+}
+
+/// Answer to a refund (200 approved, 402 declined) or to a refund lookup (200).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct RefundResult {
+    /// The refund's own id (`re_…`), declined refunds included.
+    pub refund_id: String,
+    /// `"approved"` or `"declined"`.
+    pub status: String,
+    /// Why a refund was declined: [`CHARGE_NOT_FOUND`], [`CHARGE_NOT_APPROVED`],
+    /// [`CURRENCY_MISMATCH`] or [`AMOUNT_EXCEEDS_CHARGE`].
+    #[serde(default)]
+    pub decline_code: Option<String>,
+    pub idempotency_key: String,
+    /// The refunded charge, as requested.
+    pub charge_id: String,
+    pub order_id: String,
+    pub amount_minor: i64,
+    pub currency: String,
+}
+
+impl RefundResult {
+    /// Whether this refund was approved.
+    pub fn is_approved(&self) -> bool {
+        self.status == APPROVED
+    }
+}
+
+/// One executed refund, approved or declined.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct RefundEntry {
+    pub seq: u64,
+    pub idempotency_key: String,
+    pub refund_id: String,
+    /// The refunded charge, as requested.
+    pub charge_id: String,
+    pub order_id: String,
+    pub amount_minor: i64,
+    pub currency: String,
+    /// `"approved"` or `"declined"`.
+    pub status: String,
+    #[serde(default)]
+    pub decline_code: Option<String>,
+    pub at: DateTime<Utc>,
+}
+
+impl RefundEntry {
+    /// The answer a client gets for this refund.
+    pub fn to_result(&self) -> RefundResult {
+        RefundResult {
+            refund_id: self.refund_id.clone(),
+            status: self.status.clone(),
+            decline_code: self.decline_code.clone(),
+            idempotency_key: self.idempotency_key.clone(),
+            charge_id: self.charge_id.clone(),
+            order_id: self.order_id.clone(),
+            amount_minor: self.amount_minor,
+            currency: self.currency.clone(),
+        }
+    }
+
+    /// Whether this refund was approved (only those count against the charge).
+    pub fn is_approved(&self) -> bool {
+        self.status == APPROVED
+    }
+
+    pub(crate) fn same_params(&self, body: &RefundBody) -> bool {
+        self.charge_id == body.charge_id
+            && self.order_id == body.order_id
             && self.amount_minor == body.amount_minor
             && self.currency == body.currency
     }
@@ -91,21 +188,30 @@ pub struct Stats {
     pub lookup_requests: u64,
     /// Charges executed (= ledger entries appended).
     pub executed: u64,
-    /// Stored results returned for a repeated idempotency key.
+    /// Stored charge results returned for a repeated idempotency key.
     pub replays: u64,
-    /// Connections dropped on purpose (request lost or response lost).
+    /// Connections dropped on purpose (request lost or response lost), charges and refunds.
     pub dropped: u64,
+    /// Every `POST /v1/refunds` received (including rejected ones).
+    pub refund_requests: u64,
+    /// Every `GET /v1/refunds/{key}` received.
+    pub refund_lookup_requests: u64,
+    /// Stored refund results returned for a repeated idempotency key.
+    pub refund_replays: u64,
     /// Webhook deliveries answered 2xx.
     pub webhooks_delivered: u64,
     /// Webhook deliveries given up (refused with a 4xx, or five failed tries).
     pub webhooks_failed: u64,
 }
 
-/// Body of `GET /ledger`.
+/// Body of `GET /ledger`. Every field defaults when missing.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(default)]
 pub struct Ledger {
+    /// Executed charges.
     pub entries: Vec<LedgerEntry>,
+    /// Executed refunds, declined ones included.
+    pub refunds: Vec<RefundEntry>,
     pub stats: Stats,
 }
 
@@ -123,5 +229,15 @@ impl Ledger {
         order_id: &'a str,
     ) -> impl Iterator<Item = &'a LedgerEntry> {
         self.entries.iter().filter(move |e| e.order_id == order_id)
+    }
+
+    /// Refunds of the given charge, in order.
+    pub fn refunds_for_charge<'a>(
+        &'a self,
+        charge_id: &'a str,
+    ) -> impl Iterator<Item = &'a RefundEntry> {
+        self.refunds
+            .iter()
+            .filter(move |r| r.charge_id == charge_id)
     }
 }

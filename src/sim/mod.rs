@@ -2,15 +2,19 @@
 //! injection, standing in for a payment gateway in integration tests, the demo and the
 //! benchmarks. Callers only ever talk to it over HTTP.
 //!
-//! Invariant: the ledger records exactly the charges the simulator executed, whatever
-//! happened to the replies afterwards (dropped, held, replayed); for a given seed and request
-//! order the injected faults are identical from run to run.
+//! Invariant: the ledger records exactly the charges and refunds the simulator executed,
+//! whatever happened to the replies afterwards (dropped, held, replayed); for a given seed and
+//! request order the injected faults are identical from run to run.
 //!
 //! HTTP API (JSON everywhere):
 //! - `POST /v1/charges` (header `Idempotency-Key: <uuid>`, body [`ChargeBody`]):
 //!   200 [`ChargeResult`] approved, 402 declined, 400 `{"error","field"}`, 409 key reused
 //!   with other parameters, 503 outage/injected, or the connection dropped (faults).
 //! - `GET /v1/charges/{key}`: 200 [`ChargeResult`] of the first entry with that key, 404, 503.
+//! - `POST /v1/refunds` (header `Idempotency-Key: <uuid>`, body [`RefundBody`]): the same
+//!   answers and faults with [`RefundResult`]; 402 with `decline_code` [`CHARGE_NOT_FOUND`],
+//!   [`CHARGE_NOT_APPROVED`], [`CURRENCY_MISMATCH`] or [`AMOUNT_EXCEEDS_CHARGE`].
+//! - `GET /v1/refunds/{key}`: 200 [`RefundResult`] of the first refund with that key, 404, 503.
 //! - `GET /ledger` -> [`Ledger`]; `GET|PUT /control/faults` -> [`Faults`];
 //!   `POST /control/reset`; `GET /health`.
 
@@ -22,6 +26,7 @@ mod faults;
 mod flow;
 mod ledger;
 mod parse;
+mod refunds;
 mod server;
 #[cfg(test)]
 mod tests;
@@ -34,7 +39,11 @@ use tracing::{info, warn};
 
 pub use cli::SimArgs;
 pub use faults::{DEFAULT_DECLINE_CODE, DEFAULT_HOLD_MS, Faults, InvalidFaults};
-pub use ledger::{APPROVED, ChargeBody, ChargeResult, DECLINED, Ledger, LedgerEntry, Stats};
+pub use ledger::{
+    AMOUNT_EXCEEDS_CHARGE, APPROVED, CHARGE_NOT_APPROVED, CHARGE_NOT_FOUND, CURRENCY_MISMATCH,
+    ChargeBody, ChargeResult, DECLINED, Ledger, LedgerEntry, RefundBody, RefundEntry, RefundResult,
+    Stats,
+};
 pub use parse::IDEMPOTENCY_KEY_HEADER;
 pub use webhooks::WebhookTarget;
 
@@ -50,8 +59,8 @@ pub struct SimConfig {
     pub seed: u64,
     /// Initial faults (replaceable at run time via `PUT /control/faults`).
     pub faults: Faults,
-    /// Draw each charge request's faults from (seed, order id, how many charge
-    /// requests that order already made) instead of one shared sequence, so
+    /// Draw each charge or refund request's faults from (seed, order id, how many
+    /// charge and refund requests that order already made) instead of one shared sequence, so
     /// different clients, or the same client at other concurrency, meet the
     /// same faults order by order (the demo compares worlds this way).
     pub per_order_draws: bool,

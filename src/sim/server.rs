@@ -23,6 +23,7 @@ use super::{
     books::Books,
     charges::{create_charge, lookup_charge},
     faults::{Dice, Faults},
+    refunds::{create_refund, lookup_refund},
 };
 
 /// Everything that changes while the simulator runs.
@@ -33,7 +34,7 @@ pub(crate) struct Inner {
     pub(crate) books: Books,
     /// `Some(seed)` when faults are drawn per order (see `SimConfig::per_order_draws`).
     pub(crate) per_order_seed: Option<u64>,
-    /// Charge requests seen per order id (for per-order draws).
+    /// Charge and refund requests seen per order id (for per-order draws).
     pub(crate) order_requests: std::collections::HashMap<String, u64>,
 }
 
@@ -89,6 +90,8 @@ pub(crate) fn router(state: AppState) -> Router {
     Router::new()
         .route("/v1/charges", post(create_charge))
         .route("/v1/charges/{key}", get(lookup_charge))
+        .route("/v1/refunds", post(create_refund))
+        .route("/v1/refunds/{key}", get(lookup_refund))
         .route("/ledger", get(get_ledger))
         .route("/control/faults", get(get_faults).put(put_faults))
         .route("/control/reset", post(reset))
@@ -146,7 +149,7 @@ async fn put_faults(State(app): State<AppState>, body: Bytes) -> Response {
 }
 
 async fn reset(State(app): State<AppState>) -> Response {
-    info!("sim: ledger, key store and stats reset");
+    info!("sim: ledger (charges and refunds), key stores and stats reset");
     app.with(|s| {
         s.books.reset();
         s.order_requests.clear();
