@@ -1,11 +1,12 @@
 //! End-to-end tests of the gateway simulator over real HTTP on 127.0.0.1:0, and the helpers
-//! they share (start a simulator, a reqwest client, charge/lookup/ledger calls).
+//! they share (start a simulator, a reqwest client, charge/refund/lookup/ledger calls).
 //!
 //! Invariant: these tests only talk to the simulator through HTTP (reqwest or a raw TCP
 //! socket), exactly like the worker does; nothing reaches into its state in-process.
 
 mod charges;
 mod faults;
+mod refunds;
 
 use std::time::Duration;
 
@@ -58,6 +59,38 @@ async fn charge(
 
 async fn lookup(c: &Client, sim: &SimHandle, key: &str) -> reqwest::Result<reqwest::Response> {
     c.get(format!("{}/v1/charges/{key}", sim.url()))
+        .send()
+        .await
+}
+
+fn refund_body(charge_id: &str, order_id: &str, amount_minor: i64) -> RefundBody {
+    RefundBody {
+        charge_id: charge_id.to_owned(),
+        order_id: order_id.to_owned(),
+        amount_minor,
+        currency: "EUR".to_owned(),
+    }
+}
+
+async fn refund(
+    c: &Client,
+    sim: &SimHandle,
+    key: &str,
+    b: &RefundBody,
+) -> reqwest::Result<reqwest::Response> {
+    c.post(format!("{}/v1/refunds", sim.url()))
+        .header(IDEMPOTENCY_KEY_HEADER, key)
+        .json(b)
+        .send()
+        .await
+}
+
+async fn lookup_refund(
+    c: &Client,
+    sim: &SimHandle,
+    key: &str,
+) -> reqwest::Result<reqwest::Response> {
+    c.get(format!("{}/v1/refunds/{key}", sim.url()))
         .send()
         .await
 }
