@@ -1,11 +1,14 @@
-//! The HTTP adapter for the simulator's API (`POST /v1/charges` with an
-//! `Idempotency-Key` header, `GET /v1/charges/{key}`).
+//! The HTTP adapter for the simulator's API: `POST /v1/charges` and
+//! `POST /v1/refunds` with an `Idempotency-Key` header, `GET /v1/charges/{key}`
+//! and `GET /v1/refunds/{key}`. Charges and refunds share one request path and
+//! one classification.
 //!
 //! Invariant: explicit connect and request timeouts on every call, and every
-//! failure classified: only a parsed 200 (approved), 402/400/422 (declined or
-//! refused, never executed) and the gateway's own 404 `not_found` on lookup
-//! are definite; everything else (timeouts, resets, 5xx, 401/403/404 from
-//! something that may not be the gateway) is unknown.
+//! failure classified the same way for charges and refunds: only a parsed 200
+//! (approved), 402/400/422 (declined or refused, never executed) and the
+//! gateway's own 404 `not_found` on lookup are definite; everything else
+//! (timeouts, resets, 5xx, 401/403/404 from something that may not be the
+//! gateway) is unknown.
 
 use std::time::{Duration, Instant};
 
@@ -13,7 +16,7 @@ use futures::FutureExt;
 use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 
-use super::{ChargeCall, ChargeOutcome, Evidence, Gateway, LookupOutcome};
+use super::{ChargeCall, ChargeOutcome, Evidence, Gateway, LookupOutcome, RefundCall};
 use crate::domain::IdempotencyKey;
 
 #[derive(Debug, Clone)]
@@ -29,6 +32,48 @@ pub struct HttpGateway {
     client: reqwest::Client,
 }
 
+/// What a call creates and looks up: it picks the path, the id field of the
+/// reply and the names the evidence uses.
+#[derive(Debug, Clone, Copy)]
+enum Resource {
+    Charges,
+    Refunds,
+}
+
+impl Resource {
+    fn path(self) -> &'static str {
+        match self {
+            Resource::Charges => "/v1/charges",
+            Resource::Refunds => "/v1/refunds",
+        }
+    }
+
+    /// `Evidence.call` of a create.
+    fn call(self) -> &'static str {
+        match self {
+            Resource::Charges => "charge",
+            Resource::Refunds => "refund",
+        }
+    }
+
+    /// `Evidence.call` of a lookup.
+    fn lookup_call(self) -> &'static str {
+        match self {
+            Resource::Charges => "lookup",
+            Resource::Refunds => "refund_lookup",
+        }
+    }
+
+    /// The gateway's id of what was created: `charge_id` of a charge,
+    /// `refund_id` of a refund (whose `charge_id` is the refunded charge).
+    fn take_id(self, reply: &mut Reply) -> Option<String> {
+        match self {
+            Resource::Charges => reply.charge_id.take(),
+            Resource::Refunds => reply.refund_id.take(),
+        }
+    }
+}
+
 #[derive(Serialize)]
 struct ChargeBody<'a> {
     order_id: &'a str,
@@ -38,10 +83,21 @@ struct ChargeBody<'a> {
     payment_method: Option<&'a str>,
 }
 
+#[derive(Serialize)]
+struct RefundBody<'a> {
+    charge_id: &'a str,
+    order_id: &'a str,
+    amount_minor: i64,
+    currency: &'a str,
+}
+
+/// The fields of a charge or refund answer (or error) the adapter reads.
 #[derive(Deserialize)]
-struct ChargeReply {
+struct Reply {
     #[serde(default)]
     charge_id: Option<String>,
+    #[serde(default)]
+    refund_id: Option<String>,
     #[serde(default)]
     status: Option<String>,
     #[serde(default)]
@@ -64,119 +120,171 @@ impl HttpGateway {
     }
 
     async fn do_charge(&self, call: &ChargeCall) -> ChargeOutcome {
-        let started = Instant::now();
         let body = ChargeBody {
             order_id: call.order_id.as_str(),
             amount_minor: call.amount.minor(),
             currency: call.currency.code(),
             payment_method: call.payment_method.as_ref().map(|p| p.token()),
         };
+        self.create(Resource::Charges, call.key, &body).await
+    }
+
+    async fn do_refund(&self, call: &RefundCall) -> ChargeOutcome {
+        let body = RefundBody {
+            charge_id: &call.charge_id,
+            order_id: call.order_id.as_str(),
+            amount_minor: call.amount.minor(),
+            currency: call.currency.code(),
+        };
+        self.create(Resource::Refunds, call.key, &body).await
+    }
+
+    /// `POST {base}{path}` with the key in `Idempotency-Key`, classified.
+    async fn create(
+        &self,
+        resource: Resource,
+        key: IdempotencyKey,
+        body: &impl Serialize,
+    ) -> ChargeOutcome {
+        let started = Instant::now();
         let sent = self
             .client
-            .post(format!("{}/v1/charges", self.base))
-            .header("Idempotency-Key", call.key.to_string())
-            .json(&body)
+            .post(format!("{}{}", self.base, resource.path()))
+            .header("Idempotency-Key", key.to_string())
+            .json(body)
             .send()
             .await;
-        let (status, reply) = match read(sent).await {
-            Ok(r) => r,
-            Err(kind) => {
-                return ChargeOutcome::Unknown {
-                    evidence: evidence("charge", None, kind, None, started),
-                };
-            }
-        };
-        let code = status.as_u16();
-        let ev = |kind: &str, detail: Option<String>| {
-            evidence("charge", Some(code), kind, detail, started)
-        };
-        match (code, reply) {
-            (200, Some(r)) if r.status.as_deref() == Some("approved") && r.charge_id.is_some() => {
-                ChargeOutcome::Approved {
-                    charge_id: r.charge_id.unwrap_or_default(),
-                    evidence: ev("ok", None),
-                }
-            }
-            (402, Some(r)) => ChargeOutcome::Declined {
-                code: r.decline_code.unwrap_or_else(|| "declined".into()),
-                charge_id: r.charge_id,
-                evidence: ev("declined", None),
-            },
-            (408 | 409 | 425 | 429, r) => ChargeOutcome::Unknown {
-                evidence: ev("http_4xx_retryable", r.and_then(|r| r.error)),
-            },
-            // The gateway refused the request as such: never executed.
-            (400 | 422, r) => ChargeOutcome::Declined {
-                code: r
-                    .as_ref()
-                    .and_then(|r| r.error.clone())
-                    .unwrap_or_else(|| format!("http_{code}")),
-                charge_id: None,
-                evidence: ev("http_4xx", r.and_then(|r| r.error)),
-            },
-            // 401, 403, 404, ...: credentials, a firewall or a proxy may be
-            // answering, not the gateway. Not a decline: look it up.
-            (400..=499, r) => ChargeOutcome::Unknown {
-                evidence: ev("http_4xx_unexpected", r.and_then(|r| r.error)),
-            },
-            (500..=599, _) => ChargeOutcome::Unknown {
-                evidence: ev("http_5xx", None),
-            },
-            (_, _) => ChargeOutcome::Unknown {
-                evidence: ev(
-                    "bad_body",
-                    Some(format!("unexpected answer to a charge (HTTP {code})")),
-                ),
+        let call = resource.call();
+        match read(sent).await {
+            Ok((status, reply)) => classify_create(resource, status.as_u16(), reply, started),
+            Err(kind) => ChargeOutcome::Unknown {
+                evidence: evidence(call, None, kind, None, started),
             },
         }
     }
 
-    async fn do_lookup(&self, key: IdempotencyKey) -> LookupOutcome {
+    /// `GET {base}{path}/{key}`, classified.
+    async fn look_up(&self, resource: Resource, key: IdempotencyKey) -> LookupOutcome {
         let started = Instant::now();
         let sent = self
             .client
-            .get(format!("{}/v1/charges/{key}", self.base))
+            .get(format!("{}{}/{key}", self.base, resource.path()))
             .send()
             .await;
-        let (status, reply) = match read(sent).await {
-            Ok(r) => r,
-            Err(kind) => {
-                return LookupOutcome::Failed {
-                    evidence: lookup_evidence(None, kind, "failed", started),
-                };
+        match read(sent).await {
+            Ok((status, reply)) => classify_lookup(resource, status.as_u16(), reply, started),
+            Err(kind) => LookupOutcome::Failed {
+                evidence: lookup_evidence(resource, None, kind, "failed", started),
+            },
+        }
+    }
+}
+
+/// What a create call (`POST`) answered: only a parsed 200 approval and a 402/400/422 are
+/// definite.
+fn classify_create(
+    resource: Resource,
+    code: u16,
+    reply: Option<Reply>,
+    started: Instant,
+) -> ChargeOutcome {
+    let call = resource.call();
+    let ev = |kind: &str, detail: Option<String>| evidence(call, Some(code), kind, detail, started);
+    match (code, reply) {
+        (200, Some(mut r)) if r.status.as_deref() == Some("approved") => {
+            match resource.take_id(&mut r) {
+                Some(charge_id) => ChargeOutcome::Approved {
+                    charge_id,
+                    evidence: ev("ok", None),
+                },
+                None => bad_body(call, code, &ev),
             }
-        };
-        let code = status.as_u16();
-        match (code, reply) {
-            (200, Some(r)) => match (r.status.as_deref(), r.charge_id) {
+        }
+        (402, Some(mut r)) => ChargeOutcome::Declined {
+            charge_id: resource.take_id(&mut r),
+            code: r.decline_code.unwrap_or_else(|| "declined".into()),
+            evidence: ev("declined", None),
+        },
+        (408 | 409 | 425 | 429, r) => ChargeOutcome::Unknown {
+            evidence: ev("http_4xx_retryable", r.and_then(|r| r.error)),
+        },
+        // The gateway refused the request as such: never executed.
+        (400 | 422, r) => ChargeOutcome::Declined {
+            code: r
+                .as_ref()
+                .and_then(|r| r.error.clone())
+                .unwrap_or_else(|| format!("http_{code}")),
+            charge_id: None,
+            evidence: ev("http_4xx", r.and_then(|r| r.error)),
+        },
+        // 401, 403, 404, ...: credentials, a firewall or a proxy may be
+        // answering, not the gateway. Not a decline: look it up.
+        (400..=499, r) => ChargeOutcome::Unknown {
+            evidence: ev("http_4xx_unexpected", r.and_then(|r| r.error)),
+        },
+        (500..=599, _) => ChargeOutcome::Unknown {
+            evidence: ev("http_5xx", None),
+        },
+        (_, _) => bad_body(call, code, &ev),
+    }
+}
+
+/// An answer that is none of the expected ones: unknown.
+fn bad_body(
+    call: &str,
+    code: u16,
+    ev: &impl Fn(&str, Option<String>) -> Evidence,
+) -> ChargeOutcome {
+    ChargeOutcome::Unknown {
+        evidence: ev(
+            "bad_body",
+            Some(format!("unexpected answer to a {call} (HTTP {code})")),
+        ),
+    }
+}
+
+/// What a lookup (`GET .../{key}`) answered: a parsed 200 and the gateway's own 404
+/// `not_found` are definite; anything else failed.
+fn classify_lookup(
+    resource: Resource,
+    code: u16,
+    reply: Option<Reply>,
+    started: Instant,
+) -> LookupOutcome {
+    let ev =
+        |kind: &str, result: &str| lookup_evidence(resource, Some(code), kind, result, started);
+    match (code, reply) {
+        (200, Some(mut r)) => {
+            let id = resource.take_id(&mut r);
+            match (r.status.as_deref(), id) {
                 (Some("approved"), Some(charge_id)) => LookupOutcome::Approved {
                     charge_id,
-                    evidence: lookup_evidence(Some(code), "ok", "approved", started),
+                    evidence: ev("ok", "approved"),
                 },
                 (Some("declined"), charge_id) => LookupOutcome::Declined {
                     code: r.decline_code.unwrap_or_else(|| "declined".into()),
                     charge_id,
-                    evidence: lookup_evidence(Some(code), "ok", "declined", started),
+                    evidence: ev("ok", "declined"),
                 },
                 _ => LookupOutcome::Failed {
-                    evidence: lookup_evidence(Some(code), "bad_body", "failed", started),
+                    evidence: ev("bad_body", "failed"),
                 },
-            },
-            // Only the gateway's own "not found" counts; a bare 404 may come
-            // from a proxy or a wrong URL, and re-sending on it is a guess.
-            (404, Some(r)) if r.error.as_deref() == Some("not_found") => LookupOutcome::NotFound {
-                evidence: lookup_evidence(Some(code), "not_found", "not_found", started),
-            },
-            (404, _) => LookupOutcome::Failed {
-                evidence: lookup_evidence(Some(code), "http_404_unconfirmed", "failed", started),
-            },
-            (500..=599, _) => LookupOutcome::Failed {
-                evidence: lookup_evidence(Some(code), "http_5xx", "failed", started),
-            },
-            _ => LookupOutcome::Failed {
-                evidence: lookup_evidence(Some(code), "http_other", "failed", started),
-            },
+            }
         }
+        // Only the gateway's own "not found" counts; a bare 404 may come
+        // from a proxy or a wrong URL, and re-sending on it is a guess.
+        (404, Some(r)) if r.error.as_deref() == Some("not_found") => LookupOutcome::NotFound {
+            evidence: ev("not_found", "not_found"),
+        },
+        (404, _) => LookupOutcome::Failed {
+            evidence: ev("http_404_unconfirmed", "failed"),
+        },
+        (500..=599, _) => LookupOutcome::Failed {
+            evidence: ev("http_5xx", "failed"),
+        },
+        _ => LookupOutcome::Failed {
+            evidence: ev("http_other", "failed"),
+        },
     }
 }
 
@@ -184,7 +292,7 @@ impl HttpGateway {
 /// returned as its error kind (always unknown to the caller).
 async fn read(
     sent: Result<reqwest::Response, reqwest::Error>,
-) -> Result<(reqwest::StatusCode, Option<ChargeReply>), &'static str> {
+) -> Result<(reqwest::StatusCode, Option<Reply>), &'static str> {
     let resp = sent.map_err(transport_kind)?;
     let status = resp.status();
     let bytes = resp.bytes().await.map_err(transport_kind)?;
@@ -219,6 +327,7 @@ fn evidence(
 }
 
 fn lookup_evidence(
+    resource: Resource,
     http_status: Option<u16>,
     kind: &str,
     result: &str,
@@ -226,7 +335,7 @@ fn lookup_evidence(
 ) -> Evidence {
     Evidence {
         lookup_result: Some(result.into()),
-        ..evidence("lookup", http_status, kind, None, started)
+        ..evidence(resource.lookup_call(), http_status, kind, None, started)
     }
 }
 
@@ -236,6 +345,14 @@ impl Gateway for HttpGateway {
     }
 
     fn lookup(&self, key: IdempotencyKey) -> BoxFuture<'_, LookupOutcome> {
-        self.do_lookup(key).boxed()
+        self.look_up(Resource::Charges, key).boxed()
+    }
+
+    fn refund<'a>(&'a self, call: &'a RefundCall) -> BoxFuture<'a, ChargeOutcome> {
+        self.do_refund(call).boxed()
+    }
+
+    fn lookup_refund(&self, key: IdempotencyKey) -> BoxFuture<'_, LookupOutcome> {
+        self.look_up(Resource::Refunds, key).boxed()
     }
 }

@@ -1,6 +1,6 @@
-//! The gateway seen from a worker: charge by key and look up by key, with
-//! every answer classified as definite (approved, declined, not found) or
-//! unknown.
+//! The gateway seen from a worker: charge and refund, each by its own key,
+//! and look either up by that key, with every answer classified as definite
+//! (approved, declined, not found) or unknown.
 //!
 //! Invariant: a timeout, a reset connection, an EOF or a 5xx after the request
 //! may have left is *unknown*, never a decline. Only an explicit answer from
@@ -19,7 +19,7 @@ use crate::domain::{Amount, Currency, IdempotencyKey, OrderId, PaymentMethod};
 /// What the gateway (or the network) said, kept with each state change.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Evidence {
-    /// `charge` or `lookup`.
+    /// `charge`, `lookup`, `refund` or `refund_lookup`.
     pub call: String,
     /// The HTTP status, when a response arrived at all.
     pub http_status: Option<u16>,
@@ -41,6 +41,17 @@ pub struct ChargeCall {
     pub amount: Amount,
     pub currency: Currency,
     pub payment_method: Option<PaymentMethod>,
+}
+
+/// One refund request, always with the refund's own key.
+#[derive(Debug, Clone)]
+pub struct RefundCall {
+    pub key: IdempotencyKey,
+    /// The gateway's id of the approved charge being refunded.
+    pub charge_id: String,
+    pub order_id: OrderId,
+    pub amount: Amount,
+    pub currency: Currency,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -69,7 +80,7 @@ pub enum LookupOutcome {
         charge_id: Option<String>,
         evidence: Evidence,
     },
-    /// The gateway answered that it has no charge with this key.
+    /// The gateway answered that it has nothing (no charge, or no refund) with this key.
     NotFound { evidence: Evidence },
     /// No usable answer (timeout, 5xx, reset): still unknown.
     Failed { evidence: Evidence },
@@ -96,9 +107,16 @@ impl LookupOutcome {
     }
 }
 
-/// A payment gateway adapter. Refunds, listing for reconciliation and webhook
-/// verification join this trait when those features land.
+/// A payment gateway adapter: charges and refunds, each with its own key, and
+/// their lookups by key. Listing for reconciliation and webhook verification
+/// join this trait when those features land.
 pub trait Gateway: Send + Sync {
     fn charge<'a>(&'a self, call: &'a ChargeCall) -> BoxFuture<'a, ChargeOutcome>;
     fn lookup(&self, key: IdempotencyKey) -> BoxFuture<'_, LookupOutcome>;
+    /// Refunds (part of) an approved charge with the refund's own key.
+    /// `Approved.charge_id` is the gateway's refund id; `Declined.code` says
+    /// why the gateway refused (e.g. `amount_exceeds_charge`).
+    fn refund<'a>(&'a self, call: &'a RefundCall) -> BoxFuture<'a, ChargeOutcome>;
+    /// Looks a refund up by its key.
+    fn lookup_refund(&self, key: IdempotencyKey) -> BoxFuture<'_, LookupOutcome>;
 }
