@@ -8,6 +8,8 @@
 //! transition log.
 
 mod http;
+#[cfg(test)]
+mod tests;
 
 pub use http::{HttpGateway, HttpGatewayConfig};
 
