@@ -17,7 +17,7 @@ use uuid::Uuid;
 
 use crate::backoff::CheckSchedule;
 use crate::domain::{Amount, Currency, IdempotencyKey, InputError, OrderId, PaymentMethod};
-use crate::gateway::{ChargeCall, ChargeOutcome, Gateway, LookupOutcome};
+use crate::gateway::{ChargeCall, ChargeOutcome, Gateway, LookupOutcome, RefundCall};
 use crate::policy::{Action, LookupPlan, Snapshot, after_lookup, decide};
 use crate::retry::{RetryPlan, RetryPolicy};
 use crate::state::Event;
@@ -114,6 +114,25 @@ impl Engine {
         .await
     }
 
+    /// When a declined attempt's order gets its next attempt: charges per
+    /// the retry policy; a declined refund is final (the app decides).
+    fn retry_after(&self, attempt: &Attempt, code: &str) -> Option<Duration> {
+        if attempt.is_refund() {
+            return None;
+        }
+        retry_in(&self.cfg.retry, code, attempt.attempt_number)
+    }
+
+    /// What to send for `a`: its charge, or its refund of the charge it
+    /// refers to. `Err` when the stored row fails validation.
+    async fn call_for(&self, a: &Attempt) -> Result<Result<Call, InputError>, StoreError> {
+        let Some(charge) = a.refund_of else {
+            return Ok(charge_call(a).map(Call::Charge));
+        };
+        let (charge, _) = self.store.load(charge).await?;
+        Ok(refund_call(a, &charge).map(Call::Refund))
+    }
+
     /// The wait before the next check. Never `None`: past the schedule's end
     /// the last delay repeats, so a live attempt always has a due time (the
     /// lookup that follows decides whether finance takes over).
@@ -132,7 +151,7 @@ impl Engine {
         cause: &str,
         check: Option<(CheckRecord, &crate::gateway::Evidence)>,
     ) -> Result<(), StoreError> {
-        let call = match charge_call(seen) {
+        let call = match self.call_for(seen).await? {
             Ok(call) => call,
             Err(e) => {
                 error!(%e, "stored attempt fails validation; not sending it");
@@ -153,7 +172,10 @@ impl Engine {
             debug!("another worker claimed it first");
             return Ok(());
         };
-        let outcome = self.gateway.charge(&call).await;
+        let outcome = match &call {
+            Call::Charge(c) => self.gateway.charge(c).await,
+            Call::Refund(r) => self.gateway.refund(r).await,
+        };
         info!(send = claimed.send_count, outcome = ?outcome_name(&outcome), "gateway answered");
         let mut change = match &outcome {
             ChargeOutcome::Approved { charge_id, .. } => {
@@ -167,7 +189,7 @@ impl Engine {
                 let mut c = Change::new(Some(Event::Declined), "gateway_declined", &self.actor);
                 c.decline_code = Some(code);
                 c.charge_id = charge_id.as_deref();
-                c.act_in = retry_in(&self.cfg.retry, code, claimed.attempt_number);
+                c.act_in = self.retry_after(&claimed, code);
                 c
             }
             ChargeOutcome::Unknown { .. } => {
@@ -242,10 +264,12 @@ impl Engine {
             scheduled_at,
             started_at: held.updated_at,
         };
-        let outcome = self
-            .gateway
-            .lookup(IdempotencyKey::from_uuid(held.idempotency_key))
-            .await;
+        let key = IdempotencyKey::from_uuid(held.idempotency_key);
+        let outcome = if held.is_refund() {
+            self.gateway.lookup_refund(key).await
+        } else {
+            self.gateway.lookup(key).await
+        };
         let checks_done = held.check_count as u32 + 1;
         let key_age = (held.updated_at - held.created_at)
             .to_std()
@@ -284,7 +308,7 @@ impl Engine {
                 let mut c = Change::new(Some(event), "lookup_declined", &self.actor);
                 c.decline_code = Some(code);
                 c.charge_id = charge_id.as_deref();
-                c.act_in = retry_in(&self.cfg.retry, code, held.attempt_number);
+                c.act_in = self.retry_after(&held, code);
                 c
             }
             (LookupPlan::Apply(event @ Event::KeyExpired), _) => {
@@ -329,6 +353,28 @@ fn outcome_name(o: &ChargeOutcome) -> &'static str {
         ChargeOutcome::Declined { .. } => "declined",
         ChargeOutcome::Unknown { .. } => "unknown",
     }
+}
+
+/// What a send carries to the gateway.
+enum Call {
+    Charge(ChargeCall),
+    Refund(RefundCall),
+}
+
+/// The refund call for `refund` of the approved `charge`.
+fn refund_call(refund: &Attempt, charge: &Attempt) -> Result<RefundCall, InputError> {
+    let charge_id = charge
+        .gateway_charge_id
+        .clone()
+        .filter(|_| charge.state == crate::state::State::Aprobado)
+        .ok_or_else(|| InputError::new("refund_of", "the refunded charge is not APROBADO"))?;
+    Ok(RefundCall {
+        key: IdempotencyKey::from_uuid(refund.idempotency_key),
+        charge_id,
+        order_id: OrderId::parse(&refund.order_id)?,
+        amount: Amount::parse(refund.amount_minor)?,
+        currency: Currency::parse(&refund.currency)?,
+    })
 }
 
 /// Rebuilds the gateway call from the stored row. The row was validated on

@@ -6,6 +6,8 @@
 //! payment intent; a worker sends it, treats a timeout as `DESCONOCIDO`
 //! (never as a decline), looks the charge up by key before re-sending with
 //! the same key, and hands finance what it cannot settle (`EN_REVISION`).
+//! A refund is an attempt too (kind `refund`, its own key and queue), moved
+//! by the same machine; the database keeps refunds within the capture.
 //!
 //! # Layout
 //! - [`domain`]: parsed boundary values (amount, currency, order id, key, token).
@@ -14,11 +16,11 @@
 //! - [`policy`]: pure decisions (what to do with an attempt, what a lookup means).
 //! - [`retry`]: business retries: which declines are retried, when, how many times.
 //! - [`gateway`]: the gateway trait and its HTTP adapter; every failure classified.
-//! - [`store`]: all SQL: enqueue, compare-and-set writes, sweeper, history.
+//! - [`store`]: all SQL: enqueue, refunds, compare-and-set writes, sweeper, history.
 //! - [`engine`]: the wake-up handler (load → decide → act → record).
 //! - [`runtime`]: the worker process (apalis wiring, sweeper, shutdown).
 //! - [`webhook`]: webhook signatures (Standard Webhooks, Stripe) and the event format.
-//! - [`web`]: the web process: webhooks, HTTP enqueue, health.
+//! - [`web`]: the web process: webhooks, HTTP enqueue and refunds, health.
 //! - [`sim`]: the gateway simulator, a real HTTP server for tests, demo and benchmarks.
 //! - [`demo`]: `cobro demo`, the seed's fleet experiment in three worlds.
 

@@ -1,5 +1,6 @@
 //! `cobro`: the command-line tool: migrate the database, enqueue a charge,
-//! show an attempt's state and history, run the gateway simulator.
+//! request a refund, show an attempt's state and history, run the gateway
+//! simulator.
 
 use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
@@ -77,6 +78,28 @@ enum Command {
         actor: String,
         #[arg(long, env = "COBRO_MAX_ATTEMPTS", default_value_t = 4)]
         max_attempts: u32,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Refund (part of) an APROBADO charge: a refund attempt with its own key,
+    /// sent by a worker with the same unknown/lookup/escalation handling as
+    /// a charge. The same key again returns the same refund.
+    Refund {
+        #[arg(long, env = "DATABASE_URL")]
+        database_url: String,
+        /// The APROBADO charge attempt to refund.
+        #[arg(long)]
+        attempt: Uuid,
+        /// Integer minor units to refund (at most what is left of the charge).
+        #[arg(long, allow_negative_numbers = true)]
+        amount_minor: i64,
+        /// The refund's key (a UUID); generated when absent. Pass the same
+        /// key when retrying the same refund request.
+        #[arg(long)]
+        key: Option<String>,
+        /// Who asks (kept in the transition log).
+        #[arg(long, default_value = "cli")]
+        actor: String,
         #[arg(long)]
         json: bool,
     },
@@ -211,6 +234,36 @@ async fn main() -> Result<()> {
                 );
             }
         }
+        Command::Refund {
+            database_url,
+            attempt,
+            amount_minor,
+            key,
+            actor,
+            json,
+        } => {
+            // Parse before connecting: bad input never reaches the database.
+            let amount = cobro::domain::Amount::parse(amount_minor)?;
+            let key = match key {
+                Some(k) => cobro::domain::IdempotencyKey::parse(&k)?,
+                None => cobro::domain::IdempotencyKey::generate(),
+            };
+            let store = Store::connect(&database_url, 2).await?;
+            let refund = store.request_refund(attempt, amount, key, &actor).await?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&refund)?);
+            } else {
+                let verb = if refund.created {
+                    "refund requested"
+                } else {
+                    "already requested"
+                };
+                println!(
+                    "{verb}: refund {} key {} state {}",
+                    refund.refund_id, refund.idempotency_key, refund.state
+                );
+            }
+        }
         Command::Notices {
             database_url,
             all,
@@ -298,8 +351,12 @@ async fn print_status(store: &Store, attempts: &[Attempt], json: bool) -> Result
             out.push(serde_json::json!({ "attempt": a, "transitions": history, "checks": checks }));
             continue;
         }
+        let what = match a.refund_of {
+            Some(charge) => format!("refund of {charge}"),
+            None => "attempt".to_owned(),
+        };
         println!(
-            "attempt {}  order {}  {} {} minor units  key {}",
+            "{what} {}  order {}  {} {} minor units  key {}",
             a.id, a.order_id, a.currency, a.amount_minor, a.idempotency_key
         );
         println!(

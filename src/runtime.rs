@@ -22,7 +22,7 @@ use tracing::{error, info, warn};
 use crate::backoff::{CheckSchedule, parse_duration};
 use crate::engine::{Engine, EngineConfig, Wake};
 use crate::gateway::{HttpGateway, HttpGatewayConfig};
-use crate::store::{CHARGE_QUEUE, Store};
+use crate::store::{CHARGE_QUEUE, REFUND_QUEUE, Store};
 
 fn duration(s: &str) -> Result<Duration, String> {
     parse_duration(s)
@@ -42,6 +42,9 @@ pub struct WorkerArgs {
     /// Attempts handled at once by this process.
     #[arg(long, env = "COBRO_CONCURRENCY", default_value_t = 16)]
     pub concurrency: usize,
+    /// Refunds handled at once by this process (their own queue).
+    #[arg(long, env = "COBRO_REFUND_CONCURRENCY", default_value_t = 4)]
+    pub refund_concurrency: usize,
     /// Wake-up jobs fetched per poll.
     #[arg(long, env = "COBRO_BATCH_SIZE", default_value_t = 10)]
     pub batch_size: usize,
@@ -102,7 +105,7 @@ pub enum ConfigError {
         "COBRO_LEASE_TTL ({lease:?}) must be longer than the gateway's connect + request timeouts ({timeouts:?})"
     )]
     LeaseTooShort { lease: Duration, timeouts: Duration },
-    #[error("COBRO_CONCURRENCY and COBRO_BATCH_SIZE must be at least 1")]
+    #[error("COBRO_CONCURRENCY, COBRO_REFUND_CONCURRENCY and COBRO_BATCH_SIZE must be at least 1")]
     Zero,
 }
 
@@ -124,7 +127,7 @@ impl WorkerArgs {
                 timeouts,
             });
         }
-        if self.concurrency == 0 || self.batch_size == 0 {
+        if self.concurrency == 0 || self.refund_concurrency == 0 || self.batch_size == 0 {
             return Err(ConfigError::Zero);
         }
         Ok(())
@@ -159,9 +162,12 @@ pub async fn run(
     use anyhow::Context;
     args.validate()?;
     let name = args.name();
-    let store = Store::connect(&args.database_url, (args.concurrency + 4) as u32)
-        .await
-        .context("connecting to DATABASE_URL")?;
+    let store = Store::connect(
+        &args.database_url,
+        (args.concurrency + args.refund_concurrency + 4) as u32,
+    )
+    .await
+    .context("connecting to DATABASE_URL")?;
     let gateway = HttpGateway::new(HttpGatewayConfig {
         base_url: args.gateway_url.clone(),
         connect_timeout: args.gateway_connect_timeout,
@@ -187,6 +193,7 @@ pub async fn run(
     let settings = QueueSettings {
         name,
         concurrency: args.concurrency,
+        refund_concurrency: args.refund_concurrency,
         batch: args.batch_size,
         poll: args.poll_interval,
         missed: args.missed_heartbeats,
@@ -221,6 +228,7 @@ pub async fn run(
 struct QueueSettings {
     name: String,
     concurrency: usize,
+    refund_concurrency: usize,
     batch: usize,
     poll: Duration,
     missed: usize,
@@ -231,13 +239,25 @@ fn restart_logged(ctx: &WorkerContext, err: &WorkerError) -> bool {
     true
 }
 
+/// The queues a worker process serves: charges, and refunds with their own
+/// concurrency (same handler: the attempt row says what to send).
+fn queues(q: &QueueSettings) -> [(&'static str, QueueSettings); 2] {
+    let refunds = QueueSettings {
+        name: format!("{}-refunds", q.name),
+        concurrency: q.refund_concurrency,
+        ..q.clone()
+    };
+    [(CHARGE_QUEUE, q.clone()), (REFUND_QUEUE, refunds)]
+}
+
 /// PostgreSQL: LISTEN/NOTIFY for jobs due now, the heartbeat (= poll
 /// interval) for jobs that became due later.
 fn pg_monitor(pool: sqlx::PgPool, engine: Arc<Engine>, q: QueueSettings) -> Monitor {
-    Monitor::new()
-        .register(move |restarts| {
+    let worker = |queue: &'static str, q: QueueSettings| {
+        let (pool, engine) = (pool.clone(), engine.clone());
+        move |restarts: usize| {
             let config = apalis_postgres::Config::default()
-                .queue(CHARGE_QUEUE)
+                .queue(queue)
                 .batch_size(q.batch)
                 .heartbeat_interval(q.poll)
                 .missed_heartbeats(q.missed);
@@ -250,16 +270,22 @@ fn pg_monitor(pool: sqlx::PgPool, engine: Arc<Engine>, q: QueueSettings) -> Moni
                 .parallelize(tokio::spawn)
                 .data(engine.clone())
                 .build(handle)
-        })
+        }
+    };
+    let [(charges, c), (refunds, r)] = queues(&q);
+    Monitor::new()
+        .register(worker(charges, c))
+        .register(worker(refunds, r))
         .should_restart(restart_logged)
 }
 
 /// SQLite: polling at the poll interval (the heartbeat).
 fn sqlite_monitor(pool: sqlx::SqlitePool, engine: Arc<Engine>, q: QueueSettings) -> Monitor {
-    Monitor::new()
-        .register(move |restarts| {
+    let worker = |queue: &'static str, q: QueueSettings| {
+        let (pool, engine) = (pool.clone(), engine.clone());
+        move |restarts: usize| {
             let config = apalis_sqlite::Config::default()
-                .queue(CHARGE_QUEUE)
+                .queue(queue)
                 .batch_size(q.batch)
                 .heartbeat_interval(q.poll)
                 .missed_heartbeats(q.missed);
@@ -270,7 +296,12 @@ fn sqlite_monitor(pool: sqlx::SqlitePool, engine: Arc<Engine>, q: QueueSettings)
                 .parallelize(tokio::spawn)
                 .data(engine.clone())
                 .build(handle)
-        })
+        }
+    };
+    let [(charges, c), (refunds, r)] = queues(&q);
+    Monitor::new()
+        .register(worker(charges, c))
+        .register(worker(refunds, r))
         .should_restart(restart_logged)
 }
 

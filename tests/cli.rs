@@ -11,6 +11,7 @@ use common::*;
 on_both_backends!(
     migrate_enqueue_and_status_from_the_command_line,
     finance_retries_a_declined_order_from_the_command_line,
+    refunds_from_the_command_line,
 );
 
 fn cobro(db_url: &str, args: &[&str]) -> Output {
@@ -231,5 +232,68 @@ async fn finance_retries_a_declined_order_from_the_command_line(b: Backend) {
         "{}",
         text(&out.stderr)
     );
+    db.drop_db().await;
+}
+
+async fn refunds_from_the_command_line(b: Backend) {
+    use cobro::state::Event;
+    use cobro::store::{Applied, Change, Lease};
+    let db = TestDb::new(b).await;
+    let req = cobro::domain::ChargeRequest::parse("cli-refund", 900, "USD", None, None).unwrap();
+    let id = db.store.enqueue(&req).await.unwrap().attempt_id;
+    let id_text = id.to_string();
+    let refund = |amount: &str, key: &str| {
+        let mut args = vec!["refund", "--attempt", &id_text, "--amount-minor", amount];
+        if !key.is_empty() {
+            args.extend(["--key", key]);
+        }
+        cobro(&db.url, &args)
+    };
+    // Not approved yet: refused, naming the state; nothing written.
+    let out = refund("100", "");
+    assert!(!out.status.success());
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("PENDIENTE") && err.contains("APROBADO"),
+        "{err}"
+    );
+    assert_eq!(db.store.refunds_of(id).await.unwrap().len(), 0);
+
+    let (a, _) = db.store.load(id).await.unwrap();
+    let mut claim = Change::new(Some(Event::Claim), "test", "test");
+    claim.lease = Lease::Take {
+        owner: "test",
+        ttl: Duration::from_secs(30),
+    };
+    let Applied::Moved(a) = db.store.apply(&a, &claim).await.unwrap() else {
+        panic!()
+    };
+    let mut approve = Change::new(Some(Event::Approved), "test", "test");
+    approve.charge_id = Some("ch_cli");
+    db.store.apply(&a, &approve).await.unwrap();
+
+    let out = refund("0", "");
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("amount_minor"),
+        "{}",
+        text(&out.stderr)
+    );
+
+    let key = uuid::Uuid::new_v4().to_string();
+    let first = refund("400", &key);
+    assert!(first.status.success(), "{}", text(&first.stderr));
+    assert!(text(&first.stdout).starts_with("refund requested"));
+    let again = refund("400", &key);
+    assert!(again.status.success(), "{}", text(&again.stderr));
+    assert!(text(&again.stdout).starts_with("already requested"));
+    let over = refund("501", "");
+    assert!(!over.status.success());
+    assert!(
+        text(&over.stderr).contains("exceeds"),
+        "{}",
+        text(&over.stderr)
+    );
+    assert_eq!(db.store.refunds_of(id).await.unwrap().len(), 1);
     db.drop_db().await;
 }

@@ -132,7 +132,10 @@ pub(crate) fn plan<'a>(seen: &Attempt, change: &Change<'a>) -> Result<Plan<'a>, 
         Lease::Release => (None, None),
     };
     let act_in_secs = lease_secs.or(change.act_in.map(|d| d.as_secs_f64()));
+    // Notices tell the customer about their payment; a refund's outcome is
+    // the app's to announce (it asked for the refund).
     let notice = match (to != seen.state, to) {
+        _ if seen.is_refund() => None,
         (true, State::Rechazado) if act_in_secs.is_some() => Some(NoticeKind::RetryScheduled),
         (true, State::Rechazado) => Some(NoticeKind::PaymentFailed),
         (true, State::Aprobado) if seen.attempt_number > 1 => Some(NoticeKind::ApprovedAfterRetry),

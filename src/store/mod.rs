@@ -12,6 +12,7 @@ mod change;
 mod enqueue;
 mod lite;
 mod pg;
+mod refund;
 mod retry;
 mod webhooks;
 
@@ -19,6 +20,7 @@ pub use change::{Applied, Change, CheckRecord, Lease, NoticeKind};
 pub use enqueue::{EnqueueError, Enqueued};
 pub use lite::enqueue_charge as enqueue_charge_sqlite;
 pub use pg::enqueue_charge;
+pub use refund::{RefundError, Refunded};
 pub use retry::{Retried, RetryError};
 pub use webhooks::{EventOutcome, IncomingEvent, WebhookResult};
 
@@ -34,6 +36,8 @@ use crate::state::{InvalidTransition, State};
 
 /// The apalis queue that carries wake-up jobs for charge attempts.
 pub const CHARGE_QUEUE: &str = "cobro.charge";
+/// The apalis queue that carries wake-up jobs for refunds.
+pub const REFUND_QUEUE: &str = "cobro.refund";
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -66,7 +70,10 @@ pub struct Attempt {
     pub idempotency_key: Uuid,
     #[sqlx(try_from = "String")]
     pub state: State,
+    /// `initial`, `business_retry` or `refund`.
     pub kind: String,
+    /// For a refund: the APROBADO charge attempt it refunds.
+    pub refund_of: Option<Uuid>,
     pub attempt_number: i32,
     pub gateway_charge_id: Option<String>,
     pub decline_code: Option<String>,
@@ -79,6 +86,12 @@ pub struct Attempt {
     pub last_evidence: Option<serde_json::Value>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
+}
+
+impl Attempt {
+    pub fn is_refund(&self) -> bool {
+        self.kind == "refund"
+    }
 }
 
 /// One row of the append-only transition log.
@@ -418,6 +431,33 @@ impl Store {
             Db::Lite(p) => {
                 lite::retry::business_retry(p, attempt_id, key, max, actor, expected_version).await
             }
+        }
+    }
+
+    /// Asks for a refund of `amount` of the APROBADO charge `attempt_id`
+    /// with the refund's own `key` (a retry with the same key and amount
+    /// returns the same refund). The database refuses a refund of anything
+    /// else, or one that would take the refunds that have not failed past
+    /// the captured amount, even under concurrent requests.
+    pub async fn request_refund(
+        &self,
+        attempt_id: Uuid,
+        amount: crate::domain::Amount,
+        key: crate::domain::IdempotencyKey,
+        actor: &str,
+    ) -> Result<Refunded, RefundError> {
+        let (amount, key) = (amount.minor(), key.uuid());
+        match &self.db {
+            Db::Pg(p) => pg::request_refund(p, attempt_id, amount, key, actor).await,
+            Db::Lite(p) => lite::refund::request_refund(p, attempt_id, amount, key, actor).await,
+        }
+    }
+
+    /// The refunds of a charge attempt, oldest first.
+    pub async fn refunds_of(&self, attempt_id: Uuid) -> Result<Vec<Attempt>, StoreError> {
+        match &self.db {
+            Db::Pg(p) => pg::refunds_of(p, attempt_id).await,
+            Db::Lite(p) => lite::refunds_of(p, attempt_id).await,
         }
     }
 

@@ -19,40 +19,76 @@ use super::{AppState, error};
 use crate::domain::{ChargeRequest, IdempotencyKey};
 use crate::store::{EnqueueError, StoreError};
 
-pub(super) async fn create(State(app): AppState, headers: HeaderMap, body: Bytes) -> Response {
-    const KEY: &str = "Idempotency-Key";
+/// The header carrying the client's key on every create endpoint.
+pub(super) const KEY: &str = "Idempotency-Key";
+
+/// What every create endpoint checks before its own fields: the
+/// `Idempotency-Key` header (a UUID), the body size, the JSON content type
+/// and a JSON body. `Err` is the finished error response.
+pub(super) fn keyed_json(
+    max_body: usize,
+    headers: &HeaderMap,
+    body: &Bytes,
+) -> Result<(IdempotencyKey, Value), Box<Response>> {
     let Some(raw_key) = headers.get(KEY).and_then(|v| v.to_str().ok()) else {
-        return error(
+        return Err(Box::new(error(
             StatusCode::BAD_REQUEST,
             Some(KEY),
             "the Idempotency-Key header is required",
-        );
+        )));
     };
-    if let Err(e) = IdempotencyKey::parse(raw_key) {
-        return error(StatusCode::BAD_REQUEST, Some(KEY), e.reason);
-    }
-    if body.len() > app.max_body {
+    let key = IdempotencyKey::parse(raw_key)
+        .map_err(|e| Box::new(error(StatusCode::BAD_REQUEST, Some(KEY), e.reason)))?;
+    if body.len() > max_body {
         let msg = format!(
             "body of {} bytes exceeds the limit of {}",
             body.len(),
-            app.max_body
+            max_body
         );
-        return error(StatusCode::PAYLOAD_TOO_LARGE, None, msg);
+        return Err(Box::new(error(StatusCode::PAYLOAD_TOO_LARGE, None, msg)));
     }
     let json_type = headers
         .get("content-type")
         .and_then(|v| v.to_str().ok())
         .is_some_and(|ct| ct.to_ascii_lowercase().starts_with("application/json"));
     if !json_type {
-        return error(
+        return Err(Box::new(error(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
             None,
             "Content-Type must be application/json",
-        );
+        )));
     }
-    let Ok(v) = serde_json::from_slice::<Value>(&body) else {
-        return error(StatusCode::BAD_REQUEST, None, "the body is not valid JSON");
+    let v = serde_json::from_slice::<Value>(body).map_err(|_| {
+        Box::new(error(
+            StatusCode::BAD_REQUEST,
+            None,
+            "the body is not valid JSON",
+        ))
+    })?;
+    Ok((key, v))
+}
+
+/// 201 with `body` and a `Location`, or the same with
+/// `Idempotent-Replayed: true` when the key was already used for it.
+pub(super) fn created(body: Value, location: String, replayed: bool) -> Response {
+    let mut resp = (StatusCode::CREATED, Json(body)).into_response();
+    let h = resp.headers_mut();
+    if let Ok(loc) = HeaderValue::from_str(&location) {
+        h.insert("location", loc);
+    }
+    if replayed {
+        h.insert("idempotent-replayed", HeaderValue::from_static("true"));
+    }
+    resp
+}
+
+pub(super) async fn create(State(app): AppState, headers: HeaderMap, body: Bytes) -> Response {
+    let (key, v) = match keyed_json(app.max_body, &headers, &body) {
+        Ok(ok) => ok,
+        Err(resp) => return *resp,
     };
+    let raw_key = key.to_string();
+    let raw_key = raw_key.as_str();
     let text = |field: &'static str| match v.get(field) {
         None | Some(Value::Null) => Ok(None),
         Some(Value::String(s)) => Ok(Some(s.as_str())),
@@ -113,15 +149,7 @@ pub(super) async fn create(State(app): AppState, headers: HeaderMap, body: Bytes
             if let Some(pm) = &req.payment_method {
                 body["payment_method"] = json!(pm.token());
             }
-            let mut resp = (StatusCode::CREATED, Json(body)).into_response();
-            let h = resp.headers_mut();
-            if let Ok(loc) = HeaderValue::from_str(&format!("/charges/{}", out.attempt_id)) {
-                h.insert("location", loc);
-            }
-            if !out.created {
-                h.insert("idempotent-replayed", HeaderValue::from_static("true"));
-            }
-            resp
+            created(body, format!("/charges/{}", out.attempt_id), !out.created)
         }
         Err(EnqueueError::Invalid(e)) => error(
             StatusCode::UNPROCESSABLE_ENTITY,

@@ -10,6 +10,7 @@
 //! secrets never reach logs or `Debug`.
 
 mod charges;
+mod refunds;
 mod webhooks;
 
 use std::net::SocketAddr;
@@ -108,6 +109,8 @@ pub fn router(
         .route("/webhooks/gateway", post(webhooks::receive))
         .route("/charges", post(charges::create))
         .route("/charges/{attempt_id}", get(charges::show))
+        .route("/refunds", post(refunds::create))
+        .route("/refunds/{refund_id}", get(charges::show))
         .route("/health", get(health))
         // Our own limit (recorded, 413) applies first; this one only stops
         // absurd bodies from being read at all.

@@ -291,6 +291,7 @@ pub fn worker_args(db_url: &str, gateway_url: &str) -> WorkerArgs {
         database_url: db_url.into(),
         gateway_url: gateway_url.into(),
         concurrency: 8,
+        refund_concurrency: 2,
         batch_size: 10,
         lease_ttl: Duration::from_secs(3),
         check_schedule: "200ms,400ms,800ms,1600ms,3200ms".into(),

@@ -18,7 +18,7 @@ use sqlx::{Row, SqliteConnection, SqlitePool};
 use uuid::Uuid;
 
 use super::change::{Applied, Change, NoticeKind, Plan};
-use super::{Attempt, CHARGE_QUEUE, Check, StoreError, Transition};
+use super::{Attempt, CHARGE_QUEUE, Check, REFUND_QUEUE, StoreError, Transition};
 use crate::engine::Wake;
 use crate::state::State;
 
@@ -30,6 +30,7 @@ macro_rules! now_ms {
 }
 
 mod enqueue;
+pub(crate) mod refund;
 pub(crate) mod retry;
 pub(crate) mod webhooks;
 
@@ -94,6 +95,10 @@ pub(super) fn attempt(r: &sqlx::sqlite::SqliteRow) -> Result<Attempt, StoreError
         idempotency_key: uuid(r.try_get("idempotency_key")?)?,
         state: State::from_str(&state).map_err(|e| StoreError::Corrupt(e.to_string()))?,
         kind: r.try_get("kind")?,
+        refund_of: r
+            .try_get::<Option<String>, _>("refund_of")?
+            .map(|s| uuid(&s))
+            .transpose()?,
         attempt_number: r.try_get("attempt_number")?,
         gateway_charge_id: r.try_get("gateway_charge_id")?,
         decline_code: r.try_get("decline_code")?,
@@ -109,9 +114,9 @@ pub(super) fn attempt(r: &sqlx::sqlite::SqliteRow) -> Result<Attempt, StoreError
     })
 }
 
-/// Pushes the apalis wake-up job for `id`, due at `at` (apalis-sqlite keeps
-/// whole seconds, so the job may come up to a second early; the handler
-/// waits out the rest).
+/// Pushes the apalis wake-up job for `id`, due at `at`, on its kind's queue
+/// (refunds on [`REFUND_QUEUE`]). apalis-sqlite keeps whole seconds, so the
+/// job may come up to a second early; the handler waits out the rest.
 pub(super) async fn push_wake(
     conn: &mut SqliteConnection,
     id: Uuid,
@@ -122,13 +127,18 @@ pub(super) async fn push_wake(
         .map_err(|e| StoreError::Corrupt(e.to_string()))?;
     sqlx::query(
         "INSERT INTO Jobs (job, id, job_type, status, attempts, max_attempts, run_at, priority)
-         VALUES (?1, ?2, ?3, 'Pending', 0, 3, ?4, ?5)",
+         VALUES (?1, ?2,
+                 CASE WHEN EXISTS (SELECT 1 FROM payment_attempts
+                                    WHERE id = ?6 AND kind = 'refund') THEN ?7 ELSE ?3 END,
+                 'Pending', 0, 3, ?4, ?5)",
     )
     .bind(job)
     .bind(ulid::Ulid::generate().to_string())
     .bind(CHARGE_QUEUE)
     .bind(at.timestamp())
     .bind(priority)
+    .bind(id.hyphenated().to_string())
+    .bind(REFUND_QUEUE)
     .execute(conn)
     .await?;
     Ok(())
@@ -337,6 +347,15 @@ pub(super) async fn attempts_for_order(
     let rows =
         sqlx::query("SELECT * FROM payment_attempts WHERE order_id = ?1 ORDER BY created_at, id")
             .bind(order_id)
+            .fetch_all(pool)
+            .await?;
+    rows.iter().map(attempt).collect()
+}
+
+pub(super) async fn refunds_of(pool: &SqlitePool, id: Uuid) -> Result<Vec<Attempt>, StoreError> {
+    let rows =
+        sqlx::query("SELECT * FROM payment_attempts WHERE refund_of = ?1 ORDER BY created_at, id")
+            .bind(id.hyphenated().to_string())
             .fetch_all(pool)
             .await?;
     rows.iter().map(attempt).collect()

@@ -14,6 +14,7 @@ use uuid::Uuid;
 
 use super::change::{Applied, Change, NoticeKind, Plan};
 use super::enqueue::{EnqueueError, Enqueued};
+use super::refund::{RefundError, Refunded};
 use super::{Attempt, Check, StoreError, Transition};
 use crate::domain::{ChargeRequest, IdempotencyKey, InputError};
 
@@ -434,4 +435,50 @@ pub(super) async fn ack_notice(pool: &PgPool, id: i64, by: &str) -> Result<bool,
     .execute(pool)
     .await?;
     Ok(done.rows_affected() == 1)
+}
+
+#[derive(sqlx::FromRow)]
+struct RefundRow {
+    refund_id: Uuid,
+    idempotency_key: Uuid,
+    state: String,
+    created: bool,
+}
+
+pub(super) async fn request_refund(
+    pool: &PgPool,
+    attempt_id: Uuid,
+    amount_minor: i64,
+    key: Uuid,
+    actor: &str,
+) -> Result<Refunded, RefundError> {
+    let row: RefundRow = sqlx::query_as("SELECT * FROM cobro.request_refund($1, $2, $3, $4)")
+        .bind(attempt_id)
+        .bind(amount_minor)
+        .bind(key)
+        .bind(actor)
+        .fetch_one(pool)
+        .await
+        .map_err(RefundError::from_db)?;
+    Ok(Refunded {
+        refund_id: row.refund_id,
+        idempotency_key: row.idempotency_key,
+        state: row
+            .state
+            .parse()
+            .map_err(|e: crate::state::UnknownState| sqlx::Error::Decode(e.into()))?,
+        created: row.created,
+    })
+}
+
+pub(super) async fn refunds_of(
+    pool: &PgPool,
+    attempt_id: Uuid,
+) -> Result<Vec<Attempt>, StoreError> {
+    Ok(sqlx::query_as(
+        "SELECT * FROM cobro.payment_attempts WHERE refund_of = $1 ORDER BY created_at, id",
+    )
+    .bind(attempt_id)
+    .fetch_all(pool)
+    .await?)
 }

@@ -1,0 +1,87 @@
+//! `POST /refunds` (request a refund over HTTP, `Idempotency-Key` header)
+//! and `GET /refunds/{refund_id}`.
+//!
+//! Invariant: the same semantics as the library and the SQL function,
+//! because it calls them; the database refuses a refund of anything but an
+//! APROBADO charge and any refund past the captured amount. The response to
+//! a create holds only what never changes for that key, so a replay gets the
+//! same status and body back with `Idempotent-Replayed: true`.
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::Response;
+use serde_json::{Value, json};
+use uuid::Uuid;
+
+use super::charges::{KEY, created, keyed_json};
+use super::{AppState, error};
+use crate::domain::Amount;
+use crate::store::RefundError;
+
+pub(super) async fn create(State(app): AppState, headers: HeaderMap, body: Bytes) -> Response {
+    let (key, v) = match keyed_json(app.max_body, &headers, &body) {
+        Ok(ok) => ok,
+        Err(resp) => return *resp,
+    };
+    let Some(attempt_id) = v
+        .get("attempt_id")
+        .and_then(Value::as_str)
+        .and_then(|s| Uuid::try_parse(s).ok())
+    else {
+        return error(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            Some("attempt_id"),
+            "is required: the UUID of the APROBADO charge attempt to refund",
+        );
+    };
+    let Some(amount) = v.get("amount_minor").and_then(Value::as_i64) else {
+        return error(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            Some("amount_minor"),
+            "is required: a whole number of minor units, never a decimal",
+        );
+    };
+    let amount = match Amount::parse(amount) {
+        Ok(a) => a,
+        Err(e) => {
+            return error(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                Some(e.field),
+                e.to_string(),
+            );
+        }
+    };
+    match app
+        .store
+        .request_refund(attempt_id, amount, key, "api")
+        .await
+    {
+        Ok(r) => {
+            let body = json!({
+                "refund_id": r.refund_id,
+                "idempotency_key": r.idempotency_key,
+                "attempt_id": attempt_id,
+                "amount_minor": amount.minor(),
+            });
+            created(body, format!("/refunds/{}", r.refund_id), !r.created)
+        }
+        Err(RefundError::Invalid(e)) => error(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            Some(e.field),
+            e.to_string(),
+        ),
+        Err(RefundError::NotFound(m)) => error(StatusCode::NOT_FOUND, Some("attempt_id"), m),
+        Err(RefundError::NotRefundable(m)) => error(StatusCode::CONFLICT, Some("attempt_id"), m),
+        Err(RefundError::ExceedsCapture(m)) => error(StatusCode::CONFLICT, Some("amount_minor"), m),
+        Err(RefundError::KeyReused(m)) => error(StatusCode::CONFLICT, Some(KEY), m),
+        Err(RefundError::Db(e)) => {
+            tracing::warn!(error = %e, "refund request failed");
+            error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                None,
+                "the database is not available; retry with the same key",
+            )
+        }
+    }
+}
