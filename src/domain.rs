@@ -143,6 +143,25 @@ impl Currency {
     }
 }
 
+/// `amount_minor` as a decimal in `currency`'s minor-unit scale: 1999 USD →
+/// "19.99", 1999 JPY → "1999", 1999 KWD → "1.999". Integer arithmetic only;
+/// an unknown code is shown with 2 decimals.
+pub fn decimal(amount_minor: i64, currency: &str) -> String {
+    let exp = Currency::parse(currency).map_or(2, Currency::minor_unit);
+    let sign = if amount_minor < 0 { "-" } else { "" };
+    let abs = amount_minor.unsigned_abs();
+    if exp == 0 {
+        return format!("{sign}{abs}");
+    }
+    let scale = 10u64.pow(u32::from(exp));
+    format!(
+        "{sign}{}.{:0width$}",
+        abs / scale,
+        abs % scale,
+        width = usize::from(exp)
+    )
+}
+
 impl From<Currency> for String {
     fn from(c: Currency) -> String {
         c.0.to_owned()
@@ -381,6 +400,12 @@ mod tests {
         assert_eq!(a.amount.minor(), 1999);
         assert_ne!(a.key, b.key, "each intent gets its own key");
         assert_eq!(Currency::parse("JPY").unwrap().minor_unit(), 0);
+        assert_eq!(decimal(1999, "USD"), "19.99");
+        assert_eq!(decimal(5, "USD"), "0.05");
+        assert_eq!(decimal(1999, "JPY"), "1999");
+        assert_eq!(decimal(1999, "KWD"), "1.999");
+        assert_eq!(decimal(-250, "EUR"), "-2.50");
+        assert_eq!(decimal(i64::MIN, "USD"), "-92233720368547758.08");
     }
 
     #[test]

@@ -28,6 +28,7 @@ pub mod backoff;
 pub mod demo;
 pub mod domain;
 pub mod engine;
+pub mod finance;
 pub mod gateway;
 pub mod policy;
 pub mod retry;

@@ -21,6 +21,83 @@ struct Cli {
 }
 
 #[derive(Subcommand)]
+enum EscalationCommand {
+    /// The queue, oldest first.
+    List {
+        #[command(flatten)]
+        filter: FilterArgs,
+        #[arg(long, conflicts_with = "csv")]
+        json: bool,
+        /// CSV for a spreadsheet (decimal amounts, ISO timestamps).
+        #[arg(long)]
+        csv: bool,
+    },
+    /// One attempt with its evidence and full history.
+    Show {
+        #[arg(long)]
+        attempt: Uuid,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Resolve an attempt: approve (with the gateway's charge id), decline
+    /// (with a code) or check again now. Give the version you looked at:
+    /// if the attempt moved since, nothing is written.
+    Resolve {
+        #[arg(long)]
+        attempt: Uuid,
+        /// The attempt's version as shown by `list` or `show`.
+        #[arg(long)]
+        version: i64,
+        #[arg(long = "as", value_enum)]
+        action: Action,
+        /// For `approve`: the gateway's charge (or refund) id.
+        #[arg(long, required_if_eq("action", "approve"))]
+        charge_id: Option<String>,
+        /// For `decline`: the decline code to record.
+        #[arg(long, required_if_eq("action", "decline"))]
+        code: Option<String>,
+        /// Your name (kept in the transition log as finance:<name>).
+        #[arg(long)]
+        by: String,
+        /// What you checked and why.
+        #[arg(long)]
+        note: String,
+    },
+    /// The daily summary: counts and amounts by state and age, oldest items.
+    Summary {
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum Action {
+    Approve,
+    Decline,
+    Check,
+}
+
+#[derive(clap::Args)]
+struct FilterArgs {
+    /// EN_REVISION or DESCONOCIDO.
+    #[arg(long)]
+    state: Option<String>,
+    #[arg(long)]
+    currency: Option<String>,
+    /// charge or refund.
+    #[arg(long)]
+    kind: Option<String>,
+    /// Only items at least this old (e.g. 2h).
+    #[arg(long, value_parser = duration)]
+    older_than: Option<std::time::Duration>,
+}
+
+fn duration(s: &str) -> Result<std::time::Duration, String> {
+    cobro::backoff::parse_duration(s)
+        .ok_or_else(|| format!("{s:?} is not a duration (use e.g. 30m, 1h, 2d)"))
+}
+
+#[derive(Subcommand)]
 enum Command {
     /// Create or upgrade the database schema (apalis' and cobro's).
     Migrate {
@@ -118,6 +195,17 @@ enum Command {
         by: Option<String>,
         #[arg(long)]
         json: bool,
+    },
+    /// Finance's escalation queue: attempts in EN_REVISION and stale
+    /// DESCONOCIDO ones; list, show, resolve, summarize.
+    Escalations {
+        #[arg(long, env = "DATABASE_URL", global = true, hide_env_values = true)]
+        database_url: Option<String>,
+        /// A DESCONOCIDO attempt older than this reaches finance.
+        #[arg(long, env = "COBRO_STALE_AFTER", default_value = "1h", value_parser = duration, global = true)]
+        stale_after: std::time::Duration,
+        #[command(subcommand)]
+        command: EscalationCommand,
     },
     /// Run the web process: gateway webhooks, HTTP enqueue, health.
     Serve(cobro::web::ServeArgs),
@@ -299,6 +387,17 @@ async fn main() -> Result<()> {
                 }
             }
         }
+        Command::Escalations {
+            database_url,
+            stale_after,
+            command,
+        } => {
+            let Some(url) = database_url else {
+                bail!("DATABASE_URL (or --database-url) is required");
+            };
+            let store = Store::connect(&url, 2).await?;
+            escalations(&store, stale_after, command).await?;
+        }
         Command::Serve(args) => {
             cobro::web::run(args, cobro::runtime::shutdown_signal()).await?;
         }
@@ -381,6 +480,102 @@ async fn print_status(store: &Store, attempts: &[Attempt], json: bool) -> Result
     }
     if json {
         println!("{}", serde_json::to_string_pretty(&out)?);
+    }
+    Ok(())
+}
+
+async fn escalations(
+    store: &Store,
+    stale_after: std::time::Duration,
+    command: EscalationCommand,
+) -> Result<()> {
+    use cobro::finance;
+    match command {
+        EscalationCommand::List { filter, json, csv } => {
+            let filter = finance::Filter {
+                state: filter.state,
+                currency: filter.currency,
+                kind: filter.kind,
+                min_age_secs: filter.older_than.map(|d| d.as_secs() as i64),
+            };
+            let items = finance::queue(store, stale_after, &filter).await?;
+            if csv {
+                print!("{}", finance::to_csv(&items));
+            } else if json {
+                println!("{}", serde_json::to_string_pretty(&items)?);
+            } else if items.is_empty() {
+                println!("nothing needs finance");
+            } else {
+                for e in &items {
+                    let a = &e.attempt;
+                    let (status, kind, lookup) = finance::last_evidence(a);
+                    println!(
+                        "{}  v{}  {:<11} {:<6} order {}  {} {}  {} min old  {} checks  last: {} {} {}",
+                        a.id,
+                        a.version,
+                        a.state,
+                        if a.is_refund() { "refund" } else { "charge" },
+                        a.order_id,
+                        cobro::domain::decimal(a.amount_minor, &a.currency),
+                        a.currency,
+                        e.age_secs / 60,
+                        a.check_count,
+                        status.map(|s| s.to_string()).unwrap_or_else(|| "-".into()),
+                        kind.unwrap_or_else(|| "-".into()),
+                        lookup.unwrap_or_else(|| "-".into()),
+                    );
+                }
+            }
+        }
+        EscalationCommand::Show { attempt, json } => {
+            if json {
+                let d = finance::detail(store, attempt).await?;
+                println!("{}", serde_json::to_string_pretty(&d)?);
+            } else {
+                let (a, _) = store.load(attempt).await?;
+                print_status(store, &[a], false).await?;
+            }
+        }
+        EscalationCommand::Resolve {
+            attempt,
+            version,
+            action,
+            charge_id,
+            code,
+            by,
+            note,
+        } => {
+            let resolution = match action {
+                Action::Approve => finance::Resolution::Approve {
+                    charge_id: charge_id.unwrap_or_default(),
+                },
+                Action::Decline => finance::Resolution::Decline {
+                    code: code.unwrap_or_default(),
+                },
+                Action::Check => finance::Resolution::CheckNow,
+            };
+            let req = finance::ResolveRequest {
+                attempt_id: attempt,
+                version,
+                resolution,
+                by: &by,
+                note: &note,
+            };
+            let now = finance::resolve(store, &req).await?;
+            println!(
+                "attempt {} is now {} (version {})",
+                now.id, now.state, now.version
+            );
+        }
+        EscalationCommand::Summary { json } => {
+            let now = chrono::Utc::now();
+            let summary = finance::summarize(store, stale_after, now).await?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&summary)?);
+            } else {
+                print!("{}", summary.to_text());
+            }
+        }
     }
     Ok(())
 }

@@ -117,6 +117,10 @@ pub enum Event {
     /// Not found at the gateway but the key is older than the gateway keeps
     /// keys: re-sending could charge twice, so hand it to finance.
     KeyExpired,
+    /// Finance asks for a fresh lookup of an attempt in review ("check
+    /// again now"). The lookup that follows counts past the schedule, so an
+    /// answer still missing puts it back in review, never re-sends blindly.
+    Recheck,
 }
 
 /// What must happen after a transition.
@@ -172,6 +176,7 @@ pub fn transition(from: State, event: Event) -> Result<Next, InvalidTransition> 
         (S::Desconocido, E::ChecksExhausted | E::KeyExpired) => {
             to(S::EnRevision, Then::AwaitFinance)
         }
+        (S::EnRevision, E::Recheck) => to(S::Desconocido, Then::CheckLater),
 
         (S::Pendiente, E::Resend | E::Unknown | E::LeaseExpired)
         | (S::Pendiente, E::ChecksExhausted | E::KeyExpired)
@@ -179,10 +184,11 @@ pub fn transition(from: State, event: Event) -> Result<Next, InvalidTransition> 
         | (S::Desconocido, E::Claim | E::Unknown | E::LeaseExpired)
         | (S::EnRevision, E::Claim | E::Resend | E::Unknown | E::LeaseExpired)
         | (S::EnRevision, E::ChecksExhausted | E::KeyExpired) => invalid,
+        (S::Pendiente | S::EnProceso | S::Desconocido, E::Recheck) => invalid,
 
         (S::Aprobado | S::Rechazado, E::Approved | E::Declined)
         | (S::Aprobado | S::Rechazado, E::Claim | E::Resend | E::Unknown | E::LeaseExpired)
-        | (S::Aprobado | S::Rechazado, E::ChecksExhausted | E::KeyExpired) => invalid,
+        | (S::Aprobado | S::Rechazado, E::ChecksExhausted | E::KeyExpired | E::Recheck) => invalid,
     }
 }
 
@@ -192,7 +198,7 @@ mod tests {
     use Event as E;
     use State as S;
 
-    const EVENTS: [Event; 8] = [
+    const EVENTS: [Event; 9] = [
         E::Claim,
         E::Resend,
         E::Approved,
@@ -201,6 +207,7 @@ mod tests {
         E::LeaseExpired,
         E::ChecksExhausted,
         E::KeyExpired,
+        E::Recheck,
     ];
 
     /// Every (state, event) pair, written out. `None` = invalid.
@@ -235,6 +242,7 @@ mod tests {
             ),
             (S::EnRevision, E::Approved, S::Aprobado, Then::Done),
             (S::EnRevision, E::Declined, S::Rechazado, Then::Done),
+            (S::EnRevision, E::Recheck, S::Desconocido, Then::CheckLater),
         ];
         table
             .iter()
@@ -252,7 +260,7 @@ mod tests {
                 valid += usize::from(got.is_some());
             }
         }
-        assert_eq!(valid, 14, "the table above lists 14 valid transitions");
+        assert_eq!(valid, 15, "the table above lists 15 valid transitions");
     }
 
     #[test]

@@ -10,6 +10,7 @@
 
 mod change;
 mod enqueue;
+mod escalation;
 mod lite;
 mod pg;
 mod refund;
@@ -18,6 +19,7 @@ mod webhooks;
 
 pub use change::{Applied, Change, CheckRecord, Lease, NoticeKind};
 pub use enqueue::{EnqueueError, Enqueued};
+pub use escalation::{Escalated, Totals};
 pub use lite::enqueue_charge as enqueue_charge_sqlite;
 pub use pg::enqueue_charge;
 pub use refund::{RefundError, Refunded};

@@ -4,12 +4,15 @@
 //! Routes:
 //! - `POST /webhooks/gateway`: signed gateway events ([`webhooks`]).
 //! - `POST /charges` with `Idempotency-Key`, `GET /charges/{attempt_id}` ([`charges`]).
+//! - `POST /refunds` with `Idempotency-Key`, `GET /refunds/{refund_id}` ([`refunds`]).
 //! - `GET /health`: the process is up and the database answers.
+//! - `/finance…`: the escalation queue for finance, behind authentication ([`finance`]).
 //!
 //! Invariant: the process refuses to start without valid webhook secrets;
 //! secrets never reach logs or `Debug`.
 
 mod charges;
+pub mod finance;
 mod refunds;
 mod webhooks;
 
@@ -59,6 +62,9 @@ pub struct ServeArgs {
     /// A decline by webhook schedules the business retry like the worker does.
     #[command(flatten)]
     pub retry: crate::retry::RetryArgs,
+    /// The finance pages and API.
+    #[command(flatten)]
+    pub finance: finance::FinanceArgs,
 }
 
 impl std::fmt::Debug for ServeArgs {
@@ -151,6 +157,10 @@ pub async fn run(
         .retry
         .policy()
         .map_err(|e| anyhow::anyhow!("COBRO_RETRY_SCHEDULE: {e}"))?;
+    let finance = args
+        .finance
+        .config(args.retry.max_attempts)
+        .map_err(anyhow::Error::msg)?;
     let store = Store::connect(&args.database_url, 10)
         .await
         .context("connecting to DATABASE_URL")?;
@@ -160,7 +170,8 @@ pub async fn run(
     info!(addr = %listener.local_addr()?, scheme = ?verifier.scheme(), "cobro web listening");
     axum::serve(
         listener,
-        router(store, verifier, args.max_body_bytes, retry),
+        router(store.clone(), verifier, args.max_body_bytes, retry)
+            .merge(finance::router(store, finance)),
     )
     .with_graceful_shutdown(shutdown)
     .await?;

@@ -388,11 +388,20 @@ pub struct Web {
 }
 
 pub async fn start_web(store: &Store, verifier: cobro::webhook::Verifier) -> Web {
+    start_web_with(store, verifier, axum::Router::new()).await
+}
+
+/// The web process with `extra` routes merged in (e.g. the finance routes).
+pub async fn start_web_with(
+    store: &Store,
+    verifier: cobro::webhook::Verifier,
+    extra: axum::Router,
+) -> Web {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind web");
     let url = format!("http://{}", listener.local_addr().unwrap());
-    let app = cobro::web::router(store.clone(), verifier, 65_536, Default::default());
+    let app = cobro::web::router(store.clone(), verifier, 65_536, Default::default()).merge(extra);
     let (stop, rx) = oneshot::channel::<()>();
     let task = tokio::spawn(async move {
         axum::serve(listener, app)

@@ -1,0 +1,263 @@
+//! Finance: the escalation queue, its resolutions, and the daily summary.
+//! The CLI, the JSON API and the HTML page all call these functions; there
+//! is one implementation.
+//!
+//! Invariant: a resolution is a compare-and-set write through the state
+//! machine ([`Store::apply`]): it names the version the person looked at,
+//! so resolving twice, or resolving something that moved meanwhile, is a
+//! clear error and never a silent overwrite; the transition-log row carries
+//! `finance:<name>` and the note. Nothing here creates a charge.
+
+mod csv;
+mod summary;
+
+pub use csv::to_csv;
+pub use summary::{Summary, summarize};
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use crate::domain::InputError;
+use crate::gateway::Evidence;
+use crate::state::{Event, State};
+use crate::store::{Applied, Attempt, Change, Escalated, Store, StoreError, Transition};
+
+/// How stale a `DESCONOCIDO` attempt must be to reach finance by default.
+pub const DEFAULT_STALE_AFTER: Duration = Duration::from_secs(3600);
+
+/// What finance decides about an attempt in the queue.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "action", rename_all = "snake_case")]
+pub enum Resolution {
+    /// The gateway did charge (or refund): its id, as finance found it.
+    Approve { charge_id: String },
+    /// The gateway did not: a decline code for the record.
+    Decline { code: String },
+    /// Look it up again now (a fresh lookup by key; no state is decided).
+    CheckNow,
+}
+
+impl Resolution {
+    fn validate(&self) -> Result<(), InputError> {
+        match self {
+            Resolution::Approve { charge_id } => {
+                let ok = (1..=255).contains(&charge_id.len())
+                    && charge_id
+                        .chars()
+                        .all(|c| c.is_ascii_alphanumeric() || "_-.:".contains(c));
+                if !ok {
+                    return Err(InputError::new(
+                        "charge_id",
+                        "the gateway's charge id is required: 1-255 letters, digits, _ - . :",
+                    ));
+                }
+            }
+            Resolution::Decline { code } => {
+                let ok = (1..=64).contains(&code.len())
+                    && code
+                        .chars()
+                        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+                if !ok {
+                    return Err(InputError::new(
+                        "code",
+                        "a decline code is required: 1-64 of a-z, 0-9, _",
+                    ));
+                }
+            }
+            Resolution::CheckNow => {}
+        }
+        Ok(())
+    }
+}
+
+/// One resolution, as a person asks for it.
+#[derive(Debug, Clone)]
+pub struct ResolveRequest<'a> {
+    pub attempt_id: Uuid,
+    /// The attempt's version the person was looking at.
+    pub version: i64,
+    pub resolution: Resolution,
+    /// Who (kept in the transition log as `finance:<by>`).
+    pub by: &'a str,
+    pub note: &'a str,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ResolveError {
+    #[error(transparent)]
+    Invalid(#[from] InputError),
+    #[error("no attempt with id {0}")]
+    NotFound(Uuid),
+    /// The attempt changed since the person looked (another resolution, a
+    /// worker's lookup, a webhook): reload and decide again.
+    #[error("{0}")]
+    Moved(String),
+    /// Settled or not in doubt: nothing for finance to resolve.
+    #[error("{0}")]
+    NotEscalated(String),
+    #[error(transparent)]
+    Store(StoreError),
+}
+
+impl From<StoreError> for ResolveError {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::NotFound(id) => ResolveError::NotFound(id),
+            other => ResolveError::Store(other),
+        }
+    }
+}
+
+fn validate_person(by: &str, note: &str) -> Result<(), InputError> {
+    if by.trim().is_empty() || by.len() > 100 || by.chars().any(char::is_control) {
+        return Err(InputError::new(
+            "by",
+            "who resolves it is required (1-100 characters)",
+        ));
+    }
+    if note.trim().is_empty() || note.len() > 2000 {
+        return Err(InputError::new(
+            "note",
+            "a note is required (1-2000 characters): what you checked and why",
+        ));
+    }
+    Ok(())
+}
+
+/// Resolves an attempt of the queue. Returns the attempt as it is now.
+pub async fn resolve(store: &Store, req: &ResolveRequest<'_>) -> Result<Attempt, ResolveError> {
+    validate_person(req.by, req.note)?;
+    req.resolution.validate()?;
+    let (seen, _) = store.load(req.attempt_id).await?;
+    if seen.version != req.version {
+        return Err(moved(&seen, req.version));
+    }
+    if !matches!(seen.state, State::Desconocido | State::EnRevision) {
+        return Err(ResolveError::NotEscalated(format!(
+            "attempt {} is {}: there is nothing to resolve",
+            seen.id, seen.state
+        )));
+    }
+    let actor = format!("finance:{}", req.by.trim());
+    let evidence = Evidence {
+        call: "finance".into(),
+        error_kind: "manual".into(),
+        detail: Some(req.note.trim().to_owned()),
+        ..Evidence::default()
+    };
+    let mut change = match &req.resolution {
+        Resolution::Approve { charge_id } => {
+            let mut c = Change::new(Some(Event::Approved), "finance_approved", &actor);
+            c.charge_id = Some(charge_id);
+            c
+        }
+        Resolution::Decline { code } => {
+            let mut c = Change::new(Some(Event::Declined), "finance_declined", &actor);
+            c.decline_code = Some(code);
+            c
+        }
+        Resolution::CheckNow => {
+            let event = (seen.state == State::EnRevision).then_some(Event::Recheck);
+            let mut c = Change::new(event, "finance_check_now", &actor);
+            c.act_in = Some(Duration::ZERO);
+            c
+        }
+    };
+    change.evidence = Some(&evidence);
+    match store.apply(&seen, &change).await? {
+        Applied::Moved(now) => Ok(*now),
+        Applied::Lost => {
+            let (now, _) = store.load(req.attempt_id).await?;
+            Err(moved(&now, req.version))
+        }
+    }
+}
+
+fn moved(now: &Attempt, looked_at: i64) -> ResolveError {
+    ResolveError::Moved(format!(
+        "attempt {} changed since you looked at it (version {looked_at}; now version {} in {}): reload it and decide again",
+        now.id, now.version, now.state
+    ))
+}
+
+/// One attempt with everything finance needs to decide: the attempt, its
+/// full transition history and its lookups.
+#[derive(Debug, Clone, Serialize)]
+pub struct Detail {
+    pub attempt: Attempt,
+    pub transitions: Vec<Transition>,
+    pub checks: Vec<crate::store::Check>,
+    /// For a refund: the charge it refunds.
+    pub refund_of: Option<Attempt>,
+}
+
+pub async fn detail(store: &Store, id: Uuid) -> Result<Detail, StoreError> {
+    let (attempt, _) = store.load(id).await?;
+    let refund_of = match attempt.refund_of {
+        Some(charge) => Some(store.load(charge).await?.0),
+        None => None,
+    };
+    Ok(Detail {
+        transitions: store.transitions(id).await?,
+        checks: store.checks(id).await?,
+        attempt,
+        refund_of,
+    })
+}
+
+/// Filters of the queue (all optional).
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct Filter {
+    /// `EN_REVISION` or `DESCONOCIDO`.
+    pub state: Option<String>,
+    pub currency: Option<String>,
+    /// `charge` or `refund`.
+    pub kind: Option<String>,
+    /// Only items at least this old, in seconds.
+    pub min_age_secs: Option<i64>,
+}
+
+impl Filter {
+    pub fn keeps(&self, e: &Escalated) -> bool {
+        let a = &e.attempt;
+        let kind = if a.is_refund() { "refund" } else { "charge" };
+        self.state
+            .as_deref()
+            .is_none_or(|s| s.is_empty() || s == a.state.as_str())
+            && self
+                .currency
+                .as_deref()
+                .is_none_or(|c| c.is_empty() || c.eq_ignore_ascii_case(&a.currency))
+            && self
+                .kind
+                .as_deref()
+                .is_none_or(|k| k.is_empty() || k == kind)
+            && self.min_age_secs.is_none_or(|m| e.age_secs >= m)
+    }
+}
+
+/// The queue's attempts, filtered, oldest first.
+pub async fn queue(
+    store: &Store,
+    stale_after: Duration,
+    filter: &Filter,
+) -> Result<Vec<Escalated>, StoreError> {
+    let all = store.escalated_attempts(stale_after, 10_000).await?;
+    Ok(all.into_iter().filter(|e| filter.keeps(e)).collect())
+}
+
+/// The last gateway evidence of an attempt, as (HTTP status, error kind,
+/// lookup result), for lists.
+pub fn last_evidence(a: &Attempt) -> (Option<i64>, Option<String>, Option<String>) {
+    let Some(ev) = &a.last_evidence else {
+        return (None, None, None);
+    };
+    let text = |k: &str| ev.get(k).and_then(|v| v.as_str()).map(str::to_owned);
+    (
+        ev.get("http_status").and_then(|v| v.as_i64()),
+        text("error_kind"),
+        text("lookup_result"),
+    )
+}

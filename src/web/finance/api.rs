@@ -1,0 +1,162 @@
+//! The finance JSON API and the CSV export.
+//!
+//! Invariant: thin: parse, call [`crate::finance`], map its errors to HTTP
+//! statuses with the field they concern (422 bad input, 404 unknown, 409
+//! moved/settled/refused, 503 database).
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::{Extension, Path, Query, State};
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+use serde_json::json;
+use uuid::Uuid;
+
+use super::{FinanceState, Person};
+use crate::finance::{self, Filter, Resolution, ResolveError, ResolveRequest};
+use crate::store::{RetryError, StoreError};
+use crate::web::error;
+
+pub(super) fn bad_id() -> Response {
+    error(StatusCode::BAD_REQUEST, Some("id"), "must be a UUID")
+}
+
+pub(super) fn unavailable(e: &StoreError) -> Response {
+    tracing::warn!(error = %e, "finance request failed");
+    error(
+        StatusCode::SERVICE_UNAVAILABLE,
+        None,
+        "the database is not available; try again",
+    )
+}
+
+pub(super) async fn list(State(fin): FinanceState, Query(filter): Query<Filter>) -> Response {
+    match finance::queue(&fin.store, fin.cfg.stale_after, &filter).await {
+        Ok(items) => Json(json!({
+            "stale_after_secs": fin.cfg.stale_after.as_secs(),
+            "items": items,
+        }))
+        .into_response(),
+        Err(e) => unavailable(&e),
+    }
+}
+
+pub(super) async fn csv(State(fin): FinanceState, Query(filter): Query<Filter>) -> Response {
+    match finance::queue(&fin.store, fin.cfg.stale_after, &filter).await {
+        Ok(items) => {
+            let name = format!(
+                "attachment; filename=\"cobro-escalations-{}.csv\"",
+                chrono::Utc::now().format("%Y-%m-%d")
+            );
+            (
+                [
+                    (header::CONTENT_TYPE, "text/csv; charset=utf-8".to_owned()),
+                    (header::CONTENT_DISPOSITION, name),
+                ],
+                finance::to_csv(&items),
+            )
+                .into_response()
+        }
+        Err(e) => unavailable(&e),
+    }
+}
+
+pub(super) async fn detail(State(fin): FinanceState, Path(id): Path<String>) -> Response {
+    let Ok(id) = Uuid::try_parse(&id) else {
+        return bad_id();
+    };
+    match finance::detail(&fin.store, id).await {
+        Ok(d) => Json(d).into_response(),
+        Err(StoreError::NotFound(_)) => error(StatusCode::NOT_FOUND, Some("id"), "no such attempt"),
+        Err(e) => unavailable(&e),
+    }
+}
+
+#[derive(Deserialize)]
+struct ResolveBody {
+    version: i64,
+    #[serde(default)]
+    note: String,
+    #[serde(flatten)]
+    resolution: Resolution,
+}
+
+pub(super) async fn resolve(
+    State(fin): FinanceState,
+    Extension(person): Extension<Person>,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> Response {
+    let Ok(id) = Uuid::try_parse(&id) else {
+        return bad_id();
+    };
+    let body: ResolveBody = match serde_json::from_slice(&body) {
+        Ok(b) => b,
+        Err(e) => {
+            return error(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                None,
+                format!(
+                    "expected {{\"action\": \"approve\"|\"decline\"|\"check_now\", \"version\": N, \"note\": \"…\", \"charge_id\"|\"code\": \"…\"}}: {e}"
+                ),
+            );
+        }
+    };
+    let req = ResolveRequest {
+        attempt_id: id,
+        version: body.version,
+        resolution: body.resolution,
+        by: &person.0,
+        note: &body.note,
+    };
+    match finance::resolve(&fin.store, &req).await {
+        Ok(now) => Json(now).into_response(),
+        Err(e) => resolve_error(e),
+    }
+}
+
+pub(super) fn resolve_error(e: ResolveError) -> Response {
+    match e {
+        ResolveError::Invalid(e) => error(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            Some(e.field),
+            e.to_string(),
+        ),
+        ResolveError::NotFound(_) => error(StatusCode::NOT_FOUND, Some("id"), e.to_string()),
+        ResolveError::Moved(m) => error(StatusCode::CONFLICT, Some("version"), m),
+        ResolveError::NotEscalated(m) => error(StatusCode::CONFLICT, None, m),
+        ResolveError::Store(e) => unavailable(&e),
+    }
+}
+
+/// A manual business retry by finance: a NEW attempt with a NEW key for the
+/// order of a declined attempt, through the same guards as the automatic one.
+pub(super) async fn retry(
+    State(fin): FinanceState,
+    Extension(person): Extension<Person>,
+    Path(id): Path<String>,
+) -> Response {
+    let Ok(id) = Uuid::try_parse(&id) else {
+        return bad_id();
+    };
+    let actor = format!("finance:{}", person.0);
+    let key = crate::domain::IdempotencyKey::generate();
+    match fin
+        .store
+        .business_retry(id, key, fin.cfg.max_attempts, &actor, None)
+        .await
+    {
+        Ok(r) => (StatusCode::CREATED, Json(r)).into_response(),
+        Err(RetryError::NotFound(m)) => error(StatusCode::NOT_FOUND, Some("id"), m),
+        Err(RetryError::Db(e)) => unavailable(&StoreError::Db(e)),
+        Err(refused) => error(StatusCode::CONFLICT, None, refused.to_string()),
+    }
+}
+
+pub(super) async fn summary(State(fin): FinanceState) -> Response {
+    match finance::summarize(&fin.store, fin.cfg.stale_after, chrono::Utc::now()).await {
+        Ok(s) => Json(s).into_response(),
+        Err(e) => unavailable(&e),
+    }
+}

@@ -1,0 +1,442 @@
+//! The finance page: server-rendered HTML, no scripts, no front-end build.
+//! `/finance` lists the queue with filters and a CSV link; an item's page
+//! shows its evidence and full history with the three resolutions as forms.
+//!
+//! Invariant: every value from the database or the request is HTML-escaped
+//! ([`esc`]); every form carries the user's form token and the version shown,
+//! so a forged post or a stale page resolves nothing.
+
+use std::fmt::Write;
+
+use axum::extract::{Extension, Form, Path, Query, State};
+use axum::http::{StatusCode, header};
+use axum::response::{Html, IntoResponse, Redirect, Response};
+use serde::Deserialize;
+use uuid::Uuid;
+
+use super::api::{bad_id, unavailable};
+use super::{FinanceState, Person};
+use crate::domain::decimal;
+use crate::finance::{self, Filter, Resolution, ResolveError, ResolveRequest};
+use crate::store::{Escalated, StoreError};
+
+/// HTML-escapes text for element content and quoted attributes.
+pub(super) fn esc(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+const STYLE: &str = "body{font:15px/1.45 system-ui,sans-serif;margin:2rem;color:#1b1f24;max-width:75rem}\
+table{border-collapse:collapse;width:100%;margin:1rem 0}th,td{border-bottom:1px solid #d8dee4;padding:.35rem .5rem;text-align:left;vertical-align:top}\
+th{background:#f3f5f7}td.num{text-align:right;font-variant-numeric:tabular-nums}\
+.note{padding:.6rem .8rem;border-radius:6px;margin:1rem 0}.ok{background:#e6f4ea}.err{background:#fde7e9}\
+form.inline{display:inline-block;margin:0 1rem 1rem 0;padding:.8rem;border:1px solid #d8dee4;border-radius:6px;vertical-align:top}\
+label{display:block;margin:.3rem 0}input[type=text],textarea{width:18rem}nav a{margin-right:1rem}code{font-size:13px}";
+
+fn page(title: &str, person: &Person, body: &str) -> Html<String> {
+    Html(format!(
+        "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>{t} · cobro finance</title>\
+         <style>{STYLE}</style></head><body>\
+         <nav><a href=\"/finance\">Escalation queue</a><a href=\"/finance/summary\">Daily summary</a>\
+         <span style=\"float:right\">signed in as <b id=\"person\">{who}</b></span></nav>\
+         <h1>{t}</h1>{body}</body></html>",
+        t = esc(title),
+        who = esc(&person.0),
+    ))
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub(super) struct ListQuery {
+    state: Option<String>,
+    currency: Option<String>,
+    kind: Option<String>,
+    /// Minimum age in hours.
+    min_age_h: Option<String>,
+    resolved: Option<String>,
+}
+
+impl ListQuery {
+    fn filter(&self) -> Filter {
+        Filter {
+            state: self.state.clone(),
+            currency: self.currency.clone(),
+            kind: self.kind.clone(),
+            min_age_secs: self
+                .min_age_h
+                .as_deref()
+                .and_then(|h| h.trim().parse::<f64>().ok())
+                .filter(|h| h.is_finite() && *h >= 0.0)
+                .map(|h| (h * 3600.0) as i64),
+        }
+    }
+
+    fn query_string(&self) -> String {
+        let pairs = [
+            ("state", &self.state),
+            ("currency", &self.currency),
+            ("kind", &self.kind),
+            ("min_age_h", &self.min_age_h),
+        ];
+        pairs
+            .iter()
+            .filter_map(|(k, v)| v.as_deref().filter(|v| !v.is_empty()).map(|v| (k, v)))
+            .map(|(k, v)| format!("{k}={}", url_encode(v)))
+            .collect::<Vec<_>>()
+            .join("&")
+    }
+}
+
+fn url_encode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+fn select(name: &str, current: Option<&str>, options: &[(&str, &str)]) -> String {
+    let mut out = format!("<select name=\"{name}\" id=\"filter-{name}\">");
+    for (value, label) in options {
+        let selected = if current.unwrap_or("") == *value {
+            " selected"
+        } else {
+            ""
+        };
+        let _ = write!(out, "<option value=\"{value}\"{selected}>{label}</option>");
+    }
+    out.push_str("</select>");
+    out
+}
+
+pub(super) async fn list(
+    State(fin): FinanceState,
+    Extension(person): Extension<Person>,
+    Query(q): Query<ListQuery>,
+) -> Response {
+    let items = match finance::queue(&fin.store, fin.cfg.stale_after, &q.filter()).await {
+        Ok(items) => items,
+        Err(e) => return unavailable(&e),
+    };
+    let mut body = String::new();
+    if let Some(id) = q.resolved.as_deref() {
+        let _ = write!(
+            body,
+            "<p class=\"note ok\" id=\"flash\">Resolved attempt <code>{}</code>.</p>",
+            esc(id)
+        );
+    }
+    let _ = write!(
+        body,
+        "<p>Attempts in <b>EN_REVISION</b>, and <b>DESCONOCIDO</b> ones older than {} min, oldest first.</p>\
+         <form method=\"get\" action=\"/finance\">{} {} <label style=\"display:inline\">Currency \
+         <input type=\"text\" name=\"currency\" size=\"4\" style=\"width:4rem\" value=\"{}\"></label> \
+         <label style=\"display:inline\">At least <input type=\"text\" name=\"min_age_h\" style=\"width:4rem\" value=\"{}\"> h old</label> \
+         <button type=\"submit\">Filter</button></form>\
+         <p><a id=\"csv\" href=\"/finance/escalations.csv?{}\">Export CSV</a> · {} item(s)</p>",
+        fin.cfg.stale_after.as_secs() / 60,
+        select(
+            "state",
+            q.state.as_deref(),
+            &[
+                ("", "any state"),
+                ("EN_REVISION", "EN_REVISION"),
+                ("DESCONOCIDO", "DESCONOCIDO")
+            ]
+        ),
+        select(
+            "kind",
+            q.kind.as_deref(),
+            &[
+                ("", "charges and refunds"),
+                ("charge", "charges"),
+                ("refund", "refunds")
+            ]
+        ),
+        esc(q.currency.as_deref().unwrap_or("")),
+        esc(q.min_age_h.as_deref().unwrap_or("")),
+        q.query_string(),
+        items.len(),
+    );
+    if items.is_empty() {
+        body.push_str("<p id=\"empty\">Nothing needs finance right now.</p>");
+    } else {
+        body.push_str(&table(&items));
+    }
+    page("Escalation queue", &person, &body).into_response()
+}
+
+fn table(items: &[Escalated]) -> String {
+    let mut out = String::from(
+        "<table id=\"queue\"><thead><tr><th>Order</th><th>Kind</th><th>State</th><th class=\"num\">Amount</th>\
+         <th>Age</th><th class=\"num\">Checks</th><th>Last gateway evidence</th><th></th></tr></thead><tbody>",
+    );
+    for e in items {
+        let a = &e.attempt;
+        let (status, kind, lookup) = finance::last_evidence(a);
+        let evidence = [
+            status.map(|s| format!("HTTP {s}")),
+            kind,
+            lookup.map(|l| format!("lookup: {l}")),
+        ]
+        .into_iter()
+        .flatten()
+        .collect::<Vec<_>>()
+        .join(", ");
+        let _ = write!(
+            out,
+            "<tr data-attempt=\"{id}\"><td>{order}</td><td>{kind}</td><td>{state}</td>\
+             <td class=\"num\">{amount} {cur}</td><td>{age}</td><td class=\"num\">{checks}</td>\
+             <td>{evidence}</td><td><a class=\"open\" href=\"/finance/attempts/{id}\">Open</a></td></tr>",
+            id = a.id,
+            order = esc(&a.order_id),
+            kind = if a.is_refund() { "refund" } else { "charge" },
+            state = a.state,
+            amount = decimal(a.amount_minor, &a.currency),
+            cur = esc(&a.currency),
+            age = age(e.age_secs),
+            checks = a.check_count,
+            evidence = esc(&evidence),
+        );
+    }
+    out.push_str("</tbody></table>");
+    out
+}
+
+fn age(secs: i64) -> String {
+    match secs {
+        s if s < 3_600 => format!("{} min", s / 60),
+        s if s < 172_800 => format!("{} h", s / 3_600),
+        s => format!("{} d", s / 86_400),
+    }
+}
+
+pub(super) async fn detail(
+    State(fin): FinanceState,
+    Extension(person): Extension<Person>,
+    Path(id): Path<String>,
+) -> Response {
+    let Ok(id) = Uuid::try_parse(&id) else {
+        return bad_id();
+    };
+    render_detail(&fin, &person, id, None, StatusCode::OK).await
+}
+
+async fn render_detail(
+    fin: &super::Finance,
+    person: &Person,
+    id: Uuid,
+    problem: Option<&str>,
+    status: StatusCode,
+) -> Response {
+    let d = match finance::detail(&fin.store, id).await {
+        Ok(d) => d,
+        Err(StoreError::NotFound(_)) => {
+            let body = "<p class=\"note err\">No such attempt.</p>";
+            return (StatusCode::NOT_FOUND, page("Not found", person, body)).into_response();
+        }
+        Err(e) => return unavailable(&e),
+    };
+    let a = &d.attempt;
+    let mut body = String::new();
+    if let Some(p) = problem {
+        let _ = write!(body, "<p class=\"note err\" id=\"problem\">{}</p>", esc(p));
+    }
+    let (status_code, kind, lookup) = finance::last_evidence(a);
+    let _ = write!(
+        body,
+        "<table id=\"facts\"><tbody>\
+         <tr><th>Attempt</th><td><code>{id}</code> ({what}, version <span id=\"version\">{version}</span>)</td></tr>\
+         <tr><th>Order</th><td>{order}</td></tr>\
+         <tr><th>Amount</th><td>{amount} {cur}</td></tr>\
+         <tr><th>State</th><td id=\"state\">{state}</td></tr>\
+         <tr><th>Idempotency key</th><td><code>{key}</code></td></tr>\
+         <tr><th>Created</th><td>{created}</td></tr>\
+         <tr><th>Sends / checks</th><td>{sends} / {checks}</td></tr>\
+         <tr><th>Last evidence</th><td>HTTP {http}, {kind}, lookup {lookup}</td></tr>{refund}\
+         </tbody></table>",
+        id = a.id,
+        what = if a.is_refund() { "refund" } else { "charge" },
+        version = a.version,
+        order = esc(&a.order_id),
+        amount = decimal(a.amount_minor, &a.currency),
+        cur = esc(&a.currency),
+        state = a.state,
+        key = a.idempotency_key,
+        created = a.created_at.format("%Y-%m-%dT%H:%M:%SZ"),
+        sends = a.send_count,
+        checks = a.check_count,
+        http = status_code.map_or("-".into(), |s| s.to_string()),
+        kind = esc(kind.as_deref().unwrap_or("-")),
+        lookup = esc(lookup.as_deref().unwrap_or("-")),
+        refund = d.refund_of.as_ref().map_or(String::new(), |c| format!(
+            "<tr><th>Refund of</th><td><code>{}</code> (gateway charge {})</td></tr>",
+            c.id,
+            esc(c.gateway_charge_id.as_deref().unwrap_or("-"))
+        )),
+    );
+    if matches!(
+        a.state,
+        crate::state::State::Desconocido | crate::state::State::EnRevision
+    ) {
+        body.push_str(&forms(fin, person, a.id, a.version));
+    } else {
+        body.push_str("<p class=\"note ok\">Settled: nothing to resolve.</p>");
+    }
+    body.push_str("<h2>History</h2><table id=\"history\"><thead><tr><th>At</th><th>From</th><th>To</th><th>Cause</th><th>Who</th><th>Evidence</th></tr></thead><tbody>");
+    for t in &d.transitions {
+        let note = t
+            .evidence
+            .as_ref()
+            .and_then(|e| e.get("detail"))
+            .and_then(|v| v.as_str())
+            .unwrap_or("");
+        let _ = write!(
+            body,
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{} {} {} {}</td></tr>",
+            t.at.format("%Y-%m-%dT%H:%M:%S%.3fZ"),
+            esc(t.from_state.as_deref().unwrap_or("(new)")),
+            esc(&t.to_state),
+            esc(&t.cause),
+            esc(&t.actor),
+            t.http_status.map_or(String::new(), |s| format!("HTTP {s}")),
+            esc(t.error_kind.as_deref().unwrap_or("")),
+            esc(t.lookup_result.as_deref().unwrap_or("")),
+            esc(note),
+        );
+    }
+    body.push_str("</tbody></table><h2>Lookups</h2><table id=\"checks\"><thead><tr><th>#</th><th>Due</th><th>Ran</th><th>Result</th><th>HTTP</th><th>Who</th></tr></thead><tbody>");
+    for c in &d.checks {
+        let _ = write!(
+            body,
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            c.check_number,
+            c.scheduled_at.format("%H:%M:%S%.3f"),
+            c.started_at.format("%H:%M:%S%.3f"),
+            esc(&c.lookup_result),
+            c.http_status.map_or("-".into(), |s| s.to_string()),
+            esc(&c.actor),
+        );
+    }
+    body.push_str("</tbody></table>");
+    let title = format!("Order {}", a.order_id);
+    (status, page(&title, person, &body)).into_response()
+}
+
+fn forms(fin: &super::Finance, person: &Person, id: Uuid, version: i64) -> String {
+    let token = fin.cfg.users.form_token(&person.0).unwrap_or_default();
+    let hidden = format!(
+        "<input type=\"hidden\" name=\"version\" value=\"{version}\">\
+         <input type=\"hidden\" name=\"form_token\" value=\"{token}\">"
+    );
+    let note = "<label>Note <textarea name=\"note\" rows=\"2\" required></textarea></label>";
+    format!(
+        "<h2>Resolve</h2>\
+         <form class=\"inline\" id=\"approve\" method=\"post\" action=\"/finance/attempts/{id}/resolve\">{hidden}\
+         <input type=\"hidden\" name=\"action\" value=\"approve\"><b>The gateway charged</b>\
+         <label>Gateway charge id <input type=\"text\" name=\"charge_id\" required></label>{note}\
+         <button type=\"submit\">Mark APROBADO</button></form>\
+         <form class=\"inline\" id=\"decline\" method=\"post\" action=\"/finance/attempts/{id}/resolve\">{hidden}\
+         <input type=\"hidden\" name=\"action\" value=\"decline\"><b>The gateway did not charge</b>\
+         <label>Decline code <input type=\"text\" name=\"code\" value=\"finance_declined\" required></label>{note}\
+         <button type=\"submit\">Mark RECHAZADO</button></form>\
+         <form class=\"inline\" id=\"check_now\" method=\"post\" action=\"/finance/attempts/{id}/resolve\">{hidden}\
+         <input type=\"hidden\" name=\"action\" value=\"check_now\"><b>Not sure yet</b>{note}\
+         <button type=\"submit\">Check again now</button></form>"
+    )
+}
+
+#[derive(Debug, Deserialize)]
+pub(super) struct ResolveForm {
+    action: String,
+    version: i64,
+    form_token: String,
+    #[serde(default)]
+    note: String,
+    charge_id: Option<String>,
+    code: Option<String>,
+}
+
+pub(super) async fn resolve(
+    State(fin): FinanceState,
+    Extension(person): Extension<Person>,
+    Path(id): Path<String>,
+    Form(form): Form<ResolveForm>,
+) -> Response {
+    let Ok(id) = Uuid::try_parse(&id) else {
+        return bad_id();
+    };
+    if !fin.cfg.users.form_token_ok(&person.0, &form.form_token) {
+        let body = "<p class=\"note err\">This form did not come from the finance page. Nothing was changed.</p>";
+        return (StatusCode::FORBIDDEN, page("Refused", &person, body)).into_response();
+    }
+    let resolution = match form.action.as_str() {
+        "approve" => Resolution::Approve {
+            charge_id: form.charge_id.unwrap_or_default().trim().to_owned(),
+        },
+        "decline" => Resolution::Decline {
+            code: form.code.unwrap_or_default().trim().to_owned(),
+        },
+        "check_now" => Resolution::CheckNow,
+        _ => {
+            return render_detail(
+                &fin,
+                &person,
+                id,
+                Some("Unknown action."),
+                StatusCode::UNPROCESSABLE_ENTITY,
+            )
+            .await;
+        }
+    };
+    let req = ResolveRequest {
+        attempt_id: id,
+        version: form.version,
+        resolution,
+        by: &person.0,
+        note: &form.note,
+    };
+    match finance::resolve(&fin.store, &req).await {
+        Ok(_) => Redirect::to(&format!("/finance?resolved={id}")).into_response(),
+        Err(ResolveError::Store(e)) => unavailable(&e),
+        Err(e) => {
+            let status = match e {
+                ResolveError::Invalid(_) => StatusCode::UNPROCESSABLE_ENTITY,
+                ResolveError::NotFound(_) => StatusCode::NOT_FOUND,
+                _ => StatusCode::CONFLICT,
+            };
+            render_detail(&fin, &person, id, Some(&e.to_string()), status).await
+        }
+    }
+}
+
+pub(super) async fn summary(
+    State(fin): FinanceState,
+    Extension(person): Extension<Person>,
+) -> Response {
+    match finance::summarize(&fin.store, fin.cfg.stale_after, chrono::Utc::now()).await {
+        Ok(s) => {
+            let body = format!(
+                "<p><a href=\"/finance/api/summary\">JSON</a></p><pre id=\"summary\">{}</pre>",
+                esc(&s.to_text())
+            );
+            let mut resp = page("Daily summary", &person, &body).into_response();
+            resp.headers_mut().insert(
+                header::CONTENT_TYPE,
+                header::HeaderValue::from_static("text/html; charset=utf-8"),
+            );
+            resp
+        }
+        Err(e) => unavailable(&e),
+    }
+}

@@ -1,0 +1,561 @@
+//! Finance's escalation queue: what reaches it, what it shows, resolutions
+//! through the state machine (once; a stale view is refused), the API's
+//! authentication, CSV and the daily summary. On both backends. The browser
+//! test of the page lives in tests/finance_browser.rs.
+
+#[macro_use]
+mod common;
+
+use std::time::Duration;
+
+use cobro::domain::ChargeRequest;
+use cobro::finance::{self, Filter, Resolution, ResolveError, ResolveRequest};
+use cobro::gateway::Evidence;
+use cobro::sim::Faults;
+use cobro::state::{Event, State};
+use cobro::store::{Applied, Attempt, Change, Lease, Store};
+use cobro::webhook::{Scheme, Verifier};
+use common::*;
+use serde_json::{Value, json};
+use uuid::Uuid;
+
+on_both_backends!(
+    an_escalated_attempt_shows_its_evidence_and_is_resolved_once,
+    check_again_now_takes_a_fresh_lookup_through_a_real_worker,
+    every_finance_route_answers_401_without_credentials,
+    the_api_resolves_as_the_signed_in_person_and_refuses_clearly,
+    the_csv_export_opens_cleanly_in_a_spreadsheet,
+    the_daily_summary_is_deterministic_and_counts_right,
+);
+
+pub const ANA: (&str, &str) = ("ana", "ana-secret-0123456789");
+const USERS: &str = "ana:ana-secret-0123456789,luis:luis-secret-0123456789";
+
+async fn step(store: &Store, a: &Attempt, event: Event, evidence: Option<&Evidence>) -> Attempt {
+    let mut c = Change::new(Some(event), "test", "worker:test");
+    c.evidence = evidence;
+    if event == Event::Claim {
+        c.lease = Lease::Take {
+            owner: "test",
+            ttl: Duration::from_secs(30),
+        };
+    }
+    match store.apply(a, &c).await.unwrap() {
+        Applied::Moved(now) => *now,
+        Applied::Lost => panic!("lost a race nobody runs"),
+    }
+}
+
+/// An attempt whose checks ran out: EN_REVISION with a 503 as last evidence.
+async fn in_review(store: &Store, order: &str, amount: i64, currency: &str) -> Attempt {
+    let req = ChargeRequest::parse(order, amount, currency, None, None).unwrap();
+    let id = store.enqueue(&req).await.unwrap().attempt_id;
+    let a = store.load(id).await.unwrap().0;
+    let a = step(store, &a, Event::Claim, None).await;
+    let a = step(store, &a, Event::Unknown, None).await;
+    let ev = Evidence {
+        call: "lookup".into(),
+        http_status: Some(503),
+        error_kind: "http_5xx".into(),
+        lookup_result: Some("failed".into()),
+        ..Evidence::default()
+    };
+    step(store, &a, Event::ChecksExhausted, Some(&ev)).await
+}
+
+/// An attempt left DESCONOCIDO (young).
+async fn in_doubt(store: &Store, order: &str) -> Attempt {
+    let req = ChargeRequest::parse(order, 700, "EUR", None, None).unwrap();
+    let id = store.enqueue(&req).await.unwrap().attempt_id;
+    let a = store.load(id).await.unwrap().0;
+    let a = step(store, &a, Event::Claim, None).await;
+    step(store, &a, Event::Unknown, None).await
+}
+
+fn approve(a: &Attempt, version: i64, by: &'static str) -> ResolveRequest<'static> {
+    ResolveRequest {
+        attempt_id: a.id,
+        version,
+        resolution: Resolution::Approve {
+            charge_id: "ch_found_in_dashboard".into(),
+        },
+        by,
+        note: "seen captured in the gateway dashboard",
+    }
+}
+
+async fn an_escalated_attempt_shows_its_evidence_and_is_resolved_once(b: Backend) {
+    let db = TestDb::new(b).await;
+    let review = in_review(&db.store, "fin-review", 12_345, "USD").await;
+    let young = in_doubt(&db.store, "fin-young").await;
+    let hour = Duration::from_secs(3600);
+
+    // EN_REVISION is in the queue at once; a young DESCONOCIDO only once stale.
+    let q = finance::queue(&db.store, hour, &Filter::default())
+        .await
+        .unwrap();
+    assert_eq!(q.len(), 1);
+    assert_eq!((q[0].attempt.id, q[0].reason()), (review.id, "en_revision"));
+    assert_eq!(
+        finance::last_evidence(&q[0].attempt),
+        (Some(503), Some("http_5xx".into()), Some("failed".into()))
+    );
+    let q = finance::queue(&db.store, Duration::ZERO, &Filter::default())
+        .await
+        .unwrap();
+    assert_eq!(q.len(), 2);
+    assert_eq!(q[1].attempt.id, young.id);
+    assert_eq!(q[1].reason(), "stale_desconocido");
+    let only_review = Filter {
+        state: Some("EN_REVISION".into()),
+        ..Filter::default()
+    };
+    assert_eq!(
+        finance::queue(&db.store, Duration::ZERO, &only_review)
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+    let detail = finance::detail(&db.store, review.id).await.unwrap();
+    let path: Vec<&str> = detail
+        .transitions
+        .iter()
+        .map(|t| t.to_state.as_str())
+        .collect();
+    assert_eq!(
+        path,
+        ["PENDIENTE", "EN_PROCESO", "DESCONOCIDO", "EN_REVISION"]
+    );
+
+    // Bad input names the field and writes nothing.
+    let mut bad = approve(&review, review.version, "ana");
+    bad.resolution = Resolution::Approve {
+        charge_id: String::new(),
+    };
+    let err = finance::resolve(&db.store, &bad).await.unwrap_err();
+    assert!(
+        matches!(&err, ResolveError::Invalid(e) if e.field == "charge_id"),
+        "{err:?}"
+    );
+    let mut bad = approve(&review, review.version, "ana");
+    bad.note = "  ";
+    let err = finance::resolve(&db.store, &bad).await.unwrap_err();
+    assert!(
+        matches!(&err, ResolveError::Invalid(e) if e.field == "note"),
+        "{err:?}"
+    );
+
+    // Resolved once, by name, with the note, through the state machine.
+    let now = finance::resolve(&db.store, &approve(&review, review.version, "ana"))
+        .await
+        .unwrap();
+    assert_eq!(now.state, State::Aprobado);
+    assert_eq!(
+        now.gateway_charge_id.as_deref(),
+        Some("ch_found_in_dashboard")
+    );
+    let log = db.store.transitions(review.id).await.unwrap();
+    let last = log.last().unwrap();
+    assert_eq!(
+        (last.from_state.as_deref(), last.to_state.as_str()),
+        (Some("EN_REVISION"), "APROBADO")
+    );
+    assert_eq!(
+        (last.cause.as_str(), last.actor.as_str()),
+        ("finance_approved", "finance:ana")
+    );
+    assert_eq!(
+        last.evidence.as_ref().unwrap()["detail"],
+        "seen captured in the gateway dashboard"
+    );
+
+    // A second resolution from the same (now stale) view: a clear error.
+    let twice = finance::resolve(&db.store, &approve(&review, review.version, "luis"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&twice, ResolveError::Moved(m) if m.contains("changed since you looked")),
+        "{twice:?}"
+    );
+    // Even with the current version: settled, nothing to resolve.
+    let settled = finance::resolve(&db.store, &approve(&review, now.version, "luis"))
+        .await
+        .unwrap_err();
+    assert!(matches!(&settled, ResolveError::NotEscalated(m) if m.contains("APROBADO")));
+    assert_eq!(
+        db.store.transitions(review.id).await.unwrap().len(),
+        log.len()
+    );
+
+    // Something that moved meanwhile (a worker's check) is not overwritten.
+    let seen = young.version;
+    let mut take = Change::new(None, "check", "worker:w");
+    take.lease = Lease::Take {
+        owner: "w",
+        ttl: Duration::from_secs(5),
+    };
+    db.store.apply(&young, &take).await.unwrap();
+    let mut decline = approve(&young, seen, "ana");
+    decline.resolution = Resolution::Decline {
+        code: "finance_declined".into(),
+    };
+    let err = finance::resolve(&db.store, &decline).await.unwrap_err();
+    assert!(matches!(err, ResolveError::Moved(_)), "{err:?}");
+    assert_eq!(
+        db.store.load(young.id).await.unwrap().0.state,
+        State::Desconocido
+    );
+    db.drop_db().await;
+}
+
+async fn check_again_now_takes_a_fresh_lookup_through_a_real_worker(b: Backend) {
+    init_logs();
+    let db = TestDb::new(b).await;
+    // Charged, answer lost, and every lookup fails: the checks run out.
+    let sim = start_sim(
+        true,
+        Faults {
+            p_response_lost: 1.0,
+            p_lookup_fail: 1.0,
+            ..Faults::default()
+        },
+    )
+    .await;
+    let worker = spawn_worker(worker_args(&db.url, &sim.url()));
+    let req = ChargeRequest::parse("fin-recheck", 4_200, "USD", None, None).unwrap();
+    let id = db.store.enqueue(&req).await.unwrap().attempt_id;
+    let review = eventually(Duration::from_secs(30), "EN_REVISION", || async {
+        let (a, _) = db.store.load(id).await.unwrap();
+        (a.state == State::EnRevision).then_some(a)
+    })
+    .await;
+    assert_eq!(review.check_count, 5);
+
+    // The gateway answers again; finance asks for a fresh lookup.
+    set_faults(&sim.url(), &Faults::default()).await;
+    let req = ResolveRequest {
+        attempt_id: id,
+        version: review.version,
+        resolution: Resolution::CheckNow,
+        by: "ana",
+        note: "gateway status page says the incident is over",
+    };
+    let now = finance::resolve(&db.store, &req).await.unwrap();
+    assert_eq!(now.state, State::Desconocido);
+    let done = eventually(
+        Duration::from_secs(20),
+        "APROBADO after the recheck",
+        || async {
+            let (a, _) = db.store.load(id).await.unwrap();
+            (a.state == State::Aprobado).then_some(a)
+        },
+    )
+    .await;
+    assert_eq!(done.send_count, 1, "looked up, never re-sent");
+    let log = db.store.transitions(id).await.unwrap();
+    let causes: Vec<&str> = log.iter().map(|t| t.cause.as_str()).collect();
+    assert_eq!(
+        &causes[causes.len() - 2..],
+        ["finance_check_now", "lookup_approved"]
+    );
+    assert_eq!(log[log.len() - 2].actor, "finance:ana");
+    assert_eq!(ledger(&sim.url()).await.entries.len(), 1, "charged once");
+    worker.stop().await;
+    sim.shutdown().await;
+    db.drop_db().await;
+}
+
+/// The web process with the finance routes.
+async fn finance_web(store: &Store, users: &str) -> Web {
+    let verifier = Verifier::from_env_value(Scheme::StandardWebhooks, &test_secret()).unwrap();
+    let cfg = cobro::web::finance::FinanceConfig {
+        users: cobro::web::finance::auth::Users::parse(users).unwrap(),
+        stale_after: Duration::from_secs(3600),
+        max_attempts: 4,
+    };
+    start_web_with(
+        store,
+        verifier,
+        cobro::web::finance::router(store.clone(), cfg),
+    )
+    .await
+}
+
+async fn every_finance_route_answers_401_without_credentials(b: Backend) {
+    let db = TestDb::new(b).await;
+    let a = in_review(&db.store, "fin-auth", 100, "USD").await;
+    let routes = [
+        ("GET", "/finance".to_owned()),
+        ("GET", format!("/finance/attempts/{}", a.id)),
+        ("POST", format!("/finance/attempts/{}/resolve", a.id)),
+        ("GET", "/finance/summary".to_owned()),
+        ("GET", "/finance/escalations.csv".to_owned()),
+        ("GET", "/finance/api/escalations".to_owned()),
+        ("GET", format!("/finance/api/attempts/{}", a.id)),
+        ("POST", format!("/finance/api/attempts/{}/resolve", a.id)),
+        ("POST", format!("/finance/api/attempts/{}/retry", a.id)),
+        ("GET", "/finance/api/summary".to_owned()),
+    ];
+    let http = reqwest::Client::new();
+    let web = finance_web(&db.store, USERS).await;
+    for (method, path) in &routes {
+        let url = format!("{}{path}", web.url);
+        let req = |r: reqwest::RequestBuilder| async move { r.send().await.unwrap() };
+        let build = || match *method {
+            "GET" => http.get(&url),
+            _ => http.post(&url).json(&json!({})),
+        };
+        for attempt in [
+            build(),
+            build().basic_auth(ANA.0, Some("wrong-password-123456")),
+            build().basic_auth("mallory", Some(ANA.1)),
+            build().bearer_auth("not-a-secret"),
+        ] {
+            let resp = req(attempt).await;
+            assert_eq!(resp.status(), 401, "{method} {path}");
+            assert!(
+                resp.headers()["www-authenticate"]
+                    .to_str()
+                    .unwrap()
+                    .starts_with("Basic"),
+                "{method} {path}"
+            );
+        }
+        if *method == "GET" {
+            let ok = req(build().basic_auth(ANA.0, Some(ANA.1))).await;
+            assert_eq!(ok.status(), 200, "{method} {path} with Basic auth");
+            let ok = req(build().bearer_auth("luis-secret-0123456789")).await;
+            assert_eq!(ok.status(), 200, "{method} {path} with a Bearer secret");
+        }
+    }
+    web.stop().await;
+    // Not configured: nobody gets in.
+    let web = finance_web(&db.store, "").await;
+    let resp = http
+        .get(format!("{}/finance/api/escalations", web.url))
+        .basic_auth(ANA.0, Some(ANA.1))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 401);
+    let body: Value = resp.json().await.unwrap();
+    assert!(
+        body["error"]
+            .as_str()
+            .unwrap()
+            .contains("COBRO_FINANCE_USERS")
+    );
+    assert_eq!(
+        db.store.load(a.id).await.unwrap().0.state,
+        State::EnRevision
+    );
+    web.stop().await;
+    db.drop_db().await;
+}
+
+async fn the_api_resolves_as_the_signed_in_person_and_refuses_clearly(b: Backend) {
+    let db = TestDb::new(b).await;
+    let a = in_review(&db.store, "fin-api", 990, "EUR").await;
+    let web = finance_web(&db.store, USERS).await;
+    let http = reqwest::Client::new();
+    let resolve = |body: Value| {
+        let req = http
+            .post(format!("{}/finance/api/attempts/{}/resolve", web.url, a.id))
+            .basic_auth("luis", Some("luis-secret-0123456789"))
+            .json(&body);
+        async move {
+            let resp = req.send().await.unwrap();
+            let status = resp.status().as_u16();
+            (status, resp.json::<Value>().await.unwrap())
+        }
+    };
+    let (status, err) = resolve(
+        json!({"action": "decline", "version": a.version, "note": "x", "code": "Not A Code"}),
+    )
+    .await;
+    assert_eq!((status, err["field"].as_str()), (422, Some("code")));
+    let (status, err) =
+        resolve(json!({"action": "decline", "version": a.version, "code": "finance_declined"}))
+            .await;
+    assert_eq!((status, err["field"].as_str()), (422, Some("note")));
+    let (status, _) = resolve(json!({"action": "refund_everything", "version": a.version})).await;
+    assert_eq!(status, 422);
+    // A "by" in the body is not who resolves: the signed-in user is.
+    let (status, now) = resolve(json!({
+        "action": "decline", "version": a.version, "code": "finance_declined",
+        "note": "gateway shows no charge for this key", "by": "ana"
+    }))
+    .await;
+    assert_eq!(status, 200, "{now}");
+    assert_eq!(now["state"], "RECHAZADO");
+    let log = db.store.transitions(a.id).await.unwrap();
+    assert_eq!(log.last().unwrap().actor, "finance:luis");
+    let (status, err) =
+        resolve(json!({"action": "check_now", "version": a.version, "note": "again"})).await;
+    assert_eq!((status, err["field"].as_str()), (409, Some("version")));
+
+    // The HTML form refuses a post without the user's form token.
+    let resp = http
+        .post(format!("{}/finance/attempts/{}/resolve", web.url, a.id))
+        .basic_auth(ANA.0, Some(ANA.1))
+        .form(&[
+            ("action", "approve"),
+            ("version", "0"),
+            ("form_token", "forged"),
+            ("note", "n"),
+            ("charge_id", "ch_x"),
+        ])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 403);
+
+    // Finance's manual business retry, through the same guards.
+    let resp = http
+        .post(format!("{}/finance/api/attempts/{}/retry", web.url, a.id))
+        .bearer_auth("luis-secret-0123456789")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 201);
+    let retried: Value = resp.json().await.unwrap();
+    let new_id: Uuid = retried["attempt_id"].as_str().unwrap().parse().unwrap();
+    let log = db.store.transitions(new_id).await.unwrap();
+    assert_eq!(
+        (log[0].cause.as_str(), log[0].actor.as_str()),
+        ("business_retry", "finance:luis")
+    );
+    let again = http
+        .post(format!("{}/finance/api/attempts/{}/retry", web.url, a.id))
+        .bearer_auth("luis-secret-0123456789")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(again.status(), 409, "already being retried");
+    web.stop().await;
+    db.drop_db().await;
+}
+
+/// Minimal RFC 4180 reader: quoted fields with doubled quotes and line breaks.
+fn parse_csv(text: &str) -> Vec<Vec<String>> {
+    let (mut rows, mut row, mut cell) = (Vec::new(), Vec::new(), String::new());
+    let mut chars = text.chars().peekable();
+    let mut quoted = false;
+    while let Some(c) = chars.next() {
+        match (quoted, c) {
+            (true, '"') if chars.peek() == Some(&'"') => {
+                chars.next();
+                cell.push('"');
+            }
+            (true, '"') => quoted = false,
+            (true, c) => cell.push(c),
+            (false, '"') => quoted = true,
+            (false, ',') => row.push(std::mem::take(&mut cell)),
+            (false, '\r') => {}
+            (false, '\n') => {
+                row.push(std::mem::take(&mut cell));
+                rows.push(std::mem::take(&mut row));
+            }
+            (false, c) => cell.push(c),
+        }
+    }
+    rows
+}
+
+async fn the_csv_export_opens_cleanly_in_a_spreadsheet(b: Backend) {
+    let db = TestDb::new(b).await;
+    in_review(&db.store, "=HYPERLINK(\"http://evil\")", 1_999, "USD").await;
+    in_review(&db.store, "fin, with comma", 1_999, "JPY").await;
+    in_review(&db.store, "fin-kwd", 1_999, "KWD").await;
+    let web = finance_web(&db.store, USERS).await;
+    let resp = reqwest::Client::new()
+        .get(format!("{}/finance/escalations.csv", web.url))
+        .basic_auth(ANA.0, Some(ANA.1))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    assert!(
+        resp.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/csv")
+    );
+    assert!(
+        resp.headers()["content-disposition"]
+            .to_str()
+            .unwrap()
+            .contains("attachment")
+    );
+    let text = resp.text().await.unwrap();
+    assert!(text.ends_with("\r\n"));
+    let rows = parse_csv(&text);
+    assert_eq!(rows.len(), 4, "header + 3 items:\n{text}");
+    let header = &rows[0];
+    assert!(rows.iter().all(|r| r.len() == header.len()), "{rows:?}");
+    let col = |name: &str| header.iter().position(|h| h == name).unwrap();
+    let by_currency = |c: &str| {
+        rows.iter()
+            .find(|r| r[col("currency")] == c)
+            .unwrap()
+            .clone()
+    };
+    assert_eq!(by_currency("USD")[col("amount")], "19.99");
+    assert_eq!(by_currency("JPY")[col("amount")], "1999");
+    assert_eq!(by_currency("KWD")[col("amount")], "1.999");
+    assert_eq!(
+        by_currency("USD")[col("order_id")],
+        "'=HYPERLINK(\"http://evil\")"
+    );
+    assert_eq!(by_currency("JPY")[col("order_id")], "fin, with comma");
+    for r in &rows[1..] {
+        chrono::DateTime::parse_from_rfc3339(&r[col("created_at")]).expect("ISO 8601 timestamp");
+        assert_eq!(r[col("state")], "EN_REVISION");
+        assert_eq!(r[col("last_http_status")], "503");
+    }
+    web.stop().await;
+    db.drop_db().await;
+}
+
+async fn the_daily_summary_is_deterministic_and_counts_right(b: Backend) {
+    let db = TestDb::new(b).await;
+    in_review(&db.store, "fin-s1", 1_000, "USD").await;
+    in_review(&db.store, "fin-s2", 2_500, "USD").await;
+    in_doubt(&db.store, "fin-s3").await;
+    let at = chrono::DateTime::parse_from_rfc3339("2026-11-30T08:00:00Z")
+        .unwrap()
+        .to_utc();
+    let one = finance::summarize(&db.store, Duration::ZERO, at)
+        .await
+        .unwrap();
+    let two = finance::summarize(&db.store, Duration::ZERO, at)
+        .await
+        .unwrap();
+    assert_eq!(one, two);
+    assert_eq!(one.to_text(), two.to_text());
+    assert_eq!(
+        serde_json::to_string(&one).unwrap(),
+        serde_json::to_string(&two).unwrap()
+    );
+    assert_eq!((one.queue.en_revision, one.queue.stale_desconocido), (2, 1));
+    assert_eq!(one.queue.by_age[0], ("< 1 h".to_owned(), 3));
+    assert_eq!(
+        one.queue.amounts,
+        [
+            ("EUR".to_owned(), "7.00".to_owned()),
+            ("USD".to_owned(), "35.00".to_owned())
+        ]
+    );
+    let usd_review = one
+        .totals
+        .iter()
+        .find(|l| l.state == "EN_REVISION" && l.currency == "USD")
+        .unwrap();
+    assert_eq!((usd_review.count, usd_review.amount.as_str()), (2, "35.00"));
+    assert_eq!(one.oldest.len(), 3);
+    assert!(one.to_text().contains("2 in EN_REVISION, 1 DESCONOCIDO"));
+    // Read-only: nothing was written.
+    assert_eq!(db.attempts().await, 3);
+    db.drop_db().await;
+}
