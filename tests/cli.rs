@@ -12,6 +12,7 @@ on_both_backends!(
     migrate_enqueue_and_status_from_the_command_line,
     finance_retries_a_declined_order_from_the_command_line,
     refunds_from_the_command_line,
+    finance_works_the_escalation_queue_from_the_command_line,
 );
 
 fn cobro(db_url: &str, args: &[&str]) -> Output {
@@ -295,5 +296,77 @@ async fn refunds_from_the_command_line(b: Backend) {
         text(&over.stderr)
     );
     assert_eq!(db.store.refunds_of(id).await.unwrap().len(), 1);
+    db.drop_db().await;
+}
+
+async fn finance_works_the_escalation_queue_from_the_command_line(b: Backend) {
+    use cobro::state::Event;
+    use cobro::store::{Applied, Change, Lease};
+    let db = TestDb::new(b).await;
+    let req = cobro::domain::ChargeRequest::parse("cli-esc", 1_250, "USD", None, None).unwrap();
+    let id = db.store.enqueue(&req).await.unwrap().attempt_id;
+    let mut a = db.store.load(id).await.unwrap().0;
+    for event in [Event::Claim, Event::Unknown, Event::ChecksExhausted] {
+        let mut c = Change::new(Some(event), "test", "test");
+        if event == Event::Claim {
+            c.lease = Lease::Take {
+                owner: "test",
+                ttl: Duration::from_secs(30),
+            };
+        }
+        let Applied::Moved(now) = db.store.apply(&a, &c).await.unwrap() else {
+            panic!()
+        };
+        a = *now;
+    }
+    let out = cobro(&db.url, &["escalations", "list", "--csv"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let csv = text(&out.stdout);
+    assert!(csv.starts_with("attempt_id,order_id,"), "{csv}");
+    assert!(
+        csv.contains(&format!(
+            "{id},cli-esc,charge,EN_REVISION,en_revision,12.50,USD"
+        )),
+        "{csv}"
+    );
+
+    let id_text = id.to_string();
+    let resolve = |version: i64| {
+        let v = version.to_string();
+        cobro(
+            &db.url,
+            &[
+                "escalations",
+                "resolve",
+                "--attempt",
+                &id_text,
+                "--version",
+                &v,
+                "--as",
+                "decline",
+                "--code",
+                "no_charge_found",
+                "--by",
+                "ana",
+                "--note",
+                "not in the gateway dashboard",
+            ],
+        )
+    };
+    let stale = resolve(a.version - 1);
+    assert!(!stale.status.success());
+    assert!(
+        text(&stale.stderr).contains("changed since you looked"),
+        "{}",
+        text(&stale.stderr)
+    );
+    let ok = resolve(a.version);
+    assert!(ok.status.success(), "{}", text(&ok.stderr));
+    assert!(text(&ok.stdout).contains("RECHAZADO"));
+    let out = cobro(&db.url, &["escalations", "list"]);
+    assert_eq!(text(&out.stdout).trim(), "nothing needs finance");
+    let out = cobro(&db.url, &["escalations", "summary", "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["queue"]["en_revision"], 0);
     db.drop_db().await;
 }

@@ -1,0 +1,254 @@
+//! The finance page in a real headless browser (Debian's chromium driven
+//! through chromedriver): sign in, see the queue, open an item, resolve it,
+//! see it gone. On both backends.
+//!
+//! Needs `/usr/bin/chromium` and `/usr/bin/chromedriver` (`apt-get install
+//! chromium chromium-driver`; `.ci/run` installs them). Without them the
+//! test is skipped locally and fails under `CI=true`.
+
+#[macro_use]
+mod common;
+
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use cobro::domain::ChargeRequest;
+use cobro::gateway::Evidence;
+use cobro::state::{Event, State};
+use cobro::store::{Applied, Attempt, Change, Lease, Store};
+use cobro::webhook::{Scheme, Verifier};
+use common::*;
+use fantoccini::{ClientBuilder, Locator};
+
+on_both_backends!(a_finance_person_lists_opens_and_resolves_an_item_in_a_browser,);
+
+const CHROMIUM: &str = "/usr/bin/chromium";
+const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
+
+/// chromedriver on a free 127.0.0.1 port, killed on drop.
+struct Driver {
+    child: Child,
+    url: String,
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+async fn start_driver() -> Option<Driver> {
+    if !std::path::Path::new(CHROMIUM).exists() || !std::path::Path::new(CHROMEDRIVER).exists() {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI=true but {CHROMIUM} or {CHROMEDRIVER} is missing (apt-get install chromium chromium-driver)"
+        );
+        eprintln!("SKIPPED: {CHROMIUM} / {CHROMEDRIVER} not installed");
+        return None;
+    }
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let child = Command::new(CHROMEDRIVER)
+        .arg(format!("--port={port}"))
+        .arg("--allowed-ips=127.0.0.1")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start chromedriver");
+    let url = format!("http://127.0.0.1:{port}");
+    let driver = Driver { child, url };
+    eventually(
+        Duration::from_secs(20),
+        "chromedriver to listen",
+        || async {
+            reqwest::get(format!("{}/status", driver.url))
+                .await
+                .ok()
+                .map(|_| ())
+        },
+    )
+    .await;
+    Some(driver)
+}
+
+async fn in_review(store: &Store, order: &str) -> Attempt {
+    let req = ChargeRequest::parse(order, 4_990, "EUR", None, None).unwrap();
+    let id = store.enqueue(&req).await.unwrap().attempt_id;
+    let mut a = store.load(id).await.unwrap().0;
+    for event in [Event::Claim, Event::Unknown, Event::ChecksExhausted] {
+        let mut c = Change::new(Some(event), "test", "worker:test");
+        let ev = Evidence {
+            call: "lookup".into(),
+            http_status: Some(503),
+            error_kind: "http_5xx".into(),
+            lookup_result: Some("failed".into()),
+            ..Evidence::default()
+        };
+        c.evidence = Some(&ev);
+        if event == Event::Claim {
+            c.lease = Lease::Take {
+                owner: "test",
+                ttl: Duration::from_secs(30),
+            };
+        }
+        a = match store.apply(&a, &c).await.unwrap() {
+            Applied::Moved(now) => *now,
+            Applied::Lost => panic!("lost a race nobody runs"),
+        };
+    }
+    a
+}
+
+async fn a_finance_person_lists_opens_and_resolves_an_item_in_a_browser(b: Backend) {
+    let Some(driver) = start_driver().await else {
+        return;
+    };
+    let db = TestDb::new(b).await;
+    let item = in_review(&db.store, "order-browser-1").await;
+    let verifier = Verifier::from_env_value(Scheme::StandardWebhooks, &test_secret()).unwrap();
+    let cfg = cobro::web::finance::FinanceConfig {
+        users: cobro::web::finance::auth::Users::parse("ana:ana-secret-0123456789").unwrap(),
+        stale_after: Duration::from_secs(3600),
+        max_attempts: 4,
+    };
+    let web = start_web_with(
+        &db.store,
+        verifier,
+        cobro::web::finance::router(db.store.clone(), cfg),
+    )
+    .await;
+
+    let mut caps = serde_json::Map::new();
+    caps.insert(
+        "goog:chromeOptions".into(),
+        serde_json::json!({
+            "binary": CHROMIUM,
+            "args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"]
+        }),
+    );
+    let browser = ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
+        .capabilities(caps)
+        .connect(&driver.url)
+        .await
+        .expect("a chromium session");
+
+    // Without credentials: 401, the queue is not shown.
+    browser.goto(&format!("{}/finance", web.url)).await.unwrap();
+    let text = browser
+        .find(Locator::Css("body"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(!text.contains("order-browser-1"), "{text}");
+
+    // Signed in (Basic auth; the browser keeps it for the site).
+    let signed = web
+        .url
+        .replacen("http://", "http://ana:ana-secret-0123456789@", 1);
+    browser.goto(&format!("{signed}/finance")).await.unwrap();
+    let who = browser
+        .find(Locator::Id("person"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert_eq!(who, "ana");
+    let row = browser
+        .find(Locator::Css(&format!("tr[data-attempt='{}']", item.id)))
+        .await
+        .expect("the item is listed");
+    let row_text = row.text().await.unwrap();
+    assert!(
+        row_text.contains("order-browser-1") && row_text.contains("49.90 EUR"),
+        "{row_text}"
+    );
+    assert!(
+        row_text.contains("EN_REVISION") && row_text.contains("HTTP 503"),
+        "{row_text}"
+    );
+
+    // Open it: evidence and history are there.
+    row.find(Locator::Css("a.open"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    let state = browser
+        .wait()
+        .at_most(Duration::from_secs(10))
+        .for_element(Locator::Id("state"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert_eq!(state, "EN_REVISION");
+    let history = browser
+        .find(Locator::Id("history"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        history.contains("DESCONOCIDO") && history.contains("EN_REVISION"),
+        "{history}"
+    );
+
+    // Resolve it: the gateway did charge.
+    let form = browser.form(Locator::Id("approve")).await.unwrap();
+    form.set_by_name("charge_id", "ch_seen_in_dashboard")
+        .await
+        .unwrap();
+    form.set_by_name("note", "captured per the gateway dashboard")
+        .await
+        .unwrap();
+    form.submit().await.unwrap();
+
+    // Back on the queue: resolved, and gone.
+    let flash = browser
+        .wait()
+        .at_most(Duration::from_secs(10))
+        .for_element(Locator::Id("flash"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(flash.contains(&item.id.to_string()), "{flash}");
+    browser
+        .wait()
+        .at_most(Duration::from_secs(10))
+        .for_element(Locator::Id("empty"))
+        .await
+        .expect("the queue is empty");
+    assert!(
+        browser
+            .find(Locator::Css(&format!("tr[data-attempt='{}']", item.id)))
+            .await
+            .is_err()
+    );
+    browser.close().await.unwrap();
+
+    let (now, _) = db.store.load(item.id).await.unwrap();
+    assert_eq!(now.state, State::Aprobado);
+    assert_eq!(
+        now.gateway_charge_id.as_deref(),
+        Some("ch_seen_in_dashboard")
+    );
+    let last = db.store.transitions(item.id).await.unwrap().pop().unwrap();
+    assert_eq!(
+        (last.actor.as_str(), last.cause.as_str()),
+        ("finance:ana", "finance_approved")
+    );
+    web.stop().await;
+    db.drop_db().await;
+    drop(driver);
+}
