@@ -89,6 +89,12 @@ impl CheckSchedule {
     }
 }
 
+/// [`parse_duration`] for command-line parsers: the error names the forms.
+pub fn parse_duration_arg(s: &str) -> Result<Duration, String> {
+    parse_duration(s)
+        .ok_or_else(|| format!("{s:?} is not a duration (use e.g. 500ms, 2s, 5m, 1h, 2d)"))
+}
+
 /// `"250ms"`, `"2s"`, `"1.5s"`, `"5m"`, `"24h"`, `"3d"`.
 pub fn parse_duration(s: &str) -> Option<Duration> {
     let (num, unit) = s

@@ -23,8 +23,11 @@
 //! - [`web`]: the web process: webhooks, HTTP enqueue and refunds, health.
 //! - [`sim`]: the gateway simulator, a real HTTP server for tests, demo and benchmarks.
 //! - [`demo`]: `cobro demo`, the seed's fleet experiment in three worlds.
+//! - [`finance`]: the escalation queue, resolutions, the daily summary, CSV.
+//! - [`chaos`]: `cobro chaos`, the soak with real processes, kills and PostgreSQL restarts.
 
 pub mod backoff;
+pub mod chaos;
 pub mod demo;
 pub mod domain;
 pub mod engine;

@@ -209,6 +209,10 @@ enum Command {
     },
     /// Run the web process: gateway webhooks, HTTP enqueue, health.
     Serve(cobro::web::ServeArgs),
+    /// The soak: real worker, web and simulator processes on a fresh
+    /// PostgreSQL database, faults at the gateway, SIGKILLed workers and
+    /// PostgreSQL restarts; exits non-zero on any violation.
+    Chaos(cobro::chaos::ChaosArgs),
     /// Run the gateway simulator (a real HTTP server with its own ledger).
     GatewaySim(cobro::sim::SimArgs),
     /// The seed's fleet experiment on the real engine: a naive client and
@@ -397,6 +401,17 @@ async fn main() -> Result<()> {
             };
             let store = Store::connect(&url, 2).await?;
             escalations(&store, stale_after, command).await?;
+        }
+        Command::Chaos(args) => {
+            let outcome = cobro::chaos::run(&args).await?;
+            if args.json {
+                println!("{}", serde_json::to_string_pretty(&outcome)?);
+            } else {
+                print!("{}", cobro::chaos::render(&outcome));
+            }
+            if !outcome.report.passed() {
+                std::process::exit(1);
+            }
         }
         Command::Serve(args) => {
             cobro::web::run(args, cobro::runtime::shutdown_signal()).await?;

@@ -1,0 +1,582 @@
+//! `cobro chaos`: the soak. Real processes (the gateway simulator, the web
+//! process receiving the simulator's duplicated, reordered webhooks, N
+//! `cobro-worker` processes) on a fresh PostgreSQL database; orders enqueued
+//! through the SQL function and the library; faults at the gateway; workers
+//! SIGKILLed at seeded random times and replaced under fresh names;
+//! PostgreSQL restarted with `-m immediate`. When the queue drains, the
+//! verdict ([`check`]) counts double charges, lost and stuck attempts,
+//! amount mismatches, broken logs and re-sends after an approval.
+//!
+//! Invariant: the harness only observes and disrupts; it never writes to an
+//! attempt. Every random choice comes from the printed seed. A worker or the
+//! web process that exits by itself is restarted like a supervisor would,
+//! and counted (`unexpected_exits`), so a crash loop shows in the report.
+
+pub mod check;
+
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use clap::Args;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use serde::Serialize;
+use sqlx::{Connection, PgConnection, PgPool, Row};
+use tokio::process::{Child, Command};
+use tracing::{info, warn};
+use uuid::Uuid;
+
+use crate::domain::{ChargeRequest, IdempotencyKey};
+use crate::state::State;
+use crate::store::Store;
+
+#[derive(Debug, Clone, Args)]
+pub struct ChaosArgs {
+    /// A PostgreSQL URL of a role that may create databases; the soak runs
+    /// in a fresh database `cobro_chaos_<seed>` and drops it when it passes.
+    #[arg(
+        long,
+        env = "TEST_DATABASE_URL",
+        default_value = "postgres://postgres@127.0.0.1:5432/postgres",
+        hide_env_values = true
+    )]
+    pub admin_url: String,
+    #[arg(long, default_value_t = 10_000)]
+    pub orders: usize,
+    #[arg(long, default_value_t = 4)]
+    pub workers: usize,
+    /// SIGKILLs of a random worker, spread over the enqueue and drain.
+    #[arg(long, default_value_t = 30)]
+    pub kills: usize,
+    /// Immediate restarts of PostgreSQL during the run.
+    #[arg(long, default_value_t = 3)]
+    pub pg_restarts: usize,
+    /// The command that restarts PostgreSQL (default: pg_ctlcluster on the
+    /// one cluster in /etc/postgresql, `-m immediate`; needs root).
+    #[arg(long)]
+    pub pg_restart_command: Option<String>,
+    #[arg(long, default_value_t = 7)]
+    pub seed: u64,
+    /// Give up waiting for the queue to drain after this long.
+    #[arg(long, default_value = "20m", value_parser = crate::backoff::parse_duration_arg)]
+    pub drain_timeout: Duration,
+    /// How long the disruptions go on.
+    #[arg(long, default_value = "90s", value_parser = crate::backoff::parse_duration_arg)]
+    pub chaos_for: Duration,
+    /// The workers' check schedule (the real one by default).
+    #[arg(long, default_value = "2s,4s,8s,16s,32s")]
+    pub check_schedule: String,
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Where the binaries are: next to this one.
+fn bin(name: &str) -> Result<PathBuf> {
+    let me = std::env::current_exe()?;
+    let path = me.with_file_name(name);
+    if !path.exists() {
+        bail!(
+            "{} not found next to {} (cargo build first)",
+            name,
+            me.display()
+        );
+    }
+    Ok(path)
+}
+
+fn free_port() -> Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
+fn default_restart_command() -> Result<String> {
+    let version = std::fs::read_dir("/etc/postgresql")
+        .context("no /etc/postgresql: pass --pg-restart-command")?
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .max()
+        .context("no cluster in /etc/postgresql")?;
+    Ok(format!(
+        "pg_ctlcluster --skip-systemctl-redirect {version} main restart -m immediate"
+    ))
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Outcome {
+    pub seed: u64,
+    pub database: String,
+    pub kills: usize,
+    pub pg_restarts: usize,
+    pub unexpected_exits: usize,
+    pub enqueue_errors_retried: usize,
+    pub drained_in_secs: f64,
+    pub report: check::Report,
+}
+
+struct Procs {
+    cobro: PathBuf,
+    worker: PathBuf,
+    db_url: String,
+    sim_url: String,
+    check_schedule: String,
+    workers: Vec<(String, Child)>,
+    web: Option<Child>,
+    web_env: Vec<(String, String)>,
+    started: usize,
+    unexpected_exits: usize,
+}
+
+impl Procs {
+    fn spawn_worker(&mut self) -> Result<()> {
+        self.started += 1;
+        let name = format!("chaos-w{}", self.started);
+        let child = Command::new(&self.worker)
+            .env("DATABASE_URL", &self.db_url)
+            .env("GATEWAY_URL", &self.sim_url)
+            .env("COBRO_WORKER_NAME", &name)
+            .env("COBRO_CHECK_SCHEDULE", &self.check_schedule)
+            // Scaled for a soak: a killed worker's lease and its jobs come
+            // back in seconds, and declined orders are retried in seconds.
+            .env("COBRO_LEASE_TTL", "5s")
+            .env("COBRO_GATEWAY_TIMEOUT", "2s")
+            .env("COBRO_GATEWAY_CONNECT_TIMEOUT", "1s")
+            .env("COBRO_SWEEP_GRACE", "5s")
+            .env("COBRO_MISSED_HEARTBEATS", "6")
+            .env("COBRO_RETRY_SCHEDULE", "2s")
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .context("starting cobro-worker")?;
+        self.workers.push((name, child));
+        Ok(())
+    }
+
+    fn spawn_web(&mut self) -> Result<()> {
+        let mut cmd = Command::new(&self.cobro);
+        cmd.arg("serve")
+            .envs(self.web_env.iter().cloned())
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .kill_on_drop(true);
+        self.web = Some(cmd.spawn().context("starting cobro serve")?);
+        Ok(())
+    }
+
+    /// Restarts whatever exited by itself (a supervisor's job), counting it.
+    fn supervise(&mut self) -> Result<()> {
+        let mut dead = 0;
+        self.workers.retain_mut(|(name, child)| match child.try_wait() {
+            Ok(Some(status)) => {
+                warn!(worker = %name, %status, "worker exited by itself; starting a replacement");
+                dead += 1;
+                false
+            }
+            _ => true,
+        });
+        for _ in 0..dead {
+            self.unexpected_exits += 1;
+            self.spawn_worker()?;
+        }
+        if let Some(web) = &mut self.web
+            && let Ok(Some(status)) = web.try_wait()
+        {
+            warn!(%status, "web process exited by itself; restarting it");
+            self.unexpected_exits += 1;
+            self.spawn_web()?;
+        }
+        Ok(())
+    }
+
+    async fn kill_one(&mut self, rng: &mut StdRng) -> Result<()> {
+        if self.workers.is_empty() {
+            return Ok(());
+        }
+        let i = rng.random_range(0..self.workers.len());
+        let (name, mut child) = self.workers.swap_remove(i);
+        child.start_kill().ok(); // SIGKILL
+        let _ = child.wait().await;
+        info!(worker = %name, "SIGKILLed; starting a replacement under a fresh name");
+        self.spawn_worker()
+    }
+
+    async fn stop_all(&mut self) {
+        for (_, child) in &mut self.workers {
+            let _ = child.start_kill();
+            let _ = child.wait().await;
+        }
+        if let Some(web) = &mut self.web {
+            let _ = web.start_kill();
+            let _ = web.wait().await;
+        }
+    }
+}
+
+async fn spawn_sim(
+    cobro: &PathBuf,
+    port: u16,
+    seed: u64,
+    web: &str,
+    secret: &str,
+) -> Result<Child> {
+    let mut cmd = Command::new(cobro);
+    cmd.args(["gateway-sim", "--listen", &format!("127.0.0.1:{port}")])
+        .args(["--seed", &seed.to_string(), "--per-order-draws"])
+        .args([
+            "--p-response-lost",
+            "0.15",
+            "--p-timeout-after-charge",
+            "0.05",
+        ])
+        .args([
+            "--p-5xx",
+            "0.05",
+            "--p-lookup-fail",
+            "0.05",
+            "--hold-ms",
+            "3000",
+        ])
+        .args([
+            "--p-decline",
+            "0.05",
+            "--decline-code",
+            "insufficient_funds",
+        ])
+        .args(["--decline-code", "card_declined"])
+        .args(["--webhook-url", &format!("{web}/webhooks/gateway")])
+        .args(["--webhook-copies", "2"])
+        .env("COBRO_SIM_WEBHOOK_SECRET", secret)
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true);
+    cmd.spawn().context("starting the gateway simulator")
+}
+
+async fn wait_http(url: &str, what: &str) -> Result<()> {
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(30) {
+        if reqwest::get(url)
+            .await
+            .is_ok_and(|r| r.status().is_success())
+        {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    bail!("{what} did not come up at {url}")
+}
+
+fn db_url(admin: &str, name: &str) -> String {
+    match admin.rfind('/') {
+        Some(i) if !admin[..i].ends_with('/') => format!("{}/{name}", &admin[..i]),
+        _ => format!("{admin}/{name}"),
+    }
+}
+
+/// Runs the soak; `Ok` carries the outcome whether or not it passed.
+pub async fn run(args: &ChaosArgs) -> Result<Outcome> {
+    let mut rng = StdRng::seed_from_u64(args.seed);
+    let cobro = bin("cobro")?;
+    let worker = bin("cobro-worker")?;
+    let restart_cmd = match (&args.pg_restart_command, args.pg_restarts) {
+        (Some(c), _) => c.clone(),
+        (None, 0) => String::new(),
+        (None, _) => default_restart_command()?,
+    };
+    let name = format!("cobro_chaos_{}", args.seed);
+    let mut admin = PgConnection::connect(&args.admin_url)
+        .await
+        .context("connecting to --admin-url")?;
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "DROP DATABASE IF EXISTS {name} WITH (FORCE)"
+    )))
+    .execute(&mut admin)
+    .await?;
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
+        .execute(&mut admin)
+        .await?;
+    let url = db_url(&args.admin_url, &name);
+    let store = Store::connect(&url, 4).await?;
+    store.migrate().await?;
+
+    let secret = format!("whsec_{}", {
+        use base64::Engine;
+        base64::engine::general_purpose::STANDARD.encode(rng.random::<[u8; 32]>())
+    });
+    let (sim_port, web_port) = (free_port()?, free_port()?);
+    let sim_url = format!("http://127.0.0.1:{sim_port}");
+    let web_url = format!("http://127.0.0.1:{web_port}");
+    let mut sim = spawn_sim(&cobro, sim_port, args.seed, &web_url, &secret).await?;
+    wait_http(&format!("{sim_url}/health"), "the simulator").await?;
+    let mut procs = Procs {
+        cobro: cobro.clone(),
+        worker,
+        db_url: url.clone(),
+        sim_url: sim_url.clone(),
+        check_schedule: args.check_schedule.clone(),
+        workers: Vec::new(),
+        web: None,
+        web_env: vec![
+            ("DATABASE_URL".into(), url.clone()),
+            ("COBRO_LISTEN".into(), format!("127.0.0.1:{web_port}")),
+            ("COBRO_WEBHOOK_SECRETS".into(), secret.clone()),
+            ("COBRO_RETRY_SCHEDULE".into(), "2s".into()),
+        ],
+        started: 0,
+        unexpected_exits: 0,
+    };
+    procs.spawn_web()?;
+    wait_http(&format!("{web_url}/health"), "the web process").await?;
+    for _ in 0..args.workers {
+        procs.spawn_worker()?;
+    }
+
+    // The disruption plan, from the seed: times within `chaos_for`.
+    let span = args.chaos_for.as_millis().max(1) as u64;
+    let mut plan: Vec<(u64, bool)> = (0..args.kills)
+        .map(|_| (rng.random_range(0..span), false))
+        .collect();
+    for _ in 0..args.pg_restarts {
+        plan.push((rng.random_range(span / 10..span.max(2)), true));
+    }
+    plan.sort_unstable();
+    info!(
+        seed = args.seed,
+        kills = args.kills,
+        pg_restarts = args.pg_restarts,
+        "chaos plan drawn"
+    );
+
+    let orders: Vec<String> = (0..args.orders)
+        .map(|i| format!("chaos-{}-{i:06}", args.seed))
+        .collect();
+    let amounts: Vec<i64> = orders
+        .iter()
+        .map(|_| rng.random_range(1_000..50_000))
+        .collect();
+    let start = Instant::now();
+    let enqueue = tokio::spawn(enqueue_all(url.clone(), orders.clone(), amounts));
+    let (mut kills, mut restarts) = (0, 0);
+    for (at_ms, is_restart) in plan {
+        let due = Duration::from_millis(at_ms);
+        while start.elapsed() < due {
+            procs.supervise()?;
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        if is_restart {
+            info!(command = %restart_cmd, "restarting PostgreSQL");
+            let status = Command::new("sh")
+                .args(["-c", &restart_cmd])
+                .status()
+                .await?;
+            if !status.success() {
+                bail!("{restart_cmd:?} failed: {status}");
+            }
+            restarts += 1;
+        } else {
+            procs.kill_one(&mut rng).await?;
+            kills += 1;
+        }
+    }
+    let enqueue_errors_retried = enqueue.await??;
+
+    // Drain: nothing live, no business retry pending.
+    let pool = PgPool::connect(&url).await?;
+    let drained_at = loop {
+        procs.supervise()?;
+        if let Ok(0) = live(&pool).await {
+            break start.elapsed();
+        }
+        if start.elapsed() > args.drain_timeout {
+            warn!("the queue did not drain in time; judging what is there");
+            break start.elapsed();
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    // Let late webhooks land, then stop everything before reading.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let ledger: crate::sim::Ledger = reqwest::get(format!("{sim_url}/ledger"))
+        .await?
+        .json()
+        .await?;
+    procs.stop_all().await;
+    let _ = sim.start_kill();
+    let _ = sim.wait().await;
+
+    let (attempts, lateness) = read_back(&pool, &store).await?;
+    let report = check::judge(&orders, &attempts, &ledger, lateness);
+    pool.close().await;
+    store.close().await;
+    if report.passed() {
+        sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+            "DROP DATABASE IF EXISTS {name} WITH (FORCE)"
+        )))
+        .execute(&mut admin)
+        .await?;
+    }
+    Ok(Outcome {
+        seed: args.seed,
+        database: name,
+        kills,
+        pg_restarts: restarts,
+        unexpected_exits: procs.unexpected_exits,
+        enqueue_errors_retried,
+        drained_in_secs: drained_at.as_secs_f64(),
+        report,
+    })
+}
+
+/// Half through the SQL function (as an app in another language would, in
+/// its own transaction), half through the library. A database error (the
+/// restart) is retried with the SAME key: the enqueue is idempotent.
+async fn enqueue_all(url: String, orders: Vec<String>, amounts: Vec<i64>) -> Result<usize> {
+    let store = Store::connect(&url, 4).await?;
+    let mut retried = 0;
+    for (i, (order, amount)) in orders.iter().zip(amounts).enumerate() {
+        let key = IdempotencyKey::generate();
+        loop {
+            let done = if i % 2 == 0 {
+                let pool = store.pg_pool().context("PostgreSQL only")?;
+                sqlx::query("SELECT * FROM cobro.enqueue_charge($1, $2, 'USD', $3, 'pm_chaos')")
+                    .bind(order)
+                    .bind(amount)
+                    .bind(key.uuid())
+                    .execute(pool)
+                    .await
+                    .map(|_| ())
+                    .map_err(anyhow::Error::from)
+            } else {
+                let req = ChargeRequest::parse(
+                    order,
+                    amount,
+                    "USD",
+                    Some(&key.to_string()),
+                    Some("pm_chaos"),
+                )?;
+                store
+                    .enqueue(&req)
+                    .await
+                    .map(|_| ())
+                    .map_err(anyhow::Error::from)
+            };
+            match done {
+                Ok(()) => break,
+                Err(e) => {
+                    retried += 1;
+                    warn!(%order, error = %e, "enqueue failed; retrying with the same key");
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
+            }
+        }
+    }
+    store.close().await;
+    Ok(retried)
+}
+
+async fn live(pool: &PgPool) -> Result<i64> {
+    Ok(sqlx::query_scalar(
+        "SELECT count(*) FROM cobro.payment_attempts
+          WHERE state IN ('PENDIENTE', 'EN_PROCESO', 'DESCONOCIDO')
+             OR (state = 'RECHAZADO' AND next_action_at IS NOT NULL)",
+    )
+    .fetch_one(pool)
+    .await?)
+}
+
+async fn read_back(pool: &PgPool, store: &Store) -> Result<(Vec<check::AttemptFacts>, Vec<i64>)> {
+    let rows = sqlx::query(
+        "SELECT id, order_id, idempotency_key, state, amount_minor, gateway_charge_id
+           FROM cobro.payment_attempts ORDER BY created_at, id",
+    )
+    .fetch_all(pool)
+    .await?;
+    let mut out = Vec::with_capacity(rows.len());
+    for r in rows {
+        let id: Uuid = r.try_get("id")?;
+        let state: String = r.try_get("state")?;
+        let log = store
+            .transitions(id)
+            .await?
+            .into_iter()
+            .map(|t| (t.from_state, t.to_state, t.cause, t.at))
+            .collect();
+        let checks = store
+            .checks(id)
+            .await?
+            .into_iter()
+            .map(|c| (c.lookup_result, c.started_at))
+            .collect();
+        out.push(check::AttemptFacts {
+            id,
+            order_id: r.try_get("order_id")?,
+            key: r.try_get("idempotency_key")?,
+            state: state.parse::<State>()?,
+            amount_minor: r.try_get("amount_minor")?,
+            gateway_charge_id: r.try_get("gateway_charge_id")?,
+            log,
+            checks,
+        });
+    }
+    let lateness: Vec<i64> = sqlx::query_scalar(
+        "SELECT (extract(epoch FROM started_at - scheduled_at) * 1000)::bigint FROM cobro.attempt_checks",
+    )
+    .fetch_all(pool)
+    .await?;
+    Ok((out, lateness))
+}
+
+/// The outcome as text.
+pub fn render(o: &Outcome) -> String {
+    let r = &o.report;
+    let verdict = if r.passed() { "PASSED" } else { "FAILED" };
+    let mut s = format!(
+        "chaos soak {verdict} (seed {seed}; replay: cobro chaos --seed {seed} with the same sizes)\n\
+         disruptions: {kills} SIGKILLs, {restarts} PostgreSQL restarts, {exits} unexpected exits (restarted), {enq} enqueue retries\n\
+         drained in {secs:.1} s: {orders} orders, {attempts} attempts, {approved} APROBADO, {review} EN_REVISION\n\
+         orders charged twice at the gateway: {twice}\n\
+         orders lost: {lost}\n\
+         attempts stuck (not terminal, not EN_REVISION): {stuck}\n\
+         amounts: {here} APROBADO here + {inrev} in review = {sum}; gateway approved {gw}; mismatches {mm}\n\
+         attempts with an inconsistent log: {log}\n\
+         re-sends after a lookup said approved: {resent}\n\
+         checks: {checks}, start lateness p50 {p50} ms, p99 {p99} ms\n",
+        seed = o.seed,
+        kills = o.kills,
+        restarts = o.pg_restarts,
+        exits = o.unexpected_exits,
+        enq = o.enqueue_errors_retried,
+        secs = o.drained_in_secs,
+        orders = r.orders_enqueued,
+        attempts = r.attempts,
+        approved = r.approved_here,
+        review = r.in_review,
+        twice = r.orders_charged_twice,
+        lost = r.orders_lost,
+        stuck = r.attempts_stuck,
+        here = r.approved_total_here,
+        inrev = r.approved_total_in_review,
+        sum = r.approved_total_here + r.approved_total_in_review,
+        gw = r.approved_total_gateway,
+        mm = r.amount_mismatches,
+        log = r.log_inconsistent,
+        resent = r.resent_after_approved,
+        checks = r.checks,
+        p50 = r.check_lateness_p50_ms,
+        p99 = r.check_lateness_p99_ms,
+    );
+    for v in &r.violations {
+        s.push_str(&format!("VIOLATION: {v}\n"));
+    }
+    if !r.passed() {
+        s.push_str(&format!(
+            "the database {} is kept for inspection\n",
+            o.database
+        ));
+    }
+    s
+}
