@@ -11,6 +11,7 @@
 mod change;
 mod enqueue;
 mod lite;
+mod metrics;
 mod pg;
 mod refund;
 mod retry;
@@ -19,6 +20,7 @@ mod webhooks;
 pub use change::{Applied, Change, CheckRecord, Lease, NoticeKind};
 pub use enqueue::{EnqueueError, Enqueued};
 pub use lite::enqueue_charge as enqueue_charge_sqlite;
+pub use metrics::Gauges;
 pub use pg::enqueue_charge;
 pub use refund::{RefundError, Refunded};
 pub use retry::{Retried, RetryError};
