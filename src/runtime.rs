@@ -1,5 +1,5 @@
-//! The worker process: apalis workers over apalis-postgres, the sweeper, and
-//! graceful shutdown.
+//! The worker process: apalis workers over apalis-postgres, the sweeper, the
+//! optional `/metrics` server ([`crate::metrics`]), and graceful shutdown.
 //!
 //! Invariant: a scheduled check starts within about one poll interval of its
 //! time: wake-ups are pushed with their exact `run_at`, LISTEN/NOTIFY picks up
@@ -83,6 +83,9 @@ pub struct WorkerArgs {
     pub worker_name: Option<String>,
     #[command(flatten)]
     pub retry: crate::retry::RetryArgs,
+    /// Serve Prometheus `/metrics` here (e.g. 127.0.0.1:9464); off when unset.
+    #[arg(long, env = "COBRO_METRICS_ADDR")]
+    pub metrics_addr: Option<std::net::SocketAddr>,
 }
 
 impl std::fmt::Debug for WorkerArgs {
@@ -188,6 +191,8 @@ pub async fn run(
     info!(worker = %name, concurrency = args.concurrency, "cobro-worker starting");
 
     let (stop_tx, stop_rx) = watch::channel(false);
+    let metrics =
+        crate::metrics::serve_worker(args.metrics_addr, store.clone(), stop_rx.clone()).await?;
     let sweeper = tokio::spawn(sweep_loop(store.clone(), args.clone(), stop_rx));
 
     let settings = QueueSettings {
@@ -218,6 +223,9 @@ pub async fn run(
         .await;
     let _ = stop_tx.send(true);
     let _ = sweeper.await;
+    if let Some(server) = metrics {
+        let _ = server.await;
+    }
     result.context("worker monitor")?;
     info!("cobro-worker stopped");
     Ok(())

@@ -5,6 +5,7 @@
 //! - `POST /webhooks/gateway`: signed gateway events ([`webhooks`]).
 //! - `POST /charges` with `Idempotency-Key`, `GET /charges/{attempt_id}` ([`charges`]).
 //! - `GET /health`: the process is up and the database answers.
+//! - `GET /metrics`: Prometheus text format, no auth ([`crate::metrics`]).
 //!
 //! Invariant: the process refuses to start without valid webhook secrets;
 //! secrets never reach logs or `Debug`.
@@ -99,6 +100,7 @@ pub fn router(
     max_body: usize,
     retry: crate::retry::RetryPolicy,
 ) -> Router {
+    crate::metrics::install();
     let app = Arc::new(App {
         store,
         verifier,
@@ -112,6 +114,7 @@ pub fn router(
         .route("/refunds", post(refunds::create))
         .route("/refunds/{refund_id}", get(charges::show))
         .route("/health", get(health))
+        .route("/metrics", get(metrics))
         // Our own limit (recorded, 413) applies first; this one only stops
         // absurd bodies from being read at all.
         .layer(DefaultBodyLimit::max(max_body.max(1 << 20)))
@@ -127,6 +130,10 @@ async fn health(State(app): AppState) -> Response {
         )
             .into_response(),
     }
+}
+
+async fn metrics(State(app): AppState) -> Response {
+    crate::metrics::response(&app.store).await
 }
 
 pub(crate) fn error(

@@ -246,6 +246,7 @@ pub(super) async fn apply_tx(
         .bind(plan.evidence_json.as_deref())
         .execute(&mut *tx)
         .await?;
+        crate::metrics::transition(seen.state, plan.to, change.cause);
     }
     if let Some(kind) = plan.notice {
         sqlx::query(concat!(

@@ -213,6 +213,7 @@ pub(super) async fn apply_tx(
         .bind(&evidence)
         .execute(&mut *tx)
         .await?;
+        crate::metrics::transition(seen.state, plan.to, change.cause);
     }
     if let Some(kind) = plan.notice {
         sqlx::query(
