@@ -1,5 +1,6 @@
 //! The worker process: apalis workers over apalis-postgres, the sweeper, the
-//! optional `/metrics` server ([`crate::metrics`]), and graceful shutdown.
+//! webhook purge ([`crate::retention`]), the optional `/metrics` server
+//! ([`crate::metrics`]), and graceful shutdown.
 //!
 //! Invariant: a scheduled check starts within about one poll interval of its
 //! time: wake-ups are pushed with their exact `run_at`, LISTEN/NOTIFY picks up
@@ -86,6 +87,8 @@ pub struct WorkerArgs {
     /// Serve Prometheus `/metrics` here (e.g. 127.0.0.1:9464); off when unset.
     #[arg(long, env = "COBRO_METRICS_ADDR")]
     pub metrics_addr: Option<std::net::SocketAddr>,
+    #[command(flatten)]
+    pub retention: crate::retention::RetentionArgs,
 }
 
 impl std::fmt::Debug for WorkerArgs {
@@ -110,6 +113,8 @@ pub enum ConfigError {
     LeaseTooShort { lease: Duration, timeouts: Duration },
     #[error("COBRO_CONCURRENCY, COBRO_REFUND_CONCURRENCY and COBRO_BATCH_SIZE must be at least 1")]
     Zero,
+    #[error(transparent)]
+    Retention(#[from] crate::retention::RetentionError),
 }
 
 impl WorkerArgs {
@@ -123,6 +128,7 @@ impl WorkerArgs {
     pub fn validate(&self) -> Result<(), ConfigError> {
         self.schedule()?;
         self.retry.policy()?;
+        self.retention.validate()?;
         let timeouts = self.gateway_connect_timeout + self.gateway_timeout;
         if self.lease_ttl <= timeouts {
             return Err(ConfigError::LeaseTooShort {
@@ -193,6 +199,11 @@ pub async fn run(
     let (stop_tx, stop_rx) = watch::channel(false);
     let metrics =
         crate::metrics::serve_worker(args.metrics_addr, store.clone(), stop_rx.clone()).await?;
+    let purger = tokio::spawn(crate::retention::purge_loop(
+        store.clone(),
+        args.retention.clone(),
+        stop_rx.clone(),
+    ));
     let sweeper = tokio::spawn(sweep_loop(store.clone(), args.clone(), stop_rx));
 
     let settings = QueueSettings {
@@ -223,6 +234,7 @@ pub async fn run(
         .await;
     let _ = stop_tx.send(true);
     let _ = sweeper.await;
+    let _ = purger.await;
     if let Some(server) = metrics {
         let _ = server.await;
     }

@@ -14,6 +14,7 @@ mod lite;
 mod metrics;
 mod pg;
 mod refund;
+mod retention;
 mod retry;
 mod webhooks;
 
@@ -23,6 +24,7 @@ pub use lite::enqueue_charge as enqueue_charge_sqlite;
 pub use metrics::Gauges;
 pub use pg::enqueue_charge;
 pub use refund::{RefundError, Refunded};
+pub use retention::{PURGE_BATCH, Purged};
 pub use retry::{Retried, RetryError};
 pub use webhooks::{EventOutcome, IncomingEvent, WebhookResult};
 

@@ -311,6 +311,7 @@ pub fn worker_args(db_url: &str, gateway_url: &str) -> WorkerArgs {
             max_attempts: 4,
         },
         metrics_addr: None,
+        retention: Default::default(),
     }
 }
 

@@ -32,6 +32,7 @@ macro_rules! now_ms {
 mod enqueue;
 pub(crate) mod metrics;
 pub(crate) mod refund;
+pub(crate) mod retention;
 pub(crate) mod retry;
 pub(crate) mod webhooks;
 

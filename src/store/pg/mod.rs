@@ -19,6 +19,7 @@ use super::{Attempt, Check, StoreError, Transition};
 use crate::domain::{ChargeRequest, IdempotencyKey, InputError};
 
 pub(crate) mod metrics;
+pub(crate) mod retention;
 pub(crate) mod webhooks;
 
 pub(super) async fn connect(url: &str, max: u32) -> Result<PgPool, StoreError> {
