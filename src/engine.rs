@@ -172,10 +172,14 @@ impl Engine {
             debug!("another worker claimed it first");
             return Ok(());
         };
+        if event == Event::Resend {
+            crate::metrics::resent();
+        }
         let outcome = match &call {
             Call::Charge(c) => self.gateway.charge(c).await,
             Call::Refund(r) => self.gateway.refund(r).await,
         };
+        crate::metrics::send_answered(&outcome);
         info!(send = claimed.send_count, outcome = ?outcome_name(&outcome), "gateway answered");
         let mut change = match &outcome {
             ChargeOutcome::Approved { charge_id, .. } => {
@@ -270,6 +274,7 @@ impl Engine {
         } else {
             self.gateway.lookup(key).await
         };
+        crate::metrics::lookup_answered(&outcome);
         let checks_done = held.check_count as u32 + 1;
         let key_age = (held.updated_at - held.created_at)
             .to_std()

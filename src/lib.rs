@@ -19,6 +19,8 @@
 //! - [`store`]: all SQL: enqueue, refunds, compare-and-set writes, sweeper, history.
 //! - [`engine`]: the wake-up handler (load → decide → act → record).
 //! - [`runtime`]: the worker process (apalis wiring, sweeper, shutdown).
+//! - [`metrics`]: Prometheus `/metrics`: process counters and database gauges.
+//! - [`retention`]: the periodic purge of old webhook records (never the money trail).
 //! - [`webhook`]: webhook signatures (Standard Webhooks, Stripe) and the event format.
 //! - [`web`]: the web process: webhooks, HTTP enqueue and refunds, health.
 //! - [`sim`]: the gateway simulator, a real HTTP server for tests, demo and benchmarks.
@@ -33,7 +35,9 @@ pub mod domain;
 pub mod engine;
 pub mod finance;
 pub mod gateway;
+pub mod metrics;
 pub mod policy;
+pub mod retention;
 pub mod retry;
 pub mod runtime;
 pub mod sim;

@@ -1,5 +1,6 @@
-//! The worker process: apalis workers over apalis-postgres, the sweeper, and
-//! graceful shutdown.
+//! The worker process: apalis workers over apalis-postgres, the sweeper, the
+//! webhook purge ([`crate::retention`]), the optional `/metrics` server
+//! ([`crate::metrics`]), and graceful shutdown.
 //!
 //! Invariant: a scheduled check starts within about one poll interval of its
 //! time: wake-ups are pushed with their exact `run_at`, LISTEN/NOTIFY picks up
@@ -83,6 +84,11 @@ pub struct WorkerArgs {
     pub worker_name: Option<String>,
     #[command(flatten)]
     pub retry: crate::retry::RetryArgs,
+    /// Serve Prometheus `/metrics` here (e.g. 127.0.0.1:9464); off when unset.
+    #[arg(long, env = "COBRO_METRICS_ADDR")]
+    pub metrics_addr: Option<std::net::SocketAddr>,
+    #[command(flatten)]
+    pub retention: crate::retention::RetentionArgs,
 }
 
 impl std::fmt::Debug for WorkerArgs {
@@ -107,6 +113,8 @@ pub enum ConfigError {
     LeaseTooShort { lease: Duration, timeouts: Duration },
     #[error("COBRO_CONCURRENCY, COBRO_REFUND_CONCURRENCY and COBRO_BATCH_SIZE must be at least 1")]
     Zero,
+    #[error(transparent)]
+    Retention(#[from] crate::retention::RetentionError),
 }
 
 impl WorkerArgs {
@@ -120,6 +128,7 @@ impl WorkerArgs {
     pub fn validate(&self) -> Result<(), ConfigError> {
         self.schedule()?;
         self.retry.policy()?;
+        self.retention.validate()?;
         let timeouts = self.gateway_connect_timeout + self.gateway_timeout;
         if self.lease_ttl <= timeouts {
             return Err(ConfigError::LeaseTooShort {
@@ -188,6 +197,13 @@ pub async fn run(
     info!(worker = %name, concurrency = args.concurrency, "cobro-worker starting");
 
     let (stop_tx, stop_rx) = watch::channel(false);
+    let metrics =
+        crate::metrics::serve_worker(args.metrics_addr, store.clone(), stop_rx.clone()).await?;
+    let purger = tokio::spawn(crate::retention::purge_loop(
+        store.clone(),
+        args.retention.clone(),
+        stop_rx.clone(),
+    ));
     let sweeper = tokio::spawn(sweep_loop(store.clone(), args.clone(), stop_rx));
 
     let settings = QueueSettings {
@@ -218,6 +234,10 @@ pub async fn run(
         .await;
     let _ = stop_tx.send(true);
     let _ = sweeper.await;
+    let _ = purger.await;
+    if let Some(server) = metrics {
+        let _ = server.await;
+    }
     result.context("worker monitor")?;
     info!("cobro-worker stopped");
     Ok(())

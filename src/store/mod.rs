@@ -12,8 +12,10 @@ mod change;
 mod enqueue;
 mod escalation;
 mod lite;
+mod metrics;
 mod pg;
 mod refund;
+mod retention;
 mod retry;
 mod webhooks;
 
@@ -21,8 +23,10 @@ pub use change::{Applied, Change, CheckRecord, Lease, NoticeKind};
 pub use enqueue::{EnqueueError, Enqueued};
 pub use escalation::{Escalated, Totals};
 pub use lite::enqueue_charge as enqueue_charge_sqlite;
+pub use metrics::Gauges;
 pub use pg::enqueue_charge;
 pub use refund::{RefundError, Refunded};
+pub use retention::{PURGE_BATCH, Purged};
 pub use retry::{Retried, RetryError};
 pub use webhooks::{EventOutcome, IncomingEvent, WebhookResult};
 

@@ -7,6 +7,7 @@
 //! - `POST /refunds` with `Idempotency-Key`, `GET /refunds/{refund_id}` ([`refunds`]).
 //! - `GET /health`: the process is up and the database answers.
 //! - `/finance…`: the escalation queue for finance, behind authentication ([`finance`]).
+//! - `GET /metrics`: Prometheus text format, no auth ([`crate::metrics`]).
 //!
 //! Invariant: the process refuses to start without valid webhook secrets;
 //! secrets never reach logs or `Debug`.
@@ -105,6 +106,7 @@ pub fn router(
     max_body: usize,
     retry: crate::retry::RetryPolicy,
 ) -> Router {
+    crate::metrics::install();
     let app = Arc::new(App {
         store,
         verifier,
@@ -118,6 +120,7 @@ pub fn router(
         .route("/refunds", post(refunds::create))
         .route("/refunds/{refund_id}", get(charges::show))
         .route("/health", get(health))
+        .route("/metrics", get(metrics))
         // Our own limit (recorded, 413) applies first; this one only stops
         // absurd bodies from being read at all.
         .layer(DefaultBodyLimit::max(max_body.max(1 << 20)))
@@ -133,6 +136,10 @@ async fn health(State(app): AppState) -> Response {
         )
             .into_response(),
     }
+}
+
+async fn metrics(State(app): AppState) -> Response {
+    crate::metrics::response(&app.store).await
 }
 
 pub(crate) fn error(

@@ -31,7 +31,9 @@ macro_rules! now_ms {
 
 mod enqueue;
 pub(crate) mod escalation;
+pub(crate) mod metrics;
 pub(crate) mod refund;
+pub(crate) mod retention;
 pub(crate) mod retry;
 pub(crate) mod webhooks;
 
@@ -246,6 +248,7 @@ pub(super) async fn apply_tx(
         .bind(plan.evidence_json.as_deref())
         .execute(&mut *tx)
         .await?;
+        crate::metrics::transition(seen.state, plan.to, change.cause);
     }
     if let Some(kind) = plan.notice {
         sqlx::query(concat!(

@@ -19,6 +19,8 @@ use super::{Attempt, Check, StoreError, Transition};
 use crate::domain::{ChargeRequest, IdempotencyKey, InputError};
 
 pub(crate) mod escalation;
+pub(crate) mod metrics;
+pub(crate) mod retention;
 pub(crate) mod webhooks;
 
 pub(super) async fn connect(url: &str, max: u32) -> Result<PgPool, StoreError> {
@@ -213,6 +215,7 @@ pub(super) async fn apply_tx(
         .bind(&evidence)
         .execute(&mut *tx)
         .await?;
+        crate::metrics::transition(seen.state, plan.to, change.cause);
     }
     if let Some(kind) = plan.notice {
         sqlx::query(

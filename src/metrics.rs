@@ -1,0 +1,356 @@
+//! Metrics in the Prometheus text format, served at `GET /metrics` by the web
+//! process and, when `COBRO_METRICS_ADDR` is set, by each worker.
+//!
+//! Two kinds of numbers, kept apart on purpose:
+//! - **Events** (this process, since it started): gateway calls by call and
+//!   outcome with a latency histogram, lookups, re-sends, transitions by
+//!   (from, to), escalations. Counted with the `metrics` facade into one
+//!   process-wide Prometheus recorder ([`install`]).
+//! - **Truths** (the database, at scrape time, [`Store::gauges`]): attempts
+//!   by (kind, state), orders with two or more approved charges, open
+//!   reconciliation cases, the oldest `DESCONOCIDO`, finance's queue. Every
+//!   process shows the same values; sum the event counters across
+//!   processes, never these.
+//!
+//! Invariant: a scrape never fails because the database does not answer:
+//! the process counters are still served, with `cobro_database_up 0` and
+//! the database gauges left out. Nothing here decides about money, and no
+//! label carries an id, a key, an amount or a secret.
+
+use std::fmt::Write as _;
+use std::net::SocketAddr;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use axum::extract::State as AxumState;
+use axum::http::header::CONTENT_TYPE;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tracing::{info, warn};
+
+use crate::gateway::{ChargeOutcome, Evidence, LookupOutcome};
+use crate::state::State;
+use crate::store::{Gauges, Store};
+
+/// Counter: gateway calls by `call` (charge, lookup, refund, refund_lookup)
+/// and `outcome` (approved, declined, unknown; for lookups approved,
+/// declined, not_found, failed).
+pub const GATEWAY_CALLS: &str = "cobro_gateway_calls_total";
+/// Histogram: gateway call latency in seconds, by `call`.
+pub const GATEWAY_LATENCY: &str = "cobro_gateway_call_duration_seconds";
+/// Counter: lookups by key (charges and refunds) by `result`.
+pub const LOOKUPS: &str = "cobro_lookups_total";
+/// Counter: re-sends with the same key after the gateway's "not found".
+pub const RESENDS: &str = "cobro_resends_total";
+/// Counter: transition-log rows written, by `from` and `to` state.
+pub const TRANSITIONS: &str = "cobro_transitions_total";
+/// Counter: transitions into `EN_REVISION`, by `cause`.
+pub const ESCALATIONS: &str = "cobro_escalations_total";
+
+/// Latency buckets (seconds): a loopback answer to a gateway timeout.
+const LATENCY_BUCKETS: [f64; 13] = [
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0,
+];
+
+/// The content type of the Prometheus text format.
+pub const CONTENT_TYPE_TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+
+/// Installs the process-wide recorder once (later calls return the same
+/// handle; safe from many tests and processes in one binary). When another
+/// recorder was installed first, cobro's counters go there and `/metrics`
+/// shows only the database gauges.
+pub fn install() -> &'static PrometheusHandle {
+    HANDLE.get_or_init(|| {
+        let builder = PrometheusBuilder::new()
+            .set_buckets_for_metric(Matcher::Full(GATEWAY_LATENCY.into()), &LATENCY_BUCKETS)
+            .unwrap_or_else(|_| PrometheusBuilder::new());
+        let recorder = builder.build_recorder();
+        let handle = recorder.handle();
+        match ::metrics::set_global_recorder(recorder) {
+            Ok(()) => describe(),
+            Err(_) => {
+                warn!("another metrics recorder is installed; /metrics shows database gauges only")
+            }
+        }
+        spawn_upkeep(handle.clone());
+        handle
+    })
+}
+
+/// Histogram samples wait in the recorder until drained; drain them even
+/// when nobody scrapes, so memory stays bounded.
+fn spawn_upkeep(handle: PrometheusHandle) {
+    let upkeep = move || {
+        loop {
+            std::thread::sleep(Duration::from_secs(5));
+            handle.run_upkeep();
+        }
+    };
+    if let Err(e) = std::thread::Builder::new()
+        .name("cobro-metrics-upkeep".into())
+        .spawn(upkeep)
+    {
+        warn!(error = %e, "could not start the metrics upkeep thread");
+    }
+}
+
+fn describe() {
+    use ::metrics::{describe_counter, describe_histogram};
+    describe_counter!(
+        GATEWAY_CALLS,
+        "Gateway calls made by this process, by call and outcome."
+    );
+    describe_histogram!(
+        GATEWAY_LATENCY,
+        ::metrics::Unit::Seconds,
+        "Gateway call latency seen by this process, by call."
+    );
+    describe_counter!(LOOKUPS, "Lookups by key made by this process, by result.");
+    describe_counter!(
+        RESENDS,
+        "Re-sends with the same key after the gateway said it never saw it."
+    );
+    describe_counter!(
+        TRANSITIONS,
+        "Transition-log rows written by this process, by from and to state."
+    );
+    describe_counter!(
+        ESCALATIONS,
+        "Attempts this process moved to EN_REVISION, by cause."
+    );
+    // Unlabelled counters appear from the first scrape, at 0.
+    ::metrics::counter!(RESENDS).increment(0);
+}
+
+/// A send (charge or refund) and its answer.
+pub fn send_answered(outcome: &ChargeOutcome) {
+    let name = match outcome {
+        ChargeOutcome::Approved { .. } => "approved",
+        ChargeOutcome::Declined { .. } => "declined",
+        ChargeOutcome::Unknown { .. } => "unknown",
+    };
+    gateway_call(outcome.evidence(), name);
+}
+
+/// A lookup (of a charge or a refund) and its answer.
+pub fn lookup_answered(outcome: &LookupOutcome) {
+    let name = match outcome {
+        LookupOutcome::Approved { .. } => "approved",
+        LookupOutcome::Declined { .. } => "declined",
+        LookupOutcome::NotFound { .. } => "not_found",
+        LookupOutcome::Failed { .. } => "failed",
+    };
+    gateway_call(outcome.evidence(), name);
+    ::metrics::counter!(LOOKUPS, "result" => name).increment(1);
+}
+
+fn gateway_call(evidence: &Evidence, outcome: &'static str) {
+    let call = evidence.call.clone();
+    ::metrics::counter!(GATEWAY_CALLS, "call" => call.clone(), "outcome" => outcome).increment(1);
+    ::metrics::histogram!(GATEWAY_LATENCY, "call" => call).record(evidence.elapsed_ms as f64 / 1e3);
+}
+
+/// A re-send with the same key.
+pub fn resent() {
+    ::metrics::counter!(RESENDS).increment(1);
+}
+
+/// A transition-log row was written (in the transaction of the change).
+pub fn transition(from: State, to: State, cause: &str) {
+    ::metrics::counter!(TRANSITIONS, "from" => from.as_str(), "to" => to.as_str()).increment(1);
+    if to == State::EnRevision {
+        ::metrics::counter!(ESCALATIONS, "cause" => cause.to_owned()).increment(1);
+    }
+}
+
+/// The full scrape: this process's counters, then the database's gauges.
+pub async fn render(store: &Store) -> String {
+    let mut out = install().render();
+    match store.gauges().await {
+        Ok(g) => {
+            gauge(
+                &mut out,
+                "cobro_database_up",
+                "1 when the database answered this scrape.",
+                1.0,
+            );
+            render_gauges(&mut out, &g);
+        }
+        Err(e) => {
+            warn!(error = %e, "metrics: the database did not answer");
+            gauge(
+                &mut out,
+                "cobro_database_up",
+                "1 when the database answered this scrape.",
+                0.0,
+            );
+        }
+    }
+    out
+}
+
+/// The attempt kinds always shown (with 0), so every series exists.
+const KINDS: [&str; 3] = ["initial", "business_retry", "refund"];
+
+fn render_gauges(out: &mut String, g: &Gauges) {
+    header(
+        out,
+        "cobro_attempts",
+        "Attempts in the database by kind and state.",
+    );
+    let mut rows: Vec<(String, State, i64)> = KINDS
+        .iter()
+        .flat_map(|k| State::ALL.iter().map(move |s| (k.to_string(), *s, 0)))
+        .collect();
+    for (kind, state, n) in &g.attempts {
+        match rows.iter_mut().find(|(k, s, _)| k == kind && s == state) {
+            Some(row) => row.2 = *n,
+            None => rows.push((kind.clone(), *state, *n)),
+        }
+    }
+    for (kind, state, n) in rows {
+        let _ = writeln!(
+            out,
+            "cobro_attempts{{kind=\"{}\",state=\"{}\"}} {n}",
+            escape(&kind),
+            state.as_str()
+        );
+    }
+    gauge(
+        out,
+        "cobro_orders_double_approved",
+        "Orders with two or more APROBADO charges. Must be 0.",
+        g.double_approved_orders as f64,
+    );
+    gauge(
+        out,
+        "cobro_recon_cases_open",
+        "Reconciliation cases not yet resolved.",
+        g.open_recon_cases as f64,
+    );
+    gauge(
+        out,
+        "cobro_desconocido_oldest_age_seconds",
+        "Seconds the oldest DESCONOCIDO attempt has been so; 0 when none.",
+        g.oldest_desconocido_secs,
+    );
+    let review = g
+        .attempts
+        .iter()
+        .filter(|(_, s, _)| *s == State::EnRevision)
+        .map(|(_, _, n)| n)
+        .sum::<i64>();
+    gauge(
+        out,
+        "cobro_escalations_open",
+        "Finance's queue: attempts in EN_REVISION plus open reconciliation cases.",
+        (review + g.open_recon_cases) as f64,
+    );
+}
+
+fn header(out: &mut String, name: &str, help: &str) {
+    if !out.is_empty() && !out.ends_with("\n\n") {
+        out.push('\n');
+    }
+    let _ = writeln!(out, "# HELP {name} {help}");
+    let _ = writeln!(out, "# TYPE {name} gauge");
+}
+
+fn gauge(out: &mut String, name: &str, help: &str, value: f64) {
+    header(out, name, help);
+    let _ = writeln!(out, "{name} {value}");
+}
+
+/// A label value in the text format: backslash, quote and newline escaped.
+fn escape(v: &str) -> String {
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+/// `GET /metrics` as an HTTP response.
+pub async fn response(store: &Store) -> Response {
+    ([(CONTENT_TYPE, CONTENT_TYPE_TEXT)], render(store).await).into_response()
+}
+
+async fn metrics_route(AxumState(store): AxumState<Store>) -> Response {
+    response(&store).await
+}
+
+/// The worker's metrics server: binds `addr` (so a taken port fails the
+/// start) and serves `GET /metrics` until `stop` turns true.
+pub async fn serve_worker(
+    addr: Option<SocketAddr>,
+    store: Store,
+    mut stop: watch::Receiver<bool>,
+) -> anyhow::Result<Option<JoinHandle<()>>> {
+    use anyhow::Context;
+    install();
+    let Some(addr) = addr else {
+        return Ok(None);
+    };
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("binding COBRO_METRICS_ADDR {addr}"))?;
+    info!(addr = %listener.local_addr()?, "worker metrics at /metrics");
+    let app = axum::Router::new()
+        .route("/metrics", get(metrics_route))
+        .with_state(store);
+    Ok(Some(tokio::spawn(async move {
+        let stopped = async move {
+            let _ = stop.wait_for(|s| *s).await;
+        };
+        if let Err(e) = axum::serve(listener, app)
+            .with_graceful_shutdown(stopped)
+            .await
+        {
+            warn!(error = %e, "worker metrics server stopped");
+        }
+    })))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn label_values_are_escaped() {
+        assert_eq!(escape(r#"a"b\c"#), r#"a\"b\\c"#);
+        assert_eq!(escape("x\ny"), "x\\ny");
+    }
+
+    #[test]
+    fn every_kind_and_state_is_shown_and_finance_queue_adds_cases() {
+        let mut out = String::new();
+        let g = Gauges {
+            attempts: vec![
+                ("initial".into(), State::Aprobado, 3),
+                ("initial".into(), State::EnRevision, 2),
+                ("refund".into(), State::EnRevision, 1),
+            ],
+            double_approved_orders: 0,
+            open_recon_cases: 4,
+            oldest_desconocido_secs: 1.5,
+        };
+        render_gauges(&mut out, &g);
+        let lines: Vec<&str> = out.lines().filter(|l| !l.starts_with('#')).collect();
+        assert_eq!(
+            lines
+                .iter()
+                .filter(|l| l.starts_with("cobro_attempts{"))
+                .count(),
+            KINDS.len() * State::ALL.len()
+        );
+        assert!(lines.contains(&"cobro_attempts{kind=\"initial\",state=\"APROBADO\"} 3"));
+        assert!(lines.contains(&"cobro_attempts{kind=\"business_retry\",state=\"APROBADO\"} 0"));
+        assert!(lines.contains(&"cobro_orders_double_approved 0"));
+        assert!(lines.contains(&"cobro_desconocido_oldest_age_seconds 1.5"));
+        assert!(lines.contains(&"cobro_escalations_open 7"));
+        assert!(out.contains("# TYPE cobro_attempts gauge"));
+    }
+}

@@ -1,0 +1,45 @@
+//! SQLite SQL for the scrape-time gauges (see `store::metrics`). Times are
+//! INTEGER milliseconds.
+
+use sqlx::SqlitePool;
+
+use crate::store::StoreError;
+use crate::store::metrics::RawGauges;
+
+pub(crate) async fn gauges(pool: &SqlitePool) -> Result<RawGauges, StoreError> {
+    let attempts: Vec<(String, String, i64)> = sqlx::query_as(
+        "SELECT kind, state, count(*) FROM payment_attempts
+          GROUP BY kind, state ORDER BY kind, state",
+    )
+    .fetch_all(pool)
+    .await?;
+    let (double_approved_orders, open_recon_cases, oldest_desconocido_secs): (
+        i64,
+        i64,
+        Option<f64>,
+    ) = sqlx::query_as(concat!(
+        "SELECT
+            (SELECT count(*) FROM (
+                SELECT order_id FROM payment_attempts
+                 WHERE state = 'APROBADO' AND kind <> 'refund'
+                 GROUP BY order_id HAVING count(*) >= 2)),
+            (SELECT count(*) FROM recon_cases WHERE resolved_at IS NULL),
+            (SELECT (",
+        now_ms!(),
+        " - min(entered)) / 1000.0 FROM (
+                SELECT COALESCE(
+                         (SELECT max(t.at) FROM attempt_transitions t
+                           WHERE t.attempt_id = a.id AND t.to_state = 'DESCONOCIDO'),
+                         a.updated_at) AS entered
+                  FROM payment_attempts a
+                 WHERE a.state = 'DESCONOCIDO'))"
+    ))
+    .fetch_one(pool)
+    .await?;
+    Ok(RawGauges {
+        attempts,
+        double_approved_orders,
+        open_recon_cases,
+        oldest_desconocido_secs,
+    })
+}

@@ -1,0 +1,42 @@
+//! PostgreSQL SQL for the scrape-time gauges (see `store::metrics`).
+
+use sqlx::PgPool;
+
+use crate::store::StoreError;
+use crate::store::metrics::RawGauges;
+
+pub(crate) async fn gauges(pool: &PgPool) -> Result<RawGauges, StoreError> {
+    let attempts: Vec<(String, String, i64)> = sqlx::query_as(
+        "SELECT kind, state, count(*) FROM cobro.payment_attempts
+          GROUP BY kind, state ORDER BY kind, state",
+    )
+    .fetch_all(pool)
+    .await?;
+    let (double_approved_orders, open_recon_cases, oldest_desconocido_secs): (
+        i64,
+        i64,
+        Option<f64>,
+    ) = sqlx::query_as(
+        "SELECT
+            (SELECT count(*) FROM (
+                SELECT order_id FROM cobro.payment_attempts
+                 WHERE state = 'APROBADO' AND kind <> 'refund'
+                 GROUP BY order_id HAVING count(*) >= 2) doubled),
+            (SELECT count(*) FROM cobro.recon_cases WHERE resolved_at IS NULL),
+            (SELECT EXTRACT(EPOCH FROM now() - min(entered))::float8 FROM (
+                SELECT COALESCE(
+                         (SELECT max(t.at) FROM cobro.attempt_transitions t
+                           WHERE t.attempt_id = a.id AND t.to_state = 'DESCONOCIDO'),
+                         a.updated_at) AS entered
+                  FROM cobro.payment_attempts a
+                 WHERE a.state = 'DESCONOCIDO') unknown)",
+    )
+    .fetch_one(pool)
+    .await?;
+    Ok(RawGauges {
+        attempts,
+        double_approved_orders,
+        open_recon_cases,
+        oldest_desconocido_secs,
+    })
+}
