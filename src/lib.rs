@@ -18,6 +18,7 @@
 //! - [`gateway`]: the gateway trait and its HTTP adapter; every failure classified.
 //! - [`store`]: all SQL: enqueue, refunds, compare-and-set writes, sweeper, history.
 //! - [`engine`]: the wake-up handler (load → decide → act → record).
+//! - [`recon`]: daily reconciliation with the gateway's listing; cases for finance.
 //! - [`runtime`]: the worker process (apalis wiring, sweeper, shutdown).
 //! - [`webhook`]: webhook signatures (Standard Webhooks, Stripe) and the event format.
 //! - [`web`]: the web process: webhooks, HTTP enqueue and refunds, health.
@@ -30,6 +31,7 @@ pub mod domain;
 pub mod engine;
 pub mod gateway;
 pub mod policy;
+pub mod recon;
 pub mod retry;
 pub mod runtime;
 pub mod sim;

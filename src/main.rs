@@ -1,6 +1,6 @@
 //! `cobro`: the command-line tool: migrate the database, enqueue a charge,
-//! request a refund, show an attempt's state and history, run the gateway
-//! simulator.
+//! request a refund, show an attempt's state and history, reconcile a window
+//! with the gateway, run the gateway simulator.
 
 use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
@@ -119,6 +119,9 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Compare the gateway's charges and refunds of a window with ours and
+    /// open a case once per discrepancy (see README, Daily reconciliation).
+    Reconcile(cobro::recon::ReconcileCommand),
     /// Run the web process: gateway webhooks, HTTP enqueue, health.
     Serve(cobro::web::ServeArgs),
     /// Run the gateway simulator (a real HTTP server with its own ledger).
@@ -299,6 +302,7 @@ async fn main() -> Result<()> {
                 }
             }
         }
+        Command::Reconcile(cmd) => cobro::recon::run_command(cmd).await?,
         Command::Serve(args) => {
             cobro::web::run(args, cobro::runtime::shutdown_signal()).await?;
         }

@@ -1,5 +1,5 @@
-//! The worker process: apalis workers over apalis-postgres, the sweeper, and
-//! graceful shutdown.
+//! The worker process: apalis workers over apalis-postgres, the sweeper, the
+//! daily reconciliation ([`crate::recon`]), and graceful shutdown.
 //!
 //! Invariant: a scheduled check starts within about one poll interval of its
 //! time: wake-ups are pushed with their exact `run_at`, LISTEN/NOTIFY picks up
@@ -21,7 +21,7 @@ use tracing::{error, info, warn};
 
 use crate::backoff::{CheckSchedule, parse_duration};
 use crate::engine::{Engine, EngineConfig, Wake};
-use crate::gateway::{HttpGateway, HttpGatewayConfig};
+use crate::gateway::{Gateway, HttpGateway, HttpGatewayConfig};
 use crate::store::{CHARGE_QUEUE, REFUND_QUEUE, Store};
 
 fn duration(s: &str) -> Result<Duration, String> {
@@ -83,6 +83,8 @@ pub struct WorkerArgs {
     pub worker_name: Option<String>,
     #[command(flatten)]
     pub retry: crate::retry::RetryArgs,
+    #[command(flatten)]
+    pub reconcile: crate::recon::ReconcileArgs,
 }
 
 impl std::fmt::Debug for WorkerArgs {
@@ -168,15 +170,17 @@ pub async fn run(
     )
     .await
     .context("connecting to DATABASE_URL")?;
-    let gateway = HttpGateway::new(HttpGatewayConfig {
-        base_url: args.gateway_url.clone(),
-        connect_timeout: args.gateway_connect_timeout,
-        request_timeout: args.gateway_timeout,
-    })
-    .context("building the gateway client")?;
+    let gateway: Arc<dyn Gateway> = Arc::new(
+        HttpGateway::new(HttpGatewayConfig {
+            base_url: args.gateway_url.clone(),
+            connect_timeout: args.gateway_connect_timeout,
+            request_timeout: args.gateway_timeout,
+        })
+        .context("building the gateway client")?,
+    );
     let engine = Arc::new(Engine::new(
         store.clone(),
-        Arc::new(gateway),
+        gateway.clone(),
         EngineConfig {
             worker_name: name.clone(),
             lease_ttl: args.lease_ttl,
@@ -188,7 +192,14 @@ pub async fn run(
     info!(worker = %name, concurrency = args.concurrency, "cobro-worker starting");
 
     let (stop_tx, stop_rx) = watch::channel(false);
-    let sweeper = tokio::spawn(sweep_loop(store.clone(), args.clone(), stop_rx));
+    let sweeper = tokio::spawn(sweep_loop(store.clone(), args.clone(), stop_rx.clone()));
+    let reconciler = tokio::spawn(crate::recon::reconcile_loop(
+        store.clone(),
+        gateway,
+        args.reconcile.clone(),
+        name.clone(),
+        stop_rx,
+    ));
 
     let settings = QueueSettings {
         name,
@@ -218,6 +229,7 @@ pub async fn run(
         .await;
     let _ = stop_tx.send(true);
     let _ = sweeper.await;
+    let _ = reconciler.await;
     result.context("worker monitor")?;
     info!("cobro-worker stopped");
     Ok(())

@@ -310,6 +310,7 @@ pub fn worker_args(db_url: &str, gateway_url: &str) -> WorkerArgs {
             retry_jitter: 0.2,
             max_attempts: 4,
         },
+        reconcile: cobro::recon::ReconcileArgs::off(),
     }
 }
 

@@ -30,6 +30,7 @@ macro_rules! now_ms {
 }
 
 mod enqueue;
+pub(crate) mod recon;
 pub(crate) mod refund;
 pub(crate) mod retry;
 pub(crate) mod webhooks;

@@ -18,6 +18,7 @@ use super::refund::{RefundError, Refunded};
 use super::{Attempt, Check, StoreError, Transition};
 use crate::domain::{ChargeRequest, IdempotencyKey, InputError};
 
+pub(crate) mod recon;
 pub(crate) mod webhooks;
 
 pub(super) async fn connect(url: &str, max: u32) -> Result<PgPool, StoreError> {
