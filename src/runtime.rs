@@ -24,7 +24,8 @@ use crate::engine::{Engine, EngineConfig, Wake};
 use crate::gateway::{Gateway, HttpGateway, HttpGatewayConfig};
 use crate::store::{CHARGE_QUEUE, REFUND_QUEUE, Store};
 
-fn duration(s: &str) -> Result<Duration, String> {
+/// A duration flag (`500ms`, `2s`, `15m`, `24h`, `1d`), for clap.
+pub(crate) fn duration(s: &str) -> Result<Duration, String> {
     parse_duration(s)
         .ok_or_else(|| format!("{s:?} is not a duration (use e.g. 500ms, 2s, 5m, 24h)"))
 }

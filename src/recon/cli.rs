@@ -13,14 +13,11 @@ use clap::Args;
 
 use super::{Window, parse_when, reconcile};
 use crate::gateway::{Gateway, HttpGateway, HttpGatewayConfig};
+use crate::runtime::duration;
 use crate::store::Store;
 
 fn when(s: &str) -> Result<DateTime<Utc>, String> {
     parse_when(s).map_err(|e| e.reason)
-}
-
-fn duration(s: &str) -> Result<Duration, String> {
-    crate::backoff::parse_duration(s).ok_or_else(|| format!("{s:?} is not a duration (e.g. 10s)"))
 }
 
 /// Compare the gateway's charges and refunds of a window with ours: open a

@@ -20,6 +20,7 @@ use tracing::{info, warn};
 
 use super::{ReconcileAt, Window, due_window, reconcile};
 use crate::gateway::Gateway;
+use crate::runtime::duration;
 use crate::store::{Store, StoreError};
 
 /// How often the loop asks whether a window is due.
@@ -27,11 +28,6 @@ const TICK: Duration = Duration::from_secs(60);
 /// A run claimed this long ago and never finished is taken over (its holder
 /// died or was cut off mid-run).
 pub const STALE_AFTER: Duration = Duration::from_secs(3600);
-
-fn duration(s: &str) -> Result<Duration, String> {
-    crate::backoff::parse_duration(s)
-        .ok_or_else(|| format!("{s:?} is not a duration (use e.g. 30s, 15m, 1h)"))
-}
 
 /// The worker's reconciliation settings (flags or environment).
 #[derive(Debug, Clone, Args)]

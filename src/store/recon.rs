@@ -54,6 +54,17 @@ pub enum CaseStatus {
     AlreadyResolved,
 }
 
+impl CaseStatus {
+    /// A case an earlier run opened, resolved since or not.
+    pub(crate) fn existing(resolved: bool) -> Self {
+        if resolved {
+            CaseStatus::AlreadyResolved
+        } else {
+            CaseStatus::AlreadyOpen
+        }
+    }
+}
+
 /// A finding as recorded: its case id and whether it is new.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct CaseWrite {

@@ -82,12 +82,7 @@ pub(crate) async fn record_cases(
                 .bind(&f.dedupe_key)
                 .fetch_one(&mut *tx)
                 .await?;
-                let status = if resolved {
-                    CaseStatus::AlreadyResolved
-                } else {
-                    CaseStatus::AlreadyOpen
-                };
-                (id, status)
+                (id, CaseStatus::existing(resolved))
             }
         };
         out.push(CaseWrite {

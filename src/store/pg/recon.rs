@@ -64,7 +64,7 @@ pub(crate) async fn record_cases(
                 .bind(&f.dedupe_key)
                 .fetch_one(&mut *tx)
                 .await?;
-                (id, existing(resolved))
+                (id, CaseStatus::existing(resolved))
             }
         };
         out.push(CaseWrite {
@@ -75,14 +75,6 @@ pub(crate) async fn record_cases(
     }
     tx.commit().await?;
     Ok(out)
-}
-
-fn existing(resolved: bool) -> CaseStatus {
-    if resolved {
-        CaseStatus::AlreadyResolved
-    } else {
-        CaseStatus::AlreadyOpen
-    }
 }
 
 pub(crate) async fn cases(pool: &PgPool, open_only: bool) -> Result<Vec<ReconCase>, StoreError> {
