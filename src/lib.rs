@@ -18,6 +18,7 @@
 //! - [`gateway`]: the gateway trait and its HTTP adapter; every failure classified.
 //! - [`store`]: all SQL: enqueue, refunds, compare-and-set writes, sweeper, history.
 //! - [`engine`]: the wake-up handler (load → decide → act → record).
+//! - [`recon`]: daily reconciliation with the gateway's listing; cases for finance.
 //! - [`runtime`]: the worker process (apalis wiring, sweeper, shutdown).
 //! - [`metrics`]: Prometheus `/metrics`: process counters and database gauges.
 //! - [`retention`]: the periodic purge of old webhook records (never the money trail).
@@ -38,6 +39,7 @@ pub mod gateway;
 pub mod metrics;
 pub mod policy;
 pub mod retention;
+pub mod recon;
 pub mod retry;
 pub mod runtime;
 pub mod sim;

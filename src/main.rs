@@ -1,6 +1,6 @@
 //! `cobro`: the command-line tool: migrate the database, enqueue a charge,
-//! request a refund, show an attempt's state and history, run the gateway
-//! simulator.
+//! request a refund, show an attempt's state and history, reconcile a window
+//! with the gateway, run the gateway simulator.
 
 use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
@@ -207,6 +207,9 @@ enum Command {
         #[command(subcommand)]
         command: EscalationCommand,
     },
+    /// Compare the gateway's charges and refunds of a window with ours and
+    /// open a case once per discrepancy (see README, Daily reconciliation).
+    Reconcile(cobro::recon::ReconcileCommand),
     /// Run the web process: gateway webhooks, HTTP enqueue, health.
     Serve(cobro::web::ServeArgs),
     /// The soak: real worker, web and simulator processes on a fresh
@@ -413,6 +416,7 @@ async fn main() -> Result<()> {
                 std::process::exit(1);
             }
         }
+        Command::Reconcile(cmd) => cobro::recon::run_command(cmd).await?,
         Command::Serve(args) => {
             cobro::web::run(args, cobro::runtime::shutdown_signal()).await?;
         }

@@ -1,6 +1,7 @@
 //! The worker process: apalis workers over apalis-postgres, the sweeper, the
 //! webhook purge ([`crate::retention`]), the optional `/metrics` server
-//! ([`crate::metrics`]), and graceful shutdown.
+//! ([`crate::metrics`]), daily reconciliation ([`crate::recon`]), and
+//! graceful shutdown.
 //!
 //! Invariant: a scheduled check starts within about one poll interval of its
 //! time: wake-ups are pushed with their exact `run_at`, LISTEN/NOTIFY picks up
@@ -22,10 +23,11 @@ use tracing::{error, info, warn};
 
 use crate::backoff::{CheckSchedule, parse_duration};
 use crate::engine::{Engine, EngineConfig, Wake};
-use crate::gateway::{HttpGateway, HttpGatewayConfig};
+use crate::gateway::{Gateway, HttpGateway, HttpGatewayConfig};
 use crate::store::{CHARGE_QUEUE, REFUND_QUEUE, Store};
 
-fn duration(s: &str) -> Result<Duration, String> {
+/// A duration flag (`500ms`, `2s`, `15m`, `24h`, `1d`), for clap.
+pub(crate) fn duration(s: &str) -> Result<Duration, String> {
     parse_duration(s)
         .ok_or_else(|| format!("{s:?} is not a duration (use e.g. 500ms, 2s, 5m, 24h)"))
 }
@@ -89,6 +91,8 @@ pub struct WorkerArgs {
     pub metrics_addr: Option<std::net::SocketAddr>,
     #[command(flatten)]
     pub retention: crate::retention::RetentionArgs,
+    #[command(flatten)]
+    pub reconcile: crate::recon::ReconcileArgs,
 }
 
 impl std::fmt::Debug for WorkerArgs {
@@ -177,15 +181,17 @@ pub async fn run(
     )
     .await
     .context("connecting to DATABASE_URL")?;
-    let gateway = HttpGateway::new(HttpGatewayConfig {
-        base_url: args.gateway_url.clone(),
-        connect_timeout: args.gateway_connect_timeout,
-        request_timeout: args.gateway_timeout,
-    })
-    .context("building the gateway client")?;
+    let gateway: Arc<dyn Gateway> = Arc::new(
+        HttpGateway::new(HttpGatewayConfig {
+            base_url: args.gateway_url.clone(),
+            connect_timeout: args.gateway_connect_timeout,
+            request_timeout: args.gateway_timeout,
+        })
+        .context("building the gateway client")?,
+    );
     let engine = Arc::new(Engine::new(
         store.clone(),
-        Arc::new(gateway),
+        gateway.clone(),
         EngineConfig {
             worker_name: name.clone(),
             lease_ttl: args.lease_ttl,
@@ -204,7 +210,14 @@ pub async fn run(
         args.retention.clone(),
         stop_rx.clone(),
     ));
-    let sweeper = tokio::spawn(sweep_loop(store.clone(), args.clone(), stop_rx));
+    let sweeper = tokio::spawn(sweep_loop(store.clone(), args.clone(), stop_rx.clone()));
+    let reconciler = tokio::spawn(crate::recon::reconcile_loop(
+        store.clone(),
+        gateway,
+        args.reconcile.clone(),
+        name.clone(),
+        stop_rx,
+    ));
 
     let settings = QueueSettings {
         name,
@@ -238,6 +251,7 @@ pub async fn run(
     if let Some(server) = metrics {
         let _ = server.await;
     }
+    let _ = reconciler.await;
     result.context("worker monitor")?;
     info!("cobro-worker stopped");
     Ok(())

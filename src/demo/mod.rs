@@ -216,6 +216,8 @@ fn worker_args(db_url: &str, gateway: &str, name: &str, schedule: &str) -> Resul
         "8",
         "--check-schedule",
         schedule,
+        "--reconcile-at",
+        "off",
     ])?
     .args)
 }

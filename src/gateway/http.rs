@@ -1,7 +1,7 @@
 //! The HTTP adapter for the simulator's API: `POST /v1/charges` and
 //! `POST /v1/refunds` with an `Idempotency-Key` header, `GET /v1/charges/{key}`
 //! and `GET /v1/refunds/{key}`. Charges and refunds share one request path and
-//! one classification.
+//! one classification. Listing for reconciliation is in [`list`].
 //!
 //! Invariant: explicit connect and request timeouts on every call, and every
 //! failure classified the same way for charges and refunds: only a parsed 200
@@ -12,12 +12,18 @@
 
 use std::time::{Duration, Instant};
 
+use chrono::{DateTime, Utc};
 use futures::FutureExt;
 use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 
-use super::{ChargeCall, ChargeOutcome, Evidence, Gateway, LookupOutcome, RefundCall};
+use super::{
+    ChargeCall, ChargeOutcome, Evidence, Gateway, GatewayRecord, ListError, Listed, LookupOutcome,
+    RefundCall,
+};
 use crate::domain::IdempotencyKey;
+
+mod list;
 
 #[derive(Debug, Clone)]
 pub struct HttpGatewayConfig {
@@ -354,5 +360,14 @@ impl Gateway for HttpGateway {
 
     fn lookup_refund(&self, key: IdempotencyKey) -> BoxFuture<'_, LookupOutcome> {
         self.look_up(Resource::Refunds, key).boxed()
+    }
+
+    fn list<'a>(
+        &'a self,
+        kind: Listed,
+        from: DateTime<Utc>,
+        to: DateTime<Utc>,
+    ) -> BoxFuture<'a, Result<Vec<GatewayRecord>, ListError>> {
+        self.list_all(kind, from, to).boxed()
     }
 }

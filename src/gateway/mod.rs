@@ -1,6 +1,7 @@
 //! The gateway seen from a worker: charge and refund, each by its own key,
 //! and look either up by that key, with every answer classified as definite
-//! (approved, declined, not found) or unknown.
+//! (approved, declined, not found) or unknown; and, for reconciliation, list
+//! what the gateway executed in a window ([`record`]).
 //!
 //! Invariant: a timeout, a reset connection, an EOF or a 5xx after the request
 //! may have left is *unknown*, never a decline. Only an explicit answer from
@@ -9,10 +10,15 @@
 
 mod http;
 #[cfg(test)]
+mod list_tests;
+mod record;
+#[cfg(test)]
 mod tests;
 
 pub use http::{HttpGateway, HttpGatewayConfig};
+pub use record::{GatewayRecord, ListError, Listed};
 
+use chrono::{DateTime, Utc};
 use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 
@@ -109,9 +115,9 @@ impl LookupOutcome {
     }
 }
 
-/// A payment gateway adapter: charges and refunds, each with its own key, and
-/// their lookups by key. Listing for reconciliation and webhook verification
-/// join this trait when those features land.
+/// A payment gateway adapter: charges and refunds, each with its own key,
+/// their lookups by key, and the listing reconciliation compares with ours.
+/// Webhook verification lives in `crate::webhook`.
 pub trait Gateway: Send + Sync {
     fn charge<'a>(&'a self, call: &'a ChargeCall) -> BoxFuture<'a, ChargeOutcome>;
     fn lookup(&self, key: IdempotencyKey) -> BoxFuture<'_, LookupOutcome>;
@@ -121,4 +127,13 @@ pub trait Gateway: Send + Sync {
     fn refund<'a>(&'a self, call: &'a RefundCall) -> BoxFuture<'a, ChargeOutcome>;
     /// Looks a refund up by its key.
     fn lookup_refund(&self, key: IdempotencyKey) -> BoxFuture<'_, LookupOutcome>;
+    /// Every charge or refund the gateway executed with `from <= at < to`,
+    /// approved or declined, in the gateway's order (all pages). A failed
+    /// page fails the whole listing: never a partial or empty answer.
+    fn list<'a>(
+        &'a self,
+        kind: Listed,
+        from: DateTime<Utc>,
+        to: DateTime<Utc>,
+    ) -> BoxFuture<'a, Result<Vec<GatewayRecord>, ListError>>;
 }

@@ -8,7 +8,7 @@
 
 use std::collections::HashMap;
 
-use chrono::Utc;
+use chrono::{DateTime, Utc};
 
 use super::ledger::{
     AMOUNT_EXCEEDS_CHARGE, APPROVED, CHARGE_NOT_APPROVED, CHARGE_NOT_FOUND, CURRENCY_MISMATCH,
@@ -155,6 +155,18 @@ impl Books {
         body: &ChargeBody,
         decline: impl FnOnce() -> Option<String>,
     ) -> Execution<ChargeResult> {
+        self.execute_at(idempotent, key, body, decline, Utc::now())
+    }
+
+    /// [`Books::execute`], recording the execution time `at`.
+    pub(crate) fn execute_at(
+        &mut self,
+        idempotent: bool,
+        key: &str,
+        body: &ChargeBody,
+        decline: impl FnOnce() -> Option<String>,
+        at: DateTime<Utc>,
+    ) -> Execution<ChargeResult> {
         if let Some(known) = self.charges.recall(idempotent, key, body) {
             if matches!(known, Execution::Replayed(_)) {
                 self.stats.replays += 1;
@@ -172,7 +184,7 @@ impl Books {
             charge_id: format!("ch_{:06}", self.charges_issued),
             status: status(decline_code.as_deref()),
             decline_code,
-            at: Utc::now(),
+            at,
         };
         self.stats.executed += 1;
         Execution::Executed(self.charges.append(key, entry))
@@ -185,6 +197,17 @@ impl Books {
         idempotent: bool,
         key: &str,
         body: &RefundBody,
+    ) -> Execution<RefundResult> {
+        self.refund_at(idempotent, key, body, Utc::now())
+    }
+
+    /// [`Books::refund`], recording the execution time `at`.
+    pub(crate) fn refund_at(
+        &mut self,
+        idempotent: bool,
+        key: &str,
+        body: &RefundBody,
+        at: DateTime<Utc>,
     ) -> Execution<RefundResult> {
         if let Some(known) = self.refunds.recall(idempotent, key, body) {
             if matches!(known, Execution::Replayed(_)) {
@@ -204,7 +227,7 @@ impl Books {
             currency: body.currency.clone(),
             status: status(decline_code),
             decline_code: decline_code.map(str::to_owned),
-            at: Utc::now(),
+            at,
         };
         Execution::Executed(self.refunds.append(key, entry))
     }
@@ -246,6 +269,16 @@ impl Books {
     /// The result of the first refund recorded under `key`.
     pub(crate) fn lookup_refund(&self, key: &str) -> Option<RefundResult> {
         self.refunds.lookup(key)
+    }
+
+    /// Executed charges, in `seq` order.
+    pub(crate) fn charges(&self) -> &[LedgerEntry] {
+        &self.charges.entries
+    }
+
+    /// Executed refunds, in `seq` order.
+    pub(crate) fn refunds(&self) -> &[RefundEntry] {
+        &self.refunds.entries
     }
 
     pub(crate) fn snapshot(&self) -> Ledger {

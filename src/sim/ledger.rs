@@ -202,6 +202,51 @@ pub struct Stats {
     pub webhooks_delivered: u64,
     /// Webhook deliveries given up (refused with a 4xx, or five failed tries).
     pub webhooks_failed: u64,
+    /// Every `GET /v1/charges` or `GET /v1/refunds` listing page asked for.
+    pub list_requests: u64,
+    /// Entries written by `POST /control/inject` (also counted in `executed` for charges).
+    pub injected: u64,
+}
+
+/// Answer to `GET /v1/charges` and `GET /v1/refunds` (a listing page): entries executed in
+/// `[from, to)`, in `seq` order; `has_more` when the next page (`starting_after` = the last
+/// id here) has more.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct ListPage<T> {
+    pub data: Vec<T>,
+    pub has_more: bool,
+}
+
+/// What `POST /control/inject` writes into the books (a test and demo facility): a charge
+/// made outside cobro, a second charge for an order, a refund nobody asked cobro for. It
+/// bypasses idempotency (like the memoryless gateway) and faults; an injected refund is
+/// still approved or declined by the books' rules. No webhook is sent for it.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Injection {
+    /// `"charge"` (default) or `"refund"`.
+    #[serde(default = "Injection::default_kind")]
+    pub kind: String,
+    /// Default: a fresh UUID (nobody's key).
+    #[serde(default)]
+    pub idempotency_key: Option<String>,
+    pub order_id: String,
+    pub amount_minor: i64,
+    pub currency: String,
+    /// A charge's decline code: the charge is recorded as declined.
+    #[serde(default)]
+    pub decline_code: Option<String>,
+    /// A refund's charge (`ch_…`).
+    #[serde(default)]
+    pub charge_id: Option<String>,
+    /// Execution time; default now (a past time puts it in an earlier listing window).
+    #[serde(default)]
+    pub at: Option<DateTime<Utc>>,
+}
+
+impl Injection {
+    fn default_kind() -> String {
+        "charge".to_owned()
+    }
 }
 
 /// Body of `GET /ledger`. Every field defaults when missing.

@@ -15,8 +15,11 @@
 //!   answers and faults with [`RefundResult`]; 402 with `decline_code` [`CHARGE_NOT_FOUND`],
 //!   [`CHARGE_NOT_APPROVED`], [`CURRENCY_MISMATCH`] or [`AMOUNT_EXCEEDS_CHARGE`].
 //! - `GET /v1/refunds/{key}`: 200 [`RefundResult`] of the first refund with that key, 404, 503.
+//! - `GET /v1/charges?from=&to=&limit=&starting_after=` and the same for `/v1/refunds`: a
+//!   [`ListPage`] of the entries executed in `[from, to)`, for reconciliation (see `listing`).
 //! - `GET /ledger` -> [`Ledger`]; `GET|PUT /control/faults` -> [`Faults`];
-//!   `POST /control/reset`; `GET /health`.
+//!   `POST /control/reset`; `POST /control/inject` ([`Injection`]: a charge or refund made
+//!   outside cobro, for reconciliation tests); `GET /health`.
 
 mod books;
 mod charges;
@@ -24,7 +27,9 @@ mod cli;
 mod conn;
 mod faults;
 mod flow;
+mod inject;
 mod ledger;
+mod listing;
 mod parse;
 mod refunds;
 mod server;
@@ -41,9 +46,10 @@ pub use cli::SimArgs;
 pub use faults::{DEFAULT_DECLINE_CODE, DEFAULT_HOLD_MS, Faults, InvalidFaults};
 pub use ledger::{
     AMOUNT_EXCEEDS_CHARGE, APPROVED, CHARGE_NOT_APPROVED, CHARGE_NOT_FOUND, CURRENCY_MISMATCH,
-    ChargeBody, ChargeResult, DECLINED, Ledger, LedgerEntry, RefundBody, RefundEntry, RefundResult,
-    Stats,
+    ChargeBody, ChargeResult, DECLINED, Injection, Ledger, LedgerEntry, ListPage, RefundBody,
+    RefundEntry, RefundResult, Stats,
 };
+pub use listing::{DEFAULT_LIST_LIMIT, MAX_LIST_LIMIT};
 pub use parse::IDEMPOTENCY_KEY_HEADER;
 pub use webhooks::WebhookTarget;
 

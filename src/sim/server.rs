@@ -23,6 +23,8 @@ use super::{
     books::Books,
     charges::{create_charge, lookup_charge},
     faults::{Dice, Faults},
+    inject::inject,
+    listing::{list_charges, list_refunds},
     refunds::{create_refund, lookup_refund},
 };
 
@@ -88,13 +90,14 @@ impl AppState {
 /// The simulator's routes.
 pub(crate) fn router(state: AppState) -> Router {
     Router::new()
-        .route("/v1/charges", post(create_charge))
+        .route("/v1/charges", post(create_charge).get(list_charges))
         .route("/v1/charges/{key}", get(lookup_charge))
-        .route("/v1/refunds", post(create_refund))
+        .route("/v1/refunds", post(create_refund).get(list_refunds))
         .route("/v1/refunds/{key}", get(lookup_refund))
         .route("/ledger", get(get_ledger))
         .route("/control/faults", get(get_faults).put(put_faults))
         .route("/control/reset", post(reset))
+        .route("/control/inject", post(inject))
         .route("/health", get(health))
         .fallback(not_found)
         .with_state(state)

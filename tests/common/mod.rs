@@ -312,6 +312,7 @@ pub fn worker_args(db_url: &str, gateway_url: &str) -> WorkerArgs {
         },
         metrics_addr: None,
         retention: Default::default(),
+        reconcile: cobro::recon::ReconcileArgs::off(),
     }
 }
 

@@ -6,6 +6,7 @@
 
 mod charges;
 mod faults;
+mod listing;
 mod refunds;
 
 use std::time::Duration;

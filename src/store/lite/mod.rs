@@ -32,6 +32,7 @@ macro_rules! now_ms {
 mod enqueue;
 pub(crate) mod escalation;
 pub(crate) mod metrics;
+pub(crate) mod recon;
 pub(crate) mod refund;
 pub(crate) mod retention;
 pub(crate) mod retry;

@@ -1,0 +1,119 @@
+//! The daily reconciliation in the worker process: a loop that, about once
+//! a minute, asks the database for the claim of the latest due window (the
+//! previous UTC day once `COBRO_RECONCILE_AT` has passed) and runs it.
+//!
+//! Invariant: with any number of workers one runs each window (the claim is
+//! a row per window); a failed run (gateway unreachable) is tried again
+//! after `COBRO_RECONCILE_RETRY`, a run whose holder vanished after
+//! [`STALE_AFTER`]. Correctness never rests on the claim: cases are
+//! idempotent and settling is a compare-and-set, so two runs of one window
+//! (a stale holder, a person's `cobro reconcile`) open nothing twice.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::Utc;
+use clap::Args;
+use serde_json::json;
+use tokio::sync::watch;
+use tracing::{info, warn};
+
+use super::{ReconcileAt, Window, due_window, reconcile};
+use crate::gateway::Gateway;
+use crate::runtime::duration;
+use crate::store::{Store, StoreError};
+
+/// How often the loop asks whether a window is due.
+const TICK: Duration = Duration::from_secs(60);
+/// A run claimed this long ago and never finished is taken over (its holder
+/// died or was cut off mid-run).
+pub const STALE_AFTER: Duration = Duration::from_secs(3600);
+
+/// The worker's reconciliation settings (flags or environment).
+#[derive(Debug, Clone, Args)]
+pub struct ReconcileArgs {
+    /// UTC time of day (HH:MM) after which the previous UTC day is
+    /// reconciled, or `off`.
+    #[arg(long, env = "COBRO_RECONCILE_AT", default_value = "02:30", value_parser = ReconcileAt::parse)]
+    pub reconcile_at: ReconcileAt,
+    /// How long after a failed run (e.g. the gateway did not answer) the
+    /// window is tried again.
+    #[arg(long, env = "COBRO_RECONCILE_RETRY", default_value = "15m", value_parser = duration)]
+    pub reconcile_retry: Duration,
+}
+
+impl ReconcileArgs {
+    /// No daily reconciliation (tests, the demo).
+    pub fn off() -> Self {
+        Self {
+            reconcile_at: ReconcileAt::Off,
+            reconcile_retry: Duration::from_secs(900),
+        }
+    }
+}
+
+/// Runs until `stop` changes; does nothing when the schedule is `off`.
+pub async fn reconcile_loop(
+    store: Store,
+    gateway: Arc<dyn Gateway>,
+    args: ReconcileArgs,
+    worker: String,
+    mut stop: watch::Receiver<bool>,
+) {
+    let ReconcileAt::Daily(at) = args.reconcile_at else {
+        return;
+    };
+    info!(%at, "daily reconciliation scheduled (UTC)");
+    loop {
+        let window = due_window(Utc::now(), at);
+        let run = run_once(
+            &store,
+            gateway.as_ref(),
+            &window,
+            &worker,
+            args.reconcile_retry,
+        );
+        tokio::select! {
+            done = run => {
+                if let Err(e) = done {
+                    warn!(error = %e, "reconciliation claim failed; trying again next tick");
+                }
+            }
+            _ = stop.changed() => return,
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(TICK) => {}
+            _ = stop.changed() => return,
+        }
+    }
+}
+
+/// Claims `window` for `worker` and runs it; `Ok(false)` when there was
+/// nothing to claim (done, running elsewhere, or failed too recently).
+/// A run cut off by shutdown stays claimed until [`STALE_AFTER`].
+pub async fn run_once(
+    store: &Store,
+    gateway: &dyn Gateway,
+    window: &Window,
+    worker: &str,
+    retry_after: Duration,
+) -> Result<bool, StoreError> {
+    let Some(claim) = store
+        .claim_recon_run(window, worker, retry_after, STALE_AFTER)
+        .await?
+    else {
+        return Ok(false);
+    };
+    info!(%window, tries = claim.tries, "reconciliation claimed");
+    let (ok, report) = match reconcile(store, gateway, window).await {
+        Ok(report) => (true, serde_json::to_value(&report).unwrap_or_default()),
+        Err(e) => {
+            warn!(%window, error = %e, "reconciliation failed; tried again later");
+            (false, json!({ "error": e.to_string() }))
+        }
+    };
+    if !store.finish_recon_run(&claim, ok, &report).await? {
+        warn!(%window, "the claim was taken over before the run finished");
+    }
+    Ok(true)
+}

@@ -1,0 +1,108 @@
+//! `POST /control/inject` (body [`Injection`]): writes a charge or a refund straight into
+//! the books, as if the gateway had executed it for someone other than cobro: a charge made
+//! outside cobro, a second charge for an order, a charge under a key of ours that cobro
+//! never saw answered, a refund nobody asked cobro for. A test and demo facility, like
+//! `/control/faults`; a real gateway has nothing like it. Answer: 200 with the new
+//! [`LedgerEntry`] or [`RefundEntry`].
+//!
+//! Invariant: an injection appends exactly one entry (next `seq`, new id), bypassing
+//! idempotency and faults; an injected refund is still approved or declined by the books'
+//! rules, so approved refunds never exceed their charge. No webhook is sent.
+
+use axum::{
+    Json,
+    body::Bytes,
+    extract::State,
+    response::{IntoResponse, Response},
+};
+use chrono::Utc;
+use tracing::info;
+use uuid::Uuid;
+
+use super::{
+    ledger::{ChargeBody, Injection, LedgerEntry, RefundBody, RefundEntry},
+    parse::{Invalid, invalid, normalize_key},
+    server::{AppState, bad_request},
+};
+
+pub(crate) async fn inject(State(app): State<AppState>, body: Bytes) -> Response {
+    let parsed = serde_json::from_slice::<Injection>(&body)
+        .map_err(|e| invalid("body", format!("invalid injection JSON: {e}")))
+        .and_then(checked);
+    let (inj, key) = match parsed {
+        Ok(ok) => ok,
+        Err(e) => return bad_request(e.field, &e.message),
+    };
+    match inj.kind.as_str() {
+        "charge" => Json(inject_charge(&app, &inj, &key)).into_response(),
+        "refund" => match inj.charge_id.clone() {
+            Some(charge_id) => Json(inject_refund(&app, &inj, &key, charge_id)).into_response(),
+            None => bad_request("charge_id", "an injected refund needs charge_id"),
+        },
+        _ => bad_request("kind", "kind must be \"charge\" or \"refund\""),
+    }
+}
+
+/// The injection with its canonical key (a fresh one when none was given).
+fn checked(inj: Injection) -> Result<(Injection, String), Invalid> {
+    if inj.order_id.trim().is_empty() {
+        return Err(invalid("order_id", "order_id must be a non-empty string"));
+    }
+    if inj.amount_minor <= 0 {
+        return Err(invalid(
+            "amount_minor",
+            "amount_minor must be an integer > 0",
+        ));
+    }
+    let currency_ok =
+        inj.currency.len() == 3 && inj.currency.bytes().all(|b| b.is_ascii_uppercase());
+    if !currency_ok {
+        return Err(invalid("currency", "currency must be 3 uppercase letters"));
+    }
+    let key = match &inj.idempotency_key {
+        None => Uuid::new_v4().hyphenated().to_string(),
+        Some(raw) => normalize_key(raw)
+            .ok_or_else(|| invalid("idempotency_key", "idempotency_key must be a UUID"))?,
+    };
+    Ok((inj, key))
+}
+
+fn inject_charge(app: &AppState, inj: &Injection, key: &str) -> Option<LedgerEntry> {
+    let body = ChargeBody {
+        order_id: inj.order_id.clone(),
+        amount_minor: inj.amount_minor,
+        currency: inj.currency.clone(),
+        payment_method: None,
+    };
+    let at = inj.at.unwrap_or_else(Utc::now);
+    let entry = app.with(|s| {
+        s.books
+            .execute_at(false, key, &body, || inj.decline_code.clone(), at);
+        s.books.stats_mut().injected += 1;
+        s.books.charges().last().cloned()
+    });
+    info!(?entry, "sim: charge injected");
+    entry
+}
+
+fn inject_refund(
+    app: &AppState,
+    inj: &Injection,
+    key: &str,
+    charge_id: String,
+) -> Option<RefundEntry> {
+    let body = RefundBody {
+        charge_id,
+        order_id: inj.order_id.clone(),
+        amount_minor: inj.amount_minor,
+        currency: inj.currency.clone(),
+    };
+    let at = inj.at.unwrap_or_else(Utc::now);
+    let entry = app.with(|s| {
+        s.books.refund_at(false, key, &body, at);
+        s.books.stats_mut().injected += 1;
+        s.books.refunds().last().cloned()
+    });
+    info!(?entry, "sim: refund injected");
+    entry
+}

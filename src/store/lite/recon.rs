@@ -1,0 +1,234 @@
+//! SQLite SQL for reconciliation (see `store::recon`). Lists of keys, ids
+//! and orders are bound as one JSON array each and read with `json_each`.
+
+use std::time::Duration;
+
+use sqlx::sqlite::SqliteRow;
+use sqlx::{Row, SqlitePool};
+
+use super::{attempt, json, ms, uuid};
+use crate::recon::{Finding, Window};
+use crate::store::recon::{CaseStatus, CaseWrite, ReconCase, ReconRun, ReconScope, RunClaim};
+use crate::store::{Attempt, StoreError};
+
+fn json_list<T: serde::Serialize>(items: &[T]) -> Result<String, StoreError> {
+    serde_json::to_string(items).map_err(|e| StoreError::Corrupt(e.to_string()))
+}
+
+pub(crate) async fn attempts(
+    pool: &SqlitePool,
+    window: &Window,
+    scope: &ReconScope,
+) -> Result<Vec<Attempt>, StoreError> {
+    let keys: Vec<String> = scope
+        .keys
+        .iter()
+        .map(|k| k.hyphenated().to_string())
+        .collect();
+    let rows = sqlx::query(
+        "SELECT * FROM payment_attempts
+          WHERE (created_at >= ?1 AND created_at < ?2)
+             OR idempotency_key IN (SELECT value FROM json_each(?3))
+             OR gateway_charge_id IN (SELECT value FROM json_each(?4))
+             OR order_id IN (SELECT value FROM json_each(?5))
+          ORDER BY created_at, id",
+    )
+    .bind(window.from.timestamp_millis())
+    .bind(window.to.timestamp_millis())
+    .bind(json_list(&keys)?)
+    .bind(json_list(&scope.gateway_ids)?)
+    .bind(json_list(&scope.orders)?)
+    .fetch_all(pool)
+    .await?;
+    rows.iter().map(attempt).collect()
+}
+
+pub(crate) async fn record_cases(
+    pool: &SqlitePool,
+    window: &Window,
+    findings: &[Finding],
+) -> Result<Vec<CaseWrite>, StoreError> {
+    let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
+    let mut out = Vec::with_capacity(findings.len());
+    for f in findings {
+        let details =
+            serde_json::to_string(&f.details).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+        let new: Option<i64> = sqlx::query_scalar(concat!(
+            "INSERT INTO recon_cases
+                (kind, dedupe_key, order_id, attempt_id, gateway_ref, details,
+                 window_from, window_to, opened_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ",
+            now_ms!(),
+            ")
+             ON CONFLICT (dedupe_key) DO NOTHING
+             RETURNING id"
+        ))
+        .bind(f.kind.as_str())
+        .bind(&f.dedupe_key)
+        .bind(&f.order_id)
+        .bind(f.attempt_id.map(|id| id.hyphenated().to_string()))
+        .bind(&f.gateway_ref)
+        .bind(details)
+        .bind(window.from.timestamp_millis())
+        .bind(window.to.timestamp_millis())
+        .fetch_optional(&mut *tx)
+        .await?;
+        let (id, status) = match new {
+            Some(id) => (id, CaseStatus::New),
+            None => {
+                let (id, resolved): (i64, bool) = sqlx::query_as(
+                    "SELECT id, resolved_at IS NOT NULL FROM recon_cases WHERE dedupe_key = ?1",
+                )
+                .bind(&f.dedupe_key)
+                .fetch_one(&mut *tx)
+                .await?;
+                (id, CaseStatus::existing(resolved))
+            }
+        };
+        out.push(CaseWrite {
+            id,
+            dedupe_key: f.dedupe_key.clone(),
+            status,
+        });
+    }
+    tx.commit().await?;
+    Ok(out)
+}
+
+fn case_row(r: &SqliteRow) -> Result<ReconCase, StoreError> {
+    Ok(ReconCase {
+        id: r.try_get("id")?,
+        kind: r.try_get("kind")?,
+        dedupe_key: r.try_get("dedupe_key")?,
+        order_id: r.try_get("order_id")?,
+        attempt_id: r
+            .try_get::<Option<String>, _>("attempt_id")?
+            .map(|s| uuid(&s))
+            .transpose()?,
+        gateway_ref: r.try_get("gateway_ref")?,
+        details: json(r.try_get("details")?).unwrap_or_default(),
+        window_from: ms(r.try_get("window_from")?),
+        window_to: ms(r.try_get("window_to")?),
+        opened_at: ms(r.try_get("opened_at")?),
+        resolved_at: r.try_get::<Option<i64>, _>("resolved_at")?.map(ms),
+        resolved_by: r.try_get("resolved_by")?,
+        resolution_note: r.try_get("resolution_note")?,
+    })
+}
+
+pub(crate) async fn cases(
+    pool: &SqlitePool,
+    open_only: bool,
+) -> Result<Vec<ReconCase>, StoreError> {
+    let rows = sqlx::query(
+        "SELECT * FROM recon_cases WHERE NOT ?1 OR resolved_at IS NULL ORDER BY opened_at, id",
+    )
+    .bind(open_only)
+    .fetch_all(pool)
+    .await?;
+    rows.iter().map(case_row).collect()
+}
+
+pub(crate) async fn case(pool: &SqlitePool, id: i64) -> Result<Option<ReconCase>, StoreError> {
+    let row = sqlx::query("SELECT * FROM recon_cases WHERE id = ?1")
+        .bind(id)
+        .fetch_optional(pool)
+        .await?;
+    row.as_ref().map(case_row).transpose()
+}
+
+/// The resolved case, or `None` when it is not open (missing or resolved).
+pub(crate) async fn resolve(
+    pool: &SqlitePool,
+    id: i64,
+    by: &str,
+    note: &str,
+) -> Result<Option<ReconCase>, StoreError> {
+    let row = sqlx::query(concat!(
+        "UPDATE recon_cases SET resolved_at = ",
+        now_ms!(),
+        ", resolved_by = ?2, resolution_note = ?3
+          WHERE id = ?1 AND resolved_at IS NULL
+          RETURNING *"
+    ))
+    .bind(id)
+    .bind(by)
+    .bind(note)
+    .fetch_optional(pool)
+    .await?;
+    row.as_ref().map(case_row).transpose()
+}
+
+pub(crate) async fn claim(
+    pool: &SqlitePool,
+    window: &Window,
+    by: &str,
+    retry_after: Duration,
+    stale_after: Duration,
+) -> Result<Option<RunClaim>, StoreError> {
+    let row: Option<(i64, i32)> = sqlx::query_as(concat!(
+        "INSERT INTO recon_runs (window_from, window_to, claimed_by, claimed_at, tries)
+         VALUES (?1, ?2, ?3, ",
+        now_ms!(),
+        ", 1)
+         ON CONFLICT (window_from, window_to) DO UPDATE
+            SET claimed_by = excluded.claimed_by, claimed_at = excluded.claimed_at,
+                tries = recon_runs.tries + 1, finished_at = NULL, outcome = NULL, report = NULL
+          WHERE (recon_runs.outcome = 'failed'
+                 AND recon_runs.finished_at <= excluded.claimed_at - ?4)
+             OR (recon_runs.finished_at IS NULL
+                 AND recon_runs.claimed_at <= excluded.claimed_at - ?5)
+         RETURNING id, tries"
+    ))
+    .bind(window.from.timestamp_millis())
+    .bind(window.to.timestamp_millis())
+    .bind(by)
+    .bind(retry_after.as_millis() as i64)
+    .bind(stale_after.as_millis() as i64)
+    .fetch_optional(pool)
+    .await?;
+    Ok(row.map(|(id, tries)| RunClaim { id, tries }))
+}
+
+pub(crate) async fn finish(
+    pool: &SqlitePool,
+    claim: &RunClaim,
+    outcome: &str,
+    report: &serde_json::Value,
+) -> Result<bool, StoreError> {
+    let report = serde_json::to_string(report).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+    let done = sqlx::query(concat!(
+        "UPDATE recon_runs SET finished_at = ",
+        now_ms!(),
+        ", outcome = ?3, report = ?4
+          WHERE id = ?1 AND tries = ?2 AND finished_at IS NULL"
+    ))
+    .bind(claim.id)
+    .bind(claim.tries)
+    .bind(outcome)
+    .bind(report)
+    .execute(pool)
+    .await?;
+    Ok(done.rows_affected() == 1)
+}
+
+pub(crate) async fn runs(pool: &SqlitePool) -> Result<Vec<ReconRun>, StoreError> {
+    let rows = sqlx::query("SELECT * FROM recon_runs ORDER BY window_from, id")
+        .fetch_all(pool)
+        .await?;
+    rows.iter()
+        .map(|r| {
+            Ok(ReconRun {
+                id: r.try_get("id")?,
+                window_from: ms(r.try_get("window_from")?),
+                window_to: ms(r.try_get("window_to")?),
+                claimed_by: r.try_get("claimed_by")?,
+                claimed_at: ms(r.try_get("claimed_at")?),
+                tries: r.try_get("tries")?,
+                finished_at: r.try_get::<Option<i64>, _>("finished_at")?.map(ms),
+                outcome: r.try_get("outcome")?,
+                report: json(r.try_get("report")?),
+            })
+        })
+        .collect()
+}

@@ -1,0 +1,175 @@
+//! PostgreSQL SQL for reconciliation (see `store::recon`).
+
+use std::time::Duration;
+
+use sqlx::PgPool;
+
+use crate::recon::{Finding, Window};
+use crate::store::recon::{CaseStatus, CaseWrite, ReconCase, ReconRun, ReconScope, RunClaim};
+use crate::store::{Attempt, StoreError};
+
+pub(crate) async fn attempts(
+    pool: &PgPool,
+    window: &Window,
+    scope: &ReconScope,
+) -> Result<Vec<Attempt>, StoreError> {
+    Ok(sqlx::query_as(
+        "SELECT * FROM cobro.payment_attempts
+          WHERE (created_at >= $1 AND created_at < $2)
+             OR idempotency_key = ANY($3)
+             OR gateway_charge_id = ANY($4)
+             OR order_id = ANY($5)
+          ORDER BY created_at, id",
+    )
+    .bind(window.from)
+    .bind(window.to)
+    .bind(&scope.keys)
+    .bind(&scope.gateway_ids)
+    .bind(&scope.orders)
+    .fetch_all(pool)
+    .await?)
+}
+
+pub(crate) async fn record_cases(
+    pool: &PgPool,
+    window: &Window,
+    findings: &[Finding],
+) -> Result<Vec<CaseWrite>, StoreError> {
+    let mut tx = pool.begin().await?;
+    let mut out = Vec::with_capacity(findings.len());
+    for f in findings {
+        let new: Option<i64> = sqlx::query_scalar(
+            "INSERT INTO cobro.recon_cases
+                (kind, dedupe_key, order_id, attempt_id, gateway_ref, details, window_from, window_to)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+             ON CONFLICT (dedupe_key) DO NOTHING
+             RETURNING id",
+        )
+        .bind(f.kind.as_str())
+        .bind(&f.dedupe_key)
+        .bind(&f.order_id)
+        .bind(f.attempt_id)
+        .bind(&f.gateway_ref)
+        .bind(sqlx::types::Json(&f.details))
+        .bind(window.from)
+        .bind(window.to)
+        .fetch_optional(&mut *tx)
+        .await?;
+        let (id, status) = match new {
+            Some(id) => (id, CaseStatus::New),
+            None => {
+                let (id, resolved): (i64, bool) = sqlx::query_as(
+                    "SELECT id, resolved_at IS NOT NULL FROM cobro.recon_cases WHERE dedupe_key = $1",
+                )
+                .bind(&f.dedupe_key)
+                .fetch_one(&mut *tx)
+                .await?;
+                (id, CaseStatus::existing(resolved))
+            }
+        };
+        out.push(CaseWrite {
+            id,
+            dedupe_key: f.dedupe_key.clone(),
+            status,
+        });
+    }
+    tx.commit().await?;
+    Ok(out)
+}
+
+pub(crate) async fn cases(pool: &PgPool, open_only: bool) -> Result<Vec<ReconCase>, StoreError> {
+    Ok(sqlx::query_as(
+        "SELECT * FROM cobro.recon_cases
+          WHERE NOT $1 OR resolved_at IS NULL
+          ORDER BY opened_at, id",
+    )
+    .bind(open_only)
+    .fetch_all(pool)
+    .await?)
+}
+
+pub(crate) async fn case(pool: &PgPool, id: i64) -> Result<Option<ReconCase>, StoreError> {
+    Ok(
+        sqlx::query_as("SELECT * FROM cobro.recon_cases WHERE id = $1")
+            .bind(id)
+            .fetch_optional(pool)
+            .await?,
+    )
+}
+
+/// The resolved case, or `None` when it is not open (missing or resolved).
+pub(crate) async fn resolve(
+    pool: &PgPool,
+    id: i64,
+    by: &str,
+    note: &str,
+) -> Result<Option<ReconCase>, StoreError> {
+    Ok(sqlx::query_as(
+        "UPDATE cobro.recon_cases
+            SET resolved_at = now(), resolved_by = $2, resolution_note = $3
+          WHERE id = $1 AND resolved_at IS NULL
+          RETURNING *",
+    )
+    .bind(id)
+    .bind(by)
+    .bind(note)
+    .fetch_optional(pool)
+    .await?)
+}
+
+pub(crate) async fn claim(
+    pool: &PgPool,
+    window: &Window,
+    by: &str,
+    retry_after: Duration,
+    stale_after: Duration,
+) -> Result<Option<RunClaim>, StoreError> {
+    let row: Option<(i64, i32)> = sqlx::query_as(
+        "INSERT INTO cobro.recon_runs AS r (window_from, window_to, claimed_by)
+         VALUES ($1, $2, $3)
+         ON CONFLICT (window_from, window_to) DO UPDATE
+            SET claimed_by = EXCLUDED.claimed_by, claimed_at = now(), tries = r.tries + 1,
+                finished_at = NULL, outcome = NULL, report = NULL
+          WHERE (r.outcome = 'failed'
+                 AND r.finished_at <= now() - make_interval(secs => $4::float8))
+             OR (r.finished_at IS NULL
+                 AND r.claimed_at <= now() - make_interval(secs => $5::float8))
+         RETURNING id, tries",
+    )
+    .bind(window.from)
+    .bind(window.to)
+    .bind(by)
+    .bind(retry_after.as_secs_f64())
+    .bind(stale_after.as_secs_f64())
+    .fetch_optional(pool)
+    .await?;
+    Ok(row.map(|(id, tries)| RunClaim { id, tries }))
+}
+
+pub(crate) async fn finish(
+    pool: &PgPool,
+    claim: &RunClaim,
+    outcome: &str,
+    report: &serde_json::Value,
+) -> Result<bool, StoreError> {
+    let done = sqlx::query(
+        "UPDATE cobro.recon_runs SET finished_at = now(), outcome = $3, report = $4
+          WHERE id = $1 AND tries = $2 AND finished_at IS NULL",
+    )
+    .bind(claim.id)
+    .bind(claim.tries)
+    .bind(outcome)
+    .bind(sqlx::types::Json(report))
+    .execute(pool)
+    .await?;
+    Ok(done.rows_affected() == 1)
+}
+
+pub(crate) async fn runs(pool: &PgPool) -> Result<Vec<ReconRun>, StoreError> {
+    Ok(sqlx::query_as(
+        "SELECT id, window_from, window_to, claimed_by, claimed_at, tries, finished_at, outcome, report
+           FROM cobro.recon_runs ORDER BY window_from, id",
+    )
+    .fetch_all(pool)
+    .await?)
+}

@@ -1,0 +1,251 @@
+//! Reconciliation in the store, for both backends: the attempts a window's
+//! comparison needs, the cases it opens (the escalation queue), their
+//! resolution by a person, and the claim that lets one worker of many run
+//! each window.
+//!
+//! Invariant: a case is written once per `dedupe_key` (UNIQUE, `ON CONFLICT
+//! DO NOTHING`): a re-run never re-opens or duplicates one, even one already
+//! resolved. Resolving is a compare-and-set on `resolved_at IS NULL`: the
+//! second resolution of a case is an error that says who resolved it first.
+//! A run claim is a compare-and-set too: one holder per window at a time,
+//! fenced by its `tries` count.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use uuid::Uuid;
+
+use super::{Attempt, Db, Store, StoreError, lite, pg};
+use crate::domain::InputError;
+use crate::recon::{Finding, Window};
+
+/// One row of `recon_cases`: a discrepancy for a person to resolve.
+#[derive(Debug, Clone, PartialEq, Serialize, sqlx::FromRow)]
+pub struct ReconCase {
+    pub id: i64,
+    /// `double_charge`, `unmatched_charge`, `unmatched_refund`,
+    /// `missing_at_gateway` or `amount_mismatch`.
+    pub kind: String,
+    pub dedupe_key: String,
+    pub order_id: Option<String>,
+    pub attempt_id: Option<Uuid>,
+    /// The gateway's charge or refund id(s) involved, comma-separated.
+    pub gateway_ref: Option<String>,
+    /// What each side says (amounts in minor units, states, ids).
+    pub details: serde_json::Value,
+    pub window_from: DateTime<Utc>,
+    pub window_to: DateTime<Utc>,
+    pub opened_at: DateTime<Utc>,
+    pub resolved_at: Option<DateTime<Utc>>,
+    pub resolved_by: Option<String>,
+    pub resolution_note: Option<String>,
+}
+
+/// What recording a finding did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CaseStatus {
+    /// Opened by this run.
+    New,
+    /// Opened by an earlier run, not resolved yet.
+    AlreadyOpen,
+    /// Opened by an earlier run and resolved since: not re-opened.
+    AlreadyResolved,
+}
+
+impl CaseStatus {
+    /// A case an earlier run opened, resolved since or not.
+    pub(crate) fn existing(resolved: bool) -> Self {
+        if resolved {
+            CaseStatus::AlreadyResolved
+        } else {
+            CaseStatus::AlreadyOpen
+        }
+    }
+}
+
+/// A finding as recorded: its case id and whether it is new.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct CaseWrite {
+    pub id: i64,
+    pub dedupe_key: String,
+    pub status: CaseStatus,
+}
+
+/// Which of our attempts a window's comparison needs besides those created
+/// in the window: the ones the gateway's records name.
+#[derive(Debug, Clone, Default)]
+pub struct ReconScope {
+    pub keys: Vec<Uuid>,
+    pub gateway_ids: Vec<String>,
+    pub orders: Vec<String>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ResolveError {
+    #[error(transparent)]
+    Invalid(#[from] InputError),
+    #[error("no reconciliation case with id {0}")]
+    NotFound(i64),
+    #[error("case {id} was already resolved by {by} at {at}")]
+    AlreadyResolved {
+        id: i64,
+        by: String,
+        at: DateTime<Utc>,
+    },
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl From<sqlx::Error> for ResolveError {
+    fn from(e: sqlx::Error) -> Self {
+        ResolveError::Store(e.into())
+    }
+}
+
+/// A claimed run of one window; `tries` fences the holder.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct RunClaim {
+    pub id: i64,
+    pub tries: i32,
+}
+
+/// One row of `recon_runs`.
+#[derive(Debug, Clone, PartialEq, Serialize, sqlx::FromRow)]
+pub struct ReconRun {
+    pub id: i64,
+    pub window_from: DateTime<Utc>,
+    pub window_to: DateTime<Utc>,
+    pub claimed_by: String,
+    pub claimed_at: DateTime<Utc>,
+    pub tries: i32,
+    pub finished_at: Option<DateTime<Utc>>,
+    /// `ok` or `failed`; `None` while running.
+    pub outcome: Option<String>,
+    /// The run's report (or `{"error": …}`).
+    pub report: Option<serde_json::Value>,
+}
+
+impl Store {
+    /// Our attempts (charges and refunds) created in `window`, plus every
+    /// attempt carrying one of `scope`'s keys, gateway ids or order ids.
+    pub async fn recon_attempts(
+        &self,
+        window: &Window,
+        scope: &ReconScope,
+    ) -> Result<Vec<Attempt>, StoreError> {
+        match &self.db {
+            Db::Pg(p) => pg::recon::attempts(p, window, scope).await,
+            Db::Lite(p) => lite::recon::attempts(p, window, scope).await,
+        }
+    }
+
+    /// Opens a case for each finding whose dedupe key is new, in one
+    /// transaction; the others are left as they are (open or resolved).
+    pub async fn record_cases(
+        &self,
+        window: &Window,
+        findings: &[Finding],
+    ) -> Result<Vec<CaseWrite>, StoreError> {
+        match &self.db {
+            Db::Pg(p) => pg::recon::record_cases(p, window, findings).await,
+            Db::Lite(p) => lite::recon::record_cases(p, window, findings).await,
+        }
+    }
+
+    /// The escalation queue's reconciliation cases: unresolved, oldest first.
+    pub async fn open_cases(&self) -> Result<Vec<ReconCase>, StoreError> {
+        match &self.db {
+            Db::Pg(p) => pg::recon::cases(p, true).await,
+            Db::Lite(p) => lite::recon::cases(p, true).await,
+        }
+    }
+
+    /// Every reconciliation case, resolved or not, oldest first.
+    pub async fn all_cases(&self) -> Result<Vec<ReconCase>, StoreError> {
+        match &self.db {
+            Db::Pg(p) => pg::recon::cases(p, false).await,
+            Db::Lite(p) => lite::recon::cases(p, false).await,
+        }
+    }
+
+    pub async fn recon_case(&self, id: i64) -> Result<Option<ReconCase>, StoreError> {
+        match &self.db {
+            Db::Pg(p) => pg::recon::case(p, id).await,
+            Db::Lite(p) => lite::recon::case(p, id).await,
+        }
+    }
+
+    /// Resolves an open case once, with who and a note (both required).
+    /// Returns the resolved case; a case already resolved is
+    /// [`ResolveError::AlreadyResolved`] and is left as it was.
+    pub async fn resolve_case(
+        &self,
+        id: i64,
+        by: &str,
+        note: &str,
+    ) -> Result<ReconCase, ResolveError> {
+        let (by, note) = (by.trim(), note.trim());
+        if by.is_empty() || by.chars().count() > 200 {
+            return Err(InputError::new("resolved_by", "must be 1-200 characters").into());
+        }
+        if note.is_empty() {
+            return Err(InputError::new("resolution_note", "must not be empty").into());
+        }
+        let resolved = match &self.db {
+            Db::Pg(p) => pg::recon::resolve(p, id, by, note).await?,
+            Db::Lite(p) => lite::recon::resolve(p, id, by, note).await?,
+        };
+        if let Some(case) = resolved {
+            return Ok(case);
+        }
+        match self.recon_case(id).await? {
+            None => Err(ResolveError::NotFound(id)),
+            Some(c) => Err(ResolveError::AlreadyResolved {
+                id,
+                by: c.resolved_by.unwrap_or_default(),
+                at: c.resolved_at.unwrap_or(c.opened_at),
+            }),
+        }
+    }
+
+    /// Claims the run of `window` for `by`: `None` when it is done, or
+    /// running and not yet `stale_after` old, or failed less than
+    /// `retry_after` ago.
+    pub async fn claim_recon_run(
+        &self,
+        window: &Window,
+        by: &str,
+        retry_after: Duration,
+        stale_after: Duration,
+    ) -> Result<Option<RunClaim>, StoreError> {
+        match &self.db {
+            Db::Pg(p) => pg::recon::claim(p, window, by, retry_after, stale_after).await,
+            Db::Lite(p) => lite::recon::claim(p, window, by, retry_after, stale_after).await,
+        }
+    }
+
+    /// Records how a claimed run ended; `false` when the claim was taken
+    /// over meanwhile (nothing written).
+    pub async fn finish_recon_run(
+        &self,
+        claim: &RunClaim,
+        ok: bool,
+        report: &serde_json::Value,
+    ) -> Result<bool, StoreError> {
+        let outcome = if ok { "ok" } else { "failed" };
+        match &self.db {
+            Db::Pg(p) => pg::recon::finish(p, claim, outcome, report).await,
+            Db::Lite(p) => lite::recon::finish(p, claim, outcome, report).await,
+        }
+    }
+
+    /// Every run claimed so far, oldest window first.
+    pub async fn recon_runs(&self) -> Result<Vec<ReconRun>, StoreError> {
+        match &self.db {
+            Db::Pg(p) => pg::recon::runs(p).await,
+            Db::Lite(p) => lite::recon::runs(p).await,
+        }
+    }
+}

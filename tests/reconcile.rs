@@ -1,0 +1,477 @@
+//! Daily reconciliation, scenario by scenario, on both backends, against a
+//! real gateway simulator: each of the four discrepancy kinds opens exactly
+//! one case, a clean window none, a re-run nothing new; an unambiguous
+//! DESCONOCIDO or EN_REVISION attempt is settled through the state machine
+//! with the gateway as the cause, and gets no case; a failed listing opens
+//! nothing.
+
+#[macro_use]
+mod common;
+
+use std::time::Duration;
+
+use chrono::{TimeDelta, Utc};
+use cobro::domain::{Amount, ChargeRequest, Currency, IdempotencyKey, OrderId};
+use cobro::gateway::{ChargeCall, ChargeOutcome, Gateway, HttpGateway, HttpGatewayConfig};
+use cobro::recon::{CaseKind, ReconError, Report, Window, reconcile};
+use cobro::sim::{Faults, Injection, LedgerEntry, RefundEntry};
+use cobro::state::{Event, State};
+use cobro::store::{Applied, Attempt, CaseStatus, Change, Lease, Store};
+use common::*;
+use serde::de::DeserializeOwned;
+
+on_both_backends!(
+    a_clean_window_opens_nothing_and_a_rerun_nothing_new,
+    a_double_charge_opens_exactly_one_case,
+    a_charge_made_outside_cobro_opens_exactly_one_case,
+    a_charge_declined_here_but_approved_there_opens_exactly_one_case,
+    an_approved_attempt_missing_at_the_gateway_opens_exactly_one_case,
+    an_amount_mismatch_opens_exactly_one_case,
+    refund_discrepancies_open_one_case_each,
+    an_unknown_attempt_approved_at_the_gateway_is_settled_not_escalated,
+    a_failed_listing_opens_nothing,
+);
+
+fn gateway(sim_url: &str) -> HttpGateway {
+    HttpGateway::new(HttpGatewayConfig {
+        base_url: sim_url.into(),
+        connect_timeout: Duration::from_millis(500),
+        request_timeout: Duration::from_millis(1500),
+    })
+    .expect("gateway client")
+}
+
+/// The two hours around now: everything a test does falls in it.
+fn around_now() -> Window {
+    let now = Utc::now();
+    Window::new(now - TimeDelta::hours(1), now + TimeDelta::hours(1)).unwrap()
+}
+
+async fn run(store: &Store, gw: &HttpGateway) -> Report {
+    reconcile(store, gw, &around_now())
+        .await
+        .expect("reconciliation runs")
+}
+
+/// The kinds of the cases a run opened, and asserts it settled nothing.
+fn opened(r: &Report) -> Vec<CaseKind> {
+    r.cases
+        .iter()
+        .filter(|c| c.status == CaseStatus::New)
+        .map(|c| c.kind)
+        .collect()
+}
+
+/// A second run of the same window: nothing new, the same cases already open.
+async fn assert_rerun_opens_nothing(store: &Store, gw: &HttpGateway, first: &Report) {
+    let again = run(store, gw).await;
+    assert_eq!(again.opened, 0, "{again:#?}");
+    assert_eq!(again.already_open, first.opened + first.already_open);
+    assert!(again.resolved.is_empty());
+    let open = store.open_cases().await.unwrap();
+    assert_eq!(open.len(), first.opened, "{open:#?}");
+}
+
+async fn step(store: &Store, a: &Attempt, event: Event, charge_id: Option<&str>) -> Attempt {
+    let mut c = Change::new(Some(event), "test", "test");
+    c.charge_id = charge_id;
+    if event == Event::Claim {
+        c.lease = Lease::Take {
+            owner: "test",
+            ttl: Duration::from_secs(30),
+        };
+    }
+    if event == Event::Declined {
+        c.decline_code = Some("card_declined");
+    }
+    match store.apply(a, &c).await.unwrap() {
+        Applied::Moved(now) => *now,
+        Applied::Lost => panic!("lost a race nobody runs"),
+    }
+}
+
+async fn pending(store: &Store, order: &str, amount: i64) -> Attempt {
+    let req = ChargeRequest::parse(order, amount, "EUR", None, None).unwrap();
+    let id = store.enqueue(&req).await.unwrap().attempt_id;
+    store.load(id).await.unwrap().0
+}
+
+/// A charge sent to the simulator with its own key and recorded APROBADO,
+/// as a worker would (without one).
+async fn charged(store: &Store, gw: &HttpGateway, order: &str, amount: i64) -> Attempt {
+    let a = pending(store, order, amount).await;
+    let a = step(store, &a, Event::Claim, None).await;
+    let call = ChargeCall {
+        key: IdempotencyKey::from_uuid(a.idempotency_key),
+        order_id: OrderId::parse(order).unwrap(),
+        amount: Amount::parse(amount).unwrap(),
+        currency: Currency::parse("EUR").unwrap(),
+        payment_method: None,
+    };
+    let ChargeOutcome::Approved { charge_id, .. } = gw.charge(&call).await else {
+        panic!("the simulator declined a fault-free charge");
+    };
+    step(store, &a, Event::Approved, Some(&charge_id)).await
+}
+
+/// `POST /control/inject`: a charge or refund the gateway made outside cobro.
+async fn inject<T: DeserializeOwned>(sim_url: &str, inj: &Injection) -> T {
+    reqwest::Client::new()
+        .post(format!("{sim_url}/control/inject"))
+        .json(inj)
+        .send()
+        .await
+        .expect("POST /control/inject")
+        .error_for_status()
+        .expect("injection accepted")
+        .json()
+        .await
+        .expect("injected entry")
+}
+
+fn charge_injection(order: &str, amount: i64, key: Option<uuid::Uuid>) -> Injection {
+    Injection {
+        kind: "charge".into(),
+        idempotency_key: key.map(|k| k.to_string()),
+        order_id: order.into(),
+        amount_minor: amount,
+        currency: "EUR".into(),
+        decline_code: None,
+        charge_id: None,
+        at: None,
+    }
+}
+
+async fn a_clean_window_opens_nothing_and_a_rerun_nothing_new(b: Backend) {
+    init_logs();
+    let db = TestDb::new(b).await;
+    let sim = start_sim(true, Faults::default()).await;
+    let gw = gateway(&sim.url());
+    // The real path: a worker charges three orders and refunds one.
+    let worker = spawn_worker(worker_args(&db.url, &sim.url()));
+    let mut charges = Vec::new();
+    for i in 0..3 {
+        charges.push(pending(&db.store, &format!("clean-{i}"), 1_000 + i).await);
+    }
+    for a in &charges {
+        settled(&db.store, a.id, State::Aprobado).await;
+    }
+    let refund = db
+        .store
+        .request_refund(
+            charges[0].id,
+            Amount::parse(250).unwrap(),
+            IdempotencyKey::generate(),
+            "test",
+        )
+        .await
+        .unwrap();
+    settled(&db.store, refund.refund_id, State::Aprobado).await;
+    worker.stop().await;
+
+    let r = run(&db.store, &gw).await;
+    assert_eq!((r.gateway_charges, r.gateway_refunds, r.ours), (3, 1, 4));
+    assert!(r.cases.is_empty() && r.resolved.is_empty(), "{r:#?}");
+    assert!(r.in_flight.is_empty());
+    assert_rerun_opens_nothing(&db.store, &gw, &r).await;
+    assert!(db.store.all_cases().await.unwrap().is_empty());
+    sim.shutdown().await;
+    db.drop_db().await;
+}
+
+async fn a_double_charge_opens_exactly_one_case(b: Backend) {
+    let db = TestDb::new(b).await;
+    let sim = start_sim(true, Faults::default()).await;
+    let gw = gateway(&sim.url());
+    let ours = charged(&db.store, &gw, "double-1", 4_200).await;
+    // The gateway charged the order again, under another key.
+    let twin: LedgerEntry = inject(&sim.url(), &charge_injection("double-1", 4_200, None)).await;
+
+    let r = run(&db.store, &gw).await;
+    assert_eq!(opened(&r), [CaseKind::DoubleCharge], "{r:#?}");
+    let first = ours.gateway_charge_id.clone().unwrap();
+    let mut ids = [first, twin.charge_id];
+    ids.sort();
+    let case = &db.store.open_cases().await.unwrap()[0];
+    assert_eq!(case.kind, "double_charge");
+    assert_eq!(
+        case.dedupe_key,
+        format!("double_charge:double-1:{}", ids.join(","))
+    );
+    assert_eq!(case.attempt_id, Some(ours.id));
+    assert_eq!(case.order_id.as_deref(), Some("double-1"));
+    assert_eq!(case.details["gateway"].as_array().map(Vec::len), Some(2));
+    assert_eq!(case.resolved_at, None);
+    assert_rerun_opens_nothing(&db.store, &gw, &r).await;
+    sim.shutdown().await;
+    db.drop_db().await;
+}
+
+async fn a_charge_made_outside_cobro_opens_exactly_one_case(b: Backend) {
+    let db = TestDb::new(b).await;
+    let sim = start_sim(true, Faults::default()).await;
+    let gw = gateway(&sim.url());
+    charged(&db.store, &gw, "known-1", 1_000).await;
+    let stranger: LedgerEntry = inject(&sim.url(), &charge_injection("nobody-1", 990, None)).await;
+
+    let r = run(&db.store, &gw).await;
+    assert_eq!(opened(&r), [CaseKind::UnmatchedCharge], "{r:#?}");
+    let case = &db.store.open_cases().await.unwrap()[0];
+    assert_eq!(
+        case.dedupe_key,
+        format!("unmatched_charge:{}", stranger.charge_id)
+    );
+    assert_eq!(case.attempt_id, None);
+    assert_eq!(
+        case.gateway_ref.as_deref(),
+        Some(stranger.charge_id.as_str())
+    );
+    assert_eq!(case.details["gateway"]["amount_minor"], 990);
+    assert_rerun_opens_nothing(&db.store, &gw, &r).await;
+    sim.shutdown().await;
+    db.drop_db().await;
+}
+
+async fn a_charge_declined_here_but_approved_there_opens_exactly_one_case(b: Backend) {
+    let db = TestDb::new(b).await;
+    let sim = start_sim(true, Faults::default()).await;
+    let gw = gateway(&sim.url());
+    let a = pending(&db.store, "contradiction-1", 1_500).await;
+    let a = step(&db.store, &a, Event::Claim, None).await;
+    let a = step(&db.store, &a, Event::Declined, None).await;
+    let there: LedgerEntry = inject(
+        &sim.url(),
+        &charge_injection("contradiction-1", 1_500, Some(a.idempotency_key)),
+    )
+    .await;
+
+    let r = run(&db.store, &gw).await;
+    assert_eq!(opened(&r), [CaseKind::UnmatchedCharge], "{r:#?}");
+    assert!(r.resolved.is_empty(), "RECHAZADO is never settled");
+    let case = &db.store.open_cases().await.unwrap()[0];
+    assert_eq!(
+        case.dedupe_key,
+        format!("unmatched_charge:{}", there.charge_id)
+    );
+    assert_eq!(case.attempt_id, Some(a.id));
+    assert_eq!(case.details["ours"]["state"], "RECHAZADO");
+    assert_eq!(db.store.load(a.id).await.unwrap().0.state, State::Rechazado);
+    assert_rerun_opens_nothing(&db.store, &gw, &r).await;
+    sim.shutdown().await;
+    db.drop_db().await;
+}
+
+async fn an_approved_attempt_missing_at_the_gateway_opens_exactly_one_case(b: Backend) {
+    let db = TestDb::new(b).await;
+    let sim = start_sim(true, Faults::default()).await;
+    let gw = gateway(&sim.url());
+    charged(&db.store, &gw, "fine-1", 1_000).await;
+    let ghost = pending(&db.store, "ghost-1", 2_000).await;
+    let ghost = step(&db.store, &ghost, Event::Claim, None).await;
+    let ghost = step(&db.store, &ghost, Event::Approved, Some("ch_ghost")).await;
+
+    let r = run(&db.store, &gw).await;
+    assert_eq!(opened(&r), [CaseKind::MissingAtGateway], "{r:#?}");
+    let case = &db.store.open_cases().await.unwrap()[0];
+    assert_eq!(case.dedupe_key, format!("missing_at_gateway:{}", ghost.id));
+    assert_eq!(case.attempt_id, Some(ghost.id));
+    assert_eq!(case.gateway_ref.as_deref(), Some("ch_ghost"));
+    assert_eq!(case.details["gateway_lookup"]["result"], "not_found");
+    let looked_up = ledger(&sim.url()).await.stats.lookup_requests;
+    assert_eq!(looked_up, 1, "confirmed by key before the case was opened");
+    assert_rerun_opens_nothing(&db.store, &gw, &r).await;
+    sim.shutdown().await;
+    db.drop_db().await;
+}
+
+async fn an_amount_mismatch_opens_exactly_one_case(b: Backend) {
+    let db = TestDb::new(b).await;
+    let sim = start_sim(true, Faults::default()).await;
+    let gw = gateway(&sim.url());
+    // Our attempt is for 10.00; the gateway captured 9.90 under its key.
+    let a = pending(&db.store, "mismatch-1", 1_000).await;
+    let there: LedgerEntry = inject(
+        &sim.url(),
+        &charge_injection("mismatch-1", 990, Some(a.idempotency_key)),
+    )
+    .await;
+    let a = step(&db.store, &a, Event::Claim, None).await;
+    step(&db.store, &a, Event::Approved, Some(&there.charge_id)).await;
+
+    let r = run(&db.store, &gw).await;
+    assert_eq!(opened(&r), [CaseKind::AmountMismatch], "{r:#?}");
+    let case = &db.store.open_cases().await.unwrap()[0];
+    assert_eq!(
+        case.dedupe_key,
+        format!("amount_mismatch:{}", there.charge_id)
+    );
+    assert_eq!(case.attempt_id, Some(a.id));
+    assert_eq!(
+        (
+            &case.details["gateway"]["amount_minor"],
+            &case.details["ours"]["amount_minor"]
+        ),
+        (&serde_json::json!(990), &serde_json::json!(1_000))
+    );
+    assert_rerun_opens_nothing(&db.store, &gw, &r).await;
+    sim.shutdown().await;
+    db.drop_db().await;
+}
+
+async fn refund_discrepancies_open_one_case_each(b: Backend) {
+    let db = TestDb::new(b).await;
+    let sim = start_sim(true, Faults::default()).await;
+    let gw = gateway(&sim.url());
+    let charge = charged(&db.store, &gw, "refunds-1", 5_000).await;
+    let charge_id = charge.gateway_charge_id.clone().unwrap();
+    // Refunded at the gateway by someone else.
+    let stranger: RefundEntry = inject(
+        &sim.url(),
+        &Injection {
+            kind: "refund".into(),
+            charge_id: Some(charge_id),
+            ..charge_injection("refunds-1", 700, None)
+        },
+    )
+    .await;
+    // A refund APROBADO here that the gateway never made.
+    let asked = db
+        .store
+        .request_refund(
+            charge.id,
+            Amount::parse(300).unwrap(),
+            IdempotencyKey::generate(),
+            "test",
+        )
+        .await
+        .unwrap();
+    let ghost = db.store.load(asked.refund_id).await.unwrap().0;
+    let ghost = step(&db.store, &ghost, Event::Claim, None).await;
+    step(&db.store, &ghost, Event::Approved, Some("re_ghost")).await;
+
+    let r = run(&db.store, &gw).await;
+    let mut kinds = opened(&r);
+    kinds.sort();
+    assert_eq!(
+        kinds,
+        [CaseKind::UnmatchedRefund, CaseKind::MissingAtGateway],
+        "{r:#?}"
+    );
+    let keys: Vec<String> = db
+        .store
+        .open_cases()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|c| c.dedupe_key)
+        .collect();
+    assert!(keys.contains(&format!("unmatched_refund:{}", stranger.refund_id)));
+    assert!(keys.contains(&format!("missing_at_gateway:{}", ghost.id)));
+    assert_eq!(ledger(&sim.url()).await.stats.refund_lookup_requests, 1);
+    assert_rerun_opens_nothing(&db.store, &gw, &r).await;
+    sim.shutdown().await;
+    db.drop_db().await;
+}
+
+async fn an_unknown_attempt_approved_at_the_gateway_is_settled_not_escalated(b: Backend) {
+    let db = TestDb::new(b).await;
+    let sim = start_sim(true, Faults::default()).await;
+    let gw = gateway(&sim.url());
+    // Sent, then the answer was lost: DESCONOCIDO. Another one ran out of
+    // checks: EN_REVISION. The gateway approved both under their keys.
+    let unknown = pending(&db.store, "settle-1", 1_234).await;
+    let unknown = step(&db.store, &unknown, Event::Claim, None).await;
+    let unknown = step(&db.store, &unknown, Event::Unknown, None).await;
+    let review = pending(&db.store, "settle-2", 777).await;
+    let review = step(&db.store, &review, Event::Claim, None).await;
+    let review = step(&db.store, &review, Event::Unknown, None).await;
+    let review = step(&db.store, &review, Event::ChecksExhausted, None).await;
+    assert_eq!(
+        (unknown.state, review.state),
+        (State::Desconocido, State::EnRevision)
+    );
+    let mut there = Vec::new();
+    for a in [&unknown, &review] {
+        let inj = charge_injection(&a.order_id, a.amount_minor, Some(a.idempotency_key));
+        there.push(inject::<LedgerEntry>(&sim.url(), &inj).await.charge_id);
+    }
+
+    let r = run(&db.store, &gw).await;
+    assert!(r.cases.is_empty(), "settled, not escalated: {r:#?}");
+    let settled: Vec<_> = r.resolved.iter().map(|l| (l.attempt_id, l.from)).collect();
+    assert_eq!(
+        settled,
+        [
+            (unknown.id, State::Desconocido),
+            (review.id, State::EnRevision)
+        ]
+    );
+    for (a, id) in [&unknown, &review].into_iter().zip(&there) {
+        let now = db.store.load(a.id).await.unwrap().0;
+        assert_eq!(now.state, State::Aprobado);
+        assert_eq!(now.gateway_charge_id.as_ref(), Some(id));
+        assert_eq!(now.next_action_at, None, "nothing left to do");
+        let log = db.store.transitions(a.id).await.unwrap();
+        let last = log.last().unwrap();
+        assert_eq!(
+            (
+                last.cause.as_str(),
+                last.actor.as_str(),
+                last.to_state.as_str()
+            ),
+            ("reconciliation_approved", "reconciler", "APROBADO")
+        );
+        let evidence = last.evidence.as_ref().unwrap();
+        assert_eq!(evidence["call"], "reconciliation");
+    }
+    assert_rerun_opens_nothing(&db.store, &gw, &r).await;
+    sim.shutdown().await;
+    db.drop_db().await;
+}
+
+async fn a_failed_listing_opens_nothing(b: Backend) {
+    let db = TestDb::new(b).await;
+    let sim = start_sim(true, Faults::default()).await;
+    let gw = gateway(&sim.url());
+    inject::<LedgerEntry>(&sim.url(), &charge_injection("nobody-2", 500, None)).await;
+    let unknown = pending(&db.store, "settle-3", 900).await;
+    let unknown = step(&db.store, &unknown, Event::Claim, None).await;
+    let unknown = step(&db.store, &unknown, Event::Unknown, None).await;
+    let inj = charge_injection("settle-3", 900, Some(unknown.idempotency_key));
+    inject::<LedgerEntry>(&sim.url(), &inj).await;
+    set_faults(
+        &sim.url(),
+        &Faults {
+            outage: true,
+            ..Faults::default()
+        },
+    )
+    .await;
+
+    let err = reconcile(&db.store, &gw, &around_now()).await.unwrap_err();
+    assert!(matches!(err, ReconError::Listing(_)), "{err:?}");
+    assert!(err.to_string().contains("nothing was opened"), "{err}");
+    assert!(db.store.all_cases().await.unwrap().is_empty());
+    let still = db.store.load(unknown.id).await.unwrap().0;
+    assert_eq!(still.state, State::Desconocido, "nothing settled either");
+
+    // The gateway back: the same window finds and settles it all.
+    set_faults(&sim.url(), &Faults::default()).await;
+    let r = run(&db.store, &gw).await;
+    assert_eq!(opened(&r), [CaseKind::UnmatchedCharge]);
+    assert_eq!(r.resolved.len(), 1);
+    sim.shutdown().await;
+    db.drop_db().await;
+}
+
+async fn settled(store: &Store, id: uuid::Uuid, want: State) -> Attempt {
+    eventually(
+        Duration::from_secs(20),
+        &format!("attempt {id} to reach {want}"),
+        || async {
+            let (a, _) = store.load(id).await.unwrap();
+            (a.state == want).then_some(a)
+        },
+    )
+    .await
+}
