@@ -63,6 +63,17 @@ enum EscalationCommand {
         #[arg(long)]
         note: String,
     },
+    /// Close a reconciliation case (after acting on it), with a note.
+    ResolveCase {
+        #[arg(long = "case")]
+        case_id: i64,
+        /// Your name (kept as finance:<name>).
+        #[arg(long)]
+        by: String,
+        /// What you did about it.
+        #[arg(long)]
+        note: String,
+    },
     /// The daily summary: counts and amounts by state and age, oldest items.
     Summary {
         #[arg(long)]
@@ -518,13 +529,26 @@ async fn escalations(
                 min_age_secs: filter.older_than.map(|d| d.as_secs() as i64),
             };
             let items = finance::queue(store, stale_after, &filter).await?;
+            let cases = finance::open_cases(store).await?;
             if csv {
                 print!("{}", finance::to_csv(&items));
             } else if json {
-                println!("{}", serde_json::to_string_pretty(&items)?);
-            } else if items.is_empty() {
+                let both = serde_json::json!({ "items": items, "cases": cases });
+                println!("{}", serde_json::to_string_pretty(&both)?);
+            } else if items.is_empty() && cases.is_empty() {
                 println!("nothing needs finance");
             } else {
+                for c in &cases {
+                    println!(
+                        "case {}  {:<18} order {}  gateway {}  opened {}  {}",
+                        c.id,
+                        c.kind,
+                        c.order_id.as_deref().unwrap_or("-"),
+                        c.gateway_ref.as_deref().unwrap_or("-"),
+                        c.opened_at.format("%Y-%m-%dT%H:%M:%SZ"),
+                        c.details
+                    );
+                }
                 for e in &items {
                     let a = &e.attempt;
                     let (status, kind, lookup) = finance::last_evidence(a);
@@ -584,6 +608,14 @@ async fn escalations(
             println!(
                 "attempt {} is now {} (version {})",
                 now.id, now.state, now.version
+            );
+        }
+        EscalationCommand::ResolveCase { case_id, by, note } => {
+            let case = finance::resolve_case(store, case_id, &by, &note).await?;
+            println!(
+                "case {} closed by {}",
+                case.id,
+                case.resolved_by.unwrap_or_default()
             );
         }
         EscalationCommand::Summary { json } => {

@@ -26,6 +26,7 @@ on_both_backends!(
     the_api_resolves_as_the_signed_in_person_and_refuses_clearly,
     the_csv_export_opens_cleanly_in_a_spreadsheet,
     the_daily_summary_is_deterministic_and_counts_right,
+    reconciliation_cases_are_in_the_queue_and_closed_once,
 );
 
 pub const ANA: (&str, &str) = ("ana", "ana-secret-0123456789");
@@ -557,5 +558,77 @@ async fn the_daily_summary_is_deterministic_and_counts_right(b: Backend) {
     assert!(one.to_text().contains("2 in EN_REVISION, 1 DESCONOCIDO"));
     // Read-only: nothing was written.
     assert_eq!(db.attempts().await, 3);
+    db.drop_db().await;
+}
+
+async fn reconciliation_cases_are_in_the_queue_and_closed_once(b: Backend) {
+    let db = TestDb::new(b).await;
+    db.exec(
+        "INSERT INTO cobro.recon_cases (kind, dedupe_key, order_id, gateway_ref, details, window_from, window_to)
+         VALUES ('unmatched_charge', 'unmatched_charge:ch_9', 'order-9', 'ch_9', '{\"gateway\": {\"amount_minor\": 500}}',
+                 now() - interval '1 day', now())",
+        "INSERT INTO recon_cases (kind, dedupe_key, order_id, gateway_ref, details, window_from, window_to, opened_at)
+         VALUES ('unmatched_charge', 'unmatched_charge:ch_9', 'order-9', 'ch_9', '{\"gateway\": {\"amount_minor\": 500}}',
+                 0, 1, 2)",
+        &[],
+    )
+    .await
+    .unwrap();
+    let web = finance_web(&db.store, USERS).await;
+    let http = reqwest::Client::new();
+    let list: Value = http
+        .get(format!("{}/finance/api/escalations", web.url))
+        .basic_auth(ANA.0, Some(ANA.1))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let cases = list["cases"].as_array().unwrap();
+    assert_eq!(cases.len(), 1);
+    assert_eq!(cases[0]["kind"], "unmatched_charge");
+    let id = cases[0]["id"].as_i64().unwrap();
+    let page = http
+        .get(format!("{}/finance", web.url))
+        .basic_auth(ANA.0, Some(ANA.1))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(page.contains(&format!("data-case=\"{id}\"")) && page.contains("ch_9"));
+    let summary = finance::summarize(&db.store, Duration::ZERO, chrono::Utc::now())
+        .await
+        .unwrap();
+    assert_eq!(summary.open_cases, 1);
+
+    let close = |note: &'static str| {
+        let req = http
+            .post(format!("{}/finance/api/cases/{id}/resolve", web.url))
+            .basic_auth(ANA.0, Some(ANA.1))
+            .json(&json!({ "note": note }));
+        async move {
+            let resp = req.send().await.unwrap();
+            (resp.status().as_u16(), resp.json::<Value>().await.unwrap())
+        }
+    };
+    let (status, err) = close("").await;
+    assert_eq!((status, err["field"].as_str()), (422, Some("note")));
+    let (status, case) = close("refunded ch_9 in the gateway dashboard").await;
+    assert_eq!(status, 200, "{case}");
+    assert_eq!(case["resolved_by"], "finance:ana");
+    let (status, err) = close("again").await;
+    assert_eq!(status, 409);
+    assert!(
+        err["error"]
+            .as_str()
+            .unwrap()
+            .contains("already resolved by finance:ana"),
+        "{err}"
+    );
+    assert!(finance::open_cases(&db.store).await.unwrap().is_empty());
+    web.stop().await;
     db.drop_db().await;
 }

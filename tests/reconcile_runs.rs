@@ -14,7 +14,7 @@ use chrono::{TimeDelta, Utc};
 use cobro::gateway::{HttpGateway, HttpGatewayConfig};
 use cobro::recon::{ReconcileArgs, ReconcileAt, Window, due_window, reconcile};
 use cobro::sim::{Faults, Injection, LedgerEntry};
-use cobro::store::{CaseStatus, ResolveError};
+use cobro::store::{CaseError, CaseStatus};
 use common::*;
 use serde_json::{Value, json};
 
@@ -72,13 +72,13 @@ async fn resolving_a_case_is_compare_and_set_and_it_is_never_reopened(b: Backend
 
     let bad = db.store.resolve_case(id, "ana", "  ").await.unwrap_err();
     assert!(
-        matches!(&bad, ResolveError::Invalid(e) if e.field == "resolution_note"),
+        matches!(&bad, CaseError::Invalid(e) if e.field == "resolution_note"),
         "{bad:?}"
     );
     let bad = db.store.resolve_case(id, "", "note").await.unwrap_err();
-    assert!(matches!(&bad, ResolveError::Invalid(e) if e.field == "resolved_by"));
+    assert!(matches!(&bad, CaseError::Invalid(e) if e.field == "resolved_by"));
     let missing = db.store.resolve_case(id + 1000, "ana", "x").await;
-    assert!(matches!(missing, Err(ResolveError::NotFound(n)) if n == id + 1000));
+    assert!(matches!(missing, Err(CaseError::NotFound(n)) if n == id + 1000));
 
     let done = db
         .store
@@ -92,7 +92,7 @@ async fn resolving_a_case_is_compare_and_set_and_it_is_never_reopened(b: Backend
         .resolve_case(id, "ben", "me too")
         .await
         .unwrap_err();
-    let ResolveError::AlreadyResolved { id: got, by, .. } = &again else {
+    let CaseError::AlreadyResolved { id: got, by, .. } = &again else {
         panic!("expected AlreadyResolved, got {again:?}");
     };
     assert_eq!((*got, by.as_str()), (id, "ana"));

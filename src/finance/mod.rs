@@ -22,7 +22,9 @@ use uuid::Uuid;
 use crate::domain::InputError;
 use crate::gateway::Evidence;
 use crate::state::{Event, State};
-use crate::store::{Applied, Attempt, Change, Escalated, Store, StoreError, Transition};
+use crate::store::{
+    Applied, Attempt, CaseError, Change, Escalated, ReconCase, Store, StoreError, Transition,
+};
 
 /// How stale a `DESCONOCIDO` attempt must be to reach finance by default.
 pub const DEFAULT_STALE_AFTER: Duration = Duration::from_secs(3600);
@@ -246,6 +248,25 @@ pub async fn queue(
 ) -> Result<Vec<Escalated>, StoreError> {
     let all = store.escalated_attempts(stale_after, 10_000).await?;
     Ok(all.into_iter().filter(|e| filter.keeps(e)).collect())
+}
+
+/// Open reconciliation cases (what the daily comparison with the gateway
+/// found), oldest first: part of the queue.
+pub async fn open_cases(store: &Store) -> Result<Vec<ReconCase>, StoreError> {
+    store.open_cases().await
+}
+
+/// Closes a reconciliation case once, as `finance:<by>`, with a note.
+pub async fn resolve_case(
+    store: &Store,
+    id: i64,
+    by: &str,
+    note: &str,
+) -> Result<ReconCase, CaseError> {
+    validate_person(by, note)?;
+    store
+        .resolve_case(id, &format!("finance:{}", by.trim()), note)
+        .await
 }
 
 /// The last gateway evidence of an attempt, as (HTTP status, error kind,

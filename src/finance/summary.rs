@@ -25,6 +25,8 @@ pub struct Summary {
     pub queue: Queue,
     /// The ten oldest items of the queue.
     pub oldest: Vec<Item>,
+    /// Reconciliation cases not yet resolved.
+    pub open_cases: usize,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -100,6 +102,7 @@ pub async fn summarize(
         .iter()
         .filter(|e| e.reason() == "en_revision")
         .count();
+    let open_cases = store.open_cases().await?.len();
     let oldest = queued
         .iter()
         .take(10)
@@ -140,6 +143,7 @@ pub async fn summarize(
                 .collect(),
         },
         oldest,
+        open_cases,
     })
 }
 
@@ -157,6 +161,7 @@ impl Summary {
             "\nEscalation queue: {} in EN_REVISION, {} DESCONOCIDO for more than {} s",
             self.queue.en_revision, self.queue.stale_desconocido, self.stale_after_secs
         );
+        let _ = writeln!(out, "  open reconciliation cases: {}", self.open_cases);
         for (label, n) in &self.queue.by_age {
             let _ = writeln!(out, "  {label:>7}  {n}");
         }

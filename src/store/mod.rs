@@ -26,7 +26,7 @@ pub use escalation::{Escalated, Totals};
 pub use lite::enqueue_charge as enqueue_charge_sqlite;
 pub use metrics::Gauges;
 pub use pg::enqueue_charge;
-pub use recon::{CaseStatus, CaseWrite, ReconCase, ReconRun, ReconScope, ResolveError, RunClaim};
+pub use recon::{CaseError, CaseStatus, CaseWrite, ReconCase, ReconRun, ReconScope, RunClaim};
 pub use refund::{RefundError, Refunded};
 pub use retention::{PURGE_BATCH, Purged};
 pub use retry::{Retried, RetryError};

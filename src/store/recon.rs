@@ -83,7 +83,7 @@ pub struct ReconScope {
 }
 
 #[derive(Debug, thiserror::Error)]
-pub enum ResolveError {
+pub enum CaseError {
     #[error(transparent)]
     Invalid(#[from] InputError),
     #[error("no reconciliation case with id {0}")]
@@ -98,9 +98,9 @@ pub enum ResolveError {
     Store(#[from] StoreError),
 }
 
-impl From<sqlx::Error> for ResolveError {
+impl From<sqlx::Error> for CaseError {
     fn from(e: sqlx::Error) -> Self {
-        ResolveError::Store(e.into())
+        CaseError::Store(e.into())
     }
 }
 
@@ -179,13 +179,13 @@ impl Store {
 
     /// Resolves an open case once, with who and a note (both required).
     /// Returns the resolved case; a case already resolved is
-    /// [`ResolveError::AlreadyResolved`] and is left as it was.
+    /// [`CaseError::AlreadyResolved`] and is left as it was.
     pub async fn resolve_case(
         &self,
         id: i64,
         by: &str,
         note: &str,
-    ) -> Result<ReconCase, ResolveError> {
+    ) -> Result<ReconCase, CaseError> {
         let (by, note) = (by.trim(), note.trim());
         if by.is_empty() || by.chars().count() > 200 {
             return Err(InputError::new("resolved_by", "must be 1-200 characters").into());
@@ -201,8 +201,8 @@ impl Store {
             return Ok(case);
         }
         match self.recon_case(id).await? {
-            None => Err(ResolveError::NotFound(id)),
-            Some(c) => Err(ResolveError::AlreadyResolved {
+            None => Err(CaseError::NotFound(id)),
+            Some(c) => Err(CaseError::AlreadyResolved {
                 id,
                 by: c.resolved_by.unwrap_or_default(),
                 at: c.resolved_at.unwrap_or(c.opened_at),

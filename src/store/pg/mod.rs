@@ -20,8 +20,8 @@ use crate::domain::{ChargeRequest, IdempotencyKey, InputError};
 
 pub(crate) mod escalation;
 pub(crate) mod metrics;
-pub(crate) mod retention;
 pub(crate) mod recon;
+pub(crate) mod retention;
 pub(crate) mod webhooks;
 
 pub(super) async fn connect(url: &str, max: u32) -> Result<PgPool, StoreError> {

@@ -15,7 +15,7 @@ use uuid::Uuid;
 
 use super::{FinanceState, Person};
 use crate::finance::{self, Filter, Resolution, ResolveError, ResolveRequest};
-use crate::store::{RetryError, StoreError};
+use crate::store::{CaseError, RetryError, StoreError};
 use crate::web::error;
 
 pub(super) fn bad_id() -> Response {
@@ -32,13 +32,55 @@ pub(super) fn unavailable(e: &StoreError) -> Response {
 }
 
 pub(super) async fn list(State(fin): FinanceState, Query(filter): Query<Filter>) -> Response {
-    match finance::queue(&fin.store, fin.cfg.stale_after, &filter).await {
-        Ok(items) => Json(json!({
+    let items = finance::queue(&fin.store, fin.cfg.stale_after, &filter).await;
+    let cases = finance::open_cases(&fin.store).await;
+    match (items, cases) {
+        (Ok(items), Ok(cases)) => Json(json!({
             "stale_after_secs": fin.cfg.stale_after.as_secs(),
             "items": items,
+            "cases": cases,
         }))
         .into_response(),
-        Err(e) => unavailable(&e),
+        (Err(e), _) | (_, Err(e)) => unavailable(&e),
+    }
+}
+
+#[derive(Deserialize)]
+struct CaseBody {
+    #[serde(default)]
+    note: String,
+}
+
+/// Closes a reconciliation case, as the signed-in person, with a note.
+pub(super) async fn resolve_case(
+    State(fin): FinanceState,
+    Extension(person): Extension<Person>,
+    Path(id): Path<i64>,
+    body: Bytes,
+) -> Response {
+    let note = serde_json::from_slice::<CaseBody>(&body)
+        .map(|b| b.note)
+        .unwrap_or_default();
+    match finance::resolve_case(&fin.store, id, &person.0, &note).await {
+        Ok(case) => Json(case).into_response(),
+        Err(e) => case_error(e),
+    }
+}
+
+pub(super) fn case_error(e: CaseError) -> Response {
+    match e {
+        CaseError::Invalid(e) => error(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            Some(if e.field == "resolution_note" {
+                "note"
+            } else {
+                e.field
+            }),
+            e.to_string(),
+        ),
+        CaseError::NotFound(_) => error(StatusCode::NOT_FOUND, Some("id"), e.to_string()),
+        CaseError::AlreadyResolved { .. } => error(StatusCode::CONFLICT, None, e.to_string()),
+        CaseError::Store(e) => unavailable(&e),
     }
 }
 
