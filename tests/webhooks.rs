@@ -24,7 +24,7 @@ on_both_backends!(
     seed_test_5_an_invalid_signature_is_rejected_and_recorded,
     every_kind_of_bad_delivery_is_refused_and_recorded,
     a_late_decline_after_approval_is_a_recorded_no_op,
-    a_storm_of_100_events_each_delivered_3_times_concurrently,
+    a_storm_of_1000_events_3_times_each_with_10_percent_forged,
     the_stripe_scheme_works_end_to_end_when_the_adapter_chooses_it,
     a_retryable_decline_by_webhook_schedules_the_business_retry,
 );
@@ -384,17 +384,24 @@ async fn a_late_decline_after_approval_is_a_recorded_no_op(b: Backend) {
     db.drop_db().await;
 }
 
-async fn a_storm_of_100_events_each_delivered_3_times_concurrently(b: Backend) {
+/// Issue 7's storm: 1,000 events, each delivered 3 times concurrently in
+/// shuffled order, plus 10 % forged deliveries (a bad signature, a stale
+/// timestamp, a captured genuine delivery replayed with its old timestamp).
+async fn a_storm_of_1000_events_3_times_each_with_10_percent_forged(b: Backend) {
+    const EVENTS: usize = 1_000;
     let db = TestDb::new(b).await;
     let secret = test_secret();
     let v = verifier(&secret);
+    let forger = verifier(&test_secret());
     let web = start_web(&db.store, verifier(&secret)).await;
-    let mut deliveries = Vec::new();
-    let mut ids = Vec::new();
-    for i in 0..100 {
-        let (id, key) = pending(&db.store, &format!("storm-{i:03}")).await;
-        ids.push(id);
-        let eid = format!("evt_storm_{i:03}");
+    let now = chrono::Utc::now().timestamp();
+    // (headers, body, forged)
+    let mut deliveries: Vec<(Vec<(String, String)>, Vec<u8>, bool)> = Vec::new();
+    let mut pendings = Vec::new();
+    for i in 0..EVENTS {
+        let (_, key) = pending(&db.store, &format!("storm-{i:04}")).await;
+        pendings.push(key);
+        let eid = format!("evt_storm_{i:04}");
         let kind = if i % 4 == 0 {
             "charge.failed"
         } else {
@@ -403,34 +410,78 @@ async fn a_storm_of_100_events_each_delivered_3_times_concurrently(b: Backend) {
         let body = event(&eid, kind, key);
         let headers = signed(&v, &eid, &body);
         for _ in 0..3 {
-            deliveries.push((headers.clone(), body.clone()));
+            deliveries.push((headers.clone(), body.clone(), false));
+        }
+        match i % 10 {
+            // Forged: the opposite news, signed with another secret.
+            0 => {
+                let fid = format!("evt_forged_{i:04}");
+                let lie = event(&fid, "charge.failed", key);
+                deliveries.push((forger.sign(&fid, now, &lie), lie, true));
+            }
+            // Signed with our secret but stale (a leaked old signature).
+            3 => {
+                let sid = format!("evt_stale_{i:04}");
+                let stale = event(&sid, "charge.failed", key);
+                deliveries.push((v.sign(&sid, now - 400, &stale), stale, true));
+            }
+            // The genuine delivery captured an hour ago and replayed.
+            6 => deliveries.push((v.sign(&eid, now - 3_600, &body), body.clone(), true)),
+            _ => {}
         }
     }
+    let forged = deliveries.iter().filter(|d| d.2).count();
+    assert_eq!(
+        forged,
+        EVENTS * 3 / 10,
+        "10 % of the events get a forged delivery"
+    );
     deliveries.shuffle(&mut rand::rng());
     let limit = std::sync::Arc::new(tokio::sync::Semaphore::new(24));
-    let replies = futures::future::join_all(deliveries.iter().map(|(h, body)| {
+    let replies = futures::future::join_all(deliveries.iter().map(|(h, body, forged)| {
         let limit = limit.clone();
         let web = &web;
         async move {
             let _slot = limit.acquire().await.unwrap();
-            post(web, h, body).await
+            (post(web, h, body).await, *forged)
         }
     }))
     .await;
     let mut applied = 0;
-    for (status, reply) in &replies {
-        assert_eq!(*status, 200, "no 5xx, no refusal: {reply}");
-        applied += usize::from(reply["outcome"]["result"] == "applied");
+    for ((status, reply), forged) in &replies {
+        if *forged {
+            assert_eq!(*status, 401, "a forged delivery is refused: {reply}");
+        } else {
+            assert_eq!(*status, 200, "no 5xx, no refusal of a genuine one: {reply}");
+            applied += usize::from(reply["outcome"]["result"] == "applied");
+        }
     }
-    assert_eq!(applied, 100, "exactly one effective delivery per event");
-    assert_eq!(db.store.webhook_counts().await.unwrap(), (100, 0));
+    assert_eq!(
+        applied, EVENTS,
+        "exactly one effective delivery per genuine event"
+    );
+    assert_eq!(
+        db.store.webhook_counts().await.unwrap(),
+        (EVENTS as i64, forged as i64),
+        "every genuine event stored once, every forged delivery recorded"
+    );
+    let mut reasons = db.store.rejected_webhook_reasons().await.unwrap();
+    reasons.sort();
+    reasons.dedup();
+    assert_eq!(reasons, ["bad_signature", "timestamp_too_old"]);
     assert_eq!(
         db.store.transition_rows().await.unwrap(),
-        200,
-        "100 enqueued + 100 webhook"
+        2 * EVENTS as i64,
+        "one enqueued + one webhook row per attempt: no forged one moved anything"
     );
     let states = db.store.count_by_state().await.unwrap();
-    assert_eq!(states, [(State::Aprobado, 75), (State::Rechazado, 25)]);
+    assert_eq!(
+        states,
+        [
+            (State::Aprobado, EVENTS as i64 * 3 / 4),
+            (State::Rechazado, EVENTS as i64 / 4)
+        ]
+    );
     web.stop().await;
     db.drop_db().await;
 }
