@@ -395,8 +395,9 @@ async fn a_storm_of_1000_events_3_times_each_with_10_percent_forged(b: Backend) 
     let forger = verifier(&test_secret());
     let web = start_web(&db.store, verifier(&secret)).await;
     let now = chrono::Utc::now().timestamp();
-    // (headers, body, forged)
-    let mut deliveries: Vec<(Vec<(String, String)>, Vec<u8>, bool)> = Vec::new();
+    /// (headers, body, forged)
+    type Delivery = (Vec<(String, String)>, Vec<u8>, bool);
+    let mut deliveries: Vec<Delivery> = Vec::new();
     let mut pendings = Vec::new();
     for i in 0..EVENTS {
         let (_, key) = pending(&db.store, &format!("storm-{i:04}")).await;
