@@ -14,7 +14,7 @@ use cobro::engine::{Engine, EngineConfig};
 use cobro::gateway::{HttpGateway, HttpGatewayConfig};
 use cobro::sim::Faults;
 use cobro::state::State;
-use cobro::store::{Attempt, Store};
+use cobro::store::Store;
 use common::*;
 use uuid::Uuid;
 
@@ -32,14 +32,6 @@ on_both_backends!(
 async fn enqueue(store: &Store, order: &str, amount: i64) -> Uuid {
     let req = ChargeRequest::parse(order, amount, "USD", None, Some("pm_test_visa")).unwrap();
     store.enqueue(&req).await.unwrap().attempt_id
-}
-
-async fn settled(store: &Store, id: Uuid, want: State, limit: Duration) -> Attempt {
-    eventually(limit, &format!("attempt {id} to reach {want}"), || async {
-        let (a, _) = store.load(id).await.unwrap();
-        (a.state == want).then_some(a)
-    })
-    .await
 }
 
 async fn path(store: &Store, id: Uuid) -> Vec<String> {

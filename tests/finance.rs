@@ -13,7 +13,7 @@ use cobro::finance::{self, Filter, Resolution, ResolveError, ResolveRequest};
 use cobro::gateway::Evidence;
 use cobro::sim::Faults;
 use cobro::state::{Event, State};
-use cobro::store::{Applied, Attempt, Change, Lease, Store};
+use cobro::store::{Attempt, Change, Lease, Store};
 use cobro::webhook::{Scheme, Verifier};
 use common::*;
 use serde_json::{Value, json};
@@ -32,21 +32,6 @@ on_both_backends!(
 pub const ANA: (&str, &str) = ("ana", "ana-secret-0123456789");
 const USERS: &str = "ana:ana-secret-0123456789,luis:luis-secret-0123456789";
 
-async fn step(store: &Store, a: &Attempt, event: Event, evidence: Option<&Evidence>) -> Attempt {
-    let mut c = Change::new(Some(event), "test", "worker:test");
-    c.evidence = evidence;
-    if event == Event::Claim {
-        c.lease = Lease::Take {
-            owner: "test",
-            ttl: Duration::from_secs(30),
-        };
-    }
-    match store.apply(a, &c).await.unwrap() {
-        Applied::Moved(now) => *now,
-        Applied::Lost => panic!("lost a race nobody runs"),
-    }
-}
-
 /// An attempt whose checks ran out: EN_REVISION with a 503 as last evidence.
 async fn in_review(store: &Store, order: &str, amount: i64, currency: &str) -> Attempt {
     let req = ChargeRequest::parse(order, amount, currency, None, None).unwrap();
@@ -61,7 +46,7 @@ async fn in_review(store: &Store, order: &str, amount: i64, currency: &str) -> A
         lookup_result: Some("failed".into()),
         ..Evidence::default()
     };
-    step(store, &a, Event::ChecksExhausted, Some(&ev)).await
+    step_with_evidence(store, &a, Event::ChecksExhausted, &ev).await
 }
 
 /// An attempt left DESCONOCIDO (young).

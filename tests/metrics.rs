@@ -14,7 +14,7 @@ use std::time::Duration;
 use cobro::domain::{ChargeRequest, IdempotencyKey};
 use cobro::sim::Faults;
 use cobro::state::{Event, State};
-use cobro::store::{Applied, Attempt, Change, Lease, Store};
+use cobro::store::Store;
 use cobro::webhook::{Scheme, Verifier};
 use common::*;
 use uuid::Uuid;
@@ -186,14 +186,6 @@ async fn scrape(base: &str) -> Scrape {
 async fn enqueue(store: &Store, order: &str) -> Uuid {
     let req = ChargeRequest::parse(order, 1_500, "USD", None, Some("pm_test_visa")).unwrap();
     store.enqueue(&req).await.unwrap().attempt_id
-}
-
-async fn settled(store: &Store, id: Uuid, want: State, limit: Duration) -> Attempt {
-    eventually(limit, &format!("attempt {id} to reach {want}"), || async {
-        let (a, _) = store.load(id).await.unwrap();
-        (a.state == want).then_some(a)
-    })
-    .await
 }
 
 fn free_port() -> std::net::SocketAddr {
@@ -414,22 +406,6 @@ async fn scrapes_agree_with_the_database_and_count_every_gateway_call(b: Backend
     worker.stop().await;
     sim.shutdown().await;
     db.drop_db().await;
-}
-
-/// Claims `a` and records `event` through the store's compare-and-set.
-async fn step(store: &Store, a: &Attempt, event: Event, code: Option<&str>) -> Attempt {
-    let mut c = Change::new(Some(event), "test", "test");
-    c.decline_code = code;
-    if event == Event::Claim {
-        c.lease = Lease::Take {
-            owner: "test",
-            ttl: Duration::from_secs(30),
-        };
-    }
-    match store.apply(a, &c).await.unwrap() {
-        Applied::Moved(now) => *now,
-        Applied::Lost => panic!("lost a race nobody runs"),
-    }
 }
 
 async fn double_approved_orders_and_open_cases_are_counted_from_the_rows(b: Backend) {

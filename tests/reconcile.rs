@@ -16,7 +16,7 @@ use cobro::gateway::{ChargeCall, ChargeOutcome, Gateway, HttpGateway, HttpGatewa
 use cobro::recon::{CaseKind, ReconError, Report, Window, reconcile};
 use cobro::sim::{Faults, Injection, LedgerEntry, RefundEntry};
 use cobro::state::{Event, State};
-use cobro::store::{Applied, Attempt, CaseStatus, Change, Lease, Store};
+use cobro::store::{Attempt, CaseStatus, Store};
 use common::*;
 use serde::de::DeserializeOwned;
 
@@ -70,24 +70,6 @@ async fn assert_rerun_opens_nothing(store: &Store, gw: &HttpGateway, first: &Rep
     assert!(again.resolved.is_empty());
     let open = store.open_cases().await.unwrap();
     assert_eq!(open.len(), first.opened, "{open:#?}");
-}
-
-async fn step(store: &Store, a: &Attempt, event: Event, charge_id: Option<&str>) -> Attempt {
-    let mut c = Change::new(Some(event), "test", "test");
-    c.charge_id = charge_id;
-    if event == Event::Claim {
-        c.lease = Lease::Take {
-            owner: "test",
-            ttl: Duration::from_secs(30),
-        };
-    }
-    if event == Event::Declined {
-        c.decline_code = Some("card_declined");
-    }
-    match store.apply(a, &c).await.unwrap() {
-        Applied::Moved(now) => *now,
-        Applied::Lost => panic!("lost a race nobody runs"),
-    }
 }
 
 async fn pending(store: &Store, order: &str, amount: i64) -> Attempt {
@@ -154,7 +136,7 @@ async fn a_clean_window_opens_nothing_and_a_rerun_nothing_new(b: Backend) {
         charges.push(pending(&db.store, &format!("clean-{i}"), 1_000 + i).await);
     }
     for a in &charges {
-        settled(&db.store, a.id, State::Aprobado).await;
+        settled(&db.store, a.id, State::Aprobado, Duration::from_secs(20)).await;
     }
     let refund = db
         .store
@@ -166,7 +148,13 @@ async fn a_clean_window_opens_nothing_and_a_rerun_nothing_new(b: Backend) {
         )
         .await
         .unwrap();
-    settled(&db.store, refund.refund_id, State::Aprobado).await;
+    settled(
+        &db.store,
+        refund.refund_id,
+        State::Aprobado,
+        Duration::from_secs(20),
+    )
+    .await;
     worker.stop().await;
 
     let r = run(&db.store, &gw).await;
@@ -462,16 +450,4 @@ async fn a_failed_listing_opens_nothing(b: Backend) {
     assert_eq!(r.resolved.len(), 1);
     sim.shutdown().await;
     db.drop_db().await;
-}
-
-async fn settled(store: &Store, id: uuid::Uuid, want: State) -> Attempt {
-    eventually(
-        Duration::from_secs(20),
-        &format!("attempt {id} to reach {want}"),
-        || async {
-            let (a, _) = store.load(id).await.unwrap();
-            (a.state == want).then_some(a)
-        },
-    )
-    .await
 }

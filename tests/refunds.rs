@@ -11,7 +11,7 @@ use std::time::Duration;
 use cobro::domain::{Amount, ChargeRequest, IdempotencyKey};
 use cobro::sim::Faults;
 use cobro::state::{Event, State};
-use cobro::store::{Applied, Attempt, Change, Lease, RefundError, Store};
+use cobro::store::{Attempt, RefundError, Store};
 use cobro::webhook::{Scheme, Verifier};
 use common::*;
 use serde_json::{Value, json};
@@ -27,26 +27,6 @@ on_both_backends!(
     refunds_over_http_with_an_idempotency_key,
 );
 
-/// Moves `a` with `event` through the store's compare-and-set writer.
-async fn step(store: &Store, a: &Attempt, event: Event) -> Attempt {
-    let mut c = Change::new(Some(event), "test", "test");
-    match event {
-        Event::Claim => {
-            c.lease = Lease::Take {
-                owner: "test",
-                ttl: Duration::from_secs(30),
-            }
-        }
-        Event::Approved => c.charge_id = Some("ch_test"),
-        Event::Declined => c.decline_code = Some("card_declined"),
-        _ => {}
-    }
-    match store.apply(a, &c).await.unwrap() {
-        Applied::Moved(now) => *now,
-        Applied::Lost => panic!("lost a race nobody runs"),
-    }
-}
-
 async fn pending_charge(store: &Store, order: &str, amount: i64) -> Attempt {
     let req = ChargeRequest::parse(order, amount, "EUR", None, Some("pm_test")).unwrap();
     let id = store.enqueue(&req).await.unwrap().attempt_id;
@@ -56,8 +36,8 @@ async fn pending_charge(store: &Store, order: &str, amount: i64) -> Attempt {
 /// A charge approved without a gateway (for the database-only tests).
 async fn approved_charge(store: &Store, order: &str, amount: i64) -> Attempt {
     let a = pending_charge(store, order, amount).await;
-    let a = step(store, &a, Event::Claim).await;
-    step(store, &a, Event::Approved).await
+    let a = step(store, &a, Event::Claim, None).await;
+    step(store, &a, Event::Approved, None).await
 }
 
 fn amount(minor: i64) -> Amount {
@@ -76,13 +56,13 @@ async fn a_refund_of_anything_but_an_approved_charge_is_refused_clearly(b: Backe
     let pending = pending_charge(&db.store, "r-pending", 1_000).await;
     let declined = {
         let a = pending_charge(&db.store, "r-declined", 1_000).await;
-        let a = step(&db.store, &a, Event::Claim).await;
-        step(&db.store, &a, Event::Declined).await
+        let a = step(&db.store, &a, Event::Claim, None).await;
+        step(&db.store, &a, Event::Declined, None).await
     };
     let in_doubt = {
         let a = pending_charge(&db.store, "r-doubt", 1_000).await;
-        let a = step(&db.store, &a, Event::Claim).await;
-        step(&db.store, &a, Event::Unknown).await
+        let a = step(&db.store, &a, Event::Claim, None).await;
+        step(&db.store, &a, Event::Unknown, None).await
     };
     let before = db.attempts().await;
     for (charge, state) in [
@@ -197,8 +177,8 @@ async fn twenty_concurrent_partial_refunds_never_exceed_the_capture(b: Backend) 
     assert_eq!(total, 980);
 
     // A refund the gateway declined frees its amount; the rest still binds.
-    let failed = step(&db.store, &refunds[0], Event::Claim).await;
-    step(&db.store, &failed, Event::Declined).await;
+    let failed = step(&db.store, &refunds[0], Event::Claim, None).await;
+    step(&db.store, &failed, Event::Declined, None).await;
     refund(&db.store, charge.id, 90).await.unwrap(); // 910 + 90 = 1000
     let err = refund(&db.store, charge.id, 1).await.unwrap_err();
     assert!(
@@ -262,7 +242,13 @@ async fn a_lost_refund_response_is_looked_up_and_refunded_once(b: Backend) {
     let sim = start_sim(true, Faults::default()).await;
     let worker = spawn_worker(worker_args(&db.url, &sim.url()));
     let charge = pending_charge(&db.store, "r-lost", 2_500).await;
-    let charge = settled(&db.store, charge.id, State::Aprobado).await;
+    let charge = settled(
+        &db.store,
+        charge.id,
+        State::Aprobado,
+        Duration::from_secs(20),
+    )
+    .await;
 
     // The gateway refunds, then the response is lost.
     set_faults(
@@ -279,7 +265,13 @@ async fn a_lost_refund_response_is_looked_up_and_refunded_once(b: Backend) {
         .request_refund(charge.id, amount(1_000), key, "app")
         .await
         .unwrap();
-    let r = settled(&db.store, asked.refund_id, State::Aprobado).await;
+    let r = settled(
+        &db.store,
+        asked.refund_id,
+        State::Aprobado,
+        Duration::from_secs(20),
+    )
+    .await;
     let path: Vec<String> = db
         .store
         .transitions(r.id)
@@ -323,7 +315,13 @@ async fn a_lost_refund_request_is_resent_with_the_same_key(b: Backend) {
     let sim = start_sim(true, Faults::default()).await;
     let worker = spawn_worker(worker_args(&db.url, &sim.url()));
     let charge = pending_charge(&db.store, "r-resend", 2_500).await;
-    let charge = settled(&db.store, charge.id, State::Aprobado).await;
+    let charge = settled(
+        &db.store,
+        charge.id,
+        State::Aprobado,
+        Duration::from_secs(20),
+    )
+    .await;
     set_faults(
         &sim.url(),
         &Faults {
@@ -338,9 +336,21 @@ async fn a_lost_refund_request_is_resent_with_the_same_key(b: Backend) {
         .request_refund(charge.id, amount(2_500), IdempotencyKey::generate(), "app")
         .await
         .unwrap();
-    settled(&db.store, asked.refund_id, State::Desconocido).await;
+    settled(
+        &db.store,
+        asked.refund_id,
+        State::Desconocido,
+        Duration::from_secs(20),
+    )
+    .await;
     set_faults(&sim.url(), &Faults::default()).await; // the network heals
-    let r = settled(&db.store, asked.refund_id, State::Aprobado).await;
+    let r = settled(
+        &db.store,
+        asked.refund_id,
+        State::Aprobado,
+        Duration::from_secs(20),
+    )
+    .await;
     let log = db.store.transitions(r.id).await.unwrap();
     let causes: Vec<&str> = log.iter().map(|t| t.cause.as_str()).collect();
     assert_eq!(
@@ -472,16 +482,4 @@ async fn refunds_over_http_with_an_idempotency_key(b: Backend) {
     );
     web.stop().await;
     db.drop_db().await;
-}
-
-async fn settled(store: &Store, id: Uuid, want: State) -> Attempt {
-    eventually(
-        Duration::from_secs(20),
-        &format!("attempt {id} to reach {want}"),
-        || async {
-            let (a, _) = store.load(id).await.unwrap();
-            (a.state == want).then_some(a)
-        },
-    )
-    .await
 }

@@ -11,7 +11,7 @@ use std::time::Duration;
 use cobro::domain::{ChargeRequest, IdempotencyKey};
 use cobro::sim::Faults;
 use cobro::state::{Event, State};
-use cobro::store::{Applied, Attempt, Change, Lease, RetryError, Store};
+use cobro::store::{Applied, Attempt, Change, RetryError, Store};
 use common::*;
 use uuid::Uuid;
 
@@ -24,25 +24,6 @@ on_both_backends!(
     notices_are_written_with_their_cause_and_acknowledged_once,
     a_scheduled_retry_runs_once_even_when_woken_twice_or_late,
 );
-
-/// Moves `a` with `event` through the store's compare-and-set writer.
-async fn step(store: &Store, a: &Attempt, event: Event, code: Option<&str>) -> Attempt {
-    let mut c = Change::new(Some(event), "test", "test");
-    c.decline_code = code;
-    if event == Event::Claim || event == Event::Resend {
-        c.lease = Lease::Take {
-            owner: "test",
-            ttl: Duration::from_secs(30),
-        };
-    }
-    if event == Event::Approved {
-        c.charge_id = Some("ch_test");
-    }
-    match store.apply(a, &c).await.unwrap() {
-        Applied::Moved(now) => *now,
-        Applied::Lost => panic!("lost a race nobody runs"),
-    }
-}
 
 /// An order whose first attempt was declined.
 async fn declined(store: &Store, order: &str) -> Attempt {

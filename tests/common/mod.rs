@@ -423,3 +423,68 @@ impl Web {
         let _ = self.task.await;
     }
 }
+
+/// Moves `a` with `event` through the store's compare-and-set writer, as a
+/// worker would: a Claim takes a 30 s lease; `detail` is the gateway's
+/// charge id for Approved (default `ch_test`) or the decline code for
+/// Declined. Panics if the write loses (no test races itself).
+pub async fn step(
+    store: &Store,
+    a: &cobro::store::Attempt,
+    event: cobro::state::Event,
+    detail: Option<&str>,
+) -> cobro::store::Attempt {
+    step_change(store, a, event, detail, None).await
+}
+
+/// [`step`] with the gateway evidence the write records.
+pub async fn step_with_evidence(
+    store: &Store,
+    a: &cobro::store::Attempt,
+    event: cobro::state::Event,
+    evidence: &cobro::gateway::Evidence,
+) -> cobro::store::Attempt {
+    step_change(store, a, event, None, Some(evidence)).await
+}
+
+async fn step_change(
+    store: &Store,
+    a: &cobro::store::Attempt,
+    event: cobro::state::Event,
+    detail: Option<&str>,
+    evidence: Option<&cobro::gateway::Evidence>,
+) -> cobro::store::Attempt {
+    use cobro::state::Event;
+    use cobro::store::{Applied, Change, Lease};
+    let mut c = Change::new(Some(event), "test", "worker:test");
+    c.evidence = evidence;
+    match event {
+        Event::Claim => {
+            c.lease = Lease::Take {
+                owner: "test",
+                ttl: Duration::from_secs(30),
+            }
+        }
+        Event::Approved => c.charge_id = Some(detail.unwrap_or("ch_test")),
+        Event::Declined => c.decline_code = detail,
+        _ => {}
+    }
+    match store.apply(a, &c).await.unwrap() {
+        Applied::Moved(now) => *now,
+        Applied::Lost => panic!("lost a race nobody runs"),
+    }
+}
+
+/// Waits (up to `limit`) for attempt `id` to reach `want`.
+pub async fn settled(
+    store: &Store,
+    id: Uuid,
+    want: cobro::state::State,
+    limit: Duration,
+) -> cobro::store::Attempt {
+    eventually(limit, &format!("attempt {id} to reach {want}"), || async {
+        let (a, _) = store.load(id).await.unwrap();
+        (a.state == want).then_some(a)
+    })
+    .await
+}
