@@ -53,10 +53,15 @@ pub struct ChaosArgs {
     /// Immediate restarts of PostgreSQL during the run.
     #[arg(long, default_value_t = 3)]
     pub pg_restarts: usize,
-    /// The command that restarts PostgreSQL (default: pg_ctlcluster on the
-    /// one cluster in /etc/postgresql, `-m immediate`; needs root).
+    /// The command that restarts PostgreSQL (default: `pg_ctlcluster
+    /// <newest version> <--pg-cluster> restart -m immediate`; needs root).
     #[arg(long)]
     pub pg_restart_command: Option<String>,
+    /// The Debian cluster name the default restart command restarts. A
+    /// cluster of its own (e.g. `pg_createcluster 15 chaos -p 5433`) keeps
+    /// the restarts away from anything else using PostgreSQL.
+    #[arg(long, default_value = "main")]
+    pub pg_cluster: String,
     #[arg(long, default_value_t = 7)]
     pub seed: u64,
     /// Give up waiting for the queue to drain after this long.
@@ -92,14 +97,14 @@ fn free_port() -> Result<u16> {
         .port())
 }
 
-fn default_restart_command() -> Result<String> {
+fn default_restart_command(cluster: &str) -> Result<String> {
     let version = std::fs::read_dir("/etc/postgresql")
         .context("no /etc/postgresql: pass --pg-restart-command")?
         .filter_map(|e| e.ok()?.file_name().into_string().ok())
         .max()
         .context("no cluster in /etc/postgresql")?;
     Ok(format!(
-        "pg_ctlcluster --skip-systemctl-redirect {version} main restart -m immediate"
+        "pg_ctlcluster --skip-systemctl-redirect {version} {cluster} restart -m immediate"
     ))
 }
 
@@ -286,7 +291,7 @@ pub async fn run(args: &ChaosArgs) -> Result<Outcome> {
     let restart_cmd = match (&args.pg_restart_command, args.pg_restarts) {
         (Some(c), _) => c.clone(),
         (None, 0) => String::new(),
-        (None, _) => default_restart_command()?,
+        (None, _) => default_restart_command(&args.pg_cluster)?,
     };
     let name = format!("cobro_chaos_{}", args.seed);
     let mut admin = PgConnection::connect(&args.admin_url)
@@ -413,6 +418,8 @@ pub async fn run(args: &ChaosArgs) -> Result<Outcome> {
     pool.close().await;
     store.close().await;
     if report.passed() {
+        // A fresh connection: the first one did not survive the restarts.
+        let mut admin = PgConnection::connect(&args.admin_url).await?;
         sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
             "DROP DATABASE IF EXISTS {name} WITH (FORCE)"
         )))
