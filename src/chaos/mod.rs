@@ -142,6 +142,11 @@ impl Procs {
             .env("GATEWAY_URL", &self.sim_url)
             .env("COBRO_WORKER_NAME", &name)
             .env("COBRO_CHECK_SCHEDULE", &self.check_schedule)
+            // Each worker's pool holds concurrency + refund concurrency + 4
+            // connections at most; keep N workers well inside PostgreSQL's
+            // max_connections (100 by default), beside whatever else runs.
+            .env("COBRO_CONCURRENCY", "8")
+            .env("COBRO_REFUND_CONCURRENCY", "1")
             // Scaled for a soak: a killed worker's lease and its jobs come
             // back in seconds, and declined orders are retried in seconds.
             .env("COBRO_LEASE_TTL", "5s")
@@ -391,7 +396,10 @@ pub async fn run(args: &ChaosArgs) -> Result<Outcome> {
     let enqueue_errors_retried = enqueue.await??;
 
     // Drain: nothing live, no business retry pending.
-    let pool = PgPool::connect(&url).await?;
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(2)
+        .connect(&url)
+        .await?;
     let drained_at = loop {
         procs.supervise()?;
         if let Ok(0) = live(&pool).await {
@@ -442,8 +450,18 @@ pub async fn run(args: &ChaosArgs) -> Result<Outcome> {
 /// its own transaction), half through the library. A database error (the
 /// restart) is retried with the SAME key: the enqueue is idempotent.
 async fn enqueue_all(url: String, orders: Vec<String>, amounts: Vec<i64>) -> Result<usize> {
-    let store = Store::connect(&url, 4).await?;
     let mut retried = 0;
+    let store = loop {
+        match Store::connect(&url, 2).await {
+            Ok(store) => break store,
+            Err(e) if retried < 60 => {
+                retried += 1;
+                warn!(error = %e, "connecting to enqueue failed; retrying");
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            Err(e) => return Err(e.into()),
+        }
+    };
     for (i, (order, amount)) in orders.iter().zip(amounts).enumerate() {
         let key = IdempotencyKey::generate();
         loop {
