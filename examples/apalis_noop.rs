@@ -6,7 +6,9 @@
 //! The jobs are pushed in bulk (`apalis_postgres::queries::push_tasks`, 1000
 //! per statement) before the timer starts; the timer runs from just before
 //! the monitor starts to the N-th handler call. Nothing of cobro is used: this
-//! is what the queue costs on its own. Prints one JSON line.
+//! is what the queue costs on its own. Also reported: the CPU clock ticks
+//! this process and the PostgreSQL backends serving it used while draining
+//! (from /proc; Linux, same machine). Prints one JSON line.
 //!
 //! `DATABASE_URL=postgres://… cargo run --release --example apalis_noop -- --jobs 20000`
 //! (the database must exist; the apalis schema is created if missing).
@@ -20,6 +22,7 @@ use apalis::prelude::*;
 use apalis_postgres::PostgresStorage;
 use clap::Parser;
 use serde::{Deserialize, Serialize};
+use sqlx::Connection;
 use sqlx::postgres::PgPoolOptions;
 use tokio::sync::Notify;
 
@@ -51,6 +54,35 @@ struct Progress {
     all_done: Notify,
 }
 
+/// CPU clock ticks (user + system) used so far by process `pid`; 0 when it
+/// cannot be read (gone, or not Linux).
+fn cpu_ticks(pid: &str) -> u64 {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return 0;
+    };
+    // Fields after the command name, which may contain spaces: state is the
+    // first, utime and stime the 12th and 13th.
+    let rest = stat.rsplit_once(") ").map_or("", |(_, r)| r);
+    let fields: Vec<&str> = rest.split(' ').collect();
+    let field = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|f| f.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    field(11) + field(12)
+}
+
+/// Ticks used so far by the other backends of this database.
+async fn backend_ticks(pool: &sqlx::PgPool) -> anyhow::Result<u64> {
+    let pids: Vec<i32> = sqlx::query_scalar(
+        "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()",
+    )
+    .fetch_all(pool)
+    .await?;
+    Ok(pids.iter().map(|p| cpu_ticks(&p.to_string())).sum())
+}
+
 async fn handle(_job: Noop, progress: Data<Arc<Progress>>) -> Result<(), BoxDynError> {
     if progress.done.fetch_add(1, Ordering::Relaxed) + 1 == progress.target {
         progress.all_done.notify_one();
@@ -72,8 +104,10 @@ async fn main() -> anyhow::Result<()> {
         .await
         .context("creating apalis' schema")?;
 
+    // Pushed on a connection of its own, closed before the timer starts, so
+    // the pool's backends only ever serve the worker.
     let pushed_at = Instant::now();
-    let mut conn = pool.acquire().await?;
+    let mut conn = sqlx::PgConnection::connect(&cli.database_url).await?;
     for start in (0..cli.jobs).step_by(1000) {
         let tasks = (start..(start + 1000).min(cli.jobs))
             .map(|i| {
@@ -81,9 +115,9 @@ async fn main() -> anyhow::Result<()> {
                 Ok(TaskBuilder::new(bytes).max_attempts(3).build())
             })
             .collect::<anyhow::Result<Vec<_>>>()?;
-        apalis_postgres::queries::push_tasks(&mut *conn, QUEUE, tasks).await?;
+        apalis_postgres::queries::push_tasks(&mut conn, QUEUE, tasks).await?;
     }
-    drop(conn);
+    conn.close().await?;
     let push_secs = pushed_at.elapsed().as_secs_f64();
 
     let progress = Arc::new(Progress {
@@ -111,13 +145,15 @@ async fn main() -> anyhow::Result<()> {
     });
 
     let started = Instant::now();
+    let self_ticks = cpu_ticks("self");
     let drained = Arc::new(Notify::new());
-    let (p3, d2) = (progress.clone(), drained.clone());
+    let (p3, d2, pool3) = (progress.clone(), drained.clone(), pool.clone());
     let waiter = tokio::spawn(async move {
         p3.all_done.notified().await;
         let secs = started.elapsed().as_secs_f64();
+        let ticks = (cpu_ticks("self") - self_ticks, backend_ticks(&pool3).await);
         d2.notify_one();
-        secs
+        (secs, ticks)
     });
     monitor
         .shutdown_timeout(Duration::from_secs(10))
@@ -127,7 +163,7 @@ async fn main() -> anyhow::Result<()> {
         })
         .await
         .context("apalis monitor")?;
-    let secs = waiter.await?;
+    let (secs, (self_ticks, pg_ticks)) = waiter.await?;
     let done: i64 = sqlx::query_scalar(
         "SELECT count(*) FROM apalis.jobs WHERE job_type = $1 AND status = 'Done'",
     )
@@ -146,6 +182,8 @@ async fn main() -> anyhow::Result<()> {
             "secs": (secs * 1000.0).round() / 1000.0,
             "jobs_per_s": (cli.jobs as f64 / secs).round(),
             "done_rows": done,
+            "self_ticks": self_ticks,
+            "pg_backend_ticks": pg_ticks?,
         })
     );
     Ok(())

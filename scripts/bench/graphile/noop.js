@@ -5,17 +5,41 @@
 // Jobs are added in bulk before the timer starts (WorkerUtils.addJobs, which
 // calls graphile_worker.add_jobs with up to 5000 specs per call). The timer
 // runs from just before `run()` (connect, LISTEN, first fetch included) to
-// the N-th `job:success` event. Prints one line: `RESULT {json}`.
+// the N-th `job:success` event. Also reported: the CPU this process used
+// while draining, and the CPU (clock ticks, from /proc) of the PostgreSQL
+// backends serving it. Prints one line: `RESULT {json}`.
 //
 // Usage: DATABASE_URL=postgres://... node noop.js <jobs>
 "use strict";
+const fs = require("fs");
 const { run, makeWorkerUtils } = require("graphile-worker");
+
+// CPU clock ticks (user + system) used so far by the other backends of this
+// database, read from /proc (Linux, same machine; 0 elsewhere).
+async function backendTicks(utils) {
+  return utils.withPgClient(async (client) => {
+    const { rows } = await client.query(
+      "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()",
+    );
+    let ticks = 0;
+    for (const { pid } of rows) {
+      try {
+        const stat = fs.readFileSync(`/proc/${pid}/stat`, "utf8");
+        const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+        ticks += Number(fields[11]) + Number(fields[12]);
+      } catch (_) {
+        // gone already, or not Linux
+      }
+    }
+    return ticks;
+  });
+}
 
 function graphileVersion() {
   const path = require("path");
   const main = require.resolve("graphile-worker");
   const pkg = path.join(path.dirname(main), "..", "package.json");
-  return JSON.parse(require("fs").readFileSync(pkg, "utf8")).version;
+  return JSON.parse(fs.readFileSync(pkg, "utf8")).version;
 }
 
 async function main() {
@@ -34,12 +58,12 @@ async function main() {
     }
     await utils.addJobs(specs);
   }
-  await utils.release();
 
   let done = 0;
   let finished;
   const allDone = new Promise((resolve) => (finished = resolve));
   const t0 = process.hrtime.bigint();
+  const cpu0 = process.cpuUsage();
   const runner = await run({
     connectionString,
     concurrency: 10,
@@ -51,7 +75,10 @@ async function main() {
     if (done === jobs) finished(process.hrtime.bigint());
   });
   const t1 = await allDone;
+  const cpu = process.cpuUsage(cpu0);
+  const pgTicks = await backendTicks(utils);
   await runner.stop();
+  await utils.release();
   const secs = Number(t1 - t0) / 1e9;
   const out = {
     peer: "graphile-worker",
@@ -61,6 +88,8 @@ async function main() {
     concurrency: 10,
     secs: Number(secs.toFixed(3)),
     jobs_per_s: Math.round(jobs / secs),
+    self_cpu_us_per_job: Math.round((cpu.user + cpu.system) / jobs),
+    pg_backend_ticks: pgTicks,
   };
   // graphile-worker logs every job on stdout; the result line is marked.
   process.stdout.write("RESULT " + JSON.stringify(out) + "\n");
