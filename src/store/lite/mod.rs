@@ -325,6 +325,7 @@ pub(super) async fn sweep(
         now_ms!(),
         " - ?1))
                AND state IN ('PENDIENTE', 'EN_PROCESO', 'DESCONOCIDO', 'RECHAZADO')
+               AND (state <> 'RECHAZADO' OR next_action_at IS NOT NULL)
                AND (woken_at IS NULL OR woken_at <= ",
         now_ms!(),
         " - ?2)

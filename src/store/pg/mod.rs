@@ -293,6 +293,7 @@ pub(super) async fn sweep(
                      AND next_action_at IS NULL
                      AND updated_at <= now() - make_interval(secs => $1::float8)))
                AND state IN ('PENDIENTE', 'EN_PROCESO', 'DESCONOCIDO', 'RECHAZADO')
+               AND (state <> 'RECHAZADO' OR next_action_at IS NOT NULL)
                AND (woken_at IS NULL OR woken_at <= now() - make_interval(secs => $2::float8))
              ORDER BY next_action_at
              LIMIT $3
