@@ -282,6 +282,8 @@ async fn every_finance_route_answers_401_without_credentials(b: Backend) {
         ("POST", format!("/finance/api/attempts/{}/resolve", a.id)),
         ("POST", format!("/finance/api/attempts/{}/retry", a.id)),
         ("GET", "/finance/api/summary".to_owned()),
+        ("POST", "/finance/cases/1/resolve".to_owned()),
+        ("POST", "/finance/api/cases/1/resolve".to_owned()),
     ];
     let http = reqwest::Client::new();
     let web = finance_web(&db.store, USERS).await;
