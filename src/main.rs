@@ -99,13 +99,8 @@ struct FilterArgs {
     #[arg(long)]
     kind: Option<String>,
     /// Only items at least this old (e.g. 2h).
-    #[arg(long, value_parser = duration)]
+    #[arg(long, value_parser = cobro::backoff::parse_duration_arg)]
     older_than: Option<std::time::Duration>,
-}
-
-fn duration(s: &str) -> Result<std::time::Duration, String> {
-    cobro::backoff::parse_duration(s)
-        .ok_or_else(|| format!("{s:?} is not a duration (use e.g. 30m, 1h, 2d)"))
 }
 
 #[derive(Subcommand)]
@@ -213,7 +208,7 @@ enum Command {
         #[arg(long, env = "DATABASE_URL", global = true, hide_env_values = true)]
         database_url: Option<String>,
         /// A DESCONOCIDO attempt older than this reaches finance.
-        #[arg(long, env = "COBRO_STALE_AFTER", default_value = "1h", value_parser = duration, global = true)]
+        #[arg(long, env = "COBRO_STALE_AFTER", default_value = "1h", value_parser = cobro::backoff::parse_duration_arg, global = true)]
         stale_after: std::time::Duration,
         #[command(subcommand)]
         command: EscalationCommand,

@@ -21,7 +21,7 @@ use clap::Args;
 use tokio::sync::watch;
 use tracing::{info, warn};
 
-use crate::backoff::parse_duration;
+use crate::backoff::parse_duration_arg as duration;
 use crate::store::Store;
 
 /// How long the gateway retries a webhook delivery (3 days).
@@ -30,10 +30,6 @@ pub const GATEWAY_RETRY_WINDOW: Duration = Duration::from_secs(3 * 86_400);
 pub const DEFAULT_RETENTION: Duration = Duration::from_secs(30 * 86_400);
 /// The default time between purges (1 hour).
 pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(3_600);
-
-fn duration(s: &str) -> Result<Duration, String> {
-    parse_duration(s).ok_or_else(|| format!("{s:?} is not a duration (use e.g. 30d, 72h, 1h)"))
-}
 
 /// The worker's retention settings, as flags or environment variables.
 #[derive(Debug, Clone, PartialEq, Eq, Args)]

@@ -21,16 +21,10 @@ use clap::Args;
 use tokio::sync::watch;
 use tracing::{error, info, warn};
 
-use crate::backoff::{CheckSchedule, parse_duration};
+use crate::backoff::{CheckSchedule, parse_duration_arg as duration};
 use crate::engine::{Engine, EngineConfig, Wake};
 use crate::gateway::{Gateway, HttpGateway, HttpGatewayConfig};
 use crate::store::{CHARGE_QUEUE, REFUND_QUEUE, Store};
-
-/// A duration flag (`500ms`, `2s`, `15m`, `24h`, `1d`), for clap.
-pub(crate) fn duration(s: &str) -> Result<Duration, String> {
-    parse_duration(s)
-        .ok_or_else(|| format!("{s:?} is not a duration (use e.g. 500ms, 2s, 5m, 24h)"))
-}
 
 /// Every setting of `cobro-worker`, as a flag or an environment variable.
 /// `Debug` leaves out the database URL (it may hold a password).

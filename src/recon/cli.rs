@@ -12,8 +12,8 @@ use chrono::{DateTime, Utc};
 use clap::Args;
 
 use super::{Window, parse_when, reconcile};
+use crate::backoff::parse_duration_arg as duration;
 use crate::gateway::{Gateway, HttpGateway, HttpGatewayConfig};
-use crate::runtime::duration;
 use crate::store::Store;
 
 fn when(s: &str) -> Result<DateTime<Utc>, String> {

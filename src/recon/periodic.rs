@@ -19,8 +19,8 @@ use tokio::sync::watch;
 use tracing::{info, warn};
 
 use super::{ReconcileAt, Window, due_window, reconcile};
+use crate::backoff::parse_duration_arg as duration;
 use crate::gateway::Gateway;
-use crate::runtime::duration;
 use crate::store::{Store, StoreError};
 
 /// How often the loop asks whether a window is due.

@@ -31,13 +31,9 @@ use clap::Args;
 use serde_json::json;
 use tracing::info;
 
-use crate::backoff::parse_duration;
+use crate::backoff::parse_duration_arg as duration;
 use crate::store::Store;
 use crate::webhook::{Scheme, Verifier};
-
-fn duration(s: &str) -> Result<Duration, String> {
-    parse_duration(s).ok_or_else(|| format!("{s:?} is not a duration (use e.g. 300s, 5m)"))
-}
 
 /// Every setting of `cobro serve`, as a flag or an environment variable.
 #[derive(Clone, Args)]
