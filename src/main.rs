@@ -7,7 +7,12 @@ use clap::{Parser, Subcommand};
 use uuid::Uuid;
 
 use cobro::domain::ChargeRequest;
-use cobro::store::{Attempt, Store};
+use cobro::store::Store;
+
+mod cli;
+
+use cli::escalations::EscalationCommand;
+use cli::print_status;
 
 #[derive(Parser)]
 #[command(
@@ -18,89 +23,6 @@ use cobro::store::{Attempt, Store};
 struct Cli {
     #[command(subcommand)]
     command: Command,
-}
-
-#[derive(Subcommand)]
-enum EscalationCommand {
-    /// The queue, oldest first.
-    List {
-        #[command(flatten)]
-        filter: FilterArgs,
-        #[arg(long, conflicts_with = "csv")]
-        json: bool,
-        /// CSV for a spreadsheet (decimal amounts, ISO timestamps).
-        #[arg(long)]
-        csv: bool,
-    },
-    /// One attempt with its evidence and full history.
-    Show {
-        #[arg(long)]
-        attempt: Uuid,
-        #[arg(long)]
-        json: bool,
-    },
-    /// Resolve an attempt: approve (with the gateway's charge id), decline
-    /// (with a code) or check again now. Give the version you looked at:
-    /// if the attempt moved since, nothing is written.
-    Resolve {
-        #[arg(long)]
-        attempt: Uuid,
-        /// The attempt's version as shown by `list` or `show`.
-        #[arg(long)]
-        version: i64,
-        #[arg(long = "as", value_enum)]
-        action: Action,
-        /// For `approve`: the gateway's charge (or refund) id.
-        #[arg(long, required_if_eq("action", "approve"))]
-        charge_id: Option<String>,
-        /// For `decline`: the decline code to record.
-        #[arg(long, required_if_eq("action", "decline"))]
-        code: Option<String>,
-        /// Your name (kept in the transition log as finance:<name>).
-        #[arg(long)]
-        by: String,
-        /// What you checked and why.
-        #[arg(long)]
-        note: String,
-    },
-    /// Close a reconciliation case (after acting on it), with a note.
-    ResolveCase {
-        #[arg(long = "case")]
-        case_id: i64,
-        /// Your name (kept as finance:<name>).
-        #[arg(long)]
-        by: String,
-        /// What you did about it.
-        #[arg(long)]
-        note: String,
-    },
-    /// The daily summary: counts and amounts by state and age, oldest items.
-    Summary {
-        #[arg(long)]
-        json: bool,
-    },
-}
-
-#[derive(Clone, Copy, clap::ValueEnum)]
-enum Action {
-    Approve,
-    Decline,
-    Check,
-}
-
-#[derive(clap::Args)]
-struct FilterArgs {
-    /// EN_REVISION or DESCONOCIDO.
-    #[arg(long)]
-    state: Option<String>,
-    #[arg(long)]
-    currency: Option<String>,
-    /// charge or refund.
-    #[arg(long)]
-    kind: Option<String>,
-    /// Only items at least this old (e.g. 2h).
-    #[arg(long, value_parser = cobro::backoff::parse_duration_arg)]
-    older_than: Option<std::time::Duration>,
 }
 
 #[derive(Subcommand)]
@@ -409,7 +331,7 @@ async fn main() -> Result<()> {
                 bail!("DATABASE_URL (or --database-url) is required");
             };
             let store = Store::connect(&url, 2).await?;
-            escalations(&store, stale_after, command).await?;
+            cli::escalations::run(&store, stale_after, command).await?;
         }
         Command::Chaos(args) => {
             let outcome = cobro::chaos::run(&args).await?;
@@ -460,166 +382,6 @@ async fn main() -> Result<()> {
                 println!("{}", serde_json::to_string_pretty(&report)?);
             } else {
                 println!("\n{}", cobro::demo::render(&report));
-            }
-        }
-    }
-    Ok(())
-}
-
-async fn print_status(store: &Store, attempts: &[Attempt], json: bool) -> Result<()> {
-    let mut out = Vec::new();
-    for a in attempts {
-        let history = store.transitions(a.id).await?;
-        let checks = store.checks(a.id).await?;
-        if json {
-            out.push(serde_json::json!({ "attempt": a, "transitions": history, "checks": checks }));
-            continue;
-        }
-        let what = match a.refund_of {
-            Some(charge) => format!("refund of {charge}"),
-            None => "attempt".to_owned(),
-        };
-        println!(
-            "{what} {}  order {}  {} {} minor units  key {}",
-            a.id, a.order_id, a.currency, a.amount_minor, a.idempotency_key
-        );
-        println!(
-            "  state {}  sends {}  checks {}  charge {}  decline {}",
-            a.state,
-            a.send_count,
-            a.check_count,
-            a.gateway_charge_id.as_deref().unwrap_or("-"),
-            a.decline_code.as_deref().unwrap_or("-")
-        );
-        for t in &history {
-            println!(
-                "  {}  {:>11} -> {:<11}  {:<22} {:<28} {}",
-                t.at.format("%Y-%m-%dT%H:%M:%S%.3fZ"),
-                t.from_state.as_deref().unwrap_or("(new)"),
-                t.to_state,
-                t.cause,
-                t.actor,
-                t.error_kind.as_deref().unwrap_or("")
-            );
-        }
-    }
-    if json {
-        println!("{}", serde_json::to_string_pretty(&out)?);
-    }
-    Ok(())
-}
-
-async fn escalations(
-    store: &Store,
-    stale_after: std::time::Duration,
-    command: EscalationCommand,
-) -> Result<()> {
-    use cobro::finance;
-    match command {
-        EscalationCommand::List { filter, json, csv } => {
-            let filter = finance::Filter {
-                state: filter.state,
-                currency: filter.currency,
-                kind: filter.kind,
-                min_age_secs: filter.older_than.map(|d| d.as_secs() as i64),
-            };
-            let items = finance::queue(store, stale_after, &filter).await?;
-            let cases = finance::open_cases(store).await?;
-            if csv {
-                print!("{}", finance::to_csv(&items));
-            } else if json {
-                let both = serde_json::json!({ "items": items, "cases": cases });
-                println!("{}", serde_json::to_string_pretty(&both)?);
-            } else if items.is_empty() && cases.is_empty() {
-                println!("nothing needs finance");
-            } else {
-                for c in &cases {
-                    println!(
-                        "case {}  {:<18} order {}  gateway {}  opened {}  {}",
-                        c.id,
-                        c.kind,
-                        c.order_id.as_deref().unwrap_or("-"),
-                        c.gateway_ref.as_deref().unwrap_or("-"),
-                        c.opened_at.format("%Y-%m-%dT%H:%M:%SZ"),
-                        c.details
-                    );
-                }
-                for e in &items {
-                    let a = &e.attempt;
-                    let (status, kind, lookup) = finance::last_evidence(a);
-                    println!(
-                        "{}  v{}  {:<11} {:<6} order {}  {} {}  {} min old  {} checks  last: {} {} {}",
-                        a.id,
-                        a.version,
-                        a.state,
-                        if a.is_refund() { "refund" } else { "charge" },
-                        a.order_id,
-                        cobro::domain::decimal(a.amount_minor, &a.currency),
-                        a.currency,
-                        e.age_secs / 60,
-                        a.check_count,
-                        status.map(|s| s.to_string()).unwrap_or_else(|| "-".into()),
-                        kind.unwrap_or_else(|| "-".into()),
-                        lookup.unwrap_or_else(|| "-".into()),
-                    );
-                }
-            }
-        }
-        EscalationCommand::Show { attempt, json } => {
-            if json {
-                let d = finance::detail(store, attempt).await?;
-                println!("{}", serde_json::to_string_pretty(&d)?);
-            } else {
-                let (a, _) = store.load(attempt).await?;
-                print_status(store, &[a], false).await?;
-            }
-        }
-        EscalationCommand::Resolve {
-            attempt,
-            version,
-            action,
-            charge_id,
-            code,
-            by,
-            note,
-        } => {
-            let resolution = match action {
-                Action::Approve => finance::Resolution::Approve {
-                    charge_id: charge_id.unwrap_or_default(),
-                },
-                Action::Decline => finance::Resolution::Decline {
-                    code: code.unwrap_or_default(),
-                },
-                Action::Check => finance::Resolution::CheckNow,
-            };
-            let req = finance::ResolveRequest {
-                attempt_id: attempt,
-                version,
-                resolution,
-                by: &by,
-                note: &note,
-            };
-            let now = finance::resolve(store, &req).await?;
-            println!(
-                "attempt {} is now {} (version {})",
-                now.id, now.state, now.version
-            );
-        }
-        EscalationCommand::ResolveCase { case_id, by, note } => {
-            let case = finance::resolve_case(store, case_id, &by, &note).await?;
-            println!(
-                "case {} closed by {}",
-                case.id,
-                case.resolved_by.unwrap_or_default()
-            );
-        }
-        EscalationCommand::Summary { json } => {
-            let now = chrono::Utc::now();
-            let summary = finance::summarize(store, stale_after, now).await?;
-            if json {
-                println!("{}", serde_json::to_string_pretty(&summary)?);
-            } else {
-                print!("{}", summary.to_text());
             }
         }
     }

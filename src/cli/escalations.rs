@@ -1,0 +1,208 @@
+//! `cobro escalations`: finance's queue from a terminal (list, show,
+//! resolve, resolve-case, summary), over [`cobro::finance`].
+
+use anyhow::Result;
+use clap::Subcommand;
+use uuid::Uuid;
+
+use cobro::store::Store;
+
+#[derive(Subcommand)]
+pub enum EscalationCommand {
+    /// The queue, oldest first.
+    List {
+        #[command(flatten)]
+        filter: FilterArgs,
+        #[arg(long, conflicts_with = "csv")]
+        json: bool,
+        /// CSV for a spreadsheet (decimal amounts, ISO timestamps).
+        #[arg(long)]
+        csv: bool,
+    },
+    /// One attempt with its evidence and full history.
+    Show {
+        #[arg(long)]
+        attempt: Uuid,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Resolve an attempt: approve (with the gateway's charge id), decline
+    /// (with a code) or check again now. Give the version you looked at:
+    /// if the attempt moved since, nothing is written.
+    Resolve {
+        #[arg(long)]
+        attempt: Uuid,
+        /// The attempt's version as shown by `list` or `show`.
+        #[arg(long)]
+        version: i64,
+        #[arg(long = "as", value_enum)]
+        action: Action,
+        /// For `approve`: the gateway's charge (or refund) id.
+        #[arg(long, required_if_eq("action", "approve"))]
+        charge_id: Option<String>,
+        /// For `decline`: the decline code to record.
+        #[arg(long, required_if_eq("action", "decline"))]
+        code: Option<String>,
+        /// Your name (kept in the transition log as finance:<name>).
+        #[arg(long)]
+        by: String,
+        /// What you checked and why.
+        #[arg(long)]
+        note: String,
+    },
+    /// Close a reconciliation case (after acting on it), with a note.
+    ResolveCase {
+        #[arg(long = "case")]
+        case_id: i64,
+        /// Your name (kept as finance:<name>).
+        #[arg(long)]
+        by: String,
+        /// What you did about it.
+        #[arg(long)]
+        note: String,
+    },
+    /// The daily summary: counts and amounts by state and age, oldest items.
+    Summary {
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+pub enum Action {
+    Approve,
+    Decline,
+    Check,
+}
+
+#[derive(clap::Args)]
+pub struct FilterArgs {
+    /// EN_REVISION or DESCONOCIDO.
+    #[arg(long)]
+    pub state: Option<String>,
+    #[arg(long)]
+    pub currency: Option<String>,
+    /// charge or refund.
+    #[arg(long)]
+    pub kind: Option<String>,
+    /// Only items at least this old (e.g. 2h).
+    #[arg(long, value_parser = cobro::backoff::parse_duration_arg)]
+    pub older_than: Option<std::time::Duration>,
+}
+
+pub async fn run(
+    store: &Store,
+    stale_after: std::time::Duration,
+    command: EscalationCommand,
+) -> Result<()> {
+    use cobro::finance;
+    match command {
+        EscalationCommand::List { filter, json, csv } => {
+            let filter = finance::Filter {
+                state: filter.state,
+                currency: filter.currency,
+                kind: filter.kind,
+                min_age_secs: filter.older_than.map(|d| d.as_secs() as i64),
+            };
+            let items = finance::queue(store, stale_after, &filter).await?;
+            let cases = finance::open_cases(store).await?;
+            if csv {
+                print!("{}", finance::to_csv(&items));
+            } else if json {
+                let both = serde_json::json!({ "items": items, "cases": cases });
+                println!("{}", serde_json::to_string_pretty(&both)?);
+            } else if items.is_empty() && cases.is_empty() {
+                println!("nothing needs finance");
+            } else {
+                for c in &cases {
+                    println!(
+                        "case {}  {:<18} order {}  gateway {}  opened {}  {}",
+                        c.id,
+                        c.kind,
+                        c.order_id.as_deref().unwrap_or("-"),
+                        c.gateway_ref.as_deref().unwrap_or("-"),
+                        c.opened_at.format("%Y-%m-%dT%H:%M:%SZ"),
+                        c.details
+                    );
+                }
+                for e in &items {
+                    let a = &e.attempt;
+                    let (status, kind, lookup) = finance::last_evidence(a);
+                    println!(
+                        "{}  v{}  {:<11} {:<6} order {}  {} {}  {} min old  {} checks  last: {} {} {}",
+                        a.id,
+                        a.version,
+                        a.state,
+                        if a.is_refund() { "refund" } else { "charge" },
+                        a.order_id,
+                        cobro::domain::decimal(a.amount_minor, &a.currency),
+                        a.currency,
+                        e.age_secs / 60,
+                        a.check_count,
+                        status.map(|s| s.to_string()).unwrap_or_else(|| "-".into()),
+                        kind.unwrap_or_else(|| "-".into()),
+                        lookup.unwrap_or_else(|| "-".into()),
+                    );
+                }
+            }
+        }
+        EscalationCommand::Show { attempt, json } => {
+            if json {
+                let d = finance::detail(store, attempt).await?;
+                println!("{}", serde_json::to_string_pretty(&d)?);
+            } else {
+                let (a, _) = store.load(attempt).await?;
+                super::print_status(store, &[a], false).await?;
+            }
+        }
+        EscalationCommand::Resolve {
+            attempt,
+            version,
+            action,
+            charge_id,
+            code,
+            by,
+            note,
+        } => {
+            let resolution = match action {
+                Action::Approve => finance::Resolution::Approve {
+                    charge_id: charge_id.unwrap_or_default(),
+                },
+                Action::Decline => finance::Resolution::Decline {
+                    code: code.unwrap_or_default(),
+                },
+                Action::Check => finance::Resolution::CheckNow,
+            };
+            let req = finance::ResolveRequest {
+                attempt_id: attempt,
+                version,
+                resolution,
+                by: &by,
+                note: &note,
+            };
+            let now = finance::resolve(store, &req).await?;
+            println!(
+                "attempt {} is now {} (version {})",
+                now.id, now.state, now.version
+            );
+        }
+        EscalationCommand::ResolveCase { case_id, by, note } => {
+            let case = finance::resolve_case(store, case_id, &by, &note).await?;
+            println!(
+                "case {} closed by {}",
+                case.id,
+                case.resolved_by.unwrap_or_default()
+            );
+        }
+        EscalationCommand::Summary { json } => {
+            let now = chrono::Utc::now();
+            let summary = finance::summarize(store, stale_after, now).await?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&summary)?);
+            } else {
+                print!("{}", summary.to_text());
+            }
+        }
+    }
+    Ok(())
+}
