@@ -13,9 +13,13 @@
 //! and counted (`unexpected_exits`), so a crash loop shows in the report.
 
 pub mod check;
+mod procs;
+mod report;
+
+use procs::{Procs, spawn_sim};
+pub use report::render;
 
 use std::path::PathBuf;
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
@@ -24,7 +28,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
 use sqlx::{Connection, PgConnection, PgPool, Row};
-use tokio::process::{Child, Command};
+use tokio::process::Command;
 use tracing::{info, warn};
 use uuid::Uuid;
 
@@ -118,153 +122,6 @@ pub struct Outcome {
     pub enqueue_errors_retried: usize,
     pub drained_in_secs: f64,
     pub report: check::Report,
-}
-
-struct Procs {
-    cobro: PathBuf,
-    worker: PathBuf,
-    db_url: String,
-    sim_url: String,
-    check_schedule: String,
-    workers: Vec<(String, Child)>,
-    web: Option<Child>,
-    web_env: Vec<(String, String)>,
-    started: usize,
-    unexpected_exits: usize,
-}
-
-impl Procs {
-    fn spawn_worker(&mut self) -> Result<()> {
-        self.started += 1;
-        let name = format!("chaos-w{}", self.started);
-        let child = Command::new(&self.worker)
-            .env("DATABASE_URL", &self.db_url)
-            .env("GATEWAY_URL", &self.sim_url)
-            .env("COBRO_WORKER_NAME", &name)
-            .env("COBRO_CHECK_SCHEDULE", &self.check_schedule)
-            // Each worker's pool holds concurrency + refund concurrency + 4
-            // connections at most; keep N workers well inside PostgreSQL's
-            // max_connections (100 by default), beside whatever else runs.
-            .env("COBRO_CONCURRENCY", "8")
-            .env("COBRO_REFUND_CONCURRENCY", "1")
-            // Scaled for a soak: a killed worker's lease and its jobs come
-            // back in seconds, and declined orders are retried in seconds.
-            .env("COBRO_LEASE_TTL", "5s")
-            .env("COBRO_GATEWAY_TIMEOUT", "2s")
-            .env("COBRO_GATEWAY_CONNECT_TIMEOUT", "1s")
-            .env("COBRO_SWEEP_GRACE", "5s")
-            .env("COBRO_MISSED_HEARTBEATS", "6")
-            .env("COBRO_RETRY_SCHEDULE", "2s")
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .kill_on_drop(true)
-            .spawn()
-            .context("starting cobro-worker")?;
-        self.workers.push((name, child));
-        Ok(())
-    }
-
-    fn spawn_web(&mut self) -> Result<()> {
-        let mut cmd = Command::new(&self.cobro);
-        cmd.arg("serve")
-            .envs(self.web_env.iter().cloned())
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .kill_on_drop(true);
-        self.web = Some(cmd.spawn().context("starting cobro serve")?);
-        Ok(())
-    }
-
-    /// Restarts whatever exited by itself (a supervisor's job), counting it.
-    fn supervise(&mut self) -> Result<()> {
-        let mut dead = 0;
-        self.workers.retain_mut(|(name, child)| match child.try_wait() {
-            Ok(Some(status)) => {
-                warn!(worker = %name, %status, "worker exited by itself; starting a replacement");
-                dead += 1;
-                false
-            }
-            _ => true,
-        });
-        for _ in 0..dead {
-            self.unexpected_exits += 1;
-            self.spawn_worker()?;
-        }
-        if let Some(web) = &mut self.web
-            && let Ok(Some(status)) = web.try_wait()
-        {
-            warn!(%status, "web process exited by itself; restarting it");
-            self.unexpected_exits += 1;
-            self.spawn_web()?;
-        }
-        Ok(())
-    }
-
-    async fn kill_one(&mut self, rng: &mut StdRng) -> Result<()> {
-        if self.workers.is_empty() {
-            return Ok(());
-        }
-        let i = rng.random_range(0..self.workers.len());
-        let (name, mut child) = self.workers.swap_remove(i);
-        child.start_kill().ok(); // SIGKILL
-        let _ = child.wait().await;
-        info!(worker = %name, "SIGKILLed; starting a replacement under a fresh name");
-        self.spawn_worker()
-    }
-
-    async fn stop_all(&mut self) {
-        for (_, child) in &mut self.workers {
-            let _ = child.start_kill();
-            let _ = child.wait().await;
-        }
-        if let Some(web) = &mut self.web {
-            let _ = web.start_kill();
-            let _ = web.wait().await;
-        }
-    }
-}
-
-async fn spawn_sim(
-    cobro: &PathBuf,
-    port: u16,
-    seed: u64,
-    web: &str,
-    secret: &str,
-) -> Result<Child> {
-    let mut cmd = Command::new(cobro);
-    cmd.args(["gateway-sim", "--listen", &format!("127.0.0.1:{port}")])
-        .args(["--seed", &seed.to_string(), "--per-order-draws"])
-        .args([
-            "--p-response-lost",
-            "0.15",
-            "--p-timeout-after-charge",
-            "0.05",
-        ])
-        .args([
-            "--p-5xx",
-            "0.05",
-            "--p-lookup-fail",
-            "0.05",
-            "--hold-ms",
-            "3000",
-        ])
-        .args([
-            "--p-decline",
-            "0.05",
-            "--decline-code",
-            "insufficient_funds",
-        ])
-        .args(["--decline-code", "card_declined"])
-        .args(["--webhook-url", &format!("{web}/webhooks/gateway")])
-        .args(["--webhook-copies", "2"])
-        .env("COBRO_SIM_WEBHOOK_SECRET", secret)
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .kill_on_drop(true);
-    cmd.spawn().context("starting the gateway simulator")
 }
 
 async fn wait_http(url: &str, what: &str) -> Result<()> {
@@ -553,55 +410,4 @@ async fn read_back(pool: &PgPool, store: &Store) -> Result<(Vec<check::AttemptFa
     .fetch_all(pool)
     .await?;
     Ok((out, lateness))
-}
-
-/// The outcome as text.
-pub fn render(o: &Outcome) -> String {
-    let r = &o.report;
-    let verdict = if r.passed() { "PASSED" } else { "FAILED" };
-    let mut s = format!(
-        "chaos soak {verdict} (seed {seed}; replay: cobro chaos --seed {seed} with the same sizes)\n\
-         disruptions: {kills} SIGKILLs, {restarts} PostgreSQL restarts, {exits} unexpected exits (restarted), {enq} enqueue retries\n\
-         drained in {secs:.1} s: {orders} orders, {attempts} attempts, {approved} APROBADO, {review} EN_REVISION\n\
-         orders charged twice at the gateway: {twice}\n\
-         orders lost: {lost}\n\
-         attempts stuck (not terminal, not EN_REVISION): {stuck}\n\
-         amounts: {here} APROBADO here + {inrev} in review = {sum}; gateway approved {gw}; mismatches {mm}\n\
-         attempts with an inconsistent log: {log}\n\
-         re-sends after a lookup said approved: {resent}\n\
-         checks: {checks}, start lateness p50 {p50} ms, p99 {p99} ms\n",
-        seed = o.seed,
-        kills = o.kills,
-        restarts = o.pg_restarts,
-        exits = o.unexpected_exits,
-        enq = o.enqueue_errors_retried,
-        secs = o.drained_in_secs,
-        orders = r.orders_enqueued,
-        attempts = r.attempts,
-        approved = r.approved_here,
-        review = r.in_review,
-        twice = r.orders_charged_twice,
-        lost = r.orders_lost,
-        stuck = r.attempts_stuck,
-        here = r.approved_total_here,
-        inrev = r.approved_total_in_review,
-        sum = r.approved_total_here + r.approved_total_in_review,
-        gw = r.approved_total_gateway,
-        mm = r.amount_mismatches,
-        log = r.log_inconsistent,
-        resent = r.resent_after_approved,
-        checks = r.checks,
-        p50 = r.check_lateness_p50_ms,
-        p99 = r.check_lateness_p99_ms,
-    );
-    for v in &r.violations {
-        s.push_str(&format!("VIOLATION: {v}\n"));
-    }
-    if !r.passed() {
-        s.push_str(&format!(
-            "the database {} is kept for inspection\n",
-            o.database
-        ));
-    }
-    s
 }
