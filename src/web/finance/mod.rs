@@ -8,6 +8,7 @@
 
 mod api;
 pub mod auth;
+mod cases;
 mod page;
 
 use std::sync::Arc;
@@ -96,7 +97,7 @@ pub fn router(store: Store, cfg: FinanceConfig) -> Router {
         .route("/finance/api/attempts/{id}/resolve", post(api::resolve))
         .route("/finance/api/attempts/{id}/retry", post(api::retry))
         .route("/finance/api/summary", get(api::summary))
-        .route("/finance/cases/{id}/resolve", post(page::resolve_case))
+        .route("/finance/cases/{id}/resolve", post(cases::resolve))
         .route("/finance/api/cases/{id}/resolve", post(api::resolve_case))
         .route_layer(middleware::from_fn_with_state(state.clone(), authenticate))
         .with_state(state)

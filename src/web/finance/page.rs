@@ -43,7 +43,7 @@ th{background:#f3f5f7}td.num{text-align:right;font-variant-numeric:tabular-nums}
 form.inline{display:inline-block;margin:0 1rem 1rem 0;padding:.8rem;border:1px solid #d8dee4;border-radius:6px;vertical-align:top}\
 label{display:block;margin:.3rem 0}input[type=text],textarea{width:18rem}nav a{margin-right:1rem}code{font-size:13px}";
 
-fn page(title: &str, person: &Person, body: &str) -> Html<String> {
+pub(super) fn page(title: &str, person: &Person, body: &str) -> Html<String> {
     Html(format!(
         "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>{t} · cobro finance</title>\
          <style>{STYLE}</style></head><body>\
@@ -185,7 +185,7 @@ pub(super) async fn list(
     } else {
         body.push_str(&table(&items));
     }
-    body.push_str(&cases_table(&fin, &person, &cases));
+    body.push_str(&super::cases::table(&fin, &person, &cases));
     page("Escalation queue", &person, &body).into_response()
 }
 
@@ -224,80 +224,6 @@ fn table(items: &[Escalated]) -> String {
     }
     out.push_str("</tbody></table>");
     out
-}
-
-fn cases_table(fin: &super::Finance, person: &Person, cases: &[crate::store::ReconCase]) -> String {
-    let mut out = format!(
-        "<h2>Reconciliation cases</h2><p>What the daily comparison with the gateway found: {} open.</p>",
-        cases.len()
-    );
-    if cases.is_empty() {
-        out.push_str("<p id=\"no-cases\">No open cases.</p>");
-        return out;
-    }
-    let token = fin.cfg.users.form_token(&person.0).unwrap_or_default();
-    out.push_str(
-        "<table id=\"cases\"><thead><tr><th>#</th><th>Kind</th><th>Order</th><th>Gateway</th>\
-         <th>Our attempt</th><th>Window</th><th>What each side says</th><th>Close</th></tr></thead><tbody>",
-    );
-    for c in cases {
-        let attempt = c.attempt_id.map_or(String::from("-"), |a| {
-            format!("<a href=\"/finance/attempts/{a}\"><code>{a}</code></a>")
-        });
-        let _ = write!(
-            out,
-            "<tr data-case=\"{id}\"><td>{id}</td><td>{kind}</td><td>{order}</td><td>{gw}</td><td>{attempt}</td>\
-             <td>{from} – {to}</td><td><code>{details}</code></td><td>\
-             <form method=\"post\" action=\"/finance/cases/{id}/resolve\">\
-             <input type=\"hidden\" name=\"form_token\" value=\"{token}\">\
-             <textarea name=\"note\" rows=\"2\" required placeholder=\"what you did about it\"></textarea>\
-             <button type=\"submit\">Close case</button></form></td></tr>",
-            id = c.id,
-            kind = esc(&c.kind),
-            order = esc(c.order_id.as_deref().unwrap_or("-")),
-            gw = esc(c.gateway_ref.as_deref().unwrap_or("-")),
-            from = c.window_from.format("%Y-%m-%d %H:%M"),
-            to = c.window_to.format("%Y-%m-%d %H:%M"),
-            details = esc(&c.details.to_string()),
-        );
-    }
-    out.push_str("</tbody></table>");
-    out
-}
-
-#[derive(Debug, Deserialize)]
-pub(super) struct CaseForm {
-    form_token: String,
-    #[serde(default)]
-    note: String,
-}
-
-pub(super) async fn resolve_case(
-    State(fin): FinanceState,
-    Extension(person): Extension<Person>,
-    Path(id): Path<i64>,
-    Form(form): Form<CaseForm>,
-) -> Response {
-    if !fin.cfg.users.form_token_ok(&person.0, &form.form_token) {
-        let body = "<p class=\"note err\">This form did not come from the finance page. Nothing was changed.</p>";
-        return (StatusCode::FORBIDDEN, page("Refused", &person, body)).into_response();
-    }
-    match finance::resolve_case(&fin.store, id, &person.0, &form.note).await {
-        Ok(_) => Redirect::to(&format!("/finance?resolved_case={id}")).into_response(),
-        Err(crate::store::CaseError::Store(e)) => unavailable(&e),
-        Err(e) => {
-            let status = match e {
-                crate::store::CaseError::Invalid(_) => StatusCode::UNPROCESSABLE_ENTITY,
-                crate::store::CaseError::NotFound(_) => StatusCode::NOT_FOUND,
-                _ => StatusCode::CONFLICT,
-            };
-            let body = format!(
-                "<p class=\"note err\" id=\"problem\">{}</p><p><a href=\"/finance\">Back to the queue</a></p>",
-                esc(&e.to_string())
-            );
-            (status, page("Case not closed", &person, &body)).into_response()
-        }
-    }
 }
 
 fn age(secs: i64) -> String {
