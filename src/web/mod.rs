@@ -38,8 +38,14 @@ use crate::webhook::{Scheme, Verifier};
 /// Every setting of `cobro serve`, as a flag or an environment variable.
 #[derive(Clone, Args)]
 pub struct ServeArgs {
-    #[arg(long, env = "COBRO_LISTEN", default_value = "127.0.0.1:8080")]
-    pub listen: SocketAddr,
+    /// Where to listen. Unset: `0.0.0.0:$PORT` when the platform sets
+    /// `PORT` (Heroku, Dokku, honcho), else `127.0.0.1:8080`.
+    #[arg(long, env = "COBRO_LISTEN")]
+    pub listen: Option<SocketAddr>,
+    /// The port a Procfile platform assigns; used only when `COBRO_LISTEN`
+    /// is unset.
+    #[arg(long, env = "PORT", hide = true)]
+    pub port: Option<u16>,
     /// `postgres://…` or `sqlite://path`.
     #[arg(long, env = "DATABASE_URL")]
     pub database_url: String,
@@ -67,7 +73,7 @@ pub struct ServeArgs {
 impl std::fmt::Debug for ServeArgs {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ServeArgs")
-            .field("listen", &self.listen)
+            .field("listen", &self.listen_addr())
             .field("webhook_scheme", &self.webhook_scheme)
             .field("webhook_secrets", &"<redacted>")
             .finish_non_exhaustive()
@@ -75,6 +81,15 @@ impl std::fmt::Debug for ServeArgs {
 }
 
 impl ServeArgs {
+    /// `COBRO_LISTEN`, else `0.0.0.0:$PORT`, else `127.0.0.1:8080`.
+    pub fn listen_addr(&self) -> SocketAddr {
+        match (self.listen, self.port) {
+            (Some(addr), _) => addr,
+            (None, Some(port)) => SocketAddr::from(([0, 0, 0, 0], port)),
+            (None, None) => SocketAddr::from(([127, 0, 0, 1], 8080)),
+        }
+    }
+
     pub fn verifier(&self) -> anyhow::Result<Verifier> {
         let scheme: Scheme = self
             .webhook_scheme
@@ -167,9 +182,10 @@ pub async fn run(
     let store = Store::connect(&args.database_url, 10)
         .await
         .context("connecting to DATABASE_URL")?;
-    let listener = tokio::net::TcpListener::bind(args.listen)
+    let addr = args.listen_addr();
+    let listener = tokio::net::TcpListener::bind(addr)
         .await
-        .with_context(|| format!("binding {}", args.listen))?;
+        .with_context(|| format!("binding {addr}"))?;
     info!(addr = %listener.local_addr()?, scheme = ?verifier.scheme(), "cobro web listening");
     axum::serve(
         listener,
@@ -180,4 +196,31 @@ pub async fn run(
     .await?;
     info!("cobro web stopped");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        serve: super::ServeArgs,
+    }
+
+    fn listen(args: &[&str]) -> String {
+        let mut argv = vec!["cobro", "--database-url", "sqlite://x", "--webhook-secrets", "s"];
+        argv.extend_from_slice(args);
+        Cli::parse_from(argv).serve.listen_addr().to_string()
+    }
+
+    #[test]
+    fn listen_follows_cobro_listen_then_port_then_loopback() {
+        assert_eq!(listen(&[]), "127.0.0.1:8080");
+        assert_eq!(listen(&["--port", "5000"]), "0.0.0.0:5000");
+        assert_eq!(
+            listen(&["--port", "5000", "--listen", "127.0.0.1:9000"]),
+            "127.0.0.1:9000"
+        );
+    }
 }
