@@ -23,7 +23,8 @@
 //! - [`metrics`]: Prometheus `/metrics`: process counters and database gauges.
 //! - [`retention`]: the periodic purge of old webhook records (never the money trail).
 //! - [`webhook`]: webhook signatures (Standard Webhooks, Stripe) and the event format.
-//! - [`web`]: the web process: webhooks, HTTP enqueue and refunds, health.
+//! - [`http`]: what every listener stands on: the hardened server loop, API keys and scopes.
+//! - [`web`]: the web process: webhooks, HTTP enqueue and refunds, finance, metrics, health.
 //! - [`sim`]: the gateway simulator, a real HTTP server for tests, demo and benchmarks.
 //! - [`demo`]: `cobro demo`, the seed's fleet experiment in three worlds.
 //! - [`finance`]: the escalation queue, resolutions, the daily summary, CSV.
@@ -36,6 +37,7 @@ pub mod domain;
 pub mod engine;
 pub mod finance;
 pub mod gateway;
+pub mod http;
 pub mod metrics;
 pub mod policy;
 pub mod recon;

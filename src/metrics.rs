@@ -19,8 +19,8 @@
 
 use std::fmt::Write as _;
 use std::net::SocketAddr;
-use std::sync::OnceLock;
-use std::time::Duration;
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
 
 use axum::extract::State as AxumState;
 use axum::http::header::CONTENT_TYPE;
@@ -32,6 +32,8 @@ use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
 use crate::gateway::{ChargeOutcome, Evidence, LookupOutcome};
+use crate::http::auth::{ApiKeys, Guard, Scope, Via};
+use crate::http::serve::HttpLimits;
 use crate::state::State;
 use crate::store::{Gauges, Store};
 
@@ -49,6 +51,8 @@ pub const RESENDS: &str = "cobro_resends_total";
 pub const TRANSITIONS: &str = "cobro_transitions_total";
 /// Counter: transitions into `EN_REVISION`, by `cause`.
 pub const ESCALATIONS: &str = "cobro_escalations_total";
+/// Counter: webhook deliveries refused, by `reason`.
+pub const WEBHOOKS_REJECTED: &str = "cobro_webhooks_rejected_total";
 
 /// Latency buckets (seconds): a loopback answer to a gateway timeout.
 const LATENCY_BUCKETS: [f64; 13] = [
@@ -123,6 +127,10 @@ fn describe() {
         ESCALATIONS,
         "Attempts this process moved to EN_REVISION, by cause."
     );
+    describe_counter!(
+        WEBHOOKS_REJECTED,
+        "Webhook deliveries this process refused, by reason (rows are kept for a sample only)."
+    );
     // Unlabelled counters appear from the first scrape, at 0.
     ::metrics::counter!(RESENDS).increment(0);
 }
@@ -155,6 +163,11 @@ fn gateway_call(evidence: &Evidence, outcome: &'static str) {
     ::metrics::histogram!(GATEWAY_LATENCY, "call" => call).record(evidence.elapsed_ms as f64 / 1e3);
 }
 
+/// A webhook delivery refused (counted always; stored only as a sample).
+pub fn webhook_rejected(reason: &'static str) {
+    ::metrics::counter!(WEBHOOKS_REJECTED, "reason" => reason).increment(1);
+}
+
 /// A re-send with the same key.
 pub fn resent() {
     ::metrics::counter!(RESENDS).increment(1);
@@ -168,30 +181,68 @@ pub fn transition(from: State, to: State, cause: &str) {
     }
 }
 
-/// The full scrape: this process's counters, then the database's gauges.
-pub async fn render(store: &Store) -> String {
-    let mut out = install().render();
-    match store.gauges().await {
-        Ok(g) => {
-            gauge(
-                &mut out,
-                "cobro_database_up",
-                "1 when the database answered this scrape.",
-                1.0,
-            );
-            render_gauges(&mut out, &g);
-        }
-        Err(e) => {
-            warn!(error = %e, "metrics: the database did not answer");
-            gauge(
-                &mut out,
-                "cobro_database_up",
-                "1 when the database answered this scrape.",
-                0.0,
-            );
+/// The scrape of a process: its counters, then the database's gauges, read
+/// at most once per `ttl` however often it is scraped (concurrent scrapes
+/// wait for one query), so a scraper cannot load the database.
+pub struct Scraper {
+    store: Store,
+    ttl: Duration,
+    cached: tokio::sync::Mutex<Option<(Instant, Option<Gauges>)>>,
+}
+
+/// How long database gauges are reused by default.
+pub const GAUGE_TTL: Duration = Duration::from_secs(5);
+
+impl Scraper {
+    pub fn new(store: Store, ttl: Duration) -> Self {
+        install();
+        Self {
+            store,
+            ttl,
+            cached: tokio::sync::Mutex::new(None),
         }
     }
-    out
+
+    /// The database's gauges, fresh or at most `ttl` old; `None` when the
+    /// database did not answer (that too is kept for `ttl`).
+    async fn gauges(&self) -> Option<Gauges> {
+        let mut cached = self.cached.lock().await;
+        if let Some((at, g)) = cached.as_ref()
+            && at.elapsed() < self.ttl
+        {
+            return g.clone();
+        }
+        let fresh = match self.store.gauges().await {
+            Ok(g) => Some(g),
+            Err(e) => {
+                warn!(error = %e, "metrics: the database did not answer");
+                None
+            }
+        };
+        *cached = Some((Instant::now(), fresh.clone()));
+        fresh
+    }
+
+    /// The full scrape in the text format.
+    pub async fn render(&self) -> String {
+        let mut out = install().render();
+        let gauges = self.gauges().await;
+        gauge(
+            &mut out,
+            "cobro_database_up",
+            "1 when the database answered this scrape.",
+            if gauges.is_some() { 1.0 } else { 0.0 },
+        );
+        if let Some(g) = gauges {
+            render_gauges(&mut out, &g);
+        }
+        out
+    }
+
+    /// `GET /metrics` as an HTTP response.
+    pub async fn response(&self) -> Response {
+        ([(CONTENT_TYPE, CONTENT_TYPE_TEXT)], self.render().await).into_response()
+    }
 }
 
 /// The attempt kinds always shown (with 0), so every series exists.
@@ -273,24 +324,20 @@ fn escape(v: &str) -> String {
         .replace('\n', "\\n")
 }
 
-/// `GET /metrics` as an HTTP response.
-pub async fn response(store: &Store) -> Response {
-    ([(CONTENT_TYPE, CONTENT_TYPE_TEXT)], render(store).await).into_response()
-}
-
-async fn metrics_route(AxumState(store): AxumState<Store>) -> Response {
-    response(&store).await
+async fn metrics_route(AxumState(scraper): AxumState<Arc<Scraper>>) -> Response {
+    scraper.response().await
 }
 
 /// The worker's metrics server: binds `addr` (so a taken port fails the
-/// start) and serves `GET /metrics` until `stop` turns true.
+/// start) and serves `GET /metrics`, behind a key with `metrics:read`,
+/// until `stop` turns true.
 pub async fn serve_worker(
     addr: Option<SocketAddr>,
-    store: Store,
+    scraper: Scraper,
+    keys: Arc<ApiKeys>,
     mut stop: watch::Receiver<bool>,
 ) -> anyhow::Result<Option<JoinHandle<()>>> {
     use anyhow::Context;
-    install();
     let Some(addr) = addr else {
         return Ok(None);
     };
@@ -298,17 +345,16 @@ pub async fn serve_worker(
         .await
         .with_context(|| format!("binding COBRO_METRICS_ADDR {addr}"))?;
     info!(addr = %listener.local_addr()?, "worker metrics at /metrics");
+    let guard = Guard::new(keys, Scope::MetricsRead, Via::Bearer);
     let app = axum::Router::new()
-        .route("/metrics", get(metrics_route))
-        .with_state(store);
+        .route("/metrics", guard.on(get(metrics_route)))
+        .with_state(Arc::new(scraper));
     Ok(Some(tokio::spawn(async move {
         let stopped = async move {
             let _ = stop.wait_for(|s| *s).await;
         };
-        if let Err(e) = axum::serve(listener, app)
-            .with_graceful_shutdown(stopped)
-            .await
-        {
+        let limits = HttpLimits::default();
+        if let Err(e) = crate::http::serve::serve(listener, app, &limits, stopped).await {
             warn!(error = %e, "worker metrics server stopped");
         }
     })))

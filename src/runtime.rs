@@ -80,9 +80,16 @@ pub struct WorkerArgs {
     pub worker_name: Option<String>,
     #[command(flatten)]
     pub retry: crate::retry::RetryArgs,
-    /// Serve Prometheus `/metrics` here (e.g. 127.0.0.1:9464); off when unset.
+    /// Serve Prometheus `/metrics` here (e.g. 127.0.0.1:9464), behind an
+    /// API key with `metrics:read`; off when unset.
     #[arg(long, env = "COBRO_METRICS_ADDR")]
     pub metrics_addr: Option<std::net::SocketAddr>,
+    /// Database gauges on `/metrics` are reused for this long.
+    #[arg(long, env = "COBRO_METRICS_CACHE", default_value = "5s", value_parser = duration)]
+    pub metrics_cache: Duration,
+    /// The keys `/metrics` accepts (`COBRO_API_KEYS`, `COBRO_API_KEYS_FILE`).
+    #[command(flatten)]
+    pub api_keys: crate::http::auth::ApiKeyArgs,
     #[command(flatten)]
     pub retention: crate::retention::RetentionArgs,
     #[command(flatten)]
@@ -197,8 +204,14 @@ pub async fn run(
     info!(worker = %name, concurrency = args.concurrency, "cobro-worker starting");
 
     let (stop_tx, stop_rx) = watch::channel(false);
-    let metrics =
-        crate::metrics::serve_worker(args.metrics_addr, store.clone(), stop_rx.clone()).await?;
+    let keys = args.api_keys.keys().map_err(anyhow::Error::msg)?;
+    let metrics = crate::metrics::serve_worker(
+        args.metrics_addr,
+        crate::metrics::Scraper::new(store.clone(), args.metrics_cache),
+        Arc::new(keys),
+        stop_rx.clone(),
+    )
+    .await?;
     let purger = tokio::spawn(crate::retention::purge_loop(
         store.clone(),
         args.retention.clone(),

@@ -1,7 +1,8 @@
 //! Finance's escalation queue: what reaches it, what it shows, resolutions
-//! through the state machine (once; a stale view is refused), the API's
-//! authentication, CSV and the daily summary. On both backends. The browser
-//! test of the page lives in tests/finance_browser.rs.
+//! through the state machine (once; a stale view is refused), the API as
+//! the signed-in key, CSV and the daily summary. On both backends. Who may
+//! call which route is tested in tests/access.rs; the browser test of the
+//! page lives in tests/finance_browser.rs.
 
 #[macro_use]
 mod common;
@@ -22,15 +23,11 @@ use uuid::Uuid;
 on_both_backends!(
     an_escalated_attempt_shows_its_evidence_and_is_resolved_once,
     check_again_now_takes_a_fresh_lookup_through_a_real_worker,
-    every_finance_route_answers_401_without_credentials,
     the_api_resolves_as_the_signed_in_person_and_refuses_clearly,
     the_csv_export_opens_cleanly_in_a_spreadsheet,
     the_daily_summary_is_deterministic_and_counts_right,
     reconciliation_cases_are_in_the_queue_and_closed_once,
 );
-
-pub const ANA: (&str, &str) = ("ana", "ana-secret-0123456789");
-const USERS: &str = "ana:ana-secret-0123456789,luis:luis-secret-0123456789";
 
 /// An attempt whose checks ran out: EN_REVISION with a 503 as last evidence.
 async fn in_review(store: &Store, order: &str, amount: i64, currency: &str) -> Attempt {
@@ -252,105 +249,21 @@ async fn check_again_now_takes_a_fresh_lookup_through_a_real_worker(b: Backend) 
     db.drop_db().await;
 }
 
-/// The web process with the finance routes.
-async fn finance_web(store: &Store, users: &str) -> Web {
+/// The web process with the finance routes and the test keys.
+async fn finance_web(store: &Store) -> Web {
     let verifier = Verifier::from_env_value(Scheme::StandardWebhooks, &test_secret()).unwrap();
-    let cfg = cobro::web::finance::FinanceConfig {
-        users: cobro::web::finance::auth::Users::parse(users).unwrap(),
-        stale_after: Duration::from_secs(3600),
-        max_attempts: 4,
-    };
-    start_web_with(
-        store,
-        verifier,
-        cobro::web::finance::router(store.clone(), cfg),
-    )
-    .await
-}
-
-async fn every_finance_route_answers_401_without_credentials(b: Backend) {
-    let db = TestDb::new(b).await;
-    let a = in_review(&db.store, "fin-auth", 100, "USD").await;
-    let routes = [
-        ("GET", "/finance".to_owned()),
-        ("GET", format!("/finance/attempts/{}", a.id)),
-        ("POST", format!("/finance/attempts/{}/resolve", a.id)),
-        ("GET", "/finance/summary".to_owned()),
-        ("GET", "/finance/escalations.csv".to_owned()),
-        ("GET", "/finance/api/escalations".to_owned()),
-        ("GET", format!("/finance/api/attempts/{}", a.id)),
-        ("POST", format!("/finance/api/attempts/{}/resolve", a.id)),
-        ("POST", format!("/finance/api/attempts/{}/retry", a.id)),
-        ("GET", "/finance/api/summary".to_owned()),
-        ("POST", "/finance/cases/1/resolve".to_owned()),
-        ("POST", "/finance/api/cases/1/resolve".to_owned()),
-    ];
-    let http = reqwest::Client::new();
-    let web = finance_web(&db.store, USERS).await;
-    for (method, path) in &routes {
-        let url = format!("{}{path}", web.url);
-        let req = |r: reqwest::RequestBuilder| async move { r.send().await.unwrap() };
-        let build = || match *method {
-            "GET" => http.get(&url),
-            _ => http.post(&url).json(&json!({})),
-        };
-        for attempt in [
-            build(),
-            build().basic_auth(ANA.0, Some("wrong-password-123456")),
-            build().basic_auth("mallory", Some(ANA.1)),
-            build().bearer_auth("not-a-secret"),
-        ] {
-            let resp = req(attempt).await;
-            assert_eq!(resp.status(), 401, "{method} {path}");
-            assert!(
-                resp.headers()["www-authenticate"]
-                    .to_str()
-                    .unwrap()
-                    .starts_with("Basic"),
-                "{method} {path}"
-            );
-        }
-        if *method == "GET" {
-            let ok = req(build().basic_auth(ANA.0, Some(ANA.1))).await;
-            assert_eq!(ok.status(), 200, "{method} {path} with Basic auth");
-            let ok = req(build().bearer_auth("luis-secret-0123456789")).await;
-            assert_eq!(ok.status(), 200, "{method} {path} with a Bearer secret");
-        }
-    }
-    web.stop().await;
-    // Not configured: nobody gets in.
-    let web = finance_web(&db.store, "").await;
-    let resp = http
-        .get(format!("{}/finance/api/escalations", web.url))
-        .basic_auth(ANA.0, Some(ANA.1))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), 401);
-    let body: Value = resp.json().await.unwrap();
-    assert!(
-        body["error"]
-            .as_str()
-            .unwrap()
-            .contains("COBRO_FINANCE_USERS")
-    );
-    assert_eq!(
-        db.store.load(a.id).await.unwrap().0.state,
-        State::EnRevision
-    );
-    web.stop().await;
-    db.drop_db().await;
+    start_web(store, verifier).await
 }
 
 async fn the_api_resolves_as_the_signed_in_person_and_refuses_clearly(b: Backend) {
     let db = TestDb::new(b).await;
     let a = in_review(&db.store, "fin-api", 990, "EUR").await;
-    let web = finance_web(&db.store, USERS).await;
+    let web = finance_web(&db.store).await;
     let http = reqwest::Client::new();
     let resolve = |body: Value| {
         let req = http
             .post(format!("{}/finance/api/attempts/{}/resolve", web.url, a.id))
-            .basic_auth("luis", Some("luis-secret-0123456789"))
+            .bearer_auth(secret("luis"))
             .json(&body);
         async move {
             let resp = req.send().await.unwrap();
@@ -386,7 +299,7 @@ async fn the_api_resolves_as_the_signed_in_person_and_refuses_clearly(b: Backend
     // The HTML form refuses a post without the user's form token.
     let resp = http
         .post(format!("{}/finance/attempts/{}/resolve", web.url, a.id))
-        .basic_auth(ANA.0, Some(ANA.1))
+        .basic_auth("ana", Some(secret("ana")))
         .form(&[
             ("action", "approve"),
             ("version", "0"),
@@ -402,7 +315,8 @@ async fn the_api_resolves_as_the_signed_in_person_and_refuses_clearly(b: Backend
     // Finance's manual business retry, through the same guards.
     let resp = http
         .post(format!("{}/finance/api/attempts/{}/retry", web.url, a.id))
-        .bearer_auth("luis-secret-0123456789")
+        .bearer_auth(secret("luis"))
+        .json(&json!({}))
         .send()
         .await
         .unwrap();
@@ -416,7 +330,8 @@ async fn the_api_resolves_as_the_signed_in_person_and_refuses_clearly(b: Backend
     );
     let again = http
         .post(format!("{}/finance/api/attempts/{}/retry", web.url, a.id))
-        .bearer_auth("luis-secret-0123456789")
+        .bearer_auth(secret("luis"))
+        .json(&json!({}))
         .send()
         .await
         .unwrap();
@@ -456,10 +371,10 @@ async fn the_csv_export_opens_cleanly_in_a_spreadsheet(b: Backend) {
     in_review(&db.store, "=HYPERLINK(\"http://evil\")", 1_999, "USD").await;
     in_review(&db.store, "fin, with comma", 1_999, "JPY").await;
     in_review(&db.store, "fin-kwd", 1_999, "KWD").await;
-    let web = finance_web(&db.store, USERS).await;
+    let web = finance_web(&db.store).await;
     let resp = reqwest::Client::new()
         .get(format!("{}/finance/escalations.csv", web.url))
-        .basic_auth(ANA.0, Some(ANA.1))
+        .basic_auth("ana", Some(secret("ana")))
         .send()
         .await
         .unwrap();
@@ -561,11 +476,11 @@ async fn reconciliation_cases_are_in_the_queue_and_closed_once(b: Backend) {
     )
     .await
     .unwrap();
-    let web = finance_web(&db.store, USERS).await;
+    let web = finance_web(&db.store).await;
     let http = reqwest::Client::new();
     let list: Value = http
         .get(format!("{}/finance/api/escalations", web.url))
-        .basic_auth(ANA.0, Some(ANA.1))
+        .bearer_auth(secret("ana"))
         .send()
         .await
         .unwrap()
@@ -578,7 +493,7 @@ async fn reconciliation_cases_are_in_the_queue_and_closed_once(b: Backend) {
     let id = cases[0]["id"].as_i64().unwrap();
     let page = http
         .get(format!("{}/finance", web.url))
-        .basic_auth(ANA.0, Some(ANA.1))
+        .basic_auth("ana", Some(secret("ana")))
         .send()
         .await
         .unwrap()
@@ -594,7 +509,7 @@ async fn reconciliation_cases_are_in_the_queue_and_closed_once(b: Backend) {
     let close = |note: &'static str| {
         let req = http
             .post(format!("{}/finance/api/cases/{id}/resolve", web.url))
-            .basic_auth(ANA.0, Some(ANA.1))
+            .bearer_auth(secret("ana"))
             .json(&json!({ "note": note }));
         async move {
             let resp = req.send().await.unwrap();

@@ -109,17 +109,7 @@ async fn a_finance_person_lists_opens_and_resolves_an_item_in_a_browser(b: Backe
     let db = TestDb::new(b).await;
     let item = in_review(&db.store, "order-browser-1").await;
     let verifier = Verifier::from_env_value(Scheme::StandardWebhooks, &test_secret()).unwrap();
-    let cfg = cobro::web::finance::FinanceConfig {
-        users: cobro::web::finance::auth::Users::parse("ana:ana-secret-0123456789").unwrap(),
-        stale_after: Duration::from_secs(3600),
-        max_attempts: 4,
-    };
-    let web = start_web_with(
-        &db.store,
-        verifier,
-        cobro::web::finance::router(db.store.clone(), cfg),
-    )
-    .await;
+    let web = start_web(&db.store, verifier).await;
 
     let mut caps = serde_json::Map::new();
     caps.insert(
@@ -149,7 +139,7 @@ async fn a_finance_person_lists_opens_and_resolves_an_item_in_a_browser(b: Backe
     // Signed in (Basic auth; the browser keeps it for the site).
     let signed = web
         .url
-        .replacen("http://", "http://ana:ana-secret-0123456789@", 1);
+        .replacen("http://", &format!("http://ana:{}@", secret("ana")), 1);
     browser.goto(&format!("{signed}/finance")).await.unwrap();
     let who = browser
         .find(Locator::Id("person"))

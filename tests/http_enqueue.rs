@@ -29,6 +29,7 @@ async fn create(
 ) -> (u16, Option<String>, Value) {
     let mut req = reqwest::Client::new()
         .post(format!("{}/charges", web.url))
+        .bearer_auth(secret("app"))
         .header("content-type", content_type)
         .body(body.to_owned());
     if let Some(k) = key {
@@ -76,7 +77,10 @@ async fn a_replay_gets_the_original_response_and_a_changed_body_gets_409(b: Back
 
     // The attempt is visible over HTTP with its history.
     let id = first["attempt_id"].as_str().unwrap();
-    let shown: Value = reqwest::get(format!("{}/charges/{id}", web.url))
+    let shown: Value = reqwest::Client::new()
+        .get(format!("{}/charges/{id}", web.url))
+        .bearer_auth(secret("agent"))
+        .send()
         .await
         .unwrap()
         .json()

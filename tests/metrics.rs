@@ -169,7 +169,10 @@ impl Scrape {
 }
 
 async fn scrape(base: &str) -> Scrape {
-    let resp = reqwest::get(format!("{base}/metrics"))
+    let resp = reqwest::Client::new()
+        .get(format!("{base}/metrics"))
+        .bearer_auth(secret("prom"))
+        .send()
         .await
         .expect("GET /metrics");
     assert_eq!(resp.status(), 200);
@@ -205,6 +208,7 @@ async fn scrapes_agree_with_the_database_and_count_every_gateway_call(b: Backend
     let mut args = worker_args(&db.url, &sim.url());
     let metrics_addr = free_port();
     args.metrics_addr = Some(metrics_addr);
+    args.api_keys.api_keys = test_keys_config();
     let worker = spawn_worker(args);
     let web = web_for(&db.store).await;
     let long = Duration::from_secs(30);

@@ -383,7 +383,10 @@ async fn refunds_over_http_with_an_idempotency_key(b: Backend) {
     let pending = pending_charge(&db.store, "r-http-2", 1_000).await;
     let client = reqwest::Client::new();
     let post = |key: Option<String>, body: Value| {
-        let mut req = client.post(format!("{}/refunds", web.url)).json(&body);
+        let mut req = client
+            .post(format!("{}/refunds", web.url))
+            .bearer_auth(secret("app"))
+            .json(&body);
         if let Some(k) = key {
             req = req.header("Idempotency-Key", k);
         }
@@ -406,17 +409,24 @@ async fn refunds_over_http_with_an_idempotency_key(b: Backend) {
     );
     assert_eq!(db.store.refunds_of(charge.id).await.unwrap().len(), 1);
 
-    let shown: Value = reqwest::get(format!(
-        "{}/refunds/{}",
-        web.url,
-        first["refund_id"].as_str().unwrap()
-    ))
-    .await
-    .unwrap()
-    .json()
-    .await
-    .unwrap();
+    let shown: Value = client
+        .get(format!(
+            "{}/refunds/{}",
+            web.url,
+            first["refund_id"].as_str().unwrap()
+        ))
+        .bearer_auth(secret("app"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
     assert_eq!(shown["attempt"]["kind"], "refund");
+    assert_eq!(
+        shown["transitions"][0]["actor"], "api:app",
+        "the key's name is the actor"
+    );
     assert_eq!(shown["attempt"]["refund_of"], json!(charge.id));
 
     let cases = [

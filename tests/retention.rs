@@ -61,9 +61,19 @@ async fn age_rejected(db: &TestDb, detail: &str, days: &str) {
     .unwrap();
 }
 
+/// Stores a rejected delivery as the sample of its own minute (one row
+/// per reason and minute is kept), so every call adds a row.
 async fn reject(store: &Store, detail: &str) {
+    static MINUTE: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(1);
+    let minute = MINUTE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     store
-        .record_rejected_webhook("bad_signature", Some(detail), &serde_json::json!({}), 10)
+        .record_rejected_webhook(
+            "bad_signature",
+            Some(detail),
+            &serde_json::json!({}),
+            10,
+            minute,
+        )
         .await
         .unwrap();
 }

@@ -329,7 +329,21 @@ async fn every_kind_of_bad_delivery_is_refused_and_recorded(b: Backend) {
     assert_eq!(status, 400);
     reasons.push("malformed_body".into());
 
-    assert_eq!(db.store.rejected_webhook_reasons().await.unwrap(), reasons);
+    // Each reason is stored once per minute (a sample; every one is counted
+    // in cobro_webhooks_rejected_total): the test runs in under a minute,
+    // so each reason has one row, or two across a minute boundary.
+    let stored = db.store.rejected_webhook_reasons().await.unwrap();
+    let distinct = |v: &[String]| {
+        let mut v = v.to_vec();
+        v.sort();
+        v.dedup();
+        v
+    };
+    assert_eq!(distinct(&stored), distinct(&reasons));
+    for r in distinct(&reasons) {
+        let n = stored.iter().filter(|s| **s == r).count();
+        assert!((1..=2).contains(&n), "{r}: {n} rows");
+    }
     assert_eq!(db.store.webhook_counts().await.unwrap().0, 0);
     assert_eq!(db.store.load(id).await.unwrap().0.state, State::Pendiente);
     // And the genuine delivery still passes afterwards.
@@ -438,6 +452,7 @@ async fn a_storm_of_1000_events_3_times_each_with_10_percent_forged(b: Backend) 
         "10 % of the events get a forged delivery"
     );
     deliveries.shuffle(&mut rand::rng());
+    let started_minute = chrono::Utc::now().timestamp() / 60;
     let limit = std::sync::Arc::new(tokio::sync::Semaphore::new(24));
     let replies = futures::future::join_all(deliveries.iter().map(|(h, body, forged)| {
         let limit = limit.clone();
@@ -461,15 +476,17 @@ async fn a_storm_of_1000_events_3_times_each_with_10_percent_forged(b: Backend) 
         applied, EVENTS,
         "exactly one effective delivery per genuine event"
     );
-    assert_eq!(
-        db.store.webhook_counts().await.unwrap(),
-        (EVENTS as i64, forged as i64),
-        "every genuine event stored once, every forged delivery recorded"
-    );
+    let minutes = chrono::Utc::now().timestamp() / 60 - started_minute + 1;
+    let (events, rejected_rows) = db.store.webhook_counts().await.unwrap();
+    assert_eq!(events, EVENTS as i64, "every genuine event stored once");
     let mut reasons = db.store.rejected_webhook_reasons().await.unwrap();
     reasons.sort();
     reasons.dedup();
     assert_eq!(reasons, ["bad_signature", "timestamp_too_old"]);
+    assert!(
+        rejected_rows <= 2 * minutes,
+        "{forged} forged deliveries kept as a sample: {rejected_rows} rows in {minutes} minute(s)"
+    );
     assert_eq!(
         db.store.transition_rows().await.unwrap(),
         2 * EVENTS as i64,

@@ -378,19 +378,29 @@ impl Store {
         }
     }
 
-    /// Records a rejected delivery (reason, safe headers, size).
+    /// Records a rejected delivery (reason, safe headers, size) as the
+    /// sample of its reason for `minute` (Unix minutes): a second one for
+    /// the same reason and minute, from any process, is not stored.
     pub async fn record_rejected_webhook(
         &self,
         reason: &str,
         detail: Option<&str>,
         headers: &serde_json::Value,
         body_size: usize,
+        minute: i64,
     ) -> Result<(), StoreError> {
+        // A detail may quote the sender's bytes; PostgreSQL text holds no NUL.
+        let detail = detail.map(|d| d.replace('\0', "\\u0000"));
+        let row = webhooks::Rejected {
+            reason,
+            detail: detail.as_deref(),
+            headers,
+            body_size,
+            minute,
+        };
         match &self.db {
-            Db::Pg(p) => pg::webhooks::record_rejected(p, reason, detail, headers, body_size).await,
-            Db::Lite(p) => {
-                lite::webhooks::record_rejected(p, reason, detail, headers, body_size).await
-            }
+            Db::Pg(p) => pg::webhooks::record_rejected(p, &row).await,
+            Db::Lite(p) => lite::webhooks::record_rejected(p, &row).await,
         }
     }
 

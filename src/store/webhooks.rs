@@ -71,6 +71,16 @@ impl WebhookResult {
     }
 }
 
+/// A rejected delivery, as stored (the sample of its reason and minute).
+pub(crate) struct Rejected<'a> {
+    pub(crate) reason: &'a str,
+    pub(crate) detail: Option<&'a str>,
+    pub(crate) headers: &'a serde_json::Value,
+    pub(crate) body_size: usize,
+    /// Unix minutes; UNIQUE with the reason.
+    pub(crate) minute: i64,
+}
+
 /// The evidence a webhook leaves in the transition log.
 pub(crate) fn evidence(ev: &IncomingEvent) -> Evidence {
     Evidence {

@@ -9,13 +9,14 @@
 
 use axum::Json;
 use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 use uuid::Uuid;
 
-use super::{AppState, error};
+use super::{API_BODY_LIMIT, AppState, error};
 use crate::domain::{ChargeRequest, IdempotencyKey};
 use crate::store::{EnqueueError, StoreError};
 
@@ -23,12 +24,12 @@ use crate::store::{EnqueueError, StoreError};
 pub(super) const KEY: &str = "Idempotency-Key";
 
 /// What every create endpoint checks before its own fields: the
-/// `Idempotency-Key` header (a UUID), the body size, the JSON content type
-/// and a JSON body. `Err` is the finished error response.
+/// `Idempotency-Key` header (a UUID), the body (read within the route's
+/// size limit: 413 past it), the JSON content type and a JSON body. `Err`
+/// is the finished error response.
 pub(super) fn keyed_json(
-    max_body: usize,
     headers: &HeaderMap,
-    body: &Bytes,
+    body: Result<Bytes, BytesRejection>,
 ) -> Result<(IdempotencyKey, Value), Box<Response>> {
     let Some(raw_key) = headers.get(KEY).and_then(|v| v.to_str().ok()) else {
         return Err(Box::new(error(
@@ -39,14 +40,14 @@ pub(super) fn keyed_json(
     };
     let key = IdempotencyKey::parse(raw_key)
         .map_err(|e| Box::new(error(StatusCode::BAD_REQUEST, Some(KEY), e.reason)))?;
-    if body.len() > max_body {
-        let msg = format!(
-            "body of {} bytes exceeds the limit of {}",
-            body.len(),
-            max_body
-        );
-        return Err(Box::new(error(StatusCode::PAYLOAD_TOO_LARGE, None, msg)));
-    }
+    let body = body.map_err(|rejection| {
+        let message = if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            format!("the body exceeds the limit of {API_BODY_LIMIT} bytes")
+        } else {
+            rejection.body_text()
+        };
+        Box::new(error(rejection.status(), None, message))
+    })?;
     let json_type = headers
         .get("content-type")
         .and_then(|v| v.to_str().ok())
@@ -58,7 +59,7 @@ pub(super) fn keyed_json(
             "Content-Type must be application/json",
         )));
     }
-    let v = serde_json::from_slice::<Value>(body).map_err(|_| {
+    let v = serde_json::from_slice::<Value>(&body).map_err(|_| {
         Box::new(error(
             StatusCode::BAD_REQUEST,
             None,
@@ -82,8 +83,12 @@ pub(super) fn created(body: Value, location: String, replayed: bool) -> Response
     resp
 }
 
-pub(super) async fn create(State(app): AppState, headers: HeaderMap, body: Bytes) -> Response {
-    let (key, v) = match keyed_json(app.max_body, &headers, &body) {
+pub(super) async fn create(
+    State(app): AppState,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let (key, v) = match keyed_json(&headers, body) {
         Ok(ok) => ok,
         Err(resp) => return *resp,
     };

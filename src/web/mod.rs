@@ -1,16 +1,23 @@
-//! The `web` process (`cobro serve`): gateway webhooks, HTTP enqueue and a
-//! health check.
+//! The `web` process (`cobro serve`): gateway webhooks, the HTTP API,
+//! finance's pages, metrics and a health check.
 //!
-//! Routes:
-//! - `POST /webhooks/gateway`: signed gateway events ([`webhooks`]).
-//! - `POST /charges` with `Idempotency-Key`, `GET /charges/{attempt_id}` ([`charges`]).
-//! - `POST /refunds` with `Idempotency-Key`, `GET /refunds/{refund_id}` ([`refunds`]).
-//! - `GET /health`: the process is up and the database answers.
-//! - `/finance…`: the escalation queue for finance, behind authentication ([`finance`]).
-//! - `GET /metrics`: Prometheus text format, no auth ([`crate::metrics`]).
+//! Routes, and who may call them ([`crate::http::auth`]):
+//! - `POST /webhooks/gateway`: anyone; the signature decides ([`webhooks`]).
+//! - `GET /health`: anyone; says only whether the database answers.
+//! - `POST /charges` (`charges:write`), `GET /charges/{attempt_id}`
+//!   (`attempts:read`) ([`charges`]).
+//! - `POST /refunds` (`refunds:write`), `GET /refunds/{refund_id}`
+//!   (`attempts:read`) ([`refunds`]).
+//! - `/finance…`: the escalation queue (`finance:read`, `finance:write`) ([`finance`]).
+//! - `GET /metrics` (`metrics:read`) ([`crate::metrics`]).
 //!
-//! Invariant: the process refuses to start without valid webhook secrets;
-//! secrets never reach logs or `Debug`.
+//! With `COBRO_INTERNAL_LISTEN` the public listener serves only the webhook
+//! receiver and `/health`, and everything else is on the internal one.
+//!
+//! Invariant: the process refuses to start without valid webhook secrets or
+//! with malformed keys; every route but the webhook receiver and `/health`
+//! checks a credential and a scope before its handler runs; secrets never
+//! reach logs or `Debug`; every listener runs with timeouts and limits.
 
 mod charges;
 pub mod finance;
@@ -29,11 +36,19 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use clap::Args;
 use serde_json::json;
-use tracing::info;
+use tracing::{info, warn};
 
 use crate::backoff::parse_duration_arg as duration;
+use crate::http::auth::{ApiKeyArgs, ApiKeys, Guard, Scope, Via};
+pub(crate) use crate::http::error;
+use crate::http::serve::{HttpLimits, serve};
+use crate::metrics::Scraper;
 use crate::store::Store;
 use crate::webhook::{Scheme, Verifier};
+
+/// The largest body of an API request (charges, refunds, finance); larger
+/// gets 413. Webhooks have their own limit (`COBRO_MAX_BODY_BYTES`).
+pub const API_BODY_LIMIT: usize = 16 * 1024;
 
 /// Every setting of `cobro serve`, as a flag or an environment variable.
 #[derive(Clone, Args)]
@@ -46,6 +61,10 @@ pub struct ServeArgs {
     /// is unset.
     #[arg(long, env = "PORT", hide = true)]
     pub port: Option<u16>,
+    /// A second listener for the API, finance and metrics (e.g. on a private
+    /// network); the public one then serves only webhooks and /health.
+    #[arg(long, env = "COBRO_INTERNAL_LISTEN")]
+    pub internal_listen: Option<SocketAddr>,
     /// `postgres://…` or `sqlite://path`.
     #[arg(long, env = "DATABASE_URL")]
     pub database_url: String,
@@ -59,9 +78,18 @@ pub struct ServeArgs {
     /// How far a webhook's timestamp may be from now, either way.
     #[arg(long, env = "COBRO_WEBHOOK_TOLERANCE", default_value = "300s", value_parser = duration)]
     pub webhook_tolerance: Duration,
-    /// Largest accepted request body; larger ones get 413.
+    /// Largest accepted webhook body; larger ones get 413.
     #[arg(long, env = "COBRO_MAX_BODY_BYTES", default_value_t = 65_536)]
     pub max_body_bytes: usize,
+    /// Database gauges on `/metrics` are reused for this long.
+    #[arg(long, env = "COBRO_METRICS_CACHE", default_value = "5s", value_parser = duration)]
+    pub metrics_cache: Duration,
+    /// Who may call the API, finance and metrics routes.
+    #[command(flatten)]
+    pub api_keys: ApiKeyArgs,
+    /// Timeouts and the connection limit of every listener.
+    #[command(flatten)]
+    pub http: HttpLimits,
     /// A decline by webhook schedules the business retry like the worker does.
     #[command(flatten)]
     pub retry: crate::retry::RetryArgs,
@@ -74,8 +102,10 @@ impl std::fmt::Debug for ServeArgs {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ServeArgs")
             .field("listen", &self.listen_addr())
+            .field("internal_listen", &self.internal_listen)
             .field("webhook_scheme", &self.webhook_scheme)
             .field("webhook_secrets", &"<redacted>")
+            .field("api_keys", &self.api_keys)
             .finish_non_exhaustive()
     }
 }
@@ -101,68 +131,118 @@ impl ServeArgs {
     }
 }
 
+/// What the routes need: built by `cobro serve` from [`ServeArgs`], or by a
+/// test or an embedding program directly.
+pub struct WebConfig {
+    pub store: Store,
+    pub verifier: Verifier,
+    pub keys: ApiKeys,
+    pub retry: crate::retry::RetryPolicy,
+    pub finance: finance::FinanceConfig,
+    /// Largest accepted webhook body.
+    pub max_webhook_body: usize,
+    pub metrics_cache: Duration,
+}
+
+impl WebConfig {
+    /// The defaults of `cobro serve`, with no API keys.
+    pub fn new(store: Store, verifier: Verifier) -> Self {
+        Self {
+            store,
+            verifier,
+            keys: ApiKeys::default(),
+            retry: Default::default(),
+            finance: finance::FinanceConfig::default(),
+            max_webhook_body: 65_536,
+            metrics_cache: crate::metrics::GAUGE_TTL,
+        }
+    }
+
+    /// Every route, for one listener.
+    pub fn router(self) -> Router {
+        let (public, internal, health) = self.parts();
+        public.merge(internal).merge(health)
+    }
+
+    /// (public, internal) listeners: the webhook receiver and `/health`;
+    /// everything else (credentials required) and `/health`.
+    pub fn split(self) -> (Router, Router) {
+        let (public, internal, health) = self.parts();
+        (public.merge(health.clone()), internal.merge(health))
+    }
+
+    /// The webhook receiver; the guarded routes; `/health`.
+    fn parts(self) -> (Router, Router, Router) {
+        let keys = Arc::new(self.keys);
+        let app = Arc::new(App {
+            scraper: Scraper::new(self.store.clone(), self.metrics_cache),
+            rejects: webhooks::RejectSampler::default(),
+            store: self.store.clone(),
+            verifier: self.verifier,
+            max_body: self.max_webhook_body,
+            retry: self.retry,
+        });
+        let public = Router::new()
+            .route(
+                "/webhooks/gateway",
+                post(webhooks::receive).layer(DefaultBodyLimit::max(self.max_webhook_body)),
+            )
+            .with_state(app.clone());
+        let bearer = |scope| Guard::new(keys.clone(), scope, Via::Bearer);
+        let internal = Router::new()
+            .route(
+                "/charges",
+                bearer(Scope::ChargesWrite).on(post(charges::create)),
+            )
+            .route(
+                "/charges/{attempt_id}",
+                bearer(Scope::AttemptsRead).on(get(charges::show)),
+            )
+            .route(
+                "/refunds",
+                bearer(Scope::RefundsWrite).on(post(refunds::create)),
+            )
+            .route(
+                "/refunds/{refund_id}",
+                bearer(Scope::AttemptsRead).on(get(charges::show)),
+            )
+            .route("/metrics", bearer(Scope::MetricsRead).on(get(metrics)))
+            .with_state(app.clone())
+            .merge(finance::router(self.store, self.finance, keys.clone()))
+            .layer(DefaultBodyLimit::max(API_BODY_LIMIT));
+        let health = Router::new().route("/health", get(health)).with_state(app);
+        (public, internal, health)
+    }
+}
+
 pub(crate) struct App {
     pub(crate) store: Store,
     pub(crate) verifier: Verifier,
     pub(crate) max_body: usize,
     pub(crate) retry: crate::retry::RetryPolicy,
+    pub(crate) rejects: webhooks::RejectSampler,
+    scraper: Scraper,
 }
 
 pub(crate) type AppState = State<Arc<App>>;
 
-/// The routes, for a store, a verifier and the business-retry policy.
-pub fn router(
-    store: Store,
-    verifier: Verifier,
-    max_body: usize,
-    retry: crate::retry::RetryPolicy,
-) -> Router {
-    crate::metrics::install();
-    let app = Arc::new(App {
-        store,
-        verifier,
-        max_body,
-        retry,
-    });
-    Router::new()
-        .route("/webhooks/gateway", post(webhooks::receive))
-        .route("/charges", post(charges::create))
-        .route("/charges/{attempt_id}", get(charges::show))
-        .route("/refunds", post(refunds::create))
-        .route("/refunds/{refund_id}", get(charges::show))
-        .route("/health", get(health))
-        .route("/metrics", get(metrics))
-        // Our own limit (recorded, 413) applies first; this one only stops
-        // absurd bodies from being read at all.
-        .layer(DefaultBodyLimit::max(max_body.max(1 << 20)))
-        .with_state(app)
-}
-
 async fn health(State(app): AppState) -> Response {
     match app.store.ping().await {
         Ok(()) => Json(json!({"ok": true, "database": app.store.backend()})).into_response(),
-        Err(e) => (
-            StatusCode::SERVICE_UNAVAILABLE,
-            Json(json!({"ok": false, "error": e.to_string()})),
-        )
-            .into_response(),
+        Err(e) => {
+            // The error text may name hosts, users or files: logs only.
+            warn!(error = %e, "health: the database did not answer");
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                Json(json!({"ok": false, "database": "unreachable"})),
+            )
+                .into_response()
+        }
     }
 }
 
 async fn metrics(State(app): AppState) -> Response {
-    crate::metrics::response(&app.store).await
-}
-
-pub(crate) fn error(
-    status: StatusCode,
-    field: Option<&str>,
-    message: impl Into<String>,
-) -> Response {
-    let mut body = json!({ "error": message.into() });
-    if let Some(f) = field {
-        body["field"] = json!(f);
-    }
-    (status, Json(body)).into_response()
+    app.scraper.response().await
 }
 
 /// Runs the web process until `shutdown` resolves.
@@ -175,25 +255,63 @@ pub async fn run(
         .retry
         .policy()
         .map_err(|e| anyhow::anyhow!("COBRO_RETRY_SCHEDULE: {e}"))?;
-    let finance = args
-        .finance
-        .config(args.retry.max_attempts)
-        .map_err(anyhow::Error::msg)?;
+    let keys = args.api_keys.keys().map_err(anyhow::Error::msg)?;
+    args.http.check().map_err(anyhow::Error::msg)?;
+    if keys.is_empty() {
+        warn!("no API keys (COBRO_API_KEYS): only the webhook receiver and /health will answer");
+    }
     let store = Store::connect(&args.database_url, 10)
         .await
         .context("connecting to DATABASE_URL")?;
     let addr = args.listen_addr();
-    let listener = tokio::net::TcpListener::bind(addr)
+    let public = tokio::net::TcpListener::bind(addr)
         .await
         .with_context(|| format!("binding {addr}"))?;
-    info!(addr = %listener.local_addr()?, scheme = ?verifier.scheme(), "cobro web listening");
-    axum::serve(
-        listener,
-        router(store.clone(), verifier, args.max_body_bytes, retry)
-            .merge(finance::router(store, finance)),
-    )
-    .with_graceful_shutdown(shutdown)
-    .await?;
+    let internal = match args.internal_listen {
+        Some(addr) => Some(
+            tokio::net::TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("binding COBRO_INTERNAL_LISTEN {addr}"))?,
+        ),
+        None => None,
+    };
+    let cfg = WebConfig {
+        store,
+        verifier,
+        keys,
+        retry,
+        finance: args.finance.config(args.retry.max_attempts),
+        max_webhook_body: args.max_body_bytes,
+        metrics_cache: args.metrics_cache,
+    };
+    info!(
+        addr = %public.local_addr()?,
+        keys = cfg.keys.len(),
+        scheme = ?cfg.verifier.scheme(),
+        "cobro web listening"
+    );
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        shutdown.await;
+        let _ = stop_tx.send(true);
+    });
+    let stopped = move || {
+        let mut rx = stop_rx.clone();
+        async move {
+            let _ = rx.wait_for(|s| *s).await;
+        }
+    };
+    match internal {
+        None => serve(public, cfg.router(), &args.http, stopped()).await?,
+        Some(internal) => {
+            info!(addr = %internal.local_addr()?, "API, finance and metrics on the internal listener");
+            let (public_routes, internal_routes) = cfg.split();
+            tokio::try_join!(
+                serve(public, public_routes, &args.http, stopped()),
+                serve(internal, internal_routes, &args.http, stopped()),
+            )?;
+        }
+    }
     info!("cobro web stopped");
     Ok(())
 }
@@ -209,7 +327,13 @@ mod tests {
     }
 
     fn listen(args: &[&str]) -> String {
-        let mut argv = vec!["cobro", "--database-url", "sqlite://x", "--webhook-secrets", "s"];
+        let mut argv = vec![
+            "cobro",
+            "--database-url",
+            "sqlite://x",
+            "--webhook-secrets",
+            "s",
+        ];
         argv.extend_from_slice(args);
         Cli::parse_from(argv).serve.listen_addr().to_string()
     }

@@ -8,7 +8,8 @@
 //! same status and body back with `Idempotent-Replayed: true`.
 
 use axum::body::Bytes;
-use axum::extract::State;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{Extension, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 use serde_json::{Value, json};
@@ -17,10 +18,16 @@ use uuid::Uuid;
 use super::charges::{KEY, created, keyed_json};
 use super::{AppState, error};
 use crate::domain::Amount;
+use crate::http::auth::Caller;
 use crate::store::RefundError;
 
-pub(super) async fn create(State(app): AppState, headers: HeaderMap, body: Bytes) -> Response {
-    let (key, v) = match keyed_json(app.max_body, &headers, &body) {
+pub(super) async fn create(
+    State(app): AppState,
+    Extension(caller): Extension<Caller>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let (key, v) = match keyed_json(&headers, body) {
         Ok(ok) => ok,
         Err(resp) => return *resp,
     };
@@ -54,7 +61,7 @@ pub(super) async fn create(State(app): AppState, headers: HeaderMap, body: Bytes
     };
     match app
         .store
-        .request_refund(attempt_id, amount, key, "api")
+        .request_refund(attempt_id, amount, key, &caller.actor())
         .await
     {
         Ok(r) => {

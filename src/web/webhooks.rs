@@ -1,13 +1,20 @@
 //! `POST /webhooks/gateway`: verify, then store once and apply.
 //!
 //! Invariant: the signature and timestamp are verified over the raw bytes
-//! before anything is parsed; every rejection is answered 4xx and recorded
-//! (reason, safe headers, size); a duplicate or a late event is answered
-//! 2xx (an error would make the gateway retry for days).
+//! before anything is parsed or written; every rejection is answered 4xx
+//! and counted (`cobro_webhooks_rejected_total`), but stored as a sample
+//! only: at most one row per reason per minute (per process here, across
+//! processes by the table's unique index), so a flood of forgeries cannot
+//! fill the database or hold SQLite's write lock; a duplicate or a late
+//! event is answered 2xx (an error would make the gateway retry for days).
+
+use std::collections::HashMap;
+use std::sync::Mutex;
 
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::State;
+use axum::extract::rejection::BytesRejection;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Map, Value, json};
@@ -39,28 +46,60 @@ fn safe_headers(h: &HeaderMap) -> Value {
     Value::Object(m)
 }
 
-pub(super) async fn receive(State(app): AppState, headers: HeaderMap, body: Bytes) -> Response {
-    let reject = |status: StatusCode, reason: &'static str, detail: String| {
+/// Which rejections get a row: the first of each reason in each minute.
+#[derive(Default)]
+pub(crate) struct RejectSampler {
+    last: Mutex<HashMap<&'static str, i64>>,
+}
+
+impl RejectSampler {
+    /// Whether this rejection is the first of its reason in `minute`.
+    fn take(&self, reason: &'static str, minute: i64) -> bool {
+        let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
+        if last.get(reason) == Some(&minute) {
+            return false;
+        }
+        last.insert(reason, minute);
+        true
+    }
+}
+
+pub(super) async fn receive(
+    State(app): AppState,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let reject = |status: StatusCode, reason: &'static str, detail: String, size: usize| {
         let app = app.clone();
         let headers = safe_headers(&headers);
-        let size = body.len();
         async move {
             warn!(reason, %detail, size, "webhook rejected");
-            if let Err(e) = app
-                .store
-                .record_rejected_webhook(reason, Some(&detail), &headers, size)
-                .await
+            crate::metrics::webhook_rejected(reason);
+            let minute = chrono::Utc::now().timestamp().div_euclid(60);
+            if app.rejects.take(reason, minute)
+                && let Err(e) = app
+                    .store
+                    .record_rejected_webhook(reason, Some(&detail), &headers, size, minute)
+                    .await
             {
-                // Still a rejection; the gateway will retry and it will be recorded then.
+                // Still a rejection, and still counted.
                 warn!(error = %e, "could not record the rejected webhook");
             }
             error(status, None, format!("{reason}: {detail}"))
         }
     };
-    if body.len() > app.max_body {
-        let detail = format!("{} bytes, limit {}", body.len(), app.max_body);
-        return reject(StatusCode::PAYLOAD_TOO_LARGE, "body_too_large", detail).await;
-    }
+    let body = match body {
+        Ok(body) => body,
+        Err(rejection) if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE => {
+            let detail = format!("over the limit of {} bytes", app.max_body);
+            return reject(StatusCode::PAYLOAD_TOO_LARGE, "body_too_large", detail, 0).await;
+        }
+        Err(rejection) => {
+            let detail = rejection.body_text();
+            return reject(rejection.status(), "body_unreadable", detail, 0).await;
+        }
+    };
+    let size = body.len();
     let json_type = headers
         .get("content-type")
         .and_then(|v| v.to_str().ok())
@@ -71,7 +110,7 @@ pub(super) async fn receive(State(app): AppState, headers: HeaderMap, body: Byte
         });
     if !json_type {
         let detail = "Content-Type must be application/json".to_owned();
-        return reject(StatusCode::UNSUPPORTED_MEDIA_TYPE, "not_json", detail).await;
+        return reject(StatusCode::UNSUPPORTED_MEDIA_TYPE, "not_json", detail, size).await;
     }
     let header = |name: &str| {
         headers
@@ -84,11 +123,19 @@ pub(super) async fn receive(State(app): AppState, headers: HeaderMap, body: Byte
             Rejection::MissingHeader(_) | Rejection::MalformedHeader(_) => StatusCode::BAD_REQUEST,
             _ => StatusCode::UNAUTHORIZED,
         };
-        return reject(status, rejection.reason(), rejection.to_string()).await;
+        return reject(status, rejection.reason(), rejection.to_string(), size).await;
     }
     let event = match event::parse(&body) {
         Ok(ev) => ev,
-        Err(e) => return reject(StatusCode::BAD_REQUEST, "malformed_body", e.to_string()).await,
+        Err(e) => {
+            return reject(
+                StatusCode::BAD_REQUEST,
+                "malformed_body",
+                e.to_string(),
+                size,
+            )
+            .await;
+        }
     };
     match app.store.record_webhook(&event, Some(&app.retry)).await {
         Ok(result) => {

@@ -311,6 +311,8 @@ pub fn worker_args(db_url: &str, gateway_url: &str) -> WorkerArgs {
             max_attempts: 4,
         },
         metrics_addr: None,
+        metrics_cache: Duration::ZERO,
+        api_keys: Default::default(),
         retention: Default::default(),
         reconcile: cobro::recon::ReconcileArgs::off(),
     }
@@ -382,8 +384,41 @@ pub fn test_secret() -> String {
     )
 }
 
-/// The web process (`cobro serve`'s router) on 127.0.0.1:0, until dropped
-/// or stopped.
+/// The test API keys: name, scopes. Each one's secret is [`secret`]`(name)`.
+pub const TEST_KEYS: &[(&str, &str)] = &[
+    ("app", "charges:write+refunds:write+attempts:read"),
+    ("ana", "finance:read+finance:write"),
+    ("luis", "finance:read+finance:write"),
+    ("agent", "finance:read+attempts:read"),
+    ("prom", "metrics:read"),
+];
+
+/// The secret of test key `name` (only its SHA-256 is configured).
+pub fn secret(name: &str) -> String {
+    format!("test-secret-of-{name}-0123456789")
+}
+
+/// [`TEST_KEYS`] as `COBRO_API_KEYS` holds them: hashes only.
+pub fn test_keys_config() -> String {
+    let entries: Vec<String> = TEST_KEYS
+        .iter()
+        .map(|(name, scopes)| {
+            format!(
+                "{name}:{scopes}:{}",
+                cobro::http::auth::hash_hex(&secret(name))
+            )
+        })
+        .collect();
+    entries.join(",")
+}
+
+/// [`TEST_KEYS`] as the web process holds them.
+pub fn test_keys() -> cobro::http::auth::ApiKeys {
+    cobro::http::auth::ApiKeys::parse(&test_keys_config()).expect("test keys")
+}
+
+/// The web process (`cobro serve`'s routes, with [`test_keys`] and fresh
+/// metrics) on 127.0.0.1:0, until dropped or stopped.
 pub struct Web {
     pub url: String,
     stop: oneshot::Sender<()>,
@@ -391,28 +426,35 @@ pub struct Web {
 }
 
 pub async fn start_web(store: &Store, verifier: cobro::webhook::Verifier) -> Web {
-    start_web_with(store, verifier, axum::Router::new()).await
+    start_web_cfg(web_config(store, verifier)).await
 }
 
-/// The web process with `extra` routes merged in (e.g. the finance routes).
-pub async fn start_web_with(
-    store: &Store,
-    verifier: cobro::webhook::Verifier,
-    extra: axum::Router,
-) -> Web {
+/// The web settings of [`start_web`], to adjust before [`start_web_cfg`].
+pub fn web_config(store: &Store, verifier: cobro::webhook::Verifier) -> cobro::web::WebConfig {
+    let mut cfg = cobro::web::WebConfig::new(store.clone(), verifier);
+    cfg.keys = test_keys();
+    cfg.metrics_cache = Duration::ZERO;
+    cfg
+}
+
+/// The web process with these settings, one listener, default limits.
+pub async fn start_web_cfg(cfg: cobro::web::WebConfig) -> Web {
+    serve_router(cfg.router(), cobro::http::serve::HttpLimits::default()).await
+}
+
+/// Any router on 127.0.0.1:0 through cobro's hardened server loop.
+pub async fn serve_router(app: axum::Router, limits: cobro::http::serve::HttpLimits) -> Web {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind web");
     let url = format!("http://{}", listener.local_addr().unwrap());
-    let app = cobro::web::router(store.clone(), verifier, 65_536, Default::default()).merge(extra);
     let (stop, rx) = oneshot::channel::<()>();
     let task = tokio::spawn(async move {
-        axum::serve(listener, app)
-            .with_graceful_shutdown(async move {
-                let _ = rx.await;
-            })
-            .await
-            .expect("web server");
+        cobro::http::serve::serve(listener, app, &limits, async move {
+            let _ = rx.await;
+        })
+        .await
+        .expect("web server");
     });
     Web { url, stop, task }
 }

@@ -7,7 +7,7 @@ use sqlx::{Row, SqlitePool};
 use super::{apply_tx, attempt};
 use crate::store::StoreError;
 use crate::store::webhooks::{
-    Decision, IncomingEvent, WebhookResult, after_apply, decide, evidence,
+    Decision, IncomingEvent, Rejected, WebhookResult, after_apply, decide, evidence,
 };
 
 pub(crate) async fn record(
@@ -64,23 +64,18 @@ pub(crate) async fn record(
     Ok(result)
 }
 
-pub(crate) async fn record_rejected(
-    pool: &SqlitePool,
-    reason: &str,
-    detail: Option<&str>,
-    headers: &serde_json::Value,
-    body_size: usize,
-) -> Result<(), StoreError> {
+pub(crate) async fn record_rejected(pool: &SqlitePool, r: &Rejected<'_>) -> Result<(), StoreError> {
     sqlx::query(concat!(
-        "INSERT INTO rejected_webhooks (reason, detail, headers, body_size, received_at)
-         VALUES (?1, ?2, ?3, ?4, ",
+        "INSERT INTO rejected_webhooks (reason, detail, headers, body_size, minute, received_at)
+         VALUES (?1, ?2, ?3, ?4, ?5, ",
         now_ms!(),
-        ")"
+        ") ON CONFLICT (reason, minute) DO NOTHING"
     ))
-    .bind(reason)
-    .bind(detail)
-    .bind(headers.to_string())
-    .bind(body_size as i64)
+    .bind(r.reason)
+    .bind(r.detail)
+    .bind(r.headers.to_string())
+    .bind(i64::try_from(r.body_size).unwrap_or(i64::MAX))
+    .bind(r.minute)
     .execute(pool)
     .await?;
     Ok(())

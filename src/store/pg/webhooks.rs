@@ -4,7 +4,7 @@ use sqlx::PgPool;
 
 use super::apply_tx;
 use crate::store::webhooks::{
-    Decision, IncomingEvent, WebhookResult, after_apply, decide, evidence,
+    Decision, IncomingEvent, Rejected, WebhookResult, after_apply, decide, evidence,
 };
 use crate::store::{Attempt, StoreError};
 
@@ -66,21 +66,17 @@ pub(crate) async fn record(
     Ok(result)
 }
 
-pub(crate) async fn record_rejected(
-    pool: &PgPool,
-    reason: &str,
-    detail: Option<&str>,
-    headers: &serde_json::Value,
-    body_size: usize,
-) -> Result<(), StoreError> {
+pub(crate) async fn record_rejected(pool: &PgPool, r: &Rejected<'_>) -> Result<(), StoreError> {
     sqlx::query(
-        "INSERT INTO cobro.rejected_webhooks (reason, detail, headers, body_size)
-         VALUES ($1, $2, $3, $4)",
+        "INSERT INTO cobro.rejected_webhooks (reason, detail, headers, body_size, minute)
+         VALUES ($1, $2, $3, $4, $5)
+         ON CONFLICT (reason, minute) DO NOTHING",
     )
-    .bind(reason)
-    .bind(detail)
-    .bind(sqlx::types::Json(headers))
-    .bind(body_size as i32)
+    .bind(r.reason)
+    .bind(r.detail)
+    .bind(sqlx::types::Json(r.headers))
+    .bind(i32::try_from(r.body_size).unwrap_or(i32::MAX))
+    .bind(r.minute)
     .execute(pool)
     .await?;
     Ok(())

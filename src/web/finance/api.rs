@@ -13,8 +13,9 @@ use serde::Deserialize;
 use serde_json::json;
 use uuid::Uuid;
 
-use super::{FinanceState, Person};
+use super::FinanceState;
 use crate::finance::{self, Filter, Resolution, ResolveError, ResolveRequest};
+use crate::http::auth::Caller as Person;
 use crate::store::{CaseError, RetryError, StoreError};
 use crate::web::error;
 
@@ -61,7 +62,7 @@ pub(super) async fn resolve_case(
     let note = serde_json::from_slice::<CaseBody>(&body)
         .map(|b| b.note)
         .unwrap_or_default();
-    match finance::resolve_case(&fin.store, id, &person.0, &note).await {
+    match finance::resolve_case(&fin.store, id, &person.name, &note).await {
         Ok(case) => Json(case).into_response(),
         Err(e) => case_error(e),
     }
@@ -149,7 +150,7 @@ pub(super) async fn resolve(
         attempt_id: id,
         version: body.version,
         resolution: body.resolution,
-        by: &person.0,
+        by: &person.name,
         note: &body.note,
     };
     match finance::resolve(&fin.store, &req).await {
@@ -182,7 +183,7 @@ pub(super) async fn retry(
     let Ok(id) = Uuid::try_parse(&id) else {
         return bad_id();
     };
-    let actor = format!("finance:{}", person.0);
+    let actor = format!("finance:{}", person.name);
     let key = crate::domain::IdempotencyKey::generate();
     match fin
         .store

@@ -11,16 +11,13 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Redirect, Response};
 use serde::Deserialize;
 
+use super::FinanceState;
 use super::api::unavailable;
 use super::page::{esc, page};
-use super::{FinanceState, Person};
 use crate::finance;
+use crate::http::auth::Caller as Person;
 
-pub(super) fn table(
-    fin: &super::Finance,
-    person: &Person,
-    cases: &[crate::store::ReconCase],
-) -> String {
+pub(super) fn table(person: &Person, cases: &[crate::store::ReconCase]) -> String {
     let mut out = format!(
         "<h2>Reconciliation cases</h2><p>What the daily comparison with the gateway found: {} open.</p>",
         cases.len()
@@ -29,7 +26,7 @@ pub(super) fn table(
         out.push_str("<p id=\"no-cases\">No open cases.</p>");
         return out;
     }
-    let token = fin.cfg.users.form_token(&person.0).unwrap_or_default();
+    let token = person.form_token();
     out.push_str(
         "<table id=\"cases\"><thead><tr><th>#</th><th>Kind</th><th>Order</th><th>Gateway</th>\
          <th>Our attempt</th><th>Window</th><th>What each side says</th><th>Close</th></tr></thead><tbody>",
@@ -72,11 +69,11 @@ pub(super) async fn resolve(
     Path(id): Path<i64>,
     Form(form): Form<CaseForm>,
 ) -> Response {
-    if !fin.cfg.users.form_token_ok(&person.0, &form.form_token) {
+    if !person.form_token_ok(&form.form_token) {
         let body = "<p class=\"note err\">This form did not come from the finance page. Nothing was changed.</p>";
         return (StatusCode::FORBIDDEN, page("Refused", &person, body)).into_response();
     }
-    match finance::resolve_case(&fin.store, id, &person.0, &form.note).await {
+    match finance::resolve_case(&fin.store, id, &person.name, &form.note).await {
         Ok(_) => Redirect::to(&format!("/finance?resolved_case={id}")).into_response(),
         Err(crate::store::CaseError::Store(e)) => unavailable(&e),
         Err(e) => {

@@ -1,13 +1,19 @@
 //! Finance on the web process: the escalation queue as a JSON API
 //! (`/finance/api/...`), a CSV export and a server-rendered HTML page
-//! (`/finance`), all behind authentication ([`auth`]).
+//! (`/finance`).
 //!
-//! Invariant: every route here answers 401 without valid credentials, and
-//! every action calls the one implementation in [`crate::finance`] with the
-//! authenticated user's name (never a name from the request body).
+//! Who may do what: reading needs `finance:read`, acting `finance:write`.
+//! The JSON API takes only `Authorization: Bearer` and, on a POST, only
+//! `application/json`; the pages take the browser's Basic sign-in (or a
+//! Bearer key for the CSV), and their forms also need the form token and a
+//! same-origin request. So another site can make a signed-in browser do
+//! nothing here.
+//!
+//! Invariant: every action calls the one implementation in
+//! [`crate::finance`] with the authenticated key's name (never a name from
+//! the request body).
 
 mod api;
-pub mod auth;
 mod cases;
 mod page;
 
@@ -16,59 +22,47 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::extract::{Request, State};
-use axum::http::{HeaderValue, StatusCode, header};
+use axum::http::{StatusCode, header};
 use axum::middleware::{self, Next};
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use axum::routing::{get, post};
 use clap::Args;
 
+use crate::http::auth::{ApiKeys, Guard, Scope, Via, same_origin};
+use crate::http::json_only;
 use crate::store::Store;
 
 /// Settings of the finance routes of `cobro serve`.
-#[derive(Clone, Args)]
+#[derive(Debug, Clone, Args)]
 pub struct FinanceArgs {
-    /// Finance users as `name:secret,…` (secrets of at least 16
-    /// characters). Basic auth with name and secret, or `Bearer <secret>`.
-    /// Empty: every finance route answers 401.
-    #[arg(
-        long,
-        env = "COBRO_FINANCE_USERS",
-        default_value = "",
-        hide_env_values = true,
-        hide_default_value = true
-    )]
-    pub finance_users: String,
     /// A DESCONOCIDO attempt older than this reaches finance.
     #[arg(long, env = "COBRO_STALE_AFTER", default_value = "1h", value_parser = super::duration)]
     pub stale_after: Duration,
 }
 
-impl std::fmt::Debug for FinanceArgs {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("FinanceArgs")
-            .field("finance_users", &"<redacted>")
-            .field("stale_after", &self.stale_after)
-            .finish()
-    }
-}
-
 /// What the finance routes need.
 #[derive(Debug, Clone)]
 pub struct FinanceConfig {
-    pub users: auth::Users,
     pub stale_after: Duration,
     /// For manual business retries: the same maximum as the workers'.
     pub max_attempts: u32,
 }
 
+impl Default for FinanceConfig {
+    fn default() -> Self {
+        Self {
+            stale_after: Duration::from_secs(3600),
+            max_attempts: 4,
+        }
+    }
+}
+
 impl FinanceArgs {
-    pub fn config(&self, max_attempts: u32) -> Result<FinanceConfig, String> {
-        Ok(FinanceConfig {
-            users: auth::Users::parse(&self.finance_users)
-                .map_err(|e| format!("COBRO_FINANCE_USERS: {e}"))?,
+    pub fn config(&self, max_attempts: u32) -> FinanceConfig {
+        FinanceConfig {
             stale_after: self.stale_after,
             max_attempts,
-        })
+        }
     }
 }
 
@@ -79,49 +73,67 @@ pub(crate) struct Finance {
 
 pub(crate) type FinanceState = State<Arc<Finance>>;
 
-/// The authenticated user, put in the request by the auth layer.
-#[derive(Debug, Clone)]
-pub(crate) struct Person(pub(crate) String);
-
-/// The finance routes (merge them into the web process's router).
-pub fn router(store: Store, cfg: FinanceConfig) -> Router {
+/// The finance routes, each behind its scope (merge them into the web
+/// process's router).
+pub fn router(store: Store, cfg: FinanceConfig, keys: Arc<ApiKeys>) -> Router {
     let state = Arc::new(Finance { store, cfg });
+    let page = Guard::new(keys.clone(), Scope::FinanceRead, Via::Either);
+    let form = Guard::new(keys.clone(), Scope::FinanceWrite, Via::Basic);
+    let read = Guard::new(keys.clone(), Scope::FinanceRead, Via::Bearer);
+    let write = Guard::new(keys, Scope::FinanceWrite, Via::Bearer);
     Router::new()
-        .route("/finance", get(page::list))
-        .route("/finance/attempts/{id}", get(page::detail))
-        .route("/finance/attempts/{id}/resolve", post(page::resolve))
-        .route("/finance/summary", get(page::summary))
-        .route("/finance/escalations.csv", get(api::csv))
-        .route("/finance/api/escalations", get(api::list))
-        .route("/finance/api/attempts/{id}", get(api::detail))
-        .route("/finance/api/attempts/{id}/resolve", post(api::resolve))
-        .route("/finance/api/attempts/{id}/retry", post(api::retry))
-        .route("/finance/api/summary", get(api::summary))
-        .route("/finance/cases/{id}/resolve", post(cases::resolve))
-        .route("/finance/api/cases/{id}/resolve", post(api::resolve_case))
-        .route_layer(middleware::from_fn_with_state(state.clone(), authenticate))
+        .route("/finance", page.clone().on(get(page::list)))
+        .route("/finance/attempts/{id}", page.clone().on(get(page::detail)))
+        .route("/finance/summary", page.clone().on(get(page::summary)))
+        .route("/finance/escalations.csv", page.on(get(api::csv)))
+        .route(
+            "/finance/attempts/{id}/resolve",
+            form.clone()
+                .on(post(page::resolve).layer(middleware::from_fn(same_origin_only))),
+        )
+        .route(
+            "/finance/cases/{id}/resolve",
+            form.on(post(cases::resolve).layer(middleware::from_fn(same_origin_only))),
+        )
+        .route("/finance/api/escalations", read.clone().on(get(api::list)))
+        .route(
+            "/finance/api/attempts/{id}",
+            read.clone().on(get(api::detail)),
+        )
+        .route("/finance/api/summary", read.on(get(api::summary)))
+        .route(
+            "/finance/api/attempts/{id}/resolve",
+            write
+                .clone()
+                .on(post(api::resolve).layer(middleware::from_fn(json_only))),
+        )
+        .route(
+            "/finance/api/attempts/{id}/retry",
+            write
+                .clone()
+                .on(post(api::retry).layer(middleware::from_fn(json_only))),
+        )
+        .route(
+            "/finance/api/cases/{id}/resolve",
+            write.on(post(api::resolve_case).layer(middleware::from_fn(json_only))),
+        )
         .with_state(state)
 }
 
-async fn authenticate(State(fin): FinanceState, mut req: Request, next: Next) -> Response {
-    let Some(name) = fin.cfg.users.authenticate(req.headers()) else {
-        let message = if fin.cfg.users.is_empty() {
-            "finance access is not configured (set COBRO_FINANCE_USERS)"
-        } else {
-            "authentication required: Basic auth with your finance user, or a Bearer secret"
-        };
-        let mut resp = super::error(StatusCode::UNAUTHORIZED, None, message);
+/// A form that changes something must come from our own page (the
+/// browser says where it came from); the form token is checked after.
+async fn same_origin_only(req: Request, next: Next) -> Response {
+    if let Err(why) = same_origin(req.headers()) {
+        let mut resp = super::error(
+            StatusCode::FORBIDDEN,
+            None,
+            format!("{why}: nothing was changed"),
+        );
         resp.headers_mut().insert(
-            header::WWW_AUTHENTICATE,
-            HeaderValue::from_static("Basic realm=\"cobro finance\", charset=\"UTF-8\""),
+            header::CACHE_CONTROL,
+            header::HeaderValue::from_static("no-store"),
         );
         return resp;
-    };
-    let person = Person(name.to_owned());
-    req.extensions_mut().insert(person);
-    let mut resp = next.run(req).await;
-    // Finance data is never cached by a browser or a proxy.
-    resp.headers_mut()
-        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    resp.into_response()
+    }
+    next.run(req).await
 }

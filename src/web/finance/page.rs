@@ -14,10 +14,11 @@ use axum::response::{Html, IntoResponse, Redirect, Response};
 use serde::Deserialize;
 use uuid::Uuid;
 
+use super::FinanceState;
 use super::api::{bad_id, unavailable};
-use super::{FinanceState, Person};
 use crate::domain::decimal;
 use crate::finance::{self, Filter, Resolution, ResolveError, ResolveRequest};
+use crate::http::auth::Caller as Person;
 use crate::store::{Escalated, StoreError};
 
 /// HTML-escapes text for element content and quoted attributes.
@@ -51,7 +52,7 @@ pub(super) fn page(title: &str, person: &Person, body: &str) -> Html<String> {
          <span style=\"float:right\">signed in as <b id=\"person\">{who}</b></span></nav>\
          <h1>{t}</h1>{body}</body></html>",
         t = esc(title),
-        who = esc(&person.0),
+        who = esc(&person.name),
     ))
 }
 
@@ -185,7 +186,7 @@ pub(super) async fn list(
     } else {
         body.push_str(&table(&items));
     }
-    body.push_str(&super::cases::table(&fin, &person, &cases));
+    body.push_str(&super::cases::table(&person, &cases));
     page("Escalation queue", &person, &body).into_response()
 }
 
@@ -302,7 +303,7 @@ async fn render_detail(
         a.state,
         crate::state::State::Desconocido | crate::state::State::EnRevision
     ) {
-        body.push_str(&forms(fin, person, a.id, a.version));
+        body.push_str(&forms(person, a.id, a.version));
     } else {
         body.push_str("<p class=\"note ok\">Settled: nothing to resolve.</p>");
     }
@@ -346,8 +347,8 @@ async fn render_detail(
     (status, page(&title, person, &body)).into_response()
 }
 
-fn forms(fin: &super::Finance, person: &Person, id: Uuid, version: i64) -> String {
-    let token = fin.cfg.users.form_token(&person.0).unwrap_or_default();
+fn forms(person: &Person, id: Uuid, version: i64) -> String {
+    let token = person.form_token();
     let hidden = format!(
         "<input type=\"hidden\" name=\"version\" value=\"{version}\">\
          <input type=\"hidden\" name=\"form_token\" value=\"{token}\">"
@@ -389,7 +390,7 @@ pub(super) async fn resolve(
     let Ok(id) = Uuid::try_parse(&id) else {
         return bad_id();
     };
-    if !fin.cfg.users.form_token_ok(&person.0, &form.form_token) {
+    if !person.form_token_ok(&form.form_token) {
         let body = "<p class=\"note err\">This form did not come from the finance page. Nothing was changed.</p>";
         return (StatusCode::FORBIDDEN, page("Refused", &person, body)).into_response();
     }
@@ -416,7 +417,7 @@ pub(super) async fn resolve(
         attempt_id: id,
         version: form.version,
         resolution,
-        by: &person.0,
+        by: &person.name,
         note: &form.note,
     };
     match finance::resolve(&fin.store, &req).await {
