@@ -138,8 +138,24 @@ enum Command {
     /// Compare the gateway's charges and refunds of a window with ours and
     /// open a case once per discrepancy (see README, Daily reconciliation).
     Reconcile(cobro::recon::ReconcileCommand),
-    /// Run the web process: gateway webhooks, HTTP enqueue, health.
+    /// Run the web process: gateway webhooks, the HTTP API, finance,
+    /// metrics, health.
     Serve(cobro::web::ServeArgs),
+    /// Make an API key: prints a new random secret (give it to the caller;
+    /// it is shown once) and the entry for COBRO_API_KEYS, which holds only
+    /// its SHA-256.
+    ApiKey {
+        /// The key's name: the actor in the transition log (`api:<name>`,
+        /// `finance:<name>`) and the Basic sign-in name on finance pages.
+        #[arg(long)]
+        name: String,
+        /// Comma-separated: charges:write, refunds:write, attempts:read,
+        /// finance:read, finance:write, metrics:read.
+        #[arg(long)]
+        scopes: String,
+        #[arg(long)]
+        json: bool,
+    },
     /// The soak: real worker, web and simulator processes on a fresh
     /// PostgreSQL database, faults at the gateway, SIGKILLed workers and
     /// PostgreSQL restarts; exits non-zero on any violation.
@@ -345,6 +361,19 @@ async fn main() -> Result<()> {
             }
         }
         Command::Reconcile(cmd) => cobro::recon::run_command(cmd).await?,
+        Command::ApiKey { name, scopes, json } => {
+            let scopes = cobro::http::auth::parse_scopes(&scopes)
+                .map_err(|e| anyhow::anyhow!("--scopes: {e}"))?;
+            let (secret, entry) =
+                cobro::http::auth::generate(&name, scopes).map_err(anyhow::Error::msg)?;
+            if json {
+                let out = serde_json::json!({"name": name, "secret": secret, "entry": entry});
+                println!("{}", serde_json::to_string_pretty(&out)?);
+            } else {
+                println!("secret (give it to the caller; shown once, never stored): {secret}");
+                println!("COBRO_API_KEYS entry (the secret's SHA-256): {entry}");
+            }
+        }
         Command::Serve(args) => {
             cobro::web::run(args, cobro::runtime::shutdown_signal()).await?;
         }
