@@ -69,6 +69,7 @@ async fn a_client_trickling_headers_is_cut_off_while_others_are_served(b: Backen
     let addr = web.url.trim_start_matches("http://").to_owned();
 
     // One header byte every 100 ms: the whole head would take 30 s.
+    let connected = Instant::now();
     let (mut slow, mut slow_w) = TcpStream::connect(&addr).await.unwrap().into_split();
     slow_w
         .write_all(b"GET /health HTTP/1.1\r\nHost: x\r\n")
@@ -99,8 +100,11 @@ async fn a_client_trickling_headers_is_cut_off_while_others_are_served(b: Backen
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert!(served >= 5, "only {served} requests served meanwhile");
-    let cut = closed_within(&mut slow, Duration::from_secs(15)).await;
-    let cut = cut.expect("the trickling client was never disconnected");
+    closed_within(&mut slow, Duration::from_secs(15))
+        .await
+        .expect("the trickling client was never disconnected");
+    let cut = connected.elapsed();
+    assert!(cut >= timeout, "cut off before its timeout: {cut:?}");
     assert!(
         trickle.await.unwrap(),
         "the trickle was refused before it ended"
