@@ -32,6 +32,7 @@ use serde_json::json;
 use tracing::info;
 
 use crate::backoff::parse_duration_arg as duration;
+use crate::domain::MaxAmount;
 use crate::store::Store;
 use crate::webhook::{Scheme, Verifier};
 
@@ -62,6 +63,11 @@ pub struct ServeArgs {
     /// Largest accepted request body; larger ones get 413.
     #[arg(long, env = "COBRO_MAX_BODY_BYTES", default_value_t = 65_536)]
     pub max_body_bytes: usize,
+    /// Largest `amount_minor` that `POST /charges` and `POST /refunds`
+    /// accept (at most 999999999999, the ceiling the database enforces).
+    #[arg(long, env = "COBRO_MAX_AMOUNT_MINOR", default_value_t = MaxAmount::default(),
+          value_parser = crate::domain::parse_max_amount_arg)]
+    pub max_amount_minor: MaxAmount,
     /// A decline by webhook schedules the business retry like the worker does.
     #[command(flatten)]
     pub retry: crate::retry::RetryArgs,
@@ -106,16 +112,19 @@ pub(crate) struct App {
     pub(crate) verifier: Verifier,
     pub(crate) max_body: usize,
     pub(crate) retry: crate::retry::RetryPolicy,
+    pub(crate) max_amount: MaxAmount,
 }
 
 pub(crate) type AppState = State<Arc<App>>;
 
-/// The routes, for a store, a verifier and the business-retry policy.
+/// The routes, for a store, a verifier, the business-retry policy and the
+/// largest amount the create routes accept.
 pub fn router(
     store: Store,
     verifier: Verifier,
     max_body: usize,
     retry: crate::retry::RetryPolicy,
+    max_amount: MaxAmount,
 ) -> Router {
     crate::metrics::install();
     let app = Arc::new(App {
@@ -123,6 +132,7 @@ pub fn router(
         verifier,
         max_body,
         retry,
+        max_amount,
     });
     Router::new()
         .route("/webhooks/gateway", post(webhooks::receive))
@@ -189,8 +199,14 @@ pub async fn run(
     info!(addr = %listener.local_addr()?, scheme = ?verifier.scheme(), "cobro web listening");
     axum::serve(
         listener,
-        router(store.clone(), verifier, args.max_body_bytes, retry)
-            .merge(finance::router(store, finance)),
+        router(
+            store.clone(),
+            verifier,
+            args.max_body_bytes,
+            retry,
+            args.max_amount_minor,
+        )
+        .merge(finance::router(store, finance)),
     )
     .with_graceful_shutdown(shutdown)
     .await?;

@@ -400,11 +400,30 @@ pub async fn start_web_with(
     verifier: cobro::webhook::Verifier,
     extra: axum::Router,
 ) -> Web {
+    start_web_full(store, verifier, extra, Default::default()).await
+}
+
+/// The web process accepting amounts up to `max` (`COBRO_MAX_AMOUNT_MINOR`).
+pub async fn start_web_max(
+    store: &Store,
+    verifier: cobro::webhook::Verifier,
+    max: cobro::domain::MaxAmount,
+) -> Web {
+    start_web_full(store, verifier, axum::Router::new(), max).await
+}
+
+async fn start_web_full(
+    store: &Store,
+    verifier: cobro::webhook::Verifier,
+    extra: axum::Router,
+    max: cobro::domain::MaxAmount,
+) -> Web {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind web");
     let url = format!("http://{}", listener.local_addr().unwrap());
-    let app = cobro::web::router(store.clone(), verifier, 65_536, Default::default()).merge(extra);
+    let app =
+        cobro::web::router(store.clone(), verifier, 65_536, Default::default(), max).merge(extra);
     let (stop, rx) = oneshot::channel::<()>();
     let task = tokio::spawn(async move {
         axum::serve(listener, app)
