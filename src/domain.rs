@@ -52,24 +52,25 @@ pub struct Amount(i64);
 
 impl Amount {
     /// A positive amount no larger than [`AMOUNT_CEILING`]. Apply a lower
-    /// limit of your own with [`Amount::within`].
+    /// limit of your own with [`Amount::parse_within`].
     pub fn parse(minor: i64) -> Result<Self, InputError> {
+        Self::parse_within(minor, MaxAmount::CEILING)
+    }
+
+    /// A positive amount no larger than `max`; a refusal names
+    /// `amount_minor`, the maximum and what sets it.
+    pub fn parse_within(minor: i64, max: MaxAmount) -> Result<Self, InputError> {
         if minor <= 0 {
             return Err(InputError::new(
                 "amount_minor",
                 format!("must be a positive whole number of minor units, got {minor}"),
             ));
         }
-        Self(minor).within(MaxAmount::CEILING)
-    }
-
-    /// `self`, or the refusal naming `amount_minor`, the maximum and what
-    /// sets it when `self` is above `max`.
-    pub fn within(self, max: MaxAmount) -> Result<Self, InputError> {
-        if self.0 > max.minor {
-            return Err(max.refusal(self.0));
+        // `max` is never above the ceiling (see `MaxAmount::new`).
+        if minor > max.minor {
+            return Err(max.refusal(minor));
         }
-        Ok(self)
+        Ok(Self(minor))
     }
 
     pub fn minor(self) -> i64 {
@@ -417,7 +418,7 @@ pub struct ChargeRequest {
 impl ChargeRequest {
     /// Parses raw input; the key is generated when the caller has none.
     /// The amount may be up to [`AMOUNT_CEILING`]; apply your own maximum
-    /// with [`ChargeRequest::within`].
+    /// with [`ChargeRequest::parse_within`].
     pub fn parse(
         order_id: &str,
         amount_minor: i64,
@@ -425,9 +426,29 @@ impl ChargeRequest {
         key: Option<&str>,
         payment_method: Option<&str>,
     ) -> Result<Self, InputError> {
+        Self::parse_within(
+            order_id,
+            amount_minor,
+            currency,
+            key,
+            payment_method,
+            MaxAmount::CEILING,
+        )
+    }
+
+    /// [`ChargeRequest::parse`] with the amount at most `max`, e.g.
+    /// `MaxAmount::new(5_000_000, "our checkout's limit")?`.
+    pub fn parse_within(
+        order_id: &str,
+        amount_minor: i64,
+        currency: &str,
+        key: Option<&str>,
+        payment_method: Option<&str>,
+        max: MaxAmount,
+    ) -> Result<Self, InputError> {
         Ok(Self {
             order_id: OrderId::parse(order_id)?,
-            amount: Amount::parse(amount_minor)?,
+            amount: Amount::parse_within(amount_minor, max)?,
             currency: Currency::parse(currency)?,
             key: match key {
                 Some(k) => IdempotencyKey::parse(k)?,
@@ -435,13 +456,6 @@ impl ChargeRequest {
             },
             payment_method: payment_method.map(PaymentMethod::parse).transpose()?,
         })
-    }
-
-    /// `self`, or the refusal naming `amount_minor` when the amount is above
-    /// `max`: `ChargeRequest::parse(…)?.within(MaxAmount::new(50_000_00, "our limit")?)?`.
-    pub fn within(self, max: MaxAmount) -> Result<Self, InputError> {
-        self.amount.within(max)?;
-        Ok(self)
     }
 }
 
@@ -539,18 +553,23 @@ mod tests {
         }
         let max = MaxAmount::default();
         assert_eq!(max.minor(), DEFAULT_MAX_AMOUNT);
-        let at = ChargeRequest::parse("o-1", DEFAULT_MAX_AMOUNT, "USD", None, None).unwrap();
-        assert!(at.within(max).is_ok());
-        let over = ChargeRequest::parse("o-1", DEFAULT_MAX_AMOUNT + 1, "USD", None, None).unwrap();
-        let e = over.within(max).unwrap_err();
-        assert_eq!(e.field, "amount_minor");
-        assert_eq!(
-            e.to_string(),
-            "invalid amount_minor: must be at most 99999999 minor units \
-             (set by COBRO_MAX_AMOUNT_MINOR), got 100000000"
-        );
+        let within = |amount| ChargeRequest::parse_within("o-1", amount, "USD", None, None, max);
+        assert!(within(DEFAULT_MAX_AMOUNT).is_ok());
+        for over in [DEFAULT_MAX_AMOUNT + 1, AMOUNT_CEILING + 1, i64::MAX] {
+            let e = within(over).unwrap_err();
+            assert_eq!(e.field, "amount_minor");
+            assert_eq!(
+                e.to_string(),
+                format!(
+                    "invalid amount_minor: must be at most 99999999 minor units \
+                     (set by COBRO_MAX_AMOUNT_MINOR), got {over}"
+                ),
+                "the lower maximum is the one named"
+            );
+        }
+        assert_eq!(within(0).unwrap_err().field, "amount_minor");
         let mine = MaxAmount::new(5_000, "this shop's limit").unwrap();
-        let e = Amount::parse(5_001).unwrap().within(mine).unwrap_err();
+        let e = Amount::parse_within(5_001, mine).unwrap_err();
         assert!(e.reason.contains("at most 5000") && e.reason.contains("this shop's limit"));
         assert!(MaxAmount::new(0, "x").is_err());
         assert!(MaxAmount::new(AMOUNT_CEILING + 1, "x").is_err());

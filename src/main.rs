@@ -206,14 +206,14 @@ async fn main() -> Result<()> {
             json,
         } => {
             // Parse before connecting: bad input never reaches the database.
-            let req = ChargeRequest::parse(
+            let req = ChargeRequest::parse_within(
                 &order_id,
                 amount_minor,
                 &currency,
                 key.as_deref(),
                 payment_method.as_deref(),
-            )?
-            .within(max_amount_minor)?;
+                max_amount_minor,
+            )?;
             let store = Store::connect(&database_url, 2).await?;
             let out = store.enqueue(&req).await?;
             if json {
@@ -279,7 +279,7 @@ async fn main() -> Result<()> {
             json,
         } => {
             // Parse before connecting: bad input never reaches the database.
-            let amount = cobro::domain::Amount::parse(amount_minor)?.within(max_amount_minor)?;
+            let amount = cobro::domain::Amount::parse_within(amount_minor, max_amount_minor)?;
             let key = match key {
                 Some(k) => cobro::domain::IdempotencyKey::parse(&k)?,
                 None => cobro::domain::IdempotencyKey::generate(),

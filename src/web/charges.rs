@@ -91,9 +91,7 @@ pub(super) fn amount(v: &Value, max: MaxAmount) -> Result<Amount, Box<Response>>
         }
     };
     if let Some(minor) = n.as_i64() {
-        return Amount::parse(minor)
-            .and_then(|a| a.within(max))
-            .map_err(refused);
+        return Amount::parse_within(minor, max).map_err(refused);
     }
     // A u64 above i64::MAX, or a number written too large for one (1e30):
     // over the maximum whatever else is wrong with it.
