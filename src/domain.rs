@@ -2,10 +2,10 @@
 //! idempotency keys and payment-method tokens.
 //!
 //! Invariant: once a value of these types exists it is valid. Money is an
-//! integer count of minor units (`i64 > 0`), never a float; a currency is a
-//! known ISO 4217 code; a payment method is an opaque token, never card data.
-//! Every parse error names the field it came from, so a caller can tell the
-//! user exactly what to fix.
+//! integer count of minor units (`0 < amount <= AMOUNT_CEILING`), never a
+//! float; a currency is a known ISO 4217 code; a payment method is an opaque
+//! token, never card data. Every parse error names the field it came from,
+//! so a caller can tell the user exactly what to fix.
 
 use std::fmt;
 
@@ -29,18 +29,46 @@ impl InputError {
     }
 }
 
-/// A positive amount of money in the currency's minor units (cents for USD).
+/// The hard ceiling on `amount_minor`: 999,999,999,999 (10^12 - 1) minor
+/// units, 9,999,999,999.99 in a 2-decimal currency. The database refuses
+/// anything above it in both backends (a CHECK on PostgreSQL, triggers on
+/// SQLite), so no stored amount and no realistic sum of them comes near
+/// `i64::MAX`; sums are computed in `i128` all the same.
+pub const AMOUNT_CEILING: i64 = 999_999_999_999;
+
+/// The default of `COBRO_MAX_AMOUNT_MINOR`: 99,999,999 (Stripe's 8 digits,
+/// 999,999.99 in a 2-decimal currency).
+pub const DEFAULT_MAX_AMOUNT: i64 = 99_999_999;
+
+/// The variable that sets the maximum amount `cobro serve`, `cobro enqueue`
+/// and `cobro refund` accept.
+pub const MAX_AMOUNT_VAR: &str = "COBRO_MAX_AMOUNT_MINOR";
+
+/// A positive amount of money in the currency's minor units (cents for USD),
+/// at most [`AMOUNT_CEILING`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(transparent)]
 pub struct Amount(i64);
 
 impl Amount {
+    /// A positive amount no larger than [`AMOUNT_CEILING`]. Apply a lower
+    /// limit of your own with [`Amount::parse_within`].
     pub fn parse(minor: i64) -> Result<Self, InputError> {
+        Self::parse_within(minor, MaxAmount::CEILING)
+    }
+
+    /// A positive amount no larger than `max`; a refusal names
+    /// `amount_minor`, the maximum and what sets it.
+    pub fn parse_within(minor: i64, max: MaxAmount) -> Result<Self, InputError> {
         if minor <= 0 {
             return Err(InputError::new(
                 "amount_minor",
                 format!("must be a positive whole number of minor units, got {minor}"),
             ));
+        }
+        // `max` is never above the ceiling (see `MaxAmount::new`).
+        if minor > max.minor {
+            return Err(max.refusal(minor));
         }
         Ok(Self(minor))
     }
@@ -48,6 +76,84 @@ impl Amount {
     pub fn minor(self) -> i64 {
         self.0
     }
+}
+
+/// The largest `amount_minor` an entry point accepts: at most
+/// [`AMOUNT_CEILING`], with what sets it (named in every refusal, e.g.
+/// `COBRO_MAX_AMOUNT_MINOR`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MaxAmount {
+    minor: i64,
+    set_by: &'static str,
+}
+
+impl MaxAmount {
+    /// The ceiling the database enforces.
+    pub const CEILING: MaxAmount = MaxAmount {
+        minor: AMOUNT_CEILING,
+        set_by: "the ceiling the database enforces",
+    };
+
+    /// A maximum of `minor` units, 1 to [`AMOUNT_CEILING`]; `set_by` says
+    /// where it comes from (a variable, "this shop's limit") in refusals.
+    pub fn new(minor: i64, set_by: &'static str) -> Result<Self, InputError> {
+        if !(1..=AMOUNT_CEILING).contains(&minor) {
+            return Err(InputError::new(
+                "max_amount_minor",
+                format!(
+                    "{set_by} must be 1 to {AMOUNT_CEILING} minor units \
+                     (the ceiling the database enforces), got {minor}"
+                ),
+            ));
+        }
+        Ok(Self { minor, set_by })
+    }
+
+    pub fn minor(self) -> i64 {
+        self.minor
+    }
+
+    /// The refusal of `minor` (shown as given: it may be a JSON number too
+    /// large for an `i64`), naming `amount_minor`, the maximum and what sets it.
+    pub(crate) fn refusal(self, minor: impl fmt::Display) -> InputError {
+        InputError::new(
+            "amount_minor",
+            format!(
+                "must be at most {} minor units (set by {}), got {minor}",
+                self.minor, self.set_by
+            ),
+        )
+    }
+}
+
+/// `COBRO_MAX_AMOUNT_MINOR`'s default: [`DEFAULT_MAX_AMOUNT`].
+impl Default for MaxAmount {
+    fn default() -> Self {
+        Self {
+            minor: DEFAULT_MAX_AMOUNT,
+            set_by: MAX_AMOUNT_VAR,
+        }
+    }
+}
+
+/// Shows the number of minor units (clap prints it as the default).
+impl fmt::Display for MaxAmount {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.minor.fmt(f)
+    }
+}
+
+/// `COBRO_MAX_AMOUNT_MINOR` (or `--max-amount-minor`) as given: a whole
+/// number from 1 to [`AMOUNT_CEILING`]; anything else stops the process at
+/// start-up with a message naming the variable.
+pub fn parse_max_amount_arg(raw: &str) -> Result<MaxAmount, String> {
+    let minor: i64 = raw.trim().parse().map_err(|_| {
+        format!(
+            "{MAX_AMOUNT_VAR} must be a whole number of minor units \
+             from 1 to {AMOUNT_CEILING}, got {raw:?}"
+        )
+    })?;
+    MaxAmount::new(minor, MAX_AMOUNT_VAR).map_err(|e| e.reason)
 }
 
 /// ISO 4217 codes with their minor-unit exponent. The migration seeds the
@@ -144,16 +250,18 @@ impl Currency {
 }
 
 /// `amount_minor` as a decimal in `currency`'s minor-unit scale: 1999 USD →
-/// "19.99", 1999 JPY → "1999", 1999 KWD → "1.999". Integer arithmetic only;
-/// an unknown code is shown with 2 decimals.
-pub fn decimal(amount_minor: i64, currency: &str) -> String {
+/// "19.99", 1999 JPY → "1999", 1999 KWD → "1.999". Integer arithmetic only,
+/// exact for any `i128` (sums of amounts); an unknown code is shown with 2
+/// decimals.
+pub fn decimal(amount_minor: impl Into<i128>, currency: &str) -> String {
+    let amount_minor: i128 = amount_minor.into();
     let exp = Currency::parse(currency).map_or(2, Currency::minor_unit);
     let sign = if amount_minor < 0 { "-" } else { "" };
     let abs = amount_minor.unsigned_abs();
     if exp == 0 {
         return format!("{sign}{abs}");
     }
-    let scale = 10u64.pow(u32::from(exp));
+    let scale = 10u128.pow(u32::from(exp));
     format!(
         "{sign}{}.{:0width$}",
         abs / scale,
@@ -309,6 +417,8 @@ pub struct ChargeRequest {
 
 impl ChargeRequest {
     /// Parses raw input; the key is generated when the caller has none.
+    /// The amount may be up to [`AMOUNT_CEILING`]; apply your own maximum
+    /// with [`ChargeRequest::parse_within`].
     pub fn parse(
         order_id: &str,
         amount_minor: i64,
@@ -316,9 +426,29 @@ impl ChargeRequest {
         key: Option<&str>,
         payment_method: Option<&str>,
     ) -> Result<Self, InputError> {
+        Self::parse_within(
+            order_id,
+            amount_minor,
+            currency,
+            key,
+            payment_method,
+            MaxAmount::CEILING,
+        )
+    }
+
+    /// [`ChargeRequest::parse`] with the amount at most `max`, e.g.
+    /// `MaxAmount::new(5_000_000, "our checkout's limit")?`.
+    pub fn parse_within(
+        order_id: &str,
+        amount_minor: i64,
+        currency: &str,
+        key: Option<&str>,
+        payment_method: Option<&str>,
+        max: MaxAmount,
+    ) -> Result<Self, InputError> {
         Ok(Self {
             order_id: OrderId::parse(order_id)?,
-            amount: Amount::parse(amount_minor)?,
+            amount: Amount::parse_within(amount_minor, max)?,
             currency: Currency::parse(currency)?,
             key: match key {
                 Some(k) => IdempotencyKey::parse(k)?,
@@ -406,6 +536,68 @@ mod tests {
         assert_eq!(decimal(1999, "KWD"), "1.999");
         assert_eq!(decimal(-250, "EUR"), "-2.50");
         assert_eq!(decimal(i64::MIN, "USD"), "-92233720368547758.08");
+    }
+
+    #[test]
+    fn amounts_stop_at_the_ceiling_or_at_a_lower_maximum() {
+        assert_eq!(
+            Amount::parse(AMOUNT_CEILING).unwrap().minor(),
+            AMOUNT_CEILING
+        );
+        for over in [AMOUNT_CEILING + 1, i64::MAX] {
+            let e = Amount::parse(over).unwrap_err();
+            assert_eq!(e.field, "amount_minor");
+            assert!(e.reason.contains("at most 999999999999"), "{e}");
+            let e = ChargeRequest::parse("o-1", over, "USD", None, None).unwrap_err();
+            assert_eq!(e.field, "amount_minor", "{e}");
+        }
+        let max = MaxAmount::default();
+        assert_eq!(max.minor(), DEFAULT_MAX_AMOUNT);
+        let within = |amount| ChargeRequest::parse_within("o-1", amount, "USD", None, None, max);
+        assert!(within(DEFAULT_MAX_AMOUNT).is_ok());
+        for over in [DEFAULT_MAX_AMOUNT + 1, AMOUNT_CEILING + 1, i64::MAX] {
+            let e = within(over).unwrap_err();
+            assert_eq!(e.field, "amount_minor");
+            assert_eq!(
+                e.to_string(),
+                format!(
+                    "invalid amount_minor: must be at most 99999999 minor units \
+                     (set by COBRO_MAX_AMOUNT_MINOR), got {over}"
+                ),
+                "the lower maximum is the one named"
+            );
+        }
+        assert_eq!(within(0).unwrap_err().field, "amount_minor");
+        let mine = MaxAmount::new(5_000, "this shop's limit").unwrap();
+        let e = Amount::parse_within(5_001, mine).unwrap_err();
+        assert!(e.reason.contains("at most 5000") && e.reason.contains("this shop's limit"));
+        assert!(MaxAmount::new(0, "x").is_err());
+        assert!(MaxAmount::new(AMOUNT_CEILING + 1, "x").is_err());
+    }
+
+    #[test]
+    fn the_configured_maximum_is_refused_above_the_ceiling() {
+        assert_eq!(parse_max_amount_arg("5000").unwrap().minor(), 5_000);
+        assert_eq!(
+            parse_max_amount_arg("999999999999").unwrap(),
+            MaxAmount::new(AMOUNT_CEILING, MAX_AMOUNT_VAR).unwrap()
+        );
+        for bad in ["1000000000000", "0", "-1", "1e6", "lots"] {
+            let e = parse_max_amount_arg(bad).unwrap_err();
+            assert!(
+                e.contains("COBRO_MAX_AMOUNT_MINOR") && e.contains("999999999999"),
+                "{bad}: {e}"
+            );
+        }
+    }
+
+    #[test]
+    fn decimal_is_exact_for_sums_beyond_i64() {
+        let sum = i128::from(i64::MAX) * 3 + 7;
+        assert_eq!(decimal(sum, "USD"), "276701161105643274.28");
+        assert_eq!(decimal(sum, "JPY"), "27670116110564327428");
+        assert_eq!(decimal(-sum, "KWD"), "-27670116110564327.428");
+        assert_eq!(decimal(i128::MIN, "JPY"), i128::MIN.to_string());
     }
 
     #[test]

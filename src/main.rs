@@ -6,7 +6,7 @@ use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
 use uuid::Uuid;
 
-use cobro::domain::ChargeRequest;
+use cobro::domain::{ChargeRequest, MaxAmount};
 use cobro::store::Store;
 
 mod cli;
@@ -42,6 +42,11 @@ enum Command {
         /// Integer minor units (cents): 1999 = 19.99 USD.
         #[arg(long, allow_negative_numbers = true)]
         amount_minor: i64,
+        /// The largest amount accepted (at most 999999999999, the ceiling
+        /// the database enforces).
+        #[arg(long, env = "COBRO_MAX_AMOUNT_MINOR", default_value_t = MaxAmount::default(),
+              value_parser = cobro::domain::parse_max_amount_arg)]
+        max_amount_minor: MaxAmount,
         /// ISO 4217 code, e.g. USD.
         #[arg(long)]
         currency: String,
@@ -98,6 +103,11 @@ enum Command {
         /// Integer minor units to refund (at most what is left of the charge).
         #[arg(long, allow_negative_numbers = true)]
         amount_minor: i64,
+        /// The largest amount accepted (at most 999999999999, the ceiling
+        /// the database enforces).
+        #[arg(long, env = "COBRO_MAX_AMOUNT_MINOR", default_value_t = MaxAmount::default(),
+              value_parser = cobro::domain::parse_max_amount_arg)]
+        max_amount_minor: MaxAmount,
         /// The refund's key (a UUID); generated when absent. Pass the same
         /// key when retrying the same refund request.
         #[arg(long)]
@@ -205,18 +215,20 @@ async fn main() -> Result<()> {
             database_url,
             order_id,
             amount_minor,
+            max_amount_minor,
             currency,
             key,
             payment_method,
             json,
         } => {
             // Parse before connecting: bad input never reaches the database.
-            let req = ChargeRequest::parse(
+            let req = ChargeRequest::parse_within(
                 &order_id,
                 amount_minor,
                 &currency,
                 key.as_deref(),
                 payment_method.as_deref(),
+                max_amount_minor,
             )?;
             let store = Store::connect(&database_url, 2).await?;
             let out = store.enqueue(&req).await?;
@@ -277,12 +289,13 @@ async fn main() -> Result<()> {
             database_url,
             attempt,
             amount_minor,
+            max_amount_minor,
             key,
             actor,
             json,
         } => {
             // Parse before connecting: bad input never reaches the database.
-            let amount = cobro::domain::Amount::parse(amount_minor)?;
+            let amount = cobro::domain::Amount::parse_within(amount_minor, max_amount_minor)?;
             let key = match key {
                 Some(k) => cobro::domain::IdempotencyKey::parse(&k)?,
                 None => cobro::domain::IdempotencyKey::generate(),

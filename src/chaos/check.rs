@@ -45,10 +45,11 @@ pub struct Report {
     /// Gateway approvals whose attempt is neither APROBADO (with that charge)
     /// nor EN_REVISION, and APROBADO attempts with no such approval (must be 0).
     pub amount_mismatches: usize,
-    pub approved_total_here: i64,
-    pub approved_total_gateway: i64,
+    /// Sums of amounts, in i128 so that they can never overflow.
+    pub approved_total_here: i128,
+    pub approved_total_gateway: i128,
     /// Gateway approvals of attempts left EN_REVISION (finance's to settle).
-    pub approved_total_in_review: i64,
+    pub approved_total_in_review: i128,
     /// Attempts whose log is not a valid chain ending in their state (must be 0).
     pub log_inconsistent: usize,
     /// Sends after a lookup had said approved (must be 0).
@@ -144,7 +145,7 @@ pub fn judge(
     let mut approved_per_order: HashMap<&str, usize> = HashMap::new();
     for e in ledger.entries.iter().filter(|e| e.status == "approved") {
         *approved_per_order.entry(e.order_id.as_str()).or_default() += 1;
-        r.approved_total_gateway += e.amount_minor;
+        r.approved_total_gateway += i128::from(e.amount_minor);
     }
     r.orders_charged_twice = approved_per_order.values().filter(|n| **n >= 2).count();
 
@@ -168,7 +169,9 @@ pub fn judge(
                 if a.state == State::Aprobado
                     && a.gateway_charge_id.as_deref() == Some(e.charge_id.as_str())
                     && a.amount_minor == e.amount_minor => {}
-            Some(a) if a.state == State::EnRevision => r.approved_total_in_review += e.amount_minor,
+            Some(a) if a.state == State::EnRevision => {
+                r.approved_total_in_review += i128::from(e.amount_minor)
+            }
             _ => r.amount_mismatches += 1,
         }
     }
@@ -176,7 +179,7 @@ pub fn judge(
         match a.state {
             State::Aprobado => {
                 r.approved_here += 1;
-                r.approved_total_here += a.amount_minor;
+                r.approved_total_here += i128::from(a.amount_minor);
                 if !approved_at_gateway.contains_key(a.key.to_string().as_str()) {
                     r.amount_mismatches += 1;
                 }

@@ -58,14 +58,15 @@ pub struct World {
     pub name: String,
     pub client: String,
     pub gateway: String,
-    pub intent_total_minor: i64,
+    /// Sums of amounts, in i128 so that they can never overflow.
+    pub intent_total_minor: i128,
     pub orders: usize,
     pub attempts_sent: u64,
     pub ledger_charges: usize,
     pub orders_charged_twice: usize,
     pub orders_not_charged: usize,
-    pub total_charged_minor: i64,
-    pub overcharge_minor: i64,
+    pub total_charged_minor: i128,
+    pub overcharge_minor: i128,
     pub overcharge_pct: f64,
     /// cobro worlds: attempts left in `EN_REVISION` for finance.
     pub en_revision: i64,
@@ -330,16 +331,16 @@ pub(crate) fn count(
     en_revision: i64,
     wall: Duration,
 ) -> World {
-    let intent: i64 = fleet.iter().map(|(_, a)| a).sum();
+    let intent: i128 = fleet.iter().map(|(_, a)| i128::from(*a)).sum();
     let mut per_order: HashMap<&str, usize> = HashMap::new();
-    let mut total = 0;
+    let mut total: i128 = 0;
     for e in ledger
         .entries
         .iter()
         .filter(|e| e.status == crate::sim::APPROVED)
     {
         *per_order.entry(e.order_id.as_str()).or_default() += 1;
-        total += e.amount_minor;
+        total += i128::from(e.amount_minor);
     }
     let not_charged = fleet
         .iter()

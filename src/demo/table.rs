@@ -6,7 +6,8 @@
 use super::{Report, World};
 
 /// `2569790` minor units of a 2-decimal currency -> `"$25,697.90"`.
-pub fn money(minor: i64) -> String {
+pub fn money(minor: impl Into<i128>) -> String {
+    let minor: i128 = minor.into();
     let sign = if minor < 0 { "-" } else { "" };
     let abs = minor.unsigned_abs();
     let (units, cents) = (abs / 100, abs % 100);

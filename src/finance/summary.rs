@@ -35,7 +35,8 @@ pub struct Line {
     pub kind: String,
     pub currency: String,
     pub count: i64,
-    pub amount_minor: i64,
+    /// The exact sum (JSON keeps it an exact integer, whatever its size).
+    pub amount_minor: i128,
     /// The amount as a decimal in the currency's scale.
     pub amount: String,
 }
@@ -89,14 +90,16 @@ pub async fn summarize(
         .collect();
     let queued = store.escalated_attempts(stale_after, 100_000).await?;
     let mut by_age = vec![0usize; BUCKETS.len()];
-    let mut amounts: BTreeMap<String, i64> = BTreeMap::new();
+    // i128: a sum of amounts never overflows (each is at most 10^12 - 1).
+    let mut amounts: BTreeMap<String, i128> = BTreeMap::new();
     for e in &queued {
         let bucket = BUCKETS
             .iter()
             .position(|(_, below)| e.age_secs < *below)
             .unwrap_or(BUCKETS.len() - 1);
         by_age[bucket] += 1;
-        *amounts.entry(e.attempt.currency.clone()).or_default() += e.attempt.amount_minor;
+        *amounts.entry(e.attempt.currency.clone()).or_default() +=
+            i128::from(e.attempt.amount_minor);
     }
     let en_revision = queued
         .iter()

@@ -31,14 +31,16 @@ impl Escalated {
 }
 
 /// Attempts and their amounts per (state, kind, currency).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, sqlx::FromRow)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Totals {
     pub state: String,
     /// `charge` or `refund`.
     pub kind: String,
     pub currency: String,
     pub count: i64,
-    pub amount_minor: i64,
+    /// The exact sum: never a cast that can overflow (PostgreSQL sums a
+    /// bigint as numeric, read as text; SQLite sums high and low parts).
+    pub amount_minor: i128,
 }
 
 impl Store {

@@ -17,7 +17,7 @@ use serde_json::{Value, json};
 use uuid::Uuid;
 
 use super::{API_BODY_LIMIT, AppState, error};
-use crate::domain::{ChargeRequest, IdempotencyKey};
+use crate::domain::{Amount, ChargeRequest, IdempotencyKey, InputError, MaxAmount};
 use crate::store::{EnqueueError, StoreError};
 
 /// The header carrying the client's key on every create endpoint.
@@ -67,6 +67,46 @@ pub(super) fn keyed_json(
         ))
     })?;
     Ok((key, v))
+}
+
+/// `amount_minor` from a create body: a whole number from 1 to `max`
+/// (`COBRO_MAX_AMOUNT_MINOR`). A number too large for an `i64` is refused as
+/// over the maximum, not as missing. `Err` is the finished 422 naming the
+/// field, the maximum and the variable that sets it.
+pub(super) fn amount(v: &Value, max: MaxAmount) -> Result<Amount, Box<Response>> {
+    let refused = |e: InputError| {
+        Box::new(error(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            Some(e.field),
+            e.to_string(),
+        ))
+    };
+    let n = match v.get("amount_minor") {
+        Some(Value::Number(n)) => n,
+        _ => {
+            return Err(Box::new(error(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                Some("amount_minor"),
+                "is required: a whole number of minor units (1999 = 19.99 USD), never a decimal",
+            )));
+        }
+    };
+    if let Some(minor) = n.as_i64() {
+        return Amount::parse_within(minor, max).map_err(refused);
+    }
+    // A u64 above i64::MAX, or a number written too large for one (1e30):
+    // over the maximum whatever else is wrong with it.
+    let over = n.is_u64() || n.as_f64().is_some_and(|f| f > max.minor() as f64);
+    Err(refused(if over {
+        max.refusal(n)
+    } else {
+        InputError::new(
+            "amount_minor",
+            format!(
+                "must be a whole number of minor units (1999 = 19.99 USD), never a decimal, got {n}"
+            ),
+        )
+    }))
 }
 
 /// 201 with `body` and a `Location`, or the same with
@@ -124,12 +164,9 @@ pub(super) async fn create(
             "is required",
         );
     };
-    let Some(amount) = v.get("amount_minor").and_then(Value::as_i64) else {
-        return error(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            Some("amount_minor"),
-            "is required: a whole number of minor units (1999 = 19.99 USD), never a decimal",
-        );
+    let amount = match amount(&v, app.max_amount) {
+        Ok(a) => a.minor(),
+        Err(resp) => return *resp,
     };
     let req = match ChargeRequest::parse(order_id, amount, currency, Some(raw_key), payment_method)
     {

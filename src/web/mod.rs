@@ -39,6 +39,7 @@ use serde_json::json;
 use tracing::{info, warn};
 
 use crate::backoff::parse_duration_arg as duration;
+use crate::domain::MaxAmount;
 use crate::http::auth::{ApiKeyArgs, ApiKeys, Guard, Scope, Via};
 pub(crate) use crate::http::error;
 use crate::http::serve::{HttpLimits, serve};
@@ -90,6 +91,11 @@ pub struct ServeArgs {
     /// Timeouts and the connection limit of every listener.
     #[command(flatten)]
     pub http: HttpLimits,
+    /// Largest `amount_minor` that `POST /charges` and `POST /refunds`
+    /// accept (at most 999999999999, the ceiling the database enforces).
+    #[arg(long, env = "COBRO_MAX_AMOUNT_MINOR", default_value_t = MaxAmount::default(),
+          value_parser = crate::domain::parse_max_amount_arg)]
+    pub max_amount_minor: MaxAmount,
     /// A decline by webhook schedules the business retry like the worker does.
     #[command(flatten)]
     pub retry: crate::retry::RetryArgs,
@@ -135,6 +141,8 @@ impl ServeArgs {
 /// test or an embedding program directly.
 pub struct WebConfig {
     pub store: Store,
+    /// The largest `amount_minor` the create routes accept.
+    pub max_amount: MaxAmount,
     pub verifier: Verifier,
     pub keys: ApiKeys,
     pub retry: crate::retry::RetryPolicy,
@@ -149,6 +157,7 @@ impl WebConfig {
     pub fn new(store: Store, verifier: Verifier) -> Self {
         Self {
             store,
+            max_amount: MaxAmount::default(),
             verifier,
             keys: ApiKeys::default(),
             retry: Default::default(),
@@ -181,6 +190,7 @@ impl WebConfig {
             verifier: self.verifier,
             max_body: self.max_webhook_body,
             retry: self.retry,
+            max_amount: self.max_amount,
         });
         let public = Router::new()
             .route(
@@ -222,6 +232,7 @@ pub(crate) struct App {
     pub(crate) retry: crate::retry::RetryPolicy,
     pub(crate) rejects: webhooks::RejectSampler,
     scraper: Scraper,
+    pub(crate) max_amount: MaxAmount,
 }
 
 pub(crate) type AppState = State<Arc<App>>;
@@ -277,6 +288,7 @@ pub async fn run(
     };
     let cfg = WebConfig {
         store,
+        max_amount: args.max_amount_minor,
         verifier,
         keys,
         retry,

@@ -15,9 +15,8 @@ use axum::response::Response;
 use serde_json::{Value, json};
 use uuid::Uuid;
 
-use super::charges::{KEY, created, keyed_json};
+use super::charges::{KEY, amount, created, keyed_json};
 use super::{AppState, error};
-use crate::domain::Amount;
 use crate::http::auth::Caller;
 use crate::store::RefundError;
 
@@ -42,22 +41,9 @@ pub(super) async fn create(
             "is required: the UUID of the APROBADO charge attempt to refund",
         );
     };
-    let Some(amount) = v.get("amount_minor").and_then(Value::as_i64) else {
-        return error(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            Some("amount_minor"),
-            "is required: a whole number of minor units, never a decimal",
-        );
-    };
-    let amount = match Amount::parse(amount) {
+    let amount = match amount(&v, app.max_amount) {
         Ok(a) => a,
-        Err(e) => {
-            return error(
-                StatusCode::UNPROCESSABLE_ENTITY,
-                Some(e.field),
-                e.to_string(),
-            );
-        }
+        Err(resp) => return *resp,
     };
     match app
         .store

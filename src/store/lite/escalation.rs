@@ -40,13 +40,27 @@ pub(crate) async fn escalated(
 }
 
 pub(crate) async fn totals(pool: &SqlitePool) -> Result<Vec<Totals>, StoreError> {
-    Ok(sqlx::query_as(
+    // SQLite's sum() of integers raises "integer overflow" past i64: each
+    // amount is split into high and low parts (below 10^9 each), summed
+    // apart, and put back together exactly in i128.
+    let rows: Vec<(String, String, String, i64, i64, i64)> = sqlx::query_as(
         "SELECT state, CASE WHEN kind = 'refund' THEN 'refund' ELSE 'charge' END AS kind,
-                currency, count(*) AS count, sum(amount_minor) AS amount_minor
+                currency, count(*) AS count,
+                sum(amount_minor / 1000000000) AS high, sum(amount_minor % 1000000000) AS low
            FROM payment_attempts
           GROUP BY 1, 2, 3
           ORDER BY 1, 2, 3",
     )
     .fetch_all(pool)
-    .await?)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|(state, kind, currency, count, high, low)| Totals {
+            state,
+            kind,
+            currency,
+            count,
+            amount_minor: i128::from(high) * 1_000_000_000 + i128::from(low),
+        })
+        .collect())
 }

@@ -7,7 +7,7 @@ use sqlx::{Row, SqlitePool};
 use uuid::Uuid;
 
 use super::{ms, push_wake};
-use crate::domain::InputError;
+use crate::domain::{Amount, InputError};
 use crate::state::State;
 use crate::store::refund::{RefundError, Refunded};
 
@@ -18,13 +18,8 @@ pub(crate) async fn request_refund(
     key: Uuid,
     actor: &str,
 ) -> Result<Refunded, RefundError> {
-    if amount_minor <= 0 {
-        return Err(InputError::new(
-            "amount_minor",
-            format!("must be a positive whole number of minor units, got {amount_minor}"),
-        )
-        .into());
-    }
+    // The SQL function's input checks: positive, at most the ceiling.
+    let amount_minor = Amount::parse(amount_minor)?.minor();
     if key.is_nil() {
         return Err(InputError::new("idempotency_key", "must not be the nil UUID").into());
     }

@@ -42,13 +42,31 @@ pub(crate) async fn escalated(
 }
 
 pub(crate) async fn totals(pool: &PgPool) -> Result<Vec<Totals>, StoreError> {
-    Ok(sqlx::query_as(
+    // sum(bigint) is numeric: exact at any size. It comes back as text and
+    // is parsed into an i128, never cast to bigint (which would overflow).
+    let rows: Vec<(String, String, String, i64, String)> = sqlx::query_as(
         "SELECT state, CASE WHEN kind = 'refund' THEN 'refund' ELSE 'charge' END AS kind,
-                currency, count(*) AS count, sum(amount_minor)::bigint AS amount_minor
+                currency, count(*) AS count, sum(amount_minor)::text AS amount_minor
            FROM cobro.payment_attempts
           GROUP BY 1, 2, 3
           ORDER BY 1, 2, 3",
     )
     .fetch_all(pool)
-    .await?)
+    .await?;
+    rows.into_iter()
+        .map(|(state, kind, currency, count, sum)| {
+            let amount_minor = sum.parse::<i128>().map_err(|e| {
+                StoreError::Corrupt(format!(
+                    "sum of amount_minor {sum:?} is not an integer: {e}"
+                ))
+            })?;
+            Ok(Totals {
+                state,
+                kind,
+                currency,
+                count,
+                amount_minor,
+            })
+        })
+        .collect()
 }

@@ -14,8 +14,7 @@ pub(crate) async fn record(
     retry: Option<&crate::retry::RetryPolicy>,
 ) -> Result<WebhookResult, StoreError> {
     let mut tx = pool.begin().await?;
-    let payload: serde_json::Value =
-        serde_json::from_str(&ev.payload).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+    // The raw body as text: jsonb would refuse a valid `\u0000` escape.
     let inserted: Option<String> = sqlx::query_scalar(
         "INSERT INTO cobro.webhook_events (event_id, event_type, idempotency_key, outcome, payload)
          VALUES ($1, $2, $3, 'ignored', $4)
@@ -25,7 +24,7 @@ pub(crate) async fn record(
     .bind(&ev.event_id)
     .bind(&ev.event_type)
     .bind(ev.key)
-    .bind(sqlx::types::Json(&payload))
+    .bind(&ev.payload)
     .fetch_optional(&mut *tx)
     .await?;
     if inserted.is_none() {
