@@ -239,16 +239,26 @@ impl Store {
     /// Enqueues one charge in its own transaction (the CLI's way; an app
     /// uses [`enqueue_charge`] inside its own transaction instead).
     pub async fn enqueue(&self, req: &ChargeRequest) -> Result<Enqueued, EnqueueError> {
+        self.enqueue_as(req, "app").await
+    }
+
+    /// [`Store::enqueue`] on behalf of `actor` (e.g. `api:<key name>`), who
+    /// is recorded in the attempt's first transition-log row.
+    pub async fn enqueue_as(
+        &self,
+        req: &ChargeRequest,
+        actor: &str,
+    ) -> Result<Enqueued, EnqueueError> {
         match &self.db {
             Db::Pg(p) => {
                 let mut tx = p.begin().await?;
-                let out = pg::enqueue_charge(&mut tx, req).await?;
+                let out = pg::enqueue_charge_as(&mut tx, req, actor).await?;
                 tx.commit().await?;
                 Ok(out)
             }
             Db::Lite(p) => {
                 let mut tx = p.begin_with("BEGIN IMMEDIATE").await?;
-                let out = lite::enqueue_charge(&mut tx, req).await?;
+                let out = lite::enqueue::enqueue_charge_as(&mut tx, req, actor).await?;
                 tx.commit().await?;
                 Ok(out)
             }

@@ -10,7 +10,7 @@
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{Path, State};
+use axum::extract::{Extension, Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
@@ -18,6 +18,7 @@ use uuid::Uuid;
 
 use super::{API_BODY_LIMIT, AppState, error};
 use crate::domain::{Amount, ChargeRequest, IdempotencyKey, InputError, MaxAmount};
+use crate::http::auth::Caller;
 use crate::store::{EnqueueError, StoreError};
 
 /// The header carrying the client's key on every create endpoint.
@@ -125,6 +126,7 @@ pub(super) fn created(body: Value, location: String, replayed: bool) -> Response
 
 pub(super) async fn create(
     State(app): AppState,
+    Extension(caller): Extension<Caller>,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
@@ -179,7 +181,7 @@ pub(super) async fn create(
             );
         }
     };
-    match app.store.enqueue(&req).await {
+    match app.store.enqueue_as(&req, &caller.actor()).await {
         Ok(out) => {
             let mut body = json!({
                 "attempt_id": out.attempt_id,

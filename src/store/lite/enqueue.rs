@@ -18,6 +18,15 @@ pub async fn enqueue_charge(
     conn: &mut SqliteConnection,
     req: &ChargeRequest,
 ) -> Result<Enqueued, EnqueueError> {
+    enqueue_charge_as(conn, req, "app").await
+}
+
+/// [`enqueue_charge`], with `actor` in the first transition-log row.
+pub async fn enqueue_charge_as(
+    conn: &mut SqliteConnection,
+    req: &ChargeRequest,
+    actor: &str,
+) -> Result<Enqueued, EnqueueError> {
     let order = req.order_id.as_str();
     let key = req.key.uuid().hyphenated().to_string();
     let pm = req.payment_method.as_ref().map(|p| p.token());
@@ -104,11 +113,12 @@ pub async fn enqueue_charge(
     };
     sqlx::query(concat!(
         "INSERT INTO attempt_transitions (attempt_id, from_state, to_state, cause, actor, at)
-         VALUES (?1, NULL, 'PENDIENTE', 'enqueued', 'app', ",
+         VALUES (?1, NULL, 'PENDIENTE', 'enqueued', ?2, ",
         now_ms!(),
         ")"
     ))
     .bind(id.hyphenated().to_string())
+    .bind(actor)
     .execute(&mut *conn)
     .await?;
     push_wake(conn, id, ms(due), 0).await.map_err(|e| match e {

@@ -29,7 +29,7 @@ macro_rules! now_ms {
     };
 }
 
-mod enqueue;
+pub(crate) mod enqueue;
 pub(crate) mod escalation;
 pub(crate) mod metrics;
 pub(crate) mod recon;

@@ -66,15 +66,26 @@ pub async fn enqueue_charge(
     conn: &mut PgConnection,
     req: &ChargeRequest,
 ) -> Result<Enqueued, EnqueueError> {
-    let row: EnqueueRow = sqlx::query_as("SELECT * FROM cobro.enqueue_charge($1, $2, $3, $4, $5)")
-        .bind(req.order_id.as_str())
-        .bind(req.amount.minor())
-        .bind(req.currency.code())
-        .bind(req.key.uuid())
-        .bind(req.payment_method.as_ref().map(|p| p.token()))
-        .fetch_one(conn)
-        .await
-        .map_err(classify)?;
+    enqueue_charge_as(conn, req, "app").await
+}
+
+/// [`enqueue_charge`], with `actor` in the first transition-log row.
+pub async fn enqueue_charge_as(
+    conn: &mut PgConnection,
+    req: &ChargeRequest,
+    actor: &str,
+) -> Result<Enqueued, EnqueueError> {
+    let row: EnqueueRow =
+        sqlx::query_as("SELECT * FROM cobro.enqueue_charge($1, $2, $3, $4, $5, $6)")
+            .bind(req.order_id.as_str())
+            .bind(req.amount.minor())
+            .bind(req.currency.code())
+            .bind(req.key.uuid())
+            .bind(req.payment_method.as_ref().map(|p| p.token()))
+            .bind(actor)
+            .fetch_one(conn)
+            .await
+            .map_err(classify)?;
     Ok(Enqueued {
         attempt_id: row.attempt_id,
         idempotency_key: IdempotencyKey::from_uuid(row.idempotency_key),
