@@ -290,6 +290,7 @@ pub fn worker_args(db_url: &str, gateway_url: &str) -> WorkerArgs {
     WorkerArgs {
         database_url: db_url.into(),
         gateway_url: gateway_url.into(),
+        gateway_ca_file: None,
         concurrency: 8,
         refund_concurrency: 2,
         batch_size: 10,
