@@ -209,7 +209,13 @@ mod tests {
     }
 
     fn listen(args: &[&str]) -> String {
-        let mut argv = vec!["cobro", "--database-url", "sqlite://x", "--webhook-secrets", "s"];
+        let mut argv = vec![
+            "cobro",
+            "--database-url",
+            "sqlite://x",
+            "--webhook-secrets",
+            "s",
+        ];
         argv.extend_from_slice(args);
         Cli::parse_from(argv).serve.listen_addr().to_string()
     }
