@@ -33,9 +33,13 @@ pub struct WorkerArgs {
     /// `postgres://…` or `sqlite://path`.
     #[arg(long, env = "DATABASE_URL")]
     pub database_url: String,
-    /// The gateway's base URL.
+    /// The gateway's base URL: `http://…` or `https://…` (checked at start-up).
     #[arg(long, env = "GATEWAY_URL", default_value = "http://127.0.0.1:8089")]
     pub gateway_url: String,
+    /// A PEM file of extra root certificates to trust for an `https://`
+    /// gateway (a private CA, a staging gateway); the public roots stay trusted.
+    #[arg(long, env = "COBRO_GATEWAY_CA_FILE")]
+    pub gateway_ca_file: Option<std::path::PathBuf>,
     /// Attempts handled at once by this process.
     #[arg(long, env = "COBRO_CONCURRENCY", default_value_t = 16)]
     pub concurrency: usize,
@@ -99,7 +103,8 @@ pub struct WorkerArgs {
 impl std::fmt::Debug for WorkerArgs {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("WorkerArgs")
-            .field("gateway_url", &self.gateway_url)
+            .field("gateway_url", &crate::gateway::shown_url(&self.gateway_url))
+            .field("gateway_ca_file", &self.gateway_ca_file)
             .field("concurrency", &self.concurrency)
             .field("lease_ttl", &self.lease_ttl)
             .field("check_schedule", &self.check_schedule)
@@ -120,6 +125,8 @@ pub enum ConfigError {
     Zero,
     #[error(transparent)]
     Retention(#[from] crate::retention::RetentionError),
+    #[error(transparent)]
+    Gateway(#[from] crate::gateway::GatewayConfigError),
 }
 
 impl WorkerArgs {
@@ -131,6 +138,7 @@ impl WorkerArgs {
     }
 
     pub fn validate(&self) -> Result<(), ConfigError> {
+        crate::gateway::parse_base_url(&self.gateway_url)?;
         self.schedule()?;
         self.retry.policy()?;
         self.retention.validate()?;
@@ -145,6 +153,16 @@ impl WorkerArgs {
             return Err(ConfigError::Zero);
         }
         Ok(())
+    }
+
+    /// The gateway client's settings.
+    pub fn gateway_config(&self) -> HttpGatewayConfig {
+        HttpGatewayConfig {
+            base_url: self.gateway_url.clone(),
+            connect_timeout: self.gateway_connect_timeout,
+            request_timeout: self.gateway_timeout,
+            ca_file: self.gateway_ca_file.clone(),
+        }
     }
 
     pub fn name(&self) -> String {
@@ -176,20 +194,15 @@ pub async fn run(
     use anyhow::Context;
     args.validate()?;
     let name = args.name();
+    // Before the database: a gateway that can never be reached (bad scheme,
+    // unusable CA file) stops the process here, not at the first charge.
+    let gateway: Arc<dyn Gateway> = Arc::new(HttpGateway::new(args.gateway_config())?);
     let store = Store::connect(
         &args.database_url,
         (args.concurrency + args.refund_concurrency + 4) as u32,
     )
     .await
     .context("connecting to DATABASE_URL")?;
-    let gateway: Arc<dyn Gateway> = Arc::new(
-        HttpGateway::new(HttpGatewayConfig {
-            base_url: args.gateway_url.clone(),
-            connect_timeout: args.gateway_connect_timeout,
-            request_timeout: args.gateway_timeout,
-        })
-        .context("building the gateway client")?,
-    );
     let engine = Arc::new(Engine::new(
         store.clone(),
         gateway.clone(),
@@ -201,7 +214,13 @@ pub async fn run(
             retry: args.retry.policy()?,
         },
     ));
-    info!(worker = %name, concurrency = args.concurrency, "cobro-worker starting");
+    info!(
+        worker = %name,
+        concurrency = args.concurrency,
+        gateway = %crate::gateway::shown_url(&args.gateway_url),
+        extra_roots = ?args.gateway_ca_file,
+        "cobro-worker starting"
+    );
 
     let (stop_tx, stop_rx) = watch::channel(false);
     let keys = args.api_keys.keys().map_err(anyhow::Error::msg)?;

@@ -251,6 +251,7 @@ fn engine(store: &Store, gateway_url: &str, name: &str) -> Engine {
         base_url: gateway_url.into(),
         connect_timeout: Duration::from_millis(500),
         request_timeout: Duration::from_millis(1500),
+        ca_file: None,
     })
     .unwrap();
     Engine::new(

@@ -30,6 +30,7 @@ fn gateway(sim_url: &str) -> HttpGateway {
         base_url: sim_url.into(),
         connect_timeout: Duration::from_millis(500),
         request_timeout: Duration::from_millis(1500),
+        ca_file: None,
     })
     .expect("gateway client")
 }

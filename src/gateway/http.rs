@@ -1,7 +1,8 @@
 //! The HTTP adapter for the simulator's API: `POST /v1/charges` and
 //! `POST /v1/refunds` with an `Idempotency-Key` header, `GET /v1/charges/{key}`
 //! and `GET /v1/refunds/{key}`. Charges and refunds share one request path and
-//! one classification. Listing for reconciliation is in [`list`].
+//! one classification. Listing for reconciliation is in [`list`]; the URL
+//! and TLS trust, checked at start-up, in [`client`].
 //!
 //! Invariant: explicit connect and request timeouts on every call, and every
 //! failure classified the same way for charges and refunds: only a parsed 200
@@ -23,14 +24,31 @@ use super::{
 };
 use crate::domain::IdempotencyKey;
 
+mod client;
 mod list;
 
-#[derive(Debug, Clone)]
+pub use client::{GatewayConfigError, parse_base_url, shown_url};
+
+/// `Debug` shows the URL without user name or password.
+#[derive(Clone)]
 pub struct HttpGatewayConfig {
-    /// e.g. `http://127.0.0.1:8089`
+    /// `http://…` or `https://…`, e.g. `http://127.0.0.1:8089`
     pub base_url: String,
     pub connect_timeout: Duration,
     pub request_timeout: Duration,
+    /// A PEM file of extra root certificates to trust (`COBRO_GATEWAY_CA_FILE`).
+    pub ca_file: Option<std::path::PathBuf>,
+}
+
+impl std::fmt::Debug for HttpGatewayConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HttpGatewayConfig")
+            .field("base_url", &shown_url(&self.base_url))
+            .field("connect_timeout", &self.connect_timeout)
+            .field("request_timeout", &self.request_timeout)
+            .field("ca_file", &self.ca_file)
+            .finish()
+    }
 }
 
 pub struct HttpGateway {
@@ -113,16 +131,16 @@ struct Reply {
 }
 
 impl HttpGateway {
-    pub fn new(cfg: HttpGatewayConfig) -> Result<Self, reqwest::Error> {
-        let client = reqwest::Client::builder()
-            .connect_timeout(cfg.connect_timeout)
-            .timeout(cfg.request_timeout)
-            .pool_idle_timeout(Duration::from_secs(30))
-            .build()?;
-        Ok(Self {
-            base: cfg.base_url.trim_end_matches('/').to_owned(),
-            client,
-        })
+    /// Refuses, before any call, a `GATEWAY_URL` that is not http(s) with a
+    /// host, and a `COBRO_GATEWAY_CA_FILE` without certificates.
+    pub fn new(cfg: HttpGatewayConfig) -> Result<Self, GatewayConfigError> {
+        let base = parse_base_url(&cfg.base_url)?;
+        let client = client::build(
+            cfg.connect_timeout,
+            cfg.request_timeout,
+            cfg.ca_file.as_deref(),
+        )?;
+        Ok(Self { base, client })
     }
 
     async fn do_charge(&self, call: &ChargeCall) -> ChargeOutcome {

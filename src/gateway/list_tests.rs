@@ -25,6 +25,7 @@ fn gateway(url: String) -> TestResult<HttpGateway> {
         base_url: url,
         connect_timeout: Duration::from_millis(500),
         request_timeout: Duration::from_millis(1500),
+        ca_file: None,
     })?)
 }
 

@@ -15,7 +15,7 @@ mod record;
 #[cfg(test)]
 mod tests;
 
-pub use http::{HttpGateway, HttpGatewayConfig};
+pub use http::{GatewayConfigError, HttpGateway, HttpGatewayConfig, parse_base_url, shown_url};
 pub use record::{GatewayRecord, ListError, Listed};
 
 use chrono::{DateTime, Utc};

@@ -24,6 +24,7 @@ fn gateway(sim: &SimHandle) -> TestResult<HttpGateway> {
         base_url: sim.url(),
         connect_timeout: Duration::from_millis(500),
         request_timeout: Duration::from_millis(1500),
+        ca_file: None,
     })?)
 }
 

@@ -1,8 +1,9 @@
 //! `cobro reconcile --from <when> --to <when> [--json]`: one run of a window
 //! by hand, with no claim (it is idempotent), printing the report.
 //!
-//! Invariant: bad input is refused before anything is contacted; a failed
-//! run exits non-zero and says that nothing was opened.
+//! Invariant: bad input (the window, `GATEWAY_URL`, `COBRO_GATEWAY_CA_FILE`)
+//! is refused before anything is contacted; a failed run exits non-zero and
+//! says that nothing was opened.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -27,9 +28,12 @@ fn when(s: &str) -> Result<DateTime<Utc>, String> {
 pub struct ReconcileCommand {
     #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
     pub database_url: String,
-    /// The gateway's base URL.
+    /// The gateway's base URL: `http://…` or `https://…`.
     #[arg(long, env = "GATEWAY_URL", default_value = "http://127.0.0.1:8089")]
     pub gateway_url: String,
+    /// A PEM file of extra root certificates to trust for an `https://` gateway.
+    #[arg(long, env = "COBRO_GATEWAY_CA_FILE")]
+    pub gateway_ca_file: Option<std::path::PathBuf>,
     /// Start of the window, included: RFC 3339 or YYYY-MM-DD (midnight UTC).
     #[arg(long, value_parser = when)]
     pub from: DateTime<Utc>,
@@ -48,17 +52,15 @@ pub struct ReconcileCommand {
 /// Runs the command; the report goes to stdout.
 pub async fn run_command(cmd: ReconcileCommand) -> anyhow::Result<()> {
     let window = Window::new(cmd.from, cmd.to)?;
+    let gateway: Arc<dyn Gateway> = Arc::new(HttpGateway::new(HttpGatewayConfig {
+        base_url: cmd.gateway_url.clone(),
+        connect_timeout: cmd.gateway_connect_timeout,
+        request_timeout: cmd.gateway_timeout,
+        ca_file: cmd.gateway_ca_file.clone(),
+    })?);
     let store = Store::connect(&cmd.database_url, 2)
         .await
         .context("connecting to DATABASE_URL")?;
-    let gateway: Arc<dyn Gateway> = Arc::new(
-        HttpGateway::new(HttpGatewayConfig {
-            base_url: cmd.gateway_url.clone(),
-            connect_timeout: cmd.gateway_connect_timeout,
-            request_timeout: cmd.gateway_timeout,
-        })
-        .context("building the gateway client")?,
-    );
     let report = reconcile(&store, gateway.as_ref(), &window)
         .await
         .with_context(|| format!("reconciliation of {window} failed"))?;

@@ -55,6 +55,11 @@ pub enum StoreError {
     Migrate(#[from] sqlx::migrate::MigrateError),
     #[error("apalis setup failed: {0}")]
     Apalis(String),
+    #[error("SQLite migration lock {}: {source}", path.display())]
+    MigrationLock {
+        path: std::path::PathBuf,
+        source: std::io::Error,
+    },
     #[error(transparent)]
     Invalid(#[from] InvalidTransition),
     #[error("no attempt with id {0}")]

@@ -114,6 +114,14 @@ impl TestDb {
     /// A new, migrated database of its own: a PostgreSQL database, or a
     /// SQLite file in a fresh temp directory.
     pub async fn new(backend: Backend) -> TestDb {
+        let db = TestDb::unmigrated(backend).await;
+        db.store.migrate().await.expect("migrate test database");
+        db
+    }
+
+    /// [`TestDb::new`] without the migration: what a process started by the
+    /// test must set up itself.
+    pub async fn unmigrated(backend: Backend) -> TestDb {
         let name = format!("cobro_t_{}", Uuid::new_v4().simple());
         let (url, dir) = match backend {
             Backend::Postgres => {
@@ -142,7 +150,6 @@ impl TestDb {
         let store = Store::connect(&url, 10)
             .await
             .expect("connect test database");
-        store.migrate().await.expect("migrate test database");
         TestDb {
             backend,
             name,
@@ -290,6 +297,7 @@ pub fn worker_args(db_url: &str, gateway_url: &str) -> WorkerArgs {
     WorkerArgs {
         database_url: db_url.into(),
         gateway_url: gateway_url.into(),
+        gateway_ca_file: None,
         concurrency: 8,
         refund_concurrency: 2,
         batch_size: 10,

@@ -63,9 +63,13 @@ pub(super) async fn connect(url: &str, max: u32) -> Result<SqlitePool, StoreErro
 }
 
 pub(super) async fn migrate(url: &str) -> Result<(), StoreError> {
+    let opts = options(url)?;
+    // Held until the end of this function: concurrent migrations of one
+    // file take turns.
+    let _turn = migration_lock(opts.get_filename()).await?;
     // A one-connection pool that is closed afterwards: apalis' setup leaves
     // `synchronous = OFF` on its connection, which must never serve money.
-    let setup = pool_options(1).connect_with(options(url)?).await?;
+    let setup = pool_options(1).connect_with(opts).await?;
     apalis_sqlite::SqliteStorage::setup(&setup)
         .await
         .map_err(|e| StoreError::Apalis(e.to_string()))?;
@@ -74,6 +78,40 @@ pub(super) async fn migrate(url: &str) -> Result<(), StoreError> {
     migrator.run(&setup).await?;
     setup.close().await;
     Ok(())
+}
+
+/// An exclusive lock on `<database file>.migrate-lock`, so that processes
+/// migrating the same file at once (each process of a Procfile runs
+/// `cobro migrate` as it starts) take turns: the second finds everything
+/// applied. sqlx takes no lock for SQLite migrations (PostgreSQL's take an
+/// advisory lock), and two runs racing fail on "duplicate column" or
+/// "UNIQUE constraint failed: _sqlx_migrations.version". `None` for an
+/// in-memory database, which no other process can see.
+async fn migration_lock(db_file: &std::path::Path) -> Result<Option<std::fs::File>, StoreError> {
+    if db_file.as_os_str().is_empty() || db_file == std::path::Path::new(":memory:") {
+        return Ok(None);
+    }
+    let mut path = db_file.as_os_str().to_owned();
+    path.push(".migrate-lock");
+    let path = std::path::PathBuf::from(path);
+    let held = path.clone();
+    let locked = tokio::task::spawn_blocking(move || {
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&held)?;
+        file.lock()?;
+        Ok::<_, std::io::Error>(file)
+    })
+    .await
+    .map_err(|e| StoreError::MigrationLock {
+        path: path.clone(),
+        source: std::io::Error::other(e),
+    })?;
+    locked
+        .map(Some)
+        .map_err(|source| StoreError::MigrationLock { path, source })
 }
 
 fn ms(t: i64) -> DateTime<Utc> {
