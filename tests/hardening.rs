@@ -231,8 +231,8 @@ async fn oversized_bodies_get_413_on_every_route(b: Backend) {
     db.drop_db().await;
 }
 
-/// `cobro_webhooks_rejected_total{reason}` summed, from `/metrics`.
-async fn rejected_counter(web: &Web) -> f64 {
+/// The values of the samples on `/metrics` whose line starts with `prefix`.
+async fn metric(web: &Web, prefix: &str) -> Vec<f64> {
     let text = reqwest::Client::new()
         .get(format!("{}/metrics", web.url))
         .bearer_auth(secret("prom"))
@@ -243,8 +243,16 @@ async fn rejected_counter(web: &Web) -> f64 {
         .await
         .unwrap();
     text.lines()
-        .filter(|l| l.starts_with("cobro_webhooks_rejected_total{"))
+        .filter(|l| l.starts_with(prefix))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .collect()
+}
+
+/// `cobro_webhooks_rejected_total{reason}` summed.
+async fn rejected_counter(web: &Web) -> f64 {
+    metric(web, "cobro_webhooks_rejected_total{")
+        .await
+        .iter()
         .sum()
 }
 
@@ -317,27 +325,14 @@ async fn database_gauges_are_cached_and_health_hides_database_errors(b: Backend)
     let mut cfg = web_config(&db.store, verifier());
     cfg.metrics_cache = Duration::from_secs(2);
     let web = start_web_cfg(cfg).await;
-    let attempts = || async {
-        let text = reqwest::Client::new()
-            .get(format!("{}/metrics", web.url))
-            .bearer_auth(secret("prom"))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
-        text.lines()
-            .find(|l| l.starts_with("cobro_attempts{kind=\"initial\",state=\"PENDIENTE\"}"))
-            .and_then(|l| l.rsplit(' ').next()?.parse::<i64>().ok())
-            .unwrap()
-    };
-    assert_eq!(attempts().await, 0);
+    let attempts =
+        || async { metric(&web, "cobro_attempts{kind=\"initial\",state=\"PENDIENTE\"}").await };
+    assert_eq!(attempts().await, [0.0]);
     let req = ChargeRequest::parse("cached-1", 100, "USD", None, None).unwrap();
     db.store.enqueue(&req).await.unwrap();
-    assert_eq!(attempts().await, 0, "served from the cache");
+    assert_eq!(attempts().await, [0.0], "served from the cache");
     tokio::time::sleep(Duration::from_millis(2_100)).await;
-    assert_eq!(attempts().await, 1, "read again once the cache is old");
+    assert_eq!(attempts().await, [1.0], "read again once the cache is old");
 
     db.store.close().await;
     let resp = reqwest::get(format!("{}/health", web.url)).await.unwrap();

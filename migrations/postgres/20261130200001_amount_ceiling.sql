@@ -24,14 +24,24 @@ ALTER TABLE cobro.payment_attempts ADD CONSTRAINT payment_attempts_amount_minor_
 
 -- The SQL functions refuse an amount above the ceiling like their other
 -- bad input: SQLSTATE 22023, "invalid amount_minor: ...". Both are
--- otherwise unchanged from …_enqueue.sql and …_refunds.sql.
+-- otherwise unchanged from …_enqueue.sql and …_refunds.sql, but for
+-- enqueue_charge's actor below.
 
-CREATE OR REPLACE FUNCTION cobro.enqueue_charge(
+-- enqueue_charge also takes who enqueues (`p_actor`, default 'app'), kept
+-- in the attempt's first transition-log row: `api:<key name>` for POST
+-- /charges. A new last parameter, so the five-parameter function is dropped
+-- first (two overloads with defaults would make a three-argument call
+-- ambiguous).
+
+DROP FUNCTION cobro.enqueue_charge(text, bigint, text, uuid, text);
+
+CREATE FUNCTION cobro.enqueue_charge(
     p_order_id        text,
     p_amount_minor    bigint,
     p_currency        text,
     p_idempotency_key uuid DEFAULT NULL,
-    p_payment_method  text DEFAULT NULL
+    p_payment_method  text DEFAULT NULL,
+    p_actor           text DEFAULT 'app'
 ) RETURNS TABLE (attempt_id uuid, idempotency_key uuid, state text, created boolean)
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -39,6 +49,9 @@ DECLARE
     v_old cobro.payment_attempts;
     v_id  uuid := gen_random_uuid();
 BEGIN
+    IF p_actor IS NULL OR btrim(p_actor) = '' OR length(p_actor) > 200 OR p_actor ~ '[[:cntrl:]]' THEN
+        RAISE EXCEPTION 'invalid actor: 1-200 characters, no control characters' USING ERRCODE = '22023';
+    END IF;
     IF p_order_id IS NULL OR btrim(p_order_id) = '' THEN
         RAISE EXCEPTION 'invalid order_id: must not be empty' USING ERRCODE = '22023';
     END IF;
@@ -115,7 +128,7 @@ BEGIN
     END;
 
     INSERT INTO cobro.attempt_transitions (attempt_id, from_state, to_state, cause, actor)
-    VALUES (v_id, NULL, 'PENDIENTE', 'enqueued', 'app');
+    VALUES (v_id, NULL, 'PENDIENTE', 'enqueued', p_actor);
     PERFORM cobro.wake(v_id, now());
 
     RETURN QUERY SELECT v_id, v_key, 'PENDIENTE'::text, true;
