@@ -1,5 +1,6 @@
 //! What every HTTP listener of cobro stands on: the hardened server loop
-//! ([`serve`]) and credentials with scopes ([`auth`]). The web process and
+//! ([`serve`]), API keys with scopes ([`keys`]) and the check of each
+//! request against them ([`auth`]). The web process and
 //! the worker's metrics endpoint both use them; nothing here knows a route.
 //!
 //! Invariant: no listener runs without header-read, request and body
@@ -7,6 +8,7 @@
 //! before the caller is authenticated and holds the route's scope.
 
 pub mod auth;
+pub mod keys;
 pub mod serve;
 
 use axum::Json;
