@@ -17,8 +17,8 @@ use uuid::Uuid;
 
 use crate::backoff::CheckSchedule;
 use crate::domain::{Amount, Currency, IdempotencyKey, InputError, OrderId, PaymentMethod};
-use crate::gateway::{ChargeCall, ChargeOutcome, Gateway, LookupOutcome, RefundCall};
-use crate::policy::{Action, LookupPlan, Snapshot, after_lookup, decide};
+use crate::gateway::{ChargeCall, ChargeOutcome, Deferral, Gateway, LookupOutcome, RefundCall};
+use crate::policy::{Action, LookupPlan, Snapshot, after_lookup, decide, defer_delay};
 use crate::retry::{RetryPlan, RetryPolicy};
 use crate::state::Event;
 use crate::store::{
@@ -45,6 +45,9 @@ pub struct EngineConfig {
     pub key_lifetime: Duration,
     /// Which declines get a new attempt, when, and how many.
     pub retry: RetryPolicy,
+    /// How long to wait (±50 %) before sending or looking up again a request
+    /// the gateway certainly did not execute and gave no `Retry-After` for.
+    pub defer_backoff: Duration,
 }
 
 pub struct Engine {
@@ -142,6 +145,12 @@ impl Engine {
         self.cfg.schedule.delay(index, &mut rand::rng())
     }
 
+    /// The wait before trying again a request that certainly did not run.
+    fn defer_in(&self, retry_after: Option<Duration>) -> Duration {
+        let factor = rand::Rng::random_range(&mut rand::rng(), 0.5..=1.5);
+        defer_delay(retry_after, self.cfg.defer_backoff, factor)
+    }
+
     /// Takes the lease (`EN_PROCESO`) with `event`, then sends with the
     /// attempt's own key and records the answer.
     async fn send(
@@ -199,6 +208,19 @@ impl Engine {
             ChargeOutcome::Unknown { .. } => {
                 let mut c = Change::new(Some(Event::Unknown), "gateway_unknown", &self.actor);
                 c.act_in = self.next_check_in(claimed.check_count);
+                c
+            }
+            // Certainly not executed: wait, then send again with the same
+            // key. Nothing to look up, no check spent.
+            ChargeOutcome::Deferred {
+                why, retry_after, ..
+            } => {
+                let cause = match why {
+                    Deferral::NotSent => "gateway_not_sent",
+                    Deferral::NotExecuted => "gateway_not_executed",
+                };
+                let mut c = Change::new(Some(Event::Deferred), cause, &self.actor);
+                c.act_in = Some(self.defer_in(*retry_after));
                 c
             }
         };
@@ -288,6 +310,14 @@ impl Engine {
         );
         info!(check = checks_done, ?plan, "looked up");
         let evidence = outcome.evidence();
+        if let (LookupPlan::Defer, LookupOutcome::Deferred { retry_after, .. }) = (plan, &outcome) {
+            // Not a check: the count stays, the lookup is simply later.
+            let mut later = Change::new(None, "lookup_deferred", &self.actor);
+            later.act_in = Some(self.defer_in(*retry_after));
+            later.evidence = Some(evidence);
+            self.store.apply(&held, &later).await?;
+            return Ok(());
+        }
         let mut change = match (plan, &outcome) {
             (LookupPlan::Apply(Event::Resend), _) => {
                 return self
@@ -322,7 +352,7 @@ impl Engine {
             (LookupPlan::Apply(event), _) => {
                 Change::new(Some(event), "checks_exhausted", &self.actor)
             }
-            (LookupPlan::CheckAgain, _) => {
+            (LookupPlan::CheckAgain | LookupPlan::Defer, _) => {
                 let mut c = Change::new(None, "lookup_failed", &self.actor);
                 c.act_in = self.next_check_in(checks_done as i32);
                 c
@@ -357,6 +387,7 @@ fn outcome_name(o: &ChargeOutcome) -> &'static str {
         ChargeOutcome::Approved { .. } => "approved",
         ChargeOutcome::Declined { .. } => "declined",
         ChargeOutcome::Unknown { .. } => "unknown",
+        ChargeOutcome::Deferred { why, .. } => why.as_str(),
     }
 }
 

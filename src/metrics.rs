@@ -38,8 +38,8 @@ use crate::state::State;
 use crate::store::{Gauges, Store};
 
 /// Counter: gateway calls by `call` (charge, lookup, refund, refund_lookup)
-/// and `outcome` (approved, declined, unknown; for lookups approved,
-/// declined, not_found, failed).
+/// and `outcome` (approved, declined, unknown, not_sent, not_executed; for
+/// lookups approved, declined, not_found, failed, not_sent, not_executed).
 pub const GATEWAY_CALLS: &str = "cobro_gateway_calls_total";
 /// Histogram: gateway call latency in seconds, by `call`.
 pub const GATEWAY_LATENCY: &str = "cobro_gateway_call_duration_seconds";
@@ -141,6 +141,7 @@ pub fn send_answered(outcome: &ChargeOutcome) {
         ChargeOutcome::Approved { .. } => "approved",
         ChargeOutcome::Declined { .. } => "declined",
         ChargeOutcome::Unknown { .. } => "unknown",
+        ChargeOutcome::Deferred { why, .. } => why.as_str(),
     };
     gateway_call(outcome.evidence(), name);
 }
@@ -152,6 +153,7 @@ pub fn lookup_answered(outcome: &LookupOutcome) {
         LookupOutcome::Declined { .. } => "declined",
         LookupOutcome::NotFound { .. } => "not_found",
         LookupOutcome::Failed { .. } => "failed",
+        LookupOutcome::Deferred { why, .. } => why.as_str(),
     };
     gateway_call(outcome.evidence(), name);
     ::metrics::counter!(LOOKUPS, "result" => name).increment(1);

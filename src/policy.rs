@@ -64,6 +64,9 @@ pub enum LookupPlan {
     Apply(Event),
     /// Still unknown: look again after the schedule's next delay.
     CheckAgain,
+    /// The lookup did not reach the gateway, or the gateway would not
+    /// answer yet: not a check; look again after [`defer_delay`].
+    Defer,
 }
 
 /// `checks_done` counts this check too. `key_age` is how long ago the key was
@@ -92,6 +95,27 @@ pub fn after_lookup(
             LookupPlan::Apply(Event::ChecksExhausted)
         }
         LookupOutcome::Failed { .. } => LookupPlan::CheckAgain,
+        LookupOutcome::Deferred { .. } => LookupPlan::Defer,
+    }
+}
+
+/// The longest `Retry-After` honoured as given; a longer one (or a date far
+/// ahead) is cut to this, so a wrong header cannot park an attempt for days.
+pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(3600);
+
+/// How long to wait before sending (or looking up) again a request the
+/// gateway certainly did not execute: its `Retry-After` if it gave one (at
+/// most [`MAX_RETRY_AFTER`]), else `backoff` scaled by `jitter_factor`
+/// (drawn by the caller within ±50 %, so deferred attempts do not come back
+/// all at once).
+pub fn defer_delay(
+    retry_after: Option<Duration>,
+    backoff: Duration,
+    jitter_factor: f64,
+) -> Duration {
+    match retry_after {
+        Some(d) => d.min(MAX_RETRY_AFTER),
+        None => backoff.mul_f64(jitter_factor.clamp(0.5, 1.5)),
     }
 }
 
@@ -169,6 +193,18 @@ mod tests {
         };
         let missing = LookupOutcome::NotFound { evidence: ev() };
         let failed = LookupOutcome::Failed { evidence: ev() };
+        let deferred = LookupOutcome::Deferred {
+            why: crate::gateway::Deferral::NotSent,
+            retry_after: None,
+            evidence: ev(),
+        };
+        for checks_done in [1, 5, 9] {
+            assert_eq!(
+                after_lookup(&deferred, checks_done, Duration::ZERO, day, &sched),
+                LookupPlan::Defer,
+                "a lookup that never reached the gateway is not a check, at any count"
+            );
+        }
         let cases = [
             (&approved, 1, hour, LookupPlan::Apply(Event::Approved)),
             (&approved, 5, 2 * day, LookupPlan::Apply(Event::Approved)),
@@ -186,6 +222,26 @@ mod tests {
                 after_lookup(outcome, checks, age, day, &sched),
                 want,
                 "{outcome:?} after {checks} checks, key age {age:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_deferral_waits_the_gateways_retry_after_or_a_jittered_backoff() {
+        let s = Duration::from_secs;
+        let cases = [
+            (Some(s(7)), s(5), 1.3, s(7)),
+            (Some(s(86_400)), s(5), 1.0, MAX_RETRY_AFTER),
+            (Some(Duration::ZERO), s(5), 1.0, Duration::ZERO),
+            (None, s(4), 0.5, s(2)),
+            (None, s(4), 1.5, s(6)),
+            (None, s(4), 9.0, s(6)),
+        ];
+        for (retry_after, backoff, factor, want) in cases {
+            assert_eq!(
+                defer_delay(retry_after, backoff, factor),
+                want,
+                "{retry_after:?} {factor}"
             );
         }
     }

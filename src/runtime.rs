@@ -76,6 +76,13 @@ pub struct WorkerArgs {
     pub sweep_grace: Duration,
     #[arg(long, env = "COBRO_GATEWAY_CONNECT_TIMEOUT", default_value = "2s", value_parser = duration)]
     pub gateway_connect_timeout: Duration,
+    /// How long (±50 %) to wait before sending again, with the same key, a
+    /// request the gateway certainly did not execute (connection refused,
+    /// 429 or 503 without `Retry-After`); a `Retry-After` is honoured
+    /// instead (up to 1 h). Also the wait before a lookup that could not
+    /// reach the gateway.
+    #[arg(long, env = "COBRO_DEFER_BACKOFF", default_value = "5s", value_parser = duration)]
+    pub defer_backoff: Duration,
     /// A request without an answer after this long is DESCONOCIDO.
     #[arg(long, env = "COBRO_GATEWAY_TIMEOUT", default_value = "10s", value_parser = duration)]
     pub gateway_timeout: Duration,
@@ -212,6 +219,7 @@ pub async fn run(
             schedule: args.schedule()?,
             key_lifetime: args.key_lifetime,
             retry: args.retry.policy()?,
+            defer_backoff: args.defer_backoff,
         },
     ));
     info!(

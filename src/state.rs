@@ -110,6 +110,11 @@ pub enum Event {
     Declined,
     /// Timeout, connection reset, EOF or 5xx while sending: outcome unknown.
     Unknown,
+    /// The send certainly was not executed: its bytes never left (connection
+    /// refused, DNS, TLS handshake) or the gateway said so (429, 503 with
+    /// `Retry-After`). Back to waiting, to be sent with the same key later;
+    /// nothing to look up.
+    Deferred,
     /// The worker holding the lease vanished; its outcome is unknown.
     LeaseExpired,
     /// The last scheduled check failed too: hand it to finance.
@@ -128,6 +133,9 @@ pub enum Event {
 pub enum Then {
     /// Call the gateway's charge with the attempt's key.
     SendToGateway,
+    /// Send with the attempt's key again after a backoff (or the gateway's
+    /// `Retry-After`).
+    SendLater,
     /// Look the charge up by key after the next delay of the check schedule.
     CheckLater,
     /// Wait for a person in finance (or a late webhook/lookup).
@@ -173,6 +181,7 @@ pub fn transition(from: State, event: Event) -> Result<Next, InvalidTransition> 
         }
 
         (S::EnProceso, E::Unknown | E::LeaseExpired) => to(S::Desconocido, Then::CheckLater),
+        (S::EnProceso, E::Deferred) => to(S::Pendiente, Then::SendLater),
         (S::Desconocido, E::ChecksExhausted | E::KeyExpired) => {
             to(S::EnRevision, Then::AwaitFinance)
         }
@@ -185,10 +194,12 @@ pub fn transition(from: State, event: Event) -> Result<Next, InvalidTransition> 
         | (S::EnRevision, E::Claim | E::Resend | E::Unknown | E::LeaseExpired)
         | (S::EnRevision, E::ChecksExhausted | E::KeyExpired) => invalid,
         (S::Pendiente | S::EnProceso | S::Desconocido, E::Recheck) => invalid,
+        (S::Pendiente | S::Desconocido | S::EnRevision, E::Deferred) => invalid,
 
         (S::Aprobado | S::Rechazado, E::Approved | E::Declined)
         | (S::Aprobado | S::Rechazado, E::Claim | E::Resend | E::Unknown | E::LeaseExpired)
-        | (S::Aprobado | S::Rechazado, E::ChecksExhausted | E::KeyExpired | E::Recheck) => invalid,
+        | (S::Aprobado | S::Rechazado, E::ChecksExhausted | E::KeyExpired | E::Recheck)
+        | (S::Aprobado | S::Rechazado, E::Deferred) => invalid,
     }
 }
 
@@ -198,12 +209,13 @@ mod tests {
     use Event as E;
     use State as S;
 
-    const EVENTS: [Event; 9] = [
+    const EVENTS: [Event; 10] = [
         E::Claim,
         E::Resend,
         E::Approved,
         E::Declined,
         E::Unknown,
+        E::Deferred,
         E::LeaseExpired,
         E::ChecksExhausted,
         E::KeyExpired,
@@ -219,6 +231,7 @@ mod tests {
             (S::EnProceso, E::Approved, S::Aprobado, Then::Done),
             (S::EnProceso, E::Declined, S::Rechazado, Then::Done),
             (S::EnProceso, E::Unknown, S::Desconocido, Then::CheckLater),
+            (S::EnProceso, E::Deferred, S::Pendiente, Then::SendLater),
             (
                 S::EnProceso,
                 E::LeaseExpired,
@@ -260,7 +273,7 @@ mod tests {
                 valid += usize::from(got.is_some());
             }
         }
-        assert_eq!(valid, 15, "the table above lists 15 valid transitions");
+        assert_eq!(valid, 16, "the table above lists 16 valid transitions");
     }
 
     #[test]
@@ -278,6 +291,14 @@ mod tests {
         let next = transition(S::EnProceso, E::Unknown).unwrap();
         assert_eq!(next.to, S::Desconocido);
         assert_ne!(next.to, S::Rechazado);
+    }
+
+    #[test]
+    fn only_a_send_that_certainly_did_not_run_goes_back_to_waiting() {
+        let next = transition(S::EnProceso, E::Deferred).unwrap();
+        assert_eq!((next.to, next.then), (S::Pendiente, Then::SendLater));
+        // Never from DESCONOCIDO: what may have run is looked up first.
+        assert!(transition(S::Desconocido, E::Deferred).is_err());
     }
 
     #[test]

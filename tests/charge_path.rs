@@ -263,6 +263,7 @@ fn engine(store: &Store, gateway_url: &str, name: &str) -> Engine {
             schedule: CheckSchedule::default().scaled(0.1),
             key_lifetime: Duration::from_secs(86_400),
             retry: Default::default(),
+            defer_backoff: Duration::from_millis(300),
         },
     )
 }

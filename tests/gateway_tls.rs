@@ -257,9 +257,15 @@ async fn without_the_private_ca_the_certificate_is_refused_and_nothing_is_charge
     let tls = Terminator::start(ca.server.clone(), &sim).await;
 
     // Only the public roots: the private CA's certificate is not trusted,
-    // the request never leaves, and it is unknown (never a decline).
+    // the handshake fails before the request is written: not sent (never a
+    // decline, and nothing to look up).
     let untrusted = client(&tls.url, None).charge(&call("o-untrusted")).await;
-    let ChargeOutcome::Unknown { evidence } = &untrusted else {
+    let ChargeOutcome::Deferred {
+        why: cobro::gateway::Deferral::NotSent,
+        evidence,
+        ..
+    } = &untrusted
+    else {
         panic!("an untrusted certificate must not pass: {untrusted:?}");
     };
     assert_eq!(evidence.http_status, None, "{evidence:?}");

@@ -7,9 +7,11 @@
 //! Invariant: explicit connect and request timeouts on every call, and every
 //! failure classified the same way for charges and refunds: only a parsed 200
 //! (approved), 402/400/422 (declined or refused, never executed) and the
-//! gateway's own 404 `not_found` on lookup are definite; everything else
-//! (timeouts, resets, 5xx, 401/403/404 from something that may not be the
-//! gateway) is unknown.
+//! gateway's own 404 `not_found` on lookup are definite; a connect failure
+//! (refused, DNS, TLS handshake, connect timeout: nothing was written) is
+//! *not sent*, a 429 or a 503 with `Retry-After` *not executed*; everything
+//! else (timeouts, resets, other 5xx, 401/403/404 from something that may
+//! not be the gateway) is unknown.
 
 use std::time::{Duration, Instant};
 
@@ -19,8 +21,8 @@ use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 
 use super::{
-    ChargeCall, ChargeOutcome, Evidence, Gateway, GatewayRecord, ListError, Listed, LookupOutcome,
-    RefundCall,
+    ChargeCall, ChargeOutcome, Deferral, Evidence, Gateway, GatewayRecord, ListError, Listed,
+    LookupOutcome, RefundCall,
 };
 use crate::domain::IdempotencyKey;
 
@@ -180,8 +182,13 @@ impl HttpGateway {
             .await;
         let call = resource.call();
         match read(sent).await {
-            Ok((status, reply)) => classify_create(resource, status.as_u16(), reply, started),
-            Err(kind) => ChargeOutcome::Unknown {
+            Ok(answer) => classify_create(resource, answer, started),
+            Err(Transport::NotSent(kind)) => ChargeOutcome::Deferred {
+                why: Deferral::NotSent,
+                retry_after: None,
+                evidence: evidence(call, None, kind, None, started),
+            },
+            Err(Transport::Unknown(kind)) => ChargeOutcome::Unknown {
                 evidence: evidence(call, None, kind, None, started),
             },
         }
@@ -196,24 +203,37 @@ impl HttpGateway {
             .send()
             .await;
         match read(sent).await {
-            Ok((status, reply)) => classify_lookup(resource, status.as_u16(), reply, started),
-            Err(kind) => LookupOutcome::Failed {
+            Ok(answer) => classify_lookup(resource, answer, started),
+            Err(Transport::NotSent(kind)) => LookupOutcome::Deferred {
+                why: Deferral::NotSent,
+                retry_after: None,
+                evidence: lookup_evidence(resource, None, kind, "not_sent", started),
+            },
+            Err(Transport::Unknown(kind)) => LookupOutcome::Failed {
                 evidence: lookup_evidence(resource, None, kind, "failed", started),
             },
         }
     }
 }
 
-/// What a create call (`POST`) answered: only a parsed 200 approval and a 402/400/422 are
-/// definite.
-fn classify_create(
-    resource: Resource,
-    code: u16,
-    reply: Option<Reply>,
-    started: Instant,
-) -> ChargeOutcome {
+/// What a create call (`POST`) answered: only a parsed 200 approval and a
+/// 402/400/422 are definite; a 429, or a 503 with `Retry-After`, was not
+/// executed.
+fn classify_create(resource: Resource, answer: Answer, started: Instant) -> ChargeOutcome {
     let call = resource.call();
+    let Answer {
+        code,
+        retry_after,
+        reply,
+    } = answer;
     let ev = |kind: &str, detail: Option<String>| evidence(call, Some(code), kind, detail, started);
+    if let Some(kind) = not_executed(code, retry_after) {
+        return ChargeOutcome::Deferred {
+            why: Deferral::NotExecuted,
+            retry_after,
+            evidence: ev(kind, reply.and_then(|r| r.error)),
+        };
+    }
     match (code, reply) {
         (200, Some(mut r)) if r.status.as_deref() == Some("approved") => {
             match resource.take_id(&mut r) {
@@ -229,7 +249,7 @@ fn classify_create(
             code: r.decline_code.unwrap_or_else(|| "declined".into()),
             evidence: ev("declined", None),
         },
-        (408 | 409 | 425 | 429, r) => ChargeOutcome::Unknown {
+        (408 | 409 | 425, r) => ChargeOutcome::Unknown {
             evidence: ev("http_4xx_retryable", r.and_then(|r| r.error)),
         },
         // The gateway refused the request as such: never executed.
@@ -267,16 +287,24 @@ fn bad_body(
     }
 }
 
-/// What a lookup (`GET .../{key}`) answered: a parsed 200 and the gateway's own 404
-/// `not_found` are definite; anything else failed.
-fn classify_lookup(
-    resource: Resource,
-    code: u16,
-    reply: Option<Reply>,
-    started: Instant,
-) -> LookupOutcome {
+/// What a lookup (`GET .../{key}`) answered: a parsed 200 and the gateway's
+/// own 404 `not_found` are definite; a 429, or a 503 with `Retry-After`, is
+/// deferred; anything else failed.
+fn classify_lookup(resource: Resource, answer: Answer, started: Instant) -> LookupOutcome {
+    let Answer {
+        code,
+        retry_after,
+        reply,
+    } = answer;
     let ev =
         |kind: &str, result: &str| lookup_evidence(resource, Some(code), kind, result, started);
+    if let Some(kind) = not_executed(code, retry_after) {
+        return LookupOutcome::Deferred {
+            why: Deferral::NotExecuted,
+            retry_after,
+            evidence: ev(kind, "not_executed"),
+        };
+    }
     match (code, reply) {
         (200, Some(mut r)) => {
             let id = resource.take_id(&mut r);
@@ -312,25 +340,93 @@ fn classify_lookup(
     }
 }
 
-/// Reads status and JSON body; a transport failure or an unreadable body is
-/// returned as its error kind (always unknown to the caller).
-async fn read(
-    sent: Result<reqwest::Response, reqwest::Error>,
-) -> Result<(reqwest::StatusCode, Option<Reply>), &'static str> {
-    let resp = sent.map_err(transport_kind)?;
-    let status = resp.status();
-    let bytes = resp.bytes().await.map_err(transport_kind)?;
-    Ok((status, serde_json::from_slice(&bytes).ok()))
+/// A response: its status, its `Retry-After` and its JSON body if it has one.
+struct Answer {
+    code: u16,
+    retry_after: Option<Duration>,
+    reply: Option<Reply>,
 }
 
-fn transport_kind(e: reqwest::Error) -> &'static str {
+/// A call that got no response, by what the gateway could have done.
+enum Transport {
+    /// Nothing was written (the connection was never made).
+    NotSent(&'static str),
+    /// The request may have left.
+    Unknown(&'static str),
+}
+
+/// The gateway said it did not execute the request: a 429, or a 503 that
+/// says when to come back. A bare 503 is unknown (a proxy in front of a
+/// gateway that did execute may answer it).
+fn not_executed(code: u16, retry_after: Option<Duration>) -> Option<&'static str> {
+    match (code, retry_after) {
+        (429, _) => Some("throttled"),
+        (503, Some(_)) => Some("unavailable"),
+        _ => None,
+    }
+}
+
+/// Reads status, `Retry-After` and JSON body; a call that got no response
+/// is classified by [`transport`].
+async fn read(sent: Result<reqwest::Response, reqwest::Error>) -> Result<Answer, Transport> {
+    let resp = sent.map_err(|e| transport(&e))?;
+    let code = resp.status().as_u16();
+    let retry_after = resp
+        .headers()
+        .get(reqwest::header::RETRY_AFTER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| retry_after(v, Utc::now()));
+    // The status line and headers arrived; a body cut short is unknown.
+    let bytes = resp
+        .bytes()
+        .await
+        .map_err(|e| Transport::Unknown(unknown_kind(&e)))?;
+    Ok(Answer {
+        code,
+        retry_after,
+        reply: serde_json::from_slice(&bytes).ok(),
+    })
+}
+
+/// A connect error (refused, DNS, TLS handshake, connect timeout) happens
+/// before any byte of the request is written: not sent. Anything after it
+/// (a reused connection that dies, a request timeout) may have left.
+fn transport(e: &reqwest::Error) -> Transport {
+    if e.is_connect() {
+        Transport::NotSent(if e.is_timeout() {
+            "connect_timeout"
+        } else {
+            "connect"
+        })
+    } else {
+        Transport::Unknown(unknown_kind(e))
+    }
+}
+
+/// The evidence's `error_kind` of a call that got no response.
+pub(super) fn transport_kind(e: &reqwest::Error) -> &'static str {
+    match transport(e) {
+        Transport::NotSent(kind) | Transport::Unknown(kind) => kind,
+    }
+}
+
+fn unknown_kind(e: &reqwest::Error) -> &'static str {
     if e.is_timeout() {
         "timeout"
-    } else if e.is_connect() {
-        "connect"
     } else {
         "connection_closed"
     }
+}
+
+/// `Retry-After` (RFC 9110): whole seconds, or an HTTP date (a date in the
+/// past means now).
+pub(crate) fn retry_after(value: &str, now: DateTime<Utc>) -> Option<Duration> {
+    let value = value.trim();
+    if let Ok(secs) = value.parse::<u64>() {
+        return Some(Duration::from_secs(secs));
+    }
+    let at = DateTime::parse_from_rfc2822(value).ok()?;
+    Some((at.with_timezone(&Utc) - now).to_std().unwrap_or_default())
 }
 
 fn evidence(

@@ -3,9 +3,16 @@
 //! (approved, declined, not found) or unknown; and, for reconciliation, list
 //! what the gateway executed in a window ([`record`]).
 //!
-//! Invariant: a timeout, a reset connection, an EOF or a 5xx after the request
-//! may have left is *unknown*, never a decline. Only an explicit answer from
-//! the gateway is definite. Every outcome carries [`Evidence`] for the
+//! Every failure is classified by what the gateway could have done with the
+//! request: *not sent* (the bytes never left: connection refused, DNS, TLS
+//! handshake, connect timeout), *not executed* (the gateway said so before
+//! executing: 429, or 503 with `Retry-After`), *unknown* (the request may
+//! have left and no definite answer came: a timeout, a reset connection, an
+//! EOF, another 5xx), or a definite answer.
+//!
+//! Invariant: only the first two may be sent again without a lookup, and
+//! only with the same key; an unknown outcome is never a decline and never
+//! re-sent on a guess. Every outcome carries [`Evidence`] for the
 //! transition log.
 
 mod http;
@@ -17,6 +24,8 @@ mod tests;
 
 pub use http::{GatewayConfigError, HttpGateway, HttpGatewayConfig, parse_base_url, shown_url};
 pub use record::{GatewayRecord, ListError, Listed};
+
+use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use futures::future::BoxFuture;
@@ -31,8 +40,9 @@ pub struct Evidence {
     pub call: String,
     /// The HTTP status, when a response arrived at all.
     pub http_status: Option<u16>,
-    /// `ok`, `declined`, `not_found`, `timeout`, `connect`, `connection_closed`,
-    /// `http_5xx`, `http_4xx`, `bad_body`.
+    /// `ok`, `declined`, `not_found`, `timeout`, `connect` (not sent),
+    /// `connection_closed`, `http_5xx`, `http_4xx`, `throttled` and
+    /// `unavailable` (not executed), `bad_body`.
     pub error_kind: String,
     /// The lookup's answer: `approved`, `declined`, `not_found`, `failed`.
     pub lookup_result: Option<String>,
@@ -62,6 +72,27 @@ pub struct RefundCall {
     pub currency: Currency,
 }
 
+/// Why a request certainly was not executed, so it may be sent again with
+/// the same key after a wait, without a lookup and without counting a check.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Deferral {
+    /// The request's bytes never left: connection refused, DNS failure, TLS
+    /// handshake failure, connect timeout.
+    NotSent,
+    /// The gateway answered that it did not execute it, for now: 429, or a
+    /// 503 with `Retry-After`.
+    NotExecuted,
+}
+
+impl Deferral {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Deferral::NotSent => "not_sent",
+            Deferral::NotExecuted => "not_executed",
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ChargeOutcome {
     Approved {
@@ -75,6 +106,13 @@ pub enum ChargeOutcome {
     },
     /// The request may or may not have been executed.
     Unknown { evidence: Evidence },
+    /// Certainly not executed: send again with the same key after
+    /// `retry_after` (the gateway's `Retry-After`) or a backoff.
+    Deferred {
+        why: Deferral,
+        retry_after: Option<Duration>,
+        evidence: Evidence,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -92,6 +130,14 @@ pub enum LookupOutcome {
     NotFound { evidence: Evidence },
     /// No usable answer (timeout, 5xx, reset): still unknown.
     Failed { evidence: Evidence },
+    /// The lookup certainly did not reach the gateway, or the gateway
+    /// refused to answer for now (429, 503 with `Retry-After`): it does not
+    /// count as a check; look again after `retry_after` or a backoff.
+    Deferred {
+        why: Deferral,
+        retry_after: Option<Duration>,
+        evidence: Evidence,
+    },
 }
 
 impl ChargeOutcome {
@@ -99,7 +145,8 @@ impl ChargeOutcome {
         match self {
             ChargeOutcome::Approved { evidence, .. }
             | ChargeOutcome::Declined { evidence, .. }
-            | ChargeOutcome::Unknown { evidence } => evidence,
+            | ChargeOutcome::Unknown { evidence }
+            | ChargeOutcome::Deferred { evidence, .. } => evidence,
         }
     }
 }
@@ -110,7 +157,8 @@ impl LookupOutcome {
             LookupOutcome::Approved { evidence, .. }
             | LookupOutcome::Declined { evidence, .. }
             | LookupOutcome::NotFound { evidence }
-            | LookupOutcome::Failed { evidence } => evidence,
+            | LookupOutcome::Failed { evidence }
+            | LookupOutcome::Deferred { evidence, .. } => evidence,
         }
     }
 }

@@ -1,6 +1,8 @@
 //! The HTTP adapter against a real simulator on 127.0.0.1: refunds and refund lookups
 //! classified like charges (approved, declined, unknown, not found), with the evidence
-//! naming the call.
+//! naming the call; and every failure by what the gateway could have done (a refused
+//! connection: not sent; a 429 or a 503 with `Retry-After`: not executed; a bare 503:
+//! unknown), against a port nobody listens on and a minimal server that answers only that.
 //!
 //! Invariant: each test starts its own simulator and talks to it only over HTTP, through
 //! [`HttpGateway`] or plain reqwest for the control and ledger endpoints.
@@ -59,6 +61,16 @@ async fn approved_charge(gw: &HttpGateway, order: &str, amount_minor: i64) -> Te
         ChargeOutcome::Approved { charge_id, .. } => Ok(charge_id),
         other => Err(format!("charge not approved: {other:?}").into()),
     }
+}
+
+fn charge_call(order: &str, amount_minor: i64) -> TestResult<ChargeCall> {
+    Ok(ChargeCall {
+        key: IdempotencyKey::generate(),
+        order_id: OrderId::parse(order)?,
+        amount: Amount::parse(amount_minor)?,
+        currency: Currency::parse("EUR")?,
+        payment_method: None,
+    })
 }
 
 fn refund_call(charge_id: &str, order: &str, amount_minor: i64) -> TestResult<RefundCall> {
@@ -259,4 +271,135 @@ async fn refund_5xx_and_key_reuse_are_unknown_a_refused_body_is_declined() -> Te
     assert_eq!(ledger(&sim).await?.refunds.len(), 1);
     sim.shutdown().await;
     Ok(())
+}
+
+/// A gateway whose every answer is `status` with `Retry-After: retry_after`
+/// (when given), on 127.0.0.1, for the adapter's classification.
+async fn answering(status: u16, retry_after: Option<&'static str>) -> TestResult<String> {
+    use axum::http::{HeaderValue, StatusCode};
+    use axum::response::IntoResponse;
+    let app = axum::Router::new().fallback(move || async move {
+        let mut resp = (
+            StatusCode::from_u16(status).unwrap(),
+            axum::Json(serde_json::json!({"error": "busy"})),
+        )
+            .into_response();
+        if let Some(ra) = retry_after {
+            resp.headers_mut()
+                .insert("retry-after", HeaderValue::from_static(ra));
+        }
+        resp
+    });
+    let listener = TcpListener::bind("127.0.0.1:0").await?;
+    let url = format!("http://{}", listener.local_addr()?);
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    Ok(url)
+}
+
+fn gateway_at(url: &str) -> TestResult<HttpGateway> {
+    Ok(HttpGateway::new(HttpGatewayConfig {
+        base_url: url.into(),
+        connect_timeout: Duration::from_millis(500),
+        request_timeout: Duration::from_millis(1500),
+        ca_file: None,
+    })?)
+}
+
+#[tokio::test]
+async fn a_refused_connection_is_not_sent_for_charges_refunds_and_lookups() -> TestResult {
+    // A port nobody listens on: the connection is refused, nothing is written.
+    let closed = TcpListener::bind("127.0.0.1:0").await?.local_addr()?;
+    let gw = gateway_at(&format!("http://{closed}"))?;
+    let call = charge_call("order-refused", 1000)?;
+    for outcome in [
+        gw.charge(&call).await,
+        gw.refund(&refund_call("ch_1", "o", 1)?).await,
+    ] {
+        assert!(
+            matches!(outcome, ChargeOutcome::Deferred { why: Deferral::NotSent, retry_after: None, ref evidence }
+                if evidence.http_status.is_none() && evidence.error_kind == "connect"),
+            "{outcome:?}"
+        );
+    }
+    for found in [gw.lookup(call.key).await, gw.lookup_refund(call.key).await] {
+        assert!(
+            matches!(found, LookupOutcome::Deferred { why: Deferral::NotSent, ref evidence, .. }
+                if evidence.lookup_result.as_deref() == Some("not_sent")),
+            "{found:?}"
+        );
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_429_or_a_503_with_retry_after_is_not_executed_a_bare_503_is_unknown() -> TestResult {
+    let call = charge_call("order-busy", 1000)?;
+    let throttled = gateway_at(&answering(429, Some("7")).await?)?;
+    let outcome = throttled.charge(&call).await;
+    assert!(
+        matches!(outcome, ChargeOutcome::Deferred { why: Deferral::NotExecuted, retry_after: Some(d), ref evidence }
+            if d == Duration::from_secs(7) && evidence.http_status == Some(429) && evidence.error_kind == "throttled"),
+        "{outcome:?}"
+    );
+    assert!(
+        matches!(
+            throttled.lookup(call.key).await,
+            LookupOutcome::Deferred {
+                why: Deferral::NotExecuted,
+                ..
+            }
+        ),
+        "a throttled lookup is not a check"
+    );
+    // A 429 without Retry-After: still not executed; the worker's backoff applies.
+    let bare_429 = gateway_at(&answering(429, None).await?)?;
+    assert!(matches!(
+        bare_429.charge(&call).await,
+        ChargeOutcome::Deferred {
+            why: Deferral::NotExecuted,
+            retry_after: None,
+            ..
+        }
+    ));
+    let unavailable = gateway_at(&answering(503, Some("Wed, 21 Oct 2015 07:28:00 GMT")).await?)?;
+    let outcome = unavailable.charge(&call).await;
+    assert!(
+        matches!(outcome, ChargeOutcome::Deferred { why: Deferral::NotExecuted, retry_after: Some(Duration::ZERO), ref evidence }
+            if evidence.error_kind == "unavailable"),
+        "a date in the past means now: {outcome:?}"
+    );
+    // A 503 that does not say when to come back may come from a proxy in
+    // front of a gateway that did execute: unknown, looked up.
+    let bare_503 = gateway_at(&answering(503, None).await?)?;
+    assert!(matches!(
+        bare_503.charge(&call).await,
+        ChargeOutcome::Unknown { .. }
+    ));
+    assert!(matches!(
+        bare_503.lookup(call.key).await,
+        LookupOutcome::Failed { .. }
+    ));
+    Ok(())
+}
+
+#[test]
+fn retry_after_takes_seconds_or_an_http_date() {
+    let now = chrono::DateTime::parse_from_rfc3339("2026-11-30T12:00:00Z")
+        .unwrap()
+        .to_utc();
+    let cases = [
+        ("7", Some(7)),
+        (" 120 ", Some(120)),
+        ("Mon, 30 Nov 2026 12:00:30 GMT", Some(30)),
+        ("Mon, 30 Nov 2026 11:00:00 GMT", Some(0)),
+        ("soon", None),
+        ("-3", None),
+    ];
+    for (value, want) in cases {
+        assert_eq!(
+            super::http::retry_after(value, now),
+            want.map(Duration::from_secs),
+            "{value}"
+        );
+    }
 }

@@ -172,7 +172,7 @@ pub fn confirm_missing(a: &Attempt, lookup: &LookupOutcome) -> Result<Option<Fin
             "the gateway has nothing under our key",
             json!({ "result": "not_found" }),
         ),
-        LookupOutcome::Failed { evidence } => {
+        LookupOutcome::Failed { evidence } | LookupOutcome::Deferred { evidence, .. } => {
             return Err(format!(
                 "looking up attempt {} by key gave no answer ({}, HTTP {:?})",
                 a.id, evidence.error_kind, evidence.http_status

@@ -311,6 +311,7 @@ pub fn worker_args(db_url: &str, gateway_url: &str) -> WorkerArgs {
         sweep_grace: Duration::from_secs(2),
         gateway_connect_timeout: Duration::from_millis(500),
         gateway_timeout: Duration::from_millis(1500),
+        defer_backoff: Duration::from_millis(300),
         worker_name: Some(format!("test-{}", Uuid::new_v4().simple())),
         retry: cobro::retry::RetryArgs {
             retryable_declines: cobro::retry::DEFAULT_RETRYABLE.into(),

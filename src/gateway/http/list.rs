@@ -112,7 +112,7 @@ impl HttpGateway {
 fn transport(kind: Listed, e: reqwest::Error) -> ListError {
     ListError::Transport {
         kind,
-        error_kind: transport_kind(e).to_owned(),
+        error_kind: transport_kind(&e).to_owned(),
     }
 }
 
