@@ -27,6 +27,7 @@ on_both_backends!(
     the_csv_export_opens_cleanly_in_a_spreadsheet,
     the_daily_summary_is_deterministic_and_counts_right,
     reconciliation_cases_are_in_the_queue_and_closed_once,
+    finance_cannot_decide_while_a_worker_is_asking_the_gateway,
 );
 
 /// An attempt whose checks ran out: EN_REVISION with a 503 as last evidence.
@@ -532,5 +533,51 @@ async fn reconciliation_cases_are_in_the_queue_and_closed_once(b: Backend) {
     );
     assert!(finance::open_cases(&db.store).await.unwrap().is_empty());
     web.stop().await;
+    db.drop_db().await;
+}
+
+async fn finance_cannot_decide_while_a_worker_is_asking_the_gateway(b: Backend) {
+    let db = TestDb::new(b).await;
+    let a = in_doubt(&db.store, "fin-busy").await;
+    // A worker takes the lease to look the charge up (as a check does).
+    let mut take = Change::new(None, "check", "worker:w1");
+    take.lease = Lease::Take {
+        owner: "w1",
+        ttl: Duration::from_secs(30),
+    };
+    let cobro::store::Applied::Moved(held) = db.store.apply(&a, &take).await.unwrap() else {
+        panic!("lease not taken");
+    };
+    let decline = ResolveRequest {
+        attempt_id: a.id,
+        version: held.version,
+        resolution: Resolution::Decline {
+            code: "finance_declined".into(),
+        },
+        by: "ana",
+        note: "no charge in the dashboard",
+    };
+    let err = finance::resolve(&db.store, &decline).await.unwrap_err();
+    assert!(matches!(err, ResolveError::Busy(_)), "{err:?}");
+    let msg = err.to_string();
+    assert!(
+        msg.contains("w1") && msg.contains("try again after"),
+        "{msg}"
+    );
+    assert_eq!(
+        db.store.load(a.id).await.unwrap().0.version,
+        held.version,
+        "nothing written"
+    );
+    // The worker's lookup finds the charge and records it.
+    let mut found = Change::new(Some(Event::Approved), "lookup_approved", "worker:w1");
+    found.charge_id = Some("ch_late");
+    let cobro::store::Applied::Moved(now) = db.store.apply(&held, &found).await.unwrap() else {
+        panic!("the worker's answer was not recorded");
+    };
+    assert_eq!(now.state, State::Aprobado, "the gateway's answer stands");
+    // A decision on the version seen before is refused as stale, not applied.
+    let err = finance::resolve(&db.store, &decline).await.unwrap_err();
+    assert!(matches!(err, ResolveError::Moved(_)), "{err:?}");
     db.drop_db().await;
 }

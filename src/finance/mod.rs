@@ -99,6 +99,10 @@ pub enum ResolveError {
     /// Settled or not in doubt: nothing for finance to resolve.
     #[error("{0}")]
     NotEscalated(String),
+    /// A worker holds the attempt (it is asking the gateway right now): a
+    /// decision now could overwrite the answer it is about to record.
+    #[error("{0}")]
+    Busy(String),
     #[error(transparent)]
     Store(StoreError),
 }
@@ -132,9 +136,21 @@ fn validate_person(by: &str, note: &str) -> Result<(), InputError> {
 pub async fn resolve(store: &Store, req: &ResolveRequest<'_>) -> Result<Attempt, ResolveError> {
     validate_person(req.by, req.note)?;
     req.resolution.validate()?;
-    let (seen, _) = store.load(req.attempt_id).await?;
+    let (seen, now) = store.load(req.attempt_id).await?;
     if seen.version != req.version {
         return Err(moved(&seen, req.version));
+    }
+    // While a worker holds the lease it is talking to the gateway; its
+    // answer must not be overwritten by a decision taken without it. (Once
+    // it records the answer the version moves, and a decision taken on the
+    // old version is refused as "changed".)
+    if let Some(until) = seen.lease_expires_at.filter(|until| *until > now) {
+        return Err(ResolveError::Busy(format!(
+            "attempt {} is being looked up at the gateway by {} right now; try again after {} UTC",
+            seen.id,
+            seen.lease_owner.as_deref().unwrap_or("a worker"),
+            until.format("%H:%M:%S")
+        )));
     }
     if !matches!(seen.state, State::Desconocido | State::EnRevision) {
         return Err(ResolveError::NotEscalated(format!(
