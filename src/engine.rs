@@ -22,7 +22,8 @@ use crate::policy::{Action, LookupPlan, Snapshot, after_lookup, decide, defer_de
 use crate::retry::{RetryPlan, RetryPolicy};
 use crate::state::Event;
 use crate::store::{
-    Applied, Attempt, Change, CheckRecord, Lease, NoticeKind, RetryError, Store, StoreError,
+    Applied, Attempt, Change, CheckRecord, Contradiction, Lease, NoticeKind, RetryError, Store,
+    StoreError,
 };
 
 /// The wake-up job's payload: only which attempt to look at.
@@ -243,6 +244,39 @@ impl Engine {
     /// `RECHAZADO` with a retry due: a new attempt with a new key, if the
     /// database agrees (nothing approved, nothing live, under the maximum).
     async fn business_retry(&self, seen: &Attempt) -> Result<(), StoreError> {
+        // Before a new key charges the order again, ask the gateway once
+        // about the declined attempt's own key: a decline we recorded may be
+        // contradicted by what the gateway actually did.
+        let outcome = self
+            .gateway
+            .lookup(IdempotencyKey::from_uuid(seen.idempotency_key))
+            .await;
+        crate::metrics::lookup_answered(&outcome);
+        match &outcome {
+            LookupOutcome::Approved { charge_id, .. } => {
+                let source = "the lookup before its business retry";
+                if let Some(c) =
+                    Contradiction::approved(seen, charge_id, source, chrono::Utc::now())
+                {
+                    warn!(%charge_id, "the gateway approved a charge we hold as declined: case opened, no retry");
+                    self.store.contradicted(seen, &c, &self.actor).await?;
+                }
+                return Ok(());
+            }
+            LookupOutcome::Failed { .. } | LookupOutcome::Deferred { .. } => {
+                // No answer: never charge again on a guess; ask again later.
+                let retry_after = match &outcome {
+                    LookupOutcome::Deferred { retry_after, .. } => *retry_after,
+                    _ => None,
+                };
+                let mut later = Change::new(None, "retry_postponed_no_lookup", &self.actor);
+                later.act_in = Some(self.defer_in(retry_after));
+                later.evidence = Some(outcome.evidence());
+                self.store.apply(seen, &later).await?;
+                return Ok(());
+            }
+            LookupOutcome::Declined { .. } | LookupOutcome::NotFound { .. } => {}
+        }
         let key = IdempotencyKey::generate();
         let refused = match self
             .store

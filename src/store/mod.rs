@@ -9,6 +9,7 @@
 //! SQL. Bound parameters only; no SQL is built with `format!`.
 
 mod change;
+mod contradiction;
 mod enqueue;
 mod escalation;
 mod lite;
@@ -21,6 +22,7 @@ mod retry;
 mod webhooks;
 
 pub use change::{Applied, Change, CheckRecord, Lease, NoticeKind};
+pub use contradiction::Contradiction;
 pub use enqueue::{EnqueueError, Enqueued};
 pub use escalation::{Escalated, Totals};
 pub use lite::enqueue_charge as enqueue_charge_sqlite;

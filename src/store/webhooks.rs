@@ -11,6 +11,7 @@ use uuid::Uuid;
 
 use super::Attempt;
 use super::change::{Applied, Change, Plan, plan};
+use super::contradiction::Contradiction;
 use crate::gateway::Evidence;
 use crate::retry::RetryPolicy;
 use crate::state::{Event, InvalidTransition, State};
@@ -158,6 +159,20 @@ pub(crate) fn decide<'a>(
             },
             Some(refused.to_string()),
         ),
+    }
+}
+
+/// The case an event opens when it contradicts an attempt we hold as
+/// settled (approved after `RECHAZADO`, declined after `APROBADO`).
+pub(crate) fn contradiction(seen: &Attempt, ev: &IncomingEvent) -> Option<Contradiction> {
+    let source = format!("webhook {} ({})", ev.event_id, ev.event_type);
+    let now = chrono::Utc::now();
+    match &ev.outcome {
+        EventOutcome::Approved { charge_id } => {
+            Contradiction::approved(seen, charge_id, &source, now)
+        }
+        EventOutcome::Declined { code, .. } => Contradiction::declined(seen, code, &source, now),
+        EventOutcome::NotActionable => None,
     }
 }
 

@@ -8,8 +8,10 @@ use sqlx::{Row, SqlitePool};
 
 use super::{attempt, json, ms, uuid};
 use crate::recon::{Finding, Window};
+use crate::store::change::plan;
+use crate::store::contradiction::Contradiction;
 use crate::store::recon::{CaseStatus, CaseWrite, ReconCase, ReconRun, ReconScope, RunClaim};
-use crate::store::{Attempt, StoreError};
+use crate::store::{Attempt, Change, StoreError};
 
 fn json_list<T: serde::Serialize>(items: &[T]) -> Result<String, StoreError> {
     serde_json::to_string(items).map_err(|e| StoreError::Corrupt(e.to_string()))
@@ -51,48 +53,58 @@ pub(crate) async fn record_cases(
     let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
     let mut out = Vec::with_capacity(findings.len());
     for f in findings {
-        let details =
-            serde_json::to_string(&f.details).map_err(|e| StoreError::Corrupt(e.to_string()))?;
-        let new: Option<i64> = sqlx::query_scalar(concat!(
-            "INSERT INTO recon_cases
-                (kind, dedupe_key, order_id, attempt_id, gateway_ref, details,
-                 window_from, window_to, opened_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ",
-            now_ms!(),
-            ")
-             ON CONFLICT (dedupe_key) DO NOTHING
-             RETURNING id"
-        ))
-        .bind(f.kind.as_str())
-        .bind(&f.dedupe_key)
-        .bind(&f.order_id)
-        .bind(f.attempt_id.map(|id| id.hyphenated().to_string()))
-        .bind(&f.gateway_ref)
-        .bind(details)
-        .bind(window.from.timestamp_millis())
-        .bind(window.to.timestamp_millis())
-        .fetch_optional(&mut *tx)
-        .await?;
-        let (id, status) = match new {
-            Some(id) => (id, CaseStatus::New),
-            None => {
-                let (id, resolved): (i64, bool) = sqlx::query_as(
-                    "SELECT id, resolved_at IS NOT NULL FROM recon_cases WHERE dedupe_key = ?1",
-                )
-                .bind(&f.dedupe_key)
-                .fetch_one(&mut *tx)
-                .await?;
-                (id, CaseStatus::existing(resolved))
-            }
-        };
-        out.push(CaseWrite {
-            id,
-            dedupe_key: f.dedupe_key.clone(),
-            status,
-        });
+        out.push(case_tx(&mut tx, window, f).await?);
     }
     tx.commit().await?;
     Ok(out)
+}
+
+/// Opens the case of `f` unless its dedupe key exists, inside the caller's
+/// transaction.
+pub(crate) async fn case_tx(
+    tx: &mut sqlx::SqliteConnection,
+    window: &Window,
+    f: &Finding,
+) -> Result<CaseWrite, StoreError> {
+    let details =
+        serde_json::to_string(&f.details).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+    let new: Option<i64> = sqlx::query_scalar(concat!(
+        "INSERT INTO recon_cases
+            (kind, dedupe_key, order_id, attempt_id, gateway_ref, details,
+             window_from, window_to, opened_at)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ",
+        now_ms!(),
+        ")
+         ON CONFLICT (dedupe_key) DO NOTHING
+         RETURNING id"
+    ))
+    .bind(f.kind.as_str())
+    .bind(&f.dedupe_key)
+    .bind(&f.order_id)
+    .bind(f.attempt_id.map(|id| id.hyphenated().to_string()))
+    .bind(&f.gateway_ref)
+    .bind(details)
+    .bind(window.from.timestamp_millis())
+    .bind(window.to.timestamp_millis())
+    .fetch_optional(&mut *tx)
+    .await?;
+    let (id, status) = match new {
+        Some(id) => (id, CaseStatus::New),
+        None => {
+            let (id, resolved): (i64, bool) = sqlx::query_as(
+                "SELECT id, resolved_at IS NOT NULL FROM recon_cases WHERE dedupe_key = ?1",
+            )
+            .bind(&f.dedupe_key)
+            .fetch_one(&mut *tx)
+            .await?;
+            (id, CaseStatus::existing(resolved))
+        }
+    };
+    Ok(CaseWrite {
+        id,
+        dedupe_key: f.dedupe_key.clone(),
+        status,
+    })
 }
 
 fn case_row(r: &SqliteRow) -> Result<ReconCase, StoreError> {
@@ -231,4 +243,21 @@ pub(crate) async fn runs(pool: &SqlitePool) -> Result<Vec<ReconRun>, StoreError>
             })
         })
         .collect()
+}
+
+/// The case of a contradiction and, if asked, the cancellation of the
+/// attempt's scheduled business retry, inside the caller's transaction.
+pub(crate) async fn contradicted_tx(
+    tx: &mut sqlx::SqliteConnection,
+    seen: &Attempt,
+    c: &Contradiction,
+    actor: &str,
+) -> Result<(), StoreError> {
+    case_tx(&mut *tx, &c.window, &c.finding).await?;
+    if c.cancel_retry {
+        let change = Change::new(None, "retry_cancelled_contradicted", actor);
+        let plan = plan(seen, &change).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+        super::apply_tx(&mut *tx, seen, &change, &plan).await?;
+    }
+    Ok(())
 }

@@ -5,8 +5,10 @@ use std::time::Duration;
 use sqlx::PgPool;
 
 use crate::recon::{Finding, Window};
+use crate::store::change::plan;
+use crate::store::contradiction::Contradiction;
 use crate::store::recon::{CaseStatus, CaseWrite, ReconCase, ReconRun, ReconScope, RunClaim};
-use crate::store::{Attempt, StoreError};
+use crate::store::{Attempt, Change, StoreError};
 
 pub(crate) async fn attempts(
     pool: &PgPool,
@@ -38,43 +40,53 @@ pub(crate) async fn record_cases(
     let mut tx = pool.begin().await?;
     let mut out = Vec::with_capacity(findings.len());
     for f in findings {
-        let new: Option<i64> = sqlx::query_scalar(
-            "INSERT INTO cobro.recon_cases
-                (kind, dedupe_key, order_id, attempt_id, gateway_ref, details, window_from, window_to)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
-             ON CONFLICT (dedupe_key) DO NOTHING
-             RETURNING id",
-        )
-        .bind(f.kind.as_str())
-        .bind(&f.dedupe_key)
-        .bind(&f.order_id)
-        .bind(f.attempt_id)
-        .bind(&f.gateway_ref)
-        .bind(sqlx::types::Json(&f.details))
-        .bind(window.from)
-        .bind(window.to)
-        .fetch_optional(&mut *tx)
-        .await?;
-        let (id, status) = match new {
-            Some(id) => (id, CaseStatus::New),
-            None => {
-                let (id, resolved): (i64, bool) = sqlx::query_as(
-                    "SELECT id, resolved_at IS NOT NULL FROM cobro.recon_cases WHERE dedupe_key = $1",
-                )
-                .bind(&f.dedupe_key)
-                .fetch_one(&mut *tx)
-                .await?;
-                (id, CaseStatus::existing(resolved))
-            }
-        };
-        out.push(CaseWrite {
-            id,
-            dedupe_key: f.dedupe_key.clone(),
-            status,
-        });
+        out.push(case_tx(&mut tx, window, f).await?);
     }
     tx.commit().await?;
     Ok(out)
+}
+
+/// Opens the case of `f` unless its dedupe key exists, inside the caller's
+/// transaction.
+pub(crate) async fn case_tx(
+    tx: &mut sqlx::PgConnection,
+    window: &Window,
+    f: &Finding,
+) -> Result<CaseWrite, StoreError> {
+    let new: Option<i64> = sqlx::query_scalar(
+        "INSERT INTO cobro.recon_cases
+            (kind, dedupe_key, order_id, attempt_id, gateway_ref, details, window_from, window_to)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+         ON CONFLICT (dedupe_key) DO NOTHING
+         RETURNING id",
+    )
+    .bind(f.kind.as_str())
+    .bind(&f.dedupe_key)
+    .bind(&f.order_id)
+    .bind(f.attempt_id)
+    .bind(&f.gateway_ref)
+    .bind(sqlx::types::Json(&f.details))
+    .bind(window.from)
+    .bind(window.to)
+    .fetch_optional(&mut *tx)
+    .await?;
+    let (id, status) = match new {
+        Some(id) => (id, CaseStatus::New),
+        None => {
+            let (id, resolved): (i64, bool) = sqlx::query_as(
+                "SELECT id, resolved_at IS NOT NULL FROM cobro.recon_cases WHERE dedupe_key = $1",
+            )
+            .bind(&f.dedupe_key)
+            .fetch_one(&mut *tx)
+            .await?;
+            (id, CaseStatus::existing(resolved))
+        }
+    };
+    Ok(CaseWrite {
+        id,
+        dedupe_key: f.dedupe_key.clone(),
+        status,
+    })
 }
 
 pub(crate) async fn cases(pool: &PgPool, open_only: bool) -> Result<Vec<ReconCase>, StoreError> {
@@ -172,4 +184,21 @@ pub(crate) async fn runs(pool: &PgPool) -> Result<Vec<ReconRun>, StoreError> {
     )
     .fetch_all(pool)
     .await?)
+}
+
+/// The case of a contradiction and, if asked, the cancellation of the
+/// attempt's scheduled business retry, inside the caller's transaction.
+pub(crate) async fn contradicted_tx(
+    tx: &mut sqlx::PgConnection,
+    seen: &Attempt,
+    c: &Contradiction,
+    actor: &str,
+) -> Result<(), StoreError> {
+    case_tx(&mut *tx, &c.window, &c.finding).await?;
+    if c.cancel_retry {
+        let change = Change::new(None, "retry_cancelled_contradicted", actor);
+        let plan = plan(seen, &change).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+        super::apply_tx(&mut *tx, seen, &change, &plan).await?;
+    }
+    Ok(())
 }

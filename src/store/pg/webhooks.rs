@@ -4,7 +4,7 @@ use sqlx::PgPool;
 
 use super::apply_tx;
 use crate::store::webhooks::{
-    Decision, IncomingEvent, Rejected, WebhookResult, after_apply, decide, evidence,
+    Decision, IncomingEvent, Rejected, WebhookResult, after_apply, contradiction, decide, evidence,
 };
 use crate::store::{Attempt, StoreError};
 
@@ -45,6 +45,19 @@ pub(crate) async fn record(
     let actor = format!("webhook:{}", ev.event_id);
     let ev_evidence = evidence(ev);
     let (result, detail) = match decide(seen.as_ref(), ev, &actor, &ev_evidence, retry) {
+        // News the state machine refuses may contradict what we hold as
+        // settled: that opens a case (and cancels a scheduled retry) here,
+        // in the webhook's transaction, instead of vanishing.
+        Decision::Done(result @ WebhookResult::Noop { .. }, detail) => {
+            match seen.as_ref().and_then(|a| Some((a, contradiction(a, ev)?))) {
+                Some((a, c)) => {
+                    super::recon::contradicted_tx(&mut tx, a, &c, &actor).await?;
+                    let said = detail.unwrap_or_default();
+                    (result, Some(format!("{said}; contradicts it: case opened")))
+                }
+                None => (result, detail),
+            }
+        }
         Decision::Done(result, detail) => (result, detail),
         Decision::Apply(seen, write) => {
             let (change, plan) = *write;

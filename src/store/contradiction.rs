@@ -1,0 +1,134 @@
+//! News from the gateway that contradicts an attempt we hold as settled:
+//! approved when we hold it `RECHAZADO`, declined when we hold it
+//! `APROBADO`. The state machine refuses such news (a settled attempt does
+//! not move), so it would vanish as a no-op; instead it opens a case for
+//! finance and, for an approval after a decline, cancels the business
+//! retry scheduled on the attempt, so the order is not charged again under
+//! a new key.
+//!
+//! Invariant: the case and the cancellation are written in one transaction
+//! (the webhook's own, when the news came by webhook); the case uses the
+//! same dedupe key reconciliation would, so one discrepancy is one case.
+
+use chrono::{DateTime, Utc};
+use serde_json::json;
+
+use super::{Attempt, Store, StoreError};
+use crate::recon::{CaseKind, Finding, Window};
+use crate::state::State;
+
+/// A case to open, and whether to cancel the attempt's scheduled retry.
+#[derive(Debug, Clone)]
+pub struct Contradiction {
+    pub finding: Finding,
+    /// From the attempt's creation to the news, for the case's columns.
+    pub window: Window,
+    /// The attempt is `RECHAZADO` with a business retry scheduled: cancel it.
+    pub cancel_retry: bool,
+}
+
+impl Contradiction {
+    /// The gateway approved `charge_id` under the key of `seen`, said by
+    /// `source` (e.g. `webhook evt_1`), at `now`. `None` unless we hold
+    /// `seen` as a declined charge.
+    pub fn approved(
+        seen: &Attempt,
+        charge_id: &str,
+        source: &str,
+        now: DateTime<Utc>,
+    ) -> Option<Self> {
+        if seen.state != State::Rechazado || seen.is_refund() {
+            return None;
+        }
+        let cancel_retry = seen.next_action_at.is_some();
+        Some(Self {
+            finding: Finding {
+                kind: CaseKind::UnmatchedCharge,
+                dedupe_key: format!("unmatched_charge:{charge_id}"),
+                order_id: Some(seen.order_id.clone()),
+                attempt_id: Some(seen.id),
+                gateway_ref: Some(charge_id.to_owned()),
+                details: json!({
+                    "reason": format!(
+                        "the gateway says charge {charge_id} under our key was approved ({source}); we hold the attempt as RECHAZADO{}",
+                        if cancel_retry { "; its scheduled business retry was cancelled" } else { "" }
+                    ),
+                    "ours": summary(seen),
+                    "source": source,
+                }),
+            },
+            window: window(seen, now),
+            cancel_retry,
+        })
+    }
+
+    /// The gateway declined (`code`) the charge we hold as `APROBADO`.
+    pub fn declined(seen: &Attempt, code: &str, source: &str, now: DateTime<Utc>) -> Option<Self> {
+        if seen.state != State::Aprobado || seen.is_refund() {
+            return None;
+        }
+        Some(Self {
+            finding: Finding {
+                kind: CaseKind::MissingAtGateway,
+                dedupe_key: format!("missing_at_gateway:{}", seen.id),
+                order_id: Some(seen.order_id.clone()),
+                attempt_id: Some(seen.id),
+                gateway_ref: seen.gateway_charge_id.clone(),
+                details: json!({
+                    "reason": format!("the gateway says the charge under our key was declined ({code}, {source}); we hold it as APROBADO"),
+                    "ours": summary(seen),
+                    "source": source,
+                }),
+            },
+            window: window(seen, now),
+            cancel_retry: false,
+        })
+    }
+}
+
+fn summary(a: &Attempt) -> serde_json::Value {
+    json!({
+        "attempt_id": a.id,
+        "state": a.state,
+        "amount_minor": a.amount_minor,
+        "currency": a.currency,
+        "idempotency_key": a.idempotency_key,
+        "decline_code": a.decline_code,
+        "gateway_charge_id": a.gateway_charge_id,
+        "next_retry_at": a.next_action_at,
+    })
+}
+
+/// From the attempt's creation to the news (never empty).
+fn window(seen: &Attempt, now: DateTime<Utc>) -> Window {
+    Window {
+        from: seen.created_at,
+        to: now.max(seen.created_at + chrono::Duration::milliseconds(1)),
+    }
+}
+
+impl Store {
+    /// Opens the case of `c` (once) and, if asked, cancels the attempt's
+    /// scheduled business retry (a compare-and-set on the version seen; if
+    /// the attempt moved meanwhile the case is still opened).
+    pub async fn contradicted(
+        &self,
+        seen: &Attempt,
+        c: &Contradiction,
+        actor: &str,
+    ) -> Result<(), StoreError> {
+        match &self.db {
+            super::Db::Pg(p) => {
+                let mut tx = p.begin().await?;
+                super::pg::recon::contradicted_tx(&mut tx, seen, c, actor).await?;
+                tx.commit().await?;
+            }
+            super::Db::Lite(p) => {
+                let mut tx = p.begin_with("BEGIN IMMEDIATE").await?;
+                super::lite::recon::contradicted_tx(&mut tx, seen, c, actor).await?;
+                tx.commit().await?;
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,183 @@
+//! Evidence that contradicts an attempt we hold as settled never vanishes,
+//! on both backends: a late approval (by webhook, or by the lookup a worker
+//! makes before a business retry) for an attempt we hold as `RECHAZADO`
+//! opens one case for finance and cancels the scheduled retry, so the order
+//! is not charged again under a new key; a late decline of an `APROBADO`
+//! charge opens a case too.
+
+#[macro_use]
+mod common;
+
+use std::time::Duration;
+
+use cobro::domain::ChargeRequest;
+use cobro::sim::Faults;
+use cobro::state::{Event, State};
+use cobro::store::{Applied, Attempt, Change, Store};
+use cobro::webhook::{Scheme, Verifier};
+use common::*;
+use serde_json::{Value, json};
+
+on_both_backends!(
+    a_late_approval_by_webhook_opens_a_case_and_cancels_the_retry,
+    a_late_decline_of_an_approved_charge_opens_a_case,
+    the_lookup_before_a_business_retry_stops_it_when_the_gateway_approved,
+);
+
+/// A charge declined with `insufficient_funds` and its business retry
+/// scheduled `retry_in` from now, as the worker leaves it.
+async fn declined_with_retry(store: &Store, order: &str, retry_in: Duration) -> Attempt {
+    let req = ChargeRequest::parse(order, 3_000, "USD", None, Some("pm_x")).unwrap();
+    let id = store.enqueue(&req).await.unwrap().attempt_id;
+    let a = store.load(id).await.unwrap().0;
+    let a = step(store, &a, Event::Claim, None).await;
+    let mut decline = Change::new(Some(Event::Declined), "gateway_declined", "worker:test");
+    decline.decline_code = Some("insufficient_funds");
+    decline.act_in = Some(retry_in);
+    let Applied::Moved(a) = store.apply(&a, &decline).await.unwrap() else {
+        panic!("not declined");
+    };
+    assert!(a.next_action_at.is_some(), "a retry is scheduled");
+    *a
+}
+
+async fn webhook(web: &Web, v: &Verifier, id: &str, kind: &str, a: &Attempt) -> Value {
+    let body = json!({
+        "id": id, "type": kind, "created": chrono::Utc::now().timestamp(),
+        "data": {"charge_id": "ch_late", "idempotency_key": a.idempotency_key,
+                 "status": if kind == "charge.succeeded" { "approved" } else { "declined" },
+                 "decline_code": (kind == "charge.failed").then_some("card_declined")}
+    })
+    .to_string();
+    let mut req = reqwest::Client::new()
+        .post(format!("{}/webhooks/gateway", web.url))
+        .header("content-type", "application/json")
+        .body(body.clone());
+    for (k, val) in v.sign(id, chrono::Utc::now().timestamp(), body.as_bytes()) {
+        req = req.header(k, val);
+    }
+    let resp = req.send().await.unwrap();
+    assert_eq!(resp.status(), 200);
+    resp.json().await.unwrap()
+}
+
+async fn a_late_approval_by_webhook_opens_a_case_and_cancels_the_retry(b: Backend) {
+    let db = TestDb::new(b).await;
+    let secret = test_secret();
+    let v = Verifier::from_env_value(Scheme::StandardWebhooks, &secret).unwrap();
+    let web = start_web(&db.store, v.clone()).await;
+    let a = declined_with_retry(&db.store, "late-1", Duration::from_secs(86_400)).await;
+
+    let reply = webhook(&web, &v, "evt_late_1", "charge.succeeded", &a).await;
+    assert_eq!(
+        reply["outcome"]["result"], "noop",
+        "a settled attempt does not move"
+    );
+    let now = db.store.load(a.id).await.unwrap().0;
+    assert_eq!(now.state, State::Rechazado);
+    assert_eq!(now.next_action_at, None, "the business retry is cancelled");
+    let cases = db.store.open_cases().await.unwrap();
+    assert_eq!(cases.len(), 1, "{cases:?}");
+    assert_eq!(
+        (cases[0].kind.as_str(), cases[0].dedupe_key.as_str()),
+        ("unmatched_charge", "unmatched_charge:ch_late")
+    );
+    assert_eq!(cases[0].attempt_id, Some(a.id));
+    assert!(
+        cases[0].details["reason"]
+            .as_str()
+            .unwrap()
+            .contains("business retry was cancelled"),
+        "{}",
+        cases[0].details
+    );
+    // The same news again (another delivery id): still one case.
+    let reply = webhook(&web, &v, "evt_late_2", "charge.succeeded", &a).await;
+    assert_eq!(reply["outcome"]["result"], "noop");
+    assert_eq!(db.store.open_cases().await.unwrap().len(), 1);
+    // And no retry ever comes: a worker finds nothing due.
+    let sim = start_sim(true, Faults::default()).await;
+    let worker = spawn_worker(worker_args(&db.url, &sim.url()));
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        db.store.attempts_for_order("late-1").await.unwrap().len(),
+        1
+    );
+    assert!(ledger(&sim.url()).await.entries.is_empty());
+    worker.stop().await;
+    sim.shutdown().await;
+    web.stop().await;
+    db.drop_db().await;
+}
+
+async fn a_late_decline_of_an_approved_charge_opens_a_case(b: Backend) {
+    let db = TestDb::new(b).await;
+    let secret = test_secret();
+    let v = Verifier::from_env_value(Scheme::StandardWebhooks, &secret).unwrap();
+    let web = start_web(&db.store, v.clone()).await;
+    let req = ChargeRequest::parse("late-2", 3_000, "USD", None, None).unwrap();
+    let id = db.store.enqueue(&req).await.unwrap().attempt_id;
+    let a = db.store.load(id).await.unwrap().0;
+    let a = step(&db.store, &a, Event::Claim, None).await;
+    let a = step(&db.store, &a, Event::Approved, Some("ch_ok")).await;
+
+    let reply = webhook(&web, &v, "evt_late_3", "charge.failed", &a).await;
+    assert_eq!(reply["outcome"]["result"], "noop");
+    assert_eq!(db.store.load(id).await.unwrap().0.state, State::Aprobado);
+    let cases = db.store.open_cases().await.unwrap();
+    assert_eq!(cases.len(), 1, "{cases:?}");
+    assert_eq!(cases[0].kind, "missing_at_gateway");
+    assert_eq!(cases[0].attempt_id, Some(id));
+    web.stop().await;
+    db.drop_db().await;
+}
+
+async fn the_lookup_before_a_business_retry_stops_it_when_the_gateway_approved(b: Backend) {
+    init_logs();
+    let db = TestDb::new(b).await;
+    let sim = start_sim(true, Faults::default()).await;
+    // We hold the attempt as declined (say a proxy's 400 was read as a
+    // refusal), but the gateway executed it: its books have an approved
+    // charge under the attempt's key.
+    let a = declined_with_retry(&db.store, "late-4", Duration::from_millis(200)).await;
+    let injected = reqwest::Client::new()
+        .post(format!("{}/control/inject", sim.url()))
+        .json(
+            &json!({"order_id": "late-4", "amount_minor": 3000, "currency": "USD",
+                      "idempotency_key": a.idempotency_key}),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert!(injected.status().is_success());
+    let worker = spawn_worker(worker_args(&db.url, &sim.url()));
+    eventually(Duration::from_secs(20), "the case", || async {
+        let cases = db.store.open_cases().await.unwrap();
+        (!cases.is_empty()).then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(
+        db.store.attempts_for_order("late-4").await.unwrap().len(),
+        1,
+        "no business retry: no second key charged the order"
+    );
+    assert_eq!(
+        ledger(&sim.url()).await.entries.len(),
+        1,
+        "the gateway's one charge"
+    );
+    let now = db.store.load(a.id).await.unwrap().0;
+    assert_eq!((now.state, now.next_action_at), (State::Rechazado, None));
+    let cases = db.store.open_cases().await.unwrap();
+    assert_eq!(cases[0].kind, "unmatched_charge");
+    assert!(
+        cases[0].details["source"]
+            .as_str()
+            .unwrap()
+            .contains("before its business retry")
+    );
+    worker.stop().await;
+    sim.shutdown().await;
+    db.drop_db().await;
+}
