@@ -9,6 +9,7 @@ mod faults;
 mod listing;
 mod refunds;
 mod refuse;
+mod throttle;
 
 use std::time::Duration;
 
