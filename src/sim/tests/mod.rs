@@ -5,6 +5,7 @@
 //! socket), exactly like the worker does; nothing reaches into its state in-process.
 
 mod charges;
+mod complete;
 mod faults;
 mod listing;
 mod refunds;
