@@ -125,16 +125,18 @@ pub(crate) async fn refuse(
         }
         Err(e) => return bad_request("body", &format!("invalid refuse JSON: {e}")),
     };
-    let mut closings = app.network().gate.closings.subscribe();
+    let gate = &app.network().gate;
+    let mut closings = gate.closings.subscribe();
     closings.mark_unchanged();
-    open_window(
-        &app,
-        Instant::now() + Duration::from_millis(for_ms),
-        Some(&conn),
-    );
-    let closed = tokio::time::timeout(Duration::from_secs(5), closings.changed()).await;
-    if !matches!(closed, Ok(Ok(()))) {
-        warn!("sim: the listening socket did not report closing");
+    let now = Instant::now();
+    // Already closed only if this connection slipped through as a window began.
+    let already_closed = gate.refusing(now);
+    open_window(&app, now + Duration::from_millis(for_ms), Some(&conn));
+    if !already_closed {
+        let closed = tokio::time::timeout(Duration::from_secs(5), closings.changed()).await;
+        if !matches!(closed, Ok(Ok(()))) {
+            warn!("sim: the listening socket did not report closing");
+        }
     }
     (
         [(CONNECTION, "close")],
