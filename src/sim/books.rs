@@ -3,10 +3,11 @@
 //!
 //! Invariant: between resets each journal is append-only with a 1-based gapless `seq`, every
 //! entry is exactly one executed request, `first_by_key` points at the first entry carrying a
-//! key, and in idempotent mode a key never gets a second entry; the approved refunds of a
-//! charge never add up to more than the charge's amount, in either mode.
+//! key, and in idempotent mode a key never gets a second entry (a key whose first request is
+//! still executing, record-on-complete, is `in_flight` and gets no other); the approved
+//! refunds of a charge never add up to more than the charge's amount, in either mode.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use chrono::{DateTime, Utc};
 
@@ -25,6 +26,30 @@ pub(crate) enum Execution<R> {
     Replayed(R),
     /// Idempotent mode: the key was seen with different parameters; nothing changed.
     KeyReused,
+    /// Idempotent mode: the key's first request is still executing (record-on-complete);
+    /// nothing changed.
+    InFlight,
+}
+
+/// What a request with a key already known gets instead of executing (idempotent mode).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Recalled<R> {
+    /// Seen with the same parameters: its stored result.
+    Replayed(R),
+    /// Seen with other parameters.
+    KeyReused,
+    /// Its first request is still executing (record-on-complete).
+    InFlight,
+}
+
+impl<R> From<Recalled<R>> for Execution<R> {
+    fn from(recalled: Recalled<R>) -> Self {
+        match recalled {
+            Recalled::Replayed(result) => Execution::Replayed(result),
+            Recalled::KeyReused => Execution::KeyReused,
+            Recalled::InFlight => Execution::InFlight,
+        }
+    }
 }
 
 /// An executed request as a journal keeps it.
@@ -65,6 +90,9 @@ struct Journal<E> {
     entries: Vec<E>,
     /// Index in `entries` of the first entry carrying each key.
     first_by_key: HashMap<String, usize>,
+    /// Idempotent mode: keys whose request is executing and not yet recorded
+    /// (record-on-complete). A reset leaves them: their execution still ends in the books.
+    in_flight: HashSet<String>,
 }
 
 impl<E> Default for Journal<E> {
@@ -72,6 +100,7 @@ impl<E> Default for Journal<E> {
         Self {
             entries: Vec::new(),
             first_by_key: HashMap::new(),
+            in_flight: HashSet::new(),
         }
     }
 }
@@ -84,13 +113,19 @@ impl<E: Recorded> Journal<E> {
     }
 
     /// Idempotent mode: a replay (same parameters) or a conflict (other parameters) for a
-    /// key seen before. `None` when the request must execute.
-    fn recall(&self, idempotent: bool, key: &str, body: &E::Body) -> Option<Execution<E::Answer>> {
-        let entry = self.first(key).filter(|_| idempotent)?;
+    /// key seen before, or `InFlight` for a key still executing. `None` when the request
+    /// must execute.
+    fn recall(&self, idempotent: bool, key: &str, body: &E::Body) -> Option<Recalled<E::Answer>> {
+        if !idempotent {
+            return None;
+        }
+        let Some(entry) = self.first(key) else {
+            return self.in_flight.contains(key).then_some(Recalled::InFlight);
+        };
         Some(if entry.same_params(body) {
-            Execution::Replayed(entry.answer())
+            Recalled::Replayed(entry.answer())
         } else {
-            Execution::KeyReused
+            Recalled::KeyReused
         })
     }
 
@@ -120,6 +155,13 @@ impl<E: Recorded> Journal<E> {
     }
 }
 
+/// Which journal a key belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    Charge,
+    Refund,
+}
+
 /// `approved` without a decline code, `declined` with one.
 fn status(decline_code: Option<&str>) -> String {
     match decline_code {
@@ -146,8 +188,67 @@ impl Books {
         &mut self.stats
     }
 
+    /// Marks `key` as executing (idempotent mode, record-on-complete): until
+    /// [`Books::settle`], requests with it are told [`Execution::InFlight`].
+    pub(crate) fn begin(&mut self, kind: Kind, key: &str) {
+        let keys = match kind {
+            Kind::Charge => &mut self.charges.in_flight,
+            Kind::Refund => &mut self.refunds.in_flight,
+        };
+        keys.insert(key.to_owned());
+    }
+
+    /// Ends what [`Books::begin`] started (the entry is being recorded).
+    pub(crate) fn settle(&mut self, kind: Kind, key: &str) {
+        let keys = match kind {
+            Kind::Charge => &mut self.charges.in_flight,
+            Kind::Refund => &mut self.refunds.in_flight,
+        };
+        keys.remove(key);
+    }
+
+    /// Idempotent mode: what a charge request with a known key gets instead of executing
+    /// (counting replays). `None` when it must execute.
+    pub(crate) fn recall_charge(
+        &mut self,
+        idempotent: bool,
+        key: &str,
+        body: &ChargeBody,
+    ) -> Option<Recalled<ChargeResult>> {
+        let known = self.charges.recall(idempotent, key, body)?;
+        if matches!(known, Recalled::Replayed(_)) {
+            self.stats.replays += 1;
+        }
+        Some(known)
+    }
+
+    /// Appends an executed charge (declined when `decline_code` is given), executed at `at`.
+    pub(crate) fn record_charge(
+        &mut self,
+        key: &str,
+        body: &ChargeBody,
+        decline_code: Option<String>,
+        at: DateTime<Utc>,
+    ) -> ChargeResult {
+        self.charges_issued += 1;
+        let entry = LedgerEntry {
+            seq: self.charges.next_seq(),
+            idempotency_key: key.to_owned(),
+            order_id: body.order_id.clone(),
+            amount_minor: body.amount_minor,
+            currency: body.currency.clone(),
+            charge_id: format!("ch_{:06}", self.charges_issued),
+            status: status(decline_code.as_deref()),
+            decline_code,
+            at,
+        };
+        self.stats.executed += 1;
+        self.charges.append(key, entry)
+    }
+
     /// Executes (or replays) a charge. `decline` is called only when a new entry is
     /// appended and returns `Some(code)` to record a decline.
+    #[cfg(test)]
     pub(crate) fn execute(
         &mut self,
         idempotent: bool,
@@ -167,31 +268,16 @@ impl Books {
         decline: impl FnOnce() -> Option<String>,
         at: DateTime<Utc>,
     ) -> Execution<ChargeResult> {
-        if let Some(known) = self.charges.recall(idempotent, key, body) {
-            if matches!(known, Execution::Replayed(_)) {
-                self.stats.replays += 1;
-            }
-            return known;
+        if let Some(known) = self.recall_charge(idempotent, key, body) {
+            return known.into();
         }
         let decline_code = decline();
-        self.charges_issued += 1;
-        let entry = LedgerEntry {
-            seq: self.charges.next_seq(),
-            idempotency_key: key.to_owned(),
-            order_id: body.order_id.clone(),
-            amount_minor: body.amount_minor,
-            currency: body.currency.clone(),
-            charge_id: format!("ch_{:06}", self.charges_issued),
-            status: status(decline_code.as_deref()),
-            decline_code,
-            at,
-        };
-        self.stats.executed += 1;
-        Execution::Executed(self.charges.append(key, entry))
+        Execution::Executed(self.record_charge(key, body, decline_code, at))
     }
 
     /// Executes (or replays) a refund: approved unless [`Books::refund_decline`] objects.
     /// Declined refunds are recorded too; they never count against the charge.
+    #[cfg(test)]
     pub(crate) fn refund(
         &mut self,
         idempotent: bool,
@@ -209,12 +295,34 @@ impl Books {
         body: &RefundBody,
         at: DateTime<Utc>,
     ) -> Execution<RefundResult> {
-        if let Some(known) = self.refunds.recall(idempotent, key, body) {
-            if matches!(known, Execution::Replayed(_)) {
-                self.stats.refund_replays += 1;
-            }
-            return known;
+        if let Some(known) = self.recall_refund(idempotent, key, body) {
+            return known.into();
         }
+        Execution::Executed(self.record_refund(key, body, at))
+    }
+
+    /// Idempotent mode: what a refund request with a known key gets instead of executing
+    /// (counting replays). `None` when it must execute.
+    pub(crate) fn recall_refund(
+        &mut self,
+        idempotent: bool,
+        key: &str,
+        body: &RefundBody,
+    ) -> Option<Recalled<RefundResult>> {
+        let known = self.refunds.recall(idempotent, key, body)?;
+        if matches!(known, Recalled::Replayed(_)) {
+            self.stats.refund_replays += 1;
+        }
+        Some(known)
+    }
+
+    /// Appends an executed refund, approved unless [`Books::refund_decline`] objects now.
+    pub(crate) fn record_refund(
+        &mut self,
+        key: &str,
+        body: &RefundBody,
+        at: DateTime<Utc>,
+    ) -> RefundResult {
         let decline_code = self.refund_decline(body);
         self.refunds_issued += 1;
         let entry = RefundEntry {
@@ -229,7 +337,7 @@ impl Books {
             decline_code: decline_code.map(str::to_owned),
             at,
         };
-        Execution::Executed(self.refunds.append(key, entry))
+        self.refunds.append(key, entry)
     }
 
     /// Why `body` must be declined, or `None` to approve it: the charge must exist, be
@@ -325,6 +433,31 @@ mod tests {
         assert_eq!(ledger.entries.len(), 1);
         assert_eq!(ledger.stats.replays, 1);
         assert_eq!(ledger.stats.executed, 1);
+    }
+
+    #[test]
+    fn in_flight_key_is_neither_replayed_nor_executed_until_settled() {
+        let mut books = Books::default();
+        books.begin(Kind::Charge, "k");
+        assert_eq!(
+            books.recall_charge(true, "k", &body(100)),
+            Some(Recalled::InFlight)
+        );
+        // Without idempotency, and for refunds (another journal), the key means nothing.
+        assert_eq!(books.recall_charge(false, "k", &body(100)), None);
+        assert_eq!(books.recall_refund(true, "k", &refund_body("ch", 1)), None);
+        assert_eq!(books.lookup("k"), None);
+        // A reset does not forget it: its execution still ends in the books.
+        books.reset();
+        assert_eq!(
+            books.recall_charge(true, "k", &body(100)),
+            Some(Recalled::InFlight)
+        );
+        books.settle(Kind::Charge, "k");
+        let recorded = books.record_charge("k", &body(100), None, Utc::now());
+        let replayed = books.recall_charge(true, "k", &body(100));
+        assert_eq!(replayed, Some(Recalled::Replayed(recorded)));
+        assert_eq!(books.snapshot().stats.executed, 1);
     }
 
     #[test]

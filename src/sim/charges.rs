@@ -4,7 +4,7 @@
 //!
 //! Invariant: a charge request executes at most once, and only after the pre-execution
 //! faults passed (see `flow`); a webhook is queued only for an executed charge, never for a
-//! replay, and before the reply is dropped or held.
+//! replay, once it is recorded and before the reply is dropped or held.
 
 use axum::{
     body::Bytes,
@@ -12,16 +12,51 @@ use axum::{
     http::HeaderMap,
     response::Response,
 };
+use chrono::Utc;
 use serde_json::Value;
 
 use super::{
-    books::Books,
+    books::{Books, Recalled},
     conn::ConnKill,
-    flow::{Admitted, Kind, Plan, admit, lookup, plan, respond},
-    ledger::ChargeBody,
+    faults::{Dice, Faults},
+    flow::{Kind, Payment, create, lookup},
+    ledger::{ChargeBody, ChargeResult},
     parse::{Invalid, amount_minor, currency, invalid, non_empty, object},
     server::AppState,
 };
+
+impl Payment for ChargeBody {
+    type Result = ChargeResult;
+    /// The decline code, when the charge is to be declined.
+    type Drawn = Option<String>;
+    const KIND: Kind = Kind::Charge;
+
+    fn order_id(&self) -> &str {
+        &self.order_id
+    }
+
+    fn recall(
+        &self,
+        books: &mut Books,
+        idempotent: bool,
+        key: &str,
+    ) -> Option<Recalled<ChargeResult>> {
+        books.recall_charge(idempotent, key, self)
+    }
+
+    fn draw(dice: &mut Dice, faults: &Faults) -> Option<String> {
+        dice.fire(faults.p_decline)
+            .then(|| dice.decline_code(&faults.decline_codes))
+    }
+
+    fn record(&self, books: &mut Books, key: &str, decline_code: Option<String>) -> ChargeResult {
+        books.record_charge(key, self, decline_code, Utc::now())
+    }
+
+    fn recorded(app: &AppState, result: &ChargeResult) {
+        app.emit_webhook(result);
+    }
+}
 
 pub(crate) async fn create_charge(
     State(app): State<AppState>,
@@ -29,31 +64,7 @@ pub(crate) async fn create_charge(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let admitted = admit(&app, Kind::Charge, &headers, &body, parse_charge).await;
-    let Admitted {
-        faults,
-        key,
-        body: charge,
-    } = match admitted {
-        Ok(admitted) => admitted,
-        Err(response) => return response,
-    };
-    let idempotent = app.idempotent();
-    let planned = plan(&app, &faults, &charge.order_id, |books, dice| {
-        books.execute(idempotent, &key, &charge, || {
-            dice.fire(faults.p_decline)
-                .then(|| dice.decline_code(&faults.decline_codes))
-        })
-    });
-    if let Plan::Reply {
-        result,
-        replay: false,
-        ..
-    } = &planned
-    {
-        app.emit_webhook(result);
-    }
-    respond(Kind::Charge, &key, planned, &conn, &faults).await
+    create(&app, &conn, &headers, &body, parse_charge).await
 }
 
 pub(crate) async fn lookup_charge(

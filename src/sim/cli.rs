@@ -8,7 +8,7 @@ use std::net::SocketAddr;
 
 use super::{
     SimConfig,
-    faults::{Faults, check_probability},
+    faults::{Faults, check_probability, check_rate},
 };
 
 fn probability(s: &str) -> Result<f64, String> {
@@ -17,6 +17,14 @@ fn probability(s: &str) -> Result<f64, String> {
         .map_err(|e| format!("not a number: {s:?} ({e})"))?;
     check_probability(p)?;
     Ok(p)
+}
+
+fn rate(s: &str) -> Result<f64, String> {
+    let r: f64 = s
+        .parse()
+        .map_err(|e| format!("not a number: {s:?} ({e})"))?;
+    check_rate(r)?;
+    Ok(r)
 }
 
 /// Flags of the `sim` command.
@@ -61,6 +69,37 @@ pub struct SimArgs {
     /// Answer 503 to every charge, refund and lookup.
     #[arg(long)]
     pub outage: bool,
+    /// Requests per second allowed across charges, refunds, lookups and listings (token
+    /// bucket); above it 429 with Retry-After, nothing executed. 0 = no limit.
+    #[arg(long, default_value_t = 0.0, value_parser = rate)]
+    pub rate_limit_per_s: f64,
+    /// Requests let through at once after a quiet spell (0 = the rate, at least 1).
+    #[arg(long, default_value_t = 0)]
+    pub rate_limit_burst: u32,
+    /// Probability of a 503 with Retry-After before executing a charge or refund.
+    #[arg(long = "p-503-retry-after", default_value_t = 0.0, value_parser = probability)]
+    pub p_503_retry_after: f64,
+    /// The Retry-After of those 503s, in seconds (0 = 1).
+    #[arg(long, default_value_t = 0)]
+    pub retry_after_s: u64,
+    /// Processing time of every executed charge or refund before its reply, in ms.
+    #[arg(long, default_value_t = 0)]
+    pub execution_ms: u64,
+    /// Record a charge or refund only when its processing (--execution-ms, a held reply)
+    /// ends: until then lookups answer 404 and, without idempotency, a resend executes again.
+    #[arg(long)]
+    pub record_on_complete: bool,
+    /// First refusal window (nothing listening: connection refused) starts this many ms
+    /// after start-up.
+    #[arg(long, default_value_t = 0)]
+    pub refuse_at_ms: u64,
+    /// Length of each refusal window in ms (0 = none).
+    #[arg(long, default_value_t = 0)]
+    pub refuse_for_ms: u64,
+    /// Start a new refusal window this many ms after the previous one started (0 = once;
+    /// must exceed --refuse-for-ms).
+    #[arg(long, default_value_t = 0)]
+    pub refuse_every_ms: u64,
     /// Draw faults per order (seed, order id, request number) instead of in arrival order.
     #[arg(long)]
     pub per_order_draws: bool,
@@ -85,7 +124,7 @@ pub struct SimArgs {
 }
 
 impl SimArgs {
-    /// The simulator configuration these flags describe.
+    /// The simulator configuration these flags describe (the faults already validated).
     pub fn config(&self) -> Result<SimConfig, String> {
         let webhooks = match (&self.webhook_url, &self.webhook_secret) {
             (Some(url), Some(secret)) => {
@@ -105,7 +144,7 @@ impl SimArgs {
             }
             _ => None,
         };
-        Ok(SimConfig {
+        let config = SimConfig {
             webhooks,
             idempotent: !self.no_idempotency,
             seed: self.seed,
@@ -121,8 +160,22 @@ impl SimArgs {
                 latency_ms: self.latency_ms,
                 hold_ms: self.hold_ms,
                 outage: self.outage,
+                rate_limit_per_s: self.rate_limit_per_s,
+                rate_limit_burst: self.rate_limit_burst,
+                p_503_retry_after: self.p_503_retry_after,
+                retry_after_s: self.retry_after_s,
+                execution_ms: self.execution_ms,
+                record_on_complete: self.record_on_complete,
+                refuse_at_ms: self.refuse_at_ms,
+                refuse_for_ms: self.refuse_for_ms,
+                refuse_every_ms: self.refuse_every_ms,
             },
-        })
+        };
+        config
+            .faults
+            .validate()
+            .map_err(|e| format!("--{}: {}", e.field.replace('_', "-"), e.message))?;
+        Ok(config)
     }
 
     /// The address to listen on.
@@ -202,7 +255,63 @@ mod tests {
                 latency_ms: 5,
                 hold_ms: 100,
                 outage: true,
+                ..Faults::default()
             }
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn load_shedding_record_on_complete_and_refusal_flags() -> Result<(), clap::Error> {
+        let cli = Cli::try_parse_from([
+            "sim",
+            "--rate-limit-per-s",
+            "12.5",
+            "--rate-limit-burst",
+            "20",
+            "--p-503-retry-after",
+            "0.1",
+            "--retry-after-s",
+            "3",
+            "--execution-ms",
+            "250",
+            "--record-on-complete",
+            "--refuse-at-ms",
+            "10000",
+            "--refuse-for-ms",
+            "3000",
+            "--refuse-every-ms",
+            "60000",
+        ])?;
+        assert_eq!(
+            cli.sim.config().map(|c| c.faults),
+            Ok(Faults {
+                rate_limit_per_s: 12.5,
+                rate_limit_burst: 20,
+                p_503_retry_after: 0.1,
+                retry_after_s: 3,
+                execution_ms: 250,
+                record_on_complete: true,
+                refuse_at_ms: 10_000,
+                refuse_for_ms: 3_000,
+                refuse_every_ms: 60_000,
+                ..Faults::default()
+            })
+        );
+        assert!(Cli::try_parse_from(["sim", "--rate-limit-per-s", "-1"]).is_err());
+        assert!(Cli::try_parse_from(["sim", "--p-503-retry-after", "2"]).is_err());
+        // Windows that would overlap are refused when the configuration is made.
+        let overlapping = Cli::try_parse_from([
+            "sim",
+            "--refuse-for-ms",
+            "5000",
+            "--refuse-every-ms",
+            "5000",
+        ])?;
+        let refused = overlapping.sim.config().map(|_| ());
+        assert!(
+            matches!(refused, Err(ref e) if e.starts_with("--refuse-every-ms")),
+            "{refused:?}"
         );
         Ok(())
     }

@@ -1,11 +1,15 @@
 //! Per-connection control for the simulator's HTTP server: a `Listener` for `axum::serve`
 //! whose streams carry a `ConnKill` switch, handed to handlers through `ConnectInfo`, so a
-//! handler can make its TCP connection vanish without a response.
+//! handler can make its TCP connection vanish without a response; and the listening socket
+//! itself, closed during a refusal window (see `refuse`) and bound again on the same address
+//! after it.
 //!
 //! Invariant: once a connection is killed, not one more byte is read from or written to it
 //! (every read/write on the stream fails, and on unix the socket is shut down at once, so
 //! the peer sees the connection close before any response). Every live connection is in the
-//! `Registry`; after `Registry::close` all of them, and any accepted later, are killed.
+//! `Registry`; after `Registry::close` all of them, and any accepted later, are killed. While
+//! the `Gate` refuses, no listening socket exists, and a connection accepted just before the
+//! window began is cut as soon as it is registered.
 
 use std::{
     collections::HashMap,
@@ -28,8 +32,12 @@ use futures::task::AtomicWaker;
 use tokio::{
     io::{AsyncRead, AsyncWrite, ReadBuf},
     net::{TcpListener, TcpStream},
+    sync::watch,
+    time::Instant,
 };
-use tracing::{debug, warn};
+use tracing::{debug, info, warn};
+
+use super::refuse::Gate;
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
@@ -42,6 +50,8 @@ pub(crate) struct ConnKill(Arc<KillInner>);
 #[derive(Debug)]
 struct KillInner {
     killed: AtomicBool,
+    /// Killed by a refusal window (not by a fault of its own request, nor by shutdown).
+    cut: AtomicBool,
     read_waker: AtomicWaker,
     write_waker: AtomicWaker,
     /// A duplicate of the socket's descriptor, used only to shut the socket down at once.
@@ -53,6 +63,7 @@ impl ConnKill {
     fn new(_stream: &TcpStream) -> Self {
         Self(Arc::new(KillInner {
             killed: AtomicBool::new(false),
+            cut: AtomicBool::new(false),
             read_waker: AtomicWaker::new(),
             write_waker: AtomicWaker::new(),
             #[cfg(unix)]
@@ -77,6 +88,21 @@ impl ConnKill {
 
     pub(crate) fn is_killed(&self) -> bool {
         self.0.killed.load(Ordering::SeqCst)
+    }
+
+    /// Kills the connection because a refusal window began.
+    fn cut(&self) {
+        self.0.cut.store(true, Ordering::SeqCst);
+        self.kill();
+    }
+
+    /// Whether a refusal window cut this connection.
+    pub(crate) fn was_cut(&self) -> bool {
+        self.0.cut.load(Ordering::SeqCst)
+    }
+
+    fn same(&self, other: &ConnKill) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
     }
 
     #[cfg(unix)]
@@ -134,6 +160,20 @@ impl Registry {
         lock(&self.0).live.remove(&id);
     }
 
+    /// Cuts every live connection but `except` (a refusal window began); returns how many.
+    pub(crate) fn cut(&self, except: Option<&ConnKill>) -> usize {
+        let live: Vec<ConnKill> = lock(&self.0)
+            .live
+            .values()
+            .filter(|k| except.is_none_or(|e| !e.same(k)))
+            .cloned()
+            .collect();
+        for kill in &live {
+            kill.cut();
+        }
+        live.len()
+    }
+
     /// Kills every live connection and every connection accepted from now on.
     pub(crate) fn close(&self) {
         let live: Vec<ConnKill> = {
@@ -148,16 +188,84 @@ impl Registry {
     }
 }
 
-/// A `TcpListener` whose connections can be killed by their handlers.
+/// A `TcpListener` whose connections can be killed by their handlers, closed while the
+/// gate refuses connections.
 #[derive(Debug)]
 pub(crate) struct SimListener {
-    inner: TcpListener,
+    /// `None` during a refusal window (and until bound again after it).
+    inner: Option<TcpListener>,
+    addr: SocketAddr,
     registry: Registry,
+    gate: Gate,
+    refusals: watch::Receiver<Option<Instant>>,
 }
 
 impl SimListener {
-    pub(crate) fn new(inner: TcpListener, registry: Registry) -> Self {
-        Self { inner, registry }
+    pub(crate) fn new(inner: TcpListener, registry: Registry, gate: Gate) -> io::Result<Self> {
+        Ok(Self {
+            addr: inner.local_addr()?,
+            inner: Some(inner),
+            registry,
+            refusals: gate.subscribe(),
+            gate,
+        })
+    }
+
+    /// Closes the listening socket until the current refusal window ends (or is changed).
+    /// Returns `false` at once when no window is open.
+    async fn refuse(&mut self) -> bool {
+        let until = *self.refusals.borrow_and_update();
+        let Some(until) = until.filter(|u| *u > Instant::now()) else {
+            return false;
+        };
+        if self.inner.take().is_some() {
+            info!(addr = %self.addr, "sim: refusing connections (not listening)");
+            self.gate.socket_closed();
+        }
+        tokio::select! {
+            () = tokio::time::sleep_until(until) => {}
+            _ = self.refusals.changed() => {}
+        }
+        true
+    }
+
+    /// The listening socket, bound again on the same address after a refusal window
+    /// (`TcpListener::bind` sets `SO_REUSEADDR` on unix, so the old connections' sockets do
+    /// not stand in the way). A failed bind is retried: the window lasts longer.
+    async fn listen(&mut self) {
+        while self.inner.is_none() {
+            match TcpListener::bind(self.addr).await {
+                Ok(listener) => {
+                    info!(addr = %self.addr, "sim: listening again");
+                    self.inner = Some(listener);
+                }
+                Err(e) => {
+                    warn!(addr = %self.addr, error = %e, "sim: binding again failed; retrying");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            }
+        }
+    }
+
+    /// Wraps an accepted stream; cuts it when a refusal window began meanwhile.
+    fn admit(&self, stream: TcpStream, addr: SocketAddr) -> KillableStream {
+        if let Err(e) = stream.set_nodelay(true) {
+            debug!(error = %e, "sim: set_nodelay failed");
+        }
+        let kill = ConnKill::new(&stream);
+        let id = self.registry.register(&kill);
+        // After registering: a window that began before this check is seen here, one that
+        // begins after it cuts the registered connection.
+        if self.gate.refusing(Instant::now()) {
+            kill.cut();
+        }
+        debug!(%addr, conn = id, "sim: connection accepted");
+        KillableStream {
+            inner: stream,
+            kill,
+            id,
+            registry: self.registry.clone(),
+        }
     }
 }
 
@@ -167,22 +275,20 @@ impl Listener for SimListener {
 
     async fn accept(&mut self) -> (Self::Io, Self::Addr) {
         loop {
-            match self.inner.accept().await {
-                Ok((stream, addr)) => {
-                    if let Err(e) = stream.set_nodelay(true) {
-                        debug!(error = %e, "sim: set_nodelay failed");
-                    }
-                    let kill = ConnKill::new(&stream);
-                    let id = self.registry.register(&kill);
-                    debug!(%addr, conn = id, "sim: connection accepted");
-                    let io = KillableStream {
-                        inner: stream,
-                        kill,
-                        id,
-                        registry: self.registry.clone(),
-                    };
-                    return (io, addr);
-                }
+            if self.refuse().await {
+                continue;
+            }
+            self.listen().await;
+            let Some(listener) = &self.inner else {
+                continue;
+            };
+            let accepted = tokio::select! {
+                accepted = listener.accept() => accepted,
+                // A refusal window began: close the socket.
+                _ = self.refusals.changed() => continue,
+            };
+            match accepted {
+                Ok((stream, addr)) => return (self.admit(stream, addr), addr),
                 Err(e) => {
                     // Typically EMFILE/ENFILE: back off instead of spinning.
                     warn!(error = %e, "sim: accept failed");
@@ -193,7 +299,7 @@ impl Listener for SimListener {
     }
 
     fn local_addr(&self) -> io::Result<Self::Addr> {
-        self.inner.local_addr()
+        Ok(self.addr)
     }
 }
 

@@ -4,7 +4,9 @@
 //! Invariant: every random decision the simulator makes comes from the single
 //! `StdRng::seed_from_u64(seed)` owned by `Dice`, in request order, and a probability of zero
 //! (or less) never fires and never consumes a draw, so a fault-free run never perturbs the
-//! sequence.
+//! sequence. The knobs that are not probabilities (rate limit, refusal windows, execution
+//! time, record-on-complete) draw nothing, so with them off the sequence is the one of a
+//! simulator without them.
 
 use std::time::Duration;
 
@@ -41,6 +43,89 @@ pub struct Faults {
     pub hold_ms: u64,
     /// Every charge, refund and lookup answers 503.
     pub outage: bool,
+    /// Requests per second allowed across the payment API (charges, refunds, their lookups
+    /// and listings; not `/control/*`, `/ledger`, `/health`), as a token bucket; above it
+    /// 429 `{"error":"rate_limited"}` with `Retry-After`, before anything is executed or
+    /// recorded. 0 means no limit.
+    pub rate_limit_per_s: f64,
+    /// How many requests the bucket lets through at once after a quiet spell (0 means the
+    /// rate rounded up, at least 1).
+    pub rate_limit_burst: u32,
+    /// 503 `{"error":"unavailable"}` with `Retry-After: retry_after_s` before executing a
+    /// charge or refund (nothing executed). Drawn right after `p_5xx`, whose 503 has no
+    /// `Retry-After`.
+    pub p_503_retry_after: f64,
+    /// The `Retry-After` of `p_503_retry_after`'s answers, in whole seconds (0 means 1).
+    pub retry_after_s: u64,
+    /// Processing time of every charge or refund that executes (not replays), in ms: its
+    /// reply (or dropped connection) comes this much later.
+    pub execution_ms: u64,
+    /// Record-on-complete: a charge or refund whose processing takes time (`execution_ms`,
+    /// or a reply held by `p_timeout_after_charge`) is executed and recorded only at the end
+    /// of it; until then a lookup answers 404 `not_found`, a resend with the same key
+    /// executes again without idempotency and answers 409 `idempotency_key_in_use` with it.
+    /// Off (the default): recorded on arrival, visible at once.
+    pub record_on_complete: bool,
+    /// Refusal windows (nothing listening on the port: clients get "connection refused"):
+    /// the first starts this many ms after these faults took effect (start-up, or the
+    /// `PUT /control/faults` that changed the refusal schedule; with 0 that PUT's own reply
+    /// may be cut: `POST /control/refuse` opens a window at once and answers).
+    pub refuse_at_ms: u64,
+    /// How long each refusal window lasts, in ms; 0 means no scheduled windows.
+    pub refuse_for_ms: u64,
+    /// A new window starts this many ms after the previous one started (more than
+    /// `refuse_for_ms`); 0 means a single window.
+    pub refuse_every_ms: u64,
+}
+
+/// When the simulator refuses connections, as offsets from when the faults took effect.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct RefusalSchedule {
+    pub(crate) at: Duration,
+    pub(crate) length: Duration,
+    /// `None`: a single window.
+    pub(crate) every: Option<Duration>,
+}
+
+/// One scheduled refusal window: the `index`-th, from `start` to `end` (offsets).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Window {
+    pub(crate) index: u64,
+    pub(crate) start: Duration,
+    pub(crate) end: Duration,
+}
+
+impl RefusalSchedule {
+    fn window(&self, index: u64) -> Window {
+        let every = self.every.unwrap_or_default();
+        let start = self.at + every.saturating_mul(u32::try_from(index).unwrap_or(u32::MAX));
+        Window {
+            index,
+            start,
+            end: start + self.length,
+        }
+    }
+
+    /// The first window, after the `done`-th if given, that has not ended at `elapsed`:
+    /// the current one when `elapsed` falls in a window. `None` when no window is left.
+    pub(crate) fn next(&self, elapsed: Duration, done: Option<u64>) -> Option<Window> {
+        let first_open = match self.every {
+            Some(every) if elapsed > self.at => {
+                let k = ((elapsed - self.at).as_nanos() / every.as_nanos()) as u64;
+                if self.window(k).end > elapsed {
+                    k
+                } else {
+                    k + 1
+                }
+            }
+            _ => 0,
+        };
+        let index = first_open.max(done.map_or(0, |d| d + 1));
+        let window = self.window(index);
+        (self.every.is_some() || index == 0)
+            .then_some(window)
+            .filter(|w| w.end > elapsed)
+    }
 }
 
 /// A rejected `Faults` value: which field and why.
@@ -66,8 +151,39 @@ impl Faults {
         (self.latency_ms > 0).then(|| Duration::from_millis(self.latency_ms))
     }
 
-    /// Checks that every probability is a finite number in `[0, 1]` and that decline codes
-    /// are non-empty strings.
+    /// The processing time of an executed charge or refund.
+    pub fn execution(&self) -> Duration {
+        Duration::from_millis(self.execution_ms)
+    }
+
+    /// The `Retry-After` of an injected 503, in whole seconds (at least 1).
+    pub fn retry_after(&self) -> u64 {
+        self.retry_after_s.max(1)
+    }
+
+    /// The token bucket's `(rate per second, size)`, or `None` without a rate limit.
+    pub fn rate_limit(&self) -> Option<(f64, f64)> {
+        (self.rate_limit_per_s > 0.0).then(|| {
+            let burst = match self.rate_limit_burst {
+                0 => self.rate_limit_per_s.ceil().max(1.0),
+                n => f64::from(n),
+            };
+            (self.rate_limit_per_s, burst)
+        })
+    }
+
+    /// The scheduled refusal windows, if any.
+    pub(crate) fn refusal_schedule(&self) -> Option<RefusalSchedule> {
+        (self.refuse_for_ms > 0).then(|| RefusalSchedule {
+            at: Duration::from_millis(self.refuse_at_ms),
+            length: Duration::from_millis(self.refuse_for_ms),
+            every: (self.refuse_every_ms > 0).then(|| Duration::from_millis(self.refuse_every_ms)),
+        })
+    }
+
+    /// Checks that every probability is a finite number in `[0, 1]`, that decline codes
+    /// are non-empty strings, that the rate limit is a finite number >= 0 and that
+    /// repeated refusal windows leave time to listen in between.
     pub fn validate(&self) -> Result<(), InvalidFaults> {
         let probabilities = [
             ("p_response_lost", self.p_response_lost),
@@ -76,6 +192,7 @@ impl Faults {
             ("p_5xx", self.p_5xx),
             ("p_lookup_fail", self.p_lookup_fail),
             ("p_decline", self.p_decline),
+            ("p_503_retry_after", self.p_503_retry_after),
         ];
         for (field, p) in probabilities {
             check_probability(p).map_err(|message| InvalidFaults { field, message })?;
@@ -86,7 +203,29 @@ impl Faults {
                 message: "decline codes must be non-empty strings".to_owned(),
             });
         }
+        check_rate(self.rate_limit_per_s).map_err(|message| InvalidFaults {
+            field: "rate_limit_per_s",
+            message,
+        })?;
+        if self.refuse_every_ms > 0 && self.refuse_every_ms <= self.refuse_for_ms {
+            return Err(InvalidFaults {
+                field: "refuse_every_ms",
+                message: format!(
+                    "refusal windows must start more than refuse_for_ms ({}) apart, got {}",
+                    self.refuse_for_ms, self.refuse_every_ms
+                ),
+            });
+        }
         Ok(())
+    }
+}
+
+/// Checks that `rate` is a finite number of requests per second >= 0 (0: no limit).
+pub fn check_rate(rate: f64) -> Result<(), String> {
+    if rate.is_finite() && rate >= 0.0 {
+        Ok(())
+    } else {
+        Err(format!("rate must be a finite number >= 0, got {rate}"))
     }
 }
 
@@ -186,6 +325,113 @@ mod tests {
         f.p_5xx = 0.0;
         f.decline_codes = vec![" ".to_owned()];
         assert_eq!(f.validate().map_err(|e| e.field), Err("decline_codes"));
+    }
+
+    #[test]
+    fn new_knobs_validate_and_default() {
+        let f = Faults::default();
+        assert_eq!((f.rate_limit(), f.retry_after()), (None, 1));
+        assert_eq!(f.refusal_schedule(), None);
+        let f = Faults {
+            rate_limit_per_s: 2.5,
+            ..Faults::default()
+        };
+        assert_eq!(f.rate_limit(), Some((2.5, 3.0)));
+        let f = Faults {
+            rate_limit_per_s: 0.5,
+            ..Faults::default()
+        };
+        assert_eq!(f.rate_limit(), Some((0.5, 1.0)));
+        let f = Faults {
+            rate_limit_per_s: 10.0,
+            rate_limit_burst: 4,
+            retry_after_s: 7,
+            ..Faults::default()
+        };
+        assert_eq!((f.rate_limit(), f.retry_after()), (Some((10.0, 4.0)), 7));
+        let bad = [
+            (
+                Faults {
+                    rate_limit_per_s: -1.0,
+                    ..Faults::default()
+                },
+                "rate_limit_per_s",
+            ),
+            (
+                Faults {
+                    rate_limit_per_s: f64::INFINITY,
+                    ..Faults::default()
+                },
+                "rate_limit_per_s",
+            ),
+            (
+                Faults {
+                    p_503_retry_after: 1.1,
+                    ..Faults::default()
+                },
+                "p_503_retry_after",
+            ),
+            (
+                Faults {
+                    refuse_for_ms: 1000,
+                    refuse_every_ms: 1000,
+                    ..Faults::default()
+                },
+                "refuse_every_ms",
+            ),
+        ];
+        for (f, field) in bad {
+            assert_eq!(f.validate().map_err(|e| e.field), Err(field));
+        }
+    }
+
+    #[test]
+    fn refusal_windows_in_order() {
+        let ms = Duration::from_millis;
+        let w = |index, start, end| {
+            Some(Window {
+                index,
+                start: ms(start),
+                end: ms(end),
+            })
+        };
+        let once = RefusalSchedule {
+            at: ms(100),
+            length: ms(50),
+            every: None,
+        };
+        let repeated = RefusalSchedule {
+            every: Some(ms(200)),
+            ..once
+        };
+        // (schedule, elapsed ms, last window started, expected)
+        let cases = [
+            (once, 0, None, w(0, 100, 150)),
+            (once, 120, None, w(0, 100, 150)),
+            (once, 120, Some(0), None),
+            (once, 150, None, None),
+            (repeated, 0, None, w(0, 100, 150)),
+            (repeated, 149, None, w(0, 100, 150)),
+            (repeated, 149, Some(0), w(1, 300, 350)),
+            (repeated, 150, None, w(1, 300, 350)),
+            (repeated, 320, None, w(1, 300, 350)),
+            (repeated, 320, Some(1), w(2, 500, 550)),
+            (repeated, 1_000_000, None, w(5000, 1_000_100, 1_000_150)),
+        ];
+        for (schedule, elapsed, done, expected) in cases {
+            assert_eq!(
+                schedule.next(ms(elapsed), done),
+                expected,
+                "{schedule:?} at {elapsed} after {done:?}"
+            );
+        }
+        let f = Faults {
+            refuse_at_ms: 100,
+            refuse_for_ms: 50,
+            refuse_every_ms: 200,
+            ..Faults::default()
+        };
+        assert_eq!(f.refusal_schedule(), Some(repeated));
     }
 
     #[test]

@@ -206,6 +206,20 @@ pub struct Stats {
     pub list_requests: u64,
     /// Entries written by `POST /control/inject` (also counted in `executed` for charges).
     pub injected: u64,
+    /// Requests answered 429 by the rate limit (`Faults::rate_limit_per_s`); none executed.
+    pub throttled: u64,
+    /// Charges and refunds answered 503 with `Retry-After` (`Faults::p_503_retry_after`);
+    /// none executed.
+    pub unavailable_retry_after: u64,
+    /// Refusal windows started (`POST /control/refuse` or `Faults::refuse_for_ms`).
+    pub refusal_windows: u64,
+    /// Charge and refund requests fully received whose connection a refusal window cut
+    /// before the reply: those executed before the cut are in the ledger (their reply is
+    /// lost), the others were never executed.
+    pub cut_in_flight: u64,
+    /// Charges and refunds whose execution waited for the end of their processing
+    /// (`Faults::record_on_complete`): each was invisible to lookups until then.
+    pub deferred: u64,
 }
 
 /// Answer to `GET /v1/charges` and `GET /v1/refunds` (a listing page): entries executed in

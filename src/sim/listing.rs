@@ -5,8 +5,8 @@
 //!
 //! Invariant: a listing only reads the books. Entries come in `seq` order, filtered by `at`,
 //! and each page starts right after its cursor, so walking the pages yields every matching
-//! entry exactly once. Outage and latency apply as to the payment endpoints; no dice are
-//! drawn, so listing never shifts the seeded faults.
+//! entry exactly once. Rate limit, outage and latency apply as to the payment endpoints; no
+//! dice are drawn, so listing never shifts the seeded faults.
 
 use axum::{
     Json,
@@ -20,6 +20,7 @@ use tracing::debug;
 use super::{
     books::Books,
     ledger::{LedgerEntry, ListPage, RefundEntry},
+    limit::{throttle, too_many_requests},
     parse::{Invalid, invalid},
     server::{AppState, bad_request, unavailable},
 };
@@ -97,10 +98,15 @@ async fn list<E: Listable>(
     q: ListQuery,
     entries: fn(&Books) -> &[E],
 ) -> Response {
-    let (outage, latency) = app.with(|s| {
+    let (throttled, outage, latency) = app.with(|s| {
         s.books.stats_mut().list_requests += 1;
-        (s.faults.outage, s.faults.latency())
+        let throttled = throttle(s, std::time::Instant::now());
+        (throttled, s.faults.outage, s.faults.latency())
     });
+    if let Some(retry_after) = throttled {
+        debug!(path, retry_after, "sim: list -> 429 (rate limit)");
+        return too_many_requests(retry_after);
+    }
     if outage {
         debug!(path, "sim: list -> 503 (outage)");
         return unavailable();

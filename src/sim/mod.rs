@@ -3,14 +3,19 @@
 //! benchmarks. Callers only ever talk to it over HTTP.
 //!
 //! Invariant: the ledger records exactly the charges and refunds the simulator executed,
-//! whatever happened to the replies afterwards (dropped, held, replayed); for a given seed and
-//! request order the injected faults are identical from run to run.
+//! whatever happened to the replies afterwards (dropped, held, replayed, cut by a refusal
+//! window); for a given seed and request order the injected faults are identical from run to
+//! run.
 //!
 //! HTTP API (JSON everywhere):
 //! - `POST /v1/charges` (header `Idempotency-Key: <uuid>`, body [`ChargeBody`]):
-//!   200 [`ChargeResult`] approved, 402 declined, 400 `{"error","field"}`, 409 key reused
-//!   with other parameters, 503 outage/injected, or the connection dropped (faults).
-//! - `GET /v1/charges/{key}`: 200 [`ChargeResult`] of the first entry with that key, 404, 503.
+//!   200 [`ChargeResult`] approved, 402 declined, 400 `{"error","field"}`, 409
+//!   `idempotency_key_reused` (key seen with other parameters) or `idempotency_key_in_use`
+//!   (its first request still executing, record-on-complete), 429 `rate_limited` with
+//!   `Retry-After`, 503 outage/injected (with `Retry-After` for `p_503_retry_after`), or the
+//!   connection dropped (faults) or refused (refusal window).
+//! - `GET /v1/charges/{key}`: 200 [`ChargeResult`] of the first entry with that key, 404
+//!   (also while it is still executing, record-on-complete), 429, 503.
 //! - `POST /v1/refunds` (header `Idempotency-Key: <uuid>`, body [`RefundBody`]): the same
 //!   answers and faults with [`RefundResult`]; 402 with `decline_code` [`CHARGE_NOT_FOUND`],
 //!   [`CHARGE_NOT_APPROVED`], [`CURRENCY_MISMATCH`] or [`AMOUNT_EXCEEDS_CHARGE`].
@@ -19,7 +24,8 @@
 //!   [`ListPage`] of the entries executed in `[from, to)`, for reconciliation (see `listing`).
 //! - `GET /ledger` -> [`Ledger`]; `GET|PUT /control/faults` -> [`Faults`];
 //!   `POST /control/reset`; `POST /control/inject` ([`Injection`]: a charge or refund made
-//!   outside cobro, for reconciliation tests); `GET /health`.
+//!   outside cobro, for reconciliation tests); `POST /control/refuse` (`{"for_ms": N}`: stop
+//!   listening for N ms, see `refuse`); `GET /health`. None of these is rate limited.
 
 mod books;
 mod charges;
@@ -29,9 +35,11 @@ mod faults;
 mod flow;
 mod inject;
 mod ledger;
+mod limit;
 mod listing;
 mod parse;
 mod refunds;
+mod refuse;
 mod server;
 #[cfg(test)]
 mod tests;
@@ -53,7 +61,8 @@ pub use listing::{DEFAULT_LIST_LIMIT, MAX_LIST_LIMIT};
 pub use parse::IDEMPOTENCY_KEY_HEADER;
 pub use webhooks::WebhookTarget;
 
-use conn::{ConnKill, Registry, SimListener};
+use conn::{ConnKill, SimListener};
+use refuse::Network;
 use server::AppState;
 
 /// How the simulator behaves.
@@ -148,7 +157,8 @@ pub async fn spawn(listener: TcpListener, cfg: SimConfig) -> io::Result<SimHandl
 }
 
 /// Serves the simulator on `listener` until `shutdown` completes, then stops accepting,
-/// drops every open connection and returns.
+/// drops every open connection and returns. During a refusal window the listening socket
+/// is closed and later bound again on the same address.
 pub async fn serve(
     listener: TcpListener,
     cfg: SimConfig,
@@ -163,19 +173,24 @@ pub async fn serve(
         faults = ?cfg.faults,
         "sim: gateway simulator listening"
     );
-    let registry = Registry::default();
-    let app = server::router(AppState::new(cfg));
-    let listener = SimListener::new(listener, registry.clone());
+    let network = Network::default();
+    let state = AppState::new(cfg, network.clone());
+    let schedule = tokio::spawn(refuse::drive_schedule(state.clone()));
+    let app = server::router(state);
+    let listener = SimListener::new(listener, network.registry.clone(), network.gate.clone())?;
+    let registry = network.registry;
     let signal = async move {
         shutdown.await;
         registry.close();
     };
-    axum::serve(
+    let served = axum::serve(
         listener,
         app.into_make_service_with_connect_info::<ConnKill>(),
     )
     .with_graceful_shutdown(signal)
-    .await?;
+    .await;
+    schedule.abort();
+    served?;
     info!(%addr, "sim: gateway simulator stopped");
     Ok(())
 }

@@ -1,7 +1,7 @@
 //! The refund endpoints of the simulator: `POST /v1/refunds` (header `Idempotency-Key`, body
 //! [`RefundBody`]) and `GET /v1/refunds/{key}`, run through the same request flow, faults
-//! and draw order as charges. Whether a refund is approved is decided by the books
-//! (`Books::refund`), never by dice.
+//! and draw order as charges. Whether a refund is approved is decided by the books when it
+//! is recorded (`Books::record_refund`), never by dice.
 //!
 //! Invariant: a refund request executes at most once, and only after the pre-execution
 //! faults passed (see `flow`); in idempotent mode a key executes at most one refund, and
@@ -13,15 +13,45 @@ use axum::{
     http::HeaderMap,
     response::Response,
 };
+use chrono::Utc;
 
 use super::{
-    books::Books,
+    books::{Books, Recalled},
     conn::ConnKill,
-    flow::{Admitted, Kind, admit, lookup, plan, respond},
-    ledger::RefundBody,
+    faults::{Dice, Faults},
+    flow::{Kind, Payment, create, lookup},
+    ledger::{RefundBody, RefundResult},
     parse::{Invalid, amount_minor, currency, non_empty, object},
     server::AppState,
 };
+
+impl Payment for RefundBody {
+    type Result = RefundResult;
+    /// Nothing: the books decide a refund when it is recorded.
+    type Drawn = ();
+    const KIND: Kind = Kind::Refund;
+
+    fn order_id(&self) -> &str {
+        &self.order_id
+    }
+
+    fn recall(
+        &self,
+        books: &mut Books,
+        idempotent: bool,
+        key: &str,
+    ) -> Option<Recalled<RefundResult>> {
+        books.recall_refund(idempotent, key, self)
+    }
+
+    fn draw(_dice: &mut Dice, _faults: &Faults) {}
+
+    fn record(&self, books: &mut Books, key: &str, (): ()) -> RefundResult {
+        books.record_refund(key, self, Utc::now())
+    }
+
+    fn recorded(_app: &AppState, _result: &RefundResult) {}
+}
 
 pub(crate) async fn create_refund(
     State(app): State<AppState>,
@@ -29,20 +59,7 @@ pub(crate) async fn create_refund(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let admitted = admit(&app, Kind::Refund, &headers, &body, parse_refund).await;
-    let Admitted {
-        faults,
-        key,
-        body: refund,
-    } = match admitted {
-        Ok(admitted) => admitted,
-        Err(response) => return response,
-    };
-    let idempotent = app.idempotent();
-    let planned = plan(&app, &faults, &refund.order_id, |books, _| {
-        books.refund(idempotent, &key, &refund)
-    });
-    respond(Kind::Refund, &key, planned, &conn, &faults).await
+    create(&app, &conn, &headers, &body, parse_refund).await
 }
 
 pub(crate) async fn lookup_refund(

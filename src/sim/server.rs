@@ -1,11 +1,16 @@
 //! The simulator's shared state and HTTP routing: the axum `Router`, the control/ledger/
 //! health endpoints and the JSON reply helpers used by every handler.
 //!
-//! Invariant: all mutable simulator state (faults, rng, ledger, key index, stats) lives in one
-//! `Mutex<Inner>` that is only ever locked for short synchronous sections, never across an
-//! `.await`, so every request sees and updates that state atomically and in request order.
+//! Invariant: all mutable simulator state (faults, rng, ledger, key index, stats, rate-limit
+//! bucket) lives in one `Mutex<Inner>` that is only ever locked for short synchronous
+//! sections, never across an `.await`, so every request sees and updates that state
+//! atomically and in request order. Replacing the faults resets the rate-limit bucket and
+//! the refusal schedule's origin only when their own knobs changed.
 
-use std::sync::{Arc, Mutex, PoisonError};
+use std::{
+    sync::{Arc, Mutex, PoisonError},
+    time::Instant,
+};
 
 use axum::{
     Json, Router,
@@ -16,6 +21,7 @@ use axum::{
     routing::{get, post},
 };
 use serde_json::json;
+use tokio::sync::{Notify, futures::Notified};
 use tracing::{debug, info};
 
 use super::{
@@ -24,8 +30,10 @@ use super::{
     charges::{create_charge, lookup_charge},
     faults::{Dice, Faults},
     inject::inject,
+    limit::Bucket,
     listing::{list_charges, list_refunds},
     refunds::{create_refund, lookup_refund},
+    refuse::{Network, refuse},
 };
 
 /// Everything that changes while the simulator runs.
@@ -38,6 +46,10 @@ pub(crate) struct Inner {
     pub(crate) per_order_seed: Option<u64>,
     /// Charge and refund requests seen per order id (for per-order draws).
     pub(crate) order_requests: std::collections::HashMap<String, u64>,
+    /// The rate limit's tokens (`Faults::rate_limit_per_s`).
+    pub(crate) bucket: Bucket,
+    /// When the current refusal schedule took effect (its windows are offsets from here).
+    pub(crate) refusals_since: Instant,
 }
 
 #[derive(Debug)]
@@ -45,6 +57,9 @@ struct Shared {
     idempotent: bool,
     inner: Mutex<Inner>,
     outbox: Option<super::webhooks::Outbox>,
+    network: Network,
+    /// Woken whenever the faults are replaced (the refusal schedule's driver waits on it).
+    faults_replaced: Notify,
 }
 
 /// Handle to the simulator state shared by all handlers.
@@ -52,7 +67,7 @@ struct Shared {
 pub(crate) struct AppState(Arc<Shared>);
 
 impl AppState {
-    pub(crate) fn new(cfg: SimConfig) -> Self {
+    pub(crate) fn new(cfg: SimConfig, network: Network) -> Self {
         let outbox = cfg
             .webhooks
             .map(|t| super::webhooks::Outbox::start(t, cfg.seed));
@@ -65,8 +80,37 @@ impl AppState {
                 books: Books::default(),
                 per_order_seed: cfg.per_order_draws.then_some(cfg.seed),
                 order_requests: Default::default(),
+                bucket: Bucket::default(),
+                refusals_since: Instant::now(),
             }),
+            network,
+            faults_replaced: Notify::new(),
         }))
+    }
+
+    /// The listening socket's gate and the live connections.
+    pub(crate) fn network(&self) -> &Network {
+        &self.0.network
+    }
+
+    /// A future that completes at the next replacement of the faults.
+    pub(crate) fn faults_replaced(&self) -> Notified<'_> {
+        self.0.faults_replaced.notified()
+    }
+
+    /// Puts `faults` in force (already validated). A changed rate limit starts from a full
+    /// bucket; a changed refusal schedule counts its windows from now.
+    fn replace_faults(&self, faults: Faults) {
+        self.with(|s| {
+            if s.faults.rate_limit() != faults.rate_limit() {
+                s.bucket = Bucket::default();
+            }
+            if s.faults.refusal_schedule() != faults.refusal_schedule() {
+                s.refusals_since = Instant::now();
+            }
+            s.faults = faults;
+        });
+        self.0.faults_replaced.notify_waiters();
     }
 
     /// Queues a webhook for an executed charge (when webhooks are on).
@@ -98,6 +142,7 @@ pub(crate) fn router(state: AppState) -> Router {
         .route("/control/faults", get(get_faults).put(put_faults))
         .route("/control/reset", post(reset))
         .route("/control/inject", post(inject))
+        .route("/control/refuse", post(refuse))
         .route("/health", get(health))
         .fallback(not_found)
         .with_state(state)
@@ -147,7 +192,7 @@ async fn put_faults(State(app): State<AppState>, body: Bytes) -> Response {
         return bad_request(invalid.field, &invalid.message);
     }
     info!(?faults, "sim: faults replaced");
-    app.with(|s| s.faults = faults.clone());
+    app.replace_faults(faults.clone());
     Json(faults).into_response()
 }
 

@@ -5,9 +5,12 @@
 //! socket), exactly like the worker does; nothing reaches into its state in-process.
 
 mod charges;
+mod complete;
 mod faults;
 mod listing;
 mod refunds;
+mod refuse;
+mod throttle;
 
 use std::time::Duration;
 
@@ -110,6 +113,27 @@ async fn put_faults(c: &Client, sim: &SimHandle, f: &Faults) -> TestResult<reqwe
 
 fn key() -> String {
     Uuid::new_v4().to_string()
+}
+
+/// Polls `GET /ledger` until `done` holds, for at most `within` (a generous bound: only a
+/// stalled simulator reaches it).
+async fn ledger_when(
+    c: &Client,
+    sim: &SimHandle,
+    within: Duration,
+    done: impl Fn(&Ledger) -> bool,
+) -> TestResult<Ledger> {
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        let l = ledger(c, sim).await?;
+        if done(&l) {
+            return Ok(l);
+        }
+        if tokio::time::Instant::now() > deadline {
+            return Err(format!("ledger never reached the expected state: {l:?}").into());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 /// The client must see the connection close before any response: a request error, not a
