@@ -2,7 +2,8 @@
 //! worker and the simulator on 127.0.0.1, on both backends: a charge whose
 //! connection is refused is not `DESCONOCIDO` but waits (`PENDIENTE`) and is
 //! sent again with the same key once the gateway listens; a lookup whose
-//! connection is refused spends no check. Nothing is ever charged twice.
+//! connection is refused spends no check; a gateway answering 429 above a
+//! rate costs no check and no `DESCONOCIDO`. Nothing is ever charged twice.
 
 #[macro_use]
 mod common;
@@ -17,6 +18,7 @@ use common::*;
 on_both_backends!(
     a_refused_connection_waits_and_sends_again_with_the_same_key,
     a_lookup_that_cannot_reach_the_gateway_spends_no_check,
+    a_throttling_gateway_spends_no_check_and_charges_each_order_once,
 );
 
 /// A 127.0.0.1 port nobody listens on (yet).
@@ -100,10 +102,9 @@ async fn a_refused_connection_waits_and_sends_again_with_the_same_key(b: Backend
 async fn a_lookup_that_cannot_reach_the_gateway_spends_no_check(b: Backend) {
     init_logs();
     let db = TestDb::new(b).await;
-    let addr = free_addr();
     // The answer to the charge is lost after the gateway charged: unknown.
-    let sim = sim_at(
-        addr,
+    let sim = start_sim(
+        true,
         Faults {
             p_response_lost: 1.0,
             ..Faults::default()
@@ -114,38 +115,75 @@ async fn a_lookup_that_cannot_reach_the_gateway_spends_no_check(b: Backend) {
     let req = ChargeRequest::parse("defer-2", 2_500, "EUR", None, None).unwrap();
     let id = db.store.enqueue(&req).await.unwrap().attempt_id;
     settled(&db.store, id, State::Desconocido, Duration::from_secs(20)).await;
-    let charged = ledger(&sim.url()).await;
-    // Then the gateway goes away: every lookup is refused.
-    sim.shutdown().await;
-    assert_eq!(charged.entries.len(), 1);
-    tokio::time::sleep(Duration::from_secs(4)).await; // past several 0.2-3.2 s check delays
-    let (a, _) = db.store.load(id).await.unwrap();
-    assert_eq!(a.state, State::Desconocido, "still in doubt, not in review");
-    assert_eq!(a.check_count, 0, "refused lookups are not checks");
-    // Back, with its books (the charge it made under our key): one lookup
-    // settles it, no resend.
-    let sim = sim_at(addr, Faults::default()).await;
-    let before = &charged.entries[0];
-    let injected = reqwest::Client::new()
-        .post(format!("{}/control/inject", sim.url()))
-        .json(&serde_json::json!({
-            "order_id": before.order_id, "amount_minor": before.amount_minor,
-            "currency": before.currency, "idempotency_key": before.idempotency_key,
-        }))
+    // Then the gateway stops listening for 4 s (its books kept): every
+    // lookup in that time is refused, past several 0.2-3.2 s check delays.
+    set_faults(&sim.url(), &Faults::default()).await;
+    let refused = reqwest::Client::new()
+        .post(format!("{}/control/refuse", sim.url()))
+        .json(&serde_json::json!({"for_ms": 4000}))
         .send()
         .await
         .unwrap();
-    assert!(injected.status().is_success());
+    assert!(refused.status().is_success());
+    tokio::time::sleep(Duration::from_millis(3_500)).await;
+    let (a, _) = db.store.load(id).await.unwrap();
+    assert_eq!(a.state, State::Desconocido, "still in doubt, not in review");
+    assert_eq!(a.check_count, 0, "refused lookups are not checks");
+    // Back: one lookup finds the charge, no resend.
     let done = settled(&db.store, id, State::Aprobado, Duration::from_secs(20)).await;
     assert_eq!(
         (done.check_count, done.send_count),
         (1, 1),
         "one lookup, no resend"
     );
-    assert_eq!(
-        ledger(&sim.url()).await.entries.len(),
-        1,
-        "nothing charged again"
+    assert_eq!(ledger(&sim.url()).await.entries.len(), 1, "charged once");
+    worker.stop().await;
+    sim.shutdown().await;
+    db.drop_db().await;
+}
+
+async fn a_throttling_gateway_spends_no_check_and_charges_each_order_once(b: Backend) {
+    init_logs();
+    let db = TestDb::new(b).await;
+    let sim = start_sim(
+        true,
+        Faults {
+            rate_limit_per_s: 5.0,
+            rate_limit_burst: 5,
+            ..Faults::default()
+        },
+    )
+    .await;
+    let mut ids = Vec::new();
+    for i in 0..30 {
+        let req =
+            ChargeRequest::parse(&format!("throttle-{i}"), 1_000 + i, "USD", None, None).unwrap();
+        ids.push(db.store.enqueue(&req).await.unwrap().attempt_id);
+    }
+    let worker = spawn_worker(worker_args(&db.url, &sim.url()));
+    let mut deferred = 0;
+    for id in &ids {
+        let a = settled(&db.store, *id, State::Aprobado, Duration::from_secs(60)).await;
+        assert_eq!(a.check_count, 0, "no check spent on a 429");
+        let log = db.store.transitions(*id).await.unwrap();
+        assert!(log.iter().all(|t| t.to_state != "DESCONOCIDO"), "{log:?}");
+        let throttled: Vec<_> = log
+            .iter()
+            .filter(|t| t.cause == "gateway_not_executed")
+            .collect();
+        assert!(
+            throttled.iter().all(|t| t.http_status == Some(429)),
+            "{throttled:?}"
+        );
+        deferred += throttled.len();
+    }
+    let ledger = ledger(&sim.url()).await;
+    assert_eq!(ledger.entries.len(), 30, "each order charged once");
+    assert!(ledger.stats.throttled > 0, "the gateway did throttle");
+    assert!(deferred > 0, "and the worker waited and sent again");
+    eprintln!(
+        "30 charges at 5/s: {deferred} sends deferred by 429, {} throttled",
+        ledger.stats.throttled
     );
     worker.stop().await;
     sim.shutdown().await;
