@@ -18,7 +18,9 @@ use uuid::Uuid;
 use crate::backoff::CheckSchedule;
 use crate::domain::{Amount, Currency, IdempotencyKey, InputError, OrderId, PaymentMethod};
 use crate::gateway::{ChargeCall, ChargeOutcome, Deferral, Gateway, LookupOutcome, RefundCall};
-use crate::policy::{Action, LookupPlan, Snapshot, after_lookup, decide, defer_delay};
+use crate::policy::{
+    Action, LookupPlan, NotFoundRule, Snapshot, after_lookup, decide, defer_delay,
+};
 use crate::retry::{RetryPlan, RetryPolicy};
 use crate::state::Event;
 use crate::store::{
@@ -49,6 +51,8 @@ pub struct EngineConfig {
     /// How long to wait (±50 %) before sending or looking up again a request
     /// the gateway certainly did not execute and gave no `Retry-After` for.
     pub defer_backoff: Duration,
+    /// When a lookup's "not found" allows a re-send with the same key.
+    pub not_found: NotFoundRule,
 }
 
 pub struct Engine {
@@ -144,6 +148,30 @@ impl Engine {
         let last = self.cfg.schedule.max_checks().saturating_sub(1);
         let index = (checks_done.max(0) as u32).min(last);
         self.cfg.schedule.delay(index, &mut rand::rng())
+    }
+
+    /// How long before the lookup `held` is making the last send started
+    /// (its claim, by the database's clock). Read only when it matters: a
+    /// "not found" from a gateway without key support.
+    async fn since_last_send(
+        &self,
+        held: &Attempt,
+        outcome: &LookupOutcome,
+    ) -> Result<Duration, StoreError> {
+        if self.cfg.not_found.gateway_idempotent
+            || !matches!(outcome, LookupOutcome::NotFound { .. })
+        {
+            return Ok(Duration::MAX);
+        }
+        let log = self.store.transitions(held.id).await?;
+        let sent = log
+            .iter()
+            .rev()
+            .find(|t| t.to_state == crate::state::State::EnProceso.as_str())
+            .map(|t| t.at);
+        Ok(sent
+            .and_then(|at| (held.updated_at - at).to_std().ok())
+            .unwrap_or_default())
     }
 
     /// The wait before trying again a request that certainly did not run.
@@ -335,12 +363,15 @@ impl Engine {
         let key_age = (held.updated_at - held.created_at)
             .to_std()
             .unwrap_or_default();
+        let since_send = self.since_last_send(&held, &outcome).await?;
         let plan = after_lookup(
             &outcome,
             checks_done,
             key_age,
             self.cfg.key_lifetime,
             &self.cfg.schedule,
+            since_send,
+            self.cfg.not_found,
         );
         info!(check = checks_done, ?plan, "looked up");
         let evidence = outcome.evidence();
@@ -389,6 +420,13 @@ impl Engine {
             (LookupPlan::CheckAgain | LookupPlan::Defer, _) => {
                 let mut c = Change::new(None, "lookup_failed", &self.actor);
                 c.act_in = self.next_check_in(checks_done as i32);
+                c
+            }
+            (LookupPlan::CheckAfter(at_least), _) => {
+                let mut c = Change::new(None, "lookup_not_found_too_soon", &self.actor);
+                c.act_in = self
+                    .next_check_in(checks_done as i32)
+                    .map(|d| d.max(at_least));
                 c
             }
         };

@@ -64,19 +64,40 @@ pub enum LookupPlan {
     Apply(Event),
     /// Still unknown: look again after the schedule's next delay.
     CheckAgain,
+    /// "Not found", but too soon to believe it: the gateway may still be
+    /// executing the request it does not show yet. Look again after the
+    /// schedule's next delay, and not before this wait.
+    CheckAfter(Duration),
     /// The lookup did not reach the gateway, or the gateway would not
     /// answer yet: not a check; look again after [`defer_delay`].
     Defer,
 }
 
+/// When the gateway's "not found" is the truth.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NotFoundRule {
+    /// The gateway honours idempotency keys: a re-send with the same key
+    /// while the first is still executing cannot charge twice (it is
+    /// replayed, or refused as a key in use). Then one "not found" is enough.
+    pub gateway_idempotent: bool,
+    /// The longest a request may take at the gateway from our send to its
+    /// record (queueing and processing). Without key support, only a "not
+    /// found" taken at least this long after the send means the send never
+    /// executed: the gateway may record a charge only when it completes.
+    pub max_processing: Duration,
+}
+
 /// `checks_done` counts this check too. `key_age` is how long ago the key was
 /// created; a key older than the gateway keeps keys is never re-sent.
+/// `since_send` is how long before this lookup the last send started.
 pub fn after_lookup(
     outcome: &LookupOutcome,
     checks_done: u32,
     key_age: Duration,
     key_lifetime: Duration,
     schedule: &CheckSchedule,
+    since_send: Duration,
+    rule: NotFoundRule,
 ) -> LookupPlan {
     match outcome {
         LookupOutcome::Approved { .. } => LookupPlan::Apply(Event::Approved),
@@ -89,6 +110,11 @@ pub fn after_lookup(
         // an endless send-lookup loop.
         LookupOutcome::NotFound { .. } if checks_done >= schedule.max_checks() => {
             LookupPlan::Apply(Event::ChecksExhausted)
+        }
+        LookupOutcome::NotFound { .. }
+            if !rule.gateway_idempotent && since_send < rule.max_processing =>
+        {
+            LookupPlan::CheckAfter(rule.max_processing - since_send)
         }
         LookupOutcome::NotFound { .. } => LookupPlan::Apply(Event::Resend),
         LookupOutcome::Failed { .. } if checks_done >= schedule.max_checks() => {
@@ -200,7 +226,15 @@ mod tests {
         };
         for checks_done in [1, 5, 9] {
             assert_eq!(
-                after_lookup(&deferred, checks_done, Duration::ZERO, day, &sched),
+                after_lookup(
+                    &deferred,
+                    checks_done,
+                    Duration::ZERO,
+                    day,
+                    &sched,
+                    hour,
+                    KEYS
+                ),
                 LookupPlan::Defer,
                 "a lookup that never reached the gateway is not a check, at any count"
             );
@@ -219,9 +253,53 @@ mod tests {
         ];
         for (outcome, checks, age, want) in cases {
             assert_eq!(
-                after_lookup(outcome, checks, age, day, &sched),
+                after_lookup(outcome, checks, age, day, &sched, hour, KEYS),
                 want,
                 "{outcome:?} after {checks} checks, key age {age:?}"
+            );
+        }
+    }
+
+    /// A gateway that honours keys.
+    const KEYS: NotFoundRule = NotFoundRule {
+        gateway_idempotent: true,
+        max_processing: Duration::from_secs(60),
+    };
+
+    #[test]
+    fn without_key_support_not_found_is_believed_only_after_the_processing_time() {
+        let missing = LookupOutcome::NotFound {
+            evidence: Evidence::default(),
+        };
+        let sched = CheckSchedule::default();
+        let (hour, day) = (Duration::from_secs(3600), Duration::from_secs(86_400));
+        let memoryless = NotFoundRule {
+            gateway_idempotent: false,
+            max_processing: Duration::from_secs(30),
+        };
+        let s = Duration::from_secs;
+        let cases = [
+            // Too soon: the send may still be executing, invisible.
+            (1, s(2), memoryless, LookupPlan::CheckAfter(s(28))),
+            (3, s(29), memoryless, LookupPlan::CheckAfter(s(1))),
+            // Late enough: the send never executed; re-send, same key.
+            (2, s(30), memoryless, LookupPlan::Apply(Event::Resend)),
+            (4, s(62), memoryless, LookupPlan::Apply(Event::Resend)),
+            // The checks run out first: finance.
+            (
+                5,
+                s(10),
+                memoryless,
+                LookupPlan::Apply(Event::ChecksExhausted),
+            ),
+            // Keys honoured: a re-send cannot execute twice.
+            (1, s(2), KEYS, LookupPlan::Apply(Event::Resend)),
+        ];
+        for (checks, since_send, rule, want) in cases {
+            assert_eq!(
+                after_lookup(&missing, checks, hour, day, &sched, since_send, rule),
+                want,
+                "check {checks}, {since_send:?} after the send, {rule:?}"
             );
         }
     }

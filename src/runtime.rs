@@ -83,6 +83,16 @@ pub struct WorkerArgs {
     /// reach the gateway.
     #[arg(long, env = "COBRO_DEFER_BACKOFF", default_value = "5s", value_parser = duration)]
     pub defer_backoff: Duration,
+    /// The gateway honours idempotency keys (a replay with the same key
+    /// never executes twice): one "not found" allows a re-send. Set false
+    /// for a gateway without key support.
+    #[arg(long, env = "COBRO_GATEWAY_IDEMPOTENT", default_value_t = true, action = clap::ArgAction::Set)]
+    pub gateway_idempotent: bool,
+    /// The longest a request may take at the gateway, from our send to its
+    /// record. Without key support, a re-send waits for a "not found" taken
+    /// at least this long after the send.
+    #[arg(long, env = "COBRO_GATEWAY_MAX_PROCESSING", default_value = "60s", value_parser = duration)]
+    pub gateway_max_processing: Duration,
     /// A request without an answer after this long is DESCONOCIDO.
     #[arg(long, env = "COBRO_GATEWAY_TIMEOUT", default_value = "10s", value_parser = duration)]
     pub gateway_timeout: Duration,
@@ -220,6 +230,10 @@ pub async fn run(
             key_lifetime: args.key_lifetime,
             retry: args.retry.policy()?,
             defer_backoff: args.defer_backoff,
+            not_found: crate::policy::NotFoundRule {
+                gateway_idempotent: args.gateway_idempotent,
+                max_processing: args.gateway_max_processing,
+            },
         },
     ));
     info!(

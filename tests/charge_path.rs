@@ -264,6 +264,10 @@ fn engine(store: &Store, gateway_url: &str, name: &str) -> Engine {
             key_lifetime: Duration::from_secs(86_400),
             retry: Default::default(),
             defer_backoff: Duration::from_millis(300),
+            not_found: cobro::policy::NotFoundRule {
+                gateway_idempotent: true,
+                max_processing: Duration::from_secs(60),
+            },
         },
     )
 }

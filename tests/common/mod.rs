@@ -312,6 +312,8 @@ pub fn worker_args(db_url: &str, gateway_url: &str) -> WorkerArgs {
         gateway_connect_timeout: Duration::from_millis(500),
         gateway_timeout: Duration::from_millis(1500),
         defer_backoff: Duration::from_millis(300),
+        gateway_idempotent: true,
+        gateway_max_processing: Duration::from_secs(60),
         worker_name: Some(format!("test-{}", Uuid::new_v4().simple())),
         retry: cobro::retry::RetryArgs {
             retryable_declines: cobro::retry::DEFAULT_RETRYABLE.into(),
