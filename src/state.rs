@@ -121,6 +121,10 @@ pub enum Event {
     /// again now"). The lookup that follows counts past the schedule, so an
     /// answer still missing puts it back in review, never re-sends blindly.
     Recheck,
+    /// The stored row cannot be turned into a gateway call (edited by hand,
+    /// or written by an older version with looser rules): nothing is sent,
+    /// finance decides.
+    Unsendable,
 }
 
 /// What must happen after a transition.
@@ -176,6 +180,7 @@ pub fn transition(from: State, event: Event) -> Result<Next, InvalidTransition> 
         (S::Desconocido, E::ChecksExhausted | E::KeyExpired) => {
             to(S::EnRevision, Then::AwaitFinance)
         }
+        (S::Pendiente | S::Desconocido, E::Unsendable) => to(S::EnRevision, Then::AwaitFinance),
         (S::EnRevision, E::Recheck) => to(S::Desconocido, Then::CheckLater),
 
         (S::Pendiente, E::Resend | E::Unknown | E::LeaseExpired)
@@ -185,10 +190,12 @@ pub fn transition(from: State, event: Event) -> Result<Next, InvalidTransition> 
         | (S::EnRevision, E::Claim | E::Resend | E::Unknown | E::LeaseExpired)
         | (S::EnRevision, E::ChecksExhausted | E::KeyExpired) => invalid,
         (S::Pendiente | S::EnProceso | S::Desconocido, E::Recheck) => invalid,
+        (S::EnProceso | S::EnRevision, E::Unsendable) => invalid,
 
         (S::Aprobado | S::Rechazado, E::Approved | E::Declined)
         | (S::Aprobado | S::Rechazado, E::Claim | E::Resend | E::Unknown | E::LeaseExpired)
-        | (S::Aprobado | S::Rechazado, E::ChecksExhausted | E::KeyExpired | E::Recheck) => invalid,
+        | (S::Aprobado | S::Rechazado, E::ChecksExhausted | E::KeyExpired | E::Recheck)
+        | (S::Aprobado | S::Rechazado, E::Unsendable) => invalid,
     }
 }
 
@@ -198,7 +205,7 @@ mod tests {
     use Event as E;
     use State as S;
 
-    const EVENTS: [Event; 9] = [
+    const EVENTS: [Event; 10] = [
         E::Claim,
         E::Resend,
         E::Approved,
@@ -208,6 +215,7 @@ mod tests {
         E::ChecksExhausted,
         E::KeyExpired,
         E::Recheck,
+        E::Unsendable,
     ];
 
     /// Every (state, event) pair, written out. `None` = invalid.
@@ -240,6 +248,18 @@ mod tests {
                 S::EnRevision,
                 Then::AwaitFinance,
             ),
+            (
+                S::Pendiente,
+                E::Unsendable,
+                S::EnRevision,
+                Then::AwaitFinance,
+            ),
+            (
+                S::Desconocido,
+                E::Unsendable,
+                S::EnRevision,
+                Then::AwaitFinance,
+            ),
             (S::EnRevision, E::Approved, S::Aprobado, Then::Done),
             (S::EnRevision, E::Declined, S::Rechazado, Then::Done),
             (S::EnRevision, E::Recheck, S::Desconocido, Then::CheckLater),
@@ -260,7 +280,7 @@ mod tests {
                 valid += usize::from(got.is_some());
             }
         }
-        assert_eq!(valid, 15, "the table above lists 15 valid transitions");
+        assert_eq!(valid, 17, "the table above lists 17 valid transitions");
     }
 
     #[test]
