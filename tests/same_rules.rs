@@ -333,7 +333,8 @@ async fn postgres_every_code_point_gets_the_same_verdict_from_rust_and_sql() {
 
     // Order ids: each character inside, first and last. Only refusals come
     // back (a few hundred of the 1,112,062 code points PostgreSQL can hold).
-    let rows: Vec<(i32, Option<String>, Option<String>, Option<String>)> = sqlx::query_as(
+    type Verdicts = (i32, Option<String>, Option<String>, Option<String>);
+    let rows: Vec<Verdicts> = sqlx::query_as(
         "SELECT cp, inside, first, last FROM (
             SELECT cp,
                    cobro.order_id_problem('a' || chr(cp) || 'b') AS inside,
