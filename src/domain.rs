@@ -6,6 +6,12 @@
 //! float; a currency is a known ISO 4217 code; a payment method is an opaque
 //! token, never card data. Every parse error names the field it came from,
 //! so a caller can tell the user exactly what to fix.
+//!
+//! One definition of valid input: PostgreSQL's `cobro.enqueue_charge`
+//! accepts and refuses exactly what these parsers do, field by field and
+//! with the same reasons (tests/same_rules.rs feeds both the same strings,
+//! and every Unicode code point). SQLite has no stored functions: its
+//! enqueue takes a [`ChargeRequest`] parsed here.
 
 use std::fmt;
 
@@ -214,7 +220,8 @@ pub const CURRENCIES: &[(&str, u8)] = &[
     ("ZAR", 2),
 ];
 
-/// A known ISO 4217 currency code (upper case, three letters).
+/// A known ISO 4217 currency code: exactly one of [`CURRENCIES`] (upper
+/// case, nothing around it), as `cobro.currencies` holds them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 #[serde(into = "String")]
 pub struct Currency(&'static str);
@@ -282,27 +289,109 @@ impl fmt::Display for Currency {
     }
 }
 
-/// The app's order identifier: 1-200 printable characters, no surrounding blanks.
+/// Characters an order id may not contain anywhere: Unicode's control
+/// (Cc: C0, DEL, C1), format (Cf: soft hyphen, zero-width characters,
+/// direction marks and overrides, U+FEFF, ...), line-separator (Zl) and
+/// paragraph-separator (Zp) categories, as inclusive ranges. The same list
+/// is the bracket expression of `cobro.order_id_problem` in
+/// migrations/postgres/…_same_rules.sql; a test feeds every code point to
+/// both.
+const INVISIBLE: &[(char, char)] = &[
+    ('\u{0000}', '\u{001F}'),
+    ('\u{007F}', '\u{009F}'),
+    ('\u{00AD}', '\u{00AD}'),
+    ('\u{0600}', '\u{0605}'),
+    ('\u{061C}', '\u{061C}'),
+    ('\u{06DD}', '\u{06DD}'),
+    ('\u{070F}', '\u{070F}'),
+    ('\u{0890}', '\u{0891}'),
+    ('\u{08E2}', '\u{08E2}'),
+    ('\u{180E}', '\u{180E}'),
+    ('\u{200B}', '\u{200F}'),
+    ('\u{2028}', '\u{202E}'),
+    ('\u{2060}', '\u{2064}'),
+    ('\u{2066}', '\u{206F}'),
+    ('\u{FEFF}', '\u{FEFF}'),
+    ('\u{FFF9}', '\u{FFFB}'),
+    ('\u{110BD}', '\u{110BD}'),
+    ('\u{110CD}', '\u{110CD}'),
+    ('\u{13430}', '\u{1343F}'),
+    ('\u{1BCA0}', '\u{1BCA3}'),
+    ('\u{1D173}', '\u{1D17A}'),
+    ('\u{E0001}', '\u{E0001}'),
+    ('\u{E0020}', '\u{E007F}'),
+];
+
+/// Unicode's White_Space characters (what `char::is_whitespace` says), as
+/// inclusive ranges: an order id may not start or end with one. The same
+/// list is in `cobro.order_id_problem`.
+const WHITESPACE: &[(char, char)] = &[
+    ('\u{0009}', '\u{000D}'),
+    ('\u{0020}', '\u{0020}'),
+    ('\u{0085}', '\u{0085}'),
+    ('\u{00A0}', '\u{00A0}'),
+    ('\u{1680}', '\u{1680}'),
+    ('\u{2000}', '\u{200A}'),
+    ('\u{2028}', '\u{2029}'),
+    ('\u{202F}', '\u{202F}'),
+    ('\u{205F}', '\u{205F}'),
+    ('\u{3000}', '\u{3000}'),
+];
+
+fn in_ranges(c: char, ranges: &[(char, char)]) -> bool {
+    ranges.iter().any(|(lo, hi)| (*lo..=*hi).contains(&c))
+}
+
+/// `U+00A0`: how a refusal names an invisible character.
+fn code_point(c: char) -> String {
+    format!("U+{:04X}", u32::from(c))
+}
+
+/// The longest order id, in characters (Unicode code points).
+pub const ORDER_ID_MAX_CHARS: usize = 200;
+
+/// The app's order identifier: 1-200 characters (Unicode code points); no
+/// control or invisible format character anywhere (Unicode categories Cc,
+/// Cf, Zl, Zp: tabs, newlines, C1 controls, U+200B, U+FEFF, direction
+/// marks, ...); no whitespace of any Unicode kind (U+0020, U+00A0, U+2003,
+/// U+3000, ...) at the start or the end. Spaces inside, letters of any
+/// script, emoji and combining marks are fine. PostgreSQL's
+/// `cobro.enqueue_charge` applies exactly this rule, with the same reasons.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(transparent)]
 pub struct OrderId(String);
 
 impl OrderId {
+    /// Checks, in this order (the first failure is the reason given):
+    /// empty, longer than 200 characters, an invisible character anywhere,
+    /// whitespace first, whitespace last.
     pub fn parse(raw: &str) -> Result<Self, InputError> {
-        let field = "order_id";
-        if raw.trim().is_empty() {
-            return Err(InputError::new(field, "must not be empty"));
+        let refuse = |reason: String| Err(InputError::new("order_id", reason));
+        if raw.is_empty() {
+            return refuse("must not be empty".into());
         }
-        if raw.trim() != raw {
-            return Err(InputError::new(field, "must not start or end with blanks"));
+        let chars = raw.chars().count();
+        if chars > ORDER_ID_MAX_CHARS {
+            return refuse(format!(
+                "must be at most {ORDER_ID_MAX_CHARS} characters, got {chars}"
+            ));
         }
-        if raw.chars().count() > 200 {
-            return Err(InputError::new(field, "must be at most 200 characters"));
+        if let Some(c) = raw.chars().find(|c| in_ranges(*c, INVISIBLE)) {
+            return refuse(format!(
+                "must not contain control or invisible format characters, found {}",
+                code_point(c)
+            ));
         }
-        if raw.chars().any(char::is_control) {
-            return Err(InputError::new(
-                field,
-                "must not contain control characters",
+        if let Some(c) = raw.chars().next().filter(|c| in_ranges(*c, WHITESPACE)) {
+            return refuse(format!(
+                "must not start with whitespace, found {}",
+                code_point(c)
+            ));
+        }
+        if let Some(c) = raw.chars().last().filter(|c| in_ranges(*c, WHITESPACE)) {
+            return refuse(format!(
+                "must not end with whitespace, found {}",
+                code_point(c)
             ));
         }
         Ok(Self(raw.to_owned()))
@@ -330,8 +419,13 @@ impl IdempotencyKey {
         Self(Uuid::new_v4())
     }
 
+    /// A UUID written the way PostgreSQL's `uuid` type reads it (so the
+    /// SQL function and this parser accept the same text): 32 hexadecimal
+    /// digits, either case, usually as 8-4-4-4-12 with hyphens (a hyphen
+    /// may follow any group of four digits but the last), optionally in
+    /// braces; nothing else, not even surrounding spaces. Not the nil UUID.
     pub fn parse(raw: &str) -> Result<Self, InputError> {
-        let uuid = Uuid::try_parse(raw.trim()).map_err(|_| {
+        let uuid = uuid_as_postgres_reads_it(raw).ok_or_else(|| {
             InputError::new(
                 "idempotency_key",
                 format!("must be a UUID such as 8f14e45f-ceea-467f-a0e6-1c2f0d5e6a01, got {raw:?}"),
@@ -361,9 +455,35 @@ impl fmt::Display for IdempotencyKey {
     }
 }
 
-/// An opaque payment-method token issued by the gateway (e.g. `pm_…`).
-/// Anything that looks like a card number is refused: cobro never stores
-/// card data. `Debug` does not print the token.
+/// PostgreSQL's `uuid` input (`string_to_uuid` in its `uuid.c`), step for
+/// step: an optional `{`, 16 pairs of hex digits with an optional `-` after
+/// every second pair but the last, the matching `}`, then the end.
+fn uuid_as_postgres_reads_it(raw: &str) -> Option<Uuid> {
+    let text = raw.as_bytes();
+    let braces = text.first() == Some(&b'{');
+    let mut at = usize::from(braces);
+    let mut bytes = [0u8; 16];
+    for (i, byte) in bytes.iter_mut().enumerate() {
+        let hex = |at: usize| text.get(at).and_then(|b| char::from(*b).to_digit(16));
+        *byte = u8::try_from((hex(at)? << 4) | hex(at + 1)?).ok()?;
+        at += 2;
+        if text.get(at) == Some(&b'-') && i % 2 == 1 && i < 15 {
+            at += 1;
+        }
+    }
+    if braces {
+        (text.get(at) == Some(&b'}')).then_some(())?;
+        at += 1;
+    }
+    (at == text.len()).then(|| Uuid::from_bytes(bytes))
+}
+
+/// An opaque payment-method token issued by the gateway (e.g. `pm_…`):
+/// 1-255 characters, each an ASCII letter, digit, `_`, `-`, `.` or `:`,
+/// with fewer than 12 digits in all. A dozen digits or more may be a card
+/// number, so it is refused: cobro never stores card data. PostgreSQL's
+/// `cobro.enqueue_charge` applies the same rule, with the same reasons.
+/// `Debug` does not print the token.
 #[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(transparent)]
 pub struct PaymentMethod(String);
@@ -371,7 +491,7 @@ pub struct PaymentMethod(String);
 impl PaymentMethod {
     pub fn parse(raw: &str) -> Result<Self, InputError> {
         let field = "payment_method";
-        if raw.is_empty() || raw.len() > 255 {
+        if !(1..=255).contains(&raw.chars().count()) {
             return Err(InputError::new(field, "must be 1-255 characters"));
         }
         if !raw
@@ -598,6 +718,152 @@ mod tests {
         assert_eq!(decimal(sum, "JPY"), "27670116110564327428");
         assert_eq!(decimal(-sum, "KWD"), "-27670116110564327.428");
         assert_eq!(decimal(i128::MIN, "JPY"), i128::MIN.to_string());
+    }
+
+    #[test]
+    fn the_character_tables_are_unicodes_categories() {
+        use unicode_properties::{GeneralCategory as G, UnicodeGeneralCategory};
+        for c in (0..=0x10FFFF).filter_map(char::from_u32) {
+            let invisible = matches!(
+                c.general_category(),
+                G::Control | G::Format | G::LineSeparator | G::ParagraphSeparator
+            );
+            assert_eq!(in_ranges(c, INVISIBLE), invisible, "{}", code_point(c));
+            assert_eq!(
+                in_ranges(c, WHITESPACE),
+                c.is_whitespace(),
+                "{}",
+                code_point(c)
+            );
+        }
+    }
+
+    #[test]
+    fn order_ids_refuse_invisible_characters_and_whitespace_of_any_kind_at_the_ends() {
+        let long = |n: usize, c: char| std::iter::repeat_n(c, n).collect::<String>();
+        let ok = [
+            "o-1".to_owned(),
+            "order 42".into(),
+            "pedido\u{00A0}7".into(),
+            "注文\u{3000}番号".into(),
+            "🍕-1".into(),
+            "👩\u{1F3FD}".into(),
+            "cafe\u{0301}".into(),
+            "\u{0301}x".into(),
+            "x\u{E000}".into(),
+            long(200, 'a'),
+            long(200, '🍕'),
+        ];
+        for raw in &ok {
+            assert_eq!(
+                OrderId::parse(raw).map(|o| o.0).as_ref(),
+                Ok(raw),
+                "{raw:?}"
+            );
+        }
+        let refused: &[(String, &str)] = &[
+            (String::new(), "must not be empty"),
+            (long(201, 'a'), "must be at most 200 characters, got 201"),
+            (long(201, 'é'), "must be at most 200 characters, got 201"),
+            (
+                "o-1\u{00A0}".into(),
+                "must not end with whitespace, found U+00A0",
+            ),
+            (
+                "\u{2003}o-1".into(),
+                "must not start with whitespace, found U+2003",
+            ),
+            (
+                "o-1\u{3000}".into(),
+                "must not end with whitespace, found U+3000",
+            ),
+            (
+                " o-1".into(),
+                "must not start with whitespace, found U+0020",
+            ),
+            ("   ".into(), "must not start with whitespace, found U+0020"),
+            (
+                "o-1\t".into(),
+                "must not contain control or invisible format characters, found U+0009",
+            ),
+            (
+                "o\n1".into(),
+                "must not contain control or invisible format characters, found U+000A",
+            ),
+            (
+                "o-1\u{0085}".into(),
+                "must not contain control or invisible format characters, found U+0085",
+            ),
+            (
+                "o\u{009B}1".into(),
+                "must not contain control or invisible format characters, found U+009B",
+            ),
+            (
+                "\u{FEFF}o-1".into(),
+                "must not contain control or invisible format characters, found U+FEFF",
+            ),
+            (
+                "o\u{200B}1".into(),
+                "must not contain control or invisible format characters, found U+200B",
+            ),
+            (
+                "o\u{202E}1".into(),
+                "must not contain control or invisible format characters, found U+202E",
+            ),
+            (
+                "o\u{E0041}1".into(),
+                "must not contain control or invisible format characters, found U+E0041",
+            ),
+        ];
+        for (raw, reason) in refused {
+            let e = OrderId::parse(raw).unwrap_err();
+            assert_eq!(
+                (e.field, e.reason.as_str()),
+                ("order_id", *reason),
+                "{raw:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn keys_are_read_as_postgresqls_uuid_type_reads_them() {
+        let id = "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11";
+        let ok = [
+            id,
+            "A0EEBC99-9C0B-4EF8-BB6D-6BB9BD380A11",
+            "a0eebc999c0b4ef8bb6d6bb9bd380a11",
+            "{a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11}",
+            "{a0eebc999c0b4ef8bb6d6bb9bd380a11}",
+            "a0ee-bc99-9c0b-4ef8-bb6d-6bb9-bd38-0a11",
+            "a0eebc99-9c0b4ef8-bb6d6bb9-bd380a11",
+        ];
+        for raw in ok {
+            assert_eq!(IdempotencyKey::parse(raw).unwrap().to_string(), id, "{raw}");
+        }
+        let refused = [
+            "",
+            " a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11",
+            "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11 ",
+            "urn:uuid:a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11",
+            "{a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11",
+            "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11}",
+            "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a1",
+            "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a111",
+            "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a1-",
+            "a0eebc9-99c0b-4ef8-bb6d-6bb9bd380a11",
+            "a0eebc99--9c0b-4ef8-bb6d-6bb9bd380a11",
+            "-a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11",
+            "g0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11",
+            "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a1１",
+            "00000000-0000-0000-0000-000000000000",
+        ];
+        for raw in refused {
+            assert_eq!(
+                IdempotencyKey::parse(raw).unwrap_err().field,
+                "idempotency_key",
+                "{raw:?}"
+            );
+        }
     }
 
     #[test]

@@ -191,10 +191,7 @@ impl Engine {
     ) -> Result<(), StoreError> {
         let call = match self.call_for(seen).await? {
             Ok(call) => call,
-            Err(e) => {
-                error!(%e, "stored attempt fails validation; not sending it");
-                return Ok(());
-            }
+            Err(e) => return self.unsendable(seen, &e, check).await,
         };
         let mut claim = Change::new(Some(event), cause, &self.actor);
         claim.lease = Lease::Take {
@@ -256,6 +253,28 @@ impl Engine {
         change.evidence = Some(outcome.evidence());
         if self.store.apply(&claimed, &change).await? == Applied::Lost {
             warn!("lease lost before the answer was recorded; a lookup will settle it");
+        }
+        Ok(())
+    }
+
+    /// The stored row fails validation (edited by hand, or written by an
+    /// older version with looser rules): nothing is sent; it goes to
+    /// finance (`EN_REVISION`) with the field and the reason, and the lookup
+    /// that led here, if any, is recorded with it.
+    async fn unsendable(
+        &self,
+        seen: &Attempt,
+        invalid: &InputError,
+        check: Option<(CheckRecord, &crate::gateway::Evidence)>,
+    ) -> Result<(), StoreError> {
+        error!(%invalid, "stored attempt fails validation; not sending it, finance reviews it");
+        let (record, lookup) = check.unzip();
+        let evidence = unsendable_evidence(seen, invalid, lookup);
+        let mut change = Change::new(Some(Event::Unsendable), "unsendable", &self.actor);
+        change.evidence = Some(&evidence);
+        change.add_check = record;
+        if self.store.apply(seen, &change).await? == Applied::Lost {
+            debug!("the attempt moved meanwhile; its next wake-up decides again");
         }
         Ok(())
     }
@@ -469,6 +488,24 @@ enum Call {
     Refund(RefundCall),
 }
 
+/// What the transition log keeps for an attempt that cannot be sent: the
+/// call that was not made, `invalid_stored_row`, and the refusal (`invalid
+/// <field>: <reason>`); after a lookup, its status and answer too.
+fn unsendable_evidence(
+    a: &Attempt,
+    invalid: &InputError,
+    lookup: Option<&crate::gateway::Evidence>,
+) -> crate::gateway::Evidence {
+    crate::gateway::Evidence {
+        call: if a.is_refund() { "refund" } else { "charge" }.into(),
+        http_status: lookup.and_then(|l| l.http_status),
+        error_kind: "invalid_stored_row".into(),
+        lookup_result: lookup.and_then(|l| l.lookup_result.clone()),
+        detail: Some(invalid.to_string()),
+        ..Default::default()
+    }
+}
+
 /// The refund call for `refund` of the approved `charge`.
 fn refund_call(refund: &Attempt, charge: &Attempt) -> Result<RefundCall, InputError> {
     let charge_id = charge
@@ -486,8 +523,9 @@ fn refund_call(refund: &Attempt, charge: &Attempt) -> Result<RefundCall, InputEr
 }
 
 /// Rebuilds the gateway call from the stored row. The row was validated on
-/// the way in and by its CHECK constraints; if it still fails to parse, the
-/// database was edited by hand and nothing is sent.
+/// the way in (the same rules on both backends); if it still fails to
+/// parse, it was edited by hand or written by an older version: nothing is
+/// sent and it goes to finance (`Event::Unsendable`).
 fn charge_call(a: &Attempt) -> Result<ChargeCall, InputError> {
     Ok(ChargeCall {
         key: IdempotencyKey::from_uuid(a.idempotency_key),

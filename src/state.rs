@@ -126,6 +126,10 @@ pub enum Event {
     /// again now"). The lookup that follows counts past the schedule, so an
     /// answer still missing puts it back in review, never re-sends blindly.
     Recheck,
+    /// The stored row cannot be turned into a gateway call (edited by hand,
+    /// or written by an older version with looser rules): nothing is sent,
+    /// finance decides.
+    Unsendable,
 }
 
 /// What must happen after a transition.
@@ -185,6 +189,7 @@ pub fn transition(from: State, event: Event) -> Result<Next, InvalidTransition> 
         (S::Desconocido, E::ChecksExhausted | E::KeyExpired) => {
             to(S::EnRevision, Then::AwaitFinance)
         }
+        (S::Pendiente | S::Desconocido, E::Unsendable) => to(S::EnRevision, Then::AwaitFinance),
         (S::EnRevision, E::Recheck) => to(S::Desconocido, Then::CheckLater),
 
         (S::Pendiente, E::Resend | E::Unknown | E::LeaseExpired)
@@ -195,11 +200,12 @@ pub fn transition(from: State, event: Event) -> Result<Next, InvalidTransition> 
         | (S::EnRevision, E::ChecksExhausted | E::KeyExpired) => invalid,
         (S::Pendiente | S::EnProceso | S::Desconocido, E::Recheck) => invalid,
         (S::Pendiente | S::Desconocido | S::EnRevision, E::Deferred) => invalid,
+        (S::EnProceso | S::EnRevision, E::Unsendable) => invalid,
 
         (S::Aprobado | S::Rechazado, E::Approved | E::Declined)
         | (S::Aprobado | S::Rechazado, E::Claim | E::Resend | E::Unknown | E::LeaseExpired)
         | (S::Aprobado | S::Rechazado, E::ChecksExhausted | E::KeyExpired | E::Recheck)
-        | (S::Aprobado | S::Rechazado, E::Deferred) => invalid,
+        | (S::Aprobado | S::Rechazado, E::Deferred | E::Unsendable) => invalid,
     }
 }
 
@@ -209,7 +215,7 @@ mod tests {
     use Event as E;
     use State as S;
 
-    const EVENTS: [Event; 10] = [
+    const EVENTS: [Event; 11] = [
         E::Claim,
         E::Resend,
         E::Approved,
@@ -220,6 +226,7 @@ mod tests {
         E::ChecksExhausted,
         E::KeyExpired,
         E::Recheck,
+        E::Unsendable,
     ];
 
     /// Every (state, event) pair, written out. `None` = invalid.
@@ -253,6 +260,18 @@ mod tests {
                 S::EnRevision,
                 Then::AwaitFinance,
             ),
+            (
+                S::Pendiente,
+                E::Unsendable,
+                S::EnRevision,
+                Then::AwaitFinance,
+            ),
+            (
+                S::Desconocido,
+                E::Unsendable,
+                S::EnRevision,
+                Then::AwaitFinance,
+            ),
             (S::EnRevision, E::Approved, S::Aprobado, Then::Done),
             (S::EnRevision, E::Declined, S::Rechazado, Then::Done),
             (S::EnRevision, E::Recheck, S::Desconocido, Then::CheckLater),
@@ -273,7 +292,7 @@ mod tests {
                 valid += usize::from(got.is_some());
             }
         }
-        assert_eq!(valid, 16, "the table above lists 16 valid transitions");
+        assert_eq!(valid, 18, "the table above lists 18 valid transitions");
     }
 
     #[test]

@@ -1,8 +1,8 @@
 //! Around a reconciliation run, on both backends: resolving a case is a
 //! compare-and-set and a resolved case is never re-opened; a window is
 //! claimed by one worker of many (a failed run is tried again, a vanished
-//! holder is taken over and fenced out); `cobro reconcile` from the command
-//! line.
+//! holder is taken over and fenced out); the due window is read from the
+//! database's clock; `cobro reconcile` from the command line.
 
 #[macro_use]
 mod common;
@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use chrono::{TimeDelta, Utc};
 use cobro::gateway::{HttpGateway, HttpGatewayConfig};
-use cobro::recon::{ReconcileArgs, ReconcileAt, Window, due_window, reconcile};
+use cobro::recon::{ReconcileArgs, ReconcileAt, Window, due_now, due_window, reconcile};
 use cobro::sim::{Faults, Injection, LedgerEntry};
 use cobro::store::{CaseError, CaseStatus};
 use common::*;
@@ -23,6 +23,7 @@ on_both_backends!(
     a_window_is_claimed_once_retried_after_failure_and_taken_over_when_stale,
     two_workers_run_the_daily_window_once,
     reconcile_from_the_command_line,
+    the_due_window_is_computed_from_the_database_clock,
 );
 
 fn gateway(sim_url: &str) -> HttpGateway {
@@ -342,5 +343,81 @@ async fn reconcile_from_the_command_line(b: Backend) {
     );
     assert_eq!(db.store.all_cases().await.unwrap().len(), 1);
     sim.shutdown().await;
+    db.drop_db().await;
+}
+
+async fn the_due_window_is_computed_from_the_database_clock(b: Backend) {
+    let db = TestDb::new(b).await;
+    let at = chrono::NaiveTime::from_hms_opt(2, 30, 0).unwrap();
+    let before = db.store.now().await.unwrap();
+    let window = due_now(&db.store, at).await.unwrap();
+    let after = db.store.now().await.unwrap();
+    assert!(
+        window == due_window(before, at) || window == due_window(after, at),
+        "{window} is the window due by the database's clock"
+    );
+    // Same machine, so the clocks agree closely (the test's only use of the
+    // process clock).
+    let drift = (before - Utc::now()).abs();
+    assert!(
+        drift < TimeDelta::seconds(5),
+        "database clock off by {drift}"
+    );
+    db.drop_db().await;
+}
+
+/// A PostgreSQL whose clock says 2031-03-04 01:00 UTC: `now()` is shadowed
+/// by a function earlier in the connection's search_path. The worker's
+/// due window follows it, whatever the process clock says.
+#[tokio::test]
+async fn postgres_the_due_window_follows_the_database_clock_not_the_process_clock() {
+    if common::skip_postgres(
+        "postgres_the_due_window_follows_the_database_clock_not_the_process_clock",
+    ) {
+        return;
+    }
+    let db = TestDb::new(Backend::Postgres).await;
+    db.exec("CREATE SCHEMA fake_clock", "SELECT 'postgres only'", &[])
+        .await
+        .unwrap();
+    db.exec(
+        "CREATE FUNCTION fake_clock.now() RETURNS timestamptz LANGUAGE sql
+             AS $$ SELECT timestamptz '2031-03-04 01:00:00+00' $$",
+        "SELECT 'postgres only'",
+        &[],
+    )
+    .await
+    .unwrap();
+    let skewed = cobro::store::Store::connect(
+        &format!(
+            "{}?options=-c%20search_path%3Dfake_clock%2Cpg_catalog%2Cpublic",
+            db.url
+        ),
+        1,
+    )
+    .await
+    .unwrap();
+    let day = |d: u32| chrono::NaiveDate::from_ymd_opt(2031, 3, d).unwrap();
+    assert_eq!(
+        skewed.now().await.unwrap(),
+        day(4).and_hms_opt(1, 0, 0).unwrap().and_utc()
+    );
+    let at = |h: u32, m: u32| chrono::NaiveTime::from_hms_opt(h, m, 0).unwrap();
+    // 01:00 is before 02:30: the day before yesterday (by the database).
+    assert_eq!(
+        due_now(&skewed, at(2, 30)).await.unwrap(),
+        Window::day(day(2))
+    );
+    // 01:00 is after 00:30: yesterday.
+    assert_eq!(
+        due_now(&skewed, at(0, 30)).await.unwrap(),
+        Window::day(day(3))
+    );
+    assert_ne!(
+        due_now(&skewed, at(0, 30)).await.unwrap(),
+        due_window(Utc::now(), at(0, 30)),
+        "the process clock would pick another window"
+    );
+    skewed.close().await;
     db.drop_db().await;
 }

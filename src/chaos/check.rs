@@ -77,7 +77,7 @@ fn valid_edge(from: Option<&str>, to: &str) -> bool {
     let Ok(from) = from.parse::<State>() else {
         return false;
     };
-    const EVENTS: [Event; 9] = [
+    const EVENTS: [Event; 10] = [
         Event::Claim,
         Event::Resend,
         Event::Approved,
@@ -87,6 +87,7 @@ fn valid_edge(from: Option<&str>, to: &str) -> bool {
         Event::ChecksExhausted,
         Event::KeyExpired,
         Event::Recheck,
+        Event::Unsendable,
     ];
     EVENTS
         .iter()

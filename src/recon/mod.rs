@@ -30,7 +30,7 @@ use uuid::Uuid;
 
 pub use cli::{ReconcileCommand, run_command};
 pub use compare::{Comparison, Resolution, Verdict, compare, confirm_missing, judge};
-pub use periodic::{ReconcileArgs, STALE_AFTER, reconcile_loop, run_once};
+pub use periodic::{ReconcileArgs, STALE_AFTER, due_now, reconcile_loop, run_once};
 pub use run::{CaseLine, ReconError, Report, ResolvedLine, reconcile};
 pub use schedule::{ReconcileAt, Window, due_window, parse_when};
 

@@ -1,6 +1,7 @@
 //! The daily reconciliation in the worker process: a loop that, about once
 //! a minute, asks the database for the claim of the latest due window (the
-//! previous UTC day once `COBRO_RECONCILE_AT` has passed) and runs it.
+//! previous UTC day once `COBRO_RECONCILE_AT` has passed, by the database's
+//! clock) and runs it.
 //!
 //! Invariant: with any number of workers one runs each window (the claim is
 //! a row per window); a failed run (gateway unreachable) is tried again
@@ -12,7 +13,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use chrono::Utc;
+use chrono::NaiveTime;
 use clap::Args;
 use serde_json::json;
 use tokio::sync::watch;
@@ -65,18 +66,21 @@ pub async fn reconcile_loop(
     };
     info!(%at, "daily reconciliation scheduled (UTC)");
     loop {
-        let window = due_window(Utc::now(), at);
-        let run = run_once(
-            &store,
-            gateway.as_ref(),
-            &window,
-            &worker,
-            args.reconcile_retry,
-        );
+        let run = async {
+            let window = due_now(&store, at).await?;
+            run_once(
+                &store,
+                gateway.as_ref(),
+                &window,
+                &worker,
+                args.reconcile_retry,
+            )
+            .await
+        };
         tokio::select! {
             done = run => {
                 if let Err(e) = done {
-                    warn!(error = %e, "reconciliation claim failed; trying again next tick");
+                    warn!(error = %e, "reading the database clock or claiming the window failed; trying again next tick");
                 }
             }
             _ = stop.changed() => return,
@@ -86,6 +90,13 @@ pub async fn reconcile_loop(
             _ = stop.changed() => return,
         }
     }
+}
+
+/// The window due now for a daily run at `at`, by the database's clock:
+/// the one the claim, the cases and every attempt's times use, so workers
+/// whose own clocks disagree still pick the same window.
+pub async fn due_now(store: &Store, at: NaiveTime) -> Result<Window, StoreError> {
+    Ok(due_window(store.now().await?, at))
 }
 
 /// Claims `window` for `worker` and runs it; `Ok(false)` when there was

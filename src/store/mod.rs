@@ -281,6 +281,16 @@ impl Store {
         found.ok_or(StoreError::NotFound(id))
     }
 
+    /// The database's clock: the one every schedule, lease, claim and age
+    /// in cobro is measured by (workers on many machines share it; their
+    /// own clocks may drift).
+    pub async fn now(&self) -> Result<DateTime<Utc>, StoreError> {
+        match &self.db {
+            Db::Pg(p) => pg::now(p).await,
+            Db::Lite(p) => lite::now(p).await,
+        }
+    }
+
     /// The compare-and-set write. See the module docs.
     pub async fn apply(&self, seen: &Attempt, change: &Change<'_>) -> Result<Applied, StoreError> {
         let plan = change::plan(seen, change)?;

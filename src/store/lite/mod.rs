@@ -202,6 +202,14 @@ pub(super) async fn load(
         .transpose()
 }
 
+/// SQLite's clock.
+pub(super) async fn now(pool: &SqlitePool) -> Result<DateTime<Utc>, StoreError> {
+    let at: i64 = sqlx::query_scalar(concat!("SELECT ", now_ms!()))
+        .fetch_one(pool)
+        .await?;
+    Ok(ms(at))
+}
+
 pub(super) async fn apply(
     pool: &SqlitePool,
     seen: &Attempt,

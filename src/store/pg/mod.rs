@@ -148,6 +148,12 @@ pub(super) async fn load(
     Ok(row.map(|r| (r.attempt, r.db_now)))
 }
 
+/// PostgreSQL's clock (`now()`: the same value the statements of one
+/// transaction see).
+pub(super) async fn now(pool: &PgPool) -> Result<DateTime<Utc>, StoreError> {
+    Ok(sqlx::query_scalar("SELECT now()").fetch_one(pool).await?)
+}
+
 pub(super) async fn apply(
     pool: &PgPool,
     seen: &Attempt,
