@@ -132,6 +132,23 @@ pub enum Event {
     Unsendable,
 }
 
+impl Event {
+    /// Every event (for tables and checks that must consider them all).
+    pub const ALL: [Event; 11] = [
+        Event::Claim,
+        Event::Resend,
+        Event::Approved,
+        Event::Declined,
+        Event::Unknown,
+        Event::Deferred,
+        Event::LeaseExpired,
+        Event::ChecksExhausted,
+        Event::KeyExpired,
+        Event::Recheck,
+        Event::Unsendable,
+    ];
+}
+
 /// What must happen after a transition.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Then {
@@ -215,19 +232,7 @@ mod tests {
     use Event as E;
     use State as S;
 
-    const EVENTS: [Event; 11] = [
-        E::Claim,
-        E::Resend,
-        E::Approved,
-        E::Declined,
-        E::Unknown,
-        E::Deferred,
-        E::LeaseExpired,
-        E::ChecksExhausted,
-        E::KeyExpired,
-        E::Recheck,
-        E::Unsendable,
-    ];
+    const EVENTS: [Event; 11] = Event::ALL;
 
     /// Every (state, event) pair, written out. `None` = invalid.
     fn expected(from: State, event: Event) -> Option<(State, Then)> {

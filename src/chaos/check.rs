@@ -77,19 +77,7 @@ fn valid_edge(from: Option<&str>, to: &str) -> bool {
     let Ok(from) = from.parse::<State>() else {
         return false;
     };
-    const EVENTS: [Event; 10] = [
-        Event::Claim,
-        Event::Resend,
-        Event::Approved,
-        Event::Declined,
-        Event::Unknown,
-        Event::LeaseExpired,
-        Event::ChecksExhausted,
-        Event::KeyExpired,
-        Event::Recheck,
-        Event::Unsendable,
-    ];
-    EVENTS
+    Event::ALL
         .iter()
         .any(|e| transition(from, *e).is_ok_and(|n| n.to == to))
 }
