@@ -138,7 +138,7 @@ pub async fn run(opts: &DemoOptions, progress: Option<&MultiProgress>) -> Result
         } else {
             "cobro / memoryless gw"
         };
-        let world = run_cobro(&sim, &db_url, &prefix, &fleet, opts, bar(label)).await;
+        let world = run_cobro(&sim, idempotent, &db_url, &prefix, &fleet, opts, bar(label)).await;
         sim.shutdown().await;
         let mut world = world?;
         world.name = format!("world {n}");
@@ -204,7 +204,15 @@ struct WorkerFlags {
     args: WorkerArgs,
 }
 
-fn worker_args(db_url: &str, gateway: &str, name: &str, schedule: &str) -> Result<WorkerArgs> {
+/// A worker of the demo; `idempotent` tells it whether the world's gateway
+/// honours keys (world 3's does not, and cobro is told so).
+fn worker_args(
+    db_url: &str,
+    gateway: &str,
+    name: &str,
+    schedule: &str,
+    idempotent: bool,
+) -> Result<WorkerArgs> {
     Ok(WorkerFlags::try_parse_from([
         "cobro-worker",
         "--database-url",
@@ -219,12 +227,15 @@ fn worker_args(db_url: &str, gateway: &str, name: &str, schedule: &str) -> Resul
         schedule,
         "--reconcile-at",
         "off",
+        "--gateway-idempotent",
+        if idempotent { "true" } else { "false" },
     ])?
     .args)
 }
 
 async fn run_cobro(
     sim: &SimHandle,
+    idempotent: bool,
     db_url: &str,
     prefix: &str,
     fleet: &[(String, i64)],
@@ -246,7 +257,7 @@ async fn run_cobro(
             "demo-{}-{k}",
             &uuid::Uuid::new_v4().simple().to_string()[..8]
         );
-        let args = worker_args(db_url, &sim.url(), &name, &opts.check_schedule)?;
+        let args = worker_args(db_url, &sim.url(), &name, &opts.check_schedule, idempotent)?;
         let (stop, rx) = oneshot::channel::<()>();
         stops.push(stop);
         tasks.push(tokio::spawn(crate::runtime::run(args, async move {
