@@ -13,7 +13,7 @@
 //! and every Unicode code point). SQLite has no stored functions: its
 //! enqueue takes a [`ChargeRequest`] parsed here.
 //!
-//! Amounts and currencies are in [`money`]; order ids, keys and tokens here.
+//! Amounts and currencies are in `money.rs`; order ids, keys and tokens here.
 
 use std::fmt;
 
