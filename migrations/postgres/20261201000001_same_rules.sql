@@ -1,5 +1,5 @@
 -- One definition of valid input, field by field: the SQL functions accept
--- and refuse exactly what the Rust parsers in src/domain.rs do, with the
+-- and refuse exactly what the Rust parsers in src/domain/ do, with the
 -- same reasons (tests/same_rules.rs feeds both the same strings, and every
 -- Unicode code point to the order-id and payment-method rules).
 --
@@ -25,9 +25,10 @@
 --
 -- cobro.charge_input_problem(...) returns the refusal ('invalid <field>:
 -- <reason>') or NULL, so an app can check input before its own writes.
--- enqueue_charge and request_refund raise it with SQLSTATE 22023; both are
--- otherwise unchanged from …_amount_ceiling.sql (the ceiling, the p_actor
--- parameter and its rule, the errors).
+-- enqueue_charge and request_refund raise it with SQLSTATE 22023; this is
+-- their one definition after …_refunds.sql: the amount ceiling and
+-- enqueue_charge's p_actor parameter (…_amount_ceiling.sql dropped the
+-- five-parameter version) are defined here, the errors are unchanged.
 
 -- 'U+00A0': how a refusal names a character (at least four hex digits).
 CREATE FUNCTION cobro.code_point(p_char text) RETURNS text
