@@ -16,6 +16,7 @@ use tracing::{Instrument, debug, error, info, info_span, warn};
 use uuid::Uuid;
 
 use crate::backoff::CheckSchedule;
+use crate::breaker::{Breaker, Health, Pace};
 use crate::domain::{Amount, Currency, IdempotencyKey, InputError, OrderId, PaymentMethod};
 use crate::gateway::{ChargeCall, ChargeOutcome, Deferral, Gateway, LookupOutcome, RefundCall};
 use crate::policy::{
@@ -60,6 +61,10 @@ pub struct Engine {
     gateway: Arc<dyn Gateway>,
     cfg: EngineConfig,
     actor: String,
+    /// The shared circuit breaker; none = calls always go.
+    breaker: Option<Arc<Breaker>>,
+    /// The shared rate limit; none = no limit.
+    pace: Option<Arc<Pace>>,
 }
 
 /// A wake-up should never need more steps than this (send, unknown, check,
@@ -74,7 +79,49 @@ impl Engine {
             gateway,
             cfg,
             actor,
+            breaker: None,
+            pace: None,
         }
+    }
+
+    /// Calls go through the shared breaker and rate limit.
+    pub fn with_guards(mut self, breaker: Arc<Breaker>, pace: Arc<Pace>) -> Self {
+        self.breaker = Some(breaker);
+        self.pace = Some(pace);
+        self
+    }
+
+    /// The breaker is open: no call should go now.
+    fn gateway_down(&self) -> bool {
+        self.breaker.as_ref().is_some_and(|b| b.is_open())
+    }
+
+    /// Tells the breaker what a call said; whether it is open now.
+    async fn observe(&self, health: Health) -> bool {
+        match &self.breaker {
+            Some(b) => b.observe(&health).await,
+            None => false,
+        }
+    }
+
+    /// Waits for a slot under the shared rate limit (before any lease is
+    /// taken, so a wait never eats into one).
+    async fn slot(&self) {
+        if let Some(pace) = &self.pace {
+            pace.slot().await;
+        }
+    }
+
+    /// The gateway is unreachable: the attempt waits, parked, with its
+    /// state and check count unchanged, until the breaker's paced re-wake.
+    async fn park(&self, seen: &Attempt) -> Result<(), StoreError> {
+        let mut change = Change::new(None, "parked_gateway_unreachable", &self.actor);
+        change.park = true;
+        if let Applied::Moved(_) = self.store.apply(seen, &change).await? {
+            crate::metrics::parked();
+            debug!("gateway unreachable: parked");
+        }
+        Ok(())
     }
 
     pub fn store(&self) -> &Store {
@@ -99,6 +146,9 @@ impl Engine {
                 let action = decide(snapshot(&attempt), now);
                 debug!(state = %attempt.state, ?action, "decided");
                 match action {
+                    Action::Send | Action::Check | Action::Retry if self.gateway_down() => {
+                        return self.park(&attempt).await;
+                    }
                     Action::Nothing => return Ok(()),
                     Action::WaitUntil(at) => {
                         let wait = (at - now).to_std().unwrap_or_default();
@@ -199,6 +249,7 @@ impl Engine {
             ttl: self.cfg.lease_ttl,
         };
         claim.add_send = true;
+        self.slot().await;
         if let Some((record, evidence)) = check {
             claim.add_check = Some(record);
             claim.evidence = Some(evidence);
@@ -216,6 +267,7 @@ impl Engine {
         };
         crate::metrics::send_answered(&outcome);
         info!(send = claimed.send_count, outcome = ?outcome_name(&outcome), "gateway answered");
+        let down = self.observe(Health::of_charge(&outcome)).await;
         let mut change = match &outcome {
             ChargeOutcome::Approved { charge_id, .. } => {
                 let mut c = Change::new(Some(Event::Approved), "gateway_approved", &self.actor);
@@ -247,6 +299,9 @@ impl Engine {
                 };
                 let mut c = Change::new(Some(Event::Deferred), cause, &self.actor);
                 c.act_in = Some(self.defer_in(*retry_after));
+                // The gateway is down as a whole: wait for its answer, not
+                // for a backoff that would only fail again.
+                c.park = down;
                 c
             }
         };
@@ -294,11 +349,13 @@ impl Engine {
         // Before a new key charges the order again, ask the gateway once
         // about the declined attempt's own key: a decline we recorded may be
         // contradicted by what the gateway actually did.
+        self.slot().await;
         let outcome = self
             .gateway
             .lookup(IdempotencyKey::from_uuid(seen.idempotency_key))
             .await;
         crate::metrics::lookup_answered(&outcome);
+        let down = self.observe(Health::of_lookup(&outcome)).await;
         match &outcome {
             LookupOutcome::Approved { charge_id, .. } => {
                 let source = "the lookup before its business retry";
@@ -319,6 +376,7 @@ impl Engine {
                 let mut later = Change::new(None, "retry_postponed_no_lookup", &self.actor);
                 later.act_in = Some(self.defer_in(retry_after));
                 later.evidence = Some(outcome.evidence());
+                later.park = down;
                 self.store.apply(seen, &later).await?;
                 return Ok(());
             }
@@ -359,6 +417,7 @@ impl Engine {
     /// `DESCONOCIDO`: take the lease, look the charge up by key, act on it.
     async fn check(&self, seen: &Attempt) -> Result<(), StoreError> {
         let scheduled_at = seen.next_action_at.unwrap_or(seen.updated_at);
+        self.slot().await;
         let mut take = Change::new(None, "check", &self.actor);
         take.lease = Lease::Take {
             owner: &self.cfg.worker_name,
@@ -378,6 +437,23 @@ impl Engine {
             self.gateway.lookup(key).await
         };
         crate::metrics::lookup_answered(&outcome);
+        let down = self.observe(Health::of_lookup(&outcome)).await;
+        if down
+            && matches!(
+                outcome,
+                LookupOutcome::Failed { .. } | LookupOutcome::Deferred { .. }
+            )
+        {
+            // The gateway is down as a whole: this lookup says nothing
+            // about the attempt, so it is not a check; park it.
+            let mut parked = Change::new(None, "lookup_parked_gateway_unreachable", &self.actor);
+            parked.evidence = Some(outcome.evidence());
+            parked.park = true;
+            if let Applied::Moved(_) = self.store.apply(&held, &parked).await? {
+                crate::metrics::parked();
+            }
+            return Ok(());
+        }
         let checks_done = held.check_count as u32 + 1;
         let key_age = (held.updated_at - held.created_at)
             .to_std()

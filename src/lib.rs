@@ -31,6 +31,7 @@
 //! - [`chaos`]: `cobro chaos`, the soak with real processes, kills and PostgreSQL restarts.
 
 pub mod backoff;
+pub mod breaker;
 pub mod chaos;
 pub mod demo;
 pub mod domain;

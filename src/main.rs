@@ -59,15 +59,13 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Show attempts with their state and full transition history.
+    /// Show attempts with their state and full transition history; with
+    /// neither --order nor --attempt, the whole system: attempts per state,
+    /// the gateway's breaker and the attempts waiting for it.
     Status {
         #[arg(long, env = "DATABASE_URL")]
         database_url: String,
-        #[arg(
-            long = "order",
-            conflicts_with = "attempt",
-            required_unless_present = "attempt"
-        )]
+        #[arg(long = "order", conflicts_with = "attempt")]
         order_id: Option<String>,
         #[arg(long)]
         attempt: Option<Uuid>,
@@ -256,7 +254,7 @@ async fn main() -> Result<()> {
             let attempts = match (order_id, attempt) {
                 (Some(order), _) => store.attempts_for_order(&order).await?,
                 (None, Some(id)) => vec![store.load(id).await?.0],
-                (None, None) => bail!("give --order or --attempt"),
+                (None, None) => return cli::print_system_status(&store, json).await,
             };
             if attempts.is_empty() {
                 bail!("no attempts found");

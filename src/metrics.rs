@@ -53,6 +53,16 @@ pub const TRANSITIONS: &str = "cobro_transitions_total";
 pub const ESCALATIONS: &str = "cobro_escalations_total";
 /// Counter: webhook deliveries refused, by `reason`.
 pub const WEBHOOKS_REJECTED: &str = "cobro_webhooks_rejected_total";
+/// Counter: attempts this process parked while the gateway was unreachable.
+pub const PARKED: &str = "cobro_attempts_parked_total";
+/// Counter: parked attempts this process re-woke once the gateway answered.
+pub const REWOKEN: &str = "cobro_parked_rewoken_total";
+/// Counter: breaker probes this process sent, by `result` (answered, failed).
+pub const PROBES: &str = "cobro_breaker_probes_total";
+/// Counter: gateway calls this process held back for the rate limit.
+pub const PACED: &str = "cobro_gateway_paced_total";
+/// Histogram: how long a held-back call waited for its slot, in seconds.
+pub const PACED_WAIT: &str = "cobro_gateway_pace_wait_seconds";
 
 /// Latency buckets (seconds): a loopback answer to a gateway timeout.
 const LATENCY_BUCKETS: [f64; 13] = [
@@ -131,8 +141,28 @@ fn describe() {
         WEBHOOKS_REJECTED,
         "Webhook deliveries this process refused, by reason (rows are kept for a sample only)."
     );
+    describe_counter!(
+        PARKED,
+        "Attempts this process parked because the gateway was unreachable (breaker open)."
+    );
+    describe_counter!(
+        REWOKEN,
+        "Parked attempts this process re-woke, paced, once the gateway answered."
+    );
+    describe_counter!(PROBES, "Breaker probes this process sent, by result.");
+    describe_counter!(
+        PACED,
+        "Gateway calls this process delayed to keep the shared rate limit."
+    );
+    describe_histogram!(
+        PACED_WAIT,
+        ::metrics::Unit::Seconds,
+        "How long this process's held-back gateway calls waited for their slot."
+    );
     // Unlabelled counters appear from the first scrape, at 0.
-    ::metrics::counter!(RESENDS).increment(0);
+    for name in [RESENDS, PARKED, REWOKEN, PACED] {
+        ::metrics::counter!(name).increment(0);
+    }
 }
 
 /// A send (charge or refund) and its answer.
@@ -168,6 +198,33 @@ fn gateway_call(evidence: &Evidence, outcome: &'static str) {
 /// A webhook delivery refused (counted always; stored only as a sample).
 pub fn webhook_rejected(reason: &'static str) {
     ::metrics::counter!(WEBHOOKS_REJECTED, "reason" => reason).increment(1);
+}
+
+/// An attempt parked while the breaker is open.
+pub fn parked() {
+    ::metrics::counter!(PARKED).increment(1);
+}
+
+/// Parked attempts re-woken.
+pub fn rewoken(n: u64) {
+    ::metrics::counter!(REWOKEN).increment(n);
+}
+
+/// A breaker probe and whether the gateway answered it.
+pub fn breaker_probe(outcome: &LookupOutcome) {
+    let result = match outcome {
+        LookupOutcome::Approved { .. }
+        | LookupOutcome::Declined { .. }
+        | LookupOutcome::NotFound { .. } => "answered",
+        LookupOutcome::Failed { .. } | LookupOutcome::Deferred { .. } => "failed",
+    };
+    ::metrics::counter!(PROBES, "result" => result).increment(1);
+}
+
+/// A call held back `wait` for the shared rate limit.
+pub fn paced(wait: Duration) {
+    ::metrics::counter!(PACED).increment(1);
+    ::metrics::histogram!(PACED_WAIT).record(wait.as_secs_f64());
 }
 
 /// A re-send with the same key.
@@ -304,6 +361,39 @@ fn render_gauges(out: &mut String, g: &Gauges) {
         "Finance's queue: attempts in EN_REVISION plus open reconciliation cases.",
         (review + g.open_recon_cases) as f64,
     );
+    header(
+        out,
+        "cobro_gateway_breaker_open",
+        "1 while the gateway's circuit breaker is open (calls stopped, attempts parked).",
+    );
+    for b in &g.health.breakers {
+        let _ = writeln!(
+            out,
+            "cobro_gateway_breaker_open{{gateway=\"{}\"}} {}",
+            escape(&b.gateway),
+            u8::from(b.is_open())
+        );
+    }
+    header(
+        out,
+        "cobro_gateway_breaker_opened_timestamp_seconds",
+        "When the open breaker opened (Unix seconds); 0 while closed.",
+    );
+    for b in &g.health.breakers {
+        let at = b.opened_at.filter(|_| b.is_open());
+        let _ = writeln!(
+            out,
+            "cobro_gateway_breaker_opened_timestamp_seconds{{gateway=\"{}\"}} {}",
+            escape(&b.gateway),
+            at.map_or(0, |t| t.timestamp())
+        );
+    }
+    gauge(
+        out,
+        "cobro_attempts_parked",
+        "Attempts parked until the gateway answers again.",
+        g.health.parked as f64,
+    );
 }
 
 fn header(out: &mut String, name: &str, help: &str) {
@@ -384,6 +474,7 @@ mod tests {
             double_approved_orders: 0,
             open_recon_cases: 4,
             oldest_desconocido_secs: 1.5,
+            health: crate::store::GatewayHealth::default(),
         };
         render_gauges(&mut out, &g);
         let lines: Vec<&str> = out.lines().filter(|l| !l.starts_with('#')).collect();

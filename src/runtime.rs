@@ -22,6 +22,7 @@ use tokio::sync::watch;
 use tracing::{error, info, warn};
 
 use crate::backoff::{CheckSchedule, parse_duration_arg as duration};
+use crate::breaker::{Breaker, Pace};
 use crate::engine::{Engine, EngineConfig, Wake};
 use crate::gateway::{Gateway, HttpGateway, HttpGatewayConfig};
 use crate::store::{CHARGE_QUEUE, REFUND_QUEUE, Store};
@@ -101,6 +102,9 @@ pub struct WorkerArgs {
     pub worker_name: Option<String>,
     #[command(flatten)]
     pub retry: crate::retry::RetryArgs,
+    /// The shared circuit breaker and rate limit toward the gateway.
+    #[command(flatten)]
+    pub breaker: crate::breaker::BreakerArgs,
     /// Serve Prometheus `/metrics` here (e.g. 127.0.0.1:9464), behind an
     /// API key with `metrics:read`; off when unset.
     #[arg(long, env = "COBRO_METRICS_ADDR")]
@@ -144,6 +148,8 @@ pub enum ConfigError {
     Retention(#[from] crate::retention::RetentionError),
     #[error(transparent)]
     Gateway(#[from] crate::gateway::GatewayConfigError),
+    #[error(transparent)]
+    Breaker(#[from] crate::breaker::BreakerConfigError),
 }
 
 impl WorkerArgs {
@@ -159,6 +165,7 @@ impl WorkerArgs {
         self.schedule()?;
         self.retry.policy()?;
         self.retention.validate()?;
+        self.breaker.validate()?;
         let timeouts = self.gateway_connect_timeout + self.gateway_timeout;
         if self.lease_ttl <= timeouts {
             return Err(ConfigError::LeaseTooShort {
@@ -220,22 +227,41 @@ pub async fn run(
     )
     .await
     .context("connecting to DATABASE_URL")?;
-    let engine = Arc::new(Engine::new(
+    // The breaker and the pace are per gateway, shared through the database.
+    let gateway_name: String = crate::gateway::shown_url(&args.gateway_url)
+        .chars()
+        .take(300)
+        .collect();
+    let breaker = Arc::new(Breaker::new(
         store.clone(),
-        gateway.clone(),
-        EngineConfig {
-            worker_name: name.clone(),
-            lease_ttl: args.lease_ttl,
-            schedule: args.schedule()?,
-            key_lifetime: args.key_lifetime,
-            retry: args.retry.policy()?,
-            defer_backoff: args.defer_backoff,
-            not_found: crate::policy::NotFoundRule {
-                gateway_idempotent: args.gateway_idempotent,
-                max_processing: args.gateway_max_processing,
-            },
-        },
+        &gateway_name,
+        &args.breaker,
+        &name,
     ));
+    breaker
+        .refresh()
+        .await
+        .context("reading the gateway breaker")?;
+    let pace = Arc::new(Pace::new(store.clone(), &gateway_name, &args.breaker));
+    let engine = Arc::new(
+        Engine::new(
+            store.clone(),
+            gateway.clone(),
+            EngineConfig {
+                worker_name: name.clone(),
+                lease_ttl: args.lease_ttl,
+                schedule: args.schedule()?,
+                key_lifetime: args.key_lifetime,
+                retry: args.retry.policy()?,
+                defer_backoff: args.defer_backoff,
+                not_found: crate::policy::NotFoundRule {
+                    gateway_idempotent: args.gateway_idempotent,
+                    max_processing: args.gateway_max_processing,
+                },
+            },
+        )
+        .with_guards(breaker.clone(), pace.clone()),
+    );
     info!(
         worker = %name,
         concurrency = args.concurrency,
@@ -259,6 +285,7 @@ pub async fn run(
         stop_rx.clone(),
     ));
     let sweeper = tokio::spawn(sweep_loop(store.clone(), args.clone(), stop_rx.clone()));
+    let guard = tokio::spawn(breaker.run(gateway.clone(), pace, stop_rx.clone()));
     let reconciler = tokio::spawn(crate::recon::reconcile_loop(
         store.clone(),
         gateway,
@@ -295,6 +322,7 @@ pub async fn run(
         .await;
     let _ = stop_tx.send(true);
     let _ = sweeper.await;
+    let _ = guard.await;
     let _ = purger.await;
     if let Some(server) = metrics {
         let _ = server.await;

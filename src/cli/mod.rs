@@ -32,6 +32,12 @@ pub async fn print_status(store: &Store, attempts: &[Attempt], json: bool) -> Re
             a.gateway_charge_id.as_deref().unwrap_or("-"),
             a.decline_code.as_deref().unwrap_or("-")
         );
+        if let Some(since) = a.parked_since {
+            println!(
+                "  parked since {} (the gateway was unreachable; it resumes when the gateway answers)",
+                since.format("%Y-%m-%dT%H:%M:%SZ")
+            );
+        }
         for t in &history {
             println!(
                 "  {}  {:>11} -> {:<11}  {:<22} {:<28} {}",
@@ -46,6 +52,68 @@ pub async fn print_status(store: &Store, attempts: &[Attempt], json: bool) -> Re
     }
     if json {
         println!("{}", serde_json::to_string_pretty(&out)?);
+    }
+    Ok(())
+}
+
+/// `cobro status` without an order or attempt: the whole system at a
+/// glance (attempts per state, the gateway's breaker, parked attempts,
+/// wake-ups not yet done).
+pub async fn print_system_status(store: &Store, json: bool) -> Result<()> {
+    let states = store.count_by_state().await?;
+    let health = store.gateway_health().await?;
+    let wakeups = store.open_wakeups().await?;
+    if json {
+        let states: serde_json::Map<String, serde_json::Value> = states
+            .iter()
+            .map(|(s, n)| (s.as_str().to_owned(), (*n).into()))
+            .collect();
+        let out = serde_json::json!({
+            "attempts": states,
+            "gateway": health,
+            "open_wakeups": wakeups,
+        });
+        println!("{}", serde_json::to_string_pretty(&out)?);
+        return Ok(());
+    }
+    println!("attempts by state:");
+    for (state, n) in &states {
+        println!("  {:<11} {n}", state.as_str());
+    }
+    println!("wake-ups not yet done: {wakeups}");
+    if health.breakers.is_empty() {
+        println!("gateway: no worker has recorded its health yet");
+    }
+    for b in &health.breakers {
+        let at = |t: Option<chrono::DateTime<chrono::Utc>>| {
+            t.map_or("-".to_owned(), |t| {
+                t.format("%Y-%m-%dT%H:%M:%SZ").to_string()
+            })
+        };
+        match b.is_open() {
+            true => println!(
+                "gateway {}: UNREACHABLE since {} (breaker open; {} probes; last failure {}: {})",
+                b.gateway,
+                at(b.opened_at),
+                b.probes,
+                at(b.last_failure_at),
+                b.last_failure.as_deref().unwrap_or("-")
+            ),
+            false => println!(
+                "gateway {}: reachable (breaker closed; last answer {}; {} failure(s) since)",
+                b.gateway,
+                at(b.last_answer_at),
+                b.failures
+            ),
+        }
+    }
+    match health.oldest_parked {
+        Some(oldest) => println!(
+            "attempts waiting for the gateway (parked): {}, the oldest since {}",
+            health.parked,
+            oldest.format("%Y-%m-%dT%H:%M:%SZ")
+        ),
+        None => println!("attempts waiting for the gateway (parked): 0"),
     }
     Ok(())
 }

@@ -41,6 +41,7 @@ fn attempt(order: &str, amount: i64, state: State, gateway_id: Option<&str>) -> 
         last_evidence: None,
         created_at: t(10, 0),
         updated_at: t(10, 0),
+        parked_since: None,
     }
 }
 

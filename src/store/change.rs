@@ -51,6 +51,10 @@ pub struct Change<'a> {
     /// A customer notice to write even though the state does not change
     /// (state changes decide their own notice).
     pub notice: Option<NoticeKind>,
+    /// Park the attempt while the gateway is unreachable: no due time, no
+    /// wake-up; the breaker's paced re-wake brings it back. Any other
+    /// write un-parks it.
+    pub park: bool,
 }
 
 impl<'a> Change<'a> {
@@ -67,6 +71,7 @@ impl<'a> Change<'a> {
             add_check: None,
             add_send: false,
             notice: None,
+            park: false,
         }
     }
 }
@@ -98,6 +103,8 @@ pub(crate) struct Plan<'a> {
     pub evidence_json: Option<String>,
     /// The customer notice this transition causes, written with it.
     pub notice: Option<NoticeKind>,
+    /// Set `parked_since` (kept if already parked); otherwise cleared.
+    pub park: bool,
 }
 
 /// What the customer should hear about (the outbox).
@@ -131,7 +138,13 @@ pub(crate) fn plan<'a>(seen: &Attempt, change: &Change<'a>) -> Result<Plan<'a>, 
         Lease::Take { owner, ttl } => (Some(owner), Some(ttl.as_secs_f64())),
         Lease::Release => (None, None),
     };
-    let act_in_secs = lease_secs.or(change.act_in.map(|d| d.as_secs_f64()));
+    // A parked attempt has no due time and no holder: the re-wake is its
+    // only way back.
+    let park = change.park && lease_owner.is_none();
+    let act_in_secs = match park {
+        true => None,
+        false => lease_secs.or(change.act_in.map(|d| d.as_secs_f64())),
+    };
     // Notices tell the customer about their payment; a refund's outcome is
     // the app's to announce (it asked for the refund).
     let notice = match (to != seen.state, to) {
@@ -154,5 +167,6 @@ pub(crate) fn plan<'a>(seen: &Attempt, change: &Change<'a>) -> Result<Plan<'a>, 
         add_send: i32::from(change.add_send),
         evidence_json: change.evidence.and_then(|e| serde_json::to_string(e).ok()),
         notice,
+        park,
     })
 }

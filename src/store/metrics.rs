@@ -24,6 +24,8 @@ pub struct Gauges {
     /// How long the attempt that has been `DESCONOCIDO` the longest has been
     /// so (since its latest move into `DESCONOCIDO`); 0 when there is none.
     pub oldest_desconocido_secs: f64,
+    /// The gateway breakers and the parked attempts.
+    pub health: super::GatewayHealth,
 }
 
 /// One backend's answer before the states are parsed.
@@ -59,6 +61,7 @@ impl Store {
             double_approved_orders: raw.double_approved_orders,
             open_recon_cases: raw.open_recon_cases,
             oldest_desconocido_secs: raw.oldest_desconocido_secs.unwrap_or(0.0).max(0.0),
+            health: self.gateway_health().await?,
         })
     }
 }

@@ -8,6 +8,7 @@
 //! What to write is decided once in [`change`]; the backends differ only in
 //! SQL. Bound parameters only; no SQL is built with `format!`.
 
+mod breaker;
 mod change;
 mod contradiction;
 mod enqueue;
@@ -21,6 +22,7 @@ mod retention;
 mod retry;
 mod webhooks;
 
+pub use breaker::{BreakerEvent, BreakerRow, GatewayHealth};
 pub use change::{Applied, Change, CheckRecord, Lease, NoticeKind};
 pub use contradiction::Contradiction;
 pub use enqueue::{EnqueueError, Enqueued};
@@ -101,6 +103,9 @@ pub struct Attempt {
     pub last_evidence: Option<serde_json::Value>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
+    /// Set while the attempt waits for an unreachable gateway (the
+    /// breaker parked it): no due time, no lease, state and checks kept.
+    pub parked_since: Option<DateTime<Utc>>,
 }
 
 impl Attempt {

@@ -321,6 +321,13 @@ pub fn worker_args(db_url: &str, gateway_url: &str) -> WorkerArgs {
             retry_jitter: 0.2,
             max_attempts: 4,
         },
+        // The breaker as in production, its timings scaled down.
+        breaker: cobro::breaker::BreakerArgs {
+            breaker_probe_every: Duration::from_millis(300),
+            breaker_poll: Duration::from_millis(100),
+            breaker_rewake_per_s: 50,
+            ..Default::default()
+        },
         metrics_addr: None,
         metrics_cache: Duration::ZERO,
         api_keys: Default::default(),

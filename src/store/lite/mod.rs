@@ -29,6 +29,16 @@ macro_rules! now_ms {
     };
 }
 
+/// The clock in microseconds (the pace's slots can be shorter than a
+/// millisecond). `julianday` keeps about a millisecond of precision, so
+/// this is that clock, scaled.
+macro_rules! now_us {
+    () => {
+        "CAST((julianday('now') - 2440587.5) * 86400000000.0 AS INTEGER)"
+    };
+}
+
+pub(crate) mod breaker;
 pub(crate) mod enqueue;
 pub(crate) mod escalation;
 pub(crate) mod metrics;
@@ -153,6 +163,7 @@ pub(super) fn attempt(r: &sqlx::sqlite::SqliteRow) -> Result<Attempt, StoreError
         last_evidence: json(r.try_get("last_evidence")?),
         created_at: ms(r.try_get("created_at")?),
         updated_at: ms(r.try_get("updated_at")?),
+        parked_since: r.try_get::<Option<i64>, _>("parked_since")?.map(ms),
     })
 }
 
@@ -252,7 +263,10 @@ pub(super) async fn apply_tx(
         " + CAST(?8 * 1000.0 AS INTEGER) END,
             check_count = check_count + ?9,
             send_count = send_count + ?10,
-            last_evidence = COALESCE(?11, last_evidence)
+            last_evidence = COALESCE(?11, last_evidence),
+            parked_since = CASE WHEN ?13 THEN COALESCE(parked_since, ",
+        now_ms!(),
+        ") END
          WHERE id = ?1 AND version = ?2 AND state = ?12
          RETURNING *"
     ))
@@ -268,6 +282,7 @@ pub(super) async fn apply_tx(
     .bind(plan.add_send)
     .bind(plan.evidence_json.as_deref())
     .bind(seen.state.as_str())
+    .bind(plan.park)
     .fetch_optional(&mut *tx)
     .await?;
     let Some(row) = row else {
@@ -372,6 +387,7 @@ pub(super) async fn sweep(
         " - ?1))
                AND state IN ('PENDIENTE', 'EN_PROCESO', 'DESCONOCIDO', 'RECHAZADO')
                AND (state <> 'RECHAZADO' OR next_action_at IS NOT NULL)
+               AND parked_since IS NULL
                AND (woken_at IS NULL OR woken_at <= ",
         now_ms!(),
         " - ?2)

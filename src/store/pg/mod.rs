@@ -18,6 +18,7 @@ use super::refund::{RefundError, Refunded};
 use super::{Attempt, Check, StoreError, Transition};
 use crate::domain::{ChargeRequest, IdempotencyKey, InputError};
 
+pub(crate) mod breaker;
 pub(crate) mod escalation;
 pub(crate) mod metrics;
 pub(crate) mod recon;
@@ -193,7 +194,8 @@ pub(super) async fn apply_tx(
                                     ELSE now() + make_interval(secs => $8::float8) END,
             check_count = check_count + $9,
             send_count = send_count + $10,
-            last_evidence = COALESCE($11, last_evidence)
+            last_evidence = COALESCE($11, last_evidence),
+            parked_since = CASE WHEN $13 THEN COALESCE(parked_since, now()) END
          WHERE id = $1 AND version = $2 AND state = $12
          RETURNING *",
     )
@@ -209,6 +211,7 @@ pub(super) async fn apply_tx(
     .bind(plan.add_send)
     .bind(&evidence)
     .bind(seen.state.as_str())
+    .bind(plan.park)
     .fetch_optional(&mut *tx)
     .await?;
     let Some(now) = moved else {
@@ -311,6 +314,8 @@ pub(super) async fn sweep(
                      AND updated_at <= now() - make_interval(secs => $1::float8)))
                AND state IN ('PENDIENTE', 'EN_PROCESO', 'DESCONOCIDO', 'RECHAZADO')
                AND (state <> 'RECHAZADO' OR next_action_at IS NOT NULL)
+               -- parked: waiting for the gateway; the breaker's re-wake brings it back
+               AND parked_since IS NULL
                AND (woken_at IS NULL OR woken_at <= now() - make_interval(secs => $2::float8))
              ORDER BY next_action_at
              LIMIT $3

@@ -15,6 +15,7 @@
 
 mod api;
 mod cases;
+mod gateway;
 mod page;
 
 use std::sync::Arc;

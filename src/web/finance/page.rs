@@ -134,7 +134,7 @@ pub(super) async fn list(
         Ok(cases) => cases,
         Err(e) => return unavailable(&e),
     };
-    let mut body = String::new();
+    let mut body = super::gateway::banner(&fin.store).await;
     if let Some(id) = q.resolved_case.as_deref() {
         let _ = write!(
             body,

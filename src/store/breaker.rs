@@ -1,0 +1,180 @@
+//! The gateway circuit breaker's shared state, the attempts it parks, and
+//! the rate limit toward the gateway, for both backends.
+//!
+//! Invariant: the breaker row changes only through [`Store::breaker_update`],
+//! which locks it and applies a pure function of (row, database clock)
+//! from [`crate::breaker`]; every opening and closing is also appended to
+//! `gateway_breaker_events` in the same transaction. A parked attempt keeps
+//! its state and check count; only the paced re-wake (one worker per turn,
+//! a compare-and-set on the breaker row) un-parks attempts in bulk, each
+//! with its version bumped so an older view of it loses its next write.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+
+use super::{Db, Store, StoreError, lite, pg};
+
+/// One gateway's breaker, as stored.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, sqlx::FromRow)]
+pub struct BreakerRow {
+    pub gateway: String,
+    /// `closed` (calls go) or `open` (calls stop; one probe at a time).
+    pub state: String,
+    /// Failed calls, from any worker, since the gateway last answered.
+    pub failures: i32,
+    pub failing_since: Option<DateTime<Utc>>,
+    /// The last failure's kind and detail (never a secret).
+    pub last_failure: Option<String>,
+    pub last_failure_at: Option<DateTime<Utc>>,
+    pub last_answer_at: Option<DateTime<Utc>>,
+    pub opened_at: Option<DateTime<Utc>>,
+    pub closed_at: Option<DateTime<Utc>>,
+    pub next_probe_at: Option<DateTime<Utc>>,
+    pub probes: i32,
+    pub next_rewake_at: Option<DateTime<Utc>>,
+}
+
+impl BreakerRow {
+    /// A breaker that has seen nothing yet.
+    pub fn new(gateway: &str) -> Self {
+        Self {
+            gateway: gateway.to_owned(),
+            state: "closed".into(),
+            failures: 0,
+            failing_since: None,
+            last_failure: None,
+            last_failure_at: None,
+            last_answer_at: None,
+            opened_at: None,
+            closed_at: None,
+            next_probe_at: None,
+            probes: 0,
+            next_rewake_at: None,
+        }
+    }
+
+    pub fn is_open(&self) -> bool {
+        self.state == "open"
+    }
+}
+
+/// An opening or closing, for the append-only event log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BreakerEvent {
+    /// The state it moved to.
+    pub state: &'static str,
+    pub cause: String,
+    pub detail: Option<String>,
+}
+
+/// The breaker and its parked attempts, as `cobro status`, `/metrics` and
+/// the finance page show them.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct GatewayHealth {
+    pub breakers: Vec<BreakerRow>,
+    /// Attempts waiting for the gateway (parked), and the oldest's time.
+    pub parked: i64,
+    pub oldest_parked: Option<DateTime<Utc>>,
+}
+
+impl GatewayHealth {
+    /// The breaker that has been open longest, if any.
+    pub fn open_since(&self) -> Option<(&str, DateTime<Utc>)> {
+        self.breakers
+            .iter()
+            .filter(|b| b.is_open())
+            .filter_map(|b| b.opened_at.map(|at| (b.gateway.as_str(), at)))
+            .min_by_key(|(_, at)| *at)
+    }
+}
+
+impl Store {
+    /// The breaker row of `gateway`, if it was ever written.
+    pub async fn breaker(&self, gateway: &str) -> Result<Option<BreakerRow>, StoreError> {
+        match &self.db {
+            Db::Pg(p) => pg::breaker::get(p, gateway).await,
+            Db::Lite(p) => lite::breaker::get(p, gateway).await,
+        }
+    }
+
+    /// Locks the breaker row of `gateway` (created closed if missing) and
+    /// writes what `f` makes of it, with the database's clock; an event `f`
+    /// returns is appended to the log by `actor` in the same transaction.
+    pub async fn breaker_update<F>(
+        &self,
+        gateway: &str,
+        actor: &str,
+        f: F,
+    ) -> Result<BreakerRow, StoreError>
+    where
+        F: FnOnce(&BreakerRow, DateTime<Utc>) -> (BreakerRow, Option<BreakerEvent>) + Send,
+    {
+        match &self.db {
+            Db::Pg(p) => pg::breaker::update(p, gateway, actor, f).await,
+            Db::Lite(p) => lite::breaker::update(p, gateway, actor, f).await,
+        }
+    }
+
+    /// Takes the open breaker's next probe: `true` for exactly one caller
+    /// per `next_probe_at`, which then moves `every` ahead.
+    pub async fn claim_probe(&self, gateway: &str, every: Duration) -> Result<bool, StoreError> {
+        match &self.db {
+            Db::Pg(p) => pg::breaker::claim_probe(p, gateway, every).await,
+            Db::Lite(p) => lite::breaker::claim_probe(p, gateway, every).await,
+        }
+    }
+
+    /// While `gateway`'s breaker is closed (or was never written), takes
+    /// the re-wake turn (one worker per `turn`) and un-parks up to `batch`
+    /// attempts, oldest parked first, due spread evenly over the turn, each
+    /// with a wake-up job. Returns how many; 0 when another worker holds
+    /// the turn or nothing is parked.
+    pub async fn rewake_parked(
+        &self,
+        gateway: &str,
+        batch: u32,
+        turn: Duration,
+    ) -> Result<u64, StoreError> {
+        match &self.db {
+            Db::Pg(p) => pg::breaker::rewake(p, gateway, batch, turn).await,
+            Db::Lite(p) => lite::breaker::rewake(p, gateway, batch, turn).await,
+        }
+    }
+
+    /// Every breaker and the parked attempts.
+    pub async fn gateway_health(&self) -> Result<GatewayHealth, StoreError> {
+        match &self.db {
+            Db::Pg(p) => pg::breaker::health(p).await,
+            Db::Lite(p) => lite::breaker::health(p).await,
+        }
+    }
+
+    /// The breaker's openings and closings, oldest first.
+    pub async fn breaker_events(
+        &self,
+        gateway: &str,
+    ) -> Result<Vec<(String, String, DateTime<Utc>)>, StoreError> {
+        match &self.db {
+            Db::Pg(p) => pg::breaker::events(p, gateway).await,
+            Db::Lite(p) => lite::breaker::events(p, gateway).await,
+        }
+    }
+
+    /// Reserves the next request slot toward `gateway` under a limit of one
+    /// request per `interval` with bursts of `burst` (GCRA), shared by every
+    /// process on the database. Returns how long to wait before sending.
+    pub async fn pace_slot(
+        &self,
+        gateway: &str,
+        interval: Duration,
+        burst: u32,
+    ) -> Result<Duration, StoreError> {
+        let wait = match &self.db {
+            Db::Pg(p) => pg::breaker::pace(p, gateway, interval, burst).await?,
+            Db::Lite(p) => lite::breaker::pace(p, gateway, interval, burst).await?,
+        };
+        Ok(Duration::from_secs_f64(wait.max(0.0)))
+    }
+}
