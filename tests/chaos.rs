@@ -28,6 +28,16 @@ fn a_short_soak_with_killed_workers_charges_nobody_twice_and_loses_nothing() {
             "3m",
         ])
         .args(["--check-schedule", "200ms,400ms,800ms,1600ms,3200ms"])
+        // The gateway misbehaves as a whole too: an outage of 503s, a
+        // window of refused connections, 429s above 150 requests/s, and
+        // charges recorded only when they complete.
+        .args(["--outage-for", "4s", "--refuse-for", "2s"])
+        .args([
+            "--gateway-rate-limit",
+            "150",
+            "--record-on-complete-ms",
+            "200",
+        ])
         .args(["--seed", &seed.to_string(), "--json"])
         .env("TEST_DATABASE_URL", admin_url())
         .env("RUST_LOG", "warn")
@@ -63,4 +73,7 @@ fn a_short_soak_with_killed_workers_charges_nobody_twice_and_loses_nothing() {
         r["checks"].as_u64().unwrap() > 0,
         "the faults made checks happen: {r}"
     );
+    let g = &o["gateway"];
+    assert_eq!(g["refusal_windows"], 1, "{g}");
+    assert!(g["recorded_on_complete"].as_u64().unwrap() > 150, "{g}");
 }

@@ -77,6 +77,25 @@ pub struct ChaosArgs {
     /// The workers' check schedule (the real one by default).
     #[arg(long, default_value = "2s,4s,8s,16s,32s")]
     pub check_schedule: String,
+    /// A gateway outage during the disruptions: every call answers 503 for
+    /// this long, from a seeded time (0s: none).
+    #[arg(long, default_value = "0s", value_parser = crate::backoff::parse_duration_arg)]
+    pub outage_for: Duration,
+    /// A window with nothing listening on the gateway's port (connections
+    /// refused), from a seeded time (0s: none).
+    #[arg(long, default_value = "0s", value_parser = crate::backoff::parse_duration_arg)]
+    pub refuse_for: Duration,
+    /// The gateway answers 429 above this many requests per second (0: off).
+    #[arg(long, default_value_t = 0.0)]
+    pub gateway_rate_limit: f64,
+    /// The workers' shared rate limit toward the gateway
+    /// (`COBRO_GATEWAY_RPS`; 0: off).
+    #[arg(long, default_value_t = 0)]
+    pub worker_rps: u32,
+    /// The gateway takes this long to execute each charge and records it
+    /// only then (record-on-complete; 0: recorded on arrival).
+    #[arg(long, default_value_t = 0)]
+    pub record_on_complete_ms: u64,
     #[arg(long)]
     pub json: bool,
 }
@@ -121,7 +140,40 @@ pub struct Outcome {
     pub unexpected_exits: usize,
     pub enqueue_errors_retried: usize,
     pub drained_in_secs: f64,
+    /// What the gateway did to us, and how the breaker answered.
+    pub gateway: GatewayDisruptions,
     pub report: check::Report,
+}
+
+/// The soak's gateway faults as they happened.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct GatewayDisruptions {
+    pub outage_secs: f64,
+    pub refused_secs: f64,
+    pub rate_limit_per_s: f64,
+    pub record_on_complete_ms: u64,
+    /// Requests the simulator answered 429.
+    pub throttled: u64,
+    /// Refusal windows the simulator opened.
+    pub refusal_windows: u64,
+    /// Charges the simulator recorded only on completion.
+    pub recorded_on_complete: u64,
+    /// Times the workers' shared breaker opened.
+    pub breaker_openings: i64,
+    /// Attempts parked when the outage ended, and how long after its end
+    /// the last of them was re-woken (none parked: 0).
+    pub parked_at_outage_end: i64,
+    pub unparked_in_secs: f64,
+}
+
+/// One scheduled disruption.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Disruption {
+    Kill,
+    PgRestart,
+    OutageStart,
+    OutageEnd,
+    Refuse,
 }
 
 async fn wait_http(url: &str, what: &str) -> Result<()> {
@@ -178,7 +230,7 @@ pub async fn run(args: &ChaosArgs) -> Result<Outcome> {
     let (sim_port, web_port) = (free_port()?, free_port()?);
     let sim_url = format!("http://127.0.0.1:{sim_port}");
     let web_url = format!("http://127.0.0.1:{web_port}");
-    let mut sim = spawn_sim(&cobro, sim_port, args.seed, &web_url, &secret).await?;
+    let mut sim = spawn_sim(&cobro, sim_port, args, &web_url, &secret).await?;
     wait_http(&format!("{sim_url}/health"), "the simulator").await?;
     let mut procs = Procs {
         cobro: cobro.clone(),
@@ -186,6 +238,7 @@ pub async fn run(args: &ChaosArgs) -> Result<Outcome> {
         db_url: url.clone(),
         sim_url: sim_url.clone(),
         check_schedule: args.check_schedule.clone(),
+        worker_rps: args.worker_rps,
         workers: Vec::new(),
         web: None,
         web_env: vec![
@@ -205,11 +258,25 @@ pub async fn run(args: &ChaosArgs) -> Result<Outcome> {
 
     // The disruption plan, from the seed: times within `chaos_for`.
     let span = args.chaos_for.as_millis().max(1) as u64;
-    let mut plan: Vec<(u64, bool)> = (0..args.kills)
-        .map(|_| (rng.random_range(0..span), false))
+    let mut plan: Vec<(u64, Disruption)> = (0..args.kills)
+        .map(|_| (rng.random_range(0..span), Disruption::Kill))
         .collect();
     for _ in 0..args.pg_restarts {
-        plan.push((rng.random_range(span / 10..span.max(2)), true));
+        plan.push((
+            rng.random_range(span / 10..span.max(2)),
+            Disruption::PgRestart,
+        ));
+    }
+    if !args.outage_for.is_zero() {
+        let at = rng.random_range(0..span / 2 + 1);
+        plan.push((at, Disruption::OutageStart));
+        plan.push((
+            at + args.outage_for.as_millis() as u64,
+            Disruption::OutageEnd,
+        ));
+    }
+    if !args.refuse_for.is_zero() {
+        plan.push((rng.random_range(0..span / 2 + 1), Disruption::Refuse));
     }
     plan.sort_unstable();
     info!(
@@ -229,13 +296,39 @@ pub async fn run(args: &ChaosArgs) -> Result<Outcome> {
     let start = Instant::now();
     let enqueue = tokio::spawn(enqueue_all(url.clone(), orders.clone(), amounts));
     let (mut kills, mut restarts) = (0, 0);
-    for (at_ms, is_restart) in plan {
+    let mut recovery = None;
+    for (at_ms, what) in plan {
         let due = Duration::from_millis(at_ms);
         while start.elapsed() < due {
             procs.supervise()?;
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        if is_restart {
+        match what {
+            Disruption::OutageStart | Disruption::OutageEnd => {
+                let on = what == Disruption::OutageStart;
+                info!(on, "gateway outage (every call answers 503)");
+                set_outage(&sim_url, on).await?;
+                if !on {
+                    recovery = Some(tokio::spawn(time_unparking(url.clone())));
+                }
+                continue;
+            }
+            Disruption::Refuse => {
+                info!(
+                    for_ms = args.refuse_for.as_millis() as u64,
+                    "gateway refuses connections"
+                );
+                reqwest::Client::new()
+                    .post(format!("{sim_url}/control/refuse"))
+                    .json(&serde_json::json!({ "for_ms": args.refuse_for.as_millis() as u64 }))
+                    .send()
+                    .await
+                    .context("POST /control/refuse")?;
+                continue;
+            }
+            Disruption::Kill | Disruption::PgRestart => {}
+        }
+        if what == Disruption::PgRestart {
             info!(command = %restart_cmd, "restarting PostgreSQL");
             let status = Command::new("sh")
                 .args(["-c", &restart_cmd])
@@ -279,6 +372,27 @@ pub async fn run(args: &ChaosArgs) -> Result<Outcome> {
     let _ = sim.wait().await;
 
     let (attempts, lateness) = read_back(&pool, &store).await?;
+    let (parked_at_outage_end, unparked_in_secs) = match recovery {
+        Some(task) => task.await??,
+        None => (0, 0.0),
+    };
+    let breaker_openings: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM cobro.gateway_breaker_events WHERE state = 'open'",
+    )
+    .fetch_one(&pool)
+    .await?;
+    let gateway = GatewayDisruptions {
+        outage_secs: args.outage_for.as_secs_f64(),
+        refused_secs: args.refuse_for.as_secs_f64(),
+        rate_limit_per_s: args.gateway_rate_limit,
+        record_on_complete_ms: args.record_on_complete_ms,
+        throttled: ledger.stats.throttled,
+        refusal_windows: ledger.stats.refusal_windows,
+        recorded_on_complete: ledger.stats.deferred,
+        breaker_openings,
+        parked_at_outage_end,
+        unparked_in_secs,
+    };
     let report = check::judge(&orders, &attempts, &ledger, lateness);
     pool.close().await;
     store.close().await;
@@ -299,8 +413,76 @@ pub async fn run(args: &ChaosArgs) -> Result<Outcome> {
         unexpected_exits: procs.unexpected_exits,
         enqueue_errors_retried,
         drained_in_secs: drained_at.as_secs_f64(),
+        gateway,
         report,
     })
+}
+
+/// From the end of the outage: how many attempts were parked, and how long
+/// until none is (the breaker's probe, then its paced re-wake).
+async fn time_unparking(url: String) -> Result<(i64, f64)> {
+    let start = Instant::now();
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(1)
+        .connect(&url)
+        .await?;
+    let parked = || async {
+        sqlx::query_scalar::<_, i64>(
+            "SELECT count(*) FROM cobro.payment_attempts WHERE parked_since IS NOT NULL",
+        )
+        .fetch_one(&pool)
+        .await
+    };
+    let first = parked().await.unwrap_or_default();
+    // A database restart may interrupt a read: keep asking.
+    while parked().await.map_or(true, |n| n > 0) {
+        if start.elapsed() > Duration::from_secs(1800) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    pool.close().await;
+    Ok((first, start.elapsed().as_secs_f64()))
+}
+
+/// Turns the simulator's 503 outage on or off, keeping its other faults;
+/// tried again for a while when the simulator is refusing connections (a
+/// refusal window may overlap the outage).
+async fn set_outage(sim_url: &str, on: bool) -> Result<()> {
+    let mut tries = 0;
+    loop {
+        match try_set_outage(sim_url, on).await {
+            Ok(()) => return Ok(()),
+            Err(e) if tries < 300 => {
+                tries += 1;
+                if tries == 1 {
+                    warn!(error = %e, "could not reach the simulator's controls; trying again");
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+async fn try_set_outage(sim_url: &str, on: bool) -> Result<()> {
+    let client = reqwest::Client::new();
+    let mut faults: crate::sim::Faults = client
+        .get(format!("{sim_url}/control/faults"))
+        .send()
+        .await?
+        .json()
+        .await?;
+    faults.outage = on;
+    let put = client
+        .put(format!("{sim_url}/control/faults"))
+        .json(&faults)
+        .send()
+        .await?;
+    if !put.status().is_success() {
+        bail!("PUT /control/faults: {}", put.status());
+    }
+    Ok(())
 }
 
 /// Half through the SQL function (as an app in another language would, in

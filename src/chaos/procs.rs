@@ -20,6 +20,7 @@ pub(super) struct Procs {
     pub(super) db_url: String,
     pub(super) sim_url: String,
     pub(super) check_schedule: String,
+    pub(super) worker_rps: u32,
     pub(super) workers: Vec<(String, Child)>,
     pub(super) web: Option<Child>,
     pub(super) web_env: Vec<(String, String)>,
@@ -49,6 +50,8 @@ impl Procs {
             .env("COBRO_SWEEP_GRACE", "5s")
             .env("COBRO_MISSED_HEARTBEATS", "6")
             .env("COBRO_RETRY_SCHEDULE", "2s")
+            .env("COBRO_GATEWAY_RPS", self.worker_rps.to_string())
+            .env("COBRO_BREAKER_PROBE_EVERY", "1s")
             .env("RUST_LOG", "warn")
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -123,40 +126,45 @@ impl Procs {
 pub(super) async fn spawn_sim(
     cobro: &PathBuf,
     port: u16,
-    seed: u64,
+    args: &super::ChaosArgs,
     web: &str,
     secret: &str,
 ) -> Result<Child> {
     let mut cmd = Command::new(cobro);
     cmd.args(["gateway-sim", "--listen", &format!("127.0.0.1:{port}")])
-        .args(["--seed", &seed.to_string(), "--per-order-draws"])
-        .args([
-            "--p-response-lost",
-            "0.15",
-            "--p-timeout-after-charge",
-            "0.05",
-        ])
-        .args([
-            "--p-5xx",
-            "0.05",
-            "--p-lookup-fail",
-            "0.05",
-            "--hold-ms",
-            "3000",
-        ])
-        .args([
-            "--p-decline",
-            "0.05",
-            "--decline-code",
-            "insufficient_funds",
-        ])
-        .args(["--decline-code", "card_declined"])
-        .args(["--webhook-url", &format!("{web}/webhooks/gateway")])
-        .args(["--webhook-copies", "2"])
-        .env("COBRO_SIM_WEBHOOK_SECRET", secret)
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .kill_on_drop(true);
+        .args(["--seed", &args.seed.to_string(), "--per-order-draws"])
+        .args(["--rate-limit-per-s", &args.gateway_rate_limit.to_string()]);
+    if args.record_on_complete_ms > 0 {
+        cmd.arg("--record-on-complete")
+            .args(["--execution-ms", &args.record_on_complete_ms.to_string()]);
+    }
+    cmd.args([
+        "--p-response-lost",
+        "0.15",
+        "--p-timeout-after-charge",
+        "0.05",
+    ])
+    .args([
+        "--p-5xx",
+        "0.05",
+        "--p-lookup-fail",
+        "0.05",
+        "--hold-ms",
+        "3000",
+    ])
+    .args([
+        "--p-decline",
+        "0.05",
+        "--decline-code",
+        "insufficient_funds",
+    ])
+    .args(["--decline-code", "card_declined"])
+    .args(["--webhook-url", &format!("{web}/webhooks/gateway")])
+    .args(["--webhook-copies", "2"])
+    .env("COBRO_SIM_WEBHOOK_SECRET", secret)
+    .env("RUST_LOG", "warn")
+    .stdout(Stdio::null())
+    .stderr(Stdio::null())
+    .kill_on_drop(true);
     cmd.spawn().context("starting the gateway simulator")
 }

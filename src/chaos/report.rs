@@ -16,7 +16,10 @@ pub fn render(o: &Outcome) -> String {
          amounts: {here} APROBADO here + {inrev} in review = {sum}; gateway approved {gw}; mismatches {mm}\n\
          attempts with an inconsistent log: {log}\n\
          re-sends after a lookup said approved: {resent}\n\
-         checks: {checks}, start lateness p50 {p50} ms, p99 {p99} ms\n",
+         checks: {checks}, start lateness p50 {p50} ms, p99 {p99} ms\n\
+         gateway: {outage:.0} s outage (503s), {refused:.0} s refusing connections ({windows} window(s)), \
+         429 above {rate}/s ({throttled} throttled), record-on-complete {roc} ms ({recorded} charges); \
+         breaker opened {openings} time(s); {parked} attempt(s) parked at the outage's end, all resumed {unparked:.1} s later\n",
         seed = o.seed,
         kills = o.kills,
         restarts = o.pg_restarts,
@@ -40,6 +43,16 @@ pub fn render(o: &Outcome) -> String {
         checks = r.checks,
         p50 = r.check_lateness_p50_ms,
         p99 = r.check_lateness_p99_ms,
+        outage = o.gateway.outage_secs,
+        refused = o.gateway.refused_secs,
+        windows = o.gateway.refusal_windows,
+        rate = o.gateway.rate_limit_per_s,
+        throttled = o.gateway.throttled,
+        roc = o.gateway.record_on_complete_ms,
+        recorded = o.gateway.recorded_on_complete,
+        openings = o.gateway.breaker_openings,
+        parked = o.gateway.parked_at_outage_end,
+        unparked = o.gateway.unparked_in_secs,
     );
     for v in &r.violations {
         s.push_str(&format!("VIOLATION: {v}\n"));
