@@ -19,6 +19,7 @@ mod recon;
 mod refund;
 mod retention;
 mod retry;
+mod review;
 mod webhooks;
 
 pub use change::{Applied, Change, CheckRecord, Lease, NoticeKind};
