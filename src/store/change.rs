@@ -51,6 +51,10 @@ pub struct Change<'a> {
     /// A customer notice to write even though the state does not change
     /// (state changes decide their own notice).
     pub notice: Option<NoticeKind>,
+    /// Write a transition-log row even though the state does not change: a
+    /// person's request that must stay on the record (finance's "check
+    /// again now" of an attempt in review: from and to `EN_REVISION`).
+    pub record: bool,
 }
 
 impl<'a> Change<'a> {
@@ -67,6 +71,7 @@ impl<'a> Change<'a> {
             add_check: None,
             add_send: false,
             notice: None,
+            record: false,
         }
     }
 }
@@ -144,7 +149,7 @@ pub(crate) fn plan<'a>(seen: &Attempt, change: &Change<'a>) -> Result<Plan<'a>, 
     };
     Ok(Plan {
         to,
-        log: to != seen.state,
+        log: to != seen.state || change.record,
         lease_owner,
         lease_secs,
         act_in_secs,
