@@ -30,7 +30,13 @@ fn bind_query<'q, O>(
     q: sqlx::query::QueryAs<'q, sqlx::Postgres, O, sqlx::postgres::PgArguments>,
     query: &'q QueueQuery,
 ) -> sqlx::query::QueryAs<'q, sqlx::Postgres, O, sqlx::postgres::PgArguments> {
-    q.bind(query.stale_after.as_secs_f64())
+    // Planned with the actual values every time (an unnamed statement):
+    // a cached generic plan cannot see which filters are unset and, on a
+    // large history, picked the full `payment_attempts_created` index and
+    // read settled rows; with the values it uses the queue's partial
+    // indexes (`payment_attempts_escalation`, `payment_attempts_review_due`).
+    q.persistent(false)
+        .bind(query.stale_after.as_secs_f64())
         .bind(query.state.map(|s| s.as_str()))
         .bind(query.currency.as_deref())
         .bind(query.refunds)
