@@ -432,8 +432,9 @@ pub struct BulkCheck {
 
 /// Finance's bulk "check again now": every attempt in review the filters
 /// select gets its janitor's next check pulled to now, each by a
-/// compare-and-set write (no state change, a transition-log row as
-/// `finance:<by>` with the note), processed in pages (no cap).
+/// compare-and-set write through the state machine (`ReviewNow`: it stays
+/// in review; a transition-log row as `finance:<by>` with the note),
+/// processed in pages (no cap).
 pub async fn check_now_all(
     store: &Store,
     stale_after: Duration,
@@ -481,9 +482,8 @@ pub async fn check_now_all(
                 out.busy += 1;
                 continue;
             }
-            let mut c = Change::new(None, "finance_check_now", &actor);
+            let mut c = Change::new(Some(Event::ReviewNow), "finance_check_now", &actor);
             c.act_in = Some(Duration::ZERO);
-            c.record = true;
             c.evidence = Some(&evidence);
             match store.apply(&seen, &c).await? {
                 Applied::Moved(_) => out.scheduled += 1,

@@ -34,8 +34,8 @@ pub struct CheckRecord {
 /// One compare-and-set write to an attempt.
 #[derive(Debug, Clone)]
 pub struct Change<'a> {
-    /// `None` for writes that keep the state (taking a check lease, a failed
-    /// check): those write no transition-log row.
+    /// `None` for writes that are no event (taking a check lease, a failed
+    /// check): those keep the state and write no transition-log row.
     pub event: Option<Event>,
     pub cause: &'a str,
     pub actor: &'a str,
@@ -51,10 +51,6 @@ pub struct Change<'a> {
     /// A customer notice to write even though the state does not change
     /// (state changes decide their own notice).
     pub notice: Option<NoticeKind>,
-    /// Write a transition-log row even though the state does not change: a
-    /// person's request that must stay on the record (finance's "check
-    /// again now" of an attempt in review: from and to `EN_REVISION`).
-    pub record: bool,
 }
 
 impl<'a> Change<'a> {
@@ -71,7 +67,6 @@ impl<'a> Change<'a> {
             add_check: None,
             add_send: false,
             notice: None,
-            record: false,
         }
     }
 }
@@ -149,7 +144,9 @@ pub(crate) fn plan<'a>(seen: &Attempt, change: &Change<'a>) -> Result<Plan<'a>, 
     };
     Ok(Plan {
         to,
-        log: to != seen.state || change.record,
+        // Every event is on the record, the one that keeps the state too
+        // (`ReviewNow`: EN_REVISION -> EN_REVISION).
+        log: to != seen.state || change.event.is_some(),
         lease_owner,
         lease_secs,
         act_in_secs,
