@@ -67,8 +67,10 @@ async fn reviewed_then_gateway_answers(b: Backend, faults: Faults) -> (TestDb, U
     let at = entered(&db.store, id).await;
     let next = review.next_action_at.expect("a janitor check is scheduled");
     let after = ms(next - at);
+    // (SQLite: the log row's time is read a few ms after the update's)
+    let off_grid = (after - 300).rem_euclid(600);
     assert!(
-        (after - 300).rem_euclid(600) <= 40,
+        off_grid <= 40 || off_grid >= 560,
         "next check {after} ms after entering review is on the 300 ms, 600 ms grid"
     );
     // The janitor looks while the lookups still fail: still in review.
@@ -175,7 +177,7 @@ fn engine(store: &Store, gateway_url: &str, key_lifetime: Duration) -> Engine {
                 gateway_idempotent: true,
                 max_processing: Duration::from_secs(60),
             },
-            review: ReviewSchedule::parse("1200ms,3s").unwrap(),
+            review: ReviewSchedule::parse("2500ms,3s").unwrap(),
         },
     )
 }
@@ -212,23 +214,23 @@ async fn not_found_stays_in_review_and_the_next_check_follows_the_schedule(b: Ba
     let e = engine(&db.store, &sim.url(), Duration::from_secs(86_400));
     let id = in_doubt(&db.store, "rev-missing").await;
     // The one check fails: checks exhausted, in review, first janitor check
-    // 1.2 s after entering review.
+    // 2.5 s after entering review.
     e.process(id).await.unwrap();
     let (a, _) = db.store.load(id).await.unwrap();
     assert_eq!(a.state, State::EnRevision);
     let at = entered(&db.store, id).await;
     assert!(
-        (ms(a.next_action_at.unwrap() - at) - 1200).abs() <= 5,
+        (ms(a.next_action_at.unwrap() - at) - 2500).abs() <= 30,
         "first check {:?} after entering review",
         a.next_action_at.unwrap() - at
     );
 
-    // Not due yet: a wake-up does nothing.
+    // Not due yet (more than the 1.1 s a wake-up waits out): it does nothing.
     e.process(id).await.unwrap();
     assert_eq!(ledger(&sim.url()).await.stats.lookup_requests, 1);
 
     // Due, and the gateway has nothing: still in review, next check on the
-    // schedule from the entry (1.2 s + 3 s), recorded as a check.
+    // schedule from the entry (2.5 s + 3 s), recorded as a check.
     set_faults(&sim.url(), &Faults::default()).await;
     until_due(&db.store, id).await;
     let log_len = db.store.transitions(id).await.unwrap().len();
@@ -238,7 +240,7 @@ async fn not_found_stays_in_review_and_the_next_check_follows_the_schedule(b: Ba
     assert!(a.lease_owner.is_none());
     // (the write lands a few ms after the time it was computed at)
     assert!(
-        (-5..=50).contains(&(ms(a.next_action_at.unwrap() - at) - 4200)),
+        (-5..=50).contains(&(ms(a.next_action_at.unwrap() - at) - 5500)),
         "second check {:?} after entering review",
         a.next_action_at.unwrap() - at
     );
@@ -275,7 +277,7 @@ async fn not_found_stays_in_review_and_the_next_check_follows_the_schedule(b: Ba
     assert_eq!(a.state, State::EnRevision);
     let again = entered(&db.store, id).await;
     assert!(again > at);
-    assert!((ms(a.next_action_at.unwrap() - again) - 1200).abs() <= 5);
+    assert!((ms(a.next_action_at.unwrap() - again) - 2500).abs() <= 30);
     assert_eq!(a.send_count, 0);
     assert_eq!(ledger(&sim.url()).await.stats.charge_requests, 0);
     sim.shutdown().await;
@@ -295,7 +297,7 @@ async fn past_the_key_lifetime_the_janitor_reads_the_listing_and_never_resends(b
         },
     )
     .await;
-    // The gateway keeps keys 1 s: the janitor's first check (1.2 s after
+    // The gateway keeps keys 1 s: the janitor's first check (2.5 s after
     // review) is past it.
     let e = engine(&db.store, &sim.url(), Duration::from_secs(1));
     let charged = enqueue(&db.store, "rev-charged").await;
