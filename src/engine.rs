@@ -8,6 +8,8 @@
 //! cannot charge twice (the gateway only ever sees the attempt's own key, and
 //! only the lease holder sends).
 
+mod review;
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -54,6 +56,8 @@ pub struct EngineConfig {
     pub defer_backoff: Duration,
     /// When a lookup's "not found" allows a re-send with the same key.
     pub not_found: NotFoundRule,
+    /// When an attempt in `EN_REVISION` is looked up again (the janitor).
+    pub review: crate::janitor::ReviewSchedule,
 }
 
 pub struct Engine {
@@ -146,7 +150,9 @@ impl Engine {
                 let action = decide(snapshot(&attempt), now);
                 debug!(state = %attempt.state, ?action, "decided");
                 match action {
-                    Action::Send | Action::Check | Action::Retry if self.gateway_down() => {
+                    Action::Send | Action::Check | Action::Retry | Action::Review
+                        if self.gateway_down() =>
+                    {
                         return self.park(&attempt).await;
                     }
                     Action::Nothing => return Ok(()),
@@ -163,6 +169,7 @@ impl Engine {
                     Action::ExpireLease => self.expire_lease(&attempt).await?,
                     Action::Check => self.check(&attempt).await?,
                     Action::Retry => self.business_retry(&attempt).await?,
+                    Action::Review => self.review(&attempt).await?,
                 }
             }
             warn!("attempt still wants work after {MAX_STEPS} steps; leaving it to the sweeper");
@@ -326,6 +333,11 @@ impl Engine {
         let (record, lookup) = check.unzip();
         let evidence = unsendable_evidence(seen, invalid, lookup);
         let mut change = Change::new(Some(Event::Unsendable), "unsendable", &self.actor);
+        // Sent before: the gateway may hold a charge, so the janitor keeps
+        // looking. Never sent: there is nothing to find; finance decides.
+        if seen.send_count > 0 {
+            change.act_in = Some(self.cfg.review.first());
+        }
         change.evidence = Some(&evidence);
         change.add_check = record;
         if self.store.apply(seen, &change).await? == Applied::Lost {
@@ -507,11 +519,9 @@ impl Engine {
                 c
             }
             (LookupPlan::Apply(event @ Event::KeyExpired), _) => {
-                Change::new(Some(event), "key_expired_not_found", &self.actor)
+                self.to_review(event, "key_expired_not_found")
             }
-            (LookupPlan::Apply(event), _) => {
-                Change::new(Some(event), "checks_exhausted", &self.actor)
-            }
+            (LookupPlan::Apply(event), _) => self.to_review(event, "checks_exhausted"),
             (LookupPlan::CheckAgain | LookupPlan::Defer, _) => {
                 let mut c = Change::new(None, "lookup_failed", &self.actor);
                 c.act_in = self.next_check_in(checks_done as i32);

@@ -18,6 +18,7 @@
 //! - [`gateway`]: the gateway trait and its HTTP adapter; every failure classified.
 //! - [`store`]: all SQL: enqueue, refunds, compare-and-set writes, sweeper, history.
 //! - [`engine`]: the wake-up handler (load → decide → act → record).
+//! - [`janitor`]: when and where an attempt in review is looked up again (pure).
 //! - [`recon`]: daily reconciliation with the gateway's listing; cases for finance.
 //! - [`runtime`]: the worker process (apalis wiring, sweeper, shutdown).
 //! - [`metrics`]: Prometheus `/metrics`: process counters and database gauges.
@@ -39,6 +40,7 @@ pub mod engine;
 pub mod finance;
 pub mod gateway;
 pub mod http;
+pub mod janitor;
 pub mod metrics;
 pub mod policy;
 pub mod recon;

@@ -32,9 +32,14 @@ pub enum Action {
     ExpireLease,
     /// `RECHAZADO` with a business retry due: a NEW attempt with a NEW key.
     Retry,
+    /// `EN_REVISION` with the janitor's next check due: take the lease and
+    /// look the attempt up again (by key, or in the gateway's listing once
+    /// the key is past its lifetime). Never a send.
+    Review,
     /// Not yet: the next action is due at this time.
     WaitUntil(DateTime<Utc>),
-    /// Terminal, waiting for finance, or another worker holds the lease.
+    /// Terminal, in review with nothing scheduled, or another worker holds
+    /// the lease.
     Nothing,
 }
 
@@ -53,6 +58,9 @@ pub fn decide(s: Snapshot, now: DateTime<Utc>) -> Action {
         State::Desconocido if leased => Action::Nothing,
         State::Desconocido => due(Action::Check),
         State::Rechazado if s.next_action_at.is_some() => due(Action::Retry),
+        State::EnRevision if leased => Action::Nothing,
+        // No due time: nothing to look up (an unsendable row never sent).
+        State::EnRevision if s.next_action_at.is_some() => due(Action::Review),
         State::Aprobado | State::Rechazado | State::EnRevision => Action::Nothing,
     }
 }
@@ -195,7 +203,17 @@ mod tests {
                 snap(State::Rechazado, Some(200), None),
                 Action::WaitUntil(t(200)),
             ),
-            (snap(State::EnRevision, Some(0), None), Action::Nothing),
+            (snap(State::EnRevision, Some(0), None), Action::Review),
+            (
+                snap(State::EnRevision, Some(300), None),
+                Action::WaitUntil(t(300)),
+            ),
+            (
+                snap(State::EnRevision, Some(99), Some(120)),
+                Action::Nothing,
+            ),
+            (snap(State::EnRevision, Some(99), Some(50)), Action::Review),
+            (snap(State::EnRevision, None, None), Action::Nothing),
         ];
         for (s, want) in cases {
             assert_eq!(decide(s, now), want, "{s:?}");

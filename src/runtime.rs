@@ -59,6 +59,12 @@ pub struct WorkerArgs {
     /// Jitter of each delay, as a fraction of it (0.5 = ±50 %).
     #[arg(long, env = "COBRO_CHECK_JITTER", default_value_t = 0.5)]
     pub check_jitter: f64,
+    /// Delays between the janitor's lookups of an attempt in EN_REVISION,
+    /// measured from when it entered review; the last one repeats. Within the
+    /// key lifetime by key, past it through the gateway's listing; never a
+    /// re-send.
+    #[arg(long, env = "COBRO_REVIEW_SCHEDULE", default_value = crate::janitor::DEFAULT_REVIEW_SCHEDULE)]
+    pub review_schedule: String,
     /// How long the gateway keeps idempotency keys; older keys are never re-sent.
     #[arg(long, env = "COBRO_KEY_LIFETIME", default_value = "24h", value_parser = duration)]
     pub key_lifetime: Duration,
@@ -129,6 +135,7 @@ impl std::fmt::Debug for WorkerArgs {
             .field("concurrency", &self.concurrency)
             .field("lease_ttl", &self.lease_ttl)
             .field("check_schedule", &self.check_schedule)
+            .field("review_schedule", &self.review_schedule)
             .field("worker_name", &self.worker_name)
             .finish_non_exhaustive()
     }
@@ -138,6 +145,8 @@ impl std::fmt::Debug for WorkerArgs {
 pub enum ConfigError {
     #[error("COBRO_CHECK_SCHEDULE: {0}")]
     Schedule(#[from] crate::backoff::ScheduleError),
+    #[error("COBRO_REVIEW_SCHEDULE: {0}")]
+    ReviewSchedule(crate::backoff::ScheduleError),
     #[error(
         "COBRO_LEASE_TTL ({lease:?}) must be longer than the gateway's connect + request timeouts ({timeouts:?})"
     )]
@@ -160,9 +169,16 @@ impl WorkerArgs {
         )?)
     }
 
+    /// The janitor's schedule for attempts in review.
+    pub fn review(&self) -> Result<crate::janitor::ReviewSchedule, ConfigError> {
+        crate::janitor::ReviewSchedule::parse(&self.review_schedule)
+            .map_err(ConfigError::ReviewSchedule)
+    }
+
     pub fn validate(&self) -> Result<(), ConfigError> {
         crate::gateway::parse_base_url(&self.gateway_url)?;
         self.schedule()?;
+        self.review()?;
         self.retry.policy()?;
         self.retention.validate()?;
         self.breaker.validate()?;
@@ -258,6 +274,7 @@ pub async fn run(
                     gateway_idempotent: args.gateway_idempotent,
                     max_processing: args.gateway_max_processing,
                 },
+                review: args.review()?,
             },
         )
         .with_guards(breaker.clone(), pace.clone()),
@@ -434,6 +451,22 @@ async fn sweep_loop(store: Store, args: WorkerArgs, mut stop: watch::Receiver<bo
             ),
             Err(e) => warn!(error = %e, "sweep failed; trying again next tick"),
         }
+        sweep_review(&store, &args).await;
+    }
+}
+
+/// The janitor's backstop: attempts in review whose check is due.
+async fn sweep_review(store: &Store, args: &WorkerArgs) {
+    match store
+        .sweep_review(args.sweep_grace, args.sweep_grace * 2, 500)
+        .await
+    {
+        Ok(0) => {}
+        Ok(n) => info!(
+            rewoken = n,
+            "sweeper re-woke attempts in review whose check was due"
+        ),
+        Err(e) => warn!(error = %e, "review sweep failed; trying again next tick"),
     }
 }
 

@@ -130,11 +130,15 @@ pub enum Event {
     /// or written by an older version with looser rules): nothing is sent,
     /// finance decides.
     Unsendable,
+    /// Finance asks the review janitor to look an attempt in review up now
+    /// (bulk "check again now"): it stays in review, its next automatic
+    /// check is now. On the record as a transition-log row.
+    ReviewNow,
 }
 
 impl Event {
     /// Every event (for tables and checks that must consider them all).
-    pub const ALL: [Event; 11] = [
+    pub const ALL: [Event; 12] = [
         Event::Claim,
         Event::Resend,
         Event::Approved,
@@ -146,6 +150,7 @@ impl Event {
         Event::KeyExpired,
         Event::Recheck,
         Event::Unsendable,
+        Event::ReviewNow,
     ];
 }
 
@@ -157,7 +162,9 @@ pub enum Then {
     /// Send with the attempt's key again after a backoff (or the gateway's
     /// `Retry-After`).
     SendLater,
-    /// Look the charge up by key after the next delay of the check schedule.
+    /// Look the charge up when it is next due: by key after the next delay
+    /// of the check schedule (`DESCONOCIDO`); by the review janitor, now
+    /// (`ReviewNow`).
     CheckLater,
     /// Wait for a person in finance (or a late webhook/lookup).
     AwaitFinance,
@@ -208,6 +215,7 @@ pub fn transition(from: State, event: Event) -> Result<Next, InvalidTransition> 
         }
         (S::Pendiente | S::Desconocido, E::Unsendable) => to(S::EnRevision, Then::AwaitFinance),
         (S::EnRevision, E::Recheck) => to(S::Desconocido, Then::CheckLater),
+        (S::EnRevision, E::ReviewNow) => to(S::EnRevision, Then::CheckLater),
 
         (S::Pendiente, E::Resend | E::Unknown | E::LeaseExpired)
         | (S::Pendiente, E::ChecksExhausted | E::KeyExpired)
@@ -215,14 +223,14 @@ pub fn transition(from: State, event: Event) -> Result<Next, InvalidTransition> 
         | (S::Desconocido, E::Claim | E::Unknown | E::LeaseExpired)
         | (S::EnRevision, E::Claim | E::Resend | E::Unknown | E::LeaseExpired)
         | (S::EnRevision, E::ChecksExhausted | E::KeyExpired) => invalid,
-        (S::Pendiente | S::EnProceso | S::Desconocido, E::Recheck) => invalid,
+        (S::Pendiente | S::EnProceso | S::Desconocido, E::Recheck | E::ReviewNow) => invalid,
         (S::Pendiente | S::Desconocido | S::EnRevision, E::Deferred) => invalid,
         (S::EnProceso | S::EnRevision, E::Unsendable) => invalid,
 
         (S::Aprobado | S::Rechazado, E::Approved | E::Declined)
         | (S::Aprobado | S::Rechazado, E::Claim | E::Resend | E::Unknown | E::LeaseExpired)
         | (S::Aprobado | S::Rechazado, E::ChecksExhausted | E::KeyExpired | E::Recheck)
-        | (S::Aprobado | S::Rechazado, E::Deferred | E::Unsendable) => invalid,
+        | (S::Aprobado | S::Rechazado, E::Deferred | E::Unsendable | E::ReviewNow) => invalid,
     }
 }
 
@@ -232,7 +240,7 @@ mod tests {
     use Event as E;
     use State as S;
 
-    const EVENTS: [Event; 11] = Event::ALL;
+    const EVENTS: [Event; 12] = Event::ALL;
 
     /// Every (state, event) pair, written out. `None` = invalid.
     fn expected(from: State, event: Event) -> Option<(State, Then)> {
@@ -280,6 +288,7 @@ mod tests {
             (S::EnRevision, E::Approved, S::Aprobado, Then::Done),
             (S::EnRevision, E::Declined, S::Rechazado, Then::Done),
             (S::EnRevision, E::Recheck, S::Desconocido, Then::CheckLater),
+            (S::EnRevision, E::ReviewNow, S::EnRevision, Then::CheckLater),
         ];
         table
             .iter()
@@ -297,7 +306,7 @@ mod tests {
                 valid += usize::from(got.is_some());
             }
         }
-        assert_eq!(valid, 18, "the table above lists 18 valid transitions");
+        assert_eq!(valid, 19, "the table above lists 19 valid transitions");
     }
 
     #[test]

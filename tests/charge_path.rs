@@ -268,6 +268,7 @@ fn engine(store: &Store, gateway_url: &str, name: &str) -> Engine {
                 gateway_idempotent: true,
                 max_processing: Duration::from_secs(60),
             },
+            review: Default::default(),
         },
     )
 }

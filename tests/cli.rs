@@ -13,6 +13,7 @@ on_both_backends!(
     finance_retries_a_declined_order_from_the_command_line,
     refunds_from_the_command_line,
     finance_works_the_escalation_queue_from_the_command_line,
+    finance_pages_the_queue_and_checks_again_now_from_the_command_line,
 );
 
 fn cobro(db_url: &str, args: &[&str]) -> Output {
@@ -368,5 +369,110 @@ async fn finance_works_the_escalation_queue_from_the_command_line(b: Backend) {
     let out = cobro(&db.url, &["escalations", "summary", "--json"]);
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["queue"]["en_revision"], 0);
+    db.drop_db().await;
+}
+
+async fn finance_pages_the_queue_and_checks_again_now_from_the_command_line(b: Backend) {
+    use cobro::state::Event;
+    use cobro::store::{Applied, Change, Lease};
+    let db = TestDb::new(b).await;
+    let mut ids = Vec::new();
+    for (order, currency) in [("cli-a", "USD"), ("cli-b", "EUR"), ("cli-c", "USD")] {
+        let req = cobro::domain::ChargeRequest::parse(order, 1_000, currency, None, None).unwrap();
+        let id = db.store.enqueue(&req).await.unwrap().attempt_id;
+        let mut a = db.store.load(id).await.unwrap().0;
+        for event in [Event::Claim, Event::Unknown, Event::ChecksExhausted] {
+            let mut c = Change::new(Some(event), "test", "test");
+            match event {
+                Event::Claim => {
+                    c.lease = Lease::Take {
+                        owner: "test",
+                        ttl: Duration::from_secs(30),
+                    }
+                }
+                Event::ChecksExhausted => c.act_in = Some(Duration::from_secs(3600)),
+                _ => {}
+            }
+            let Applied::Moved(now) = db.store.apply(&a, &c).await.unwrap() else {
+                panic!()
+            };
+            a = *now;
+        }
+        ids.push(id.to_string());
+    }
+    // A page of one, then the next page by its cursor: every item once.
+    let mut seen = Vec::new();
+    let mut after: Option<String> = None;
+    loop {
+        let mut args = vec!["escalations", "list", "--json", "--limit", "1"];
+        if let Some(a) = after.as_deref() {
+            args.extend(["--after", a]);
+        }
+        let out = cobro(&db.url, &args);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(v["total"], 3, "{v}");
+        seen.extend(
+            v["items"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|i| i["id"].as_str().unwrap().to_owned()),
+        );
+        match v["next"].as_str() {
+            Some(n) => after = Some(n.to_owned()),
+            None => break,
+        }
+    }
+    // (the same order as created, up to SQLite's millisecond ties)
+    let mut sorted = seen.clone();
+    sorted.sort();
+    let mut want = ids.clone();
+    want.sort();
+    assert_eq!(sorted, want);
+    let out = cobro(&db.url, &["escalations", "list", "--limit", "1"]);
+    assert!(
+        text(&out.stdout).contains("next page: --after "),
+        "{}",
+        text(&out.stdout)
+    );
+
+    let out = cobro(
+        &db.url,
+        &[
+            "escalations",
+            "check-now",
+            "--currency",
+            "USD",
+            "--actor",
+            "ana",
+            "--note",
+            "gateway incident over",
+        ],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).starts_with("scheduled 2 attempt(s) in review"),
+        "{}",
+        text(&out.stdout)
+    );
+    for (id, touched) in ids.iter().zip([true, false, true]) {
+        let log = db.store.transitions(id.parse().unwrap()).await.unwrap();
+        let last = log.last().unwrap();
+        assert_eq!(
+            (
+                last.cause == "finance_check_now",
+                last.actor.as_str() == "finance:ana"
+            ),
+            (touched, touched),
+            "{id}"
+        );
+    }
+    let out = cobro(
+        &db.url,
+        &["escalations", "check-now", "--by", "ana", "--note", " "],
+    );
+    assert!(!out.status.success());
+    assert!(text(&out.stderr).contains("note"), "{}", text(&out.stderr));
     db.drop_db().await;
 }

@@ -48,17 +48,34 @@ async fn insert_by_hand(db: &TestDb, order_id: &str, state: &str) -> Uuid {
 }
 
 /// The attempt in review: its last transition, from `from`, says why, and
-/// finance's queue lists it. Nothing was charged.
-async fn assert_in_review_unsent(db: &TestDb, sim_url: &str, id: Uuid, from: &str, detail: &str) {
+/// finance's queue lists it. Nothing was charged. One that was sent before
+/// (`sent`) keeps being looked up by the review janitor (first check after
+/// the default 5 min); one never sent has nothing to find: a person decides.
+async fn assert_in_review_unsent(
+    db: &TestDb,
+    sim_url: &str,
+    id: Uuid,
+    from: &str,
+    detail: &str,
+    sent: bool,
+) {
     let a = settled(&db.store, id, State::EnRevision, Duration::from_secs(20)).await;
     assert_eq!(a.lease_owner, None, "no worker holds it");
-    assert_eq!(
-        a.next_action_at, None,
-        "nothing is scheduled: a person decides"
-    );
 
     let log = db.store.transitions(id).await.unwrap();
     let last = log.last().expect("a transition-log row");
+    if sent {
+        let first_check = a.next_action_at.expect("the janitor's first check") - last.at;
+        assert!(
+            (first_check.num_milliseconds() - 300_000).abs() <= 50,
+            "first janitor check {first_check:?} after entering review"
+        );
+    } else {
+        assert_eq!(
+            a.next_action_at, None,
+            "nothing is scheduled: a person decides"
+        );
+    }
     assert_eq!(
         (last.from_state.as_deref(), last.to_state.as_str()),
         (Some(from), "EN_REVISION")
@@ -104,6 +121,7 @@ async fn a_pending_row_the_parser_refuses_goes_to_finance_unsent(b: Backend) {
         id,
         "PENDIENTE",
         "invalid order_id: must not end with whitespace, found U+00A0",
+        false,
     )
     .await;
     let a = db.store.load(id).await.unwrap().0;
@@ -130,6 +148,7 @@ async fn an_unknown_row_the_parser_refuses_is_looked_up_then_goes_to_finance_uns
         id,
         "DESCONOCIDO",
         "invalid order_id: must not contain control or invisible format characters, found U+FEFF",
+        true,
     )
     .await;
     let last = db.store.transitions(id).await.unwrap().pop().unwrap();

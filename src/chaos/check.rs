@@ -314,5 +314,7 @@ mod tests {
         assert!(valid_edge(Some("DESCONOCIDO"), "EN_PROCESO"));
         assert!(!valid_edge(Some("APROBADO"), "RECHAZADO"));
         assert!(valid_edge(Some("EN_REVISION"), "DESCONOCIDO"));
+        assert!(valid_edge(Some("EN_REVISION"), "EN_REVISION"));
+        assert!(!valid_edge(Some("DESCONOCIDO"), "DESCONOCIDO"));
     }
 }

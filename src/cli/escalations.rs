@@ -1,5 +1,5 @@
 //! `cobro escalations`: finance's queue from a terminal (list, show,
-//! resolve, resolve-case, summary), over [`cobro::finance`].
+//! resolve, check-now, resolve-case, summary), over [`cobro::finance`].
 
 use anyhow::Result;
 use clap::Subcommand;
@@ -9,10 +9,21 @@ use cobro::store::Store;
 
 #[derive(Subcommand)]
 pub enum EscalationCommand {
-    /// The queue, oldest first.
+    /// The queue, oldest first, a page at a time (`--limit`, then `--after`
+    /// with the cursor printed at the end); `--all` (or `--csv`) prints
+    /// every page.
     List {
         #[command(flatten)]
         filter: FilterArgs,
+        /// Items per page (at most 500).
+        #[arg(long, default_value_t = cobro::finance::DEFAULT_PAGE_SIZE)]
+        limit: u32,
+        /// The `next` cursor of the previous page.
+        #[arg(long, conflicts_with = "all")]
+        after: Option<String>,
+        /// Every page at once.
+        #[arg(long)]
+        all: bool,
         #[arg(long, conflicts_with = "csv")]
         json: bool,
         /// CSV for a spreadsheet (decimal amounts, ISO timestamps).
@@ -49,6 +60,21 @@ pub enum EscalationCommand {
         /// What you checked and why.
         #[arg(long)]
         note: String,
+    },
+    /// Check again now: every attempt in EN_REVISION the filters select is
+    /// looked up at the gateway now instead of at its next automatic check
+    /// (DESCONOCIDO ones keep their own schedule). Prints how many.
+    CheckNow {
+        #[command(flatten)]
+        filter: FilterArgs,
+        /// Your name (kept in the transition log as finance:<name>).
+        #[arg(long, alias = "actor")]
+        by: String,
+        /// Why (e.g. "the gateway's incident is over").
+        #[arg(long)]
+        note: String,
+        #[arg(long)]
+        json: bool,
     },
     /// Close a reconciliation case (after acting on it), with a note.
     ResolveCase {
@@ -90,6 +116,17 @@ pub struct FilterArgs {
     pub older_than: Option<std::time::Duration>,
 }
 
+impl FilterArgs {
+    fn filter(self) -> cobro::finance::Filter {
+        cobro::finance::Filter {
+            state: self.state,
+            currency: self.currency,
+            kind: self.kind,
+            min_age_secs: self.older_than.map(|d| d.as_secs() as i64),
+        }
+    }
+}
+
 pub async fn run(
     store: &Store,
     stale_after: std::time::Duration,
@@ -97,19 +134,34 @@ pub async fn run(
 ) -> Result<()> {
     use cobro::finance;
     match command {
-        EscalationCommand::List { filter, json, csv } => {
-            let filter = finance::Filter {
-                state: filter.state,
-                currency: filter.currency,
-                kind: filter.kind,
-                min_age_secs: filter.older_than.map(|d| d.as_secs() as i64),
+        EscalationCommand::List {
+            filter,
+            limit,
+            after,
+            all,
+            json,
+            csv,
+        } => {
+            let filter = filter.filter();
+            let (items, total, next) = if all || csv {
+                let items = finance::queue(store, stale_after, &filter).await?;
+                let total = items.len() as i64;
+                (items, total, None)
+            } else {
+                let page = finance::PageRequest {
+                    after,
+                    limit: Some(limit),
+                };
+                let p = finance::queue_page(store, stale_after, &filter, &page).await?;
+                (p.items, p.total, p.next)
             };
-            let items = finance::queue(store, stale_after, &filter).await?;
             let cases = finance::open_cases(store).await?;
             if csv {
                 print!("{}", finance::to_csv(&items));
             } else if json {
-                let both = serde_json::json!({ "items": items, "cases": cases });
+                let both = serde_json::json!({
+                    "items": items, "total": total, "next": next, "cases": cases
+                });
                 println!("{}", serde_json::to_string_pretty(&both)?);
             } else if items.is_empty() && cases.is_empty() {
                 println!("nothing needs finance");
@@ -129,7 +181,7 @@ pub async fn run(
                     let a = &e.attempt;
                     let (status, kind, lookup) = finance::last_evidence(a);
                     println!(
-                        "{}  v{}  {:<11} {:<6} order {}  {} {}  {} min old  {} checks  last: {} {} {}",
+                        "{}  v{}  {:<11} {:<6} order {}  {} {}  {} min old  {} checks  next check {}  last: {} {} {}",
                         a.id,
                         a.version,
                         a.state,
@@ -139,11 +191,35 @@ pub async fn run(
                         a.currency,
                         e.age_secs / 60,
                         a.check_count,
+                        e.next_check_at
+                            .map(|t| t.format("%Y-%m-%dT%H:%M:%SZ").to_string())
+                            .unwrap_or_else(|| "none".into()),
                         status.map(|s| s.to_string()).unwrap_or_else(|| "-".into()),
                         kind.unwrap_or_else(|| "-".into()),
                         lookup.unwrap_or_else(|| "-".into()),
                     );
                 }
+                println!("{} item(s) in all, {} shown", total, items.len());
+                if let Some(next) = next {
+                    println!("next page: --after {next}");
+                }
+            }
+        }
+        EscalationCommand::CheckNow {
+            filter,
+            by,
+            note,
+            json,
+        } => {
+            let done =
+                finance::check_now_all(store, stale_after, &filter.filter(), &by, &note).await?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&done)?);
+            } else {
+                println!(
+                    "scheduled {} attempt(s) in review for a lookup now; {} being looked up already, {} changed meanwhile, {} DESCONOCIDO left on their own schedule",
+                    done.scheduled, done.busy, done.moved, done.skipped_desconocido
+                );
             }
         }
         EscalationCommand::Show { attempt, json } => {

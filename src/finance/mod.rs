@@ -23,7 +23,8 @@ use crate::domain::InputError;
 use crate::gateway::Evidence;
 use crate::state::{Event, State};
 use crate::store::{
-    Applied, Attempt, CaseError, Change, Escalated, ReconCase, Store, StoreError, Transition,
+    Applied, Attempt, CaseError, Change, Escalated, QueueCursor, QueueQuery, ReconCase, Store,
+    StoreError, Transition,
 };
 
 /// How stale a `DESCONOCIDO` attempt must be to reach finance by default.
@@ -225,7 +226,7 @@ pub async fn detail(store: &Store, id: Uuid) -> Result<Detail, StoreError> {
     })
 }
 
-/// Filters of the queue (all optional).
+/// Filters of the queue (all optional), as a person gives them.
 #[derive(Debug, Clone, Default, Deserialize)]
 pub struct Filter {
     /// `EN_REVISION` or `DESCONOCIDO`.
@@ -238,32 +239,262 @@ pub struct Filter {
 }
 
 impl Filter {
-    pub fn keeps(&self, e: &Escalated) -> bool {
-        let a = &e.attempt;
-        let kind = if a.is_refund() { "refund" } else { "charge" };
-        self.state
-            .as_deref()
-            .is_none_or(|s| s.is_empty() || s == a.state.as_str())
-            && self
-                .currency
-                .as_deref()
-                .is_none_or(|c| c.is_empty() || c.eq_ignore_ascii_case(&a.currency))
-            && self
-                .kind
-                .as_deref()
-                .is_none_or(|k| k.is_empty() || k == kind)
-            && self.min_age_secs.is_none_or(|m| e.age_secs >= m)
+    /// The filters as the store's query; a bad value names its field.
+    pub fn query(&self, stale_after: Duration) -> Result<QueueQuery, InputError> {
+        let given = |v: &Option<String>| {
+            v.as_deref()
+                .map(str::trim)
+                .filter(|v| !v.is_empty())
+                .map(str::to_owned)
+        };
+        let state = match given(&self.state).as_deref() {
+            None => None,
+            Some("EN_REVISION") => Some(State::EnRevision),
+            Some("DESCONOCIDO") => Some(State::Desconocido),
+            Some(_) => {
+                return Err(InputError::new("state", "EN_REVISION or DESCONOCIDO"));
+            }
+        };
+        let currency = match given(&self.currency) {
+            None => None,
+            Some(c) if c.len() == 3 && c.chars().all(|c| c.is_ascii_alphabetic()) => {
+                Some(c.to_ascii_uppercase())
+            }
+            Some(_) => {
+                return Err(InputError::new(
+                    "currency",
+                    "an ISO 4217 code of 3 letters, e.g. USD",
+                ));
+            }
+        };
+        let refunds = match given(&self.kind).as_deref() {
+            None => None,
+            Some("charge") => Some(false),
+            Some("refund") => Some(true),
+            Some(_) => return Err(InputError::new("kind", "charge or refund")),
+        };
+        let min_age = match self.min_age_secs {
+            None => Duration::ZERO,
+            Some(s) => u64::try_from(s)
+                .map(Duration::from_secs)
+                .map_err(|_| InputError::new("min_age_secs", "0 or more seconds"))?,
+        };
+        Ok(QueueQuery {
+            stale_after,
+            state,
+            currency,
+            refunds,
+            min_age,
+        })
     }
 }
 
-/// The queue's attempts, filtered, oldest first.
+/// Items per page when none is asked for.
+pub const DEFAULT_PAGE_SIZE: u32 = 50;
+/// The largest page; a larger one asked for is refused, never cut silently.
+pub const MAX_PAGE_SIZE: u32 = 500;
+
+/// Which page of the queue: the `next` cursor of the previous page (none
+/// for the first) and how many items.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct PageRequest {
+    pub after: Option<String>,
+    pub limit: Option<u32>,
+}
+
+/// One page of the queue.
+#[derive(Debug, Clone, Serialize)]
+pub struct QueuePage {
+    /// Oldest first.
+    pub items: Vec<Escalated>,
+    /// Every item the filters select, on all pages (a SQL count).
+    pub total: i64,
+    /// The cursor of the next page; `None` on the last one.
+    pub next: Option<String>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum QueueError {
+    #[error(transparent)]
+    Invalid(#[from] InputError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// A cursor as text: the attempt's `created_at` in microseconds since the
+/// epoch and its id (`1767225600000000_<uuid>`).
+pub fn encode_cursor(c: &QueueCursor) -> String {
+    format!("{}_{}", c.created_at.timestamp_micros(), c.id)
+}
+
+fn decode_cursor(s: &str) -> Result<QueueCursor, InputError> {
+    let bad = || InputError::new("after", "the `next` cursor of a previous page");
+    let (micros, id) = s.trim().split_once('_').ok_or_else(bad)?;
+    Ok(QueueCursor {
+        created_at: micros
+            .parse::<i64>()
+            .ok()
+            .and_then(chrono::DateTime::from_timestamp_micros)
+            .ok_or_else(bad)?,
+        id: Uuid::try_parse(id).map_err(|_| bad())?,
+    })
+}
+
+/// One page of the queue, filtered and paginated in SQL, oldest first,
+/// with the true total.
+pub async fn queue_page(
+    store: &Store,
+    stale_after: Duration,
+    filter: &Filter,
+    page: &PageRequest,
+) -> Result<QueuePage, QueueError> {
+    let q = filter.query(stale_after)?;
+    let limit = page.limit.unwrap_or(DEFAULT_PAGE_SIZE);
+    if !(1..=MAX_PAGE_SIZE).contains(&limit) {
+        return Err(
+            InputError::new("limit", format!("1 to {MAX_PAGE_SIZE} items per page")).into(),
+        );
+    }
+    let after = match page.after.as_deref().filter(|a| !a.trim().is_empty()) {
+        Some(a) => decode_cursor(a)?,
+        None => QueueCursor::start(),
+    };
+    // One more than asked tells whether a next page exists.
+    let mut items = store
+        .escalated_page(&q, after, i64::from(limit) + 1)
+        .await?;
+    let more = items.len() > limit as usize;
+    items.truncate(limit as usize);
+    let next = more
+        .then(|| {
+            items
+                .last()
+                .map(|e| encode_cursor(&QueueCursor::after(&e.attempt)))
+        })
+        .flatten();
+    let total = store.escalated_count(&q).await?;
+    Ok(QueuePage { items, total, next })
+}
+
+/// Visits every item `q` selects, page by page (no cap, bounded memory).
+pub(crate) async fn for_each_page<F>(
+    store: &Store,
+    q: &QueueQuery,
+    mut visit: F,
+) -> Result<(), StoreError>
+where
+    F: FnMut(Vec<Escalated>),
+{
+    const PAGE: i64 = 1000;
+    let mut after = QueueCursor::start();
+    loop {
+        let items = store.escalated_page(q, after, PAGE).await?;
+        let Some(last) = items.last() else {
+            return Ok(());
+        };
+        after = QueueCursor::after(&last.attempt);
+        let full = items.len() as i64 == PAGE;
+        visit(items);
+        if !full {
+            return Ok(());
+        }
+    }
+}
+
+/// Every item of the queue the filters select, oldest first, read in pages
+/// (for the CSV export and the CLI: no cap).
 pub async fn queue(
     store: &Store,
     stale_after: Duration,
     filter: &Filter,
-) -> Result<Vec<Escalated>, StoreError> {
-    let all = store.escalated_attempts(stale_after, 10_000).await?;
-    Ok(all.into_iter().filter(|e| filter.keeps(e)).collect())
+) -> Result<Vec<Escalated>, QueueError> {
+    let q = filter.query(stale_after)?;
+    let mut all = Vec::new();
+    for_each_page(store, &q, |items| all.extend(items)).await?;
+    Ok(all)
+}
+
+/// What a bulk "check again now" did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct BulkCheck {
+    /// Attempts in review whose next automatic check is now.
+    pub scheduled: u64,
+    /// In review, but being looked up right now (a worker holds them).
+    pub busy: u64,
+    /// Changed between the read and the write (settled, or another
+    /// person's request): left as they are.
+    pub moved: u64,
+    /// `DESCONOCIDO` attempts the filters select: not touched, they are
+    /// already looked up on their own schedule (seconds apart, or when the
+    /// gateway's `Retry-After` allows).
+    pub skipped_desconocido: i64,
+}
+
+/// Finance's bulk "check again now": every attempt in review the filters
+/// select gets its janitor's next check pulled to now, each by a
+/// compare-and-set write through the state machine (`ReviewNow`: it stays
+/// in review; a transition-log row as `finance:<by>` with the note),
+/// processed in pages (no cap).
+pub async fn check_now_all(
+    store: &Store,
+    stale_after: Duration,
+    filter: &Filter,
+    by: &str,
+    note: &str,
+) -> Result<BulkCheck, QueueError> {
+    validate_person(by, note)?;
+    let q = filter.query(stale_after)?;
+    let mut out = BulkCheck::default();
+    if q.state != Some(State::EnRevision) {
+        let doubt = QueueQuery {
+            state: Some(State::Desconocido),
+            ..q.clone()
+        };
+        out.skipped_desconocido = store.escalated_count(&doubt).await?;
+    }
+    if q.state == Some(State::Desconocido) {
+        return Ok(out);
+    }
+    let review = QueueQuery {
+        state: Some(State::EnRevision),
+        ..q
+    };
+    let actor = format!("finance:{}", by.trim());
+    let evidence = Evidence {
+        call: "finance".into(),
+        error_kind: "manual".into(),
+        detail: Some(note.trim().to_owned()),
+        ..Evidence::default()
+    };
+    const PAGE: i64 = 200;
+    let mut after = QueueCursor::start();
+    loop {
+        let items = store.escalated_page(&review, after, PAGE).await?;
+        let Some(last) = items.last() else {
+            break;
+        };
+        after = QueueCursor::after(&last.attempt);
+        let full = items.len() as i64 == PAGE;
+        let now = store.now().await?;
+        for e in items {
+            let seen = e.attempt;
+            if seen.lease_expires_at.is_some_and(|until| until > now) {
+                out.busy += 1;
+                continue;
+            }
+            let mut c = Change::new(Some(Event::ReviewNow), "finance_check_now", &actor);
+            c.act_in = Some(Duration::ZERO);
+            c.evidence = Some(&evidence);
+            match store.apply(&seen, &c).await? {
+                Applied::Moved(_) => out.scheduled += 1,
+                Applied::Lost => out.moved += 1,
+            }
+        }
+        if !full {
+            break;
+        }
+    }
+    Ok(out)
 }
 
 /// Open reconciliation cases (what the daily comparison with the gateway

@@ -13,7 +13,7 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 
 use crate::domain::decimal;
-use crate::store::{Store, StoreError};
+use crate::store::{QueueQuery, Store, StoreError};
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Summary {
@@ -88,27 +88,36 @@ pub async fn summarize(
             amount_minor: t.amount_minor,
         })
         .collect();
-    let queued = store.escalated_attempts(stale_after, 100_000).await?;
     let mut by_age = vec![0usize; BUCKETS.len()];
     // i128: a sum of amounts never overflows (each is at most 10^12 - 1).
     let mut amounts: BTreeMap<String, i128> = BTreeMap::new();
-    for e in &queued {
-        let bucket = BUCKETS
-            .iter()
-            .position(|(_, below)| e.age_secs < *below)
-            .unwrap_or(BUCKETS.len() - 1);
-        by_age[bucket] += 1;
-        *amounts.entry(e.attempt.currency.clone()).or_default() +=
-            i128::from(e.attempt.amount_minor);
-    }
-    let en_revision = queued
-        .iter()
-        .filter(|e| e.reason() == "en_revision")
-        .count();
+    let (mut queued, mut en_revision) = (0usize, 0usize);
+    let mut oldest = Vec::new();
+    // The whole queue, page by page: no cap, and only a page in memory.
+    let everything = QueueQuery {
+        stale_after,
+        ..QueueQuery::default()
+    };
+    super::for_each_page(store, &everything, |page| {
+        for e in page {
+            let bucket = BUCKETS
+                .iter()
+                .position(|(_, below)| e.age_secs < *below)
+                .unwrap_or(BUCKETS.len() - 1);
+            by_age[bucket] += 1;
+            *amounts.entry(e.attempt.currency.clone()).or_default() +=
+                i128::from(e.attempt.amount_minor);
+            queued += 1;
+            en_revision += usize::from(e.reason() == "en_revision");
+            if oldest.len() < 10 {
+                oldest.push(e);
+            }
+        }
+    })
+    .await?;
     let open_cases = store.open_cases().await?.len();
-    let oldest = queued
+    let oldest = oldest
         .iter()
-        .take(10)
         .map(|e| Item {
             attempt_id: e.attempt.id,
             order_id: e.attempt.order_id.clone(),
@@ -131,7 +140,7 @@ pub async fn summarize(
         totals,
         queue: Queue {
             en_revision,
-            stale_desconocido: queued.len() - en_revision,
+            stale_desconocido: queued - en_revision,
             by_age: BUCKETS
                 .iter()
                 .zip(by_age)

@@ -34,8 +34,8 @@ pub struct CheckRecord {
 /// One compare-and-set write to an attempt.
 #[derive(Debug, Clone)]
 pub struct Change<'a> {
-    /// `None` for writes that keep the state (taking a check lease, a failed
-    /// check): those write no transition-log row.
+    /// `None` for writes that are no event (taking a check lease, a failed
+    /// check): those keep the state and write no transition-log row.
     pub event: Option<Event>,
     pub cause: &'a str,
     pub actor: &'a str,
@@ -157,7 +157,9 @@ pub(crate) fn plan<'a>(seen: &Attempt, change: &Change<'a>) -> Result<Plan<'a>, 
     };
     Ok(Plan {
         to,
-        log: to != seen.state,
+        // Every event is on the record, the one that keeps the state too
+        // (`ReviewNow`: EN_REVISION -> EN_REVISION).
+        log: to != seen.state || change.event.is_some(),
         lease_owner,
         lease_secs,
         act_in_secs,

@@ -1,15 +1,20 @@
 //! The escalation queue's reads: what finance must look at. Attempts in
 //! `EN_REVISION`, and attempts in `DESCONOCIDO` older than the staleness
-//! threshold, oldest first, with their age on the database's clock.
+//! threshold, oldest first, with their age on the database's clock. The
+//! filters and the keyset pagination (`(created_at, id)` after a cursor)
+//! run in SQL on the queue's partial index; the count is a SQL `COUNT`.
 //!
 //! Invariant: read-only. Resolutions go through [`crate::finance`], which
 //! writes only through the compare-and-set [`Store::apply`].
 
 use std::time::Duration;
 
+use chrono::{DateTime, Utc};
 use serde::Serialize;
+use uuid::Uuid;
 
 use super::{Attempt, Db, Store, StoreError, lite, pg};
+use crate::state::State;
 
 /// One attempt that needs a person.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -18,6 +23,61 @@ pub struct Escalated {
     pub attempt: Attempt,
     /// Seconds since the attempt was created (database clock).
     pub age_secs: i64,
+    /// When it is next looked up automatically: the janitor's next check of
+    /// an attempt in review, the next check of one in doubt; `None` when
+    /// nothing is scheduled (an unsendable row that was never sent).
+    pub next_check_at: Option<DateTime<Utc>>,
+}
+
+impl Escalated {
+    pub(crate) fn new(attempt: Attempt, age_secs: i64) -> Self {
+        Self {
+            next_check_at: attempt.next_action_at,
+            attempt,
+            age_secs,
+        }
+    }
+}
+
+/// Which part of the queue to read; every field already validated.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct QueueQuery {
+    /// A `DESCONOCIDO` attempt is in the queue once this old.
+    pub stale_after: Duration,
+    /// `EN_REVISION` or `DESCONOCIDO` only.
+    pub state: Option<State>,
+    /// An ISO 4217 code, upper case.
+    pub currency: Option<String>,
+    /// `Some(true)`: refunds only; `Some(false)`: charges only.
+    pub refunds: Option<bool>,
+    /// Only attempts at least this old.
+    pub min_age: Duration,
+}
+
+/// Where a page of the queue starts: right after this attempt in the
+/// queue's order (oldest first, then by id).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QueueCursor {
+    pub created_at: DateTime<Utc>,
+    pub id: Uuid,
+}
+
+impl QueueCursor {
+    /// The cursor before every attempt.
+    pub fn start() -> Self {
+        Self {
+            created_at: DateTime::UNIX_EPOCH,
+            id: Uuid::nil(),
+        }
+    }
+
+    /// The cursor right after `a`.
+    pub fn after(a: &Attempt) -> Self {
+        Self {
+            created_at: a.created_at,
+            id: a.id,
+        }
+    }
 }
 
 impl Escalated {
@@ -53,16 +113,25 @@ impl Store {
         }
     }
 
-    /// Every attempt in `EN_REVISION` and every `DESCONOCIDO` one created at
-    /// least `stale_after` ago, oldest first, at most `limit`.
-    pub async fn escalated_attempts(
+    /// One page of the queue: the attempts `q` selects that come after
+    /// `after`, oldest first, at most `limit`.
+    pub async fn escalated_page(
         &self,
-        stale_after: Duration,
+        q: &QueueQuery,
+        after: QueueCursor,
         limit: i64,
     ) -> Result<Vec<Escalated>, StoreError> {
         match &self.db {
-            Db::Pg(p) => pg::escalation::escalated(p, stale_after, limit).await,
-            Db::Lite(p) => lite::escalation::escalated(p, stale_after, limit).await,
+            Db::Pg(p) => pg::escalation::page(p, q, after, limit).await,
+            Db::Lite(p) => lite::escalation::page(p, q, after, limit).await,
+        }
+    }
+
+    /// How many attempts `q` selects (all of them, not a page).
+    pub async fn escalated_count(&self, q: &QueueQuery) -> Result<i64, StoreError> {
+        match &self.db {
+            Db::Pg(p) => pg::escalation::count(p, q).await,
+            Db::Lite(p) => lite::escalation::count(p, q).await,
         }
     }
 }

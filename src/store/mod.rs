@@ -20,13 +20,14 @@ mod recon;
 mod refund;
 mod retention;
 mod retry;
+mod review;
 mod webhooks;
 
 pub use breaker::{BreakerEvent, BreakerRow, GatewayHealth};
 pub use change::{Applied, Change, CheckRecord, Lease, NoticeKind};
 pub use contradiction::Contradiction;
 pub use enqueue::{EnqueueError, Enqueued};
-pub use escalation::{Escalated, Totals};
+pub use escalation::{Escalated, QueueCursor, QueueQuery, Totals};
 pub use lite::enqueue_charge as enqueue_charge_sqlite;
 pub use metrics::Gauges;
 pub use pg::enqueue_charge;

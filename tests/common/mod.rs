@@ -304,6 +304,7 @@ pub fn worker_args(db_url: &str, gateway_url: &str) -> WorkerArgs {
         lease_ttl: Duration::from_secs(3),
         check_schedule: "200ms,400ms,800ms,1600ms,3200ms".into(),
         check_jitter: 0.5,
+        review_schedule: "5m,15m,1h,4h,12h,24h".into(),
         key_lifetime: Duration::from_secs(86_400),
         poll_interval: Duration::from_millis(500),
         missed_heartbeats: 20,

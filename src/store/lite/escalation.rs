@@ -1,42 +1,81 @@
 //! The escalation queue's scan on SQLite (index `payment_attempts_escalation`).
 
-use std::time::Duration;
-
 use sqlx::{Row, SqlitePool};
 
 use super::attempt;
 use crate::store::StoreError;
-use crate::store::escalation::{Escalated, Totals};
+use crate::store::escalation::{Escalated, QueueCursor, QueueQuery, Totals};
 
-pub(crate) async fn escalated(
+/// The queue's selection; `?1`-`?5` as bound by [`bind_query`].
+macro_rules! queue_where {
+    () => {
+        concat!(
+            "FROM payment_attempts
+              WHERE state IN ('DESCONOCIDO', 'EN_REVISION')
+                AND (state = 'EN_REVISION' OR created_at <= ",
+            now_ms!(),
+            " - ?1)
+                AND (?2 IS NULL OR state = ?2)
+                AND (?3 IS NULL OR currency = ?3)
+                AND (?4 IS NULL OR (kind = 'refund') = ?4)
+                AND created_at <= ",
+            now_ms!(),
+            " - ?5"
+        )
+    };
+}
+
+fn millis(d: std::time::Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+fn bind_query<'q>(
+    q: sqlx::query::Query<'q, sqlx::Sqlite, sqlx::sqlite::SqliteArguments>,
+    query: &'q QueueQuery,
+) -> sqlx::query::Query<'q, sqlx::Sqlite, sqlx::sqlite::SqliteArguments> {
+    q.bind(millis(query.stale_after))
+        .bind(query.state.map(|s| s.as_str()))
+        .bind(query.currency.as_deref())
+        .bind(query.refunds)
+        .bind(millis(query.min_age))
+}
+
+pub(crate) async fn page(
     pool: &SqlitePool,
-    stale_after: Duration,
+    query: &QueueQuery,
+    after: QueueCursor,
     limit: i64,
 ) -> Result<Vec<Escalated>, StoreError> {
-    let rows = sqlx::query(concat!(
-        "SELECT *, (",
-        now_ms!(),
-        " - created_at) / 1000 AS age_secs
-           FROM payment_attempts
-          WHERE state IN ('DESCONOCIDO', 'EN_REVISION')
-            AND (state = 'EN_REVISION' OR created_at <= ",
-        now_ms!(),
-        " - ?1)
-          ORDER BY created_at, id
-          LIMIT ?2"
-    ))
-    .bind(i64::try_from(stale_after.as_millis()).unwrap_or(i64::MAX))
+    let rows = bind_query(
+        sqlx::query(concat!(
+            "SELECT *, (",
+            now_ms!(),
+            " - created_at) / 1000 AS age_secs ",
+            queue_where!(),
+            " AND (created_at, id) > (?6, ?7)
+             ORDER BY created_at, id
+             LIMIT ?8"
+        )),
+        query,
+    )
+    .bind(after.created_at.timestamp_millis())
+    .bind(after.id.hyphenated().to_string())
     .bind(limit)
     .fetch_all(pool)
     .await?;
     rows.iter()
-        .map(|r| {
-            Ok(Escalated {
-                attempt: attempt(r)?,
-                age_secs: r.try_get("age_secs")?,
-            })
-        })
+        .map(|r| Ok(Escalated::new(attempt(r)?, r.try_get("age_secs")?)))
         .collect()
+}
+
+pub(crate) async fn count(pool: &SqlitePool, query: &QueueQuery) -> Result<i64, StoreError> {
+    let row = bind_query(
+        sqlx::query(concat!("SELECT count(*) AS n ", queue_where!())),
+        query,
+    )
+    .fetch_one(pool)
+    .await?;
+    Ok(row.try_get("n")?)
 }
 
 pub(crate) async fn totals(pool: &SqlitePool) -> Result<Vec<Totals>, StoreError> {

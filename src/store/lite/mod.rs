@@ -46,6 +46,7 @@ pub(crate) mod recon;
 pub(crate) mod refund;
 pub(crate) mod retention;
 pub(crate) mod retry;
+pub(crate) mod review;
 pub(crate) mod webhooks;
 
 pub use enqueue::enqueue_charge;
@@ -310,7 +311,9 @@ pub(super) async fn apply_tx(
         .bind(plan.evidence_json.as_deref())
         .execute(&mut *tx)
         .await?;
-        crate::metrics::transition(seen.state, plan.to, change.cause);
+        if plan.to != seen.state {
+            crate::metrics::transition(seen.state, plan.to, change.cause);
+        }
     }
     if let Some(kind) = plan.notice {
         sqlx::query(concat!(

@@ -1,10 +1,8 @@
 //! The escalation queue's scan on PostgreSQL (index `payment_attempts_escalation`).
 
-use std::time::Duration;
-
 use sqlx::PgPool;
 
-use crate::store::escalation::{Escalated, Totals};
+use crate::store::escalation::{Escalated, QueueCursor, QueueQuery, Totals};
 use crate::store::{Attempt, StoreError};
 
 #[derive(sqlx::FromRow)]
@@ -14,31 +12,72 @@ struct Row {
     age_secs: i64,
 }
 
-pub(crate) async fn escalated(
-    pool: &PgPool,
-    stale_after: Duration,
-    limit: i64,
-) -> Result<Vec<Escalated>, StoreError> {
-    let rows: Vec<Row> = sqlx::query_as(
-        "SELECT a.*, floor(extract(epoch FROM now() - a.created_at))::bigint AS age_secs
-           FROM cobro.payment_attempts a
+/// The queue's selection; `$1`-`$5` as bound by [`bind_query`].
+macro_rules! queue_where {
+    () => {
+        "FROM cobro.payment_attempts a
           WHERE a.state IN ('DESCONOCIDO', 'EN_REVISION')
             AND (a.state = 'EN_REVISION'
                  OR a.created_at <= now() - make_interval(secs => $1::float8))
-          ORDER BY a.created_at, a.id
-          LIMIT $2",
+            AND ($2::text IS NULL OR a.state = $2)
+            AND ($3::text IS NULL OR a.currency = $3)
+            AND ($4::bool IS NULL OR (a.kind = 'refund') = $4)
+            AND a.created_at <= now() - make_interval(secs => $5::float8)"
+    };
+}
+
+fn bind_query<'q, O>(
+    q: sqlx::query::QueryAs<'q, sqlx::Postgres, O, sqlx::postgres::PgArguments>,
+    query: &'q QueueQuery,
+) -> sqlx::query::QueryAs<'q, sqlx::Postgres, O, sqlx::postgres::PgArguments> {
+    // Planned with the actual values every time (an unnamed statement):
+    // a cached generic plan cannot see which filters are unset and, on a
+    // large history, picked the full `payment_attempts_created` index and
+    // read settled rows; with the values it uses the queue's partial
+    // indexes (`payment_attempts_escalation`, `payment_attempts_review_due`).
+    q.persistent(false)
+        .bind(query.stale_after.as_secs_f64())
+        .bind(query.state.map(|s| s.as_str()))
+        .bind(query.currency.as_deref())
+        .bind(query.refunds)
+        .bind(query.min_age.as_secs_f64())
+}
+
+pub(crate) async fn page(
+    pool: &PgPool,
+    query: &QueueQuery,
+    after: QueueCursor,
+    limit: i64,
+) -> Result<Vec<Escalated>, StoreError> {
+    let rows: Vec<Row> = bind_query(
+        sqlx::query_as(concat!(
+            "SELECT a.*, floor(extract(epoch FROM now() - a.created_at))::bigint AS age_secs ",
+            queue_where!(),
+            " AND (a.created_at, a.id) > ($6, $7)
+             ORDER BY a.created_at, a.id
+             LIMIT $8"
+        )),
+        query,
     )
-    .bind(stale_after.as_secs_f64())
+    .bind(after.created_at)
+    .bind(after.id)
     .bind(limit)
     .fetch_all(pool)
     .await?;
     Ok(rows
         .into_iter()
-        .map(|r| Escalated {
-            attempt: r.attempt,
-            age_secs: r.age_secs,
-        })
+        .map(|r| Escalated::new(r.attempt, r.age_secs))
         .collect())
+}
+
+pub(crate) async fn count(pool: &PgPool, query: &QueueQuery) -> Result<i64, StoreError> {
+    let (n,): (i64,) = bind_query(
+        sqlx::query_as(concat!("SELECT count(*) ", queue_where!())),
+        query,
+    )
+    .fetch_one(pool)
+    .await?;
+    Ok(n)
 }
 
 pub(crate) async fn totals(pool: &PgPool) -> Result<Vec<Totals>, StoreError> {

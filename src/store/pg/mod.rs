@@ -23,6 +23,7 @@ pub(crate) mod escalation;
 pub(crate) mod metrics;
 pub(crate) mod recon;
 pub(crate) mod retention;
+pub(crate) mod review;
 pub(crate) mod webhooks;
 
 pub(super) async fn connect(url: &str, max: u32) -> Result<PgPool, StoreError> {
@@ -236,7 +237,9 @@ pub(super) async fn apply_tx(
         .bind(&evidence)
         .execute(&mut *tx)
         .await?;
-        crate::metrics::transition(seen.state, plan.to, change.cause);
+        if plan.to != seen.state {
+            crate::metrics::transition(seen.state, plan.to, change.cause);
+        }
     }
     if let Some(kind) = plan.notice {
         sqlx::query(

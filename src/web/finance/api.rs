@@ -14,7 +14,9 @@ use serde_json::json;
 use uuid::Uuid;
 
 use super::FinanceState;
-use crate::finance::{self, Filter, Resolution, ResolveError, ResolveRequest};
+use crate::finance::{
+    self, Filter, PageRequest, QueueError, Resolution, ResolveError, ResolveRequest,
+};
 use crate::http::auth::Caller as Person;
 use crate::store::{CaseError, RetryError, StoreError};
 use crate::web::error;
@@ -32,17 +34,105 @@ pub(super) fn unavailable(e: &StoreError) -> Response {
     )
 }
 
-pub(super) async fn list(State(fin): FinanceState, Query(filter): Query<Filter>) -> Response {
-    let items = finance::queue(&fin.store, fin.cfg.stale_after, &filter).await;
-    let cases = finance::open_cases(&fin.store).await;
-    match (items, cases) {
-        (Ok(items), Ok(cases)) => Json(json!({
+/// The query string of the queue's list: its filters and its page. (Not
+/// `#[serde(flatten)]`: a query string's numbers would not parse through it.)
+#[derive(Deserialize)]
+pub(super) struct ListParams {
+    state: Option<String>,
+    currency: Option<String>,
+    kind: Option<String>,
+    min_age_secs: Option<i64>,
+    after: Option<String>,
+    limit: Option<u32>,
+}
+
+impl ListParams {
+    fn split(self) -> (Filter, PageRequest) {
+        (
+            Filter {
+                state: self.state,
+                currency: self.currency,
+                kind: self.kind,
+                min_age_secs: self.min_age_secs,
+            },
+            PageRequest {
+                after: self.after,
+                limit: self.limit,
+            },
+        )
+    }
+}
+
+/// One page of the queue (`?limit=`, `?after=<next>`), with the true total
+/// and the next page's cursor; the open reconciliation cases.
+pub(super) async fn list(State(fin): FinanceState, Query(p): Query<ListParams>) -> Response {
+    let (filter, page) = p.split();
+    let page = match finance::queue_page(&fin.store, fin.cfg.stale_after, &filter, &page).await {
+        Ok(page) => page,
+        Err(e) => return queue_error(e),
+    };
+    match finance::open_cases(&fin.store).await {
+        Ok(cases) => Json(json!({
             "stale_after_secs": fin.cfg.stale_after.as_secs(),
-            "items": items,
+            "items": page.items,
+            "total": page.total,
+            "next": page.next,
             "cases": cases,
         }))
         .into_response(),
-        (Err(e), _) | (_, Err(e)) => unavailable(&e),
+        Err(e) => unavailable(&e),
+    }
+}
+
+pub(super) fn queue_error(e: QueueError) -> Response {
+    match e {
+        QueueError::Invalid(e) => error(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            Some(e.field),
+            e.to_string(),
+        ),
+        QueueError::Store(e) => unavailable(&e),
+    }
+}
+
+#[derive(Deserialize)]
+struct CheckNowBody {
+    #[serde(flatten)]
+    filter: Filter,
+    #[serde(default)]
+    note: String,
+}
+
+/// Bulk "check again now": the janitor's next check of every attempt in
+/// review the filters select is pulled to now, as the signed-in person.
+pub(super) async fn check_now(
+    State(fin): FinanceState,
+    Extension(person): Extension<Person>,
+    body: Bytes,
+) -> Response {
+    let body: CheckNowBody = match serde_json::from_slice(&body) {
+        Ok(b) => b,
+        Err(e) => {
+            return error(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                None,
+                format!(
+                    "expected {{\"note\": \"…\", \"state\"?, \"currency\"?, \"kind\"?, \"min_age_secs\"?}}: {e}"
+                ),
+            );
+        }
+    };
+    match finance::check_now_all(
+        &fin.store,
+        fin.cfg.stale_after,
+        &body.filter,
+        &person.name,
+        &body.note,
+    )
+    .await
+    {
+        Ok(done) => Json(done).into_response(),
+        Err(e) => queue_error(e),
     }
 }
 
@@ -87,6 +177,7 @@ pub(super) fn case_error(e: CaseError) -> Response {
 
 pub(super) async fn csv(State(fin): FinanceState, Query(filter): Query<Filter>) -> Response {
     match finance::queue(&fin.store, fin.cfg.stale_after, &filter).await {
+        Err(e) => queue_error(e),
         Ok(items) => {
             let name = format!(
                 "attachment; filename=\"cobro-escalations-{}.csv\"",
@@ -101,7 +192,6 @@ pub(super) async fn csv(State(fin): FinanceState, Query(filter): Query<Filter>) 
             )
                 .into_response()
         }
-        Err(e) => unavailable(&e),
     }
 }
 

@@ -94,7 +94,12 @@ pub fn router(store: Store, cfg: FinanceConfig, keys: Arc<ApiKeys>) -> Router {
         )
         .route(
             "/finance/cases/{id}/resolve",
-            form.on(post(cases::resolve).layer(middleware::from_fn(same_origin_only))),
+            form.clone()
+                .on(post(cases::resolve).layer(middleware::from_fn(same_origin_only))),
+        )
+        .route(
+            "/finance/check-now",
+            form.on(post(page::check_now).layer(middleware::from_fn(same_origin_only))),
         )
         .route("/finance/api/escalations", read.clone().on(get(api::list)))
         .route(
@@ -113,6 +118,12 @@ pub fn router(store: Store, cfg: FinanceConfig, keys: Arc<ApiKeys>) -> Router {
             write
                 .clone()
                 .on(post(api::retry).layer(middleware::from_fn(json_only))),
+        )
+        .route(
+            "/finance/api/check-now",
+            write
+                .clone()
+                .on(post(api::check_now).layer(middleware::from_fn(json_only))),
         )
         .route(
             "/finance/api/cases/{id}/resolve",

@@ -65,6 +65,10 @@ pub(super) struct ListQuery {
     min_age_h: Option<String>,
     resolved: Option<String>,
     resolved_case: Option<String>,
+    /// The next page's cursor.
+    after: Option<String>,
+    /// After a bulk "check again now": how many were scheduled.
+    checked: Option<String>,
 }
 
 impl ListQuery {
@@ -126,10 +130,28 @@ pub(super) async fn list(
     Extension(person): Extension<Person>,
     Query(q): Query<ListQuery>,
 ) -> Response {
-    let items = match finance::queue(&fin.store, fin.cfg.stale_after, &q.filter()).await {
-        Ok(items) => items,
-        Err(e) => return unavailable(&e),
+    let request = finance::PageRequest {
+        after: q.after.clone(),
+        limit: None,
     };
+    let queue = match finance::queue_page(&fin.store, fin.cfg.stale_after, &q.filter(), &request)
+        .await
+    {
+        Ok(page) => page,
+        Err(finance::QueueError::Store(e)) => return unavailable(&e),
+        Err(finance::QueueError::Invalid(e)) => {
+            let body = format!(
+                "<p class=\"note err\" id=\"problem\">{}</p><p><a href=\"/finance\">Back to the queue</a></p>",
+                esc(&e.to_string())
+            );
+            return (
+                StatusCode::UNPROCESSABLE_ENTITY,
+                page("Escalation queue", &person, &body),
+            )
+                .into_response();
+        }
+    };
+    let items = &queue.items;
     let cases = match finance::open_cases(&fin.store).await {
         Ok(cases) => cases,
         Err(e) => return unavailable(&e),
@@ -140,6 +162,13 @@ pub(super) async fn list(
             body,
             "<p class=\"note ok\" id=\"flash\">Closed reconciliation case {}.</p>",
             esc(id)
+        );
+    }
+    if let Some(n) = q.checked.as_deref() {
+        let _ = write!(
+            body,
+            "<p class=\"note ok\" id=\"flash\">Check again now: {} attempt(s) in review scheduled for a lookup now.</p>",
+            esc(n)
         );
     }
     if let Some(id) = q.resolved.as_deref() {
@@ -156,7 +185,7 @@ pub(super) async fn list(
          <input type=\"text\" name=\"currency\" size=\"4\" style=\"width:4rem\" value=\"{}\"></label> \
          <label style=\"display:inline\">At least <input type=\"text\" name=\"min_age_h\" style=\"width:4rem\" value=\"{}\"> h old</label> \
          <button type=\"submit\">Filter</button></form>\
-         <p><a id=\"csv\" href=\"/finance/escalations.csv?{}\">Export CSV</a> · {} item(s)</p>",
+         <p><a id=\"csv\" href=\"/finance/escalations.csv?{}\">Export CSV</a> · <span id=\"total\">{}</span> item(s) in all{}</p>",
         fin.cfg.stale_after.as_secs() / 60,
         select(
             "state",
@@ -179,21 +208,139 @@ pub(super) async fn list(
         esc(q.currency.as_deref().unwrap_or("")),
         esc(q.min_age_h.as_deref().unwrap_or("")),
         q.query_string(),
-        items.len(),
+        queue.total,
+        if q.after.is_some() {
+            format!(", this page {}", items.len())
+        } else {
+            String::new()
+        },
     );
     if items.is_empty() {
         body.push_str("<p id=\"empty\">Nothing needs finance right now.</p>");
     } else {
-        body.push_str(&table(&items));
+        body.push_str(&table(items));
+    }
+    if let Some(next) = &queue.next {
+        let sep = if q.query_string().is_empty() { "" } else { "&" };
+        let _ = write!(
+            body,
+            "<p><a id=\"next\" href=\"/finance?{}{sep}after={}\">Next page</a></p>",
+            q.query_string(),
+            url_encode(next)
+        );
+    }
+    if queue.total > 0 {
+        body.push_str(&bulk_form(&person, &q));
     }
     body.push_str(&super::cases::table(&person, &cases));
     page("Escalation queue", &person, &body).into_response()
 }
 
+/// Bulk "check again now" for the filters shown: the filters ride along
+/// as hidden fields, with the form token.
+fn bulk_form(person: &Person, q: &ListQuery) -> String {
+    let hidden = |name: &str, v: &Option<String>| {
+        v.as_deref()
+            .filter(|v| !v.is_empty())
+            .map(|v| {
+                format!(
+                    "<input type=\"hidden\" name=\"{name}\" value=\"{}\">",
+                    esc(v)
+                )
+            })
+            .unwrap_or_default()
+    };
+    format!(
+        "<form class=\"inline\" id=\"check_now_all\" method=\"post\" action=\"/finance/check-now\">\
+         <input type=\"hidden\" name=\"form_token\" value=\"{token}\">{state}{currency}{kind}{age}\
+         <b>Check again now</b>: every attempt in EN_REVISION matching these filters (all pages) \
+         is looked up at the gateway now instead of at its next automatic check. \
+         DESCONOCIDO attempts keep their own, faster schedule.\
+         <label>Note <textarea name=\"note\" rows=\"2\" required></textarea></label>\
+         <button type=\"submit\">Check all again now</button></form>",
+        token = person.form_token(),
+        state = hidden("state", &q.state),
+        currency = hidden("currency", &q.currency),
+        kind = hidden("kind", &q.kind),
+        age = hidden("min_age_h", &q.min_age_h),
+    )
+}
+
+#[derive(Debug, Deserialize)]
+pub(super) struct CheckNowForm {
+    form_token: String,
+    #[serde(default)]
+    note: String,
+    state: Option<String>,
+    currency: Option<String>,
+    kind: Option<String>,
+    min_age_h: Option<String>,
+}
+
+/// The bulk "check again now" form: same token and same-origin checks as
+/// a resolution, the signed-in person as actor.
+pub(super) async fn check_now(
+    State(fin): FinanceState,
+    Extension(person): Extension<Person>,
+    Form(form): Form<CheckNowForm>,
+) -> Response {
+    if !person.form_token_ok(&form.form_token) {
+        let body = "<p class=\"note err\">This form did not come from the finance page. Nothing was changed.</p>";
+        return (StatusCode::FORBIDDEN, page("Refused", &person, body)).into_response();
+    }
+    let q = ListQuery {
+        state: form.state,
+        currency: form.currency,
+        kind: form.kind,
+        min_age_h: form.min_age_h,
+        ..ListQuery::default()
+    };
+    match finance::check_now_all(
+        &fin.store,
+        fin.cfg.stale_after,
+        &q.filter(),
+        &person.name,
+        &form.note,
+    )
+    .await
+    {
+        Ok(done) => {
+            let filters = q.query_string();
+            let sep = if filters.is_empty() { "" } else { "&" };
+            Redirect::to(&format!(
+                "/finance?{filters}{sep}checked={}",
+                done.scheduled
+            ))
+            .into_response()
+        }
+        Err(finance::QueueError::Store(e)) => unavailable(&e),
+        Err(finance::QueueError::Invalid(e)) => {
+            let body = format!(
+                "<p class=\"note err\" id=\"problem\">{}. Nothing was changed.</p><p><a href=\"/finance?{}\">Back to the queue</a></p>",
+                esc(&e.to_string()),
+                q.query_string()
+            );
+            (
+                StatusCode::UNPROCESSABLE_ENTITY,
+                page("Escalation queue", &person, &body),
+            )
+                .into_response()
+        }
+    }
+}
+
+/// "next automatic check at …" for an item of the queue.
+fn next_check(e: &Escalated) -> String {
+    match e.next_check_at {
+        Some(at) => format!("{} UTC", at.format("%Y-%m-%d %H:%M")),
+        None => "none (never sent: finance decides)".into(),
+    }
+}
+
 fn table(items: &[Escalated]) -> String {
     let mut out = String::from(
         "<table id=\"queue\"><thead><tr><th>Order</th><th>Kind</th><th>State</th><th class=\"num\">Amount</th>\
-         <th>Age</th><th class=\"num\">Checks</th><th>Last gateway evidence</th><th></th></tr></thead><tbody>",
+         <th>Age</th><th class=\"num\">Checks</th><th>Next automatic check at</th><th>Last gateway evidence</th><th></th></tr></thead><tbody>",
     );
     for e in items {
         let a = &e.attempt;
@@ -211,7 +358,7 @@ fn table(items: &[Escalated]) -> String {
             out,
             "<tr data-attempt=\"{id}\"><td>{order}</td><td>{kind}</td><td>{state}</td>\
              <td class=\"num\">{amount} {cur}</td><td>{age}</td><td class=\"num\">{checks}</td>\
-             <td>{evidence}</td><td><a class=\"open\" href=\"/finance/attempts/{id}\">Open</a></td></tr>",
+             <td class=\"next-check\">{next}</td><td>{evidence}</td><td><a class=\"open\" href=\"/finance/attempts/{id}\">Open</a></td></tr>",
             id = a.id,
             order = esc(&a.order_id),
             kind = if a.is_refund() { "refund" } else { "charge" },
@@ -220,6 +367,7 @@ fn table(items: &[Escalated]) -> String {
             cur = esc(&a.currency),
             age = age(e.age_secs),
             checks = a.check_count,
+            next = next_check(e),
             evidence = esc(&evidence),
         );
     }
@@ -277,6 +425,7 @@ async fn render_detail(
          <tr><th>Idempotency key</th><td><code>{key}</code></td></tr>\
          <tr><th>Created</th><td>{created}</td></tr>\
          <tr><th>Sends / checks</th><td>{sends} / {checks}</td></tr>\
+         <tr><th>Next automatic check at</th><td id=\"next-check\">{next}</td></tr>\
          <tr><th>Last evidence</th><td>HTTP {http}, {kind}, lookup {lookup}</td></tr>{refund}\
          </tbody></table>",
         id = a.id,
@@ -290,6 +439,13 @@ async fn render_detail(
         created = a.created_at.format("%Y-%m-%dT%H:%M:%SZ"),
         sends = a.send_count,
         checks = a.check_count,
+        next = match (a.state, a.next_action_at) {
+            (crate::state::State::Desconocido | crate::state::State::EnRevision, Some(at)) => {
+                format!("{} UTC", at.format("%Y-%m-%d %H:%M:%S"))
+            }
+            (crate::state::State::EnRevision, None) => "none (never sent: finance decides)".into(),
+            _ => "-".into(),
+        },
         http = status_code.map_or("-".into(), |s| s.to_string()),
         kind = esc(kind.as_deref().unwrap_or("-")),
         lookup = esc(lookup.as_deref().unwrap_or("-")),

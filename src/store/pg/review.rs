@@ -1,0 +1,39 @@
+//! The review sweep on PostgreSQL (index `payment_attempts_review_due`).
+
+use std::time::Duration;
+
+use sqlx::PgPool;
+
+use crate::store::StoreError;
+
+pub(crate) async fn sweep(
+    pool: &PgPool,
+    grace: Duration,
+    every: Duration,
+    limit: i64,
+) -> Result<u64, StoreError> {
+    let n: i64 = sqlx::query_scalar(
+        "WITH due AS (
+            SELECT id FROM cobro.payment_attempts
+             WHERE state = 'EN_REVISION'
+               AND next_action_at <= now()
+               AND (lease_owner IS NOT NULL
+                    OR next_action_at <= now() - make_interval(secs => $1::float8))
+               AND (woken_at IS NULL OR woken_at <= now() - make_interval(secs => $2::float8))
+             ORDER BY next_action_at
+             LIMIT $3
+             FOR UPDATE SKIP LOCKED
+         ), marked AS (
+            UPDATE cobro.payment_attempts a SET woken_at = now()
+              FROM due WHERE a.id = due.id
+            RETURNING a.id
+         )
+         SELECT count(cobro.wake(id, now(), 0)) FROM marked",
+    )
+    .bind(grace.as_secs_f64())
+    .bind(every.as_secs_f64())
+    .bind(limit)
+    .fetch_one(pool)
+    .await?;
+    Ok(n as u64)
+}
