@@ -96,6 +96,13 @@ pub struct ChaosArgs {
     /// only then (record-on-complete; 0: recorded on arrival).
     #[arg(long, default_value_t = 0)]
     pub record_on_complete_ms: u64,
+    /// The gateway honours no idempotency key (a replay charges again; the
+    /// seed's memoryless server), and the workers are told so
+    /// (`COBRO_GATEWAY_IDEMPOTENT=false`, with `COBRO_GATEWAY_MAX_PROCESSING`
+    /// the longest a charge can take there: a held reply plus the
+    /// record-on-complete time, plus a margin).
+    #[arg(long)]
+    pub memoryless: bool,
     #[arg(long)]
     pub json: bool,
 }
@@ -152,6 +159,7 @@ pub struct GatewayDisruptions {
     pub refused_secs: f64,
     pub rate_limit_per_s: f64,
     pub record_on_complete_ms: u64,
+    pub memoryless: bool,
     /// Requests the simulator answered 429.
     pub throttled: u64,
     /// Refusal windows the simulator opened.
@@ -239,6 +247,9 @@ pub async fn run(args: &ChaosArgs) -> Result<Outcome> {
         sim_url: sim_url.clone(),
         check_schedule: args.check_schedule.clone(),
         worker_rps: args.worker_rps,
+        max_processing: args
+            .memoryless
+            .then(|| Duration::from_millis(procs::HOLD_MS + args.record_on_complete_ms + 2_000)),
         workers: Vec::new(),
         web: None,
         web_env: vec![
@@ -386,6 +397,7 @@ pub async fn run(args: &ChaosArgs) -> Result<Outcome> {
         refused_secs: args.refuse_for.as_secs_f64(),
         rate_limit_per_s: args.gateway_rate_limit,
         record_on_complete_ms: args.record_on_complete_ms,
+        memoryless: args.memoryless,
         throttled: ledger.stats.throttled,
         refusal_windows: ledger.stats.refusal_windows,
         recorded_on_complete: ledger.stats.deferred,

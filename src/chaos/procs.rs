@@ -21,6 +21,8 @@ pub(super) struct Procs {
     pub(super) sim_url: String,
     pub(super) check_schedule: String,
     pub(super) worker_rps: u32,
+    /// A memoryless gateway: the longest a charge can take there.
+    pub(super) max_processing: Option<std::time::Duration>,
     pub(super) workers: Vec<(String, Child)>,
     pub(super) web: Option<Child>,
     pub(super) web_env: Vec<(String, String)>,
@@ -52,6 +54,17 @@ impl Procs {
             .env("COBRO_RETRY_SCHEDULE", "2s")
             .env("COBRO_GATEWAY_RPS", self.worker_rps.to_string())
             .env("COBRO_BREAKER_PROBE_EVERY", "1s")
+            .env(
+                "COBRO_GATEWAY_IDEMPOTENT",
+                self.max_processing.is_none().to_string(),
+            )
+            .env(
+                "COBRO_GATEWAY_MAX_PROCESSING",
+                format!(
+                    "{}ms",
+                    self.max_processing.unwrap_or_default().as_millis().max(1)
+                ),
+            )
             .env("RUST_LOG", "warn")
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -123,6 +136,9 @@ impl Procs {
     }
 }
 
+/// How long the simulator holds a reply it will not send in time.
+pub(super) const HOLD_MS: u64 = 3_000;
+
 pub(super) async fn spawn_sim(
     cobro: &PathBuf,
     port: u16,
@@ -134,6 +150,9 @@ pub(super) async fn spawn_sim(
     cmd.args(["gateway-sim", "--listen", &format!("127.0.0.1:{port}")])
         .args(["--seed", &args.seed.to_string(), "--per-order-draws"])
         .args(["--rate-limit-per-s", &args.gateway_rate_limit.to_string()]);
+    if args.memoryless {
+        cmd.arg("--no-idempotency");
+    }
     if args.record_on_complete_ms > 0 {
         cmd.arg("--record-on-complete")
             .args(["--execution-ms", &args.record_on_complete_ms.to_string()]);
@@ -150,7 +169,7 @@ pub(super) async fn spawn_sim(
         "--p-lookup-fail",
         "0.05",
         "--hold-ms",
-        "3000",
+        &HOLD_MS.to_string(),
     ])
     .args([
         "--p-decline",

@@ -18,7 +18,7 @@ pub fn render(o: &Outcome) -> String {
          re-sends after a lookup said approved: {resent}\n\
          checks: {checks}, start lateness p50 {p50} ms, p99 {p99} ms\n\
          gateway: {outage:.0} s outage (503s), {refused:.0} s refusing connections ({windows} window(s)), \
-         429 above {rate}/s ({throttled} throttled), record-on-complete {roc} ms ({recorded} charges); \
+         429 above {rate}/s ({throttled} throttled), record-on-complete {roc} ms ({recorded} charges), {keys}; \
          breaker opened {openings} time(s); {parked} attempt(s) parked at the outage's end, all resumed {unparked:.1} s later\n",
         seed = o.seed,
         kills = o.kills,
@@ -49,6 +49,11 @@ pub fn render(o: &Outcome) -> String {
         rate = o.gateway.rate_limit_per_s,
         throttled = o.gateway.throttled,
         roc = o.gateway.record_on_complete_ms,
+        keys = if o.gateway.memoryless {
+            "no idempotency (memoryless)"
+        } else {
+            "idempotency keys honoured"
+        },
         recorded = o.gateway.recorded_on_complete,
         openings = o.gateway.breaker_openings,
         parked = o.gateway.parked_at_outage_end,
