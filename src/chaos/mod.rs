@@ -103,6 +103,10 @@ pub struct ChaosArgs {
     /// record-on-complete time, plus a margin).
     #[arg(long)]
     pub memoryless: bool,
+    /// Spread the enqueues evenly over this long, so orders keep arriving
+    /// through the disruptions (0s: as fast as possible).
+    #[arg(long, default_value = "0s", value_parser = crate::backoff::parse_duration_arg)]
+    pub enqueue_over: Duration,
     #[arg(long)]
     pub json: bool,
 }
@@ -305,7 +309,8 @@ pub async fn run(args: &ChaosArgs) -> Result<Outcome> {
         .map(|_| rng.random_range(1_000..50_000))
         .collect();
     let start = Instant::now();
-    let enqueue = tokio::spawn(enqueue_all(url.clone(), orders.clone(), amounts));
+    let gap = args.enqueue_over / u32::try_from(args.orders.max(1)).unwrap_or(u32::MAX);
+    let enqueue = tokio::spawn(enqueue_all(url.clone(), orders.clone(), amounts, gap));
     let (mut kills, mut restarts) = (0, 0);
     let mut recovery = None;
     for (at_ms, what) in plan {
@@ -500,7 +505,13 @@ async fn try_set_outage(sim_url: &str, on: bool) -> Result<()> {
 /// Half through the SQL function (as an app in another language would, in
 /// its own transaction), half through the library. A database error (the
 /// restart) is retried with the SAME key: the enqueue is idempotent.
-async fn enqueue_all(url: String, orders: Vec<String>, amounts: Vec<i64>) -> Result<usize> {
+async fn enqueue_all(
+    url: String,
+    orders: Vec<String>,
+    amounts: Vec<i64>,
+    gap: Duration,
+) -> Result<usize> {
+    let started = Instant::now();
     let mut retried = 0;
     let store = loop {
         match Store::connect(&url, 2).await {
@@ -514,6 +525,11 @@ async fn enqueue_all(url: String, orders: Vec<String>, amounts: Vec<i64>) -> Res
         }
     };
     for (i, (order, amount)) in orders.iter().zip(amounts).enumerate() {
+        // Paced from the start, so a slow enqueue catches up.
+        let due = gap * u32::try_from(i).unwrap_or(u32::MAX);
+        if let Some(wait) = due.checked_sub(started.elapsed()) {
+            tokio::time::sleep(wait).await;
+        }
         let key = IdempotencyKey::generate();
         loop {
             let done = if i % 2 == 0 {
