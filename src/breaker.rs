@@ -154,15 +154,23 @@ impl Health {
 }
 
 /// The breaker row after one more failed call at `now`: it opens on the
-/// `threshold`-th failure in a row (0 = never).
+/// `threshold`-th failure in a row (0 = never). `answered_since`: the
+/// recording process saw an answer after its last look at the row (an
+/// answer it did not write, to keep the happy path free of writes), so the
+/// failures recorded before are not "in a row" any more.
 pub fn after_failure(
     row: &BreakerRow,
     now: DateTime<Utc>,
     threshold: u32,
     probe_every: Duration,
     what: &str,
+    answered_since: bool,
 ) -> (BreakerRow, Option<BreakerEvent>) {
     let mut r = row.clone();
+    if answered_since && !r.is_open() {
+        r.failures = 0;
+        r.failing_since = None;
+    }
     r.failures = r.failures.saturating_add(1);
     r.failing_since.get_or_insert(now);
     r.last_failure = Some(what.to_owned());
@@ -241,6 +249,9 @@ pub struct Breaker {
     poll: Duration,
     actor: String,
     view: RwLock<View>,
+    /// This process saw an answer it did not write (no failure recorded
+    /// in its view then); the next failure it records starts a new run.
+    answered: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for Breaker {
@@ -266,6 +277,7 @@ impl Breaker {
             poll: args.breaker_poll,
             actor: format!("worker:{worker}"),
             view: RwLock::new(View::default()),
+            answered: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -284,6 +296,17 @@ impl Breaker {
 
     fn set(&self, row: &BreakerRow) {
         *self.view.write().unwrap_or_else(|p| p.into_inner()) = View::of(row);
+    }
+
+    /// At start-up: creates the gateway's row if it is missing (so the
+    /// paced re-wake always has a turn to take) and reads it.
+    pub async fn register(&self) -> Result<(), StoreError> {
+        let row = self
+            .store
+            .breaker_update(&self.gateway, &self.actor, |row, _| (row.clone(), None))
+            .await?;
+        self.set(&row);
+        Ok(())
     }
 
     /// Reads the shared state into this process's view.
@@ -307,16 +330,23 @@ impl Breaker {
         let (threshold, probe_every) = (self.threshold, self.probe_every);
         let written = match health {
             Health::Neutral => return view.open,
-            Health::Answered if view.failures == 0 && !view.open => return false,
+            Health::Answered if view.failures == 0 && !view.open => {
+                self.answered
+                    .store(true, std::sync::atomic::Ordering::Relaxed);
+                return false;
+            }
             Health::Answered => {
                 self.store
                     .breaker_update(&self.gateway, &self.actor, after_answer)
                     .await
             }
             Health::Failed(what) => {
+                let answered = self
+                    .answered
+                    .swap(false, std::sync::atomic::Ordering::Relaxed);
                 self.store
                     .breaker_update(&self.gateway, &self.actor, |row, now| {
-                        after_failure(row, now, threshold, probe_every, what)
+                        after_failure(row, now, threshold, probe_every, what, answered)
                     })
                     .await
             }
@@ -468,12 +498,12 @@ mod tests {
         let every = Duration::from_secs(5);
         let mut row = BreakerRow::new("gw");
         for n in 1..3 {
-            let (next, event) = after_failure(&row, at(n), 3, every, "connect");
+            let (next, event) = after_failure(&row, at(n), 3, every, "connect", false);
             assert!(!next.is_open() && event.is_none(), "{next:?}");
             row = next;
         }
         assert_eq!(row.failing_since, Some(at(1)));
-        let (open, event) = after_failure(&row, at(3), 3, every, "timeout");
+        let (open, event) = after_failure(&row, at(3), 3, every, "timeout", false);
         assert!(open.is_open());
         assert_eq!(open.opened_at, Some(at(3)));
         assert_eq!(open.next_probe_at, Some(at(8)));
@@ -481,7 +511,7 @@ mod tests {
         assert_eq!(event.state, "open");
         assert!(event.detail.unwrap().contains("3 calls failed in a row"));
         // More failures while open: counted, no second opening.
-        let (still, again) = after_failure(&open, at(4), 3, every, "timeout");
+        let (still, again) = after_failure(&open, at(4), 3, every, "timeout", true);
         assert!(still.is_open() && again.is_none());
         assert_eq!(still.opened_at, Some(at(3)));
         let (closed, event) = after_answer(&still, at(9));
@@ -496,15 +526,20 @@ mod tests {
     fn an_answer_between_failures_starts_the_count_again_and_zero_never_opens() {
         let every = Duration::from_secs(5);
         let row = BreakerRow::new("gw");
-        let (one, _) = after_failure(&row, at(1), 2, every, "connect");
+        let (one, _) = after_failure(&row, at(1), 2, every, "connect", false);
         let (reset, event) = after_answer(&one, at(2));
         assert!(event.is_none(), "closed already: no event");
-        let (again, _) = after_failure(&reset, at(3), 2, every, "connect");
+        let (again, _) = after_failure(&reset, at(3), 2, every, "connect", false);
         assert!(!again.is_open());
         assert_eq!(again.failures, 1);
+        // An answer the recording process saw but did not write breaks
+        // the run too.
+        let (two, _) = after_failure(&one, at(4), 2, every, "connect", true);
+        assert!(!two.is_open());
+        assert_eq!((two.failures, two.failing_since), (1, Some(at(4))));
         let mut off = BreakerRow::new("gw");
         for n in 0..50 {
-            off = after_failure(&off, at(n % 60), 0, every, "connect").0;
+            off = after_failure(&off, at(n % 60), 0, every, "connect", false).0;
         }
         assert!(!off.is_open());
     }

@@ -255,7 +255,7 @@ pub async fn run(
         &name,
     ));
     breaker
-        .refresh()
+        .register()
         .await
         .context("reading the gateway breaker")?;
     let pace = Arc::new(Pace::new(store.clone(), &gateway_name, &args.breaker));

@@ -9,7 +9,7 @@
 //!   each order is charged exactly once. The same outage without the
 //!   breaker sends attempts to `EN_REVISION` (so the first test can fail).
 //! - Two workers under a shared limit of 10 requests/s never trip a
-//!   gateway that throttles above 15/s; without the limit they do.
+//!   gateway that throttles above 20/s; without the limit they do.
 
 #[macro_use]
 mod common;
@@ -235,11 +235,13 @@ async fn without_the_breaker_the_same_outage_sends_attempts_to_finance(b: Backen
     db.drop_db().await;
 }
 
-/// A gateway that answers 429 above 15 requests/s (bursts of 4).
+/// A gateway that answers 429 above 20 requests/s (bursts of 5): twice
+/// the workers' limit, so only a request delayed by half a second on its
+/// way (a loaded machine) could bunch up with the next ones past it.
 fn throttling() -> Faults {
     Faults {
-        rate_limit_per_s: 15.0,
-        rate_limit_burst: 4,
+        rate_limit_per_s: 20.0,
+        rate_limit_burst: 5,
         ..Faults::default()
     }
 }
@@ -256,7 +258,7 @@ async fn two_workers_share_one_rate_limit_and_are_never_throttled(b: Backend) {
         .map(|_| {
             let mut args = worker_args(&db.url, &sim.url());
             args.breaker.gateway_rps = 10;
-            args.breaker.gateway_burst = 2;
+            args.breaker.gateway_burst = 1;
             spawn_worker(args)
         })
         .collect();
@@ -272,7 +274,7 @@ async fn two_workers_share_one_rate_limit_and_are_never_throttled(b: Backend) {
     let stats = ledger(&sim.url()).await.stats;
     assert_eq!(stats.throttled, 0, "the gateway throttled us: {stats:?}");
     assert_eq!(stats.charge_requests, LOAD as u64, "{stats:?}");
-    // 40 requests at 10/s with a burst of 2 cannot take less than 3.8 s.
+    // 40 requests at 10/s, one at a time, cannot take less than 3.9 s.
     assert!(took >= Duration::from_millis(3_800), "{took:?}");
     eprintln!("{b:?}: {LOAD} charges under a shared 10/s limit in {took:?}");
     for w in workers {
@@ -318,7 +320,14 @@ async fn cobro_status_shows_the_breaker_and_what_waits_for_it(b: Backend) {
     let gw = "http://gw.test:8089/";
     db.store
         .breaker_update(gw, "test", |row, now| {
-            cobro::breaker::after_failure(row, now, 1, Duration::from_secs(5), "connect: refused")
+            cobro::breaker::after_failure(
+                row,
+                now,
+                1,
+                Duration::from_secs(5),
+                "connect: refused",
+                false,
+            )
         })
         .await
         .unwrap();
