@@ -118,14 +118,50 @@ impl Engine {
 
     /// The gateway is unreachable: the attempt waits, parked, with its
     /// state and check count unchanged, until the breaker's paced re-wake.
-    async fn park(&self, seen: &Attempt) -> Result<(), StoreError> {
-        let mut change = Change::new(None, "parked_gateway_unreachable", &self.actor);
+    async fn park(
+        &self,
+        seen: &Attempt,
+        cause: &str,
+        evidence: Option<&crate::gateway::Evidence>,
+    ) -> Result<(), StoreError> {
+        let mut change = Change::new(None, cause, &self.actor);
         change.park = true;
+        change.evidence = evidence;
         if let Applied::Moved(_) = self.store.apply(seen, &change).await? {
             crate::metrics::parked();
-            debug!("gateway unreachable: parked");
+            debug!(cause, "gateway unreachable: parked");
         }
         Ok(())
+    }
+
+    /// Looks `held` (whose lease this worker holds) up by its key, as a
+    /// charge or a refund, and tells the breaker what came back. `None`
+    /// when the gateway is down as a whole: the lookup said nothing about
+    /// the attempt, so it is not a check; the attempt was parked with
+    /// `parked_cause`.
+    async fn lookup_or_park(
+        &self,
+        held: &Attempt,
+        parked_cause: &str,
+    ) -> Result<Option<LookupOutcome>, StoreError> {
+        let key = IdempotencyKey::from_uuid(held.idempotency_key);
+        let outcome = if held.is_refund() {
+            self.gateway.lookup_refund(key).await
+        } else {
+            self.gateway.lookup(key).await
+        };
+        crate::metrics::lookup_answered(&outcome);
+        let down = self.observe(Health::of_lookup(&outcome)).await;
+        let no_answer = matches!(
+            outcome,
+            LookupOutcome::Failed { .. } | LookupOutcome::Deferred { .. }
+        );
+        if down && no_answer {
+            self.park(held, parked_cause, Some(outcome.evidence()))
+                .await?;
+            return Ok(None);
+        }
+        Ok(Some(outcome))
     }
 
     pub fn store(&self) -> &Store {
@@ -153,7 +189,9 @@ impl Engine {
                     Action::Send | Action::Check | Action::Retry | Action::Review
                         if self.gateway_down() =>
                     {
-                        return self.park(&attempt).await;
+                        return self
+                            .park(&attempt, "parked_gateway_unreachable", None)
+                            .await;
                     }
                     Action::Nothing => return Ok(()),
                     Action::WaitUntil(at) => {
@@ -442,30 +480,12 @@ impl Engine {
             scheduled_at,
             started_at: held.updated_at,
         };
-        let key = IdempotencyKey::from_uuid(held.idempotency_key);
-        let outcome = if held.is_refund() {
-            self.gateway.lookup_refund(key).await
-        } else {
-            self.gateway.lookup(key).await
-        };
-        crate::metrics::lookup_answered(&outcome);
-        let down = self.observe(Health::of_lookup(&outcome)).await;
-        if down
-            && matches!(
-                outcome,
-                LookupOutcome::Failed { .. } | LookupOutcome::Deferred { .. }
-            )
-        {
-            // The gateway is down as a whole: this lookup says nothing
-            // about the attempt, so it is not a check; park it.
-            let mut parked = Change::new(None, "lookup_parked_gateway_unreachable", &self.actor);
-            parked.evidence = Some(outcome.evidence());
-            parked.park = true;
-            if let Applied::Moved(_) = self.store.apply(&held, &parked).await? {
-                crate::metrics::parked();
-            }
+        let Some(outcome) = self
+            .lookup_or_park(&held, "lookup_parked_gateway_unreachable")
+            .await?
+        else {
             return Ok(());
-        }
+        };
         let checks_done = held.check_count as u32 + 1;
         let key_age = (held.updated_at - held.created_at)
             .to_std()

@@ -13,8 +13,6 @@
 use tracing::{debug, info};
 
 use super::Engine;
-use crate::breaker::Health;
-use crate::domain::IdempotencyKey;
 use crate::gateway::{Listed, LookupOutcome};
 use crate::janitor::{entered_review, listing_outcome, listing_window};
 use crate::state::Event;
@@ -50,31 +48,13 @@ impl Engine {
             .unwrap_or_default();
         let by_key = key_age < self.cfg.key_lifetime;
         let outcome = if by_key {
-            let key = IdempotencyKey::from_uuid(held.idempotency_key);
-            let outcome = if held.is_refund() {
-                self.gateway.lookup_refund(key).await
-            } else {
-                self.gateway.lookup(key).await
-            };
-            crate::metrics::lookup_answered(&outcome);
-            let down = self.observe(Health::of_lookup(&outcome)).await;
-            if down
-                && matches!(
-                    outcome,
-                    LookupOutcome::Failed { .. } | LookupOutcome::Deferred { .. }
-                )
+            match self
+                .lookup_or_park(&held, "review_parked_gateway_unreachable")
+                .await?
             {
-                // The gateway is down as a whole: not a check; wait for it.
-                let mut parked =
-                    Change::new(None, "review_parked_gateway_unreachable", &self.actor);
-                parked.evidence = Some(outcome.evidence());
-                parked.park = true;
-                if let Applied::Moved(_) = self.store.apply(&held, &parked).await? {
-                    crate::metrics::parked();
-                }
-                return Ok(());
+                Some(outcome) => outcome,
+                None => return Ok(()),
             }
-            outcome
         } else {
             // The gateway no longer keeps the key: a lookup by key would
             // say "not found" whatever happened. Its listing still shows
