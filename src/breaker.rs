@@ -27,7 +27,6 @@ use tokio::sync::watch;
 use tracing::{info, warn};
 
 use crate::backoff::parse_duration_arg as duration;
-use crate::domain::IdempotencyKey;
 use crate::gateway::{ChargeOutcome, Evidence, Gateway, LookupOutcome};
 use crate::store::{BreakerEvent, BreakerRow, Store, StoreError};
 
@@ -120,7 +119,8 @@ pub enum Health {
 impl Health {
     fn from_failure(e: &Evidence) -> Self {
         match e.error_kind.as_str() {
-            "connect" | "timeout" | "connection_closed" | "http_5xx" | "unavailable" => {
+            "connect" | "timeout" | "connection_closed" | "http_5xx" | "unavailable"
+            | "auth_failed" => {
                 let mut what = e.error_kind.clone();
                 if let Some(d) = &e.detail {
                     what.push_str(": ");
@@ -135,6 +135,7 @@ impl Health {
     pub fn of_charge(o: &ChargeOutcome) -> Self {
         match o {
             ChargeOutcome::Approved { .. } | ChargeOutcome::Declined { .. } => Health::Answered,
+            ChargeOutcome::Refused { .. } => Health::Neutral,
             ChargeOutcome::Unknown { evidence } | ChargeOutcome::Deferred { evidence, .. } => {
                 Self::from_failure(evidence)
             }
@@ -404,7 +405,7 @@ impl Breaker {
                 .await?
             {
                 pace.slot().await;
-                let outcome = gateway.lookup(IdempotencyKey::generate()).await;
+                let outcome = gateway.probe().await;
                 crate::metrics::breaker_probe(&outcome);
                 let open = self.observe(&Health::of_lookup(&outcome)).await;
                 info!(gateway = %self.gateway, answered = !open, "breaker probe");

@@ -20,7 +20,9 @@ use uuid::Uuid;
 use crate::backoff::CheckSchedule;
 use crate::breaker::{Breaker, Health, Pace};
 use crate::domain::{Amount, Currency, IdempotencyKey, InputError, OrderId, PaymentMethod};
-use crate::gateway::{ChargeCall, ChargeOutcome, Deferral, Gateway, LookupOutcome, RefundCall};
+use crate::gateway::{
+    ChargeCall, ChargeOutcome, Deferral, Gateway, LookupCall, LookupOutcome, Prepared, RefundCall,
+};
 use crate::policy::{
     Action, LookupPlan, NotFoundRule, Snapshot, after_lookup, decide, defer_delay,
 };
@@ -144,11 +146,11 @@ impl Engine {
         held: &Attempt,
         parked_cause: &str,
     ) -> Result<Option<LookupOutcome>, StoreError> {
-        let key = IdempotencyKey::from_uuid(held.idempotency_key);
+        let call = lookup_call(&self.store, held).await?;
         let outcome = if held.is_refund() {
-            self.gateway.lookup_refund(key).await
+            self.gateway.lookup_refund(&call).await
         } else {
-            self.gateway.lookup(key).await
+            self.gateway.lookup(&call).await
         };
         crate::metrics::lookup_answered(&outcome);
         let down = self.observe(Health::of_lookup(&outcome)).await;
@@ -306,14 +308,35 @@ impl Engine {
         if event == Event::Resend {
             crate::metrics::resent();
         }
-        let outcome = match &call {
-            Call::Charge(c) => self.gateway.charge(c).await,
-            Call::Refund(r) => self.gateway.refund(r).await,
+        let (claimed, outcome) = match call {
+            Call::Charge(c) => match self.prepare(claimed, c).await? {
+                Some((held, c)) => {
+                    let outcome = self.gateway.charge(&c).await;
+                    (held, outcome)
+                }
+                None => return Ok(()),
+            },
+            Call::Refund(r) => {
+                let outcome = self.gateway.refund(&r).await;
+                (claimed, outcome)
+            }
         };
         crate::metrics::send_answered(&outcome);
         info!(send = claimed.send_count, outcome = ?outcome_name(&outcome), "gateway answered");
         let down = self.observe(Health::of_charge(&outcome)).await;
-        let mut change = match &outcome {
+        self.record_answer(&claimed, &outcome, down).await
+    }
+
+    /// Records what a send (or a two-step gateway's create) answered, on
+    /// the attempt whose lease this worker holds; `down`: the breaker just
+    /// opened.
+    async fn record_answer(
+        &self,
+        claimed: &Attempt,
+        outcome: &ChargeOutcome,
+        down: bool,
+    ) -> Result<(), StoreError> {
+        let mut change = match outcome {
             ChargeOutcome::Approved { charge_id, .. } => {
                 let mut c = Change::new(Some(Event::Approved), "gateway_approved", &self.actor);
                 c.charge_id = Some(charge_id);
@@ -325,7 +348,7 @@ impl Engine {
                 let mut c = Change::new(Some(Event::Declined), "gateway_declined", &self.actor);
                 c.decline_code = Some(code);
                 c.charge_id = charge_id.as_deref();
-                c.act_in = self.retry_after(&claimed, code);
+                c.act_in = self.retry_after(claimed, code);
                 c
             }
             ChargeOutcome::Unknown { .. } => {
@@ -341,6 +364,7 @@ impl Engine {
                 let cause = match why {
                     Deferral::NotSent => "gateway_not_sent",
                     Deferral::NotExecuted => "gateway_not_executed",
+                    Deferral::Unconfirmed => "gateway_create_unanswered",
                 };
                 let mut c = Change::new(Some(Event::Deferred), cause, &self.actor);
                 c.act_in = Some(self.defer_in(*retry_after));
@@ -349,12 +373,66 @@ impl Engine {
                 c.park = down;
                 c
             }
+            // Not about the payment, and no retry cures it: finance; the
+            // janitor keeps looking, as for anything that was sent.
+            ChargeOutcome::Refused { .. } => {
+                error!(evidence = ?outcome.evidence(), "the gateway refused the request itself; finance reviews it");
+                let mut c = Change::new(Some(Event::Unsendable), "gateway_refused", &self.actor);
+                c.act_in = Some(self.cfg.review.first());
+                c
+            }
         };
         change.evidence = Some(outcome.evidence());
-        if self.store.apply(&claimed, &change).await? == Applied::Lost {
+        if self.store.apply(claimed, &change).await? == Applied::Lost {
             warn!("lease lost before the answer was recorded; a lookup will settle it");
         }
         Ok(())
+    }
+
+    /// Before a charge goes, a two-step gateway's object (Stripe's
+    /// PaymentIntent) must exist and be on the record: created unconfirmed
+    /// with the attempt's key, its id written once (`Event::Prepared`),
+    /// and only then confirmed. An attempt that already has one confirms
+    /// that one, never a new one. `None` when nothing is to be sent now:
+    /// the create failed (recorded like a send's answer) or the lease was
+    /// lost before the id was recorded.
+    async fn prepare(
+        &self,
+        claimed: Box<Attempt>,
+        mut call: ChargeCall,
+    ) -> Result<Option<(Box<Attempt>, ChargeCall)>, StoreError> {
+        if let Some(existing) = &claimed.gateway_ref {
+            call.gateway_ref = Some(existing.clone());
+            return Ok(Some((claimed, call)));
+        }
+        match self.gateway.prepare(&call).await {
+            Prepared::Ready => Ok(Some((claimed, call))),
+            Prepared::Created {
+                gateway_ref,
+                evidence,
+            } => {
+                let mut record =
+                    Change::new(Some(Event::Prepared), "payment_intent_created", &self.actor);
+                record.lease = Lease::Take {
+                    owner: &self.cfg.worker_name,
+                    ttl: self.cfg.lease_ttl,
+                };
+                record.gateway_ref = Some(&gateway_ref);
+                record.evidence = Some(&evidence);
+                let Applied::Moved(held) = self.store.apply(&claimed, &record).await? else {
+                    warn!(%gateway_ref, "lease lost before the PaymentIntent was recorded; not confirming it");
+                    return Ok(None);
+                };
+                call.gateway_ref = held.gateway_ref.clone();
+                Ok(Some((held, call)))
+            }
+            Prepared::Failed(outcome) => {
+                crate::metrics::send_answered(&outcome);
+                let down = self.observe(Health::of_charge(&outcome)).await;
+                self.record_answer(&claimed, &outcome, down).await?;
+                Ok(None)
+            }
+        }
     }
 
     /// The stored row fails validation (edited by hand, or written by an
@@ -400,10 +478,8 @@ impl Engine {
         // about the declined attempt's own key: a decline we recorded may be
         // contradicted by what the gateway actually did.
         self.slot().await;
-        let outcome = self
-            .gateway
-            .lookup(IdempotencyKey::from_uuid(seen.idempotency_key))
-            .await;
+        let call = lookup_call(&self.store, seen).await?;
+        let outcome = self.gateway.lookup(&call).await;
         crate::metrics::lookup_answered(&outcome);
         let down = self.observe(Health::of_lookup(&outcome)).await;
         match &outcome {
@@ -585,6 +661,7 @@ fn outcome_name(o: &ChargeOutcome) -> &'static str {
         ChargeOutcome::Declined { .. } => "declined",
         ChargeOutcome::Unknown { .. } => "unknown",
         ChargeOutcome::Deferred { why, .. } => why.as_str(),
+        ChargeOutcome::Refused { .. } => "refused",
     }
 }
 
@@ -635,6 +712,7 @@ fn refund_call(refund: &Attempt, charge: &Attempt) -> Result<RefundCall, InputEr
 fn charge_call(a: &Attempt) -> Result<ChargeCall, InputError> {
     Ok(ChargeCall {
         key: IdempotencyKey::from_uuid(a.idempotency_key),
+        attempt_id: Some(a.id),
         order_id: OrderId::parse(&a.order_id)?,
         amount: Amount::parse(a.amount_minor)?,
         currency: Currency::parse(&a.currency)?,
@@ -643,5 +721,22 @@ fn charge_call(a: &Attempt) -> Result<ChargeCall, InputError> {
             .as_deref()
             .map(PaymentMethod::parse)
             .transpose()?,
+        gateway_ref: a.gateway_ref.clone(),
+        merchant_initiated: a.attempt_number > 1,
+    })
+}
+
+/// What a lookup of `a` carries: its key, its recorded gateway object, and
+/// for a refund the gateway's id of the charge it refunds.
+pub async fn lookup_call(store: &Store, a: &Attempt) -> Result<LookupCall, StoreError> {
+    let charge_id = match a.refund_of {
+        Some(charge) => store.load(charge).await?.0.gateway_charge_id,
+        None => None,
+    };
+    Ok(LookupCall {
+        key: IdempotencyKey::from_uuid(a.idempotency_key),
+        gateway_ref: a.gateway_ref.clone(),
+        charge_id,
+        since: Some(a.created_at),
     })
 }

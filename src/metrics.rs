@@ -165,6 +165,11 @@ fn describe() {
     }
 }
 
+/// The gateway refused our credentials (401/403): a configuration fault.
+pub fn gateway_auth_failed() {
+    ::metrics::counter!("cobro_gateway_auth_failures_total").increment(1);
+}
+
 /// A send (charge or refund) and its answer.
 pub fn send_answered(outcome: &ChargeOutcome) {
     let name = match outcome {
@@ -172,6 +177,7 @@ pub fn send_answered(outcome: &ChargeOutcome) {
         ChargeOutcome::Declined { .. } => "declined",
         ChargeOutcome::Unknown { .. } => "unknown",
         ChargeOutcome::Deferred { why, .. } => why.as_str(),
+        ChargeOutcome::Refused { .. } => "refused",
     };
     gateway_call(outcome.evidence(), name);
 }

@@ -24,7 +24,7 @@ use tracing::{error, info, warn};
 use crate::backoff::{CheckSchedule, parse_duration_arg as duration};
 use crate::breaker::{Breaker, Pace};
 use crate::engine::{Engine, EngineConfig, Wake};
-use crate::gateway::{Gateway, HttpGateway, HttpGatewayConfig};
+use crate::gateway::{Gateway, HttpGatewayConfig};
 use crate::store::{CHARGE_QUEUE, REFUND_QUEUE, Store};
 
 /// Every setting of `cobro-worker`, as a flag or an environment variable.
@@ -41,6 +41,9 @@ pub struct WorkerArgs {
     /// gateway (a private CA, a staging gateway); the public roots stay trusted.
     #[arg(long, env = "COBRO_GATEWAY_CA_FILE")]
     pub gateway_ca_file: Option<std::path::PathBuf>,
+    /// Which gateway API: the simulator's or Stripe's (`COBRO_GATEWAY`).
+    #[command(flatten)]
+    pub gateway: crate::gateway::GatewayChoice,
     /// Attempts handled at once by this process.
     #[arg(long, env = "COBRO_CONCURRENCY", default_value_t = 16)]
     pub concurrency: usize,
@@ -132,6 +135,7 @@ impl std::fmt::Debug for WorkerArgs {
         f.debug_struct("WorkerArgs")
             .field("gateway_url", &crate::gateway::shown_url(&self.gateway_url))
             .field("gateway_ca_file", &self.gateway_ca_file)
+            .field("gateway", &self.gateway)
             .field("concurrency", &self.concurrency)
             .field("lease_ttl", &self.lease_ttl)
             .field("check_schedule", &self.check_schedule)
@@ -236,7 +240,7 @@ pub async fn run(
     let name = args.name();
     // Before the database: a gateway that can never be reached (bad scheme,
     // unusable CA file) stops the process here, not at the first charge.
-    let gateway: Arc<dyn Gateway> = Arc::new(HttpGateway::new(args.gateway_config())?);
+    let gateway: Arc<dyn Gateway> = args.gateway.build(args.gateway_config())?;
     let store = Store::connect(
         &args.database_url,
         (args.concurrency + args.refund_concurrency + 4) as u32,
@@ -244,7 +248,9 @@ pub async fn run(
     .await
     .context("connecting to DATABASE_URL")?;
     // The breaker and the pace are per gateway, shared through the database.
-    let gateway_name: String = crate::gateway::shown_url(&args.gateway_url)
+    let gateway_name: String = args
+        .gateway
+        .shown(&args.gateway_url)
         .chars()
         .take(300)
         .collect();
@@ -271,7 +277,8 @@ pub async fn run(
                 retry: args.retry.policy()?,
                 defer_backoff: args.defer_backoff,
                 not_found: crate::policy::NotFoundRule {
-                    gateway_idempotent: args.gateway_idempotent,
+                    gateway_idempotent: args.gateway_idempotent
+                        || args.gateway.idempotent_lookups(),
                     max_processing: args.gateway_max_processing,
                 },
                 review: args.review()?,
@@ -282,7 +289,8 @@ pub async fn run(
     info!(
         worker = %name,
         concurrency = args.concurrency,
-        gateway = %crate::gateway::shown_url(&args.gateway_url),
+        gateway = %args.gateway.shown(&args.gateway_url),
+        api = ?args.gateway.kind,
         extra_roots = ?args.gateway_ca_file,
         "cobro-worker starting"
     );

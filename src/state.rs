@@ -127,18 +127,24 @@ pub enum Event {
     /// answer still missing puts it back in review, never re-sends blindly.
     Recheck,
     /// The stored row cannot be turned into a gateway call (edited by hand,
-    /// or written by an older version with looser rules): nothing is sent,
-    /// finance decides.
+    /// or written by an older version with looser rules), or the gateway
+    /// refused the call itself for a reason no retry cures (Stripe's
+    /// `idempotency_error`): nothing more is sent, finance decides.
     Unsendable,
     /// Finance asks the review janitor to look an attempt in review up now
     /// (bulk "check again now"): it stays in review, its next automatic
     /// check is now. On the record as a transition-log row.
     ReviewNow,
+    /// A two-step gateway (Stripe) created the payment object for this
+    /// attempt's key without moving money (a PaymentIntent, unconfirmed):
+    /// its id is recorded, once, before anything confirms it. The lease
+    /// holder keeps the lease and confirms next.
+    Prepared,
 }
 
 impl Event {
     /// Every event (for tables and checks that must consider them all).
-    pub const ALL: [Event; 12] = [
+    pub const ALL: [Event; 13] = [
         Event::Claim,
         Event::Resend,
         Event::Approved,
@@ -151,6 +157,7 @@ impl Event {
         Event::Recheck,
         Event::Unsendable,
         Event::ReviewNow,
+        Event::Prepared,
     ];
 }
 
@@ -213,9 +220,12 @@ pub fn transition(from: State, event: Event) -> Result<Next, InvalidTransition> 
         (S::Desconocido, E::ChecksExhausted | E::KeyExpired) => {
             to(S::EnRevision, Then::AwaitFinance)
         }
-        (S::Pendiente | S::Desconocido, E::Unsendable) => to(S::EnRevision, Then::AwaitFinance),
+        (S::Pendiente | S::EnProceso | S::Desconocido, E::Unsendable) => {
+            to(S::EnRevision, Then::AwaitFinance)
+        }
         (S::EnRevision, E::Recheck) => to(S::Desconocido, Then::CheckLater),
         (S::EnRevision, E::ReviewNow) => to(S::EnRevision, Then::CheckLater),
+        (S::EnProceso, E::Prepared) => to(S::EnProceso, Then::SendToGateway),
 
         (S::Pendiente, E::Resend | E::Unknown | E::LeaseExpired)
         | (S::Pendiente, E::ChecksExhausted | E::KeyExpired)
@@ -225,12 +235,14 @@ pub fn transition(from: State, event: Event) -> Result<Next, InvalidTransition> 
         | (S::EnRevision, E::ChecksExhausted | E::KeyExpired) => invalid,
         (S::Pendiente | S::EnProceso | S::Desconocido, E::Recheck | E::ReviewNow) => invalid,
         (S::Pendiente | S::Desconocido | S::EnRevision, E::Deferred) => invalid,
-        (S::EnProceso | S::EnRevision, E::Unsendable) => invalid,
+        (S::EnRevision, E::Unsendable) => invalid,
+        (S::Pendiente | S::Desconocido | S::EnRevision, E::Prepared) => invalid,
 
         (S::Aprobado | S::Rechazado, E::Approved | E::Declined)
         | (S::Aprobado | S::Rechazado, E::Claim | E::Resend | E::Unknown | E::LeaseExpired)
         | (S::Aprobado | S::Rechazado, E::ChecksExhausted | E::KeyExpired | E::Recheck)
-        | (S::Aprobado | S::Rechazado, E::Deferred | E::Unsendable | E::ReviewNow) => invalid,
+        | (S::Aprobado | S::Rechazado, E::Deferred | E::Unsendable | E::ReviewNow)
+        | (S::Aprobado | S::Rechazado, E::Prepared) => invalid,
     }
 }
 
@@ -240,7 +252,7 @@ mod tests {
     use Event as E;
     use State as S;
 
-    const EVENTS: [Event; 12] = Event::ALL;
+    const EVENTS: [Event; 13] = Event::ALL;
 
     /// Every (state, event) pair, written out. `None` = invalid.
     fn expected(from: State, event: Event) -> Option<(State, Then)> {
@@ -285,10 +297,17 @@ mod tests {
                 S::EnRevision,
                 Then::AwaitFinance,
             ),
+            (
+                S::EnProceso,
+                E::Unsendable,
+                S::EnRevision,
+                Then::AwaitFinance,
+            ),
             (S::EnRevision, E::Approved, S::Aprobado, Then::Done),
             (S::EnRevision, E::Declined, S::Rechazado, Then::Done),
             (S::EnRevision, E::Recheck, S::Desconocido, Then::CheckLater),
             (S::EnRevision, E::ReviewNow, S::EnRevision, Then::CheckLater),
+            (S::EnProceso, E::Prepared, S::EnProceso, Then::SendToGateway),
         ];
         table
             .iter()
@@ -306,7 +325,7 @@ mod tests {
                 valid += usize::from(got.is_some());
             }
         }
-        assert_eq!(valid, 19, "the table above lists 19 valid transitions");
+        assert_eq!(valid, 21, "the table above lists 21 valid transitions");
     }
 
     #[test]

@@ -233,10 +233,13 @@ async fn a_worker_charges_through_https_trusting_a_private_ca(b: Backend) {
 fn call(order: &str) -> ChargeCall {
     ChargeCall {
         key: IdempotencyKey::generate(),
+        attempt_id: None,
         order_id: OrderId::parse(order).unwrap(),
         amount: Amount::parse(1_000).unwrap(),
         currency: Currency::parse("USD").unwrap(),
         payment_method: None,
+        gateway_ref: None,
+        merchant_initiated: false,
     }
 }
 

@@ -86,10 +86,13 @@ async fn charged(store: &Store, gw: &HttpGateway, order: &str, amount: i64) -> A
     let a = step(store, &a, Event::Claim, None).await;
     let call = ChargeCall {
         key: IdempotencyKey::from_uuid(a.idempotency_key),
+        attempt_id: None,
         order_id: OrderId::parse(order).unwrap(),
         amount: Amount::parse(amount).unwrap(),
         currency: Currency::parse("EUR").unwrap(),
         payment_method: None,
+        gateway_ref: None,
+        merchant_initiated: false,
     };
     let ChargeOutcome::Approved { charge_id, .. } = gw.charge(&call).await else {
         panic!("the simulator declined a fault-free charge");

@@ -22,11 +22,11 @@ use serde::{Deserialize, Serialize};
 
 use super::{
     ChargeCall, ChargeOutcome, Deferral, Evidence, Gateway, GatewayRecord, ListError, Listed,
-    LookupOutcome, RefundCall,
+    LookupCall, LookupOutcome, RefundCall,
 };
 use crate::domain::IdempotencyKey;
 
-mod client;
+pub(super) mod client;
 mod list;
 
 pub use client::{GatewayConfigError, parse_base_url, shown_url};
@@ -348,7 +348,7 @@ struct Answer {
 }
 
 /// A call that got no response, by what the gateway could have done.
-enum Transport {
+pub(super) enum Transport {
     /// Nothing was written (the connection was never made).
     NotSent(&'static str),
     /// The request may have left.
@@ -391,7 +391,7 @@ async fn read(sent: Result<reqwest::Response, reqwest::Error>) -> Result<Answer,
 /// A connect error (refused, DNS, TLS handshake, connect timeout) happens
 /// before any byte of the request is written: not sent. Anything after it
 /// (a reused connection that dies, a request timeout) may have left.
-fn transport(e: &reqwest::Error) -> Transport {
+pub(super) fn transport(e: &reqwest::Error) -> Transport {
     if e.is_connect() {
         Transport::NotSent(if e.is_timeout() {
             "connect_timeout"
@@ -464,16 +464,16 @@ impl Gateway for HttpGateway {
         self.do_charge(call).boxed()
     }
 
-    fn lookup(&self, key: IdempotencyKey) -> BoxFuture<'_, LookupOutcome> {
-        self.look_up(Resource::Charges, key).boxed()
+    fn lookup<'a>(&'a self, call: &'a LookupCall) -> BoxFuture<'a, LookupOutcome> {
+        self.look_up(Resource::Charges, call.key).boxed()
     }
 
     fn refund<'a>(&'a self, call: &'a RefundCall) -> BoxFuture<'a, ChargeOutcome> {
         self.do_refund(call).boxed()
     }
 
-    fn lookup_refund(&self, key: IdempotencyKey) -> BoxFuture<'_, LookupOutcome> {
-        self.look_up(Resource::Refunds, key).boxed()
+    fn lookup_refund<'a>(&'a self, call: &'a LookupCall) -> BoxFuture<'a, LookupOutcome> {
+        self.look_up(Resource::Refunds, call.key).boxed()
     }
 
     fn list<'a>(

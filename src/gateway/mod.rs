@@ -15,19 +15,24 @@
 //! re-sent on a guess. Every outcome carries [`Evidence`] for the
 //! transition log.
 
+mod choice;
 mod http;
 #[cfg(test)]
 mod list_tests;
 mod record;
+pub mod stripe;
 #[cfg(test)]
 mod tests;
 
+pub use choice::{GatewayChoice, GatewayKind};
 pub use http::{GatewayConfigError, HttpGateway, HttpGatewayConfig, parse_base_url, shown_url};
 pub use record::{GatewayRecord, ListError, Listed};
+pub use stripe::{StripeConfig, StripeGateway};
 
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+use futures::FutureExt;
 use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 
@@ -55,10 +60,61 @@ pub struct Evidence {
 #[derive(Debug, Clone)]
 pub struct ChargeCall {
     pub key: IdempotencyKey,
+    /// The attempt's id, for the gateway's metadata.
+    pub attempt_id: Option<uuid::Uuid>,
     pub order_id: OrderId,
     pub amount: Amount,
     pub currency: Currency,
     pub payment_method: Option<PaymentMethod>,
+    /// The object [`Gateway::prepare`] created and the attempt recorded
+    /// (Stripe: the PaymentIntent to confirm); `None` for a one-step gateway.
+    pub gateway_ref: Option<String>,
+    /// A business retry: the merchant charges without the customer present
+    /// (Stripe: `off_session`).
+    pub merchant_initiated: bool,
+}
+
+/// What a lookup knows besides the key: the attempt's recorded object, a
+/// refund's charge, and when the attempt began (a listing starts there).
+#[derive(Debug, Clone)]
+pub struct LookupCall {
+    pub key: IdempotencyKey,
+    /// The attempt's [`Prepared::Created`] object, if one was recorded.
+    pub gateway_ref: Option<String>,
+    /// A refund's charge, as the gateway names it.
+    pub charge_id: Option<String>,
+    /// When the attempt was created.
+    pub since: Option<DateTime<Utc>>,
+}
+
+impl LookupCall {
+    /// A lookup by key alone.
+    pub fn by_key(key: IdempotencyKey) -> Self {
+        Self {
+            key,
+            gateway_ref: None,
+            charge_id: None,
+            since: None,
+        }
+    }
+}
+
+/// What [`Gateway::prepare`] did before a charge can be sent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Prepared {
+    /// Nothing to record first (a one-step gateway): charge now.
+    Ready,
+    /// An object that cannot move money yet was created with the attempt's
+    /// key (Stripe: an unconfirmed PaymentIntent): record its id on the
+    /// attempt, then charge it, and only it.
+    Created {
+        gateway_ref: String,
+        evidence: Evidence,
+    },
+    /// No object: record this outcome instead of charging. Never
+    /// `Approved`; a create that got no answer moved no money, so it is
+    /// `Deferred`, not `Unknown`.
+    Failed(ChargeOutcome),
 }
 
 /// One refund request, always with the refund's own key.
@@ -82,6 +138,10 @@ pub enum Deferral {
     /// The gateway answered that it did not execute it, for now: 429, or a
     /// 503 with `Retry-After`.
     NotExecuted,
+    /// A two-step gateway's first step got no answer: it may have created
+    /// its object, but an unconfirmed object cannot move money (Stripe: a
+    /// PaymentIntent created with `confirm=false`), so nothing was charged.
+    Unconfirmed,
 }
 
 impl Deferral {
@@ -89,6 +149,7 @@ impl Deferral {
         match self {
             Deferral::NotSent => "not_sent",
             Deferral::NotExecuted => "not_executed",
+            Deferral::Unconfirmed => "unconfirmed",
         }
     }
 }
@@ -113,6 +174,11 @@ pub enum ChargeOutcome {
         retry_after: Option<Duration>,
         evidence: Evidence,
     },
+    /// The gateway refused the request for a reason that is not about the
+    /// payment and that sending again cannot cure (Stripe's
+    /// `idempotency_error`: the key is in use with other parameters).
+    /// Finance decides; nothing more is sent.
+    Refused { evidence: Evidence },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -146,7 +212,8 @@ impl ChargeOutcome {
             ChargeOutcome::Approved { evidence, .. }
             | ChargeOutcome::Declined { evidence, .. }
             | ChargeOutcome::Unknown { evidence }
-            | ChargeOutcome::Deferred { evidence, .. } => evidence,
+            | ChargeOutcome::Deferred { evidence, .. }
+            | ChargeOutcome::Refused { evidence } => evidence,
         }
     }
 }
@@ -167,14 +234,30 @@ impl LookupOutcome {
 /// their lookups by key, and the listing reconciliation compares with ours.
 /// Webhook verification lives in `crate::webhook`.
 pub trait Gateway: Send + Sync {
+    /// A two-step gateway creates, with the attempt's key, the object a
+    /// charge confirms, without moving money. The default (one step) has
+    /// nothing to create.
+    fn prepare<'a>(&'a self, _call: &'a ChargeCall) -> BoxFuture<'a, Prepared> {
+        futures::future::ready(Prepared::Ready).boxed()
+    }
     fn charge<'a>(&'a self, call: &'a ChargeCall) -> BoxFuture<'a, ChargeOutcome>;
-    fn lookup(&self, key: IdempotencyKey) -> BoxFuture<'_, LookupOutcome>;
+    fn lookup<'a>(&'a self, call: &'a LookupCall) -> BoxFuture<'a, LookupOutcome>;
+    /// The circuit breaker's probe: any call that shows whether the gateway
+    /// answers. The default looks up a key nobody uses.
+    fn probe(&self) -> BoxFuture<'_, LookupOutcome> {
+        async move {
+            let call = LookupCall::by_key(IdempotencyKey::generate());
+            self.lookup(&call).await
+        }
+        .boxed()
+    }
     /// Refunds (part of) an approved charge with the refund's own key.
     /// `Approved.charge_id` is the gateway's refund id; `Declined.code` says
     /// why the gateway refused (e.g. `amount_exceeds_charge`).
     fn refund<'a>(&'a self, call: &'a RefundCall) -> BoxFuture<'a, ChargeOutcome>;
-    /// Looks a refund up by its key.
-    fn lookup_refund(&self, key: IdempotencyKey) -> BoxFuture<'_, LookupOutcome>;
+    /// Looks a refund up by its key (and, where the gateway needs it, its
+    /// charge: `call.charge_id`).
+    fn lookup_refund<'a>(&'a self, call: &'a LookupCall) -> BoxFuture<'a, LookupOutcome>;
     /// Every charge or refund the gateway executed with `from <= at < to`,
     /// approved or declined, in the gateway's order (all pages). A failed
     /// page fails the whole listing: never a partial or empty answer.

@@ -52,10 +52,13 @@ async fn ledger(sim: &SimHandle) -> TestResult<Ledger> {
 async fn approved_charge(gw: &HttpGateway, order: &str, amount_minor: i64) -> TestResult<String> {
     let call = ChargeCall {
         key: IdempotencyKey::generate(),
+        attempt_id: None,
         order_id: OrderId::parse(order)?,
         amount: Amount::parse(amount_minor)?,
         currency: Currency::parse("EUR")?,
         payment_method: None,
+        gateway_ref: None,
+        merchant_initiated: false,
     };
     match gw.charge(&call).await {
         ChargeOutcome::Approved { charge_id, .. } => Ok(charge_id),
@@ -66,10 +69,13 @@ async fn approved_charge(gw: &HttpGateway, order: &str, amount_minor: i64) -> Te
 fn charge_call(order: &str, amount_minor: i64) -> TestResult<ChargeCall> {
     Ok(ChargeCall {
         key: IdempotencyKey::generate(),
+        attempt_id: None,
         order_id: OrderId::parse(order)?,
         amount: Amount::parse(amount_minor)?,
         currency: Currency::parse("EUR")?,
         payment_method: None,
+        gateway_ref: None,
+        merchant_initiated: false,
     })
 }
 
@@ -111,7 +117,7 @@ async fn approved_refund_carries_the_refund_id() -> TestResult {
         ("refund", Some(200), "ok")
     );
     // The refund's key finds the refund; the charge lookup is unchanged.
-    let found = gw.lookup_refund(call.key).await;
+    let found = gw.lookup_refund(&LookupCall::by_key(call.key)).await;
     assert!(
         matches!(found, LookupOutcome::Approved { ref charge_id, ref evidence }
             if *charge_id == refund_id && evidence.call == "refund_lookup"),
@@ -147,7 +153,7 @@ async fn over_refund_is_declined_definitely() -> TestResult {
         ),
         ("refund", Some(402), "declined")
     );
-    let found = gw.lookup_refund(call.key).await;
+    let found = gw.lookup_refund(&LookupCall::by_key(call.key)).await;
     assert!(
         matches!(found, LookupOutcome::Declined { ref code, .. } if code == AMOUNT_EXCEEDS_CHARGE),
         "{found:?}"
@@ -180,7 +186,7 @@ async fn lost_refund_response_is_unknown_then_the_lookup_says_approved() -> Test
     );
     let l = ledger(&sim).await?;
     assert_eq!(l.refunds.len(), 1, "executed although the answer was lost");
-    let found = gw.lookup_refund(call.key).await;
+    let found = gw.lookup_refund(&LookupCall::by_key(call.key)).await;
     let LookupOutcome::Approved {
         charge_id: refund_id,
         evidence,
@@ -201,7 +207,9 @@ async fn lost_refund_response_is_unknown_then_the_lookup_says_approved() -> Test
 async fn refund_lookup_of_an_unknown_key_is_not_found_and_a_5xx_failed() -> TestResult {
     let sim = start_sim().await?;
     let gw = gateway(&sim)?;
-    let found = gw.lookup_refund(IdempotencyKey::generate()).await;
+    let found = gw
+        .lookup_refund(&LookupCall::by_key(IdempotencyKey::generate()))
+        .await;
     assert!(
         matches!(found, LookupOutcome::NotFound { ref evidence }
             if evidence.call == "refund_lookup"
@@ -217,7 +225,9 @@ async fn refund_lookup_of_an_unknown_key_is_not_found_and_a_5xx_failed() -> Test
         },
     )
     .await?;
-    let failed = gw.lookup_refund(IdempotencyKey::generate()).await;
+    let failed = gw
+        .lookup_refund(&LookupCall::by_key(IdempotencyKey::generate()))
+        .await;
     assert!(
         matches!(failed, LookupOutcome::Failed { ref evidence }
             if evidence.call == "refund_lookup" && evidence.error_kind == "http_5xx"),
@@ -321,7 +331,10 @@ async fn a_refused_connection_is_not_sent_for_charges_refunds_and_lookups() -> T
             "{outcome:?}"
         );
     }
-    for found in [gw.lookup(call.key).await, gw.lookup_refund(call.key).await] {
+    for found in [
+        gw.lookup(&LookupCall::by_key(call.key)).await,
+        gw.lookup_refund(&LookupCall::by_key(call.key)).await,
+    ] {
         assert!(
             matches!(found, LookupOutcome::Deferred { why: Deferral::NotSent, ref evidence, .. }
                 if evidence.lookup_result.as_deref() == Some("not_sent")),
@@ -343,7 +356,7 @@ async fn a_429_or_a_503_with_retry_after_is_not_executed_a_bare_503_is_unknown()
     );
     assert!(
         matches!(
-            throttled.lookup(call.key).await,
+            throttled.lookup(&LookupCall::by_key(call.key)).await,
             LookupOutcome::Deferred {
                 why: Deferral::NotExecuted,
                 ..
@@ -376,7 +389,7 @@ async fn a_429_or_a_503_with_retry_after_is_not_executed_a_bare_503_is_unknown()
         ChargeOutcome::Unknown { .. }
     ));
     assert!(matches!(
-        bare_503.lookup(call.key).await,
+        bare_503.lookup(&LookupCall::by_key(call.key)).await,
         LookupOutcome::Failed { .. }
     ));
     Ok(())

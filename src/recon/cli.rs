@@ -14,7 +14,7 @@ use clap::Args;
 
 use super::{Window, parse_when, reconcile};
 use crate::backoff::parse_duration_arg as duration;
-use crate::gateway::{Gateway, HttpGateway, HttpGatewayConfig};
+use crate::gateway::{Gateway, HttpGatewayConfig};
 use crate::store::Store;
 
 fn when(s: &str) -> Result<DateTime<Utc>, String> {
@@ -34,6 +34,8 @@ pub struct ReconcileCommand {
     /// A PEM file of extra root certificates to trust for an `https://` gateway.
     #[arg(long, env = "COBRO_GATEWAY_CA_FILE")]
     pub gateway_ca_file: Option<std::path::PathBuf>,
+    #[command(flatten)]
+    pub gateway: crate::gateway::GatewayChoice,
     /// Start of the window, included: RFC 3339 or YYYY-MM-DD (midnight UTC).
     #[arg(long, value_parser = when)]
     pub from: DateTime<Utc>,
@@ -52,12 +54,12 @@ pub struct ReconcileCommand {
 /// Runs the command; the report goes to stdout.
 pub async fn run_command(cmd: ReconcileCommand) -> anyhow::Result<()> {
     let window = Window::new(cmd.from, cmd.to)?;
-    let gateway: Arc<dyn Gateway> = Arc::new(HttpGateway::new(HttpGatewayConfig {
+    let gateway: Arc<dyn Gateway> = cmd.gateway.build(HttpGatewayConfig {
         base_url: cmd.gateway_url.clone(),
         connect_timeout: cmd.gateway_connect_timeout,
         request_timeout: cmd.gateway_timeout,
         ca_file: cmd.gateway_ca_file.clone(),
-    })?);
+    })?;
     let store = Store::connect(&cmd.database_url, 2)
         .await
         .context("connecting to DATABASE_URL")?;

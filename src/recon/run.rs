@@ -15,7 +15,6 @@ use uuid::Uuid;
 
 use super::compare::{Comparison, Resolution, Verdict, compare, confirm_missing, judge};
 use super::{ACTOR, CAUSE, CaseKind, Finding, Window};
-use crate::domain::IdempotencyKey;
 use crate::gateway::{Evidence, Gateway, GatewayRecord, ListError, Listed};
 use crate::state::{Event, State};
 use crate::store::{Applied, Attempt, CaseStatus, Change, ReconScope, Store, StoreError};
@@ -95,7 +94,7 @@ pub async fn reconcile(
         to_confirm,
         mut in_flight,
     } = compare(window, &charges, &refunds, &ours);
-    findings.extend(confirm(gateway, &to_confirm).await?);
+    findings.extend(confirm(store, gateway, &to_confirm).await?);
     let mut resolved = Vec::new();
     for r in &resolutions {
         match settle(store, r).await? {
@@ -134,14 +133,18 @@ fn sorted_unique<T: Ord>(items: impl Iterator<Item = T>) -> Vec<T> {
 }
 
 /// Looks each APROBADO attempt the listing did not show up by key.
-async fn confirm(gateway: &dyn Gateway, attempts: &[Attempt]) -> Result<Vec<Finding>, ReconError> {
+async fn confirm(
+    store: &Store,
+    gateway: &dyn Gateway,
+    attempts: &[Attempt],
+) -> Result<Vec<Finding>, ReconError> {
     let mut found = Vec::new();
     for a in attempts {
-        let key = IdempotencyKey::from_uuid(a.idempotency_key);
+        let call = crate::engine::lookup_call(store, a).await?;
         let outcome = if a.is_refund() {
-            gateway.lookup_refund(key).await
+            gateway.lookup_refund(&call).await
         } else {
-            gateway.lookup(key).await
+            gateway.lookup(&call).await
         };
         found.extend(confirm_missing(a, &outcome).map_err(ReconError::Lookup)?);
     }

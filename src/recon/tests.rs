@@ -42,6 +42,7 @@ fn attempt(order: &str, amount: i64, state: State, gateway_id: Option<&str>) -> 
         created_at: t(10, 0),
         updated_at: t(10, 0),
         parked_since: None,
+        gateway_ref: None,
     }
 }
 

@@ -55,6 +55,9 @@ pub struct Change<'a> {
     /// wake-up; the breaker's paced re-wake brings it back. Any other
     /// write un-parks it.
     pub park: bool,
+    /// Record a two-step gateway's object for the attempt (Stripe's
+    /// PaymentIntent id); set once, the database refuses a change.
+    pub gateway_ref: Option<&'a str>,
 }
 
 impl<'a> Change<'a> {
@@ -72,6 +75,7 @@ impl<'a> Change<'a> {
             add_send: false,
             notice: None,
             park: false,
+            gateway_ref: None,
         }
     }
 }

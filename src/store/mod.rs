@@ -107,6 +107,9 @@ pub struct Attempt {
     /// Set while the attempt waits for an unreachable gateway (the
     /// breaker parked it): no due time, no lease, state and checks kept.
     pub parked_since: Option<DateTime<Utc>>,
+    /// A two-step gateway's own object for this attempt (Stripe: the
+    /// PaymentIntent), recorded once before anything confirms it.
+    pub gateway_ref: Option<String>,
 }
 
 impl Attempt {

@@ -54,6 +54,16 @@ pub fn parse(body: &[u8]) -> Result<IncomingEvent, MalformedEvent> {
     if ev.id.is_empty() || ev.id.len() > 255 {
         return Err(MalformedEvent("id must be 1-255 characters".into()));
     }
+    if let Some(object) = ev.data.get("object") {
+        let (key, outcome) = stripe_outcome(&ev.kind, object)?;
+        return Ok(IncomingEvent {
+            event_id: ev.id,
+            event_type: ev.kind,
+            key,
+            outcome,
+            payload: String::from_utf8_lossy(body).into_owned(),
+        });
+    }
     let text = |k: &str| ev.data.get(k).and_then(|v| v.as_str()).map(text_safe);
     let key = text("idempotency_key").and_then(|k| Uuid::try_parse(&k).ok());
     let outcome = match (ev.kind.as_str(), text("charge_id")) {
@@ -78,9 +88,102 @@ pub fn parse(body: &[u8]) -> Result<IncomingEvent, MalformedEvent> {
     })
 }
 
+/// Stripe's event shape (`data.object` is the PaymentIntent or Refund):
+/// matched to the attempt by the key cobro put in the object's metadata.
+/// `payment_intent.succeeded` approves, `payment_intent.payment_failed`
+/// declines with Stripe's code (the same class as a synchronous decline),
+/// `refund.created` / `refund.updated` settle a refund by its own key;
+/// anything else (`charge.refunded`, `charge.dispute.created`, …) is stored
+/// and acknowledged.
+fn stripe_outcome(
+    kind: &str,
+    object: &serde_json::Value,
+) -> Result<(Option<Uuid>, EventOutcome), MalformedEvent> {
+    let text = |v: Option<&serde_json::Value>| v.and_then(|v| v.as_str()).map(text_safe);
+    let id = text(object.get("id"));
+    let key = object
+        .get("metadata")
+        .and_then(|m| m.get(crate::gateway::stripe::META_KEY))
+        .and_then(|k| k.as_str())
+        .and_then(|k| Uuid::try_parse(k).ok());
+    let need_id = || {
+        id.clone()
+            .ok_or_else(|| MalformedEvent(format!("{kind} without data.object.id")))
+    };
+    let status = object.get("status").and_then(|s| s.as_str());
+    let outcome = match kind {
+        STRIPE_PI_SUCCEEDED => EventOutcome::Approved {
+            charge_id: need_id()?,
+        },
+        STRIPE_PI_FAILED => EventOutcome::Declined {
+            code: text_safe(&crate::gateway::stripe::decline_code_of(object)),
+            charge_id: Some(need_id()?),
+        },
+        STRIPE_REFUND_CREATED | STRIPE_REFUND_UPDATED => match status {
+            Some("succeeded" | "pending") => EventOutcome::Approved {
+                charge_id: need_id()?,
+            },
+            Some("failed" | "canceled") => EventOutcome::Declined {
+                code: text(object.get("failure_reason")).unwrap_or_else(|| "refund_failed".into()),
+                charge_id: Some(need_id()?),
+            },
+            _ => EventOutcome::NotActionable,
+        },
+        _ => EventOutcome::NotActionable,
+    };
+    Ok((key, outcome))
+}
+
+pub const STRIPE_PI_SUCCEEDED: &str = "payment_intent.succeeded";
+pub const STRIPE_PI_FAILED: &str = "payment_intent.payment_failed";
+pub const STRIPE_REFUND_CREATED: &str = "refund.created";
+pub const STRIPE_REFUND_UPDATED: &str = "refund.updated";
+pub const STRIPE_DISPUTE_CREATED: &str = "charge.dispute.created";
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn stripe_events_parse_by_the_key_in_the_metadata() {
+        let key = "3e7d1c9a-2b4f-4a6e-8c0d-9f1e2a3b4c5d";
+        let ok = format!(
+            r#"{{"id":"evt_1","type":"payment_intent.succeeded","created":1,"data":{{"object":{{"id":"pi_1","object":"payment_intent","status":"succeeded","metadata":{{"cobro_key":"{key}"}}}}}}}}"#
+        );
+        let e = parse(ok.as_bytes()).unwrap();
+        assert_eq!(
+            e.outcome,
+            EventOutcome::Approved {
+                charge_id: "pi_1".into()
+            }
+        );
+        assert_eq!(e.key.unwrap().to_string(), key);
+        let failed = format!(
+            r#"{{"id":"evt_2","type":"payment_intent.payment_failed","data":{{"object":{{"id":"pi_2","status":"requires_payment_method","last_payment_error":{{"code":"card_declined","decline_code":"stolen_card"}},"metadata":{{"cobro_key":"{key}"}}}}}}}}"#
+        );
+        assert_eq!(
+            parse(failed.as_bytes()).unwrap().outcome,
+            EventOutcome::Declined {
+                code: "stolen_card".into(),
+                charge_id: Some("pi_2".into())
+            }
+        );
+        let refund = r#"{"id":"evt_3","type":"refund.updated","data":{"object":{"id":"re_1","status":"failed","failure_reason":"expired_or_canceled_card"}}}"#;
+        assert_eq!(
+            parse(refund.as_bytes()).unwrap().outcome,
+            EventOutcome::Declined {
+                code: "expired_or_canceled_card".into(),
+                charge_id: Some("re_1".into())
+            }
+        );
+        let dispute = r#"{"id":"evt_4","type":"charge.dispute.created","data":{"object":{"id":"dp_1","payment_intent":"pi_1"}}}"#;
+        assert_eq!(
+            parse(dispute.as_bytes()).unwrap().outcome,
+            EventOutcome::NotActionable
+        );
+        let no_id = r#"{"id":"evt_5","type":"payment_intent.succeeded","data":{"object":{"status":"succeeded"}}}"#;
+        assert!(parse(no_id.as_bytes()).is_err());
+    }
 
     #[test]
     fn events_parse_into_outcomes() {

@@ -298,6 +298,7 @@ pub fn worker_args(db_url: &str, gateway_url: &str) -> WorkerArgs {
         database_url: db_url.into(),
         gateway_url: gateway_url.into(),
         gateway_ca_file: None,
+        gateway: Default::default(),
         concurrency: 8,
         refund_concurrency: 2,
         batch_size: 10,

@@ -30,6 +30,8 @@ pub enum GatewayConfigError {
     QueryOrFragment,
     #[error("COBRO_GATEWAY_CA_FILE {}: {reason}", path.display())]
     CaFile { path: PathBuf, reason: String },
+    #[error("{0} is not set; COBRO_GATEWAY=stripe needs it")]
+    MissingSecret(&'static str),
     #[error("building the gateway's HTTP client: {0}")]
     Client(#[source] reqwest::Error),
 }
@@ -68,7 +70,7 @@ pub fn shown_url(raw: &str) -> String {
 
 /// The client every call goes through: explicit timeouts, rustls with the
 /// webpki roots, plus the roots in `ca_file`.
-pub(super) fn build(
+pub(in crate::gateway) fn build(
     connect_timeout: Duration,
     request_timeout: Duration,
     ca_file: Option<&Path>,

@@ -165,6 +165,7 @@ pub(super) fn attempt(r: &sqlx::sqlite::SqliteRow) -> Result<Attempt, StoreError
         created_at: ms(r.try_get("created_at")?),
         updated_at: ms(r.try_get("updated_at")?),
         parked_since: r.try_get::<Option<i64>, _>("parked_since")?.map(ms),
+        gateway_ref: r.try_get("gateway_ref")?,
     })
 }
 
@@ -267,7 +268,8 @@ pub(super) async fn apply_tx(
             last_evidence = COALESCE(?11, last_evidence),
             parked_since = CASE WHEN ?13 THEN COALESCE(parked_since, ",
         now_ms!(),
-        ") END
+        ") END,
+            gateway_ref = CASE WHEN ?14 IS NULL THEN gateway_ref ELSE ?14 END
          WHERE id = ?1 AND version = ?2 AND state = ?12
          RETURNING *"
     ))
@@ -284,6 +286,7 @@ pub(super) async fn apply_tx(
     .bind(plan.evidence_json.as_deref())
     .bind(seen.state.as_str())
     .bind(plan.park)
+    .bind(change.gateway_ref)
     .fetch_optional(&mut *tx)
     .await?;
     let Some(row) = row else {

@@ -196,7 +196,8 @@ pub(super) async fn apply_tx(
             check_count = check_count + $9,
             send_count = send_count + $10,
             last_evidence = COALESCE($11, last_evidence),
-            parked_since = CASE WHEN $13 THEN COALESCE(parked_since, now()) END
+            parked_since = CASE WHEN $13 THEN COALESCE(parked_since, now()) END,
+            gateway_ref = CASE WHEN $14::text IS NULL THEN gateway_ref ELSE $14 END
          WHERE id = $1 AND version = $2 AND state = $12
          RETURNING *",
     )
@@ -213,6 +214,7 @@ pub(super) async fn apply_tx(
     .bind(&evidence)
     .bind(seen.state.as_str())
     .bind(plan.park)
+    .bind(change.gateway_ref)
     .fetch_optional(&mut *tx)
     .await?;
     let Some(now) = moved else {

@@ -1,0 +1,306 @@
+//! What Stripe's answers mean for an attempt, as pure functions: the
+//! PaymentIntent's status read as settled or not, a decline's codes read as
+//! a business-retry class, and the raw codes kept for the evidence.
+//!
+//! Invariant: only `succeeded` is an approval, and only a PaymentIntent
+//! whose last confirm failed (`requires_payment_method` with a
+//! `last_payment_error`) or that is `canceled` is a decline. An unconfirmed
+//! one (`requires_confirmation`, or `requires_payment_method` with no error)
+//! was never charged: "not found", which allows confirming that same
+//! PaymentIntent again. Anything else (`processing`, `requires_capture`, a
+//! status we do not know) is still unknown.
+
+use std::collections::HashMap;
+
+use serde::Deserialize;
+use serde_json::Value;
+
+/// Stripe's error object (`{"error": {…}}`), the fields cobro reads.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+pub(super) struct StripeError {
+    #[serde(rename = "type", default)]
+    pub kind: Option<String>,
+    #[serde(default)]
+    pub code: Option<String>,
+    #[serde(default)]
+    pub decline_code: Option<String>,
+    #[serde(default)]
+    pub advice_code: Option<String>,
+    #[serde(default)]
+    pub network_advice_code: Option<String>,
+    #[serde(default)]
+    pub network_decline_code: Option<String>,
+    #[serde(default)]
+    pub message: Option<String>,
+    #[serde(default)]
+    pub param: Option<String>,
+}
+
+/// A PaymentIntent or a Refund: the fields cobro reads.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+pub(super) struct Object {
+    pub id: String,
+    #[serde(default)]
+    pub status: Option<String>,
+    #[serde(default)]
+    pub amount: Option<i64>,
+    #[serde(default)]
+    pub currency: Option<String>,
+    #[serde(default)]
+    pub created: Option<i64>,
+    #[serde(default, deserialize_with = "metadata")]
+    pub metadata: HashMap<String, String>,
+    #[serde(default)]
+    pub last_payment_error: Option<StripeError>,
+    /// A refund's PaymentIntent.
+    #[serde(default)]
+    pub payment_intent: Option<String>,
+    /// A refund's failure.
+    #[serde(default)]
+    pub failure_reason: Option<String>,
+    #[serde(default)]
+    pub cancellation_reason: Option<String>,
+}
+
+/// Metadata values are strings at Stripe; anything else is dropped, never
+/// a failed parse of the whole object.
+fn metadata<'de, D: serde::Deserializer<'de>>(d: D) -> Result<HashMap<String, String>, D::Error> {
+    let raw: Option<HashMap<String, Value>> = Option::deserialize(d)?;
+    Ok(raw
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|(k, v)| match v {
+            Value::String(s) => Some((k, s)),
+            _ => None,
+        })
+        .collect())
+}
+
+/// The metadata keys cobro writes on what it creates.
+pub const META_KEY: &str = "cobro_key";
+pub(super) const META_ORDER: &str = "cobro_order";
+pub(super) const META_ATTEMPT: &str = "cobro_attempt";
+
+impl Object {
+    /// The cobro key in its metadata, if any.
+    pub fn key(&self) -> Option<&str> {
+        self.metadata.get(META_KEY).map(String::as_str)
+    }
+}
+
+/// What a PaymentIntent's status says about the charge.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Settled {
+    Succeeded,
+    /// The last confirm failed, or the PaymentIntent was canceled: no
+    /// charge, and none can come from it without a new confirm.
+    Failed {
+        code: String,
+        detail: String,
+    },
+    /// Never confirmed (or nothing to confirm with): nothing was charged.
+    NotConfirmed,
+    /// 3-D Secure or another customer step is required.
+    NeedsAction,
+    /// `processing`, `requires_capture`, or a status we do not know.
+    Pending(String),
+}
+
+pub(super) fn settle(pi: &Object) -> Settled {
+    match (pi.status.as_deref(), &pi.last_payment_error) {
+        (Some("succeeded"), _) => Settled::Succeeded,
+        (Some("requires_payment_method"), Some(err)) => Settled::Failed {
+            code: decline_code(err),
+            detail: codes(err),
+        },
+        (Some("canceled"), _) => Settled::Failed {
+            code: "canceled".into(),
+            detail: format!(
+                "canceled: {}",
+                pi.cancellation_reason
+                    .as_deref()
+                    .unwrap_or("no reason given")
+            ),
+        },
+        (Some("requires_payment_method" | "requires_confirmation"), None) => Settled::NotConfirmed,
+        (Some("requires_action"), _) => Settled::NeedsAction,
+        (other, _) => Settled::Pending(other.unwrap_or("no status").to_owned()),
+    }
+}
+
+/// Card-network advice (Mastercard merchant advice codes) that forbids
+/// trying the card again: 03 "do not try again", 21 "payment cancelled".
+const NETWORK_DO_NOT_RETRY: [&str; 2] = ["03", "21"];
+
+/// The decline code stored on the attempt, which decides its business-retry
+/// class (`COBRO_RETRYABLE_DECLINES`): Stripe's `decline_code`, else its
+/// `code`; with `/do_not_try_again` appended when Stripe's or the network's
+/// advice forbids a retry, so no allow-list can ever retry it.
+pub(super) fn decline_code(err: &StripeError) -> String {
+    let base = err
+        .decline_code
+        .as_deref()
+        .or(err.code.as_deref())
+        .filter(|c| !c.is_empty())
+        .unwrap_or("card_declined");
+    let never = err.advice_code.as_deref() == Some("do_not_try_again")
+        || err
+            .network_advice_code
+            .as_deref()
+            .is_some_and(|c| NETWORK_DO_NOT_RETRY.contains(&c));
+    let code: String = base.chars().take(100).collect();
+    match never {
+        true => format!("{code}/do_not_try_again"),
+        false => code,
+    }
+}
+
+/// Every code Stripe gave, raw, for the transition log.
+pub(super) fn codes(err: &StripeError) -> String {
+    let fields = [
+        ("type", &err.kind),
+        ("code", &err.code),
+        ("decline_code", &err.decline_code),
+        ("advice_code", &err.advice_code),
+        ("network_advice_code", &err.network_advice_code),
+        ("network_decline_code", &err.network_decline_code),
+        ("param", &err.param),
+    ];
+    let mut out: Vec<String> = fields
+        .iter()
+        .filter_map(|(name, v)| v.as_deref().map(|v| format!("{name}={v}")))
+        .collect();
+    if let Some(m) = &err.message {
+        out.push(format!(
+            "message={}",
+            m.chars().take(200).collect::<String>()
+        ));
+    }
+    out.join(" ")
+}
+
+/// `{"error": {…}}` out of a body, if it is one.
+pub(super) fn error_of(body: Option<&Value>) -> Option<StripeError> {
+    serde_json::from_value(body?.get("error")?.clone()).ok()
+}
+
+/// Stripe refuses a replayed key whose parameters differ.
+pub(super) fn is_idempotency_error(err: Option<&StripeError>) -> bool {
+    err.is_some_and(|e| e.kind.as_deref() == Some("idempotency_error"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pi(status: &str, error: Option<StripeError>) -> Object {
+        Object {
+            id: "pi_1".into(),
+            status: Some(status.into()),
+            amount: Some(100),
+            currency: Some("eur".into()),
+            created: Some(1),
+            metadata: HashMap::new(),
+            last_payment_error: error,
+            payment_intent: None,
+            failure_reason: None,
+            cancellation_reason: None,
+        }
+    }
+
+    fn err(code: &str, decline: Option<&str>) -> StripeError {
+        StripeError {
+            kind: Some("card_error".into()),
+            code: Some(code.into()),
+            decline_code: decline.map(Into::into),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn only_succeeded_is_an_approval_and_only_a_failed_confirm_a_decline() {
+        assert_eq!(settle(&pi("succeeded", None)), Settled::Succeeded);
+        assert!(matches!(
+            settle(&pi("requires_payment_method", Some(err("card_declined", Some("insufficient_funds"))))),
+            Settled::Failed { code, .. } if code == "insufficient_funds"
+        ));
+        assert_eq!(
+            settle(&pi("requires_payment_method", None)),
+            Settled::NotConfirmed
+        );
+        assert_eq!(
+            settle(&pi("requires_confirmation", None)),
+            Settled::NotConfirmed
+        );
+        assert_eq!(settle(&pi("requires_action", None)), Settled::NeedsAction);
+        assert_eq!(
+            settle(&pi("processing", None)),
+            Settled::Pending("processing".into())
+        );
+        assert_eq!(
+            settle(&pi("requires_capture", None)),
+            Settled::Pending("requires_capture".into())
+        );
+        assert!(
+            matches!(settle(&pi("canceled", None)), Settled::Failed { code, .. } if code == "canceled")
+        );
+    }
+
+    #[test]
+    fn advice_not_to_retry_makes_a_code_no_allow_list_retries() {
+        assert_eq!(
+            decline_code(&err("card_declined", Some("insufficient_funds"))),
+            "insufficient_funds"
+        );
+        assert_eq!(decline_code(&err("card_declined", None)), "card_declined");
+        assert_eq!(decline_code(&err("expired_card", None)), "expired_card");
+        let mut dnh = err("card_declined", Some("do_not_honor"));
+        dnh.advice_code = Some("do_not_try_again".into());
+        assert_eq!(decline_code(&dnh), "do_not_honor/do_not_try_again");
+        let mut mc = err("card_declined", Some("insufficient_funds"));
+        mc.network_advice_code = Some("03".into());
+        assert_eq!(decline_code(&mc), "insufficient_funds/do_not_try_again");
+        mc.network_advice_code = Some("02".into());
+        assert_eq!(decline_code(&mc), "insufficient_funds");
+        let policy = crate::retry::RetryPolicy::default();
+        assert!(policy.is_retryable("do_not_honor"));
+        assert!(!policy.is_retryable(&decline_code(&dnh)));
+        assert!(!policy.is_retryable(&decline_code(&err("card_declined", Some("stolen_card")))));
+    }
+
+    #[test]
+    fn raw_codes_are_kept() {
+        let mut e = err("card_declined", Some("do_not_honor"));
+        e.network_decline_code = Some("05".into());
+        e.network_advice_code = Some("03".into());
+        let s = codes(&e);
+        for part in [
+            "type=card_error",
+            "code=card_declined",
+            "decline_code=do_not_honor",
+            "network_decline_code=05",
+            "network_advice_code=03",
+        ] {
+            assert!(s.contains(part), "{s} lacks {part}");
+        }
+    }
+
+    #[test]
+    fn errors_and_metadata_parse_leniently() {
+        let body: Value = serde_json::json!({"error": {"type": "idempotency_error", "message": "Keys for idempotent requests can only be used with the same parameters"}});
+        let e = error_of(Some(&body));
+        assert!(is_idempotency_error(e.as_ref()));
+        assert!(!is_idempotency_error(
+            error_of(Some(
+                &serde_json::json!({"error": {"type": "invalid_request_error"}})
+            ))
+            .as_ref()
+        ));
+        let o: Object = serde_json::from_value(
+            serde_json::json!({"id": "pi_2", "metadata": {"cobro_key": "k", "n": 3}}),
+        )
+        .unwrap();
+        assert_eq!(o.key(), Some("k"));
+        assert_eq!(o.metadata.len(), 1);
+    }
+}

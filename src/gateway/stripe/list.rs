@@ -1,0 +1,180 @@
+//! Stripe's lists: PaymentIntents and refunds by `created` window for
+//! reconciliation, a PaymentIntent by the key in its metadata, and a
+//! PaymentIntent's refunds; every page, with `starting_after`.
+//!
+//! Invariant: a listing is all or nothing: a failed page fails it, and
+//! pages that do not move on fail it, never a partial answer. The window is
+//! also filtered here, so a Stripe-compatible server without the `created`
+//! filter (localstripe; `STRIPE_CREATED_FILTER=false`) is listed in full
+//! and gives the same answer.
+
+use chrono::{DateTime, TimeZone, Utc};
+
+use super::StripeGateway;
+use super::classify::{self, META_ORDER, Object, Settled};
+use crate::gateway::http::Transport;
+use crate::gateway::{GatewayRecord, ListError, Listed, LookupCall};
+
+const PAGE: usize = 100;
+/// A runaway listing stops here (a million objects).
+const MAX_PAGES: usize = 10_000;
+/// How far before the attempt's creation a PaymentIntent may have been made
+/// (clock skew between us and Stripe).
+const SKEW_SECS: i64 = 300;
+
+impl StripeGateway {
+    /// Every object of `path` with `from <= created < to` (seconds).
+    async fn all(
+        &self,
+        kind: Listed,
+        path: &str,
+        extra: &[(String, String)],
+        window: Option<(i64, i64)>,
+    ) -> Result<Vec<Object>, ListError> {
+        let server_filter = self.created_filter;
+        let mut out = Vec::new();
+        let mut after: Option<String> = None;
+        for _ in 0..MAX_PAGES {
+            let mut query: Vec<(String, String)> = extra.to_vec();
+            query.push(("limit".into(), PAGE.to_string()));
+            if let (true, Some((from, to))) = (server_filter, window) {
+                query.push(("created[gte]".into(), from.to_string()));
+                query.push(("created[lt]".into(), to.to_string()));
+            }
+            if let Some(a) = &after {
+                query.push(("starting_after".into(), a.clone()));
+            }
+            let answer = self
+                .get(path, &query)
+                .await
+                .map_err(|t| ListError::Transport {
+                    kind,
+                    error_kind: match t {
+                        Transport::NotSent(k) | Transport::Unknown(k) => k.into(),
+                    },
+                })?;
+            if answer.code != 200 {
+                return Err(ListError::Status {
+                    kind,
+                    status: answer.code,
+                });
+            }
+            let page: Page = answer
+                .body
+                .and_then(|b| serde_json::from_value(b).ok())
+                .ok_or_else(|| ListError::BadPage {
+                    kind,
+                    detail: "a page that is not a list".into(),
+                })?;
+            let last = page.data.last().map(|o| o.id.clone());
+            if page.has_more && (last.is_none() || last == after) {
+                return Err(ListError::BadPage {
+                    kind,
+                    detail: "pages do not move on".into(),
+                });
+            }
+            out.extend(page.data.into_iter().filter(|o| match window {
+                Some((from, to)) => o.created.is_some_and(|c| from <= c && c < to),
+                None => true,
+            }));
+            if !page.has_more {
+                return Ok(out);
+            }
+            after = last;
+        }
+        Err(ListError::BadPage {
+            kind,
+            detail: format!("more than {MAX_PAGES} pages"),
+        })
+    }
+
+    /// The PaymentIntent whose metadata carries the call's key, among those
+    /// created since the attempt began.
+    pub(super) async fn find_intent(&self, call: &LookupCall) -> Result<Option<String>, ListError> {
+        let from = call.since.map_or(0, |s| s.timestamp() - SKEW_SECS);
+        let to = Utc::now().timestamp() + SKEW_SECS;
+        let key = call.key.to_string();
+        let all = self
+            .all(
+                Listed::Charges,
+                "/v1/payment_intents",
+                &[],
+                Some((from, to)),
+            )
+            .await?;
+        Ok(all
+            .into_iter()
+            .find(|o| o.key() == Some(key.as_str()))
+            .map(|o| o.id))
+    }
+
+    /// Every refund of a PaymentIntent.
+    pub(super) async fn refunds_of(&self, pi: &str) -> Result<Vec<Object>, ListError> {
+        let extra = [("payment_intent".to_owned(), pi.to_owned())];
+        self.all(Listed::Refunds, "/v1/refunds", &extra, None).await
+    }
+
+    /// Reconciliation's window: executed charges (succeeded or failed
+    /// PaymentIntents; unconfirmed ones charged nothing) or refunds.
+    pub(super) async fn list_window(
+        &self,
+        kind: Listed,
+        from: DateTime<Utc>,
+        to: DateTime<Utc>,
+    ) -> Result<Vec<GatewayRecord>, ListError> {
+        // Stripe's `created` is whole seconds: widen to them, then keep the
+        // exact window.
+        let secs = (from.timestamp(), to.timestamp() + 1);
+        let path = match kind {
+            Listed::Charges => "/v1/payment_intents",
+            Listed::Refunds => "/v1/refunds",
+        };
+        let all = self.all(kind, path, &[], Some(secs)).await?;
+        let mut records: Vec<GatewayRecord> = all
+            .into_iter()
+            .filter_map(|o| record(kind, o))
+            .filter(|r| from <= r.at && r.at < to)
+            .collect();
+        records.sort_by(|a, b| (a.at, &a.id).cmp(&(b.at, &b.id)));
+        Ok(records)
+    }
+}
+
+#[derive(serde::Deserialize)]
+struct Page {
+    #[serde(default)]
+    data: Vec<Object>,
+    #[serde(default)]
+    has_more: bool,
+}
+
+/// One listed object as reconciliation reads it; `None` for what was not
+/// executed (an unconfirmed, processing or canceled PaymentIntent).
+fn record(kind: Listed, o: Object) -> Option<GatewayRecord> {
+    let status = match kind {
+        Listed::Charges => match classify::settle(&o) {
+            Settled::Succeeded => "approved",
+            Settled::Failed { .. } if o.status.as_deref() != Some("canceled") => "declined",
+            _ => return None,
+        },
+        Listed::Refunds => match o.status.as_deref() {
+            Some("succeeded" | "pending") => "approved",
+            Some("failed" | "canceled") => "declined",
+            _ => return None,
+        },
+    };
+    Some(GatewayRecord {
+        kind,
+        idempotency_key: o.key().unwrap_or_default().to_owned(),
+        order_id: o.metadata.get(META_ORDER).cloned().unwrap_or_default(),
+        amount_minor: o.amount.unwrap_or_default(),
+        currency: o.currency.clone().unwrap_or_default().to_ascii_uppercase(),
+        status: status.into(),
+        charge_id: match kind {
+            Listed::Charges => None,
+            Listed::Refunds => o.payment_intent.clone(),
+        },
+        at: Utc.timestamp_opt(o.created?, 0).single()?,
+        id: o.id,
+    })
+}

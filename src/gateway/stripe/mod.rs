@@ -1,0 +1,291 @@
+//! The Stripe adapter: a charge in two steps, each safe to repeat.
+//!
+//! 1. **Create** a PaymentIntent with `Idempotency-Key: <attempt key>`,
+//!    `confirm=false` and cobro's metadata (key, order, attempt). It cannot
+//!    move money; the engine records its id on the attempt, once
+//!    ([`super::Prepared::Created`]), before anything confirms it. A create
+//!    that gets no answer charged nothing: it is
+//!    [`super::Deferral::Unconfirmed`], and the next send creates again with
+//!    the same key (Stripe replays the first PaymentIntent; a server without
+//!    key support makes another, which stays unconfirmed and harmless).
+//! 2. **Confirm** that PaymentIntent by id (`off_session` for a business
+//!    retry). A confirm without an answer is unknown (`DESCONOCIDO`), looked
+//!    up by `GET /v1/payment_intents/{id}` (strongly consistent): succeeded,
+//!    failed, still unconfirmed ("not found": confirm the same one again,
+//!    which can succeed at most once), or still processing.
+//!
+//! Invariant: nothing but the recorded PaymentIntent is ever confirmed; a
+//! 400 to a confirm (`payment_intent_unexpected_state`, or a server's bare
+//! "Bad request") means "look it up", never "create another"; a 401/403 is
+//! a configuration fault (not executed, counted by the breaker, logged as
+//! an error), never a decline; `idempotency_error` goes to finance. The
+//! secret key is sent in the `Authorization` header only and is never in a
+//! log, an error or `Debug`.
+
+mod calls;
+mod classify;
+mod list;
+
+pub use classify::META_KEY;
+
+/// The decline code cobro stores for a PaymentIntent object (a webhook's
+/// `data.object`), from its `last_payment_error`; the same class as a
+/// synchronous decline.
+pub fn decline_code_of(pi: &Value) -> String {
+    pi.get("last_payment_error")
+        .and_then(|e| serde_json::from_value::<classify::StripeError>(e.clone()).ok())
+        .map_or_else(|| "card_declined".into(), |e| classify::decline_code(&e))
+}
+
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+use futures::FutureExt;
+use futures::future::BoxFuture;
+use serde_json::Value;
+
+use super::http::{Transport, client, transport};
+use super::{
+    ChargeCall, ChargeOutcome, Evidence, Gateway, GatewayConfigError, GatewayRecord, ListError,
+    Listed, LookupCall, LookupOutcome, Prepared, RefundCall,
+};
+
+/// The API version every request pins (`Stripe-Version`): the one whose
+/// error objects carry `network_advice_code` and `network_decline_code`.
+pub const STRIPE_VERSION: &str = "2024-12-18.acacia";
+pub const DEFAULT_API_BASE: &str = "https://api.stripe.com";
+
+/// A secret that never shows: `Debug` and `Display` print its kind only.
+#[derive(Clone)]
+pub struct SecretKey(String);
+
+impl SecretKey {
+    pub fn new(raw: &str) -> Self {
+        Self(raw.trim().to_owned())
+    }
+
+    fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for SecretKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let kind = self.0.split('_').take(2).collect::<Vec<_>>().join("_");
+        match kind.is_empty() {
+            true => f.write_str("<empty>"),
+            false => write!(f, "{kind}_…(redacted)"),
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct StripeConfig {
+    /// `https://api.stripe.com`, or a Stripe-compatible server.
+    pub api_base: String,
+    pub secret_key: SecretKey,
+    pub connect_timeout: Duration,
+    pub request_timeout: Duration,
+    pub ca_file: Option<std::path::PathBuf>,
+    /// Confirm business retries with `off_session=true` (merchant-initiated).
+    pub off_session_retries: bool,
+    /// Send the `created` window to list endpoints (Stripe has it; a
+    /// compatible server without it is listed in full, filtered here).
+    pub created_filter: bool,
+}
+
+pub struct StripeGateway {
+    base: String,
+    key: SecretKey,
+    client: reqwest::Client,
+    off_session_retries: bool,
+    created_filter: bool,
+}
+
+impl StripeGateway {
+    /// Refuses an empty key and a base URL the client could never use.
+    pub fn new(cfg: StripeConfig) -> Result<Self, GatewayConfigError> {
+        if cfg.secret_key.expose().is_empty() {
+            return Err(GatewayConfigError::MissingSecret("STRIPE_SECRET_KEY"));
+        }
+        let base = super::parse_base_url(&cfg.api_base)?;
+        let client = client::build(
+            cfg.connect_timeout,
+            cfg.request_timeout,
+            cfg.ca_file.as_deref(),
+        )?;
+        Ok(Self {
+            base,
+            key: cfg.secret_key,
+            client,
+            off_session_retries: cfg.off_session_retries,
+            created_filter: cfg.created_filter,
+        })
+    }
+
+    /// `POST {base}{path}` as a form, with an idempotency key.
+    async fn post(
+        &self,
+        path: &str,
+        idempotency_key: &str,
+        form: &[(String, String)],
+    ) -> Result<Answer, Transport> {
+        let sent = self
+            .client
+            .post(format!("{}{path}", self.base))
+            .bearer_auth(self.key.expose())
+            .header("Stripe-Version", STRIPE_VERSION)
+            .header("Idempotency-Key", idempotency_key)
+            .form(form)
+            .send()
+            .await;
+        read(sent).await
+    }
+
+    /// `GET {base}{path}?query`.
+    async fn get(&self, path: &str, query: &[(String, String)]) -> Result<Answer, Transport> {
+        let sent = self
+            .client
+            .get(format!("{}{path}", self.base))
+            .bearer_auth(self.key.expose())
+            .header("Stripe-Version", STRIPE_VERSION)
+            .query(query)
+            .send()
+            .await;
+        read(sent).await
+    }
+}
+
+/// A response: status, `Retry-After`, JSON body if any.
+pub(super) struct Answer {
+    code: u16,
+    retry_after: Option<Duration>,
+    body: Option<Value>,
+}
+
+async fn read(sent: Result<reqwest::Response, reqwest::Error>) -> Result<Answer, Transport> {
+    let resp = sent.map_err(|e| transport(&e))?;
+    let code = resp.status().as_u16();
+    let retry_after = resp
+        .headers()
+        .get(reqwest::header::RETRY_AFTER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| super::http::retry_after(v, Utc::now()));
+    let bytes = resp
+        .bytes()
+        .await
+        .map_err(|e| transport(&e))
+        .map_err(|t| match t {
+            // The status line arrived: the request certainly left.
+            Transport::NotSent(k) | Transport::Unknown(k) => Transport::Unknown(k),
+        })?;
+    Ok(Answer {
+        code,
+        retry_after,
+        body: serde_json::from_slice(&bytes).ok(),
+    })
+}
+
+fn evidence(
+    call: &str,
+    status: Option<u16>,
+    kind: &str,
+    detail: Option<String>,
+    started: Instant,
+) -> Evidence {
+    Evidence {
+        call: call.into(),
+        http_status: status,
+        error_kind: kind.into(),
+        lookup_result: None,
+        elapsed_ms: started.elapsed().as_millis() as u64,
+        detail,
+    }
+}
+
+fn lookup_evidence(
+    call: &str,
+    status: Option<u16>,
+    kind: &str,
+    result: &str,
+    detail: Option<String>,
+    started: Instant,
+) -> Evidence {
+    Evidence {
+        lookup_result: Some(result.into()),
+        ..evidence(call, status, kind, detail, started)
+    }
+}
+
+impl Gateway for StripeGateway {
+    fn prepare<'a>(&'a self, call: &'a ChargeCall) -> BoxFuture<'a, Prepared> {
+        self.create_intent(call).boxed()
+    }
+
+    fn charge<'a>(&'a self, call: &'a ChargeCall) -> BoxFuture<'a, ChargeOutcome> {
+        self.confirm(call).boxed()
+    }
+
+    fn lookup<'a>(&'a self, call: &'a LookupCall) -> BoxFuture<'a, LookupOutcome> {
+        self.look_up(call).boxed()
+    }
+
+    fn probe(&self) -> BoxFuture<'_, LookupOutcome> {
+        self.probe_api().boxed()
+    }
+
+    fn refund<'a>(&'a self, call: &'a RefundCall) -> BoxFuture<'a, ChargeOutcome> {
+        self.create_refund(call).boxed()
+    }
+
+    fn lookup_refund<'a>(&'a self, call: &'a LookupCall) -> BoxFuture<'a, LookupOutcome> {
+        self.look_up_refund(call).boxed()
+    }
+
+    fn list<'a>(
+        &'a self,
+        kind: Listed,
+        from: DateTime<Utc>,
+        to: DateTime<Utc>,
+    ) -> BoxFuture<'a, Result<Vec<GatewayRecord>, ListError>> {
+        self.list_window(kind, from, to).boxed()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_secret_key_never_shows() {
+        let key = SecretKey::new("sk_test_51Habcdefghijklmnop");
+        let shown = format!("{key:?}");
+        assert!(!shown.contains("51Habc"), "{shown}");
+        assert!(shown.starts_with("sk_test"), "{shown}");
+        let cfg = StripeConfig {
+            api_base: DEFAULT_API_BASE.into(),
+            secret_key: key,
+            connect_timeout: Duration::from_secs(1),
+            request_timeout: Duration::from_secs(1),
+            ca_file: None,
+            off_session_retries: true,
+            created_filter: true,
+        };
+        assert!(!format!("{cfg:?}").contains("51Habc"));
+    }
+
+    #[test]
+    fn an_empty_key_is_refused_at_start_up() {
+        let cfg = StripeConfig {
+            api_base: DEFAULT_API_BASE.into(),
+            secret_key: SecretKey::new("  "),
+            connect_timeout: Duration::from_secs(1),
+            request_timeout: Duration::from_secs(1),
+            ca_file: None,
+            off_session_retries: true,
+            created_filter: true,
+        };
+        let err = StripeGateway::new(cfg).err().map(|e| e.to_string());
+        assert!(err.is_some_and(|e| e.contains("STRIPE_SECRET_KEY")));
+    }
+}
