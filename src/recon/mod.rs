@@ -53,6 +53,9 @@ pub enum CaseKind {
     MissingAtGateway,
     /// Both sides approved, in a different amount or currency.
     AmountMismatch,
+    /// The customer disputed a charge with their bank (Stripe's
+    /// `charge.dispute.created`): finance answers it with evidence.
+    Dispute,
 }
 
 impl CaseKind {
@@ -63,6 +66,7 @@ impl CaseKind {
             CaseKind::UnmatchedRefund => "unmatched_refund",
             CaseKind::MissingAtGateway => "missing_at_gateway",
             CaseKind::AmountMismatch => "amount_mismatch",
+            CaseKind::Dispute => "dispute",
         }
     }
 }

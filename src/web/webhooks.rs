@@ -137,6 +137,14 @@ pub(super) async fn receive(
             .await;
         }
     };
+    if let Err(e) = crate::webhook::dispute::open_case(&app.store, &event).await {
+        warn!(event = %event.event_id, error = %e, "dispute case not opened; not storing the event");
+        return error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            None,
+            "could not open the dispute case; retry",
+        );
+    }
     match app.store.record_webhook(&event, Some(&app.retry)).await {
         Ok(result) => {
             info!(event = %event.event_id, kind = %event.event_type, ?result, "webhook");

@@ -4,6 +4,7 @@
 //! Invariant: nothing reads a webhook body before its signature and
 //! timestamp have been verified.
 
+pub mod dispute;
 pub mod event;
 mod verify;
 
