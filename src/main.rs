@@ -389,6 +389,7 @@ async fn main() -> Result<()> {
             cobro::web::run(args, cobro::runtime::shutdown_signal()).await?;
         }
         Command::GatewaySim(args) => {
+            let config = args.config().map_err(anyhow::Error::msg)?;
             let listener = tokio::net::TcpListener::bind(args.listen())
                 .await
                 .with_context(|| format!("binding {}", args.listen()))?;
@@ -396,8 +397,14 @@ async fn main() -> Result<()> {
                 "gateway simulator listening on http://{}",
                 listener.local_addr()?
             );
-            let config = args.config().map_err(anyhow::Error::msg)?;
-            cobro::sim::serve(listener, config, cobro::runtime::shutdown_signal()).await?;
+            let shutdown = cobro::runtime::shutdown_signal();
+            match args.upstream() {
+                Some(upstream) => {
+                    eprintln!("proxy mode: /v1/ forwarded to {upstream}");
+                    cobro::sim::serve_proxy(listener, config, upstream.clone(), shutdown).await?;
+                }
+                None => cobro::sim::serve(listener, config, shutdown).await?,
+            }
         }
         Command::Demo {
             orders,

@@ -9,6 +9,8 @@ use std::net::SocketAddr;
 use super::{
     SimConfig,
     faults::{Faults, check_probability, check_rate},
+    proxy,
+    upstream::Upstream,
 };
 
 fn probability(s: &str) -> Result<f64, String> {
@@ -121,6 +123,12 @@ pub struct SimArgs {
     /// Plus a seeded random 0..=N ms per copy (reorders events).
     #[arg(long, default_value_t = 0)]
     pub webhook_jitter_ms: u64,
+    /// Proxy mode: forward every /v1/ request to this server (http://, loopback expected,
+    /// e.g. localstripe) with the seeded faults around it; GET /control/proxy counts them.
+    /// The upstream decides outcomes, so --p-decline, --decline-code, --record-on-complete,
+    /// --execution-ms, --no-idempotency, --per-order-draws and --webhook-url are refused.
+    #[arg(long, value_name = "URL")]
+    pub upstream: Option<Upstream>,
 }
 
 impl SimArgs {
@@ -175,7 +183,15 @@ impl SimArgs {
             .faults
             .validate()
             .map_err(|e| format!("--{}: {}", e.field.replace('_', "-"), e.message))?;
+        if self.upstream.is_some() {
+            proxy::check_config(&config)?;
+        }
         Ok(config)
+    }
+
+    /// The upstream of proxy mode, if any.
+    pub fn upstream(&self) -> Option<&Upstream> {
+        self.upstream.as_ref()
     }
 
     /// The address to listen on.
@@ -313,6 +329,36 @@ mod tests {
             matches!(refused, Err(ref e) if e.starts_with("--refuse-every-ms")),
             "{refused:?}"
         );
+        Ok(())
+    }
+
+    #[test]
+    fn upstream_flag_and_what_proxy_mode_refuses() -> Result<(), clap::Error> {
+        let cli = Cli::try_parse_from(["sim", "--upstream", "http://127.0.0.1:8420/"])?;
+        assert_eq!(
+            cli.sim.upstream().map(ToString::to_string).as_deref(),
+            Some("http://127.0.0.1:8420")
+        );
+        assert!(cli.sim.config().is_ok());
+        assert!(Cli::try_parse_from(["sim", "--upstream", "https://127.0.0.1:8420"]).is_err());
+        let refused = Cli::try_parse_from([
+            "sim",
+            "--upstream",
+            "http://127.0.0.1:8420",
+            "--p-decline",
+            "0.1",
+            "--record-on-complete",
+        ])?
+        .sim
+        .config()
+        .map(|_| ());
+        assert!(
+            matches!(refused, Err(ref e) if e.contains("--p-decline, --record-on-complete")),
+            "{refused:?}"
+        );
+        // Without --upstream the same flags are the simulator's own.
+        let own = Cli::try_parse_from(["sim", "--p-decline", "0.1"])?;
+        assert!(own.sim.config().is_ok());
         Ok(())
     }
 

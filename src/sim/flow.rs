@@ -134,9 +134,9 @@ pub(crate) async fn create<P: Payment>(
 
 /// Counts its request in `cut_in_flight` when dropped after a refusal window cut the
 /// connection.
-struct CutWatch<'a> {
-    app: &'a AppState,
-    conn: &'a ConnKill,
+pub(crate) struct CutWatch<'a> {
+    pub(crate) app: &'a AppState,
+    pub(crate) conn: &'a ConnKill,
 }
 
 impl Drop for CutWatch<'_> {
@@ -508,7 +508,7 @@ pub(crate) async fn lookup<R: Answer>(
 
 /// Makes the connection vanish. The returned response is never delivered: the stream
 /// refuses every write from now on.
-fn drop_connection(conn: &ConnKill) -> Response {
+pub(crate) fn drop_connection(conn: &ConnKill) -> Response {
     conn.kill();
     error(StatusCode::INTERNAL_SERVER_ERROR, "connection dropped")
 }

@@ -26,6 +26,10 @@
 //!   `POST /control/reset`; `POST /control/inject` ([`Injection`]: a charge or refund made
 //!   outside cobro, for reconciliation tests); `POST /control/refuse` (`{"for_ms": N}`: stop
 //!   listening for N ms, see `refuse`); `GET /health`. None of these is rate limited.
+//!
+//! Proxy mode ([`spawn_proxy`], [`serve_proxy`], `--upstream URL`): every `/v1/` request is
+//! forwarded to a real Stripe-compatible server with the seeded faults around it, and
+//! `GET /control/proxy` -> [`ProxyStats`] (see `proxy`).
 
 mod books;
 mod charges;
@@ -38,11 +42,13 @@ mod ledger;
 mod limit;
 mod listing;
 mod parse;
+mod proxy;
 mod refunds;
 mod refuse;
 mod server;
 #[cfg(test)]
 mod tests;
+mod upstream;
 mod webhooks;
 
 use std::{future::Future, io, net::SocketAddr};
@@ -59,11 +65,14 @@ pub use ledger::{
 };
 pub use listing::{DEFAULT_LIST_LIMIT, MAX_LIST_LIMIT};
 pub use parse::IDEMPOTENCY_KEY_HEADER;
+pub use proxy::ProxyStats;
+pub use upstream::{FORWARDED_HEADERS, UPSTREAM_TIMEOUT, Upstream};
 pub use webhooks::WebhookTarget;
 
 use conn::{ConnKill, SimListener};
 use refuse::Network;
 use server::AppState;
+use upstream::Proxy;
 
 /// How the simulator behaves.
 #[derive(Debug, Clone)]
@@ -132,19 +141,38 @@ impl SimHandle {
     }
 }
 
-fn check_config(cfg: &SimConfig) -> io::Result<()> {
-    cfg.faults.validate().map_err(|invalid| {
-        io::Error::new(
-            io::ErrorKind::InvalidInput,
-            format!("invalid faults: {}: {}", invalid.field, invalid.message),
-        )
-    })
+fn check_config(cfg: &SimConfig, upstream: Option<&Upstream>) -> io::Result<()> {
+    let invalid = |message| io::Error::new(io::ErrorKind::InvalidInput, message);
+    cfg.faults
+        .validate()
+        .map_err(|e| invalid(format!("invalid faults: {}: {}", e.field, e.message)))?;
+    match upstream {
+        Some(_) => proxy::check_config(cfg).map_err(invalid),
+        None => Ok(()),
+    }
 }
 
 /// Starts the simulator on `listener` in a background tokio task.
 pub async fn spawn(listener: TcpListener, cfg: SimConfig) -> io::Result<SimHandle> {
+    start(listener, cfg, None).await
+}
+
+/// Starts the simulator in proxy mode, in front of `upstream`, in a background tokio task.
+pub async fn spawn_proxy(
+    listener: TcpListener,
+    cfg: SimConfig,
+    upstream: Upstream,
+) -> io::Result<SimHandle> {
+    start(listener, cfg, Some(upstream)).await
+}
+
+async fn start(
+    listener: TcpListener,
+    cfg: SimConfig,
+    upstream: Option<Upstream>,
+) -> io::Result<SimHandle> {
     let addr = listener.local_addr()?;
-    check_config(&cfg)?;
+    check_config(&cfg, upstream.as_ref())?;
     let (stop, stopped) = oneshot::channel::<()>();
     let shutdown = async move {
         // A dropped handle detaches the server instead of stopping it.
@@ -152,7 +180,7 @@ pub async fn spawn(listener: TcpListener, cfg: SimConfig) -> io::Result<SimHandl
             std::future::pending::<()>().await;
         }
     };
-    let task = tokio::spawn(serve(listener, cfg, shutdown));
+    let task = tokio::spawn(run(listener, cfg, upstream, shutdown));
     Ok(SimHandle { addr, stop, task })
 }
 
@@ -164,17 +192,41 @@ pub async fn serve(
     cfg: SimConfig,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> io::Result<()> {
+    run(listener, cfg, None, shutdown).await
+}
+
+/// [`serve`] in proxy mode, in front of `upstream`.
+pub async fn serve_proxy(
+    listener: TcpListener,
+    cfg: SimConfig,
+    upstream: Upstream,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> io::Result<()> {
+    run(listener, cfg, Some(upstream), shutdown).await
+}
+
+async fn run(
+    listener: TcpListener,
+    cfg: SimConfig,
+    upstream: Option<Upstream>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> io::Result<()> {
     let addr = listener.local_addr()?;
-    check_config(&cfg)?;
+    check_config(&cfg, upstream.as_ref())?;
     info!(
         %addr,
         idempotent = cfg.idempotent,
         seed = cfg.seed,
         faults = ?cfg.faults,
+        upstream = upstream.as_ref().map(tracing::field::display),
         "sim: gateway simulator listening"
     );
+    if let Some(upstream) = upstream.as_ref().filter(|u| !u.is_loopback()) {
+        warn!(%upstream, "sim: the upstream is not on loopback");
+    }
+    let proxy = upstream.map(Proxy::new).transpose()?;
     let network = Network::default();
-    let state = AppState::new(cfg, network.clone());
+    let state = AppState::new(cfg, network.clone(), proxy);
     let schedule = tokio::spawn(refuse::drive_schedule(state.clone()));
     let app = server::router(state);
     let listener = SimListener::new(listener, network.registry.clone(), network.gate.clone())?;

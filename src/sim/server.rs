@@ -32,8 +32,10 @@ use super::{
     inject::inject,
     limit::Bucket,
     listing::{list_charges, list_refunds},
+    proxy::{self, ProxyStats},
     refunds::{create_refund, lookup_refund},
     refuse::{Network, refuse},
+    upstream::Proxy,
 };
 
 /// Everything that changes while the simulator runs.
@@ -50,6 +52,8 @@ pub(crate) struct Inner {
     pub(crate) bucket: Bucket,
     /// When the current refusal schedule took effect (its windows are offsets from here).
     pub(crate) refusals_since: Instant,
+    /// What proxy mode did (all zero otherwise).
+    pub(crate) proxy_stats: ProxyStats,
 }
 
 #[derive(Debug)]
@@ -57,6 +61,8 @@ struct Shared {
     idempotent: bool,
     inner: Mutex<Inner>,
     outbox: Option<super::webhooks::Outbox>,
+    /// `Some` in proxy mode: `/v1/` goes to the upstream.
+    proxy: Option<Proxy>,
     network: Network,
     /// Woken whenever the faults are replaced (the refusal schedule's driver waits on it).
     faults_replaced: Notify,
@@ -67,12 +73,13 @@ struct Shared {
 pub(crate) struct AppState(Arc<Shared>);
 
 impl AppState {
-    pub(crate) fn new(cfg: SimConfig, network: Network) -> Self {
+    pub(crate) fn new(cfg: SimConfig, network: Network, proxy: Option<Proxy>) -> Self {
         let outbox = cfg
             .webhooks
             .map(|t| super::webhooks::Outbox::start(t, cfg.seed));
         Self(Arc::new(Shared {
             outbox,
+            proxy,
             idempotent: cfg.idempotent,
             inner: Mutex::new(Inner {
                 faults: cfg.faults,
@@ -82,6 +89,7 @@ impl AppState {
                 order_requests: Default::default(),
                 bucket: Bucket::default(),
                 refusals_since: Instant::now(),
+                proxy_stats: ProxyStats::default(),
             }),
             network,
             faults_replaced: Notify::new(),
@@ -91,6 +99,11 @@ impl AppState {
     /// The listening socket's gate and the live connections.
     pub(crate) fn network(&self) -> &Network {
         &self.0.network
+    }
+
+    /// The upstream, in proxy mode.
+    pub(crate) fn proxy(&self) -> Option<&Proxy> {
+        self.0.proxy.as_ref()
     }
 
     /// A future that completes at the next replacement of the faults.
@@ -131,13 +144,17 @@ impl AppState {
     }
 }
 
-/// The simulator's routes.
+/// The simulator's routes; in proxy mode `/v1/` is the upstream's (see `proxy`).
 pub(crate) fn router(state: AppState) -> Router {
-    Router::new()
-        .route("/v1/charges", post(create_charge).get(list_charges))
-        .route("/v1/charges/{key}", get(lookup_charge))
-        .route("/v1/refunds", post(create_refund).get(list_refunds))
-        .route("/v1/refunds/{key}", get(lookup_refund))
+    let payments = match state.proxy() {
+        Some(_) => proxy::routes(),
+        None => Router::new()
+            .route("/v1/charges", post(create_charge).get(list_charges))
+            .route("/v1/charges/{key}", get(lookup_charge))
+            .route("/v1/refunds", post(create_refund).get(list_refunds))
+            .route("/v1/refunds/{key}", get(lookup_refund)),
+    };
+    payments
         .route("/ledger", get(get_ledger))
         .route("/control/faults", get(get_faults).put(put_faults))
         .route("/control/reset", post(reset))
@@ -188,7 +205,11 @@ async fn put_faults(State(app): State<AppState>, body: Bytes) -> Response {
         Ok(f) => f,
         Err(e) => return bad_request("body", &format!("invalid faults JSON: {e}")),
     };
-    if let Err(invalid) = faults.validate() {
+    let in_proxy_mode = |f: &Faults| match app.proxy() {
+        Some(_) => proxy::check_faults(f),
+        None => Ok(()),
+    };
+    if let Err(invalid) = faults.validate().and_then(|()| in_proxy_mode(&faults)) {
         return bad_request(invalid.field, &invalid.message);
     }
     info!(?faults, "sim: faults replaced");
@@ -197,10 +218,11 @@ async fn put_faults(State(app): State<AppState>, body: Bytes) -> Response {
 }
 
 async fn reset(State(app): State<AppState>) -> Response {
-    info!("sim: ledger (charges and refunds), key stores and stats reset");
+    info!("sim: ledger (charges and refunds), key stores and stats (proxy's too) reset");
     app.with(|s| {
         s.books.reset();
         s.order_requests.clear();
+        s.proxy_stats = ProxyStats::default();
     });
     Json(json!({ "ok": true })).into_response()
 }

@@ -8,6 +8,7 @@ mod charges;
 mod complete;
 mod faults;
 mod listing;
+mod proxy;
 mod refunds;
 mod refuse;
 mod throttle;
