@@ -44,7 +44,8 @@ pub async fn open_case(store: &Store, ev: &IncomingEvent) -> Result<(), StoreErr
                 .await?
                 .into_iter()
                 .find(|a| {
-                    a.gateway_charge_id.as_deref() == Some(pi) || a.gateway_ref.as_deref() == Some(pi)
+                    a.gateway_charge_id.as_deref() == Some(pi)
+                        || a.gateway_ref.as_deref() == Some(pi)
                 })
         }
         None => None,

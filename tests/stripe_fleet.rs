@@ -1,0 +1,263 @@
+//! The seed's fleet, charged through Stripe's API: cobro → the simulator in
+//! proxy mode (`cobro gateway-sim --upstream`, seeded faults around real
+//! forwarding) → localstripe, a memoryless Stripe server nobody here wrote.
+//! 15 % of the answers to executing requests (creates, confirms, refunds)
+//! are lost after localstripe executed them (10 % dropped connections, 5 %
+//! held past the client's timeout); 5 % of the cards are declined. Counted
+//! from localstripe's own list API: no order with two succeeded
+//! PaymentIntents, every approved order with exactly one, to the cent. On
+//! both backends (1,000 orders on PostgreSQL, 300 on SQLite, whose single
+//! writer makes the run slower, not different).
+
+#[macro_use]
+mod common;
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use cobro::domain::{Amount, ChargeRequest, IdempotencyKey};
+use cobro::sim::{Faults, ProxyStats, SimConfig, SimHandle, Upstream};
+use cobro::state::State;
+use common::*;
+use stripe_support::*;
+
+#[path = "common/stripe.rs"]
+mod stripe_support;
+
+on_both_backends!(
+    the_fleet_through_a_lossy_proxy_charges_no_order_twice,
+    a_refund_whose_answer_is_lost_is_one_refund,
+);
+
+async fn start_proxy(upstream: &str, seed: u64, faults: Faults) -> SimHandle {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind proxy");
+    let cfg = SimConfig {
+        per_order_draws: false,
+        webhooks: None,
+        idempotent: true,
+        seed,
+        faults,
+    };
+    cobro::sim::spawn_proxy(
+        listener,
+        cfg,
+        upstream.parse::<Upstream>().expect("upstream"),
+    )
+    .await
+    .expect("start the proxy")
+}
+
+async fn proxy_stats(url: &str) -> ProxyStats {
+    reqwest::get(format!("{url}/control/proxy"))
+        .await
+        .expect("GET /control/proxy")
+        .json()
+        .await
+        .expect("proxy stats")
+}
+
+/// How many transitions have this cause, over every attempt.
+async fn with_cause(db: &TestDb, cause: &str) -> i64 {
+    let (pg, lite) = match cause {
+        "gateway_create_unanswered" => (
+            "SELECT count(*) FROM cobro.attempt_transitions WHERE cause = 'gateway_create_unanswered'",
+            "SELECT count(*) FROM attempt_transitions WHERE cause = 'gateway_create_unanswered'",
+        ),
+        "gateway_unknown" => (
+            "SELECT count(*) FROM cobro.attempt_transitions WHERE cause = 'gateway_unknown'",
+            "SELECT count(*) FROM attempt_transitions WHERE cause = 'gateway_unknown'",
+        ),
+        "lookup_approved" => (
+            "SELECT count(*) FROM cobro.attempt_transitions WHERE cause = 'lookup_approved'",
+            "SELECT count(*) FROM attempt_transitions WHERE cause = 'lookup_approved'",
+        ),
+        other => panic!("no query for {other}"),
+    };
+    db.scalar(pg, lite).await
+}
+
+async fn the_fleet_through_a_lossy_proxy_charges_no_order_twice(b: Backend) {
+    init_logs();
+    let orders = match b {
+        Backend::Postgres => 1_000,
+        Backend::Sqlite => 300,
+    };
+    let db = TestDb::new(b).await;
+    let stripe = LocalStripe::start().await;
+    let proxy = start_proxy(
+        &stripe.url,
+        20261203,
+        Faults {
+            p_response_lost: 0.10,
+            p_timeout_after_charge: 0.05,
+            hold_ms: 2_500,
+            ..Faults::default()
+        },
+    )
+    .await;
+    let mut args = stripe_worker_args(&db.url, &proxy.url());
+    args.concurrency = 16;
+    let worker = spawn_worker(args);
+    let mut ours: HashMap<String, (uuid::Uuid, i64, bool)> = HashMap::new();
+    for i in 0..orders {
+        let declined = i % 20 == 7;
+        let card = if declined {
+            DECLINED_CARD
+        } else {
+            "pm_card_visa"
+        };
+        let amount = 100 + (i as i64) * 37;
+        let order = format!("fleet-{i:04}");
+        let req = ChargeRequest::parse(&order, amount, "EUR", None, Some(card)).unwrap();
+        let id = db.store.enqueue(&req).await.unwrap().attempt_id;
+        ours.insert(order, (id, amount, declined));
+    }
+    eventually(
+        Duration::from_secs(600),
+        "every order APROBADO or RECHAZADO",
+        || async {
+            let open = db
+                .scalar(
+                    "SELECT count(*) FROM cobro.payment_attempts WHERE state NOT IN ('APROBADO', 'RECHAZADO')",
+                    "SELECT count(*) FROM payment_attempts WHERE state NOT IN ('APROBADO', 'RECHAZADO')",
+                )
+                .await;
+            (open == 0).then_some(())
+        },
+    )
+    .await;
+    // Answers still held by the proxy reach nobody; let them finish.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    worker.stop().await;
+
+    let intents = stripe.intents().await;
+    let mut succeeded: HashMap<String, Vec<&Intent>> = HashMap::new();
+    for pi in intents.iter().filter(|p| p.status == "succeeded") {
+        let order = pi
+            .order
+            .clone()
+            .expect("cobro's metadata on every PaymentIntent");
+        succeeded.entry(order).or_default().push(pi);
+    }
+    let twice = succeeded.values().filter(|v| v.len() > 1).count();
+    assert_eq!(twice, 0, "orders charged twice, counted by localstripe");
+    let (mut approved, mut declined) = (0, 0);
+    for (order, (id, amount, card_declined)) in &ours {
+        let (a, _) = db.store.load(*id).await.unwrap();
+        let at_stripe = succeeded.get(order).map_or(0, Vec::len);
+        match a.state {
+            State::Aprobado => {
+                approved += 1;
+                assert_eq!(at_stripe, 1, "{order}: approved here, one charge there");
+                let pi = succeeded[order][0];
+                assert_eq!(pi.amount, *amount, "{order}: to the cent");
+                assert_eq!(Some(pi.id.as_str()), a.gateway_charge_id.as_deref());
+                assert!(!card_declined, "{order}: a declining card approved");
+            }
+            State::Rechazado => {
+                declined += 1;
+                assert_eq!(at_stripe, 0, "{order}: declined here, charged there");
+                assert!(
+                    card_declined,
+                    "{order}: a good card declined ({:?})",
+                    a.decline_code
+                );
+            }
+            other => panic!("{order} ended {other}"),
+        }
+    }
+    let orphans = intents
+        .iter()
+        .filter(|p| p.status == "requires_confirmation")
+        .count();
+    let stats = proxy_stats(&proxy.url()).await;
+    let creates_unanswered = with_cause(&db, "gateway_create_unanswered").await;
+    let confirms_unknown = with_cause(&db, "gateway_unknown").await;
+    let settled_by_lookup = with_cause(&db, "lookup_approved").await;
+    eprintln!(
+        "stripe fleet ({b:?}): {orders} orders, {approved} approved (one succeeded PaymentIntent each), \
+         {declined} declined, 0 charged twice; localstripe holds {} PaymentIntents ({orphans} never \
+         confirmed: creates whose answer was lost, re-created with the same key by a server that \
+         ignores keys); proxy: {} executing requests forwarded, {} answers dropped and {} held past \
+         the timeout after localstripe executed; {creates_unanswered} creates unanswered, \
+         {confirms_unknown} sends DESCONOCIDO, {settled_by_lookup} settled by GET PaymentIntent",
+        intents.len(),
+        stats.executing_forwarded,
+        stats.response_lost_after_upstream,
+        stats.timeout_after_upstream,
+    );
+    assert_eq!(approved + declined, orders);
+    assert!(stats.response_lost_after_upstream > 0 && stats.timeout_after_upstream > 0);
+    assert!(creates_unanswered > 0, "a lost create was exercised");
+    assert!(
+        confirms_unknown > 0 && settled_by_lookup > 0,
+        "a lost confirm was exercised"
+    );
+    db.drop_db().await;
+}
+
+async fn a_refund_whose_answer_is_lost_is_one_refund(b: Backend) {
+    init_logs();
+    let db = TestDb::new(b).await;
+    let stripe = LocalStripe::start().await;
+    let proxy = start_proxy(&stripe.url, 7, Faults::default()).await;
+    let worker = spawn_worker(stripe_worker_args(&db.url, &proxy.url()));
+    let req =
+        ChargeRequest::parse("ord-refund", 10_000, "EUR", None, Some("pm_card_visa")).unwrap();
+    let charge = db.store.enqueue(&req).await.unwrap().attempt_id;
+    let approved = settled(&db.store, charge, State::Aprobado, Duration::from_secs(30)).await;
+    let pi = approved.gateway_charge_id.clone().unwrap();
+    // From now on every answer to a POST is lost after localstripe ran it.
+    set_faults(
+        &proxy.url(),
+        &Faults {
+            p_response_lost: 1.0,
+            ..Faults::default()
+        },
+    )
+    .await;
+    let refund = db
+        .store
+        .request_refund(
+            charge,
+            Amount::parse(2_500).unwrap(),
+            IdempotencyKey::generate(),
+            "app",
+        )
+        .await
+        .unwrap()
+        .refund_id;
+    let done = settled(&db.store, refund, State::Aprobado, Duration::from_secs(30)).await;
+    let causes: Vec<String> = db
+        .store
+        .transitions(refund)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|t| t.cause)
+        .collect();
+    assert!(causes.contains(&"gateway_unknown".to_owned()), "{causes:?}");
+    assert_eq!(
+        causes.last().map(String::as_str),
+        Some("lookup_approved"),
+        "{causes:?}"
+    );
+    let refunds = stripe.refunds().await;
+    assert_eq!(
+        refunds.len(),
+        1,
+        "exactly one refund at Stripe: {refunds:?}"
+    );
+    let (id, of, amount, key) = &refunds[0];
+    assert_eq!(Some(id.as_str()), done.gateway_charge_id.as_deref());
+    assert_eq!(of.as_deref(), Some(pi.as_str()));
+    assert_eq!(*amount, 2_500);
+    assert_eq!(
+        key.as_deref(),
+        Some(done.idempotency_key.to_string().as_str())
+    );
+    worker.stop().await;
+    db.drop_db().await;
+}
