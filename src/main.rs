@@ -193,6 +193,12 @@ enum Command {
         /// Print the report as JSON (no progress bars).
         #[arg(long)]
         json: bool,
+        /// `--gateway stripe --stripe-api-base URL`: the fleet through
+        /// Stripe's API against that server instead of the three simulator
+        /// worlds (STRIPE_SECRET_KEY; an http:// base goes through a lossy
+        /// proxy that loses --loss of the answers).
+        #[command(flatten)]
+        gateway: cobro::gateway::GatewayChoice,
     },
 }
 
@@ -414,6 +420,7 @@ async fn main() -> Result<()> {
             check_schedule,
             database_url,
             json,
+            gateway,
         } => {
             let opts = cobro::demo::DemoOptions {
                 orders,
@@ -422,6 +429,7 @@ async fn main() -> Result<()> {
                 workers,
                 database_url,
                 check_schedule,
+                gateway,
             };
             let bars = (!json).then(indicatif::MultiProgress::new);
             let report = cobro::demo::run(&opts, bars.as_ref()).await?;

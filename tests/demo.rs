@@ -58,6 +58,7 @@ async fn a_small_fleet_shows_the_naive_overcharge_and_none_for_cobro(b: Backend)
         workers: 2,
         database_url: Some(db.url.clone()),
         check_schedule: "200ms,400ms,800ms,1600ms,3200ms".into(),
+        gateway: Default::default(),
     };
     let report = cobro::demo::run(&opts, None).await.expect("demo runs");
     assert_report(&report, 60);

@@ -25,6 +25,10 @@ on_both_backends!(
     a_declined_card_is_rechazado_with_stripes_code,
     a_bad_secret_key_declines_nothing_and_opens_the_breaker,
     a_webhook_from_localstripe_settles_a_desconocido_attempt_once,
+    a_card_that_needs_3d_secure_is_canceled_and_the_customer_told,
+    reconciliation_lists_payment_intents_and_finds_a_double_charge,
+    a_dispute_opens_a_case_for_finance_once,
+    the_demo_runs_the_fleet_against_a_stripe_compatible_server,
 );
 
 async fn a_charge_is_one_succeeded_payment_intent_recorded_before_its_confirm(b: Backend) {
@@ -278,5 +282,162 @@ async fn a_webhook_from_localstripe_settles_a_desconocido_attempt_once(b: Backen
         .await;
     assert_eq!(applied, 1);
     web.stop().await;
+    db.drop_db().await;
+}
+
+/// Off-session, nobody can complete 3-D Secure: the PaymentIntent is
+/// canceled (so it can never succeed behind our decline), the attempt is
+/// RECHAZADO `authentication_required`, never retried on its own, and the
+/// customer gets a notice.
+async fn a_card_that_needs_3d_secure_is_canceled_and_the_customer_told(b: Backend) {
+    init_logs();
+    let db = TestDb::new(b).await;
+    let stripe = LocalStripe::start().await;
+    // Stripe's test card that always asks for authentication, registered
+    // at the fake server as Stripe.js would in the customer's browser:
+    // cobro only ever sees the pm_ token.
+    let pm = stripe.payment_method("4000002760003184").await;
+    let worker = spawn_worker(stripe_worker_args(&db.url, &stripe.url));
+    let req = ChargeRequest::parse("ord-3ds", 7_700, "EUR", None, Some(&pm)).unwrap();
+    let id = db.store.enqueue(&req).await.unwrap().attempt_id;
+    let a = settled(&db.store, id, State::Rechazado, Duration::from_secs(30)).await;
+    assert_eq!(a.decline_code.as_deref(), Some("authentication_required"));
+    assert_eq!(a.next_action_at, None, "not retried on its own");
+    let pi = stripe
+        .intents()
+        .await
+        .into_iter()
+        .find(|p| p.key.as_deref() == Some(&req.key.to_string()))
+        .unwrap();
+    assert_eq!(pi.status, "canceled");
+    let notices = db.store.notices(false).await.unwrap();
+    assert!(
+        notices.iter().any(|n| n.attempt_id == id
+            && n.kind == "payment_failed"
+            && n.decline_code.as_deref() == Some("authentication_required")),
+        "{notices:?}"
+    );
+    worker.stop().await;
+    db.drop_db().await;
+}
+
+/// Reconciliation reads localstripe's PaymentIntents (all pages, filtered
+/// to the window here: localstripe has no `created` filter): our approved
+/// charges match; a second charge of the same order made outside cobro is
+/// a double charge for finance.
+async fn reconciliation_lists_payment_intents_and_finds_a_double_charge(b: Backend) {
+    init_logs();
+    let db = TestDb::new(b).await;
+    let stripe = LocalStripe::start().await;
+    let args = stripe_worker_args(&db.url, &stripe.url);
+    let worker = spawn_worker(args.clone());
+    let mut reqs = Vec::new();
+    for i in 0..3 {
+        let req = ChargeRequest::parse(
+            &format!("ord-rec-{i}"),
+            1_000 + i,
+            "EUR",
+            None,
+            Some("pm_card_visa"),
+        )
+        .unwrap();
+        let id = db.store.enqueue(&req).await.unwrap().attempt_id;
+        settled(&db.store, id, State::Aprobado, Duration::from_secs(30)).await;
+        reqs.push(req);
+    }
+    worker.stop().await;
+    let gateway = args.gateway.build(args.gateway_config()).unwrap();
+    let window = cobro::recon::Window::day(chrono::Utc::now().date_naive());
+    let clean = cobro::recon::reconcile(&db.store, gateway.as_ref(), &window)
+        .await
+        .unwrap();
+    assert_eq!(clean.gateway_charges, 3);
+    assert_eq!(clean.opened, 0, "{:?}", clean.cases);
+    // The same order charged again at Stripe, by something other than cobro.
+    let again =
+        ChargeRequest::parse("ord-rec-1", 1_001, "EUR", None, Some("pm_card_visa")).unwrap();
+    let pi = stripe.create_intent(&again, "not-cobro").await;
+    stripe.confirm(&pi).await;
+    let found = cobro::recon::reconcile(&db.store, gateway.as_ref(), &window)
+        .await
+        .unwrap();
+    assert_eq!(found.gateway_charges, 4);
+    let kinds: Vec<String> = found.cases.iter().map(|c| c.kind.to_string()).collect();
+    assert!(kinds.contains(&"double_charge".to_owned()), "{kinds:?}");
+    db.drop_db().await;
+}
+
+/// `charge.dispute.created` (localstripe does not make disputes: signed
+/// here, in Stripe's shape) opens one case, matched to the attempt by its
+/// PaymentIntent; a redelivery opens nothing more.
+async fn a_dispute_opens_a_case_for_finance_once(b: Backend) {
+    init_logs();
+    let db = TestDb::new(b).await;
+    let stripe = LocalStripe::start().await;
+    let worker = spawn_worker(stripe_worker_args(&db.url, &stripe.url));
+    let req =
+        ChargeRequest::parse("ord-dispute", 3_300, "EUR", None, Some("pm_card_visa")).unwrap();
+    let id = db.store.enqueue(&req).await.unwrap().attempt_id;
+    let a = settled(&db.store, id, State::Aprobado, Duration::from_secs(30)).await;
+    worker.stop().await;
+    let secret = "whsec_cobro_test_localstripe_0123456789";
+    let verifier = Verifier::new(
+        Scheme::Stripe,
+        vec![Secret::parse(Scheme::Stripe, secret).unwrap()],
+    )
+    .unwrap();
+    let web = start_web(&db.store, verifier.clone()).await;
+    let now = chrono::Utc::now().timestamp();
+    let event = serde_json::json!({
+        "id": "evt_dispute_1", "object": "event", "type": "charge.dispute.created", "created": now,
+        "data": {"object": {"id": "dp_1", "object": "dispute", "amount": 3300, "currency": "eur",
+            "reason": "fraudulent", "status": "needs_response",
+            "payment_intent": a.gateway_charge_id, "created": now}}
+    });
+    let body = serde_json::to_vec(&event).unwrap();
+    for _ in 0..2 {
+        let mut post = reqwest::Client::new()
+            .post(format!("{}/webhooks/gateway", web.url))
+            .header("Content-Type", "application/json")
+            .body(body.clone());
+        for (k, v) in verifier.sign("", now, &body) {
+            post = post.header(k, v);
+        }
+        assert!(post.send().await.unwrap().status().is_success());
+    }
+    let cases = db.store.open_cases().await.unwrap();
+    let disputes: Vec<_> = cases.iter().filter(|c| c.kind == "dispute").collect();
+    assert_eq!(disputes.len(), 1, "{cases:?}");
+    assert_eq!(disputes[0].attempt_id, Some(id));
+    assert_eq!(disputes[0].order_id.as_deref(), Some("ord-dispute"));
+    web.stop().await;
+    db.drop_db().await;
+}
+
+/// `cobro demo --gateway stripe` on a small fleet, through its lossy proxy.
+async fn the_demo_runs_the_fleet_against_a_stripe_compatible_server(b: Backend) {
+    init_logs();
+    let db = TestDb::new(b).await;
+    let stripe = LocalStripe::start().await;
+    let opts = cobro::demo::DemoOptions {
+        orders: 40,
+        loss: 0.3,
+        seed: 42,
+        workers: 2,
+        database_url: Some(db.url.clone()),
+        check_schedule: "200ms,400ms,800ms,1600ms,3200ms".into(),
+        gateway: stripe_worker_args(&db.url, &stripe.url).gateway,
+    };
+    let report = cobro::demo::run(&opts, None).await.expect("the demo runs");
+    let w = &report.worlds[0];
+    assert_eq!(report.worlds.len(), 1);
+    assert_eq!((w.orders_charged_twice, w.orders_not_charged), (0, 0));
+    assert_eq!(w.ledger_charges, 40);
+    assert_eq!(w.total_charged_minor, w.intent_total_minor);
+    assert!(
+        w.attempts_sent > 80,
+        "through the proxy: {}",
+        w.attempts_sent
+    );
     db.drop_db().await;
 }

@@ -14,6 +14,7 @@
 //! meets the same fate on its first request in every world.
 
 mod naive;
+mod stripe;
 mod table;
 
 pub use table::render;
@@ -50,6 +51,9 @@ pub struct DemoOptions {
     pub database_url: Option<String>,
     /// The check schedule for `DESCONOCIDO` (default 2s,4s,8s,16s,32s).
     pub check_schedule: String,
+    /// The simulator's three worlds (`sim`), or the fleet through Stripe's
+    /// API against `stripe_api_base` (`stripe`).
+    pub gateway: crate::gateway::GatewayChoice,
 }
 
 /// One column of the table.
@@ -110,15 +114,8 @@ pub async fn run(opts: &DemoOptions, progress: Option<&MultiProgress>) -> Result
     let run_id = uuid::Uuid::new_v4().simple().to_string();
     let scratch = std::env::temp_dir().join(format!("cobro-demo-{}", &run_id[..12]));
     let bar = |name: &str| progress.map(|m| m.add(new_bar(name, fleet.len())));
-
-    let mut worlds = Vec::new();
-    let sim = start_sim(false, opts).await?;
-    worlds.push(naive::run(&sim, &fleet, bar("naive client")).await?);
-    sim.shutdown().await;
-
-    for (n, idempotent) in [(2, true), (3, false)] {
-        let sim = start_sim(idempotent, opts).await?;
-        let db_url = match &opts.database_url {
+    let world_db = |n: u32| -> Result<String> {
+        Ok(match &opts.database_url {
             Some(url) => url.clone(),
             None => {
                 std::fs::create_dir_all(&scratch).context("creating the demo's temp dir")?;
@@ -127,12 +124,40 @@ pub async fn run(opts: &DemoOptions, progress: Option<&MultiProgress>) -> Result
                     scratch.join(format!("world{n}.db")).display()
                 )
             }
-        };
-        // In a shared database each world needs its own order ids.
-        let prefix = match &opts.database_url {
-            Some(_) => format!("demo-{}-w{n}-", &run_id[..8]),
-            None => String::new(),
-        };
+        })
+    };
+    // In a shared database (or a shared Stripe account) each world needs
+    // its own order ids.
+    let world_prefix = |n: u32| match (&opts.database_url, opts.gateway.kind) {
+        (None, crate::gateway::GatewayKind::Sim) => String::new(),
+        _ => format!("demo-{}-w{n}-", &run_id[..8]),
+    };
+
+    let mut worlds = Vec::new();
+    if opts.gateway.kind == crate::gateway::GatewayKind::Stripe {
+        let world = stripe::run(
+            opts,
+            &opts.gateway,
+            &world_db(1)?,
+            &world_prefix(1),
+            &fleet,
+            bar("cobro / stripe API"),
+        )
+        .await;
+        if opts.database_url.is_none() {
+            let _ = std::fs::remove_dir_all(&scratch);
+        }
+        worlds.push(world?);
+        return Ok(report(opts, worlds));
+    }
+    let sim = start_sim(false, opts).await?;
+    worlds.push(naive::run(&sim, &fleet, bar("naive client")).await?);
+    sim.shutdown().await;
+
+    for (n, idempotent) in [(2, true), (3, false)] {
+        let sim = start_sim(idempotent, opts).await?;
+        let db_url = world_db(n)?;
+        let prefix = world_prefix(n);
         let label = if idempotent {
             "cobro / idempotent gw"
         } else {
@@ -153,7 +178,11 @@ pub async fn run(opts: &DemoOptions, progress: Option<&MultiProgress>) -> Result
     if opts.database_url.is_none() {
         let _ = std::fs::remove_dir_all(&scratch);
     }
-    Ok(Report {
+    Ok(report(opts, worlds))
+}
+
+fn report(opts: &DemoOptions, worlds: Vec<World>) -> Report {
+    Report {
         orders: opts.orders,
         loss: opts.loss,
         seed: opts.seed,
@@ -164,7 +193,7 @@ pub async fn run(opts: &DemoOptions, progress: Option<&MultiProgress>) -> Result
             None => "sqlite (throwaway, one file per world)".into(),
         },
         worlds,
-    })
+    }
 }
 
 fn new_bar(name: &str, len: usize) -> ProgressBar {
@@ -243,6 +272,40 @@ async fn run_cobro(
     bar: Option<ProgressBar>,
 ) -> Result<World> {
     let started = Instant::now();
+    let en_revision = drive(
+        &|name| worker_args(db_url, &sim.url(), name, &opts.check_schedule, idempotent),
+        db_url,
+        prefix,
+        fleet,
+        None,
+        opts.workers,
+        bar,
+    )
+    .await?;
+    let ledger = fetch_ledger(sim).await?;
+    Ok(count(
+        "cobro",
+        fleet,
+        prefix,
+        &ledger,
+        en_revision,
+        started.elapsed(),
+    ))
+}
+
+/// Runs `workers` cobro workers (settings from `args`, given each its
+/// name) on `db_url`, enqueues the fleet, waits until every order is
+/// settled (APROBADO, RECHAZADO or EN_REVISION), stops them; returns how
+/// many wait for finance.
+pub(crate) async fn drive(
+    args: &dyn Fn(&str) -> Result<WorkerArgs>,
+    db_url: &str,
+    prefix: &str,
+    fleet: &[(String, i64)],
+    payment_method: Option<&str>,
+    workers: usize,
+    bar: Option<ProgressBar>,
+) -> Result<i64> {
     let store = Store::connect(db_url, 4)
         .await
         .context("connecting to the demo database")?;
@@ -252,31 +315,38 @@ async fn run_cobro(
         .context("migrating the demo database")?;
     let mut stops = Vec::new();
     let mut tasks = Vec::new();
-    for k in 0..opts.workers {
+    for k in 0..workers {
         let name = format!(
             "demo-{}-{k}",
             &uuid::Uuid::new_v4().simple().to_string()[..8]
         );
-        let args = worker_args(db_url, &sim.url(), &name, &opts.check_schedule, idempotent)?;
         let (stop, rx) = oneshot::channel::<()>();
         stops.push(stop);
-        tasks.push(tokio::spawn(crate::runtime::run(args, async move {
-            let _ = rx.await;
-        })));
+        tasks.push(tokio::spawn(crate::runtime::run(
+            args(&name)?,
+            async move {
+                let _ = rx.await;
+            },
+        )));
     }
-    let mut ids = Vec::with_capacity(fleet.len());
     for (order, amount) in fleet {
-        let req = ChargeRequest::parse(&format!("{prefix}{order}"), *amount, "USD", None, None)?;
-        ids.push(store.enqueue(&req).await?.attempt_id);
+        let req = ChargeRequest::parse(
+            &format!("{prefix}{order}"),
+            *amount,
+            "USD",
+            None,
+            payment_method,
+        )?;
+        store.enqueue(&req).await?;
     }
     let deadline = Instant::now() + Duration::from_secs(600);
-    let (settled, en_revision) = loop {
+    let en_revision = loop {
         let (settled, review) = settled_counts(&store, prefix).await?;
         if let Some(b) = &bar {
             b.set_position(settled as u64);
         }
         if settled as usize >= fleet.len() {
-            break (settled, review);
+            break review;
         }
         if Instant::now() > deadline {
             bail!(
@@ -296,16 +366,7 @@ async fn run_cobro(
         t.await??;
     }
     store.close().await;
-    debug_assert!(settled as usize == fleet.len());
-    let ledger = fetch_ledger(sim).await?;
-    Ok(count(
-        "cobro",
-        fleet,
-        prefix,
-        &ledger,
-        en_revision,
-        started.elapsed(),
-    ))
+    Ok(en_revision)
 }
 
 /// Attempts of this run that no worker will move again, and how many of

@@ -202,6 +202,23 @@ impl LocalStripe {
         pi["id"].as_str().expect("an id").to_owned()
     }
 
+    /// A card PaymentMethod with this test number, made at the fake server
+    /// as Stripe.js would in the customer's browser.
+    pub async fn payment_method(&self, number: &str) -> String {
+        let form: Vec<(String, String)> = [
+            ("type", "card"),
+            ("card[number]", number),
+            ("card[exp_month]", "12"),
+            ("card[exp_year]", "2030"),
+            ("card[cvc]", "123"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect();
+        let pm = self.post("/v1/payment_methods", &form).await;
+        pm["id"].as_str().expect("an id").to_owned()
+    }
+
     pub async fn confirm(&self, pi: &str) -> Value {
         self.post(&format!("/v1/payment_intents/{pi}/confirm"), &[])
             .await
