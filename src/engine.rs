@@ -297,6 +297,11 @@ impl Engine {
         };
         claim.add_send = true;
         self.slot().await;
+        // A two-step gateway's create is a call of its own.
+        if self.gateway.two_step() && seen.gateway_ref.is_none() && matches!(call, Call::Charge(_))
+        {
+            self.slot().await;
+        }
         if let Some((record, evidence)) = check {
             claim.add_check = Some(record);
             claim.evidence = Some(evidence);
@@ -419,6 +424,7 @@ impl Engine {
                 };
                 record.gateway_ref = Some(&gateway_ref);
                 record.evidence = Some(&evidence);
+                self.observe(Health::Answered).await;
                 let Applied::Moved(held) = self.store.apply(&claimed, &record).await? else {
                     warn!(%gateway_ref, "lease lost before the PaymentIntent was recorded; not confirming it");
                     return Ok(None);

@@ -240,6 +240,11 @@ pub trait Gateway: Send + Sync {
     fn prepare<'a>(&'a self, _call: &'a ChargeCall) -> BoxFuture<'a, Prepared> {
         futures::future::ready(Prepared::Ready).boxed()
     }
+    /// Whether [`Gateway::prepare`] makes a call of its own (a send is then
+    /// two calls under the rate limit).
+    fn two_step(&self) -> bool {
+        false
+    }
     fn charge<'a>(&'a self, call: &'a ChargeCall) -> BoxFuture<'a, ChargeOutcome>;
     fn lookup<'a>(&'a self, call: &'a LookupCall) -> BoxFuture<'a, LookupOutcome>;
     /// The circuit breaker's probe: any call that shows whether the gateway

@@ -40,6 +40,27 @@ pub struct Intent {
     pub order: Option<String>,
 }
 
+/// Whether localstripe is installed. Without it the test is skipped and
+/// says so, unless `CI` is set: then it fails (`.ci/run` installs it).
+pub fn localstripe_installed(test: &str) -> bool {
+    use std::io::Write;
+    let ok = Command::new("python3")
+        .args(["-c", "import localstripe"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !ok {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI is set and the Python package localstripe is missing (.ci/run installs it)"
+        );
+        let _ = writeln!(
+            std::io::stderr(),
+            "SKIPPED {test}: python3 with `localstripe` not found (pip install localstripe)"
+        );
+    }
+    ok
+}
+
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())

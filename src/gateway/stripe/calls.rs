@@ -37,7 +37,9 @@ enum Refusal {
 
 fn refusal(a: &Answer) -> Refusal {
     let err = error_of(a.body.as_ref());
-    if classify::is_idempotency_error(err.as_ref()) {
+    // A key in use by a request still running (409) clears by itself; the
+    // same key with other parameters does not.
+    if a.code != 409 && classify::is_idempotency_error(err.as_ref()) {
         return Refusal::Idempotency;
     }
     match (a.code, a.retry_after) {

@@ -25,6 +25,8 @@
 mod calls;
 mod classify;
 mod list;
+#[cfg(test)]
+mod tests;
 
 pub use classify::META_KEY;
 
@@ -222,6 +224,10 @@ impl Gateway for StripeGateway {
         self.create_intent(call).boxed()
     }
 
+    fn two_step(&self) -> bool {
+        true
+    }
+
     fn charge<'a>(&'a self, call: &'a ChargeCall) -> BoxFuture<'a, ChargeOutcome> {
         self.confirm(call).boxed()
     }
@@ -249,43 +255,5 @@ impl Gateway for StripeGateway {
         to: DateTime<Utc>,
     ) -> BoxFuture<'a, Result<Vec<GatewayRecord>, ListError>> {
         self.list_window(kind, from, to).boxed()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_secret_key_never_shows() {
-        let key = SecretKey::new("sk_test_51Habcdefghijklmnop");
-        let shown = format!("{key:?}");
-        assert!(!shown.contains("51Habc"), "{shown}");
-        assert!(shown.starts_with("sk_test"), "{shown}");
-        let cfg = StripeConfig {
-            api_base: DEFAULT_API_BASE.into(),
-            secret_key: key,
-            connect_timeout: Duration::from_secs(1),
-            request_timeout: Duration::from_secs(1),
-            ca_file: None,
-            off_session_retries: true,
-            created_filter: true,
-        };
-        assert!(!format!("{cfg:?}").contains("51Habc"));
-    }
-
-    #[test]
-    fn an_empty_key_is_refused_at_start_up() {
-        let cfg = StripeConfig {
-            api_base: DEFAULT_API_BASE.into(),
-            secret_key: SecretKey::new("  "),
-            connect_timeout: Duration::from_secs(1),
-            request_timeout: Duration::from_secs(1),
-            ca_file: None,
-            off_session_retries: true,
-            created_filter: true,
-        };
-        let err = StripeGateway::new(cfg).err().map(|e| e.to_string());
-        assert!(err.is_some_and(|e| e.contains("STRIPE_SECRET_KEY")));
     }
 }
