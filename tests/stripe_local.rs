@@ -28,6 +28,7 @@ on_both_backends!(
     a_card_that_needs_3d_secure_is_canceled_and_the_customer_told,
     reconciliation_lists_payment_intents_and_finds_a_double_charge,
     a_dispute_opens_a_case_for_finance_once,
+    an_event_without_cobros_metadata_finds_its_attempt_by_payment_intent,
     the_demo_runs_the_fleet_against_a_stripe_compatible_server,
 );
 
@@ -215,6 +216,37 @@ async fn a_bad_secret_key_declines_nothing_and_opens_the_breaker(b: Backend) {
     db.drop_db().await;
 }
 
+/// An attempt as a worker leaves it when it vanishes after sending the
+/// confirm: DESCONOCIDO, its PaymentIntent created (unconfirmed here) and
+/// recorded.
+async fn desconocido_with_intent(
+    db: &TestDb,
+    stripe: &LocalStripe,
+    req: &ChargeRequest,
+) -> (uuid::Uuid, String) {
+    let id = db.store.enqueue(req).await.unwrap().attempt_id;
+    let (a, _) = db.store.load(id).await.unwrap();
+    let a = step(&db.store, &a, Event::Claim, None).await;
+    let pi = stripe.create_intent(req, &id.to_string()).await;
+    let mut record = cobro::store::Change::new(
+        Some(Event::Prepared),
+        "payment_intent_created",
+        "worker:gone",
+    );
+    record.gateway_ref = Some(&pi);
+    record.lease = cobro::store::Lease::Take {
+        owner: "gone",
+        ttl: Duration::from_secs(30),
+    };
+    let a = match db.store.apply(&a, &record).await.unwrap() {
+        cobro::store::Applied::Moved(a) => *a,
+        cobro::store::Applied::Lost => panic!("nobody races this"),
+    };
+    let a = step(&db.store, &a, Event::Unknown, None).await;
+    assert_eq!(a.state, State::Desconocido);
+    (id, pi)
+}
+
 /// A worker confirmed the PaymentIntent and vanished before recording the
 /// answer (the attempt is DESCONOCIDO, its next check far away): Stripe's
 /// `payment_intent.succeeded`, signed by localstripe, settles it; the same
@@ -237,27 +269,7 @@ async fn a_webhook_from_localstripe_settles_a_desconocido_attempt_once(b: Backen
         .register_webhook(&format!("{}/webhooks/gateway", web.url), secret)
         .await;
     let req = ChargeRequest::parse("ord-wh", 2_500, "EUR", None, Some("pm_card_visa")).unwrap();
-    let id = db.store.enqueue(&req).await.unwrap().attempt_id;
-    let (a, _) = db.store.load(id).await.unwrap();
-    let a = step(&db.store, &a, Event::Claim, None).await;
-    // What the worker did before it vanished: create, record, confirm.
-    let pi = stripe.create_intent(&req, &id.to_string()).await;
-    let mut record = cobro::store::Change::new(
-        Some(Event::Prepared),
-        "payment_intent_created",
-        "worker:gone",
-    );
-    record.gateway_ref = Some(&pi);
-    record.lease = cobro::store::Lease::Take {
-        owner: "gone",
-        ttl: Duration::from_secs(30),
-    };
-    let a = match db.store.apply(&a, &record).await.unwrap() {
-        cobro::store::Applied::Moved(a) => *a,
-        cobro::store::Applied::Lost => panic!("nobody races this"),
-    };
-    let a = step(&db.store, &a, Event::Unknown, None).await;
-    assert_eq!(a.state, State::Desconocido);
+    let (id, pi) = desconocido_with_intent(&db, &stripe, &req).await;
     stripe.confirm(&pi).await;
     let a = settled(&db.store, id, State::Aprobado, Duration::from_secs(20)).await;
     assert_eq!(a.gateway_charge_id.as_deref(), Some(pi.as_str()));
@@ -465,5 +477,48 @@ async fn the_demo_runs_the_fleet_against_a_stripe_compatible_server(b: Backend) 
         "through the proxy: {}",
         w.attempts_sent
     );
+    db.drop_db().await;
+}
+
+/// A PaymentIntent event whose object carries no cobro metadata (Stripe
+/// trims nothing, but another integration may have rewritten it) still
+/// settles its attempt, found by the PaymentIntent id recorded on it.
+async fn an_event_without_cobros_metadata_finds_its_attempt_by_payment_intent(b: Backend) {
+    if !localstripe_installed(
+        "an_event_without_cobros_metadata_finds_its_attempt_by_payment_intent",
+    ) {
+        return;
+    }
+    init_logs();
+    let db = TestDb::new(b).await;
+    let stripe = LocalStripe::start().await;
+    let secret = "whsec_cobro_test_localstripe_0123456789";
+    let verifier = Verifier::new(
+        Scheme::Stripe,
+        vec![Secret::parse(Scheme::Stripe, secret).unwrap()],
+    )
+    .unwrap();
+    let web = start_web(&db.store, verifier.clone()).await;
+    let req = ChargeRequest::parse("ord-nometa", 900, "EUR", None, Some("pm_card_visa")).unwrap();
+    let (id, pi) = desconocido_with_intent(&db, &stripe, &req).await;
+    stripe.confirm(&pi).await;
+    let now = chrono::Utc::now().timestamp();
+    let event = serde_json::json!({
+        "id": "evt_nometa_1", "object": "event", "type": "payment_intent.succeeded", "created": now,
+        "data": {"object": {"id": pi, "object": "payment_intent", "status": "succeeded", "metadata": {}}}
+    });
+    let body = serde_json::to_vec(&event).unwrap();
+    let mut post = reqwest::Client::new()
+        .post(format!("{}/webhooks/gateway", web.url))
+        .header("Content-Type", "application/json")
+        .body(body.clone());
+    for (k, v) in verifier.sign("", now, &body) {
+        post = post.header(k, v);
+    }
+    let answer = post.send().await.unwrap().text().await.unwrap();
+    assert!(answer.contains("applied"), "{answer}");
+    let a = settled(&db.store, id, State::Aprobado, Duration::from_secs(5)).await;
+    assert_eq!(a.gateway_charge_id.as_deref(), Some(pi.as_str()));
+    web.stop().await;
     db.drop_db().await;
 }

@@ -42,6 +42,18 @@ pub struct IncomingEvent {
     pub payload: String,
 }
 
+impl IncomingEvent {
+    /// The gateway's object the event is about (a charge or PaymentIntent
+    /// id), when it moves an attempt.
+    pub fn gateway_object(&self) -> Option<&str> {
+        match &self.outcome {
+            EventOutcome::Approved { charge_id } => Some(charge_id),
+            EventOutcome::Declined { charge_id, .. } => charge_id.as_deref(),
+            EventOutcome::NotActionable => None,
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "result", rename_all = "snake_case")]
 pub enum WebhookResult {
@@ -194,5 +206,20 @@ pub(crate) fn after_apply(seen: &Attempt, applied: Applied) -> (WebhookResult, O
             },
             Some("the attempt moved meanwhile".into()),
         ),
+    }
+}
+
+impl super::Store {
+    /// The attempt whose recorded gateway object (Stripe's PaymentIntent)
+    /// is `gateway_ref`: how an event without cobro's key in its metadata
+    /// still finds its attempt.
+    pub async fn attempt_by_gateway_ref(
+        &self,
+        gateway_ref: &str,
+    ) -> Result<Option<Attempt>, super::StoreError> {
+        match &self.db {
+            super::Db::Pg(p) => super::pg::webhooks::by_gateway_ref(p, gateway_ref).await,
+            super::Db::Lite(p) => super::lite::webhooks::by_gateway_ref(p, gateway_ref).await,
+        }
     }
 }

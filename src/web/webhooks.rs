@@ -125,7 +125,7 @@ pub(super) async fn receive(
         };
         return reject(status, rejection.reason(), rejection.to_string(), size).await;
     }
-    let event = match event::parse(&body) {
+    let mut event = match event::parse(&body) {
         Ok(ev) => ev,
         Err(e) => {
             return reject(
@@ -137,6 +137,23 @@ pub(super) async fn receive(
             .await;
         }
     };
+    // No cobro key in the metadata: a PaymentIntent event still finds its
+    // attempt by the PaymentIntent's id.
+    if event.key.is_none()
+        && let Some(pi) = event.gateway_object().filter(|id| id.starts_with("pi_"))
+    {
+        match app.store.attempt_by_gateway_ref(pi).await {
+            Ok(found) => event.key = found.map(|a| a.idempotency_key),
+            Err(e) => {
+                warn!(event = %event.event_id, error = %e, "webhook not matched");
+                return error(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    None,
+                    "could not match the event; retry",
+                );
+            }
+        }
+    }
     if let Err(e) = crate::webhook::dispute::open_case(&app.store, &event).await {
         warn!(event = %event.event_id, error = %e, "dispute case not opened; not storing the event");
         return error(

@@ -110,3 +110,15 @@ pub(crate) async fn rejected_reasons(pool: &SqlitePool) -> Result<Vec<String>, S
             .await?,
     )
 }
+
+/// The attempt whose recorded gateway object (a PaymentIntent) is `gateway_ref`.
+pub(crate) async fn by_gateway_ref(
+    pool: &SqlitePool,
+    gateway_ref: &str,
+) -> Result<Option<crate::store::Attempt>, StoreError> {
+    let row = sqlx::query("SELECT * FROM payment_attempts WHERE gateway_ref = ?1")
+        .bind(gateway_ref)
+        .fetch_optional(pool)
+        .await?;
+    row.as_ref().map(attempt).transpose()
+}

@@ -110,3 +110,16 @@ pub(crate) async fn rejected_reasons(pool: &PgPool) -> Result<Vec<String>, Store
             .await?,
     )
 }
+
+/// The attempt whose recorded gateway object (a PaymentIntent) is `gateway_ref`.
+pub(crate) async fn by_gateway_ref(
+    pool: &PgPool,
+    gateway_ref: &str,
+) -> Result<Option<Attempt>, StoreError> {
+    Ok(
+        sqlx::query_as("SELECT * FROM cobro.payment_attempts WHERE gateway_ref = $1")
+            .bind(gateway_ref)
+            .fetch_optional(pool)
+            .await?,
+    )
+}
