@@ -1,7 +1,7 @@
-//! The Stripe calls behind the `Gateway` trait: create and confirm a
-//! PaymentIntent, read it, cancel one stuck on a customer step, refund, and
-//! the breaker's probe. What each answer means is decided in
-//! [`super::classify`]; here, which call and how a refusal reads.
+//! The charge's two calls: create a PaymentIntent unconfirmed, confirm the
+//! recorded one; and how any refusal from Stripe reads (shared with
+//! [`super::lookup`] and [`super::refunds`]). What a PaymentIntent's status
+//! means is decided in [`super::classify`].
 
 use std::time::Instant;
 
@@ -10,15 +10,13 @@ use tracing::error;
 use super::classify::{
     self, META_ATTEMPT, META_KEY, META_ORDER, Object, Settled, StripeError, error_of,
 };
-use super::{Answer, StripeGateway, evidence, lookup_evidence};
+use super::{Answer, StripeGateway, evidence};
 use crate::domain::IdempotencyKey;
 use crate::gateway::http::Transport;
-use crate::gateway::{
-    ChargeCall, ChargeOutcome, Deferral, Evidence, LookupCall, LookupOutcome, Prepared, RefundCall,
-};
+use crate::gateway::{ChargeCall, ChargeOutcome, Deferral, Evidence, LookupOutcome, Prepared};
 
 /// A non-2xx answer, read before the call decides what it means.
-enum Refusal {
+pub(super) enum Refusal {
     /// 401/403: our key is wrong or revoked. Nothing was executed.
     Auth,
     /// 429, or 503 with `Retry-After`: not executed, for now.
@@ -35,7 +33,7 @@ enum Refusal {
     Server,
 }
 
-fn refusal(a: &Answer) -> Refusal {
+pub(super) fn refusal(a: &Answer) -> Refusal {
     let err = error_of(a.body.as_ref());
     // A key in use by a request still running (409) clears by itself; the
     // same key with other parameters does not.
@@ -52,13 +50,13 @@ fn refusal(a: &Answer) -> Refusal {
     }
 }
 
-fn detail_of(a: &Answer) -> Option<String> {
+pub(super) fn detail_of(a: &Answer) -> Option<String> {
     error_of(a.body.as_ref()).map(|e| classify::codes(&e))
 }
 
 /// A 401/403: loud, since every call will fail the same way until the key
 /// is fixed. The breaker counts it as a failure and opens.
-fn auth_fault(call: &str, a: &Answer, started: Instant) -> Evidence {
+pub(super) fn auth_fault(call: &str, a: &Answer, started: Instant) -> Evidence {
     error!(
         call,
         status = a.code,
@@ -68,7 +66,7 @@ fn auth_fault(call: &str, a: &Answer, started: Instant) -> Evidence {
     evidence(call, Some(a.code), "auth_failed", detail_of(a), started)
 }
 
-fn not_now(call: &str, a: &Answer, started: Instant) -> ChargeOutcome {
+pub(super) fn not_now(call: &str, a: &Answer, started: Instant) -> ChargeOutcome {
     let kind = if a.code == 429 {
         "throttled"
     } else {
@@ -81,7 +79,7 @@ fn not_now(call: &str, a: &Answer, started: Instant) -> ChargeOutcome {
     }
 }
 
-fn parse(a: &Answer) -> Option<Object> {
+pub(super) fn parse(a: &Answer) -> Option<Object> {
     a.body
         .clone()
         .and_then(|b| serde_json::from_value::<Object>(b).ok())
@@ -339,318 +337,6 @@ impl StripeGateway {
             },
         }
     }
-
-    /// `GET /v1/payment_intents/{id}`: the strongly consistent answer.
-    pub(super) async fn intent(&self, pi: &str, key: IdempotencyKey) -> LookupOutcome {
-        let started = Instant::now();
-        let ev = |kind: &str, status: Option<u16>, result: &str, detail: Option<String>| {
-            lookup_evidence("lookup", status, kind, result, detail, started)
-        };
-        let a = match self.get(&format!("/v1/payment_intents/{pi}"), &[]).await {
-            Ok(a) => a,
-            Err(Transport::NotSent(k)) => {
-                return LookupOutcome::Deferred {
-                    why: Deferral::NotSent,
-                    retry_after: None,
-                    evidence: ev(k, None, "not_sent", None),
-                };
-            }
-            Err(Transport::Unknown(k)) => {
-                return LookupOutcome::Failed {
-                    evidence: ev(k, None, "failed", None),
-                };
-            }
-        };
-        if a.code != 200 {
-            return match refusal(&a) {
-                Refusal::Auth => LookupOutcome::Deferred {
-                    why: Deferral::NotExecuted,
-                    retry_after: None,
-                    evidence: auth_fault("lookup", &a, started),
-                },
-                Refusal::NotNow => LookupOutcome::Deferred {
-                    why: Deferral::NotExecuted,
-                    retry_after: a.retry_after,
-                    evidence: ev("throttled", Some(a.code), "not_executed", detail_of(&a)),
-                },
-                _ => LookupOutcome::Failed {
-                    evidence: ev(
-                        &format!("http_{}", a.code),
-                        Some(a.code),
-                        "failed",
-                        detail_of(&a),
-                    ),
-                },
-            };
-        }
-        let Some(obj) = parse(&a) else {
-            return LookupOutcome::Failed {
-                evidence: ev("bad_body", Some(200), "failed", None),
-            };
-        };
-        if obj.key().is_some_and(|k| k != key.to_string()) {
-            return LookupOutcome::Failed {
-                evidence: ev(
-                    "foreign_object",
-                    Some(200),
-                    "failed",
-                    Some(format!("{} carries another key", obj.id)),
-                ),
-            };
-        }
-        let status = obj.status.clone();
-        match classify::settle(&obj) {
-            Settled::Succeeded => LookupOutcome::Approved {
-                charge_id: obj.id,
-                evidence: ev("ok", Some(200), "approved", None),
-            },
-            Settled::Failed { code, detail } => LookupOutcome::Declined {
-                code,
-                charge_id: Some(obj.id),
-                evidence: ev("ok", Some(200), "declined", Some(detail)),
-            },
-            Settled::NotConfirmed => LookupOutcome::NotFound {
-                evidence: ev("not_confirmed", Some(200), "not_found", status),
-            },
-            Settled::NeedsAction => self.cancel_needing_action(pi, key).await,
-            Settled::Pending(s) => LookupOutcome::Failed {
-                evidence: ev("not_settled", Some(200), "failed", Some(s)),
-            },
-        }
-    }
-
-    /// A PaymentIntent waiting for the customer (3-D Secure on a charge
-    /// made without them) is canceled, so that it can never succeed behind
-    /// a decline we record; then it is a decline the app and the customer
-    /// can act on (`authentication_required`, not retried on its own).
-    async fn cancel_needing_action(&self, pi: &str, key: IdempotencyKey) -> LookupOutcome {
-        let started = Instant::now();
-        let path = format!("/v1/payment_intents/{pi}/cancel");
-        let answer = self.post(&path, &format!("{key}-cancel"), &[]).await;
-        let ev = |kind: &str, status: Option<u16>, result: &str, detail: Option<String>| {
-            lookup_evidence("cancel", status, kind, result, detail, started)
-        };
-        match answer {
-            Ok(a) if a.code == 200 && parse(&a).and_then(|o| o.status).as_deref() == Some("canceled") => {
-                LookupOutcome::Declined {
-                    code: "authentication_required".into(),
-                    charge_id: Some(pi.to_owned()),
-                    evidence: ev(
-                        "requires_action",
-                        Some(200),
-                        "declined",
-                        Some("the customer must authenticate (3-D Secure); the PaymentIntent was canceled so it cannot succeed later".into()),
-                    ),
-                }
-            }
-            Ok(a) => LookupOutcome::Failed {
-                evidence: ev("cancel_refused", Some(a.code), "failed", detail_of(&a)),
-            },
-            Err(Transport::NotSent(k) | Transport::Unknown(k)) => LookupOutcome::Failed {
-                evidence: ev(k, None, "failed", None),
-            },
-        }
-    }
-
-    /// A lookup: by the recorded PaymentIntent, or, with none recorded (a
-    /// worker vanished between the create and its record), by the key in
-    /// the metadata of the PaymentIntents created since the attempt began.
-    pub(super) async fn look_up(&self, call: &LookupCall) -> LookupOutcome {
-        if let Some(pi) = &call.gateway_ref {
-            return self.intent(pi, call.key).await;
-        }
-        let started = Instant::now();
-        match self.find_intent(call).await {
-            Ok(Some(pi)) => self.intent(&pi, call.key).await,
-            Ok(None) => LookupOutcome::NotFound {
-                evidence: lookup_evidence(
-                    "lookup",
-                    Some(200),
-                    "not_found",
-                    "not_found",
-                    Some("no PaymentIntent carries this key".into()),
-                    started,
-                ),
-            },
-            Err(e) => LookupOutcome::Failed {
-                evidence: lookup_evidence(
-                    "lookup",
-                    None,
-                    "listing_failed",
-                    "failed",
-                    Some(e.to_string()),
-                    started,
-                ),
-            },
-        }
-    }
-
-    /// The breaker's probe: a PaymentIntent id nobody has. Stripe's own
-    /// 404 (an error object) is an answer.
-    pub(super) async fn probe_api(&self) -> LookupOutcome {
-        let started = Instant::now();
-        let id = format!("pi_cobroprobe{}", uuid::Uuid::new_v4().simple());
-        let ev = |kind: &str, status: Option<u16>, result: &str| {
-            lookup_evidence("probe", status, kind, result, None, started)
-        };
-        match self.get(&format!("/v1/payment_intents/{id}"), &[]).await {
-            Ok(a) if a.code == 404 && error_of(a.body.as_ref()).is_some() => {
-                LookupOutcome::NotFound {
-                    evidence: ev("not_found", Some(404), "not_found"),
-                }
-            }
-            Ok(a) => match refusal(&a) {
-                Refusal::Auth => LookupOutcome::Deferred {
-                    why: Deferral::NotExecuted,
-                    retry_after: None,
-                    evidence: auth_fault("probe", &a, started),
-                },
-                Refusal::NotNow => LookupOutcome::Deferred {
-                    why: Deferral::NotExecuted,
-                    retry_after: a.retry_after,
-                    evidence: ev("throttled", Some(a.code), "not_executed"),
-                },
-                _ if a.code >= 500 => LookupOutcome::Failed {
-                    evidence: ev("http_5xx", Some(a.code), "failed"),
-                },
-                _ => LookupOutcome::Failed {
-                    evidence: ev("http_other", Some(a.code), "failed"),
-                },
-            },
-            Err(Transport::NotSent(k)) => LookupOutcome::Deferred {
-                why: Deferral::NotSent,
-                retry_after: None,
-                evidence: ev(k, None, "not_sent"),
-            },
-            Err(Transport::Unknown(k)) => LookupOutcome::Failed {
-                evidence: ev(k, None, "failed"),
-            },
-        }
-    }
-
-    /// `POST /v1/refunds` for the PaymentIntent, with the refund's key.
-    pub(super) async fn create_refund(&self, call: &RefundCall) -> ChargeOutcome {
-        let started = Instant::now();
-        let ev = |kind: &str, status: Option<u16>, detail: Option<String>| {
-            evidence("refund", status, kind, detail, started)
-        };
-        let key = call.key.to_string();
-        let form = vec![
-            ("payment_intent".to_owned(), call.charge_id.clone()),
-            ("amount".to_owned(), call.amount.minor().to_string()),
-            (format!("metadata[{META_KEY}]"), key.clone()),
-            (
-                format!("metadata[{META_ORDER}]"),
-                call.order_id.as_str().to_owned(),
-            ),
-        ];
-        let a = match self.post("/v1/refunds", &key, &form).await {
-            Ok(a) => a,
-            Err(Transport::NotSent(k)) => {
-                return ChargeOutcome::Deferred {
-                    why: Deferral::NotSent,
-                    retry_after: None,
-                    evidence: ev(k, None, None),
-                };
-            }
-            Err(Transport::Unknown(k)) => {
-                return ChargeOutcome::Unknown {
-                    evidence: ev(k, None, None),
-                };
-            }
-        };
-        if a.code == 200 {
-            return match parse(&a) {
-                Some(r) => refund_outcome(r, ev("ok", Some(200), None)),
-                None => ChargeOutcome::Unknown {
-                    evidence: ev("bad_body", Some(200), None),
-                },
-            };
-        }
-        match refusal(&a) {
-            Refusal::Auth => ChargeOutcome::Deferred {
-                why: Deferral::NotExecuted,
-                retry_after: None,
-                evidence: auth_fault("refund", &a, started),
-            },
-            Refusal::NotNow => not_now("refund", &a, started),
-            Refusal::Idempotency => ChargeOutcome::Refused {
-                evidence: ev("idempotency_error", Some(a.code), detail_of(&a)),
-            },
-            Refusal::Card(e) | Refusal::Invalid(Some(e)) => ChargeOutcome::Declined {
-                code: e.code.clone().unwrap_or_else(|| format!("http_{}", a.code)),
-                charge_id: None,
-                evidence: ev("http_4xx", Some(a.code), Some(classify::codes(&e))),
-            },
-            Refusal::Invalid(None) => ChargeOutcome::Declined {
-                code: format!("http_{}", a.code),
-                charge_id: None,
-                evidence: ev("http_4xx", Some(a.code), None),
-            },
-            Refusal::Conflict | Refusal::Server => ChargeOutcome::Unknown {
-                evidence: ev("http_5xx_or_409", Some(a.code), detail_of(&a)),
-            },
-        }
-    }
-
-    /// A refund by its key: among the PaymentIntent's refunds, the one
-    /// whose metadata carries the key.
-    pub(super) async fn look_up_refund(&self, call: &LookupCall) -> LookupOutcome {
-        let started = Instant::now();
-        let ev = |kind: &str, result: &str, detail: Option<String>| {
-            lookup_evidence("refund_lookup", None, kind, result, detail, started)
-        };
-        let Some(pi) = &call.charge_id else {
-            return LookupOutcome::Failed {
-                evidence: ev(
-                    "no_charge_id",
-                    "failed",
-                    Some("the refunded PaymentIntent is not known".into()),
-                ),
-            };
-        };
-        let key = call.key.to_string();
-        match self.refunds_of(pi).await {
-            Ok(refunds) => match refunds.into_iter().find(|r| r.key() == Some(key.as_str())) {
-                Some(r) => match refund_outcome(r, ev("ok", "", None)) {
-                    ChargeOutcome::Approved {
-                        charge_id,
-                        evidence,
-                    } => LookupOutcome::Approved {
-                        charge_id,
-                        evidence: Evidence {
-                            lookup_result: Some("approved".into()),
-                            ..evidence
-                        },
-                    },
-                    ChargeOutcome::Declined {
-                        code,
-                        charge_id,
-                        evidence,
-                    } => LookupOutcome::Declined {
-                        code,
-                        charge_id,
-                        evidence: Evidence {
-                            lookup_result: Some("declined".into()),
-                            ..evidence
-                        },
-                    },
-                    other => LookupOutcome::Failed {
-                        evidence: Evidence {
-                            lookup_result: Some("failed".into()),
-                            ..other.evidence().clone()
-                        },
-                    },
-                },
-                None => LookupOutcome::NotFound {
-                    evidence: ev("not_found", "not_found", None),
-                },
-            },
-            Err(e) => LookupOutcome::Failed {
-                evidence: ev("listing_failed", "failed", Some(e.to_string())),
-            },
-        }
-    }
 }
 
 /// A create that got no answer, or an answer that is not one: an
@@ -665,35 +351,6 @@ fn unanswered_create(evidence: Evidence) -> ChargeOutcome {
                 "no answer to the PaymentIntent's create; unconfirmed, it moved no money".into()
             })),
             ..evidence
-        },
-    }
-}
-
-/// A refund object: succeeded or pending (accepted, executing) is done;
-/// failed or canceled is a refusal.
-fn refund_outcome(r: Object, ev: Evidence) -> ChargeOutcome {
-    match r.status.as_deref() {
-        Some("succeeded" | "pending") => ChargeOutcome::Approved {
-            evidence: Evidence {
-                detail: r.status.clone(),
-                ..ev
-            },
-            charge_id: r.id,
-        },
-        Some("failed" | "canceled") => ChargeOutcome::Declined {
-            code: r
-                .failure_reason
-                .clone()
-                .unwrap_or_else(|| "refund_failed".into()),
-            charge_id: Some(r.id),
-            evidence: ev,
-        },
-        other => ChargeOutcome::Unknown {
-            evidence: Evidence {
-                error_kind: "not_settled".into(),
-                detail: other.map(str::to_owned),
-                ..ev
-            },
         },
     }
 }

@@ -25,6 +25,8 @@
 mod calls;
 mod classify;
 mod list;
+mod lookup;
+mod refunds;
 #[cfg(test)]
 mod tests;
 

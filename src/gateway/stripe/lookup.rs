@@ -1,0 +1,206 @@
+//! Reading a charge back: the PaymentIntent by id (strongly consistent),
+//! by the key in its metadata when no id was recorded, the cancel of one
+//! stuck on a customer step, and the breaker's probe.
+
+use std::time::Instant;
+
+use super::calls::{Refusal, auth_fault, detail_of, parse, refusal};
+use super::classify::{self, Settled, error_of};
+use super::{StripeGateway, lookup_evidence};
+use crate::domain::IdempotencyKey;
+use crate::gateway::http::Transport;
+use crate::gateway::{Deferral, LookupCall, LookupOutcome};
+
+impl StripeGateway {
+    /// `GET /v1/payment_intents/{id}`: the strongly consistent answer.
+    pub(super) async fn intent(&self, pi: &str, key: IdempotencyKey) -> LookupOutcome {
+        let started = Instant::now();
+        let ev = |kind: &str, status: Option<u16>, result: &str, detail: Option<String>| {
+            lookup_evidence("lookup", status, kind, result, detail, started)
+        };
+        let a = match self.get(&format!("/v1/payment_intents/{pi}"), &[]).await {
+            Ok(a) => a,
+            Err(Transport::NotSent(k)) => {
+                return LookupOutcome::Deferred {
+                    why: Deferral::NotSent,
+                    retry_after: None,
+                    evidence: ev(k, None, "not_sent", None),
+                };
+            }
+            Err(Transport::Unknown(k)) => {
+                return LookupOutcome::Failed {
+                    evidence: ev(k, None, "failed", None),
+                };
+            }
+        };
+        if a.code != 200 {
+            return match refusal(&a) {
+                Refusal::Auth => LookupOutcome::Deferred {
+                    why: Deferral::NotExecuted,
+                    retry_after: None,
+                    evidence: auth_fault("lookup", &a, started),
+                },
+                Refusal::NotNow => LookupOutcome::Deferred {
+                    why: Deferral::NotExecuted,
+                    retry_after: a.retry_after,
+                    evidence: ev("throttled", Some(a.code), "not_executed", detail_of(&a)),
+                },
+                _ => LookupOutcome::Failed {
+                    evidence: ev(
+                        &format!("http_{}", a.code),
+                        Some(a.code),
+                        "failed",
+                        detail_of(&a),
+                    ),
+                },
+            };
+        }
+        let Some(obj) = parse(&a) else {
+            return LookupOutcome::Failed {
+                evidence: ev("bad_body", Some(200), "failed", None),
+            };
+        };
+        if obj.key().is_some_and(|k| k != key.to_string()) {
+            return LookupOutcome::Failed {
+                evidence: ev(
+                    "foreign_object",
+                    Some(200),
+                    "failed",
+                    Some(format!("{} carries another key", obj.id)),
+                ),
+            };
+        }
+        let status = obj.status.clone();
+        match classify::settle(&obj) {
+            Settled::Succeeded => LookupOutcome::Approved {
+                charge_id: obj.id,
+                evidence: ev("ok", Some(200), "approved", None),
+            },
+            Settled::Failed { code, detail } => LookupOutcome::Declined {
+                code,
+                charge_id: Some(obj.id),
+                evidence: ev("ok", Some(200), "declined", Some(detail)),
+            },
+            Settled::NotConfirmed => LookupOutcome::NotFound {
+                evidence: ev("not_confirmed", Some(200), "not_found", status),
+            },
+            Settled::NeedsAction => self.cancel_needing_action(pi, key).await,
+            Settled::Pending(s) => LookupOutcome::Failed {
+                evidence: ev("not_settled", Some(200), "failed", Some(s)),
+            },
+        }
+    }
+
+    /// A PaymentIntent waiting for the customer (3-D Secure on a charge
+    /// made without them) is canceled, so that it can never succeed behind
+    /// a decline we record; then it is a decline the app and the customer
+    /// can act on (`authentication_required`, not retried on its own).
+    pub(super) async fn cancel_needing_action(
+        &self,
+        pi: &str,
+        key: IdempotencyKey,
+    ) -> LookupOutcome {
+        let started = Instant::now();
+        let path = format!("/v1/payment_intents/{pi}/cancel");
+        let answer = self.post(&path, &format!("{key}-cancel"), &[]).await;
+        let ev = |kind: &str, status: Option<u16>, result: &str, detail: Option<String>| {
+            lookup_evidence("cancel", status, kind, result, detail, started)
+        };
+        match answer {
+            Ok(a) if a.code == 200 && parse(&a).and_then(|o| o.status).as_deref() == Some("canceled") => {
+                LookupOutcome::Declined {
+                    code: "authentication_required".into(),
+                    charge_id: Some(pi.to_owned()),
+                    evidence: ev(
+                        "requires_action",
+                        Some(200),
+                        "declined",
+                        Some("the customer must authenticate (3-D Secure); the PaymentIntent was canceled so it cannot succeed later".into()),
+                    ),
+                }
+            }
+            Ok(a) => LookupOutcome::Failed {
+                evidence: ev("cancel_refused", Some(a.code), "failed", detail_of(&a)),
+            },
+            Err(Transport::NotSent(k) | Transport::Unknown(k)) => LookupOutcome::Failed {
+                evidence: ev(k, None, "failed", None),
+            },
+        }
+    }
+
+    /// A lookup: by the recorded PaymentIntent, or, with none recorded (a
+    /// worker vanished between the create and its record), by the key in
+    /// the metadata of the PaymentIntents created since the attempt began.
+    pub(super) async fn look_up(&self, call: &LookupCall) -> LookupOutcome {
+        if let Some(pi) = &call.gateway_ref {
+            return self.intent(pi, call.key).await;
+        }
+        let started = Instant::now();
+        match self.find_intent(call).await {
+            Ok(Some(pi)) => self.intent(&pi, call.key).await,
+            Ok(None) => LookupOutcome::NotFound {
+                evidence: lookup_evidence(
+                    "lookup",
+                    Some(200),
+                    "not_found",
+                    "not_found",
+                    Some("no PaymentIntent carries this key".into()),
+                    started,
+                ),
+            },
+            Err(e) => LookupOutcome::Failed {
+                evidence: lookup_evidence(
+                    "lookup",
+                    None,
+                    "listing_failed",
+                    "failed",
+                    Some(e.to_string()),
+                    started,
+                ),
+            },
+        }
+    }
+
+    /// The breaker's probe: a PaymentIntent id nobody has. Stripe's own
+    /// 404 (an error object) is an answer.
+    pub(super) async fn probe_api(&self) -> LookupOutcome {
+        let started = Instant::now();
+        let id = format!("pi_cobroprobe{}", uuid::Uuid::new_v4().simple());
+        let ev = |kind: &str, status: Option<u16>, result: &str| {
+            lookup_evidence("probe", status, kind, result, None, started)
+        };
+        match self.get(&format!("/v1/payment_intents/{id}"), &[]).await {
+            Ok(a) if a.code == 404 && error_of(a.body.as_ref()).is_some() => {
+                LookupOutcome::NotFound {
+                    evidence: ev("not_found", Some(404), "not_found"),
+                }
+            }
+            Ok(a) => match refusal(&a) {
+                Refusal::Auth => LookupOutcome::Deferred {
+                    why: Deferral::NotExecuted,
+                    retry_after: None,
+                    evidence: auth_fault("probe", &a, started),
+                },
+                Refusal::NotNow => LookupOutcome::Deferred {
+                    why: Deferral::NotExecuted,
+                    retry_after: a.retry_after,
+                    evidence: ev("throttled", Some(a.code), "not_executed"),
+                },
+                _ if a.code >= 500 => LookupOutcome::Failed {
+                    evidence: ev("http_5xx", Some(a.code), "failed"),
+                },
+                _ => LookupOutcome::Failed {
+                    evidence: ev("http_other", Some(a.code), "failed"),
+                },
+            },
+            Err(Transport::NotSent(k)) => LookupOutcome::Deferred {
+                why: Deferral::NotSent,
+                retry_after: None,
+                evidence: ev(k, None, "not_sent"),
+            },
+            Err(Transport::Unknown(k)) => LookupOutcome::Failed {
+                evidence: ev(k, None, "failed"),
+            },
+        }
+    }
+}
