@@ -1,0 +1,291 @@
+//! Sending: the claim (`EN_PROCESO`, the lease), a two-step gateway's
+//! create and its record (`Prepared`), the call, and the answer recorded
+//! through the compare-and-set; a stored row that cannot be sent goes to
+//! finance instead.
+//!
+//! Invariant: only the lease holder sends, always with the attempt's own
+//! key; a two-step gateway's object is recorded before anything confirms
+//! it, and an attempt that has one confirms that one, never a new one.
+
+use tracing::{debug, error, info, warn};
+
+use super::Engine;
+use crate::breaker::Health;
+use crate::domain::{Amount, Currency, IdempotencyKey, InputError, OrderId, PaymentMethod};
+use crate::gateway::{ChargeCall, ChargeOutcome, Deferral, Prepared, RefundCall};
+use crate::state::Event;
+use crate::store::{Applied, Attempt, Change, CheckRecord, Lease, StoreError};
+
+impl Engine {
+    /// What to send for `a`: its charge, or its refund of the charge it
+    /// refers to. `Err` when the stored row fails validation.
+    async fn call_for(&self, a: &Attempt) -> Result<Result<Call, InputError>, StoreError> {
+        let Some(charge) = a.refund_of else {
+            return Ok(charge_call(a).map(Call::Charge));
+        };
+        let (charge, _) = self.store.load(charge).await?;
+        Ok(refund_call(a, &charge).map(Call::Refund))
+    }
+
+    /// Takes the lease (`EN_PROCESO`) with `event`, then sends with the
+    /// attempt's own key and records the answer.
+    pub(super) async fn send(
+        &self,
+        seen: &Attempt,
+        event: Event,
+        cause: &str,
+        check: Option<(CheckRecord, &crate::gateway::Evidence)>,
+    ) -> Result<(), StoreError> {
+        let call = match self.call_for(seen).await? {
+            Ok(call) => call,
+            Err(e) => return self.unsendable(seen, &e, check).await,
+        };
+        let mut claim = Change::new(Some(event), cause, &self.actor);
+        claim.lease = Lease::Take {
+            owner: &self.cfg.worker_name,
+            ttl: self.cfg.lease_ttl,
+        };
+        claim.add_send = true;
+        self.slot().await;
+        // A two-step gateway's create is a call of its own.
+        if self.gateway.two_step() && seen.gateway_ref.is_none() && matches!(call, Call::Charge(_))
+        {
+            self.slot().await;
+        }
+        if let Some((record, evidence)) = check {
+            claim.add_check = Some(record);
+            claim.evidence = Some(evidence);
+        }
+        let Applied::Moved(claimed) = self.store.apply(seen, &claim).await? else {
+            debug!("another worker claimed it first");
+            return Ok(());
+        };
+        if event == Event::Resend {
+            crate::metrics::resent();
+        }
+        let (claimed, outcome) = match call {
+            Call::Charge(c) => match self.prepare(claimed, c).await? {
+                Some((held, c)) => {
+                    let outcome = self.gateway.charge(&c).await;
+                    (held, outcome)
+                }
+                None => return Ok(()),
+            },
+            Call::Refund(r) => {
+                let outcome = self.gateway.refund(&r).await;
+                (claimed, outcome)
+            }
+        };
+        crate::metrics::send_answered(&outcome);
+        info!(send = claimed.send_count, outcome = ?outcome_name(&outcome), "gateway answered");
+        let down = self.observe(Health::of_charge(&outcome)).await;
+        self.record_answer(&claimed, &outcome, down).await
+    }
+
+    /// Records what a send (or a two-step gateway's create) answered, on
+    /// the attempt whose lease this worker holds; `down`: the breaker just
+    /// opened.
+    async fn record_answer(
+        &self,
+        claimed: &Attempt,
+        outcome: &ChargeOutcome,
+        down: bool,
+    ) -> Result<(), StoreError> {
+        let mut change = match outcome {
+            ChargeOutcome::Approved { charge_id, .. } => {
+                let mut c = Change::new(Some(Event::Approved), "gateway_approved", &self.actor);
+                c.charge_id = Some(charge_id);
+                c
+            }
+            ChargeOutcome::Declined {
+                code, charge_id, ..
+            } => {
+                let mut c = Change::new(Some(Event::Declined), "gateway_declined", &self.actor);
+                c.decline_code = Some(code);
+                c.charge_id = charge_id.as_deref();
+                c.act_in = self.retry_after(claimed, code);
+                c
+            }
+            ChargeOutcome::Unknown { .. } => {
+                let mut c = Change::new(Some(Event::Unknown), "gateway_unknown", &self.actor);
+                c.act_in = self.next_check_in(claimed.check_count);
+                c
+            }
+            // Certainly not executed: wait, then send again with the same
+            // key. Nothing to look up, no check spent.
+            ChargeOutcome::Deferred {
+                why, retry_after, ..
+            } => {
+                let cause = match why {
+                    Deferral::NotSent => "gateway_not_sent",
+                    Deferral::NotExecuted => "gateway_not_executed",
+                    Deferral::Unconfirmed => "gateway_create_unanswered",
+                };
+                let mut c = Change::new(Some(Event::Deferred), cause, &self.actor);
+                c.act_in = Some(self.defer_in(*retry_after));
+                // The gateway is down as a whole: wait for its answer, not
+                // for a backoff that would only fail again.
+                c.park = down;
+                c
+            }
+            // Not about the payment, and no retry cures it: finance; the
+            // janitor keeps looking, as for anything that was sent.
+            ChargeOutcome::Refused { .. } => {
+                error!(evidence = ?outcome.evidence(), "the gateway refused the request itself; finance reviews it");
+                let mut c = Change::new(Some(Event::Unsendable), "gateway_refused", &self.actor);
+                c.act_in = Some(self.cfg.review.first());
+                c
+            }
+        };
+        change.evidence = Some(outcome.evidence());
+        if self.store.apply(claimed, &change).await? == Applied::Lost {
+            warn!("lease lost before the answer was recorded; a lookup will settle it");
+        }
+        Ok(())
+    }
+
+    /// Before a charge goes, a two-step gateway's object (Stripe's
+    /// PaymentIntent) must exist and be on the record: created unconfirmed
+    /// with the attempt's key, its id written once (`Event::Prepared`),
+    /// and only then confirmed. An attempt that already has one confirms
+    /// that one, never a new one. `None` when nothing is to be sent now:
+    /// the create failed (recorded like a send's answer) or the lease was
+    /// lost before the id was recorded.
+    async fn prepare(
+        &self,
+        claimed: Box<Attempt>,
+        mut call: ChargeCall,
+    ) -> Result<Option<(Box<Attempt>, ChargeCall)>, StoreError> {
+        if let Some(existing) = &claimed.gateway_ref {
+            call.gateway_ref = Some(existing.clone());
+            return Ok(Some((claimed, call)));
+        }
+        match self.gateway.prepare(&call).await {
+            Prepared::Ready => Ok(Some((claimed, call))),
+            Prepared::Created {
+                gateway_ref,
+                evidence,
+            } => {
+                let mut record =
+                    Change::new(Some(Event::Prepared), "payment_intent_created", &self.actor);
+                record.lease = Lease::Take {
+                    owner: &self.cfg.worker_name,
+                    ttl: self.cfg.lease_ttl,
+                };
+                record.gateway_ref = Some(&gateway_ref);
+                record.evidence = Some(&evidence);
+                self.observe(Health::Answered).await;
+                let Applied::Moved(held) = self.store.apply(&claimed, &record).await? else {
+                    warn!(%gateway_ref, "lease lost before the PaymentIntent was recorded; not confirming it");
+                    return Ok(None);
+                };
+                call.gateway_ref = held.gateway_ref.clone();
+                Ok(Some((held, call)))
+            }
+            Prepared::Failed(outcome) => {
+                crate::metrics::send_answered(&outcome);
+                let down = self.observe(Health::of_charge(&outcome)).await;
+                self.record_answer(&claimed, &outcome, down).await?;
+                Ok(None)
+            }
+        }
+    }
+
+    /// The stored row fails validation (edited by hand, or written by an
+    /// older version with looser rules): nothing is sent; it goes to
+    /// finance (`EN_REVISION`) with the field and the reason, and the lookup
+    /// that led here, if any, is recorded with it.
+    async fn unsendable(
+        &self,
+        seen: &Attempt,
+        invalid: &InputError,
+        check: Option<(CheckRecord, &crate::gateway::Evidence)>,
+    ) -> Result<(), StoreError> {
+        error!(%invalid, "stored attempt fails validation; not sending it, finance reviews it");
+        let (record, lookup) = check.unzip();
+        let evidence = unsendable_evidence(seen, invalid, lookup);
+        let mut change = Change::new(Some(Event::Unsendable), "unsendable", &self.actor);
+        // Sent before: the gateway may hold a charge, so the janitor keeps
+        // looking. Never sent: there is nothing to find; finance decides.
+        if seen.send_count > 0 {
+            change.act_in = Some(self.cfg.review.first());
+        }
+        change.evidence = Some(&evidence);
+        change.add_check = record;
+        if self.store.apply(seen, &change).await? == Applied::Lost {
+            debug!("the attempt moved meanwhile; its next wake-up decides again");
+        }
+        Ok(())
+    }
+}
+
+fn outcome_name(o: &ChargeOutcome) -> &'static str {
+    match o {
+        ChargeOutcome::Approved { .. } => "approved",
+        ChargeOutcome::Declined { .. } => "declined",
+        ChargeOutcome::Unknown { .. } => "unknown",
+        ChargeOutcome::Deferred { why, .. } => why.as_str(),
+        ChargeOutcome::Refused { .. } => "refused",
+    }
+}
+
+/// What a send carries to the gateway.
+enum Call {
+    Charge(ChargeCall),
+    Refund(RefundCall),
+}
+
+/// What the transition log keeps for an attempt that cannot be sent: the
+/// call that was not made, `invalid_stored_row`, and the refusal (`invalid
+/// <field>: <reason>`); after a lookup, its status and answer too.
+fn unsendable_evidence(
+    a: &Attempt,
+    invalid: &InputError,
+    lookup: Option<&crate::gateway::Evidence>,
+) -> crate::gateway::Evidence {
+    crate::gateway::Evidence {
+        call: if a.is_refund() { "refund" } else { "charge" }.into(),
+        http_status: lookup.and_then(|l| l.http_status),
+        error_kind: "invalid_stored_row".into(),
+        lookup_result: lookup.and_then(|l| l.lookup_result.clone()),
+        detail: Some(invalid.to_string()),
+        ..Default::default()
+    }
+}
+
+/// The refund call for `refund` of the approved `charge`.
+fn refund_call(refund: &Attempt, charge: &Attempt) -> Result<RefundCall, InputError> {
+    let charge_id = charge
+        .gateway_charge_id
+        .clone()
+        .filter(|_| charge.state == crate::state::State::Aprobado)
+        .ok_or_else(|| InputError::new("refund_of", "the refunded charge is not APROBADO"))?;
+    Ok(RefundCall {
+        key: IdempotencyKey::from_uuid(refund.idempotency_key),
+        charge_id,
+        order_id: OrderId::parse(&refund.order_id)?,
+        amount: Amount::parse(refund.amount_minor)?,
+        currency: Currency::parse(&refund.currency)?,
+    })
+}
+
+/// Rebuilds the gateway call from the stored row. The row was validated on
+/// the way in (the same rules on both backends); if it still fails to
+/// parse, it was edited by hand or written by an older version: nothing is
+/// sent and it goes to finance (`Event::Unsendable`).
+fn charge_call(a: &Attempt) -> Result<ChargeCall, InputError> {
+    Ok(ChargeCall {
+        key: IdempotencyKey::from_uuid(a.idempotency_key),
+        attempt_id: Some(a.id),
+        order_id: OrderId::parse(&a.order_id)?,
+        amount: Amount::parse(a.amount_minor)?,
+        currency: Currency::parse(&a.currency)?,
+        payment_method: a
+            .payment_method
+            .as_deref()
+            .map(PaymentMethod::parse)
+            .transpose()?,
+        gateway_ref: a.gateway_ref.clone(),
+        merchant_initiated: a.attempt_number > 1,
+    })
+}
