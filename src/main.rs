@@ -116,6 +116,25 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Stop everything of an order not yet sent: unclaimed PENDIENTE
+    /// attempts become RECHAZADO (cancelled) and scheduled business retries
+    /// are dropped, with the reason and who in the log. Refused, with
+    /// nothing cancelled, while an attempt may have reached the gateway.
+    Cancel {
+        #[arg(long, env = "DATABASE_URL")]
+        database_url: String,
+        #[arg(long)]
+        order: String,
+        /// paid_by_other_means, customer_request, fraud_suspected,
+        /// duplicate_order or other.
+        #[arg(long, value_parser = cobro::store::CancelReason::parse)]
+        reason: cobro::store::CancelReason,
+        /// Who asks (kept in the transition log).
+        #[arg(long, default_value = "cli")]
+        actor: String,
+        #[arg(long)]
+        json: bool,
+    },
     /// The customer-notice outbox: list notices, or acknowledge one.
     Notices {
         #[arg(long, env = "DATABASE_URL")]
@@ -317,6 +336,27 @@ async fn main() -> Result<()> {
                 println!(
                     "{verb}: refund {} key {} state {}",
                     refund.refund_id, refund.idempotency_key, refund.state
+                );
+            }
+        }
+        Command::Cancel {
+            database_url,
+            order,
+            reason,
+            actor,
+            json,
+        } => {
+            let store = Store::connect(&database_url, 2).await?;
+            let done = store.cancel_order(&order, reason, &actor).await?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&done)?);
+            } else {
+                println!(
+                    "order {}: {} unsent attempt(s) cancelled, {} scheduled retry(ies) stopped ({})",
+                    done.order_id,
+                    done.attempts_cancelled.len(),
+                    done.retries_stopped.len(),
+                    reason.as_str()
                 );
             }
         }

@@ -135,6 +135,11 @@ pub enum Event {
     /// (bulk "check again now"): it stays in review, its next automatic
     /// check is now. On the record as a transition-log row.
     ReviewNow,
+    /// The app or finance stops what has not been sent: a `PENDIENTE`
+    /// attempt nobody has claimed becomes `RECHAZADO` (cancelled, with its
+    /// reason), and a `RECHAZADO` attempt's scheduled business retry is
+    /// dropped. Nothing that may have reached the gateway is ever cancelled.
+    Cancel,
     /// A two-step gateway (Stripe) created the payment object for this
     /// attempt's key without moving money (a PaymentIntent, unconfirmed):
     /// its id is recorded, once, before anything confirms it. The lease
@@ -144,7 +149,7 @@ pub enum Event {
 
 impl Event {
     /// Every event (for tables and checks that must consider them all).
-    pub const ALL: [Event; 13] = [
+    pub const ALL: [Event; 14] = [
         Event::Claim,
         Event::Resend,
         Event::Approved,
@@ -158,6 +163,7 @@ impl Event {
         Event::Unsendable,
         Event::ReviewNow,
         Event::Prepared,
+        Event::Cancel,
     ];
 }
 
@@ -226,6 +232,8 @@ pub fn transition(from: State, event: Event) -> Result<Next, InvalidTransition> 
         (S::EnRevision, E::Recheck) => to(S::Desconocido, Then::CheckLater),
         (S::EnRevision, E::ReviewNow) => to(S::EnRevision, Then::CheckLater),
         (S::EnProceso, E::Prepared) => to(S::EnProceso, Then::SendToGateway),
+        (S::Pendiente | S::Rechazado, E::Cancel) => to(S::Rechazado, Then::Done),
+        (S::EnProceso | S::Desconocido | S::EnRevision | S::Aprobado, E::Cancel) => invalid,
 
         (S::Pendiente, E::Resend | E::Unknown | E::LeaseExpired)
         | (S::Pendiente, E::ChecksExhausted | E::KeyExpired)
@@ -252,7 +260,7 @@ mod tests {
     use Event as E;
     use State as S;
 
-    const EVENTS: [Event; 13] = Event::ALL;
+    const EVENTS: [Event; 14] = Event::ALL;
 
     /// Every (state, event) pair, written out. `None` = invalid.
     fn expected(from: State, event: Event) -> Option<(State, Then)> {
@@ -308,6 +316,8 @@ mod tests {
             (S::EnRevision, E::Recheck, S::Desconocido, Then::CheckLater),
             (S::EnRevision, E::ReviewNow, S::EnRevision, Then::CheckLater),
             (S::EnProceso, E::Prepared, S::EnProceso, Then::SendToGateway),
+            (S::Pendiente, E::Cancel, S::Rechazado, Then::Done),
+            (S::Rechazado, E::Cancel, S::Rechazado, Then::Done),
         ];
         table
             .iter()
@@ -325,17 +335,32 @@ mod tests {
                 valid += usize::from(got.is_some());
             }
         }
-        assert_eq!(valid, 21, "the table above lists 21 valid transitions");
+        assert_eq!(valid, 23, "the table above lists 23 valid transitions");
     }
 
     #[test]
-    fn terminal_states_accept_nothing() {
+    fn terminal_states_accept_nothing_but_stopping_a_scheduled_retry() {
         for from in [S::Aprobado, S::Rechazado] {
             assert!(from.is_terminal());
             for event in EVENTS {
-                assert!(transition(from, event).is_err(), "{from} + {event:?}");
+                let got = transition(from, event).ok().map(|n| n.to);
+                match (from, event) {
+                    (S::Rechazado, E::Cancel) => assert_eq!(got, Some(S::Rechazado)),
+                    _ => assert!(got.is_none(), "{from} + {event:?}"),
+                }
             }
         }
+    }
+
+    #[test]
+    fn only_what_was_never_sent_can_be_cancelled() {
+        for from in [S::EnProceso, S::Desconocido, S::EnRevision, S::Aprobado] {
+            assert!(transition(from, E::Cancel).is_err(), "{from}");
+        }
+        assert_eq!(
+            transition(S::Pendiente, E::Cancel).unwrap().to,
+            S::Rechazado
+        );
     }
 
     #[test]

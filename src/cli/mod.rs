@@ -32,6 +32,15 @@ pub async fn print_status(store: &Store, attempts: &[Attempt], json: bool) -> Re
             a.gateway_charge_id.as_deref().unwrap_or("-"),
             a.decline_code.as_deref().unwrap_or("-")
         );
+        if let Some(reason) = &a.cancel_reason {
+            println!("  cancelled before it was sent: {reason}");
+        } else if a.state == cobro::state::State::Rechazado
+            && history
+                .last()
+                .is_some_and(|t| t.cause.starts_with("cancelled_"))
+        {
+            println!("  its scheduled business retry was cancelled");
+        }
         if let Some(since) = a.parked_since {
             println!(
                 "  parked since {} (the gateway was unreachable; it resumes when the gateway answers)",

@@ -43,6 +43,7 @@ fn attempt(order: &str, amount: i64, state: State, gateway_id: Option<&str>) -> 
         updated_at: t(10, 0),
         parked_since: None,
         gateway_ref: None,
+        cancel_reason: None,
     }
 }
 

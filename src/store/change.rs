@@ -58,6 +58,8 @@ pub struct Change<'a> {
     /// Record a two-step gateway's object for the attempt (Stripe's
     /// PaymentIntent id); set once, the database refuses a change.
     pub gateway_ref: Option<&'a str>,
+    /// Why the app or finance cancelled the attempt (`Event::Cancel`).
+    pub cancel_reason: Option<&'a str>,
 }
 
 impl<'a> Change<'a> {
@@ -76,6 +78,7 @@ impl<'a> Change<'a> {
             notice: None,
             park: false,
             gateway_ref: None,
+            cancel_reason: None,
         }
     }
 }
@@ -153,6 +156,8 @@ pub(crate) fn plan<'a>(seen: &Attempt, change: &Change<'a>) -> Result<Plan<'a>, 
     // the app's to announce (it asked for the refund).
     let notice = match (to != seen.state, to) {
         _ if seen.is_refund() => None,
+        // The app or finance cancelled it: they tell the customer.
+        _ if change.event == Some(Event::Cancel) => None,
         (true, State::Rechazado) if act_in_secs.is_some() => Some(NoticeKind::RetryScheduled),
         (true, State::Rechazado) => Some(NoticeKind::PaymentFailed),
         (true, State::Aprobado) if seen.attempt_number > 1 => Some(NoticeKind::ApprovedAfterRetry),

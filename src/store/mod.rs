@@ -9,6 +9,7 @@
 //! SQL. Bound parameters only; no SQL is built with `format!`.
 
 mod breaker;
+mod cancel;
 mod change;
 mod contradiction;
 mod enqueue;
@@ -24,6 +25,7 @@ mod review;
 mod webhooks;
 
 pub use breaker::{BreakerEvent, BreakerRow, GatewayHealth};
+pub use cancel::{CancelError, CancelReason, Cancelled};
 pub use change::{Applied, Change, CheckRecord, Lease, NoticeKind};
 pub use contradiction::Contradiction;
 pub use enqueue::{EnqueueError, Enqueued};
@@ -110,6 +112,8 @@ pub struct Attempt {
     /// A two-step gateway's own object for this attempt (Stripe: the
     /// PaymentIntent), recorded once before anything confirms it.
     pub gateway_ref: Option<String>,
+    /// Why the app or finance cancelled it (RECHAZADO only).
+    pub cancel_reason: Option<String>,
 }
 
 impl Attempt {

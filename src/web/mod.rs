@@ -8,6 +8,8 @@
 //!   (`attempts:read`) ([`charges`]).
 //! - `POST /refunds` (`refunds:write`), `GET /refunds/{refund_id}`
 //!   (`attempts:read`) ([`refunds`]).
+//! - `POST /orders/{order_id}/cancel` (`charges:write`): stop what was not
+//!   sent ([`cancel`]).
 //! - `/finance…`: the escalation queue (`finance:read`, `finance:write`) ([`finance`]).
 //! - `GET /metrics` (`metrics:read`) ([`crate::metrics`]).
 //!
@@ -19,6 +21,7 @@
 //! checks a credential and a scope before its handler runs; secrets never
 //! reach logs or `Debug`; every listener runs with timeouts and limits.
 
+mod cancel;
 mod charges;
 pub mod finance;
 mod refunds;
@@ -215,6 +218,10 @@ impl WebConfig {
             .route(
                 "/refunds/{refund_id}",
                 bearer(Scope::AttemptsRead).on(get(charges::show)),
+            )
+            .route(
+                "/orders/{order_id}/cancel",
+                bearer(Scope::ChargesWrite).on(post(cancel::cancel)),
             )
             .route("/metrics", bearer(Scope::MetricsRead).on(get(metrics)))
             .with_state(app.clone())

@@ -83,7 +83,8 @@ pub(crate) async fn totals(pool: &SqlitePool) -> Result<Vec<Totals>, StoreError>
     // amount is split into high and low parts (below 10^9 each), summed
     // apart, and put back together exactly in i128.
     let rows: Vec<(String, String, String, i64, i64, i64)> = sqlx::query_as(
-        "SELECT state, CASE WHEN kind = 'refund' THEN 'refund' ELSE 'charge' END AS kind,
+        "SELECT CASE WHEN cancel_reason IS NULL THEN state ELSE state || ' (cancelled)' END AS state,
+                CASE WHEN kind = 'refund' THEN 'refund' ELSE 'charge' END AS kind,
                 currency, count(*) AS count,
                 sum(amount_minor / 1000000000) AS high, sum(amount_minor % 1000000000) AS low
            FROM payment_attempts

@@ -166,6 +166,7 @@ pub(super) fn attempt(r: &sqlx::sqlite::SqliteRow) -> Result<Attempt, StoreError
         updated_at: ms(r.try_get("updated_at")?),
         parked_since: r.try_get::<Option<i64>, _>("parked_since")?.map(ms),
         gateway_ref: r.try_get("gateway_ref")?,
+        cancel_reason: r.try_get("cancel_reason")?,
     })
 }
 
@@ -269,7 +270,8 @@ pub(super) async fn apply_tx(
             parked_since = CASE WHEN ?13 THEN COALESCE(parked_since, ",
         now_ms!(),
         ") END,
-            gateway_ref = CASE WHEN ?14 IS NULL THEN gateway_ref ELSE ?14 END
+            gateway_ref = CASE WHEN ?14 IS NULL THEN gateway_ref ELSE ?14 END,
+            cancel_reason = COALESCE(?15, cancel_reason)
          WHERE id = ?1 AND version = ?2 AND state = ?12
          RETURNING *"
     ))
@@ -287,6 +289,7 @@ pub(super) async fn apply_tx(
     .bind(seen.state.as_str())
     .bind(plan.park)
     .bind(change.gateway_ref)
+    .bind(change.cancel_reason)
     .fetch_optional(&mut *tx)
     .await?;
     let Some(row) = row else {

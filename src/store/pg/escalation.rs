@@ -84,7 +84,8 @@ pub(crate) async fn totals(pool: &PgPool) -> Result<Vec<Totals>, StoreError> {
     // sum(bigint) is numeric: exact at any size. It comes back as text and
     // is parsed into an i128, never cast to bigint (which would overflow).
     let rows: Vec<(String, String, String, i64, String)> = sqlx::query_as(
-        "SELECT state, CASE WHEN kind = 'refund' THEN 'refund' ELSE 'charge' END AS kind,
+        "SELECT CASE WHEN cancel_reason IS NULL THEN state ELSE state || ' (cancelled)' END AS state,
+                CASE WHEN kind = 'refund' THEN 'refund' ELSE 'charge' END AS kind,
                 currency, count(*) AS count, sum(amount_minor)::text AS amount_minor
            FROM cobro.payment_attempts
           GROUP BY 1, 2, 3

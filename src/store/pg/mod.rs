@@ -197,7 +197,8 @@ pub(super) async fn apply_tx(
             send_count = send_count + $10,
             last_evidence = COALESCE($11, last_evidence),
             parked_since = CASE WHEN $13 THEN COALESCE(parked_since, now()) END,
-            gateway_ref = CASE WHEN $14::text IS NULL THEN gateway_ref ELSE $14 END
+            gateway_ref = CASE WHEN $14::text IS NULL THEN gateway_ref ELSE $14 END,
+            cancel_reason = COALESCE($15, cancel_reason)
          WHERE id = $1 AND version = $2 AND state = $12
          RETURNING *",
     )
@@ -215,6 +216,7 @@ pub(super) async fn apply_tx(
     .bind(seen.state.as_str())
     .bind(plan.park)
     .bind(change.gateway_ref)
+    .bind(change.cancel_reason)
     .fetch_optional(&mut *tx)
     .await?;
     let Some(now) = moved else {

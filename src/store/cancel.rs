@@ -1,0 +1,216 @@
+//! Stop and cancel: everything of an order that has not been sent, at once,
+//! with a reason, by the app or by finance. A `PENDIENTE` attempt becomes
+//! `RECHAZADO` (cancelled), and a `RECHAZADO` attempt's scheduled business
+//! retry is dropped, both through `Event::Cancel` with who and why in the
+//! transition log.
+//!
+//! Invariant: all or nothing, in one transaction that holds the order's
+//! attempts (PostgreSQL `FOR UPDATE`, SQLite `BEGIN IMMEDIATE`). If any
+//! attempt may have reached the gateway (`EN_PROCESO`, `DESCONOCIDO`,
+//! `EN_REVISION`), nothing is cancelled: it can only be settled. A worker
+//! that claims an attempt first wins; the cancel then refuses, never races.
+
+use serde::Serialize;
+use uuid::Uuid;
+
+use super::change::{Applied, Change, plan};
+use super::{Attempt, Db, Store, StoreError};
+use crate::state::{Event, State};
+
+/// Why an order's charging is stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CancelReason {
+    /// The customer paid another way (a bank transfer, cash).
+    PaidByOtherMeans,
+    CustomerRequest,
+    FraudSuspected,
+    DuplicateOrder,
+    Other,
+}
+
+impl CancelReason {
+    pub const ALL: [CancelReason; 5] = [
+        CancelReason::PaidByOtherMeans,
+        CancelReason::CustomerRequest,
+        CancelReason::FraudSuspected,
+        CancelReason::DuplicateOrder,
+        CancelReason::Other,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CancelReason::PaidByOtherMeans => "paid_by_other_means",
+            CancelReason::CustomerRequest => "customer_request",
+            CancelReason::FraudSuspected => "fraud_suspected",
+            CancelReason::DuplicateOrder => "duplicate_order",
+            CancelReason::Other => "other",
+        }
+    }
+
+    /// `Err` names the accepted values.
+    pub fn parse(s: &str) -> Result<Self, String> {
+        Self::ALL
+            .into_iter()
+            .find(|r| r.as_str() == s.trim())
+            .ok_or_else(|| {
+                let all: Vec<&str> = Self::ALL.iter().map(|r| r.as_str()).collect();
+                format!("must be one of {}", all.join(", "))
+            })
+    }
+}
+
+/// What a cancel did.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Cancelled {
+    pub order_id: String,
+    /// `PENDIENTE` attempts now `RECHAZADO`.
+    pub attempts_cancelled: Vec<Uuid>,
+    /// `RECHAZADO` attempts whose scheduled business retry was dropped.
+    pub retries_stopped: Vec<Uuid>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum CancelError {
+    #[error("order {0:?} has no attempts")]
+    NotFound(String),
+    /// Something may have reached the gateway: it can only be settled.
+    #[error(
+        "attempt {attempt} is {state}: it may have reached the gateway, so it can only be settled, not cancelled; nothing was cancelled"
+    )]
+    InFlight { attempt: Uuid, state: State },
+    #[error("order {0:?} has nothing left to cancel: no unsent attempt and no scheduled retry")]
+    NothingToCancel(String),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl From<sqlx::Error> for CancelError {
+    fn from(e: sqlx::Error) -> Self {
+        CancelError::Store(StoreError::Db(e))
+    }
+}
+
+/// What cancelling `attempts` (all of one order) means, decided before
+/// anything is written: the attempts to move, or why not.
+fn decide(order: &str, attempts: &[Attempt]) -> Result<Vec<Attempt>, CancelError> {
+    if attempts.is_empty() {
+        return Err(CancelError::NotFound(order.to_owned()));
+    }
+    if let Some(a) = attempts.iter().find(|a| {
+        matches!(
+            a.state,
+            State::EnProceso | State::Desconocido | State::EnRevision
+        )
+    }) {
+        return Err(CancelError::InFlight {
+            attempt: a.id,
+            state: a.state,
+        });
+    }
+    let todo: Vec<Attempt> = attempts
+        .iter()
+        .filter(|a| match a.state {
+            State::Pendiente => true,
+            State::Rechazado => a.next_action_at.is_some(),
+            _ => false,
+        })
+        .cloned()
+        .collect();
+    match todo.is_empty() {
+        true => Err(CancelError::NothingToCancel(order.to_owned())),
+        false => Ok(todo),
+    }
+}
+
+impl Store {
+    /// Cancels everything of `order_id` not yet sent, with `reason`, as
+    /// `actor`; see the module docs.
+    pub async fn cancel_order(
+        &self,
+        order_id: &str,
+        reason: CancelReason,
+        actor: &str,
+    ) -> Result<Cancelled, CancelError> {
+        let cause = format!("cancelled_{}", reason.as_str());
+        let change = |seen: &Attempt| {
+            let mut c = Change::new(Some(Event::Cancel), &cause, actor);
+            c.cancel_reason = (seen.state == State::Pendiente).then_some(reason.as_str());
+            c
+        };
+        let mut done = Cancelled {
+            order_id: order_id.to_owned(),
+            attempts_cancelled: Vec::new(),
+            retries_stopped: Vec::new(),
+        };
+        let mut record = |a: &Attempt| match a.state {
+            State::Pendiente => done.attempts_cancelled.push(a.id),
+            _ => done.retries_stopped.push(a.id),
+        };
+        match &self.db {
+            Db::Pg(p) => {
+                let mut tx = p.begin().await?;
+                let attempts: Vec<Attempt> = sqlx::query_as(
+                    "SELECT * FROM cobro.payment_attempts WHERE order_id = $1 ORDER BY created_at, id FOR UPDATE",
+                )
+                .bind(order_id)
+                .fetch_all(&mut *tx)
+                .await?;
+                for a in decide(order_id, &attempts)? {
+                    let c = change(&a);
+                    let p = plan(&a, &c).map_err(StoreError::from)?;
+                    if super::pg::apply_tx(&mut tx, &a, &c, &p).await? == Applied::Lost {
+                        return Err(StoreError::Corrupt(format!(
+                            "attempt {} moved under a row lock",
+                            a.id
+                        ))
+                        .into());
+                    }
+                    record(&a);
+                }
+                tx.commit().await?;
+            }
+            Db::Lite(p) => {
+                let mut tx = p.begin_with("BEGIN IMMEDIATE").await?;
+                let rows = sqlx::query(
+                    "SELECT * FROM payment_attempts WHERE order_id = ?1 ORDER BY created_at, id",
+                )
+                .bind(order_id)
+                .fetch_all(&mut *tx)
+                .await?;
+                let attempts = rows
+                    .iter()
+                    .map(super::lite::attempt)
+                    .collect::<Result<Vec<_>, _>>()?;
+                for a in decide(order_id, &attempts)? {
+                    let c = change(&a);
+                    let p = plan(&a, &c).map_err(StoreError::from)?;
+                    if super::lite::apply_tx(&mut tx, &a, &c, &p).await? == Applied::Lost {
+                        return Err(StoreError::Corrupt(format!(
+                            "attempt {} moved inside the write lock",
+                            a.id
+                        ))
+                        .into());
+                    }
+                    record(&a);
+                }
+                tx.commit().await?;
+            }
+        }
+        Ok(done)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reasons_parse_and_name_the_accepted_values() {
+        for r in CancelReason::ALL {
+            assert_eq!(CancelReason::parse(r.as_str()), Ok(r));
+        }
+        let err = CancelReason::parse("because").unwrap_err();
+        assert!(err.contains("paid_by_other_means"), "{err}");
+    }
+}

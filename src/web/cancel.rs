@@ -1,0 +1,86 @@
+//! `POST /orders/{order_id}/cancel` with `{"reason": "paid_by_other_means"}`
+//! (scope `charges:write`): stop everything of the order not yet sent.
+//!
+//! Invariant: the library's semantics, because it calls it: all or nothing;
+//! 409 naming the attempt when one may already have reached the gateway
+//! (it can only be settled). A second cancel of the same order finds
+//! nothing left and answers 200 with empty lists, so a client may retry.
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{Extension, Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+
+use super::{AppState, error};
+use crate::http::auth::Caller;
+use crate::store::{CancelError, CancelReason};
+
+pub(super) async fn cancel(
+    State(app): AppState,
+    Extension(caller): Extension<Caller>,
+    Path(order_id): Path<String>,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let Ok(body) = body else {
+        return error(StatusCode::PAYLOAD_TOO_LARGE, None, "the body is too large");
+    };
+    let v: Value = match serde_json::from_slice(&body) {
+        Ok(v) => v,
+        Err(e) => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                None,
+                format!("the body is not JSON: {e}"),
+            );
+        }
+    };
+    let reason = match v
+        .get("reason")
+        .and_then(Value::as_str)
+        .map(CancelReason::parse)
+    {
+        Some(Ok(r)) => r,
+        Some(Err(e)) => return error(StatusCode::UNPROCESSABLE_ENTITY, Some("reason"), e),
+        None => {
+            return error(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                Some("reason"),
+                "is required (paid_by_other_means, customer_request, fraud_suspected, duplicate_order, other)",
+            );
+        }
+    };
+    match app
+        .store
+        .cancel_order(&order_id, reason, &caller.actor())
+        .await
+    {
+        Ok(done) => (StatusCode::OK, Json(json!(done))).into_response(),
+        Err(CancelError::NothingToCancel(_)) => (
+            StatusCode::OK,
+            Json(json!({
+                "order_id": order_id,
+                "attempts_cancelled": [],
+                "retries_stopped": [],
+                "detail": "nothing left to cancel",
+            })),
+        )
+            .into_response(),
+        Err(e @ CancelError::NotFound(_)) => {
+            error(StatusCode::NOT_FOUND, Some("order_id"), e.to_string())
+        }
+        Err(e @ CancelError::InFlight { .. }) => {
+            error(StatusCode::CONFLICT, Some("order_id"), e.to_string())
+        }
+        Err(CancelError::Store(e)) => {
+            tracing::warn!(error = %e, "cancel failed");
+            error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                None,
+                "the database is not available; nothing was cancelled; retry",
+            )
+        }
+    }
+}

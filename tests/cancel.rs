@@ -1,0 +1,222 @@
+//! Stop and cancel (`POST /orders/{order_id}/cancel`, `Store::cancel_order`,
+//! `cobro cancel`): a customer who paid by bank transfer is not charged
+//! again; an attempt that may have reached the gateway is never cancelled,
+//! only settled. On both backends, with a worker and the simulator running.
+
+#[macro_use]
+mod common;
+
+use std::time::Duration;
+
+use cobro::domain::ChargeRequest;
+use cobro::sim::Faults;
+use cobro::state::{Event, State};
+use cobro::store::{CancelError, CancelReason};
+use cobro::webhook::{Scheme, Verifier};
+use common::*;
+
+on_both_backends!(
+    paying_by_transfer_cancels_the_scheduled_retry_and_nothing_more_is_charged,
+    an_attempt_that_may_have_charged_is_never_cancelled,
+    an_unsent_attempt_is_cancelled_and_never_sent,
+);
+
+async fn post_cancel(web: &Web, order: &str, body: serde_json::Value) -> (u16, serde_json::Value) {
+    let r = reqwest::Client::new()
+        .post(format!("{}/orders/{order}/cancel", web.url))
+        .bearer_auth(secret("app"))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    (r.status().as_u16(), r.json().await.unwrap_or_default())
+}
+
+async fn web(db: &TestDb) -> Web {
+    let v = Verifier::from_env_value(Scheme::StandardWebhooks, &test_secret()).unwrap();
+    start_web(&db.store, v).await
+}
+
+async fn paying_by_transfer_cancels_the_scheduled_retry_and_nothing_more_is_charged(b: Backend) {
+    init_logs();
+    let db = TestDb::new(b).await;
+    let sim = start_sim(
+        true,
+        Faults {
+            p_decline: 1.0,
+            decline_codes: vec!["insufficient_funds".into()],
+            ..Faults::default()
+        },
+    )
+    .await;
+    let worker = spawn_worker(worker_args(&db.url, &sim.url()));
+    let web = web(&db).await;
+    let req = ChargeRequest::parse("transfer-1", 7_500, "USD", None, None).unwrap();
+    let first = db.store.enqueue(&req).await.unwrap().attempt_id;
+    let declined = settled(&db.store, first, State::Rechazado, Duration::from_secs(10)).await;
+    assert!(
+        declined.next_action_at.is_some(),
+        "a business retry is scheduled"
+    );
+
+    // The customer paid by bank transfer; the app stops the order.
+    let (status, body) = post_cancel(
+        &web,
+        "transfer-1",
+        serde_json::json!({"reason": "paid_by_other_means"}),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["retries_stopped"], serde_json::json!([first]));
+    let (a, _) = db.store.load(first).await.unwrap();
+    assert_eq!((a.state, a.next_action_at), (State::Rechazado, None));
+    let last = db.store.transitions(first).await.unwrap().pop().unwrap();
+    assert_eq!(
+        (last.cause.as_str(), last.actor.as_str()),
+        ("cancelled_paid_by_other_means", "api:app"),
+        "the log says who and why"
+    );
+
+    // The day passes, and the gateway would now approve; even a stray
+    // wake-up finds nothing to do.
+    set_faults(&sim.url(), &Faults::default()).await;
+    db.store.wake(first).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(db.attempts().await, 1, "no new attempt for the order");
+    let charges = ledger(&sim.url())
+        .await
+        .entries
+        .iter()
+        .filter(|e| e.order_id == "transfer-1")
+        .count();
+    assert_eq!(charges, 1, "the gateway saw only the declined charge");
+
+    // Cancelling again finds nothing left and says so without an error.
+    let (status, again) = post_cancel(
+        &web,
+        "transfer-1",
+        serde_json::json!({"reason": "paid_by_other_means"}),
+    )
+    .await;
+    assert_eq!(
+        (status, again["retries_stopped"].clone()),
+        (200, serde_json::json!([]))
+    );
+    let (status, bad) =
+        post_cancel(&web, "transfer-1", serde_json::json!({"reason": "because"})).await;
+    assert_eq!(
+        (status, bad["field"].as_str()),
+        (422, Some("reason")),
+        "{bad}"
+    );
+    web.stop().await;
+    worker.stop().await;
+    db.drop_db().await;
+}
+
+async fn an_attempt_that_may_have_charged_is_never_cancelled(b: Backend) {
+    init_logs();
+    let db = TestDb::new(b).await;
+    let web = web(&db).await;
+    let req = ChargeRequest::parse("doubt-1", 1_000, "EUR", None, None).unwrap();
+    let id = db.store.enqueue(&req).await.unwrap().attempt_id;
+    let (a, _) = db.store.load(id).await.unwrap();
+    let a = step(&db.store, &a, Event::Claim, None).await;
+    let a = step(&db.store, &a, Event::Unknown, None).await;
+    assert_eq!(a.state, State::Desconocido);
+    let (status, body) = post_cancel(
+        &web,
+        "doubt-1",
+        serde_json::json!({"reason": "customer_request"}),
+    )
+    .await;
+    assert_eq!(status, 409, "{body}");
+    let msg = body["error"]
+        .as_str()
+        .or(body["message"].as_str())
+        .unwrap_or_default()
+        .to_owned();
+    assert!(
+        msg.contains("DESCONOCIDO") && msg.contains("only be settled"),
+        "{body}"
+    );
+    let (after, _) = db.store.load(id).await.unwrap();
+    assert_eq!(
+        (after.state, after.version),
+        (a.state, a.version),
+        "nothing written"
+    );
+    // The library says the same.
+    let err = db
+        .store
+        .cancel_order("doubt-1", CancelReason::CustomerRequest, "test")
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            CancelError::InFlight {
+                state: State::Desconocido,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    web.stop().await;
+    db.drop_db().await;
+}
+
+async fn an_unsent_attempt_is_cancelled_and_never_sent(b: Backend) {
+    init_logs();
+    let db = TestDb::new(b).await;
+    let req = ChargeRequest::parse("unsent-1", 2_000, "EUR", None, None).unwrap();
+    let id = db.store.enqueue(&req).await.unwrap().attempt_id;
+    let done = db
+        .store
+        .cancel_order("unsent-1", CancelReason::FraudSuspected, "finance:ana")
+        .await
+        .unwrap();
+    assert_eq!(done.attempts_cancelled, vec![id]);
+    let (a, _) = db.store.load(id).await.unwrap();
+    assert_eq!(a.state, State::Rechazado);
+    assert_eq!(a.cancel_reason.as_deref(), Some("fraud_suspected"));
+    assert_eq!(a.send_count, 0);
+    assert!(
+        db.store.notices(false).await.unwrap().is_empty(),
+        "the canceller tells the customer, not cobro"
+    );
+    let summary = cobro::finance::summarize(&db.store, Duration::ZERO, chrono::Utc::now())
+        .await
+        .unwrap();
+    assert!(
+        summary
+            .totals
+            .iter()
+            .any(|l| l.state == "RECHAZADO (cancelled)" && l.count == 1),
+        "the summary shows it cancelled: {:?}",
+        summary.totals
+    );
+    // A worker and the gateway come up: nothing is sent.
+    let sim = start_sim(true, Faults::default()).await;
+    let worker = spawn_worker(worker_args(&db.url, &sim.url()));
+    db.store.wake(id).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(
+        ledger(&sim.url()).await.entries.is_empty(),
+        "nothing reached the gateway"
+    );
+    assert!(matches!(
+        db.store
+            .cancel_order("unsent-1", CancelReason::FraudSuspected, "x")
+            .await,
+        Err(CancelError::NothingToCancel(_))
+    ));
+    assert!(matches!(
+        db.store
+            .cancel_order("no-such-order", CancelReason::Other, "x")
+            .await,
+        Err(CancelError::NotFound(_))
+    ));
+    worker.stop().await;
+    db.drop_db().await;
+}
