@@ -381,6 +381,7 @@ impl Breaker {
         self: Arc<Self>,
         gateway: Arc<dyn Gateway>,
         pace: Arc<Pace>,
+        pause: Arc<crate::pause::Pause>,
         mut stop: watch::Receiver<bool>,
     ) {
         let mut tick = tokio::time::interval(self.poll);
@@ -390,13 +391,22 @@ impl Breaker {
                 _ = tick.tick() => {}
                 _ = stop.changed() => return,
             }
-            if let Err(e) = self.turn(gateway.as_ref(), &pace).await {
+            if let Err(e) = pause.refresh().await {
+                warn!(error = %e, "could not read the incident switch; keeping the last view");
+            }
+            if let Err(e) = self.turn(gateway.as_ref(), &pace, pause.is_paused()).await {
                 warn!(error = %e, "breaker pass failed; trying again next tick");
             }
         }
     }
 
-    async fn turn(&self, gateway: &dyn Gateway, pace: &Pace) -> Result<(), StoreError> {
+    /// `paused`: the incident switch is on; what it parked stays parked.
+    async fn turn(
+        &self,
+        gateway: &dyn Gateway,
+        pace: &Pace,
+        paused: bool,
+    ) -> Result<(), StoreError> {
         self.refresh().await?;
         if self.is_open() {
             if self
@@ -410,6 +420,9 @@ impl Breaker {
                 let open = self.observe(&Health::of_lookup(&outcome)).await;
                 info!(gateway = %self.gateway, answered = !open, "breaker probe");
             }
+            return Ok(());
+        }
+        if paused {
             return Ok(());
         }
         let woken = self

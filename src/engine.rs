@@ -70,6 +70,8 @@ pub struct Engine {
     breaker: Option<Arc<Breaker>>,
     /// The shared rate limit; none = no limit.
     pace: Option<Arc<Pace>>,
+    /// The incident switch; none = never paused.
+    pause: Option<Arc<crate::pause::Pause>>,
 }
 
 /// A wake-up should never need more steps than this (send, unknown, check,
@@ -86,7 +88,20 @@ impl Engine {
             actor,
             breaker: None,
             pace: None,
+            pause: None,
         }
+    }
+
+    /// Sending new charges stops while the incident switch is on.
+    pub fn with_pause(mut self, pause: Arc<crate::pause::Pause>) -> Self {
+        self.pause = Some(pause);
+        self
+    }
+
+    /// The incident switch holds `a` back: a charge (not a refund) while
+    /// sending is paused.
+    fn held_back(&self, a: &Attempt) -> bool {
+        !a.is_refund() && self.pause.as_ref().is_some_and(|p| p.is_paused())
     }
 
     /// Calls go through the shared breaker and rate limit.
@@ -193,6 +208,9 @@ impl Engine {
                         return self
                             .park(&attempt, "parked_gateway_unreachable", None)
                             .await;
+                    }
+                    Action::Send | Action::Retry if self.held_back(&attempt) => {
+                        return self.park(&attempt, "parked_sending_paused", None).await;
                     }
                     Action::Nothing => return Ok(()),
                     Action::WaitUntil(at) => {
@@ -391,6 +409,13 @@ impl Engine {
             return Ok(());
         }
         let mut change = match (plan, &outcome) {
+            // Not found, but sending is paused: the check counts, and the
+            // attempt waits, parked, to be looked up again on resume.
+            (LookupPlan::Apply(Event::Resend), _) if self.held_back(&held) => {
+                let mut c = Change::new(None, "lookup_not_found_sending_paused", &self.actor);
+                c.park = true;
+                c
+            }
             (LookupPlan::Apply(Event::Resend), _) => {
                 return self
                     .send(

@@ -42,6 +42,7 @@ pub mod gateway;
 pub mod http;
 pub mod janitor;
 pub mod metrics;
+pub mod pause;
 pub mod policy;
 pub mod recon;
 pub mod retention;

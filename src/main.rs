@@ -135,6 +135,26 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// The incident switch: stop sending new charges on every worker
+    /// (within a second); lookups, refunds and the review janitor go on,
+    /// and attempts due meanwhile wait, parked.
+    Pause {
+        #[arg(long, env = "DATABASE_URL")]
+        database_url: String,
+        /// Why (shown on finance's page and in `cobro status`).
+        #[arg(long)]
+        reason: String,
+        #[arg(long, default_value = "cli")]
+        actor: String,
+    },
+    /// Turn the incident switch off: sending resumes, and what waited is
+    /// re-woken a few per second.
+    Resume {
+        #[arg(long, env = "DATABASE_URL")]
+        database_url: String,
+        #[arg(long, default_value = "cli")]
+        actor: String,
+    },
     /// The customer-notice outbox: list notices, or acknowledge one.
     Notices {
         #[arg(long, env = "DATABASE_URL")]
@@ -359,6 +379,33 @@ async fn main() -> Result<()> {
                     reason.as_str()
                 );
             }
+        }
+        Command::Pause {
+            database_url,
+            reason,
+            actor,
+        } => {
+            let store = Store::connect(&database_url, 2).await?;
+            let s = store
+                .set_sending_paused(true, &actor, Some(&reason))
+                .await?;
+            println!(
+                "sending paused by {} at {}",
+                s.changed_by,
+                s.changed_at.format("%Y-%m-%dT%H:%M:%SZ")
+            );
+        }
+        Command::Resume {
+            database_url,
+            actor,
+        } => {
+            let store = Store::connect(&database_url, 2).await?;
+            let s = store.set_sending_paused(false, &actor, None).await?;
+            println!(
+                "sending resumed by {} at {}",
+                s.changed_by,
+                s.changed_at.format("%Y-%m-%dT%H:%M:%SZ")
+            );
         }
         Command::Notices {
             database_url,

@@ -397,8 +397,14 @@ fn render_gauges(out: &mut String, g: &Gauges) {
     gauge(
         out,
         "cobro_attempts_parked",
-        "Attempts parked until the gateway answers again.",
+        "Attempts parked until the gateway answers again (or sending resumes).",
         g.health.parked as f64,
+    );
+    gauge(
+        out,
+        "cobro_sending_paused",
+        "1 while the incident switch pauses sending new charges (lookups continue).",
+        f64::from(u8::from(g.sending_paused)),
     );
 }
 
@@ -481,8 +487,10 @@ mod tests {
             open_recon_cases: 4,
             oldest_desconocido_secs: 1.5,
             health: crate::store::GatewayHealth::default(),
+            sending_paused: true,
         };
         render_gauges(&mut out, &g);
+        assert!(out.lines().any(|l| l == "cobro_sending_paused 1"));
         let lines: Vec<&str> = out.lines().filter(|l| !l.starts_with('#')).collect();
         assert_eq!(
             lines

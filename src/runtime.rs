@@ -265,6 +265,11 @@ pub async fn run(
         .await
         .context("reading the gateway breaker")?;
     let pace = Arc::new(Pace::new(store.clone(), &gateway_name, &args.breaker));
+    let pause = Arc::new(crate::pause::Pause::new(store.clone()));
+    pause
+        .refresh()
+        .await
+        .context("reading the incident switch")?;
     let engine = Arc::new(
         Engine::new(
             store.clone(),
@@ -284,7 +289,8 @@ pub async fn run(
                 review: args.review()?,
             },
         )
-        .with_guards(breaker.clone(), pace.clone()),
+        .with_guards(breaker.clone(), pace.clone())
+        .with_pause(pause.clone()),
     );
     info!(
         worker = %name,
@@ -310,7 +316,7 @@ pub async fn run(
         stop_rx.clone(),
     ));
     let sweeper = tokio::spawn(sweep_loop(store.clone(), args.clone(), stop_rx.clone()));
-    let guard = tokio::spawn(breaker.run(gateway.clone(), pace, stop_rx.clone()));
+    let guard = tokio::spawn(breaker.run(gateway.clone(), pace, pause, stop_rx.clone()));
     let reconciler = tokio::spawn(crate::recon::reconcile_loop(
         store.clone(),
         gateway,

@@ -72,6 +72,7 @@ pub async fn print_system_status(store: &Store, json: bool) -> Result<()> {
     let states = store.count_by_state().await?;
     let health = store.gateway_health().await?;
     let wakeups = store.open_wakeups().await?;
+    let pause = store.pause_state().await?;
     if json {
         let states: serde_json::Map<String, serde_json::Value> = states
             .iter()
@@ -81,6 +82,7 @@ pub async fn print_system_status(store: &Store, json: bool) -> Result<()> {
             "attempts": states,
             "gateway": health,
             "open_wakeups": wakeups,
+            "sending": pause,
         });
         println!("{}", serde_json::to_string_pretty(&out)?);
         return Ok(());
@@ -90,6 +92,18 @@ pub async fn print_system_status(store: &Store, json: bool) -> Result<()> {
         println!("  {:<11} {n}", state.as_str());
     }
     println!("wake-ups not yet done: {wakeups}");
+    match &pause {
+        Some(p) if p.paused => println!(
+            "sending: PAUSED since {} by {}{} (lookups continue; `cobro resume` to send again)",
+            p.changed_at.format("%Y-%m-%dT%H:%M:%SZ"),
+            p.changed_by,
+            p.reason
+                .as_deref()
+                .map(|r| format!(": {r}"))
+                .unwrap_or_default()
+        ),
+        _ => println!("sending: on"),
+    }
     if health.breakers.is_empty() {
         println!("gateway: no worker has recorded its health yet");
     }

@@ -26,6 +26,8 @@ pub struct Gauges {
     pub oldest_desconocido_secs: f64,
     /// The gateway breakers and the parked attempts.
     pub health: super::GatewayHealth,
+    /// The incident switch: sending new charges is paused.
+    pub sending_paused: bool,
 }
 
 /// One backend's answer before the states are parsed.
@@ -62,6 +64,7 @@ impl Store {
             open_recon_cases: raw.open_recon_cases,
             oldest_desconocido_secs: raw.oldest_desconocido_secs.unwrap_or(0.0).max(0.0),
             health: self.gateway_health().await?,
+            sending_paused: self.sending_paused().await?,
         })
     }
 }

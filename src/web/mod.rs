@@ -10,6 +10,8 @@
 //!   (`attempts:read`) ([`refunds`]).
 //! - `POST /orders/{order_id}/cancel` (`charges:write`): stop what was not
 //!   sent ([`cancel`]).
+//! - `POST /control/pause`, `POST /control/resume`, `GET /control/pause`
+//!   (`finance:write`): the incident switch ([`control`]).
 //! - `/finance…`: the escalation queue (`finance:read`, `finance:write`) ([`finance`]).
 //! - `GET /metrics` (`metrics:read`) ([`crate::metrics`]).
 //!
@@ -23,6 +25,7 @@
 
 mod cancel;
 mod charges;
+mod control;
 pub mod finance;
 mod refunds;
 mod webhooks;
@@ -222,6 +225,14 @@ impl WebConfig {
             .route(
                 "/orders/{order_id}/cancel",
                 bearer(Scope::ChargesWrite).on(post(cancel::cancel)),
+            )
+            .route(
+                "/control/pause",
+                bearer(Scope::FinanceWrite).on(post(control::pause).get(control::show)),
+            )
+            .route(
+                "/control/resume",
+                bearer(Scope::FinanceWrite).on(post(control::resume)),
             )
             .route("/metrics", bearer(Scope::MetricsRead).on(get(metrics)))
             .with_state(app.clone())

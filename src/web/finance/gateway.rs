@@ -1,6 +1,7 @@
-//! The gateway's health on finance's page: while the breaker is open,
-//! "gateway unreachable since …, N attempts waiting"; while parked attempts
-//! are still being re-woken, how many are left.
+//! The gateway's health on finance's page: the incident switch when
+//! sending is paused ("sending paused since … by …"); while the breaker is
+//! open, "gateway unreachable since …, N attempts waiting"; while parked
+//! attempts are still being re-woken, how many are left.
 
 use std::fmt::Write as _;
 
@@ -10,13 +11,34 @@ use crate::store::{GatewayHealth, Store};
 /// The banner for the top of the queue; empty when all is well. A
 /// database error shows as such: the page still renders.
 pub(super) async fn banner(store: &Store) -> String {
-    match store.gateway_health().await {
-        Ok(health) => render(&health),
+    let mut out = match store.pause_state().await {
+        Ok(Some(p)) if p.paused => format!(
+            "<p class=\"note err\" id=\"paused\">Sending paused since {} by {}{}: no new charge \
+             is sent and no business retry is made; lookups go on. Attempts due meanwhile wait \
+             and resume, a few per second, when sending is resumed (<code>cobro resume</code>).</p>",
+            p.changed_at.format("%H:%M UTC on %Y-%m-%d"),
+            esc(&p.changed_by),
+            p.reason
+                .map(|r| format!(" ({})", esc(&r)))
+                .unwrap_or_default(),
+        ),
+        Ok(_) => String::new(),
         Err(e) => format!(
-            "<p class=\"note err\" id=\"gateway\">Could not read the gateway's health: {}</p>",
+            "<p class=\"note err\" id=\"paused\">Could not read the incident switch: {}</p>",
             esc(&e.to_string())
         ),
+    };
+    match store.gateway_health().await {
+        Ok(health) => out.push_str(&render(&health)),
+        Err(e) => {
+            let _ = write!(
+                out,
+                "<p class=\"note err\" id=\"gateway\">Could not read the gateway's health: {}</p>",
+                esc(&e.to_string())
+            );
+        }
     }
+    out
 }
 
 fn render(h: &GatewayHealth) -> String {

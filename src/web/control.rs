@@ -1,0 +1,69 @@
+//! The incident switch over HTTP (scope `finance:write`):
+//! `POST /control/pause` with `{"reason": "…"}` stops sending new charges
+//! on every worker (within a second); `POST /control/resume` turns it off;
+//! `GET /control/pause` (the same scope) says how it stands.
+//!
+//! Invariant: the store keeps who and why for every change, in an
+//! append-only history; the caller's key name is the actor.
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{Extension, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+
+use super::{AppState, error};
+use crate::http::auth::Caller;
+
+pub(super) async fn pause(
+    State(app): AppState,
+    Extension(caller): Extension<Caller>,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let reason = body
+        .ok()
+        .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
+        .and_then(|v| v.get("reason").and_then(Value::as_str).map(str::to_owned));
+    let Some(reason) = reason.filter(|r| !r.trim().is_empty()) else {
+        return error(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            Some("reason"),
+            "is required: why sending is paused (shown to everyone who looks)",
+        );
+    };
+    set(&app, &caller, true, Some(&reason)).await
+}
+
+pub(super) async fn resume(State(app): AppState, Extension(caller): Extension<Caller>) -> Response {
+    set(&app, &caller, false, None).await
+}
+
+pub(super) async fn show(State(app): AppState) -> Response {
+    match app.store.pause_state().await {
+        Ok(s) => Json(json!({ "paused": s.as_ref().is_some_and(|s| s.paused), "switch": s }))
+            .into_response(),
+        Err(e) => unavailable(&e),
+    }
+}
+
+async fn set(app: &super::App, caller: &Caller, paused: bool, reason: Option<&str>) -> Response {
+    match app
+        .store
+        .set_sending_paused(paused, &caller.actor(), reason)
+        .await
+    {
+        Ok(s) => Json(json!({ "paused": s.paused, "switch": s })).into_response(),
+        Err(e) => unavailable(&e),
+    }
+}
+
+fn unavailable(e: &crate::store::StoreError) -> Response {
+    tracing::warn!(error = %e, "incident switch");
+    error(
+        StatusCode::SERVICE_UNAVAILABLE,
+        None,
+        "the database is not available; retry",
+    )
+}
