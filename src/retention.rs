@@ -5,6 +5,9 @@
 //! - `webhook_events` (accepted event ids, for deduplication) and
 //!   `rejected_webhooks` (refused deliveries, for investigation): purged
 //!   after `COBRO_WEBHOOK_RETENTION` (default 30 days).
+//! - finished wake-up jobs (apalis' `jobs`): purged after
+//!   `COBRO_JOB_RETENTION` (default 1 day); a wake-up carries nothing but
+//!   an attempt id.
 //! - attempts, the transition log, checks, notices, refunds, reconciliation
 //!   cases: never purged; they are the money trail.
 //!
@@ -28,6 +31,8 @@ use crate::store::Store;
 pub const GATEWAY_RETRY_WINDOW: Duration = Duration::from_secs(3 * 86_400);
 /// The default retention period (30 days).
 pub const DEFAULT_RETENTION: Duration = Duration::from_secs(30 * 86_400);
+/// How long finished wake-up jobs are kept by default (1 day).
+pub const DEFAULT_JOB_RETENTION: Duration = Duration::from_secs(86_400);
 /// The default time between purges (1 hour).
 pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(3_600);
 
@@ -38,6 +43,10 @@ pub struct RetentionArgs {
     /// (at least 3 days: the gateway retries for that long).
     #[arg(long, env = "COBRO_WEBHOOK_RETENTION", default_value = "30d", value_parser = duration)]
     pub webhook_retention: Duration,
+    /// Finished wake-up jobs (apalis' `jobs`: done, killed, or failed for
+    /// good) older than this are purged; the attempts keep what happened.
+    #[arg(long, env = "COBRO_JOB_RETENTION", default_value = "1d", value_parser = duration)]
+    pub job_retention: Duration,
     /// How often this worker purges them.
     #[arg(long, env = "COBRO_RETENTION_INTERVAL", default_value = "1h", value_parser = duration)]
     pub retention_interval: Duration,
@@ -47,6 +56,7 @@ impl Default for RetentionArgs {
     fn default() -> Self {
         Self {
             webhook_retention: DEFAULT_RETENTION,
+            job_retention: DEFAULT_JOB_RETENTION,
             retention_interval: DEFAULT_INTERVAL,
         }
     }
@@ -95,6 +105,11 @@ pub async fn purge_loop(store: Store, args: RetentionArgs, mut stop: watch::Rece
                 "purged webhook records past retention"
             ),
             Err(e) => warn!(error = %e, "webhook purge failed; trying again next interval"),
+        }
+        match store.purge_finished_jobs(args.job_retention).await {
+            Ok(0) => {}
+            Ok(n) => info!(jobs = n, "purged finished wake-up jobs past retention"),
+            Err(e) => warn!(error = %e, "wake-up job purge failed; trying again next interval"),
         }
     }
 }

@@ -17,6 +17,7 @@ use uuid::Uuid;
 on_both_backends!(
     old_webhook_records_are_purged_recent_ones_kept_and_the_money_trail_untouched,
     a_worker_purges_old_webhook_records_on_its_own,
+    finished_wake_up_jobs_are_purged_and_live_ones_kept,
 );
 
 const DAY: Duration = Duration::from_secs(86_400);
@@ -250,4 +251,63 @@ fn args_ok(retention: &str) {
     let mut args = worker_args("sqlite://x.db", "http://127.0.0.1:9");
     args.retention.webhook_retention = cobro::backoff::parse_duration(retention).unwrap();
     assert!(args.validate().is_ok(), "{retention}");
+}
+
+/// Finished wake-ups (apalis' `jobs`) go after `COBRO_JOB_RETENTION`; a
+/// wake-up still due stays, and the attempts keep everything.
+async fn finished_wake_up_jobs_are_purged_and_live_ones_kept(b: Backend) {
+    init_logs();
+    let db = TestDb::new(b).await;
+    let sim = start_sim(true, cobro::sim::Faults::default()).await;
+    let worker = spawn_worker(worker_args(&db.url, &sim.url()));
+    let mut ids = Vec::new();
+    for i in 0..5 {
+        let req = cobro::domain::ChargeRequest::parse(&format!("jobs-{i}"), 100, "EUR", None, None)
+            .unwrap();
+        ids.push(db.store.enqueue(&req).await.unwrap().attempt_id);
+    }
+    for id in &ids {
+        settled(
+            &db.store,
+            *id,
+            cobro::state::State::Aprobado,
+            Duration::from_secs(10),
+        )
+        .await;
+    }
+    worker.stop().await;
+    let (finished, live) = (
+        (
+            "SELECT count(*) FROM apalis.jobs WHERE status IN ('Done', 'Killed')",
+            "SELECT count(*) FROM Jobs WHERE status IN ('Done', 'Killed')",
+        ),
+        (
+            "SELECT count(*) FROM apalis.jobs WHERE status IN ('Pending', 'Queued', 'Running')",
+            "SELECT count(*) FROM Jobs WHERE status IN ('Pending', 'Queued', 'Running')",
+        ),
+    );
+    // One more charge, not handled (the worker is gone): its wake-up waits.
+    let waiting =
+        cobro::domain::ChargeRequest::parse("jobs-waiting", 100, "EUR", None, None).unwrap();
+    db.store.enqueue(&waiting).await.unwrap();
+    let done_before = db.scalar(finished.0, finished.1).await;
+    assert!(
+        done_before >= 5,
+        "the handled wake-ups are finished: {done_before}"
+    );
+    assert_eq!(
+        db.store.purge_finished_jobs(DAY).await.unwrap(),
+        0,
+        "none is a day old"
+    );
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let purged = db.store.purge_finished_jobs(Duration::ZERO).await.unwrap();
+    assert_eq!(purged as i64, done_before);
+    assert_eq!(db.scalar(finished.0, finished.1).await, 0);
+    assert!(
+        db.scalar(live.0, live.1).await >= 1,
+        "a wake-up still due is kept"
+    );
+    assert_eq!(db.attempts().await, 6, "the attempts are untouched");
+    db.drop_db().await;
 }

@@ -3,7 +3,12 @@
 //! are purged once older than the retention period; see [`crate::retention`]
 //! for the period and the loop that runs this.
 //!
-//! Invariant: only those two tables are ever purged. Attempts, the
+//! Finished wake-up jobs (apalis' `jobs` table, `Done`, `Killed`, or
+//! `Failed` with no attempt left) are purged after `COBRO_JOB_RETENTION`:
+//! a wake-up only says "look at attempt X"; what happened is in the
+//! attempt and its log.
+//!
+//! Invariant: only those tables are ever purged. Attempts, the
 //! transition log, checks, notices, refunds and reconciliation cases are the
 //! money trail and are never deleted (the transition and check logs refuse
 //! DELETE anyway). Deletes run in bounded batches, each its own short
@@ -55,6 +60,51 @@ impl Store {
             total.rejected += step.rejected;
             let limit = batch as u64;
             if step.events < limit && step.rejected < limit {
+                return Ok(total);
+            }
+        }
+    }
+}
+
+impl Store {
+    /// Deletes finished wake-up jobs whose end (or, without one, due time)
+    /// is more than `older_than` ago, in batches of [`PURGE_BATCH`]; a job
+    /// still pending, queued or running is never touched. Returns how many.
+    pub async fn purge_finished_jobs(&self, older_than: Duration) -> Result<u64, StoreError> {
+        let secs = older_than.as_secs_f64();
+        let batch = i64::from(PURGE_BATCH);
+        let mut total = 0u64;
+        loop {
+            let n = match &self.db {
+                Db::Pg(p) => sqlx::query(
+                    "DELETE FROM apalis.jobs WHERE id IN (
+                        SELECT id FROM apalis.jobs
+                         WHERE (status IN ('Done', 'Killed')
+                                OR (status = 'Failed' AND attempts >= max_attempts))
+                           AND COALESCE(done_at, run_at) < now() - make_interval(secs => $1)
+                         LIMIT $2)",
+                )
+                .bind(secs)
+                .bind(batch)
+                .execute(p)
+                .await?
+                .rows_affected(),
+                Db::Lite(p) => sqlx::query(
+                    "DELETE FROM Jobs WHERE rowid IN (
+                        SELECT rowid FROM Jobs
+                         WHERE (status IN ('Done', 'Killed')
+                                OR (status = 'Failed' AND attempts >= max_attempts))
+                           AND COALESCE(done_at, run_at) < CAST(strftime('%s', 'now') AS INTEGER) - ?1
+                         LIMIT ?2)",
+                )
+                .bind(secs as i64)
+                .bind(batch)
+                .execute(p)
+                .await?
+                .rows_affected(),
+            };
+            total += n;
+            if n < batch as u64 {
                 return Ok(total);
             }
         }
