@@ -53,6 +53,8 @@ pub const TRANSITIONS: &str = "cobro_transitions_total";
 pub const ESCALATIONS: &str = "cobro_escalations_total";
 /// Counter: webhook deliveries refused, by `reason`.
 pub const WEBHOOKS_REJECTED: &str = "cobro_webhooks_rejected_total";
+/// Counter: verified webhooks stored, by result (`duplicate` included).
+pub const WEBHOOKS_RECEIVED: &str = "cobro_webhooks_received_total";
 /// Counter: attempts this process parked while the gateway was unreachable.
 pub const PARKED: &str = "cobro_attempts_parked_total";
 /// Counter: parked attempts this process re-woke once the gateway answered.
@@ -142,8 +144,12 @@ fn describe() {
         "Webhook deliveries this process refused, by reason (rows are kept for a sample only)."
     );
     describe_counter!(
+        WEBHOOKS_RECEIVED,
+        "Verified webhooks this process stored, by result (applied, noop, unmatched, ignored, duplicate)."
+    );
+    describe_counter!(
         PARKED,
-        "Attempts this process parked because the gateway was unreachable (breaker open)."
+        "Attempts this process parked because the gateway was unreachable (breaker open) or sending was paused."
     );
     describe_counter!(
         REWOKEN,
@@ -168,6 +174,22 @@ fn describe() {
 /// The gateway refused our credentials (401/403): a configuration fault.
 pub fn gateway_auth_failed() {
     ::metrics::counter!("cobro_gateway_auth_failures_total").increment(1);
+}
+
+/// Every case kind, so each series exists from the first scrape.
+const CASE_KINDS: [&str; 6] = [
+    "double_charge",
+    "unmatched_charge",
+    "unmatched_refund",
+    "missing_at_gateway",
+    "amount_mismatch",
+    "dispute",
+];
+
+/// A verified webhook stored, by what it did (`applied`, `noop`,
+/// `unmatched`, `ignored`, `duplicate`).
+pub fn webhook_received(result: &'static str) {
+    ::metrics::counter!(WEBHOOKS_RECEIVED, "result" => result).increment(1);
 }
 
 /// A send (charge or refund) and its answer.
@@ -402,6 +424,38 @@ fn render_gauges(out: &mut String, g: &Gauges) {
     );
     gauge(
         out,
+        "cobro_due_lag_seconds",
+        "How far past its due time the most overdue attempt nobody holds is; 0 when none.",
+        g.on_call.due_lag_secs,
+    );
+    gauge(
+        out,
+        "cobro_reconciliation_last_success_timestamp_seconds",
+        "When the latest successful reconciliation run finished (Unix seconds); 0 when none has.",
+        g.on_call.last_reconciliation_ok.unwrap_or(0.0),
+    );
+    header(
+        out,
+        "cobro_cases_open",
+        "Open reconciliation and dispute cases, per kind.",
+    );
+    for kind in CASE_KINDS {
+        let n = g
+            .on_call
+            .open_cases_by_kind
+            .iter()
+            .find(|(k, _)| k == kind)
+            .map_or(0, |(_, n)| *n);
+        let _ = writeln!(out, "cobro_cases_open{{kind=\"{kind}\"}} {n}");
+    }
+    gauge(
+        out,
+        "cobro_notices_pending",
+        "Customer notices the app has not acknowledged yet.",
+        g.on_call.notices_pending as f64,
+    );
+    gauge(
+        out,
         "cobro_sending_paused",
         "1 while the incident switch pauses sending new charges (lookups continue).",
         f64::from(u8::from(g.sending_paused)),
@@ -488,9 +542,24 @@ mod tests {
             oldest_desconocido_secs: 1.5,
             health: crate::store::GatewayHealth::default(),
             sending_paused: true,
+            on_call: crate::store::OnCall {
+                due_lag_secs: 2.5,
+                last_reconciliation_ok: Some(1_764_547_200.0),
+                open_cases_by_kind: vec![("dispute".into(), 2)],
+                notices_pending: 3,
+            },
         };
         render_gauges(&mut out, &g);
-        assert!(out.lines().any(|l| l == "cobro_sending_paused 1"));
+        for line in [
+            "cobro_sending_paused 1",
+            "cobro_due_lag_seconds 2.5",
+            "cobro_reconciliation_last_success_timestamp_seconds 1764547200",
+            "cobro_cases_open{kind=\"dispute\"} 2",
+            "cobro_cases_open{kind=\"double_charge\"} 0",
+            "cobro_notices_pending 3",
+        ] {
+            assert!(out.lines().any(|l| l == line), "{line} in\n{out}");
+        }
         let lines: Vec<&str> = out.lines().filter(|l| !l.starts_with('#')).collect();
         assert_eq!(
             lines

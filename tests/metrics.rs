@@ -22,6 +22,7 @@ use uuid::Uuid;
 on_both_backends!(
     scrapes_agree_with_the_database_and_count_every_gateway_call,
     double_approved_orders_and_open_cases_are_counted_from_the_rows,
+    the_on_call_gauges_read_the_rows,
 );
 
 /// One sample line: `name{label="value",...} value`.
@@ -519,4 +520,50 @@ fn the_parser_reads_labels_escapes_and_special_values() {
     assert_eq!(s.get("x_total", &[("a", "1"), ("b", "q\"u,o=te")]), 3.0);
     assert_eq!(s.get("up", &[]), 1.0);
     assert_eq!(s.get("h_bucket", &[("le", "+Inf")]), 2.0);
+}
+
+/// What an on-call watches, from the rows: how late the queue is, open
+/// cases per kind, notices the app has not taken, when reconciliation last
+/// succeeded.
+async fn the_on_call_gauges_read_the_rows(b: Backend) {
+    let db = TestDb::new(b).await;
+    let web = web_for(&db.store).await;
+    let s = scrape(&web.url).await;
+    assert_eq!(s.get("cobro_due_lag_seconds", &[]), 0.0);
+    assert_eq!(s.get("cobro_cases_open", &[("kind", "dispute")]), 0.0);
+    assert_eq!(s.get("cobro_notices_pending", &[]), 0.0);
+    assert_eq!(
+        s.get("cobro_reconciliation_last_success_timestamp_seconds", &[]),
+        0.0
+    );
+
+    // Nobody works the queue: a charge due now grows late.
+    enqueue(&db.store, "oncall-late").await;
+    // A decline with no retry left writes a notice the app has not taken.
+    let id = enqueue(&db.store, "oncall-notice").await;
+    let (a, _) = db.store.load(id).await.unwrap();
+    let a = step(&db.store, &a, Event::Claim, None).await;
+    step(&db.store, &a, Event::Declined, Some("stolen_card")).await;
+    // A dispute case for finance.
+    let window = cobro::recon::Window::day(chrono::Utc::now().date_naive());
+    let dispute = cobro::recon::Finding {
+        kind: cobro::recon::CaseKind::Dispute,
+        dedupe_key: "dispute:dp_oncall".into(),
+        order_id: Some("oncall-notice".into()),
+        attempt_id: Some(id),
+        gateway_ref: Some("dp_oncall".into()),
+        details: serde_json::json!({}),
+    };
+    db.store.record_cases(&window, &[dispute]).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let s = scrape(&web.url).await;
+    assert!(
+        s.get("cobro_due_lag_seconds", &[]) >= 1.0,
+        "the late charge"
+    );
+    assert_eq!(s.get("cobro_cases_open", &[("kind", "dispute")]), 1.0);
+    assert_eq!(s.get("cobro_cases_open", &[("kind", "double_charge")]), 0.0);
+    assert_eq!(s.get("cobro_notices_pending", &[]), 1.0);
+    web.stop().await;
+    db.drop_db().await;
 }

@@ -28,6 +28,25 @@ pub struct Gauges {
     pub health: super::GatewayHealth,
     /// The incident switch: sending new charges is paused.
     pub sending_paused: bool,
+    /// What a payments on-call watches.
+    pub on_call: OnCall,
+}
+
+/// The on-call gauges: how late the queue runs, when reconciliation last
+/// succeeded, what waits for finance and for the app.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct OnCall {
+    /// How far past its due time the most overdue attempt nobody holds is
+    /// (`PENDIENTE`, `DESCONOCIDO`, or `RECHAZADO` with a retry due; parked
+    /// ones have no due time); 0 when none is overdue.
+    pub due_lag_secs: f64,
+    /// When the latest reconciliation run that succeeded finished (Unix
+    /// seconds); `None` when none has.
+    pub last_reconciliation_ok: Option<f64>,
+    /// Open reconciliation and dispute cases, per kind.
+    pub open_cases_by_kind: Vec<(String, i64)>,
+    /// Customer notices not yet acknowledged by the app.
+    pub notices_pending: i64,
 }
 
 /// One backend's answer before the states are parsed.
@@ -65,6 +84,10 @@ impl Store {
             oldest_desconocido_secs: raw.oldest_desconocido_secs.unwrap_or(0.0).max(0.0),
             health: self.gateway_health().await?,
             sending_paused: self.sending_paused().await?,
+            on_call: match &self.db {
+                Db::Pg(p) => pg::metrics::on_call(p).await?,
+                Db::Lite(p) => lite::metrics::on_call(p).await?,
+            },
         })
     }
 }

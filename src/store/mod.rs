@@ -32,7 +32,7 @@ pub use contradiction::Contradiction;
 pub use enqueue::{EnqueueError, Enqueued};
 pub use escalation::{Escalated, QueueCursor, QueueQuery, Totals};
 pub use lite::enqueue_charge as enqueue_charge_sqlite;
-pub use metrics::Gauges;
+pub use metrics::{Gauges, OnCall};
 pub use pause::PauseState;
 pub use pg::enqueue_charge;
 pub use recon::{CaseError, CaseStatus, CaseWrite, ReconCase, ReconRun, ReconScope, RunClaim};

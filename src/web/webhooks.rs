@@ -165,6 +165,10 @@ pub(super) async fn receive(
     match app.store.record_webhook(&event, Some(&app.retry)).await {
         Ok(result) => {
             info!(event = %event.event_id, kind = %event.event_type, ?result, "webhook");
+            crate::metrics::webhook_received(match &result {
+                crate::store::WebhookResult::Duplicate => "duplicate",
+                other => other.outcome_column(),
+            });
             (
                 StatusCode::OK,
                 Json(json!({ "received": true, "outcome": result })),

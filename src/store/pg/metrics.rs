@@ -3,7 +3,7 @@
 use sqlx::PgPool;
 
 use crate::store::StoreError;
-use crate::store::metrics::RawGauges;
+use crate::store::metrics::{OnCall, RawGauges};
 
 pub(crate) async fn gauges(pool: &PgPool) -> Result<RawGauges, StoreError> {
     let attempts: Vec<(String, String, i64)> = sqlx::query_as(
@@ -38,5 +38,33 @@ pub(crate) async fn gauges(pool: &PgPool) -> Result<RawGauges, StoreError> {
         double_approved_orders,
         open_recon_cases,
         oldest_desconocido_secs,
+    })
+}
+
+pub(crate) async fn on_call(pool: &PgPool) -> Result<OnCall, StoreError> {
+    let (due_lag_secs, last_reconciliation_ok, notices_pending): (Option<f64>, Option<f64>, i64) =
+        sqlx::query_as(
+            "SELECT
+                (SELECT EXTRACT(EPOCH FROM now() - min(next_action_at))::float8
+                   FROM cobro.payment_attempts
+                  WHERE state IN ('PENDIENTE', 'DESCONOCIDO', 'RECHAZADO')
+                    AND lease_owner IS NULL AND next_action_at < now()),
+                (SELECT EXTRACT(EPOCH FROM max(finished_at))::float8
+                   FROM cobro.recon_runs WHERE outcome = 'ok'),
+                (SELECT count(*) FROM cobro.notices WHERE acked_at IS NULL)",
+        )
+        .fetch_one(pool)
+        .await?;
+    let open_cases_by_kind: Vec<(String, i64)> = sqlx::query_as(
+        "SELECT kind, count(*) FROM cobro.recon_cases WHERE resolved_at IS NULL
+          GROUP BY kind ORDER BY kind",
+    )
+    .fetch_all(pool)
+    .await?;
+    Ok(OnCall {
+        due_lag_secs: due_lag_secs.unwrap_or(0.0).max(0.0),
+        last_reconciliation_ok,
+        open_cases_by_kind,
+        notices_pending,
     })
 }
