@@ -333,10 +333,11 @@ impl Engine {
         let key = IdempotencyKey::generate();
         let refused = match self
             .store
-            .business_retry(
+            .business_retry_capped(
                 seen.id,
                 key,
                 self.cfg.retry.max_attempts(),
+                self.cfg.retry.card_cap(),
                 &self.actor,
                 Some(seen.version),
             )
@@ -354,8 +355,20 @@ impl Engine {
         // attempt's retry is over either way; clear its schedule. Out of
         // attempts, the customer is told the payment failed.
         info!(reason = %refused, "business retry not created");
+        let why = crate::gateway::Evidence {
+            call: "business_retry".into(),
+            error_kind: match refused {
+                RetryError::MaxAttempts(_) => "max_attempts",
+                RetryError::CardCap(_) => "card_cap",
+                _ => "not_retried",
+            }
+            .into(),
+            detail: Some(refused.to_string()),
+            ..Default::default()
+        };
         let mut clear = Change::new(None, "retry_refused", &self.actor);
-        if matches!(refused, RetryError::MaxAttempts(_)) {
+        clear.evidence = Some(&why);
+        if matches!(refused, RetryError::MaxAttempts(_) | RetryError::CardCap(_)) {
             clear.notice = Some(NoticeKind::PaymentFailed);
         }
         self.store.apply(seen, &clear).await?;

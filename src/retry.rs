@@ -36,7 +36,14 @@ pub struct RetryArgs {
     /// Attempts per order, the first one included.
     #[arg(long, env = "COBRO_MAX_ATTEMPTS", default_value_t = 4)]
     pub max_attempts: u32,
+    /// Business retries of one payment method in a rolling 30 days, across
+    /// orders (Visa allows 15); the next is refused. 0 = no cap.
+    #[arg(long, env = "COBRO_RETRY_CARD_CAP", default_value_t = DEFAULT_CARD_CAP)]
+    pub retry_card_cap: u32,
 }
+
+/// Visa's limit: at most 15 retries of one card in 30 days.
+pub const DEFAULT_CARD_CAP: u32 = 15;
 
 impl RetryArgs {
     pub fn policy(&self) -> Result<RetryPolicy, ScheduleError> {
@@ -46,6 +53,7 @@ impl RetryArgs {
             self.retry_jitter,
             self.max_attempts,
         )
+        .map(|p| p.with_card_cap(self.retry_card_cap))
     }
 }
 
@@ -54,6 +62,7 @@ pub struct RetryPolicy {
     retryable: BTreeSet<String>,
     schedule: CheckSchedule,
     max_attempts: u32,
+    card_cap: u32,
 }
 
 impl Default for RetryPolicy {
@@ -89,11 +98,23 @@ impl RetryPolicy {
                 .collect(),
             schedule: CheckSchedule::parse(schedule, jitter)?,
             max_attempts: max_attempts.max(1),
+            card_cap: DEFAULT_CARD_CAP,
         })
+    }
+
+    /// Business retries allowed per payment method in 30 days (0 = no cap).
+    pub fn with_card_cap(mut self, cap: u32) -> Self {
+        self.card_cap = cap;
+        self
     }
 
     pub fn max_attempts(&self) -> u32 {
         self.max_attempts
+    }
+
+    /// `None` when there is no cap.
+    pub fn card_cap(&self) -> Option<u32> {
+        (self.card_cap > 0).then_some(self.card_cap)
     }
 
     pub fn is_retryable(&self, code: &str) -> bool {

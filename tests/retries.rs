@@ -23,6 +23,7 @@ on_both_backends!(
     a_retryable_decline_is_retried_later_with_a_new_key_and_a_final_one_never,
     notices_are_written_with_their_cause_and_acknowledged_once,
     a_scheduled_retry_runs_once_even_when_woken_twice_or_late,
+    the_sixteenth_retry_of_one_card_in_thirty_days_is_refused,
 );
 
 /// An order whose first attempt was declined.
@@ -353,5 +354,74 @@ async fn a_scheduled_retry_runs_once_even_when_woken_twice_or_late(b: Backend) {
         "{late:?}"
     );
     assert_eq!(db.attempts().await, 2);
+    db.drop_db().await;
+}
+
+/// The card network's rule (Visa: 15 retries of one card in 30 days),
+/// across orders: the 16th business retry of one payment method is refused
+/// with the reason; another card is not affected; without a cap (finance's
+/// manual retry) the store does not count.
+async fn the_sixteenth_retry_of_one_card_in_thirty_days_is_refused(b: Backend) {
+    let db = TestDb::new(b).await;
+    let on_card = |order: String, card: &'static str| {
+        let store = db.store.clone();
+        async move {
+            let req = ChargeRequest::parse(&order, 2_000, "USD", None, Some(card)).unwrap();
+            let id = store.enqueue(&req).await.unwrap().attempt_id;
+            let (a, _) = store.load(id).await.unwrap();
+            let a = step(&store, &a, Event::Claim, None).await;
+            step(&store, &a, Event::Declined, Some("insufficient_funds")).await
+        }
+    };
+    let cap = Some(cobro::retry::DEFAULT_CARD_CAP);
+    for i in 0..15 {
+        let a = on_card(format!("cap-{i}"), "pm_card_capped").await;
+        db.store
+            .business_retry_capped(a.id, IdempotencyKey::generate(), 4, cap, "scheduler", None)
+            .await
+            .unwrap_or_else(|e| panic!("retry {} of the card: {e}", i + 1));
+    }
+    let sixteenth = on_card("cap-15".into(), "pm_card_capped").await;
+    let refused = db
+        .store
+        .business_retry_capped(
+            sixteenth.id,
+            IdempotencyKey::generate(),
+            4,
+            cap,
+            "scheduler",
+            None,
+        )
+        .await
+        .unwrap_err();
+    assert!(matches!(refused, RetryError::CardCap(_)), "{refused}");
+    let why = refused.to_string();
+    assert!(
+        why.contains("15 business retries in the last 30 days")
+            && why.contains("COBRO_RETRY_CARD_CAP=15"),
+        "{why}"
+    );
+    let other = on_card("cap-other".into(), "pm_card_other").await;
+    db.store
+        .business_retry_capped(
+            other.id,
+            IdempotencyKey::generate(),
+            4,
+            cap,
+            "scheduler",
+            None,
+        )
+        .await
+        .expect("another card is not capped");
+    db.store
+        .business_retry(
+            sixteenth.id,
+            IdempotencyKey::generate(),
+            4,
+            "finance:ana",
+            None,
+        )
+        .await
+        .expect("finance's manual retry is not capped");
     db.drop_db().await;
 }

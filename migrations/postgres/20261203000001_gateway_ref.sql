@@ -12,7 +12,7 @@ LANGUAGE plpgsql AS $$
 BEGIN
     IF OLD.gateway_ref IS NOT NULL AND NEW.gateway_ref IS DISTINCT FROM OLD.gateway_ref THEN
         RAISE EXCEPTION 'attempt %: gateway_ref % is set once and never changes', OLD.id, OLD.gateway_ref
-            USING ERRCODE = 'CB003';
+            USING ERRCODE = 'CB008';
     END IF;
     RETURN NEW;
 END $$;

@@ -484,12 +484,32 @@ impl Store {
         actor: &str,
         expected_version: Option<i64>,
     ) -> Result<Retried, RetryError> {
+        self.business_retry_capped(attempt_id, key, max_attempts, None, actor, expected_version)
+            .await
+    }
+
+    /// [`Store::business_retry`], refused (`RetryError::CardCap`) when the
+    /// payment method already had `card_cap` business retries in the last
+    /// 30 days, across orders (the card network's rule).
+    pub async fn business_retry_capped(
+        &self,
+        attempt_id: Uuid,
+        key: crate::domain::IdempotencyKey,
+        max_attempts: u32,
+        card_cap: Option<u32>,
+        actor: &str,
+        expected_version: Option<i64>,
+    ) -> Result<Retried, RetryError> {
         let max = i32::try_from(max_attempts).unwrap_or(i32::MAX);
+        let cap = card_cap.map(|c| i32::try_from(c).unwrap_or(i32::MAX));
         let key = key.uuid();
         match &self.db {
-            Db::Pg(p) => pg::business_retry(p, attempt_id, key, max, actor, expected_version).await,
+            Db::Pg(p) => {
+                pg::business_retry(p, attempt_id, key, max, actor, expected_version, cap).await
+            }
             Db::Lite(p) => {
-                lite::retry::business_retry(p, attempt_id, key, max, actor, expected_version).await
+                lite::retry::business_retry(p, attempt_id, key, max, actor, expected_version, cap)
+                    .await
             }
         }
     }

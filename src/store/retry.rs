@@ -28,6 +28,10 @@ pub enum RetryError {
     AlreadyRetrying(String),
     #[error("{0}")]
     MaxAttempts(String),
+    /// The payment method has had its card network's number of business
+    /// retries in 30 days (`COBRO_RETRY_CARD_CAP`).
+    #[error("{0}")]
+    CardCap(String),
     /// The scheduled retry was already handled by another worker (the
     /// declined attempt moved since it was read).
     #[error("{0}")]

@@ -16,11 +16,12 @@ pub(crate) async fn business_retry(
     max_attempts: i32,
     actor: &str,
     expected_version: Option<i64>,
+    card_cap: Option<i32>,
 ) -> Result<Retried, RetryError> {
     let id = attempt_id.hyphenated().to_string();
     let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
     let Some(old) = sqlx::query(
-        "SELECT order_id, state, version, next_action_at FROM payment_attempts WHERE id = ?1",
+        "SELECT order_id, state, version, next_action_at, payment_method FROM payment_attempts WHERE id = ?1",
     )
     .bind(&id)
     .fetch_optional(&mut *tx)
@@ -59,6 +60,25 @@ pub(crate) async fn business_retry(
         return Err(RetryError::MaxAttempts(format!(
             "order {order} has had {n} attempts, the maximum"
         )));
+    }
+    // The card network's cap on retries of one card, across orders; the
+    // write lock (BEGIN IMMEDIATE) serialises the count and the insert.
+    let method: Option<String> = old.try_get("payment_method")?;
+    if let (Some(cap), Some(method)) = (card_cap.filter(|c| *c > 0), method) {
+        let retries: i64 = sqlx::query_scalar(concat!(
+            "SELECT count(*) FROM payment_attempts
+              WHERE payment_method = ?1 AND kind = 'business_retry' AND created_at > ",
+            now_ms!(),
+            " - 30 * 86400000"
+        ))
+        .bind(&method)
+        .fetch_one(&mut *tx)
+        .await?;
+        if retries >= i64::from(cap) {
+            return Err(RetryError::CardCap(format!(
+                "the payment method of order {order} has had {retries} business retries in the last 30 days, the card network's limit (COBRO_RETRY_CARD_CAP={cap}): no further retry"
+            )));
+        }
     }
     let new_id = Uuid::new_v4();
     let inserted = sqlx::query(concat!(

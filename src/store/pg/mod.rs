@@ -413,15 +413,17 @@ pub(super) async fn business_retry(
     max_attempts: i32,
     actor: &str,
     expected_version: Option<i64>,
+    card_cap: Option<i32>,
 ) -> Result<super::retry::Retried, super::retry::RetryError> {
     use super::retry::{Retried, RetryError};
     let row: Result<(Uuid, Uuid, i32), sqlx::Error> =
-        sqlx::query_as("SELECT * FROM cobro.business_retry($1, $2, $3, $4, $5)")
+        sqlx::query_as("SELECT * FROM cobro.business_retry($1, $2, $3, $4, $5, $6)")
             .bind(attempt_id)
             .bind(key)
             .bind(max_attempts)
             .bind(actor)
             .bind(expected_version)
+            .bind(card_cap)
             .fetch_one(pool)
             .await;
     match row {
@@ -442,6 +444,7 @@ pub(super) async fn business_retry(
                 Some("CB001") => RetryError::AlreadyRetrying(msg),
                 Some("CB005") => RetryError::MaxAttempts(msg),
                 Some("CB006") => RetryError::AlreadyHandled(msg),
+                Some("CB007") => RetryError::CardCap(msg),
                 _ => RetryError::Db(e),
             })
         }
