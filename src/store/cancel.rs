@@ -112,7 +112,8 @@ fn decide(order: &str, attempts: &[Attempt]) -> Result<Vec<Attempt>, CancelError
         .iter()
         .filter(|a| match a.state {
             State::Pendiente => true,
-            State::Rechazado => a.next_action_at.is_some(),
+            // A retry due, or one parked (breaker open, sending paused).
+            State::Rechazado => a.next_action_at.is_some() || a.parked_since.is_some(),
             _ => false,
         })
         .cloned()
