@@ -125,6 +125,21 @@ async fn pausing_stops_new_charges_lookups_go_on_and_resume_sends_once(b: Backen
         page.contains("id=\"paused\"") && page.contains("INC-7"),
         "the banner on finance's page"
     );
+    for path in [
+        "/finance/summary".to_owned(),
+        format!("/finance/attempts/{fresh}"),
+    ] {
+        let other = reqwest::Client::new()
+            .get(format!("{}{path}", web.url))
+            .basic_auth("ana", Some(secret("ana")))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        assert!(other.contains("id=\"paused\""), "the banner on {path}");
+    }
     let metrics = reqwest::Client::new()
         .get(format!("{}/metrics", web.url))
         .bearer_auth(secret("prom"))

@@ -8,10 +8,10 @@ use std::fmt::Write as _;
 use super::page::esc;
 use crate::store::{GatewayHealth, Store};
 
-/// The banner for the top of the queue; empty when all is well. A
-/// database error shows as such: the page still renders.
-pub(super) async fn banner(store: &Store) -> String {
-    let mut out = match store.pause_state().await {
+/// The incident switch, when sending is paused; empty otherwise. On every
+/// finance page that shows data (the queue, an attempt, the summary).
+pub(super) async fn pause_banner(store: &Store) -> String {
+    match store.pause_state().await {
         Ok(Some(p)) if p.paused => format!(
             "<p class=\"note err\" id=\"paused\">Sending paused since {} by {}{}: no new charge \
              is sent and no business retry is made; lookups go on. Attempts due meanwhile wait \
@@ -27,7 +27,14 @@ pub(super) async fn banner(store: &Store) -> String {
             "<p class=\"note err\" id=\"paused\">Could not read the incident switch: {}</p>",
             esc(&e.to_string())
         ),
-    };
+    }
+}
+
+/// The banner for the top of the queue: the switch, then the gateway's
+/// health; empty when all is well. A database error shows as such: the
+/// page still renders.
+pub(super) async fn banner(store: &Store) -> String {
+    let mut out = pause_banner(store).await;
     match store.gateway_health().await {
         Ok(health) => out.push_str(&render(&health)),
         Err(e) => {

@@ -500,6 +500,7 @@ async fn render_detail(
     }
     body.push_str("</tbody></table>");
     let title = format!("Order {}", a.order_id);
+    let body = super::gateway::pause_banner(&fin.store).await + &body;
     (status, page(&title, person, &body)).into_response()
 }
 
@@ -597,7 +598,8 @@ pub(super) async fn summary(
     match finance::summarize(&fin.store, fin.cfg.stale_after, chrono::Utc::now()).await {
         Ok(s) => {
             let body = format!(
-                "<p><a href=\"/finance/api/summary\">JSON</a></p><pre id=\"summary\">{}</pre>",
+                "{}<p><a href=\"/finance/api/summary\">JSON</a></p><pre id=\"summary\">{}</pre>",
+                super::gateway::pause_banner(&fin.store).await,
                 esc(&s.to_text())
             );
             let mut resp = page("Daily summary", &person, &body).into_response();
