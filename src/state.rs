@@ -25,7 +25,8 @@ pub enum State {
     /// Charged, exactly once.
     #[serde(rename = "APROBADO")]
     Aprobado,
-    /// The gateway declined this attempt.
+    /// The gateway declined this attempt, or the app or finance cancelled
+    /// it before it was sent (`Event::Cancel`, with its reason).
     #[serde(rename = "RECHAZADO")]
     Rechazado,
     /// Finance must decide (the escalation queue).
