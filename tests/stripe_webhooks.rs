@@ -24,6 +24,30 @@ on_both_backends!(
     an_event_without_cobros_metadata_finds_its_attempt_by_payment_intent,
 );
 
+/// The web process's Stripe signing secret and its verifier.
+fn stripe_verifier() -> (&'static str, Verifier) {
+    let secret = "whsec_cobro_test_localstripe_0123456789";
+    let verifier = Verifier::new(
+        Scheme::Stripe,
+        vec![Secret::parse(Scheme::Stripe, secret).unwrap()],
+    )
+    .unwrap();
+    (secret, verifier)
+}
+
+/// `body` POSTed to the web process's webhook route, signed as Stripe does.
+async fn post_signed(web: &Web, verifier: &Verifier, body: &[u8]) -> reqwest::Response {
+    let now = chrono::Utc::now().timestamp();
+    let mut post = reqwest::Client::new()
+        .post(format!("{}/webhooks/gateway", web.url))
+        .header("Content-Type", "application/json")
+        .body(body.to_vec());
+    for (k, v) in verifier.sign("", now, body) {
+        post = post.header(k, v);
+    }
+    post.send().await.unwrap()
+}
+
 /// An attempt as a worker leaves it when it vanishes after sending the
 /// confirm: DESCONOCIDO, its PaymentIntent created (unconfirmed here) and
 /// recorded.
@@ -66,12 +90,7 @@ async fn a_webhook_from_localstripe_settles_a_desconocido_attempt_once(b: Backen
     init_logs();
     let db = TestDb::new(b).await;
     let stripe = LocalStripe::start().await;
-    let secret = "whsec_cobro_test_localstripe_0123456789";
-    let verifier = Verifier::new(
-        Scheme::Stripe,
-        vec![Secret::parse(Scheme::Stripe, secret).unwrap()],
-    )
-    .unwrap();
+    let (secret, verifier) = stripe_verifier();
     let web = start_web(&db.store, verifier.clone()).await;
     stripe
         .register_webhook(&format!("{}/webhooks/gateway", web.url), secret)
@@ -89,15 +108,7 @@ async fn a_webhook_from_localstripe_settles_a_desconocido_attempt_once(b: Backen
     // localstripe's event, replayed with a valid signature: stored once.
     let event = stripe.event("payment_intent.succeeded").await;
     let body = serde_json::to_vec(&event).unwrap();
-    let now = chrono::Utc::now().timestamp();
-    let mut post = reqwest::Client::new()
-        .post(format!("{}/webhooks/gateway", web.url))
-        .header("Content-Type", "application/json")
-        .body(body.clone());
-    for (k, v) in verifier.sign("", now, &body) {
-        post = post.header(k, v);
-    }
-    let replay = post.send().await.unwrap();
+    let replay = post_signed(&web, &verifier, &body).await;
     assert!(replay.status().is_success(), "{}", replay.status());
     let text = replay.text().await.unwrap();
     assert!(text.contains("duplicate"), "{text}");
@@ -135,12 +146,7 @@ async fn a_dispute_opens_a_case_for_finance_once(b: Backend) {
     let id = db.store.enqueue(&req).await.unwrap().attempt_id;
     let a = settled(&db.store, id, State::Aprobado, Duration::from_secs(30)).await;
     worker.stop().await;
-    let secret = "whsec_cobro_test_localstripe_0123456789";
-    let verifier = Verifier::new(
-        Scheme::Stripe,
-        vec![Secret::parse(Scheme::Stripe, secret).unwrap()],
-    )
-    .unwrap();
+    let (_, verifier) = stripe_verifier();
     let web = start_web(&db.store, verifier.clone()).await;
     let now = chrono::Utc::now().timestamp();
     let event = serde_json::json!({
@@ -151,14 +157,8 @@ async fn a_dispute_opens_a_case_for_finance_once(b: Backend) {
     });
     let body = serde_json::to_vec(&event).unwrap();
     for _ in 0..2 {
-        let mut post = reqwest::Client::new()
-            .post(format!("{}/webhooks/gateway", web.url))
-            .header("Content-Type", "application/json")
-            .body(body.clone());
-        for (k, v) in verifier.sign("", now, &body) {
-            post = post.header(k, v);
-        }
-        assert!(post.send().await.unwrap().status().is_success());
+        let answer = post_signed(&web, &verifier, &body).await;
+        assert!(answer.status().is_success());
     }
     let cases = db.store.open_cases().await.unwrap();
     let disputes: Vec<_> = cases.iter().filter(|c| c.kind == "dispute").collect();
@@ -181,12 +181,7 @@ async fn an_event_without_cobros_metadata_finds_its_attempt_by_payment_intent(b:
     init_logs();
     let db = TestDb::new(b).await;
     let stripe = LocalStripe::start().await;
-    let secret = "whsec_cobro_test_localstripe_0123456789";
-    let verifier = Verifier::new(
-        Scheme::Stripe,
-        vec![Secret::parse(Scheme::Stripe, secret).unwrap()],
-    )
-    .unwrap();
+    let (_, verifier) = stripe_verifier();
     let web = start_web(&db.store, verifier.clone()).await;
     let req = ChargeRequest::parse("ord-nometa", 900, "EUR", None, Some("pm_card_visa")).unwrap();
     let (id, pi) = desconocido_with_intent(&db, &stripe, &req).await;
@@ -197,14 +192,11 @@ async fn an_event_without_cobros_metadata_finds_its_attempt_by_payment_intent(b:
         "data": {"object": {"id": pi, "object": "payment_intent", "status": "succeeded", "metadata": {}}}
     });
     let body = serde_json::to_vec(&event).unwrap();
-    let mut post = reqwest::Client::new()
-        .post(format!("{}/webhooks/gateway", web.url))
-        .header("Content-Type", "application/json")
-        .body(body.clone());
-    for (k, v) in verifier.sign("", now, &body) {
-        post = post.header(k, v);
-    }
-    let answer = post.send().await.unwrap().text().await.unwrap();
+    let answer = post_signed(&web, &verifier, &body)
+        .await
+        .text()
+        .await
+        .unwrap();
     assert!(answer.contains("applied"), "{answer}");
     let a = settled(&db.store, id, State::Aprobado, Duration::from_secs(5)).await;
     assert_eq!(a.gateway_charge_id.as_deref(), Some(pi.as_str()));

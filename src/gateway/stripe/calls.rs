@@ -207,18 +207,7 @@ impl StripeGateway {
             .await
         {
             Ok(a) => a,
-            Err(Transport::NotSent(k)) => {
-                return ChargeOutcome::Deferred {
-                    why: Deferral::NotSent,
-                    retry_after: None,
-                    evidence: ev(k, None, None),
-                };
-            }
-            Err(Transport::Unknown(k)) => {
-                return ChargeOutcome::Unknown {
-                    evidence: ev(k, None, None),
-                };
-            }
+            Err(t) => return unanswered_send(t, ev("", None, None)),
         };
         if a.code == 200 {
             let Some(obj) = parse(&a) else {
@@ -351,6 +340,28 @@ fn unanswered_create(evidence: Evidence) -> ChargeOutcome {
                 "no answer to the PaymentIntent's create; unconfirmed, it moved no money".into()
             })),
             ..evidence
+        },
+    }
+}
+
+/// A send (a confirm, a refund) that got no response: not sent when the
+/// connection was never made, unknown otherwise. `ev` is the call's
+/// evidence; its kind becomes the transport's.
+pub(super) fn unanswered_send(t: Transport, ev: Evidence) -> ChargeOutcome {
+    match t {
+        Transport::NotSent(kind) => ChargeOutcome::Deferred {
+            why: Deferral::NotSent,
+            retry_after: None,
+            evidence: Evidence {
+                error_kind: kind.into(),
+                ..ev
+            },
+        },
+        Transport::Unknown(kind) => ChargeOutcome::Unknown {
+            evidence: Evidence {
+                error_kind: kind.into(),
+                ..ev
+            },
         },
     }
 }

@@ -4,10 +4,9 @@
 
 use std::time::Instant;
 
-use super::calls::{Refusal, auth_fault, detail_of, not_now, parse, refusal};
+use super::calls::{Refusal, auth_fault, detail_of, not_now, parse, refusal, unanswered_send};
 use super::classify::{self, META_KEY, META_ORDER, Object};
 use super::{StripeGateway, evidence, lookup_evidence};
-use crate::gateway::http::Transport;
 use crate::gateway::{ChargeOutcome, Deferral, Evidence, LookupCall, LookupOutcome, RefundCall};
 
 impl StripeGateway {
@@ -29,18 +28,7 @@ impl StripeGateway {
         ];
         let a = match self.post("/v1/refunds", &key, &form).await {
             Ok(a) => a,
-            Err(Transport::NotSent(k)) => {
-                return ChargeOutcome::Deferred {
-                    why: Deferral::NotSent,
-                    retry_after: None,
-                    evidence: ev(k, None, None),
-                };
-            }
-            Err(Transport::Unknown(k)) => {
-                return ChargeOutcome::Unknown {
-                    evidence: ev(k, None, None),
-                };
-            }
+            Err(t) => return unanswered_send(t, ev("", None, None)),
         };
         if a.code == 200 {
             return match parse(&a) {
