@@ -498,11 +498,13 @@ fn snapshot(a: &Attempt) -> Snapshot {
 }
 
 /// What a lookup of `a` carries: its key, its recorded gateway object, and
-/// for a refund the gateway's id of the charge it refunds.
+/// for a refund the gateway's id of the charge it refunds (a duplicate's
+/// own id when it refunds one).
 pub async fn lookup_call(store: &Store, a: &Attempt) -> Result<LookupCall, StoreError> {
-    let charge_id = match a.refund_of {
-        Some(charge) => store.load(charge).await?.0.gateway_charge_id,
-        None => None,
+    let charge_id = match (a.refund_of, &a.refund_of_gateway) {
+        (_, Some(duplicate)) => Some(duplicate.clone()),
+        (Some(charge), None) => store.load(charge).await?.0.gateway_charge_id,
+        (None, None) => None,
     };
     Ok(LookupCall {
         key: IdempotencyKey::from_uuid(a.idempotency_key),

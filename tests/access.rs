@@ -81,6 +81,31 @@ async fn open_case(db: &TestDb, gateway_ref: &str) -> i64 {
         .id
 }
 
+/// A `double_charge` case for `order`: its approved charge `ch_access`
+/// and two duplicates, `ch_dup_api` and `ch_dup_form`.
+async fn double_charge_case(db: &TestDb, order: &str) -> i64 {
+    let record = |id: &str| {
+        json!({"kind": "charges", "id": id, "idempotency_key": "k", "order_id": order,
+               "amount_minor": 1000, "currency": "USD", "status": "approved",
+               "at": "2026-12-01T00:00:00Z"})
+    };
+    let details =
+        json!({"gateway": [record("ch_access"), record("ch_dup_api"), record("ch_dup_form")]})
+            .to_string();
+    db.exec(
+        "INSERT INTO cobro.recon_cases (kind, dedupe_key, order_id, gateway_ref, details, window_from, window_to)
+         VALUES ('double_charge', 'double_charge:access', $1, 'ch_access,ch_dup_api,ch_dup_form',
+                 $2::jsonb, now() - interval '1 day', now())",
+        "INSERT INTO recon_cases (kind, dedupe_key, order_id, gateway_ref, details, window_from, window_to, opened_at)
+         VALUES ('double_charge', 'double_charge:access', ?1, 'ch_access,ch_dup_api,ch_dup_form', ?2, 0, 1, 2)",
+        &[order, &details],
+    )
+    .await
+    .unwrap();
+    let cases = db.store.open_cases().await.unwrap();
+    cases.iter().find(|c| c.kind == "double_charge").unwrap().id
+}
+
 /// How a request presents itself.
 #[derive(Clone, Copy, Debug)]
 enum Cred<'a> {
@@ -184,6 +209,7 @@ async fn every_route_needs_a_credential_with_its_scope(b: Backend) {
     let rejected = declined(&db.store, "acc-declined").await;
     let case_form = open_case(&db, "ch_form").await;
     let case_api = open_case(&db, "ch_api").await;
+    let doubled = double_charge_case(&db, &charge.order_id).await;
     let token = form_token(&http, &web.url, "ana", review_form.id).await;
 
     let get = |path: String, holder, outsider, basic| Route {
@@ -251,6 +277,13 @@ async fn every_route_needs_a_credential_with_its_scope(b: Backend) {
             format!("/finance/cases/{case_form}/resolve"),
             vec![("form_token", token.clone()), ("note", "refunded".into())],
         ),
+        post_form(
+            format!("/finance/cases/{doubled}/refund-duplicate"),
+            vec![
+                ("form_token", token.clone()),
+                ("charge_id", "ch_dup_form".into()),
+            ],
+        ),
         get("/finance/api/escalations".into(), "ana", "app", false),
         get(
             format!("/finance/api/attempts/{}", review_api.id),
@@ -277,6 +310,13 @@ async fn every_route_needs_a_credential_with_its_scope(b: Backend) {
         post_json(
             format!("/finance/api/cases/{case_api}/resolve"),
             json!({"note": "checked"}),
+            None,
+            "luis",
+            "agent",
+        ),
+        post_json(
+            format!("/finance/api/cases/{doubled}/refund-duplicate"),
+            json!({"charge_id": "ch_dup_api"}),
             None,
             "luis",
             "agent",
@@ -357,10 +397,29 @@ async fn every_route_needs_a_credential_with_its_scope(b: Backend) {
         actor_of_last(review_api.id).await,
         ("RECHAZADO".to_owned(), "finance:ana".to_owned())
     );
-    let refunds = db.store.refunds_of(charge.id).await.unwrap();
+    let (refunds, duplicates): (Vec<_>, Vec<_>) = db
+        .store
+        .refunds_of(charge.id)
+        .await
+        .unwrap()
+        .into_iter()
+        .partition(|r| r.refund_of_gateway.is_none());
     assert_eq!(refunds.len(), 1);
     let log = db.store.transitions(refunds[0].id).await.unwrap();
     assert_eq!(log[0].actor, "api:app");
+    let mut approvers = Vec::new();
+    for d in &duplicates {
+        let log = db.store.transitions(d.id).await.unwrap();
+        approvers.push((d.refund_of_gateway.clone().unwrap(), log[0].actor.clone()));
+    }
+    approvers.sort();
+    assert_eq!(
+        approvers,
+        [
+            ("ch_dup_api".to_owned(), "finance:luis".to_owned()),
+            ("ch_dup_form".to_owned(), "finance:ana".to_owned())
+        ]
+    );
     let new_charge = db.store.attempts_for_order("acc-new").await.unwrap();
     let log = db.store.transitions(new_charge[0].id).await.unwrap();
     assert_eq!(
@@ -374,7 +433,19 @@ async fn every_route_needs_a_credential_with_its_scope(b: Backend) {
         .await
         .unwrap();
     assert_eq!(log[0].actor, "finance:luis");
-    assert!(db.store.open_cases().await.unwrap().is_empty());
+    let open: Vec<i64> = db
+        .store
+        .open_cases()
+        .await
+        .unwrap()
+        .iter()
+        .map(|c| c.id)
+        .collect();
+    assert_eq!(
+        open,
+        [doubled],
+        "refunding a duplicate leaves its case open"
+    );
     web.stop().await;
     db.drop_db().await;
 }
@@ -419,6 +490,10 @@ async fn the_agent_reads_the_queue_and_the_summary_and_writes_nothing(b: Backend
         (
             format!("/finance/api/cases/{case}/resolve"),
             json!({"note": "n"}),
+        ),
+        (
+            format!("/finance/api/cases/{case}/refund-duplicate"),
+            json!({"charge_id": "ch_1"}),
         ),
         (
             "/charges".into(),

@@ -198,6 +198,7 @@ async fn oversized_bodies_get_413_on_every_route(b: Backend) {
         ("/refunds".to_owned(), "app"),
         (format!("/finance/api/attempts/{id}/resolve"), "ana"),
         ("/finance/api/cases/1/resolve".to_owned(), "ana"),
+        ("/finance/api/cases/1/refund-duplicate".to_owned(), "ana"),
     ] {
         let resp = http
             .post(format!("{}{path}", web.url))

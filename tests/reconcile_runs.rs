@@ -205,6 +205,7 @@ async fn two_workers_run_the_daily_window_once(b: Backend) {
         args.reconcile = ReconcileArgs {
             reconcile_at: ReconcileAt::parse("00:00").unwrap(),
             reconcile_retry: Duration::from_secs(900),
+            ..ReconcileArgs::off()
         };
         args
     };

@@ -87,6 +87,19 @@ pub enum EscalationCommand {
         #[arg(long)]
         note: String,
     },
+    /// Refund a charge the gateway made twice (a double_charge case): a
+    /// refund attempt against the duplicate's gateway id, approved by you.
+    /// Asking again returns the same refund.
+    RefundDuplicate {
+        #[arg(long = "case")]
+        case_id: i64,
+        /// The duplicate's gateway id, as the case lists it.
+        #[arg(long)]
+        charge: String,
+        /// Your name: who approved it (kept as finance:<name>).
+        #[arg(long)]
+        by: String,
+    },
     /// The daily summary: counts and amounts by state and age, oldest items.
     Summary {
         #[arg(long)]
@@ -268,6 +281,22 @@ pub async fn run(
                 "case {} closed by {}",
                 case.id,
                 case.resolved_by.unwrap_or_default()
+            );
+        }
+        EscalationCommand::RefundDuplicate {
+            case_id,
+            charge,
+            by,
+        } => {
+            let r = store.refund_duplicate(case_id, &charge, &by).await?;
+            let what = if r.created {
+                "asked for"
+            } else {
+                "already asked for"
+            };
+            println!(
+                "refund {} of duplicate {charge} {what} (key {}, {})",
+                r.refund_id, r.idempotency_key, r.state
             );
         }
         EscalationCommand::Summary { json } => {

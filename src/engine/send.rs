@@ -253,13 +253,16 @@ fn unsendable_evidence(
     }
 }
 
-/// The refund call for `refund` of the approved `charge`.
+/// The refund call for `refund` of the approved `charge`: against the
+/// charge's own gateway id, or, for the refund of a gateway-side duplicate,
+/// against the duplicate's (the charge is then only its anchor).
 fn refund_call(refund: &Attempt, charge: &Attempt) -> Result<RefundCall, InputError> {
     let charge_id = charge
         .gateway_charge_id
         .clone()
         .filter(|_| charge.state == crate::state::State::Aprobado)
         .ok_or_else(|| InputError::new("refund_of", "the refunded charge is not APROBADO"))?;
+    let charge_id = refund.refund_of_gateway.clone().unwrap_or(charge_id);
     Ok(RefundCall {
         key: IdempotencyKey::from_uuid(refund.idempotency_key),
         charge_id,

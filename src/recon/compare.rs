@@ -65,7 +65,7 @@ pub fn compare(
     ours: &[Attempt],
 ) -> Comparison {
     let index = Ours::new(ours);
-    let (doubles, doubled) = double_charges(charges, &index);
+    let (doubles, doubled) = double_charges(charges, refunds, &index);
     let mut out = Comparison {
         findings: doubles,
         ..Comparison::default()
@@ -249,14 +249,23 @@ fn approvals_per_key(records: &[GatewayRecord]) -> HashMap<Uuid, usize> {
 }
 
 /// One `double_charge` finding per order with two or more approved charges
-/// in the listing, and the ids of those charges.
+/// in the listing, and the ids of those charges. Its details count the
+/// charges the listed approved refunds have not fully returned
+/// (`unrefunded`): below two, the customer is no longer out of pocket.
 fn double_charges<'g>(
     charges: &'g [GatewayRecord],
+    refunds: &[GatewayRecord],
     ours: &Ours<'_>,
 ) -> (Vec<Finding>, HashSet<&'g String>) {
     let mut by_order: BTreeMap<&str, Vec<&GatewayRecord>> = BTreeMap::new();
     for g in charges.iter().filter(|g| g.is_approved()) {
         by_order.entry(g.order_id.as_str()).or_default().push(g);
+    }
+    let mut refunded: HashMap<&str, i64> = HashMap::new();
+    for r in refunds.iter().filter(|r| r.is_approved()) {
+        if let Some(charge) = r.charge_id.as_deref() {
+            *refunded.entry(charge).or_insert(0) += r.amount_minor;
+        }
     }
     let mut findings = Vec::new();
     let mut doubled = HashSet::new();
@@ -267,6 +276,10 @@ fn double_charges<'g>(
         doubled.extend(ids);
         let attempts = ours.of_order(false, order);
         let approved = attempts.iter().find(|a| a.state == State::Aprobado);
+        let unrefunded = group
+            .iter()
+            .filter(|g| refunded.get(g.id.as_str()).copied().unwrap_or(0) < g.amount_minor)
+            .count();
         findings.push(Finding {
             kind: CaseKind::DoubleCharge,
             dedupe_key: format!("double_charge:{order}:{joined}"),
@@ -275,6 +288,7 @@ fn double_charges<'g>(
             gateway_ref: Some(joined),
             details: json!({
                 "reason": format!("{} approved charges at the gateway for one order", group.len()),
+                "unrefunded": unrefunded,
                 "gateway": group,
                 "ours": attempts.iter().map(|a| summary(a)).collect::<Vec<_>>(),
             }),

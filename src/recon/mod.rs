@@ -14,7 +14,8 @@
 //! - [`schedule`]: the window type, `--from/--to` parsing, which window is due.
 //! - [`compare`]: the pure comparison (findings, auto-resolutions, what to confirm).
 //! - [`run`]: one run: list → load ours → compare → confirm → resolve → record.
-//! - [`periodic`]: the worker's daily loop with a database claim per window.
+//! - [`periodic`]: the worker's daily and intraday loop with a database claim
+//!   per window.
 //! - [`cli`]: `cobro reconcile --from --to`.
 
 mod cli;
@@ -32,7 +33,7 @@ pub use cli::{ReconcileCommand, run_command};
 pub use compare::{Comparison, Resolution, Verdict, compare, confirm_missing, judge};
 pub use periodic::{ReconcileArgs, STALE_AFTER, due_now, reconcile_loop, run_once};
 pub use run::{CaseLine, ReconError, Report, ResolvedLine, reconcile};
-pub use schedule::{ReconcileAt, Window, due_window, parse_when};
+pub use schedule::{Intraday, ReconcileAt, Window, due_window, intraday_window, parse_when};
 
 /// Who auto-resolutions are attributed to in the transition log.
 pub const ACTOR: &str = "reconciler";

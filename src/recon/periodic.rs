@@ -1,14 +1,19 @@
-//! The daily reconciliation in the worker process: a loop that, about once
-//! a minute, asks the database for the claim of the latest due window (the
-//! previous UTC day once `COBRO_RECONCILE_AT` has passed, by the database's
-//! clock) and runs it.
+//! Reconciliation in the worker process: a loop that asks the database for
+//! the claim of each due window and runs it:
+//! - the daily close: the previous UTC day once `COBRO_RECONCILE_AT` has
+//!   passed, by the database's clock, asked about once a minute;
+//! - the intraday run: every `COBRO_RECONCILE_INTRADAY` (10 minutes), the
+//!   current UTC day up to the latest slot boundary, so a double charge
+//!   opens its case within one interval instead of the next day.
 //!
 //! Invariant: with any number of workers one runs each window (the claim is
-//! a row per window); a failed run (gateway unreachable) is tried again
-//! after `COBRO_RECONCILE_RETRY`, a run whose holder vanished after
-//! [`STALE_AFTER`]. Correctness never rests on the claim: cases are
-//! idempotent and settling is a compare-and-set, so two runs of one window
-//! (a stale holder, a person's `cobro reconcile`) open nothing twice.
+//! a row per window; intraday slots are counted from the epoch, so every
+//! worker names the same window); a failed run (gateway unreachable) is
+//! tried again after `COBRO_RECONCILE_RETRY`, a run whose holder vanished
+//! after [`STALE_AFTER`]. Correctness never rests on the claim: cases are
+//! idempotent and settling is a compare-and-set, so two runs over one day
+//! (intraday and the daily close, a stale holder, a person's
+//! `cobro reconcile`) open nothing twice.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -19,6 +24,7 @@ use serde_json::json;
 use tokio::sync::watch;
 use tracing::{info, warn};
 
+use super::schedule::{Intraday, intraday_window};
 use super::{ReconcileAt, Window, due_window, reconcile};
 use crate::backoff::parse_duration_arg as duration;
 use crate::gateway::Gateway;
@@ -41,19 +47,24 @@ pub struct ReconcileArgs {
     /// window is tried again.
     #[arg(long, env = "COBRO_RECONCILE_RETRY", default_value = "15m", value_parser = duration)]
     pub reconcile_retry: Duration,
+    /// How often the current UTC day so far is reconciled (same-day
+    /// detection of double charges), or `off`.
+    #[arg(long, env = "COBRO_RECONCILE_INTRADAY", default_value = "10m", value_parser = Intraday::parse)]
+    pub reconcile_intraday: Intraday,
 }
 
 impl ReconcileArgs {
-    /// No daily reconciliation (tests, the demo).
+    /// No reconciliation, daily or intraday (tests, the demo).
     pub fn off() -> Self {
         Self {
             reconcile_at: ReconcileAt::Off,
             reconcile_retry: Duration::from_secs(900),
+            reconcile_intraday: Intraday::Off,
         }
     }
 }
 
-/// Runs until `stop` changes; does nothing when the schedule is `off`.
+/// Runs until `stop` changes; returns at once when both schedules are off.
 pub async fn reconcile_loop(
     store: Store,
     gateway: Arc<dyn Gateway>,
@@ -61,21 +72,53 @@ pub async fn reconcile_loop(
     worker: String,
     mut stop: watch::Receiver<bool>,
 ) {
-    let ReconcileAt::Daily(at) = args.reconcile_at else {
-        return;
+    let daily = match args.reconcile_at {
+        ReconcileAt::Daily(at) => Some(at),
+        ReconcileAt::Off => None,
     };
-    info!(%at, "daily reconciliation scheduled (UTC)");
+    let intraday = match args.reconcile_intraday {
+        Intraday::Every(every) => Some(every),
+        Intraday::Off => None,
+    };
+    if daily.is_none() && intraday.is_none() {
+        return;
+    }
+    info!(daily = ?daily, intraday = ?intraday, "reconciliation scheduled (UTC)");
+    let tick = intraday.map_or(TICK, |every| every.min(TICK));
+    // The slot current at start-up is left to whoever ran it; the next
+    // one covers the whole day so far anyway.
+    let mut last_slot = match intraday {
+        Some(every) => store
+            .now()
+            .await
+            .ok()
+            .and_then(|now| intraday_window(now, every)),
+        None => None,
+    };
     loop {
         let run = async {
-            let window = due_now(&store, at).await?;
-            run_once(
-                &store,
-                gateway.as_ref(),
-                &window,
-                &worker,
-                args.reconcile_retry,
-            )
-            .await
+            if let Some(at) = daily {
+                let window = due_now(&store, at).await?;
+                run_once(
+                    &store,
+                    gateway.as_ref(),
+                    &window,
+                    &worker,
+                    args.reconcile_retry,
+                )
+                .await?;
+            }
+            if let Some(every) = intraday {
+                let window = intraday_window(store.now().await?, every);
+                if window.is_some() && window != last_slot {
+                    last_slot = window;
+                    if let Some(window) = window {
+                        let retry = args.reconcile_retry.min(every);
+                        run_once(&store, gateway.as_ref(), &window, &worker, retry).await?;
+                    }
+                }
+            }
+            Ok::<_, StoreError>(())
         };
         tokio::select! {
             done = run => {
@@ -86,7 +129,7 @@ pub async fn reconcile_loop(
             _ = stop.changed() => return,
         }
         tokio::select! {
-            _ = tokio::time::sleep(TICK) => {}
+            _ = tokio::time::sleep(tick) => {}
             _ = stop.changed() => return,
         }
     }

@@ -51,6 +51,10 @@ pub struct Report {
     pub resolved: Vec<ResolvedLine>,
     /// Approved at the gateway while a worker holds our attempt.
     pub in_flight: Vec<Uuid>,
+    /// Orders the gateway charged twice or more whose extra charges are not
+    /// all refunded yet (the `cobro_gateway_double_charges` gauge: the
+    /// seed's "any non-zero value opens a review").
+    pub gateway_double_charges: usize,
 }
 
 /// A finding and its case.
@@ -238,6 +242,11 @@ fn report(
         cases,
         resolved: Vec::new(),
         in_flight: Vec::new(),
+        gateway_double_charges: findings
+            .iter()
+            .filter(|f| f.kind == CaseKind::DoubleCharge)
+            .filter(|f| f.details["unrefunded"].as_u64().unwrap_or(2) >= 2)
+            .count(),
     }
 }
 
@@ -264,6 +273,10 @@ impl Report {
                 c.gateway_ref.as_deref().unwrap_or("-")
             ));
         }
+        out.push_str(&format!(
+            "  orders charged twice at the gateway, not yet refunded: {}\n",
+            self.gateway_double_charges
+        ));
         out.push_str(&format!("  auto-resolved: {}\n", self.resolved.len()));
         for r in &self.resolved {
             out.push_str(&format!(

@@ -1,9 +1,12 @@
 //! Time for reconciliation: the half-open window a run covers, how a person
-//! writes its ends, and which window the daily job is due to run.
+//! writes its ends, and which window the daily job and the intraday run are
+//! due to run.
 //!
 //! Invariant: pure (the caller passes `now`); a [`Window`] always has
 //! `from < to` and is half-open, `[from, to)`, on both sides of the
 //! comparison (the gateway's execution time, our attempts' creation time).
+
+use std::time::Duration;
 
 use chrono::{DateTime, NaiveDate, NaiveTime, TimeDelta, Utc};
 use serde::Serialize;
@@ -99,4 +102,39 @@ pub fn due_window(now: DateTime<Utc>, at: NaiveTime) -> Window {
         today - TimeDelta::days(1)
     };
     Window::day(end - TimeDelta::days(1))
+}
+
+/// How often the intraday run covers the current UTC day so far.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Intraday {
+    Off,
+    Every(Duration),
+}
+
+impl Intraday {
+    /// `off`, or a duration of at least one second (`10m`, `2s`).
+    pub fn parse(raw: &str) -> Result<Self, String> {
+        let raw = raw.trim();
+        if raw.eq_ignore_ascii_case("off") {
+            return Ok(Intraday::Off);
+        }
+        let every = crate::backoff::parse_duration_arg(raw)?;
+        if every < Duration::from_secs(1) || every > Duration::from_secs(86_400) {
+            return Err(format!("{raw:?} must be between 1s and 24h (or off)"));
+        }
+        Ok(Intraday::Every(every))
+    }
+}
+
+/// The intraday window due at `now` for runs every `every`: from the start
+/// of the UTC day to the latest slot boundary (slots are counted from the
+/// Unix epoch, so every worker computes the same boundaries). `None` right
+/// at midnight, when the day so far is empty (the daily close covers the
+/// day before).
+pub fn intraday_window(now: DateTime<Utc>, every: Duration) -> Option<Window> {
+    let step = every.as_millis().max(1) as i64;
+    let slot_end = now.timestamp_millis().div_euclid(step) * step;
+    let to = DateTime::<Utc>::from_timestamp_millis(slot_end)?;
+    let from = to.date_naive().and_time(NaiveTime::MIN).and_utc();
+    Window::new(from, to).ok()
 }

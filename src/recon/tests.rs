@@ -2,6 +2,8 @@
 //! settling only the unambiguous, confirming before calling something
 //! missing) and the schedule (which window is due, how ends are written).
 
+use std::time::Duration;
+
 use chrono::{DateTime, NaiveTime, TimeZone, Utc};
 use uuid::Uuid;
 
@@ -44,6 +46,7 @@ fn attempt(order: &str, amount: i64, state: State, gateway_id: Option<&str>) -> 
         parked_since: None,
         gateway_ref: None,
         cancel_reason: None,
+        refund_of_gateway: None,
     }
 }
 
@@ -361,4 +364,25 @@ fn schedule_and_window_ends_parse_or_say_why() {
     assert_eq!(Window::new(t(1, 0), t(1, 0)).unwrap_err().field, "to");
     let w = window();
     assert!(w.contains(w.from) && !w.contains(w.to), "half-open");
+}
+
+#[test]
+fn the_intraday_window_is_the_day_so_far_up_to_the_last_slot_boundary() {
+    use super::schedule::{Intraday, intraday_window};
+    let ten = Duration::from_secs(600);
+    let w = intraday_window(t(10, 7), ten).unwrap();
+    assert_eq!((w.from, w.to), (t(0, 0), t(10, 0)));
+    // Workers whose clocks differ within one slot compute the same window.
+    assert_eq!(intraday_window(t(10, 9), ten), Some(w));
+    assert_eq!(intraday_window(t(10, 10), ten).unwrap().to, t(10, 10));
+    // Right after midnight the day so far is empty: nothing is due.
+    assert_eq!(intraday_window(t(0, 5), ten), None);
+    assert_eq!(Intraday::parse("off"), Ok(Intraday::Off));
+    assert_eq!(
+        Intraday::parse("2s"),
+        Ok(Intraday::Every(Duration::from_secs(2)))
+    );
+    for bad in ["", "0s", "500ms", "2d", "often"] {
+        assert!(Intraday::parse(bad).is_err(), "{bad:?}");
+    }
 }

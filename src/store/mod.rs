@@ -12,6 +12,7 @@ mod breaker;
 mod cancel;
 mod change;
 mod contradiction;
+mod duplicate;
 mod enqueue;
 mod escalation;
 mod lite;
@@ -116,6 +117,10 @@ pub struct Attempt {
     pub gateway_ref: Option<String>,
     /// Why the app or finance cancelled it (RECHAZADO only).
     pub cancel_reason: Option<String>,
+    /// For the refund of a duplicate that exists only at the gateway (a
+    /// `double_charge` case): the duplicate's gateway id, which the refund
+    /// is sent against; `refund_of` is then the order's APROBADO charge.
+    pub refund_of_gateway: Option<String>,
 }
 
 impl Attempt {

@@ -67,10 +67,18 @@ pub(crate) async fn on_call(pool: &SqlitePool) -> Result<OnCall, StoreError> {
     )
     .fetch_all(pool)
     .await?;
+    let gateway_double_charges: Option<i64> = sqlx::query_scalar(
+        "SELECT json_extract(report, '$.gateway_double_charges') FROM recon_runs
+          WHERE outcome = 'ok' ORDER BY finished_at DESC LIMIT 1",
+    )
+    .fetch_optional(pool)
+    .await?
+    .flatten();
     Ok(OnCall {
         due_lag_secs: due_lag_secs.unwrap_or(0.0).max(0.0),
         last_reconciliation_ok,
         open_cases_by_kind,
         notices_pending,
+        gateway_double_charges: gateway_double_charges.unwrap_or(0),
     })
 }

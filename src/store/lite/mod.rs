@@ -167,6 +167,7 @@ pub(super) fn attempt(r: &sqlx::sqlite::SqliteRow) -> Result<Attempt, StoreError
         parked_since: r.try_get::<Option<i64>, _>("parked_since")?.map(ms),
         gateway_ref: r.try_get("gateway_ref")?,
         cancel_reason: r.try_get("cancel_reason")?,
+        refund_of_gateway: r.try_get("refund_of_gateway")?,
     })
 }
 

@@ -112,6 +112,103 @@ pub(crate) async fn request_refund(
     })
 }
 
+/// The refund of a gateway-side duplicate (see `store::duplicate`), under
+/// `BEGIN IMMEDIATE`.
+pub(crate) async fn refund_duplicate(
+    pool: &SqlitePool,
+    case_id: i64,
+    charge_id: &str,
+    by: &str,
+) -> Result<Refunded, RefundError> {
+    use crate::store::duplicate::{self, CaseView};
+    let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
+    let Some(row) = sqlx::query(
+        "SELECT kind, order_id, resolved_at IS NOT NULL AS resolved, details
+           FROM recon_cases WHERE id = ?1",
+    )
+    .bind(case_id)
+    .fetch_optional(&mut *tx)
+    .await?
+    else {
+        return Err(RefundError::NotFound(format!("no case with id {case_id}")));
+    };
+    let details: String = row.try_get("details")?;
+    let case = CaseView {
+        kind: row.try_get("kind")?,
+        order_id: row.try_get("order_id")?,
+        resolved: row.try_get("resolved")?,
+        details: serde_json::from_str(&details).map_err(corrupt)?,
+    };
+    let dup = duplicate::duplicate_in_case(case_id, &case, charge_id)?;
+    let existing = sqlx::query(
+        "SELECT * FROM payment_attempts WHERE refund_of_gateway = ?1 AND state <> 'RECHAZADO'",
+    )
+    .bind(charge_id)
+    .fetch_optional(&mut *tx)
+    .await?;
+    if let Some(r) = existing {
+        return Ok(duplicate::already(&super::attempt(&r).map_err(corrupt)?));
+    }
+    let charges = sqlx::query(
+        "SELECT * FROM payment_attempts
+          WHERE order_id = ?1 AND kind <> 'refund' AND state = 'APROBADO'",
+    )
+    .bind(&dup.order_id)
+    .fetch_all(&mut *tx)
+    .await?
+    .iter()
+    .map(super::attempt)
+    .collect::<Result<Vec<_>, _>>()
+    .map_err(corrupt)?;
+    let anchor = duplicate::anchor(&dup.order_id, &charges, charge_id)?;
+    let (id, key) = (Uuid::new_v4(), Uuid::new_v4());
+    let due: i64 = sqlx::query(concat!(
+        "INSERT INTO payment_attempts
+            (id, order_id, amount_minor, currency, idempotency_key, state, kind, refund_of,
+             refund_of_gateway, next_action_at, created_at, updated_at)
+         VALUES (?1, ?2, ?3, ?4, ?5, 'PENDIENTE', 'refund', ?6, ?7, ",
+        now_ms!(),
+        ", ",
+        now_ms!(),
+        ", ",
+        now_ms!(),
+        ") RETURNING next_action_at"
+    ))
+    .bind(id.hyphenated().to_string())
+    .bind(&dup.order_id)
+    .bind(dup.amount_minor)
+    .bind(&dup.currency)
+    .bind(key.hyphenated().to_string())
+    .bind(anchor.id.hyphenated().to_string())
+    .bind(charge_id)
+    .fetch_one(&mut *tx)
+    .await
+    .map_err(RefundError::from_db)?
+    .try_get(0)?;
+    sqlx::query(concat!(
+        "INSERT INTO attempt_transitions (attempt_id, from_state, to_state, cause, actor, evidence, at)
+         VALUES (?1, NULL, 'PENDIENTE', ?2, ?3, ?4, ",
+        now_ms!(),
+        ")"
+    ))
+    .bind(id.hyphenated().to_string())
+    .bind(duplicate::CAUSE)
+    .bind(format!("finance:{by}"))
+    .bind(duplicate::evidence(case_id, charge_id, anchor, by).to_string())
+    .execute(&mut *tx)
+    .await?;
+    push_wake(&mut tx, id, ms(due), 0)
+        .await
+        .map_err(|e| RefundError::Db(sqlx::Error::Protocol(e.to_string())))?;
+    tx.commit().await?;
+    Ok(Refunded {
+        refund_id: id,
+        idempotency_key: key,
+        state: State::Pendiente,
+        created: true,
+    })
+}
+
 fn corrupt(e: impl std::fmt::Display) -> RefundError {
     RefundError::Db(sqlx::Error::Protocol(e.to_string()))
 }

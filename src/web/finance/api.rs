@@ -18,7 +18,7 @@ use crate::finance::{
     self, Filter, PageRequest, QueueError, Resolution, ResolveError, ResolveRequest,
 };
 use crate::http::auth::Caller as Person;
-use crate::store::{CaseError, RetryError, StoreError};
+use crate::store::{CaseError, RefundError, RetryError, StoreError};
 use crate::web::error;
 
 pub(super) fn bad_id() -> Response {
@@ -155,6 +155,54 @@ pub(super) async fn resolve_case(
     match finance::resolve_case(&fin.store, id, &person.name, &note).await {
         Ok(case) => Json(case).into_response(),
         Err(e) => case_error(e),
+    }
+}
+
+#[derive(Deserialize)]
+struct DuplicateBody {
+    charge_id: String,
+}
+
+/// Refunds a gateway-side duplicate of a `double_charge` case, approved by
+/// the signed-in person: 201 with the refund, 200 with the one already
+/// asked for.
+pub(super) async fn refund_duplicate(
+    State(fin): FinanceState,
+    Extension(person): Extension<Person>,
+    Path(id): Path<i64>,
+    body: Bytes,
+) -> Response {
+    let body: DuplicateBody = match serde_json::from_slice(&body) {
+        Ok(b) => b,
+        Err(e) => {
+            return error(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                Some("charge_id"),
+                format!("expected {{\"charge_id\": \"<the duplicate's gateway id>\"}}: {e}"),
+            );
+        }
+    };
+    match fin
+        .store
+        .refund_duplicate(id, &body.charge_id, &person.name)
+        .await
+    {
+        Ok(r) if r.created => (StatusCode::CREATED, Json(r)).into_response(),
+        Ok(r) => Json(r).into_response(),
+        Err(e) => duplicate_error(e),
+    }
+}
+
+pub(super) fn duplicate_error(e: RefundError) -> Response {
+    match e {
+        RefundError::Invalid(e) => error(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            Some(e.field),
+            e.to_string(),
+        ),
+        RefundError::NotFound(m) => error(StatusCode::NOT_FOUND, Some("id"), m),
+        RefundError::Db(e) => unavailable(&StoreError::Db(e)),
+        other => error(StatusCode::CONFLICT, Some("charge_id"), other.to_string()),
     }
 }
 

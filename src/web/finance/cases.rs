@@ -42,7 +42,7 @@ pub(super) fn table(person: &Person, cases: &[crate::store::ReconCase]) -> Strin
              <form method=\"post\" action=\"/finance/cases/{id}/resolve\">\
              <input type=\"hidden\" name=\"form_token\" value=\"{token}\">\
              <textarea name=\"note\" rows=\"2\" required placeholder=\"what you did about it\"></textarea>\
-             <button type=\"submit\">Close case</button></form></td></tr>",
+             <button type=\"submit\">Close case</button></form>{refund}</td></tr>",
             id = c.id,
             kind = esc(&c.kind),
             order = esc(c.order_id.as_deref().unwrap_or("-")),
@@ -50,10 +50,76 @@ pub(super) fn table(person: &Person, cases: &[crate::store::ReconCase]) -> Strin
             from = c.window_from.format("%Y-%m-%d %H:%M"),
             to = c.window_to.format("%Y-%m-%d %H:%M"),
             details = esc(&c.details.to_string()),
+            refund = duplicate_forms(c, &token),
         );
     }
     out.push_str("</tbody></table>");
     out
+}
+
+/// For a `double_charge` case: one "refund this duplicate" form per
+/// gateway charge the case lists (the database refuses the order's own
+/// approved charge, and a second refund of one duplicate).
+fn duplicate_forms(c: &crate::store::ReconCase, token: &str) -> String {
+    if c.kind != "double_charge" {
+        return String::new();
+    }
+    let mut out = String::new();
+    for id in c.gateway_ref.as_deref().unwrap_or_default().split(',') {
+        let _ = write!(
+            out,
+            "<form method=\"post\" action=\"/finance/cases/{case}/refund-duplicate\" class=\"refund-duplicate\">\
+             <input type=\"hidden\" name=\"form_token\" value=\"{token}\">\
+             <input type=\"hidden\" name=\"charge_id\" value=\"{id}\">\
+             <button type=\"submit\">Refund duplicate {id}</button></form>",
+            case = c.id,
+            id = esc(id.trim()),
+        );
+    }
+    out
+}
+
+#[derive(Debug, Deserialize)]
+pub(super) struct DuplicateForm {
+    form_token: String,
+    charge_id: String,
+}
+
+/// Refunds a duplicate from the page, approved by the signed-in person.
+pub(super) async fn refund_duplicate(
+    State(fin): FinanceState,
+    Extension(person): Extension<Person>,
+    Path(id): Path<i64>,
+    Form(form): Form<DuplicateForm>,
+) -> Response {
+    if !person.form_token_ok(&form.form_token) {
+        let body = "<p class=\"note err\">This form did not come from the finance page. Nothing was changed.</p>";
+        return (StatusCode::FORBIDDEN, page("Refused", &person, body)).into_response();
+    }
+    match fin
+        .store
+        .refund_duplicate(id, &form.charge_id, &person.name)
+        .await
+    {
+        Ok(r) => Redirect::to(&format!(
+            "/finance/attempts/{}?duplicate_refund_of_case={id}",
+            r.refund_id
+        ))
+        .into_response(),
+        Err(crate::store::RefundError::Db(e)) => unavailable(&crate::store::StoreError::Db(e)),
+        Err(e) => {
+            let status = match e {
+                crate::store::RefundError::Invalid(_) => StatusCode::UNPROCESSABLE_ENTITY,
+                crate::store::RefundError::NotFound(_) => StatusCode::NOT_FOUND,
+                _ => StatusCode::CONFLICT,
+            };
+            let body = format!(
+                "<p class=\"note err\" id=\"problem\">{}</p><p><a href=\"/finance\">Back to the queue</a></p>",
+                esc(&e.to_string())
+            );
+            (status, page("Nothing refunded", &person, &body)).into_response()
+        }
+    }
 }
 
 #[derive(Debug, Deserialize)]

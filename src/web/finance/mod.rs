@@ -98,6 +98,11 @@ pub fn router(store: Store, cfg: FinanceConfig, keys: Arc<ApiKeys>) -> Router {
                 .on(post(cases::resolve).layer(middleware::from_fn(same_origin_only))),
         )
         .route(
+            "/finance/cases/{id}/refund-duplicate",
+            form.clone()
+                .on(post(cases::refund_duplicate).layer(middleware::from_fn(same_origin_only))),
+        )
+        .route(
             "/finance/check-now",
             form.on(post(page::check_now).layer(middleware::from_fn(same_origin_only))),
         )
@@ -127,7 +132,13 @@ pub fn router(store: Store, cfg: FinanceConfig, keys: Arc<ApiKeys>) -> Router {
         )
         .route(
             "/finance/api/cases/{id}/resolve",
-            write.on(post(api::resolve_case).layer(middleware::from_fn(json_only))),
+            write
+                .clone()
+                .on(post(api::resolve_case).layer(middleware::from_fn(json_only))),
+        )
+        .route(
+            "/finance/api/cases/{id}/refund-duplicate",
+            write.on(post(api::refund_duplicate).layer(middleware::from_fn(json_only))),
         )
         .with_state(state)
 }
