@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use tracing::{Instrument, debug, info, info_span, warn};
+use tracing::{Instrument, debug, error, info, info_span, warn};
 use uuid::Uuid;
 
 use crate::backoff::CheckSchedule;
@@ -72,7 +72,12 @@ pub struct Engine {
     pace: Option<Arc<Pace>>,
     /// The incident switch; none = never paused.
     pause: Option<Arc<crate::pause::Pause>>,
+    /// Failed wake-ups before quarantine.
+    poison_after: u32,
 }
+
+/// `COBRO_POISON_AFTER`'s default.
+pub const DEFAULT_POISON_AFTER: u32 = 5;
 
 /// A wake-up should never need more steps than this (send, unknown, check,
 /// resend, ...); the bound only stops a bug from spinning.
@@ -89,6 +94,42 @@ impl Engine {
             breaker: None,
             pace: None,
             pause: None,
+            poison_after: DEFAULT_POISON_AFTER,
+        }
+    }
+
+    /// Failed wake-ups of one attempt before it is quarantined to finance
+    /// (`COBRO_POISON_AFTER`).
+    pub fn with_poison_after(mut self, after: u32) -> Self {
+        self.poison_after = after.max(1);
+        self
+    }
+
+    /// A wake-up of `id` failed with `error`, which is never the gateway's
+    /// (a gateway's failure is an outcome the state machine records): counts
+    /// it, and at the threshold quarantines the attempt to finance
+    /// ([`Store::record_wake_failure`]). If even counting fails (the
+    /// database is down), nothing is counted: an outage quarantines nothing.
+    pub async fn wake_failed(&self, id: Uuid, error: &StoreError) {
+        match self
+            .store
+            .record_wake_failure(id, &error.to_string(), self.poison_after)
+            .await
+        {
+            Ok(f) => match f.quarantined {
+                Some(case) => {
+                    crate::metrics::wakeup_failed(true);
+                    error!(attempt = %id, failures = f.failures, case, %error,
+                        "wake-up failed again: quarantined to finance, no longer woken until the case is closed");
+                }
+                None => {
+                    crate::metrics::wakeup_failed(false);
+                    error!(attempt = %id, failures = f.failures, %error, "wake-up failed; apalis retries it");
+                }
+            },
+            Err(count) => {
+                error!(attempt = %id, %error, counting = %count, "wake-up failed, and counting the failure failed too");
+            }
         }
     }
 

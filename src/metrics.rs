@@ -177,13 +177,14 @@ pub fn gateway_auth_failed() {
 }
 
 /// Every case kind, so each series exists from the first scrape.
-const CASE_KINDS: [&str; 6] = [
+const CASE_KINDS: [&str; 7] = [
     "double_charge",
     "unmatched_charge",
     "unmatched_refund",
     "missing_at_gateway",
     "amount_mismatch",
     "dispute",
+    "poison_wakeup",
 ];
 
 /// A verified webhook stored, by what it did (`applied`, `noop`,
@@ -224,6 +225,17 @@ fn gateway_call(evidence: &Evidence, outcome: &'static str) {
 }
 
 /// A webhook delivery refused (counted always; stored only as a sample).
+/// A wake-up failed with an error that is not the gateway's; `quarantined`
+/// when this failure sent the attempt to finance.
+pub fn wakeup_failed(quarantined: bool) {
+    let outcome = if quarantined {
+        "quarantined"
+    } else {
+        "counted"
+    };
+    ::metrics::counter!("cobro_wakeup_failures_total", "outcome" => outcome).increment(1);
+}
+
 pub fn webhook_rejected(reason: &'static str) {
     ::metrics::counter!(WEBHOOKS_REJECTED, "reason" => reason).increment(1);
 }

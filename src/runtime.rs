@@ -19,7 +19,7 @@ use apalis_postgres::PostgresStorage;
 use apalis_sqlite::SqliteStorage;
 use clap::Args;
 use tokio::sync::watch;
-use tracing::{error, info, warn};
+use tracing::{info, warn};
 
 use crate::backoff::{CheckSchedule, parse_duration_arg as duration};
 use crate::breaker::{Breaker, Pace};
@@ -109,6 +109,11 @@ pub struct WorkerArgs {
     /// This process's name (unique); default host-pid.
     #[arg(long, env = "COBRO_WORKER_NAME")]
     pub worker_name: Option<String>,
+    /// Failed wake-ups of one attempt (errors that are not the gateway's,
+    /// within an hour of each other) before it is quarantined to finance as
+    /// a `poison_wakeup` case and no longer woken.
+    #[arg(long, env = "COBRO_POISON_AFTER", default_value_t = crate::engine::DEFAULT_POISON_AFTER)]
+    pub poison_after: u32,
     #[command(flatten)]
     pub retry: crate::retry::RetryArgs,
     /// The shared circuit breaker and rate limit toward the gateway.
@@ -223,10 +228,13 @@ impl WorkerArgs {
 }
 
 async fn handle(job: Wake, engine: Data<Arc<Engine>>) -> Result<(), BoxDynError> {
-    engine.process(job.attempt_id).await.map_err(|e| {
-        error!(attempt = %job.attempt_id, error = %e, "wake-up failed; apalis retries it");
-        Box::new(e) as BoxDynError
-    })
+    match engine.process(job.attempt_id).await {
+        Ok(()) => Ok(()),
+        Err(e) => {
+            engine.wake_failed(job.attempt_id, &e).await;
+            Err(Box::new(e) as BoxDynError)
+        }
+    }
 }
 
 /// Runs a worker process until `shutdown` resolves: stops fetching, lets
@@ -290,7 +298,8 @@ pub async fn run(
             },
         )
         .with_guards(breaker.clone(), pace.clone())
-        .with_pause(pause.clone()),
+        .with_pause(pause.clone())
+        .with_poison_after(args.poison_after),
     );
     info!(
         worker = %name,

@@ -57,6 +57,9 @@ pub enum CaseKind {
     /// The customer disputed a charge with their bank (Stripe's
     /// `charge.dispute.created`): finance answers it with evidence.
     Dispute,
+    /// An attempt whose wake-ups kept failing with an error that is not the
+    /// gateway's, quarantined until the case is closed (`store::poison`).
+    PoisonWakeup,
 }
 
 impl CaseKind {
@@ -68,6 +71,7 @@ impl CaseKind {
             CaseKind::MissingAtGateway => "missing_at_gateway",
             CaseKind::AmountMismatch => "amount_mismatch",
             CaseKind::Dispute => "dispute",
+            CaseKind::PoisonWakeup => "poison_wakeup",
         }
     }
 }

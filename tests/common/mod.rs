@@ -317,6 +317,7 @@ pub fn worker_args(db_url: &str, gateway_url: &str) -> WorkerArgs {
         gateway_idempotent: true,
         gateway_max_processing: Duration::from_secs(60),
         worker_name: Some(format!("test-{}", Uuid::new_v4().simple())),
+        poison_after: cobro::engine::DEFAULT_POISON_AFTER,
         retry: cobro::retry::RetryArgs {
             retryable_declines: cobro::retry::DEFAULT_RETRYABLE.into(),
             retry_schedule: "1d,3d,7d".into(),

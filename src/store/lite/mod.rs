@@ -42,6 +42,7 @@ pub(crate) mod breaker;
 pub(crate) mod enqueue;
 pub(crate) mod escalation;
 pub(crate) mod metrics;
+pub(crate) mod poison;
 pub(crate) mod recon;
 pub(crate) mod refund;
 pub(crate) mod retention;
@@ -401,6 +402,9 @@ pub(super) async fn sweep(
                AND (woken_at IS NULL OR woken_at <= ",
         now_ms!(),
         " - ?2)
+               AND NOT EXISTS (SELECT 1 FROM wake_failures w
+                                 JOIN recon_cases c ON c.id = w.case_id
+                                WHERE w.attempt_id = payment_attempts.id AND c.resolved_at IS NULL)
              ORDER BY next_action_at
              LIMIT ?3)
          RETURNING id, state"

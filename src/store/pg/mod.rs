@@ -324,6 +324,10 @@ pub(super) async fn sweep(
                -- parked: waiting for the gateway; the breaker's re-wake brings it back
                AND parked_since IS NULL
                AND (woken_at IS NULL OR woken_at <= now() - make_interval(secs => $2::float8))
+               -- quarantined: a poison wake-up waits for finance (store::poison)
+               AND NOT EXISTS (SELECT 1 FROM cobro.wake_failures w
+                                 JOIN cobro.recon_cases c ON c.id = w.case_id
+                                WHERE w.attempt_id = payment_attempts.id AND c.resolved_at IS NULL)
              ORDER BY next_action_at
              LIMIT $3
              FOR UPDATE SKIP LOCKED

@@ -20,6 +20,10 @@ pub(crate) async fn sweep(
                AND (lease_owner IS NOT NULL
                     OR next_action_at <= now() - make_interval(secs => $1::float8))
                AND (woken_at IS NULL OR woken_at <= now() - make_interval(secs => $2::float8))
+               -- quarantined: a poison wake-up waits for finance (store::poison)
+               AND NOT EXISTS (SELECT 1 FROM cobro.wake_failures w
+                                 JOIN cobro.recon_cases c ON c.id = w.case_id
+                                WHERE w.attempt_id = payment_attempts.id AND c.resolved_at IS NULL)
              ORDER BY next_action_at
              LIMIT $3
              FOR UPDATE SKIP LOCKED

@@ -1,0 +1,248 @@
+//! Poison wake-ups: an attempt whose handling fails again and again with an
+//! error that is not the gateway's (a bug, a row the code cannot handle, a
+//! write the database refuses) is quarantined to finance instead of being
+//! re-woken for ever with nothing but log lines.
+//!
+//! Invariant: counting and quarantining never touch the attempt (its state,
+//! version and log are the state machine's); quarantine is a `poison_wakeup`
+//! case plus a row in `wake_failures`, and the sweepers skip an attempt
+//! while that case is open. Closing the case lifts the quarantine; the next
+//! failure after that starts a fresh count. Failures more than
+//! [`FAILURE_WINDOW`] apart start a fresh count too (a rare transient error
+//! never adds up to a quarantine).
+
+use chrono::{DateTime, Utc};
+use serde_json::json;
+use uuid::Uuid;
+
+use super::{Db, Store, StoreError};
+
+/// Failures further apart than this do not add up.
+pub const FAILURE_WINDOW: chrono::TimeDelta = chrono::TimeDelta::hours(1);
+
+/// The most of an error message kept (the rest is cut).
+const ERROR_CHARS: usize = 2000;
+
+/// What the store knew of the attempt's failures before this one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Seen {
+    pub failures: i32,
+    pub first_failed_at: DateTime<Utc>,
+    pub last_failed_at: DateTime<Utc>,
+    /// Quarantined, its case still open.
+    pub quarantined: bool,
+    /// Quarantined once, its case since closed.
+    pub released: bool,
+}
+
+/// What to write for this failure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Next {
+    pub failures: i32,
+    pub first_failed_at: DateTime<Utc>,
+    /// Open the quarantine case now.
+    pub quarantine: bool,
+    /// Keep the open case (already quarantined).
+    pub keep_case: bool,
+}
+
+/// The pure decision: a fresh count after a release or a long gap, else
+/// one more; the case opens when the count reaches `after`.
+pub(crate) fn next(seen: Option<Seen>, now: DateTime<Utc>, after: u32) -> Next {
+    let (failures, first) = match seen {
+        Some(s) if s.quarantined => (s.failures + 1, s.first_failed_at),
+        Some(s) if !s.released && now - s.last_failed_at <= FAILURE_WINDOW => {
+            (s.failures + 1, s.first_failed_at)
+        }
+        _ => (1, now),
+    };
+    let quarantined = seen.is_some_and(|s| s.quarantined);
+    Next {
+        failures,
+        first_failed_at: first,
+        quarantine: !quarantined && failures >= after.max(1) as i32,
+        keep_case: quarantined,
+    }
+}
+
+/// A failure counted, and the case if this one quarantined the attempt.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WakeFailure {
+    pub failures: i32,
+    /// The `poison_wakeup` case opened by this failure.
+    pub quarantined: Option<i64>,
+}
+
+fn cut(error: &str) -> String {
+    error.chars().take(ERROR_CHARS).collect()
+}
+
+impl Store {
+    /// Counts one failed wake-up of `attempt_id` with `error`; at `after`
+    /// failures it opens a `poison_wakeup` case and the sweepers stop
+    /// waking the attempt until a person closes the case. See the module
+    /// docs.
+    pub async fn record_wake_failure(
+        &self,
+        attempt_id: Uuid,
+        error: &str,
+        after: u32,
+    ) -> Result<WakeFailure, StoreError> {
+        let error = cut(error);
+        match &self.db {
+            Db::Pg(p) => pg_record(p, attempt_id, &error, after).await,
+            Db::Lite(p) => super::lite::poison::record(p, attempt_id, &error, after).await,
+        }
+    }
+}
+
+/// The case's details.
+pub(crate) fn details(error: &str, n: &Next, state: &str) -> serde_json::Value {
+    json!({
+        "reason": format!(
+            "handling this attempt failed {} times with an error that is not the gateway's; \
+             it is no longer woken until this case is closed",
+            n.failures
+        ),
+        "error": error,
+        "failures": n.failures,
+        "state": state,
+    })
+}
+
+async fn pg_record(
+    pool: &sqlx::PgPool,
+    attempt_id: Uuid,
+    error: &str,
+    after: u32,
+) -> Result<WakeFailure, StoreError> {
+    let mut tx = pool.begin().await?;
+    let now: DateTime<Utc> = sqlx::query_scalar("SELECT now()")
+        .fetch_one(&mut *tx)
+        .await?;
+    type Row = (i32, DateTime<Utc>, DateTime<Utc>, Option<i64>, Option<bool>);
+    let row: Option<Row> = sqlx::query_as(
+        "SELECT w.failures, w.first_failed_at, w.last_failed_at, w.case_id, c.resolved_at IS NULL
+           FROM cobro.wake_failures w LEFT JOIN cobro.recon_cases c ON c.id = w.case_id
+          WHERE w.attempt_id = $1 FOR UPDATE OF w",
+    )
+    .bind(attempt_id)
+    .fetch_optional(&mut *tx)
+    .await?;
+    let seen = row.map(|(failures, first, last, case, open)| Seen {
+        failures,
+        first_failed_at: first,
+        last_failed_at: last,
+        quarantined: case.is_some() && open == Some(true),
+        released: case.is_some() && open != Some(true),
+    });
+    let n = next(seen, now, after);
+    let mut case_id = if n.keep_case {
+        row.and_then(|r| r.3)
+    } else {
+        None
+    };
+    let mut opened = None;
+    if n.quarantine {
+        let id: i64 = sqlx::query_scalar(
+            "INSERT INTO cobro.recon_cases
+                (kind, dedupe_key, order_id, attempt_id, details, window_from, window_to)
+             SELECT 'poison_wakeup', 'poison_wakeup:' || a.id || ':' || $2, a.order_id, a.id,
+                    $3, $4, $5
+               FROM cobro.payment_attempts a WHERE a.id = $1
+             RETURNING id",
+        )
+        .bind(attempt_id)
+        .bind(n.first_failed_at.timestamp_millis().to_string())
+        .bind(details(error, &n, &state_pg(&mut tx, attempt_id).await?))
+        .bind(n.first_failed_at)
+        .bind(now.max(n.first_failed_at + chrono::TimeDelta::milliseconds(1)))
+        .fetch_one(&mut *tx)
+        .await?;
+        case_id = Some(id);
+        opened = Some(id);
+    }
+    sqlx::query(
+        "INSERT INTO cobro.wake_failures
+            (attempt_id, failures, first_failed_at, last_failed_at, last_error, case_id)
+         VALUES ($1, $2, $3, $4, $5, $6)
+         ON CONFLICT (attempt_id) DO UPDATE SET
+            failures = EXCLUDED.failures, first_failed_at = EXCLUDED.first_failed_at,
+            last_failed_at = EXCLUDED.last_failed_at, last_error = EXCLUDED.last_error,
+            case_id = EXCLUDED.case_id",
+    )
+    .bind(attempt_id)
+    .bind(n.failures)
+    .bind(n.first_failed_at)
+    .bind(now)
+    .bind(error)
+    .bind(case_id)
+    .execute(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    Ok(WakeFailure {
+        failures: n.failures,
+        quarantined: opened,
+    })
+}
+
+async fn state_pg(
+    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+    attempt_id: Uuid,
+) -> Result<String, StoreError> {
+    Ok(
+        sqlx::query_scalar("SELECT state FROM cobro.payment_attempts WHERE id = $1")
+            .bind(attempt_id)
+            .fetch_optional(&mut **tx)
+            .await?
+            .unwrap_or_default(),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(secs: i64) -> DateTime<Utc> {
+        DateTime::from_timestamp(1_764_547_200 + secs, 0).unwrap()
+    }
+
+    fn seen(failures: i32, last: i64, quarantined: bool, released: bool) -> Option<Seen> {
+        Some(Seen {
+            failures,
+            first_failed_at: at(0),
+            last_failed_at: at(last),
+            quarantined,
+            released,
+        })
+    }
+
+    #[test]
+    fn the_fifth_failure_in_a_row_quarantines_once() {
+        let n = next(None, at(0), 5);
+        assert_eq!((n.failures, n.quarantine), (1, false));
+        let n = next(seen(3, 10, false, false), at(20), 5);
+        assert_eq!(
+            (n.failures, n.quarantine, n.first_failed_at),
+            (4, false, at(0))
+        );
+        let n = next(seen(4, 10, false, false), at(20), 5);
+        assert_eq!((n.failures, n.quarantine), (5, true));
+        // Already quarantined: counted, no second case.
+        let n = next(seen(5, 10, true, false), at(20), 5);
+        assert_eq!((n.failures, n.quarantine, n.keep_case), (6, false, true));
+    }
+
+    #[test]
+    fn a_long_gap_or_a_closed_case_starts_a_fresh_count() {
+        let n = next(seen(4, 10, false, false), at(10 + 3601), 5);
+        assert_eq!(
+            (n.failures, n.quarantine, n.first_failed_at),
+            (1, false, at(3611))
+        );
+        let n = next(seen(9, 10, false, true), at(20), 5);
+        assert_eq!((n.failures, n.quarantine, n.keep_case), (1, false, false));
+        // A threshold of 1 quarantines at the first failure.
+        assert!(next(None, at(0), 1).quarantine);
+    }
+}
