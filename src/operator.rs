@@ -129,8 +129,9 @@ impl Search {
             .transpose()?;
         let kind = given(&self.kind)
             .map(|k| {
-                AttemptKind::parse(k)
-                    .ok_or_else(|| InputError::new("kind", format!("one of {}", AttemptKind::NAMES)))
+                AttemptKind::parse(k).ok_or_else(|| {
+                    InputError::new("kind", format!("one of {}", AttemptKind::NAMES))
+                })
             })
             .transpose()?;
         let created_from = given(&self.from)

@@ -12,9 +12,9 @@ mod browser;
 
 use std::time::Duration;
 
+use browser::{chromium, signed_in, start_driver};
 use cobro::state::State;
 use cobro::webhook::{Scheme, Verifier};
-use browser::{chromium, signed_in, start_driver};
 use common::*;
 use fantoccini::Locator;
 

@@ -280,7 +280,11 @@ async fn the_api_searches_pages_and_refuses_bad_parameters(b: Backend) {
     s.db.drop_db().await;
 }
 
-async fn page(web: &Web, path: &str, who: Option<&str>) -> (u16, String, reqwest::header::HeaderMap) {
+async fn page(
+    web: &Web,
+    path: &str,
+    who: Option<&str>,
+) -> (u16, String, reqwest::header::HeaderMap) {
     let mut req = reqwest::Client::new().get(format!("{}{path}", web.url));
     if let Some(who) = who {
         req = req.basic_auth(who, Some(secret(who)));
@@ -306,14 +310,22 @@ async fn the_pages_need_a_key_escape_everything_and_show_the_pause(b: Backend) {
     );
     let (status, _, _) = page(&web, "/operator/attempts", Some("ana")).await;
     assert_eq!(status, 403, "finance:read alone may not list every attempt");
-    let (status, _, _) = page(&web, &format!("/operator/attempts/{}", s.op3.id), Some("ana")).await;
+    let (status, _, _) = page(
+        &web,
+        &format!("/operator/attempts/{}", s.op3.id),
+        Some("ana"),
+    )
+    .await;
     assert_eq!(status, 403);
 
     let (status, html, headers) = page(&web, "/operator/attempts", Some("agent")).await;
     assert_eq!(status, 200);
     assert_eq!(headers["cache-control"], "no-store");
     for a in s.newest_first() {
-        assert!(html.contains(&format!("data-attempt=\"{a}\"")), "{a} listed");
+        assert!(
+            html.contains(&format!("data-attempt=\"{a}\"")),
+            "{a} listed"
+        );
     }
     assert!(html.contains("op-4 &lt;b&gt;&amp;&quot;x&quot;"), "{html}");
     assert!(!html.contains("<b>&\"x\""), "the order id is escaped");
@@ -322,31 +334,62 @@ async fn the_pages_need_a_key_escape_everything_and_show_the_pause(b: Backend) {
     // A search that names a bad value says which, and lists nothing.
     let (status, html, _) = page(&web, "/operator/attempts?state=nope", Some("agent")).await;
     assert_eq!(status, 400);
-    assert!(html.contains("id=\"problem\"") && html.contains("invalid state"), "{html}");
+    assert!(
+        html.contains("id=\"problem\"") && html.contains("invalid state"),
+        "{html}"
+    );
 
     // Pages of 3 keep the filters in their Next link.
-    let (_, html, _) = page(&web, "/operator/attempts?kind=charge&limit=3", Some("agent")).await;
+    let (_, html, _) = page(
+        &web,
+        "/operator/attempts?kind=charge&limit=3",
+        Some("agent"),
+    )
+    .await;
     let at = html.find("id=\"next\" href=\"").expect("a next page") + 16;
     let next = html[at..].split('"').next().unwrap().replace("&amp;", "&");
-    assert!(next.starts_with("/operator/attempts?kind=charge&limit=3&cursor="), "{next}");
+    assert!(
+        next.starts_with("/operator/attempts?kind=charge&limit=3&cursor="),
+        "{next}"
+    );
     let (status, html, _) = page(&web, &next, Some("agent")).await;
     assert_eq!(status, 200);
     assert_eq!(html.matches("<tr data-attempt=").count(), 3);
     assert!(!html.contains(&s.refund.id.to_string()), "charges only");
 
     // The detail: facts, history, lookups; escaped.
-    let (status, html, _) = page(&web, &format!("/operator/attempts/{}", s.op3.id), Some("agent")).await;
+    let (status, html, _) = page(
+        &web,
+        &format!("/operator/attempts/{}", s.op3.id),
+        Some("agent"),
+    )
+    .await;
     assert_eq!(status, 200);
     assert!(html.contains("<td id=\"state\">EN_REVISION</td>"), "{html}");
     assert!(html.contains("id=\"history\"") && html.contains("id=\"checks\""));
-    assert!(html.contains("worker:test") && html.contains("HTTP 503"), "{html}");
-    let (_, html, _) = page(&web, &format!("/operator/attempts/{}", s.op4.id), Some("agent")).await;
+    assert!(
+        html.contains("worker:test") && html.contains("HTTP 503"),
+        "{html}"
+    );
+    let (_, html, _) = page(
+        &web,
+        &format!("/operator/attempts/{}", s.op4.id),
+        Some("agent"),
+    )
+    .await;
     assert!(html.contains("op-4 &lt;b&gt;&amp;&quot;x&quot;") && !html.contains("<b>&\""));
-    assert!(html.contains("pm_card_visa"), "the gateway's token, not card data");
+    assert!(
+        html.contains("pm_card_visa"),
+        "the gateway's token, not card data"
+    );
     let (status, _, _) = page(&web, "/operator/attempts/nope", Some("agent")).await;
     assert_eq!(status, 400);
-    let (status, _, _) =
-        page(&web, &format!("/operator/attempts/{}", uuid::Uuid::new_v4()), Some("agent")).await;
+    let (status, _, _) = page(
+        &web,
+        &format!("/operator/attempts/{}", uuid::Uuid::new_v4()),
+        Some("agent"),
+    )
+    .await;
     assert_eq!(status, 404);
 
     // The incident switch: its banner on every operator page.
@@ -407,9 +450,18 @@ async fn the_cli_lists_pages_and_shows_an_attempt(b: Backend) {
                 .filter(|l| !l.starts_with("next page"))
                 .map(|l| l.split_whitespace().nth(1).unwrap().to_owned()),
         );
-        match stdout.lines().find_map(|l| l.strip_prefix("next page: --cursor ")) {
+        match stdout
+            .lines()
+            .find_map(|l| l.strip_prefix("next page: --cursor "))
+        {
             Some(c) => {
-                args = vec!["attempts".into(), "--limit".into(), "3".into(), "--cursor".into(), c.into()]
+                args = vec![
+                    "attempts".into(),
+                    "--limit".into(),
+                    "3".into(),
+                    "--cursor".into(),
+                    c.into(),
+                ]
             }
             None => break,
         }
@@ -422,7 +474,11 @@ async fn the_cli_lists_pages_and_shows_an_attempt(b: Backend) {
     assert_eq!(ids(&body), [s.refund.id.to_string()]);
     assert!(body["next_cursor"].is_null());
 
-    for (flag, value) in [("--state", "nope"), ("--from", "yesterday"), ("--limit", "500")] {
+    for (flag, value) in [
+        ("--state", "nope"),
+        ("--from", "yesterday"),
+        ("--limit", "500"),
+    ] {
         let out = cobro(&url, &["attempts", flag, value]);
         assert!(!out.status.success());
         let field = flag.trim_start_matches("--");
@@ -438,13 +494,23 @@ async fn the_cli_lists_pages_and_shows_an_attempt(b: Backend) {
     let stdout = text(&out.stdout);
     assert!(stdout.contains("state EN_REVISION"), "{stdout}");
     assert!(stdout.contains("DESCONOCIDO -> EN_REVISION"), "{stdout}");
-    assert!(stdout.contains("lookup #1") && stdout.contains("failed"), "{stdout}");
+    assert!(
+        stdout.contains("lookup #1") && stdout.contains("failed"),
+        "{stdout}"
+    );
     let out = cobro(&url, &["attempts", "show", &s.op3.id.to_string(), "--json"]);
     let body: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(body["transitions"].as_array().unwrap().len(), 4);
     assert_eq!(body["checks"].as_array().unwrap().len(), 1);
-    let out = cobro(&url, &["attempts", "show", &uuid::Uuid::new_v4().to_string()]);
+    let out = cobro(
+        &url,
+        &["attempts", "show", &uuid::Uuid::new_v4().to_string()],
+    );
     assert!(!out.status.success());
-    assert!(text(&out.stderr).contains("no attempt"), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("no attempt"),
+        "{}",
+        text(&out.stderr)
+    );
     s.db.drop_db().await;
 }

@@ -14,10 +14,10 @@ mod browser;
 
 use std::time::Duration;
 
+use browser::{chromium, signed_in, start_driver};
 use cobro::domain::ChargeRequest;
 use cobro::state::Event;
 use cobro::webhook::{Scheme, Verifier};
-use browser::{chromium, signed_in, start_driver};
 use common::*;
 use fantoccini::{Client, Locator};
 

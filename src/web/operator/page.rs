@@ -164,7 +164,11 @@ pub(super) async fn detail(
 ) -> Response {
     let Ok(id) = Uuid::try_parse(&id) else {
         let body = "<p class=\"note err\" id=\"problem\">invalid id: must be a UUID</p>";
-        return (StatusCode::BAD_REQUEST, page("Not an attempt", &person, body)).into_response();
+        return (
+            StatusCode::BAD_REQUEST,
+            page("Not an attempt", &person, body),
+        )
+            .into_response();
     };
     let d = match crate::finance::detail(&op.store, id).await {
         Ok(d) => d,
@@ -223,7 +227,10 @@ pub(super) async fn detail(
             c.id
         )),
     );
-    if matches!(a.state, AttemptState::Desconocido | AttemptState::EnRevision) {
+    if matches!(
+        a.state,
+        AttemptState::Desconocido | AttemptState::EnRevision
+    ) {
         let _ = write!(
             body,
             "<p class=\"note\">In doubt: finance decides it in <a href=\"/finance/attempts/{}\">the escalation queue</a>.</p>",
