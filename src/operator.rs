@@ -173,9 +173,11 @@ fn given(v: &Option<String>) -> Option<&str> {
 }
 
 /// RFC 3339, or a date: its first instant (`from`), or the first instant
-/// of the next day (`to`, so that the day is included).
+/// of the next day (`to`, so that the day is included). A `+` offset sent
+/// unencoded in a query string arrives as a space, and is read as `+`.
 fn time(s: &str, field: &'static str, end: bool) -> Result<DateTime<Utc>, InputError> {
-    if let Ok(t) = DateTime::parse_from_rfc3339(s) {
+    let rfc3339 = |s: &str| DateTime::parse_from_rfc3339(s).ok();
+    if let Some(t) = rfc3339(s).or_else(|| rfc3339(&s.replace(' ', "+"))) {
         return Ok(t.with_timezone(&Utc));
     }
     NaiveDate::parse_from_str(s, "%Y-%m-%d")
@@ -276,10 +278,12 @@ mod tests {
             f.created_to.unwrap().to_rfc3339(),
             "2026-12-02T00:00:00+00:00"
         );
-        let (f, _) = parse(&[("to", "2026-12-01T08:30:00+01:00")]).unwrap();
-        assert_eq!(
-            f.created_to.unwrap().to_rfc3339(),
-            "2026-12-01T07:30:00+00:00"
-        );
+        for unencoded in ["2026-12-01T08:30:00+01:00", "2026-12-01T08:30:00 01:00"] {
+            let (f, _) = parse(&[("to", unencoded)]).unwrap();
+            assert_eq!(
+                f.created_to.unwrap().to_rfc3339(),
+                "2026-12-01T07:30:00+00:00"
+            );
+        }
     }
 }

@@ -1,126 +1,24 @@
 //! The operator view (issue 14, item 5): every attempt searched by order,
 //! key, state, kind and date, newest first, paginated in SQL, each with its
-//! history and lookups; over the API (`GET /attempts`), the pages
-//! (`/operator/attempts`) and the CLI (`cobro attempts`). On both backends.
-//! The browser half is `tests/operator_browser.rs`.
+//! history and lookups; over the API (`GET /attempts`) and the pages
+//! (`/operator/attempts`). On both backends. The CLI is
+//! `tests/operator_cli.rs`, the browser `tests/operator_browser.rs`.
 
 #[macro_use]
 mod common;
+#[path = "common/operator_seed.rs"]
+mod operator_seed;
 
-use std::process::{Command, Output};
-
-use cobro::domain::{Amount, ChargeRequest, IdempotencyKey};
-use cobro::state::Event;
 use cobro::store::Attempt;
 use cobro::webhook::{Scheme, Verifier};
 use common::*;
+use operator_seed::{ids, seed};
 use serde_json::Value;
 
 on_both_backends!(
     the_api_searches_pages_and_refuses_bad_parameters,
     the_pages_need_a_key_escape_everything_and_show_the_pause,
-    the_cli_lists_pages_and_shows_an_attempt,
 );
-
-/// Seven attempts: `op-1` approved and its refund; `op-2` declined and its
-/// business retry; `op-3` in review with a lookup; `op-4 <b>&"x"` waiting;
-/// `op-old` created on 2026-01-15. `op-1`, its refund and `op-2`'s first
-/// attempt share one `created_at` (ties are ordered by id).
-struct Seeded {
-    db: TestDb,
-    op1: Attempt,
-    refund: Attempt,
-    op2: Attempt,
-    retry: Attempt,
-    op3: Attempt,
-    op4: Attempt,
-    old: Attempt,
-}
-
-impl Seeded {
-    /// Every attempt, newest first as the listing orders them.
-    fn newest_first(&self) -> Vec<String> {
-        let mut all = [
-            &self.op1,
-            &self.refund,
-            &self.op2,
-            &self.retry,
-            &self.op3,
-            &self.op4,
-            &self.old,
-        ]
-        .map(|a| (a.created_at, a.id));
-        all.sort();
-        all.iter().rev().map(|(_, id)| id.to_string()).collect()
-    }
-}
-
-async fn enqueue(db: &TestDb, order: &str) -> Attempt {
-    let req = ChargeRequest::parse(order, 1_999, "USD", None, Some("pm_card_visa")).unwrap();
-    let id = db.store.enqueue(&req).await.unwrap().attempt_id;
-    db.store.load(id).await.unwrap().0
-}
-
-async fn reload(db: &TestDb, a: &Attempt) -> Attempt {
-    db.store.load(a.id).await.unwrap().0
-}
-
-async fn seed(b: Backend) -> Seeded {
-    let db = TestDb::new(b).await;
-    let op1 = enqueue(&db, "op-1").await;
-    let op1 = step(&db.store, &op1, Event::Claim, None).await;
-    let op1 = step(&db.store, &op1, Event::Approved, Some("ch_op1")).await;
-    let refund = db
-        .store
-        .request_refund(
-            op1.id,
-            Amount::parse(500).unwrap(),
-            IdempotencyKey::generate(),
-            "api:app",
-        )
-        .await
-        .unwrap();
-    let op2 = enqueue(&db, "op-2").await;
-    let op2 = step(&db.store, &op2, Event::Claim, None).await;
-    let op2 = step(&db.store, &op2, Event::Declined, Some("do_not_honor")).await;
-    let retry = db
-        .store
-        .business_retry(op2.id, IdempotencyKey::generate(), 4, "finance:test", None)
-        .await
-        .unwrap();
-    let op3 = in_review(&db.store, "op-3").await;
-    let op4 = enqueue(&db, "op-4 <b>&\"x\"").await;
-    let old = enqueue(&db, "op-old").await;
-    let refund_id = refund.refund_id.to_string();
-    db.exec(
-        "UPDATE cobro.payment_attempts SET created_at = '2026-06-01T00:00:00Z'
-          WHERE order_id IN ('op-1', 'op-2') AND kind <> 'business_retry' OR id = $1::uuid",
-        "UPDATE payment_attempts SET created_at = 1780272000000
-          WHERE order_id IN ('op-1', 'op-2') AND kind <> 'business_retry' OR id = ?1",
-        &[&refund_id],
-    )
-    .await
-    .unwrap();
-    db.exec(
-        "UPDATE cobro.payment_attempts SET created_at = '2026-01-15T10:00:00Z' WHERE order_id = 'op-old'",
-        "UPDATE payment_attempts SET created_at = 1768471200000 WHERE order_id = 'op-old'",
-        &[],
-    )
-    .await
-    .unwrap();
-    let refund = db.store.load(refund.refund_id).await.unwrap().0;
-    let retry = db.store.load(retry.attempt_id).await.unwrap().0;
-    Seeded {
-        op1: reload(&db, &op1).await,
-        refund,
-        op2: reload(&db, &op2).await,
-        retry,
-        op3: reload(&db, &op3).await,
-        op4: reload(&db, &op4).await,
-        old: reload(&db, &old).await,
-        db,
-    }
-}
 
 async fn start(db: &TestDb) -> Web {
     let verifier = Verifier::from_env_value(Scheme::StandardWebhooks, &test_secret()).unwrap();
@@ -136,15 +34,6 @@ async fn get(web: &Web, path: &str, who: Option<&str>) -> (u16, Value) {
     let resp = req.send().await.unwrap();
     let status = resp.status().as_u16();
     (status, resp.json().await.unwrap_or(Value::Null))
-}
-
-fn ids(body: &Value) -> Vec<String> {
-    body["items"]
-        .as_array()
-        .unwrap_or_else(|| panic!("no items: {body}"))
-        .iter()
-        .map(|a| a["id"].as_str().unwrap().to_owned())
-        .collect()
 }
 
 async fn the_api_searches_pages_and_refuses_bad_parameters(b: Backend) {
@@ -409,108 +298,5 @@ async fn the_pages_need_a_key_escape_everything_and_show_the_pause(b: Backend) {
         );
     }
     web.stop().await;
-    s.db.drop_db().await;
-}
-
-fn cobro(db_url: &str, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_cobro"))
-        .args(args)
-        .env("DATABASE_URL", db_url)
-        .env("RUST_LOG", "warn")
-        .output()
-        .expect("run cobro")
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
-
-async fn the_cli_lists_pages_and_shows_an_attempt(b: Backend) {
-    let s = seed(b).await;
-    let url = s.db.url.clone();
-
-    let out = cobro(&url, &["attempts", "--order", "op-2"]);
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    let lines: Vec<String> = text(&out.stdout).lines().map(str::to_owned).collect();
-    assert_eq!(lines.len(), 2, "{lines:?}");
-    assert!(lines[0].contains(&s.retry.id.to_string()) && lines[0].contains("business_retry"));
-    assert!(lines[1].contains(&s.op2.id.to_string()) && lines[1].contains("RECHAZADO"));
-
-    // Page by page with the printed cursor: every attempt once.
-    let mut seen = Vec::new();
-    let mut args = vec!["attempts".to_owned(), "--limit".into(), "3".into()];
-    loop {
-        let argv: Vec<&str> = args.iter().map(String::as_str).collect();
-        let out = cobro(&url, &argv);
-        assert!(out.status.success(), "{}", text(&out.stderr));
-        let stdout = text(&out.stdout);
-        seen.extend(
-            stdout
-                .lines()
-                .filter(|l| !l.starts_with("next page"))
-                .map(|l| l.split_whitespace().nth(1).unwrap().to_owned()),
-        );
-        match stdout
-            .lines()
-            .find_map(|l| l.strip_prefix("next page: --cursor "))
-        {
-            Some(c) => {
-                args = vec![
-                    "attempts".into(),
-                    "--limit".into(),
-                    "3".into(),
-                    "--cursor".into(),
-                    c.into(),
-                ]
-            }
-            None => break,
-        }
-    }
-    assert_eq!(seen, s.newest_first());
-
-    let out = cobro(&url, &["attempts", "--kind", "refund", "--json"]);
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    let body: Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(ids(&body), [s.refund.id.to_string()]);
-    assert!(body["next_cursor"].is_null());
-
-    for (flag, value) in [
-        ("--state", "nope"),
-        ("--from", "yesterday"),
-        ("--limit", "500"),
-    ] {
-        let out = cobro(&url, &["attempts", flag, value]);
-        assert!(!out.status.success());
-        let field = flag.trim_start_matches("--");
-        assert!(
-            text(&out.stderr).contains(&format!("invalid {field}")),
-            "{flag}: {}",
-            text(&out.stderr)
-        );
-    }
-
-    let out = cobro(&url, &["attempts", "show", &s.op3.id.to_string()]);
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    let stdout = text(&out.stdout);
-    assert!(stdout.contains("state EN_REVISION"), "{stdout}");
-    assert!(stdout.contains("DESCONOCIDO -> EN_REVISION"), "{stdout}");
-    assert!(
-        stdout.contains("lookup #1") && stdout.contains("failed"),
-        "{stdout}"
-    );
-    let out = cobro(&url, &["attempts", "show", &s.op3.id.to_string(), "--json"]);
-    let body: Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(body["transitions"].as_array().unwrap().len(), 4);
-    assert_eq!(body["checks"].as_array().unwrap().len(), 1);
-    let out = cobro(
-        &url,
-        &["attempts", "show", &uuid::Uuid::new_v4().to_string()],
-    );
-    assert!(!out.status.success());
-    assert!(
-        text(&out.stderr).contains("no attempt"),
-        "{}",
-        text(&out.stderr)
-    );
     s.db.drop_db().await;
 }
