@@ -29,6 +29,7 @@
 //! - [`sim`]: the gateway simulator, a real HTTP server for tests, demo and benchmarks.
 //! - [`demo`]: `cobro demo`, the seed's fleet experiment in three worlds.
 //! - [`finance`]: the escalation queue, resolutions, the daily summary, CSV.
+//! - [`operator`]: the operator view: every attempt, searched and paginated in SQL.
 //! - [`chaos`]: `cobro chaos`, the soak with real processes, kills and PostgreSQL restarts.
 
 pub mod backoff;
@@ -42,6 +43,7 @@ pub mod gateway;
 pub mod http;
 pub mod janitor;
 pub mod metrics;
+pub mod operator;
 pub mod pause;
 pub mod policy;
 pub mod recon;

@@ -182,6 +182,11 @@ enum Command {
         #[command(subcommand)]
         command: EscalationCommand,
     },
+    /// The operator view: every attempt (charges and refunds, any state),
+    /// newest first, a page at a time, searched by --order, --key, --state,
+    /// --kind, --from, --to; `cobro attempts show <id>` for one attempt
+    /// with its history and lookups.
+    Attempts(cli::attempts::AttemptsArgs),
     /// Compare the gateway's charges and refunds of a window with ours and
     /// open a case once per discrepancy (see README, Daily reconciliation).
     Reconcile(cobro::recon::ReconcileCommand),
@@ -453,6 +458,7 @@ async fn main() -> Result<()> {
             let store = Store::connect(&url, 2).await?;
             cli::escalations::run(&store, stale_after, command).await?;
         }
+        Command::Attempts(args) => cli::attempts::run(args).await?,
         Command::Chaos(args) => {
             let outcome = cobro::chaos::run(&args).await?;
             if args.json {

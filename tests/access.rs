@@ -253,6 +253,15 @@ async fn every_route_needs_a_credential_with_its_scope(b: Backend) {
             "ana",
         ),
         get(format!("/refunds/{}", charge.id), "agent", "ana", false),
+        get("/attempts?state=APROBADO".into(), "agent", "ana", false),
+        get(format!("/attempts/{}", charge.id), "app", "prom", false),
+        get("/operator/attempts".into(), "agent", "ana", true),
+        get(
+            format!("/operator/attempts/{}", charge.id),
+            "app",
+            "luis",
+            true,
+        ),
         get("/metrics".into(), "prom", "app", false),
         get("/finance".into(), "ana", "app", true),
         get(
@@ -329,8 +338,9 @@ async fn every_route_needs_a_credential_with_its_scope(b: Backend) {
             assert_eq!(resp.status(), 401, "{} with {cred:?}", route.name());
             let challenge = resp.headers()["www-authenticate"].to_str().unwrap();
             // A browser's page asks for the sign-in; an API for a key.
-            let page =
-                route.path.starts_with("/finance") && !route.path.starts_with("/finance/api");
+            let page = (route.path.starts_with("/finance")
+                && !route.path.starts_with("/finance/api"))
+                || route.path.starts_with("/operator");
             let want = if page { "Basic" } else { "Bearer" };
             assert!(challenge.starts_with(want), "{}: {challenge}", route.name());
         }

@@ -2,23 +2,21 @@
 //! through chromedriver): sign in, see the queue, open an item, resolve it,
 //! see it gone. On both backends.
 //!
-//! Needs `/usr/bin/chromium` and `/usr/bin/chromedriver` (`apt-get install
-//! chromium chromium-driver`; `.ci/run` installs them). Without them the
-//! test is skipped locally and fails under `CI=true`.
+//! Needs chromium and chromedriver ([`browser`]); without them the test is
+//! skipped locally and fails under `CI=true`.
 
 #[macro_use]
 mod common;
+#[path = "common/browser.rs"]
+mod browser;
 
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use cobro::domain::ChargeRequest;
-use cobro::gateway::Evidence;
-use cobro::state::{Event, State};
-use cobro::store::{Applied, Attempt, Change, Lease, Store};
+use browser::{chromium, signed_in, start_driver};
+use cobro::state::State;
 use cobro::webhook::{Scheme, Verifier};
 use common::*;
-use fantoccini::{ClientBuilder, Locator};
+use fantoccini::Locator;
 
 on_both_backends!(a_finance_person_lists_opens_and_resolves_an_item_in_a_browser,);
 
@@ -137,86 +135,6 @@ async fn cross_site_pages_change_nothing(browser: &fantoccini::Client, db: &Test
     evil.stop().await;
 }
 
-const CHROMIUM: &str = "/usr/bin/chromium";
-const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
-
-/// chromedriver on a free 127.0.0.1 port, killed on drop.
-struct Driver {
-    child: Child,
-    url: String,
-}
-
-impl Drop for Driver {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-async fn start_driver() -> Option<Driver> {
-    if !std::path::Path::new(CHROMIUM).exists() || !std::path::Path::new(CHROMEDRIVER).exists() {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "CI=true but {CHROMIUM} or {CHROMEDRIVER} is missing (apt-get install chromium chromium-driver)"
-        );
-        eprintln!("SKIPPED: {CHROMIUM} / {CHROMEDRIVER} not installed");
-        return None;
-    }
-    let port = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().port()
-    };
-    let child = Command::new(CHROMEDRIVER)
-        .arg(format!("--port={port}"))
-        .arg("--allowed-ips=127.0.0.1")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start chromedriver");
-    let url = format!("http://127.0.0.1:{port}");
-    let driver = Driver { child, url };
-    eventually(
-        Duration::from_secs(20),
-        "chromedriver to listen",
-        || async {
-            reqwest::get(format!("{}/status", driver.url))
-                .await
-                .ok()
-                .map(|_| ())
-        },
-    )
-    .await;
-    Some(driver)
-}
-
-async fn in_review(store: &Store, order: &str) -> Attempt {
-    let req = ChargeRequest::parse(order, 4_990, "EUR", None, None).unwrap();
-    let id = store.enqueue(&req).await.unwrap().attempt_id;
-    let mut a = store.load(id).await.unwrap().0;
-    for event in [Event::Claim, Event::Unknown, Event::ChecksExhausted] {
-        let mut c = Change::new(Some(event), "test", "worker:test");
-        let ev = Evidence {
-            call: "lookup".into(),
-            http_status: Some(503),
-            error_kind: "http_5xx".into(),
-            lookup_result: Some("failed".into()),
-            ..Evidence::default()
-        };
-        c.evidence = Some(&ev);
-        if event == Event::Claim {
-            c.lease = Lease::Take {
-                owner: "test",
-                ttl: Duration::from_secs(30),
-            };
-        }
-        a = match store.apply(&a, &c).await.unwrap() {
-            Applied::Moved(now) => *now,
-            Applied::Lost => panic!("lost a race nobody runs"),
-        };
-    }
-    a
-}
-
 async fn a_finance_person_lists_opens_and_resolves_an_item_in_a_browser(b: Backend) {
     let Some(driver) = start_driver().await else {
         return;
@@ -226,19 +144,7 @@ async fn a_finance_person_lists_opens_and_resolves_an_item_in_a_browser(b: Backe
     let verifier = Verifier::from_env_value(Scheme::StandardWebhooks, &test_secret()).unwrap();
     let web = start_web(&db.store, verifier).await;
 
-    let mut caps = serde_json::Map::new();
-    caps.insert(
-        "goog:chromeOptions".into(),
-        serde_json::json!({
-            "binary": CHROMIUM,
-            "args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"]
-        }),
-    );
-    let browser = ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
-        .capabilities(caps)
-        .connect(&driver.url)
-        .await
-        .expect("a chromium session");
+    let browser = chromium(&driver).await;
 
     // Without credentials: 401, the queue is not shown.
     browser.goto(&format!("{}/finance", web.url)).await.unwrap();
@@ -252,9 +158,7 @@ async fn a_finance_person_lists_opens_and_resolves_an_item_in_a_browser(b: Backe
     assert!(!text.contains("order-browser-1"), "{text}");
 
     // Signed in (Basic auth; the browser keeps it for the site).
-    let signed = web
-        .url
-        .replacen("http://", &format!("http://ana:{}@", secret("ana")), 1);
+    let signed = signed_in(&web.url, "ana");
     browser.goto(&format!("{signed}/finance")).await.unwrap();
     let who = browser
         .find(Locator::Id("person"))

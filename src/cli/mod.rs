@@ -1,6 +1,7 @@
 //! Pieces of the `cobro` command line that are more than a call: the
-//! status printout and the escalations subcommand.
+//! status printout, the attempts (operator view) and escalations subcommands.
 
+pub mod attempts;
 pub mod escalations;
 
 use anyhow::Result;

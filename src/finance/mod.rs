@@ -327,8 +327,10 @@ pub fn encode_cursor(c: &QueueCursor) -> String {
     format!("{}_{}", c.created_at.timestamp_micros(), c.id)
 }
 
-fn decode_cursor(s: &str) -> Result<QueueCursor, InputError> {
-    let bad = || InputError::new("after", "the `next` cursor of a previous page");
+/// A cursor made by [`encode_cursor`]; a bad one is refused naming `field`
+/// (the parameter that carried it).
+pub fn decode_cursor(s: &str, field: &'static str) -> Result<QueueCursor, InputError> {
+    let bad = || InputError::new(field, "the `next` cursor of a previous page");
     let (micros, id) = s.trim().split_once('_').ok_or_else(bad)?;
     Ok(QueueCursor {
         created_at: micros
@@ -356,7 +358,7 @@ pub async fn queue_page(
         );
     }
     let after = match page.after.as_deref().filter(|a| !a.trim().is_empty()) {
-        Some(a) => decode_cursor(a)?,
+        Some(a) => decode_cursor(a, "after")?,
         None => QueueCursor::start(),
     };
     // One more than asked tells whether a next page exists.

@@ -1,5 +1,5 @@
 //! `POST /charges` (enqueue over HTTP, `Idempotency-Key` header, Stripe's
-//! convention) and `GET /charges/{attempt_id}`.
+//! convention) and `GET /charges/{attempt_id}` (also `GET /attempts/{attempt_id}`).
 //!
 //! Invariant: the same semantics as the library and SQL enqueue, because it
 //! calls them. The response to a create holds only what never changes for
@@ -215,6 +215,9 @@ pub(super) async fn create(
     }
 }
 
+/// `GET /charges/{attempt_id}`, `GET /refunds/{refund_id}`, `GET
+/// /attempts/{attempt_id}`: the attempt, its full transition history, its
+/// lookups and, for a refund, the charge it refunds ([`crate::finance::detail`]).
 pub(super) async fn show(State(app): AppState, Path(id): Path<String>) -> Response {
     let Ok(id) = Uuid::try_parse(&id) else {
         return error(
@@ -223,12 +226,16 @@ pub(super) async fn show(State(app): AppState, Path(id): Path<String>) -> Respon
             "must be a UUID",
         );
     };
-    match app.store.load(id).await {
-        Ok((attempt, _)) => match app.store.transitions(id).await {
-            Ok(t) => Json(json!({ "attempt": attempt, "transitions": t })).into_response(),
-            Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, None, e.to_string()),
-        },
+    match crate::finance::detail(&app.store, id).await {
+        Ok(detail) => Json(detail).into_response(),
         Err(StoreError::NotFound(_)) => error(StatusCode::NOT_FOUND, None, "no such attempt"),
-        Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, None, e.to_string()),
+        Err(e) => {
+            tracing::warn!(error = %e, "reading an attempt failed");
+            error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                None,
+                "the database is not available; try again",
+            )
+        }
     }
 }

@@ -5,14 +5,24 @@
 //! - `POST /webhooks/gateway`: anyone; the signature decides ([`webhooks`]).
 //! - `GET /health`: anyone; says only whether the database answers.
 //! - `POST /charges` (`charges:write`), `GET /charges/{attempt_id}`
-//!   (`attempts:read`) ([`charges`]).
+//!   (`attempts:read`: the attempt, its history and lookups) ([`charges`]).
 //! - `POST /refunds` (`refunds:write`), `GET /refunds/{refund_id}`
 //!   (`attempts:read`) ([`refunds`]).
+//! - `GET /attempts?order_id=&key=&state=&kind=&from=&to=&cursor=&limit=`
+//!   and `GET /attempts/{attempt_id}` (`attempts:read`, Bearer): the
+//!   operator's search over every attempt, and one attempt with its
+//!   history and lookups (the same handler as `GET /charges/{attempt_id}`)
+//!   ([`operator`]).
+//! - `GET /operator/attempts`, `GET /operator/attempts/{id}`
+//!   (`attempts:read`, Basic or Bearer): the same as pages, with the
+//!   incident switch's banner ([`operator`]).
 //! - `POST /orders/{order_id}/cancel` (`charges:write`): stop what was not
 //!   sent ([`cancel`]).
 //! - `POST /control/pause`, `POST /control/resume`, `GET /control/pause`
 //!   (`finance:write`): the incident switch ([`control`]).
 //! - `/finance…`: the escalation queue (`finance:read`, `finance:write`) ([`finance`]).
+//!
+//! The pages (finance's and the operator's) share [`html`].
 //! - `GET /metrics` (`metrics:read`) ([`crate::metrics`]).
 //!
 //! With `COBRO_INTERNAL_LISTEN` the public listener serves only the webhook
@@ -27,6 +37,8 @@ mod cancel;
 mod charges;
 mod control;
 pub mod finance;
+mod html;
+mod operator;
 mod refunds;
 mod webhooks;
 
@@ -215,6 +227,10 @@ impl WebConfig {
                 bearer(Scope::AttemptsRead).on(get(charges::show)),
             )
             .route(
+                "/attempts/{attempt_id}",
+                bearer(Scope::AttemptsRead).on(get(charges::show)),
+            )
+            .route(
                 "/refunds",
                 bearer(Scope::RefundsWrite).on(post(refunds::create)),
             )
@@ -236,6 +252,7 @@ impl WebConfig {
             )
             .route("/metrics", bearer(Scope::MetricsRead).on(get(metrics)))
             .with_state(app.clone())
+            .merge(operator::router(self.store.clone(), keys.clone()))
             .merge(finance::router(self.store, self.finance, keys.clone()))
             .layer(DefaultBodyLimit::max(API_BODY_LIMIT));
         let health = Router::new().route("/health", get(health)).with_state(app);

@@ -563,3 +563,46 @@ pub async fn settled(
     })
     .await
 }
+
+/// A charge for `order` (49.90 EUR) moved to `EN_REVISION` as a worker
+/// would: claimed, an unknown outcome (HTTP 503), then a failed lookup
+/// (recorded as a check) that exhausts the checks.
+pub async fn in_review(store: &Store, order: &str) -> cobro::store::Attempt {
+    use cobro::state::Event;
+    use cobro::store::{Applied, Change, CheckRecord, Lease};
+    let req = cobro::domain::ChargeRequest::parse(order, 4_990, "EUR", None, None).unwrap();
+    let id = store.enqueue(&req).await.unwrap().attempt_id;
+    let mut a = store.load(id).await.unwrap().0;
+    for event in [Event::Claim, Event::Unknown, Event::ChecksExhausted] {
+        let mut c = Change::new(Some(event), "test", "worker:test");
+        let ev = cobro::gateway::Evidence {
+            call: "lookup".into(),
+            http_status: Some(503),
+            error_kind: "http_5xx".into(),
+            lookup_result: Some("failed".into()),
+            ..Default::default()
+        };
+        c.evidence = Some(&ev);
+        match event {
+            Event::Claim => {
+                c.lease = Lease::Take {
+                    owner: "test",
+                    ttl: Duration::from_secs(30),
+                }
+            }
+            Event::ChecksExhausted => {
+                let now = chrono::Utc::now();
+                c.add_check = Some(CheckRecord {
+                    scheduled_at: now,
+                    started_at: now,
+                });
+            }
+            _ => {}
+        }
+        a = match store.apply(&a, &c).await.unwrap() {
+            Applied::Moved(now) => *now,
+            Applied::Lost => panic!("lost a race nobody runs"),
+        };
+    }
+    a
+}

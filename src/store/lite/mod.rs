@@ -41,6 +41,7 @@ macro_rules! now_us {
 pub(crate) mod breaker;
 pub(crate) mod enqueue;
 pub(crate) mod escalation;
+pub(crate) mod listing;
 pub(crate) mod metrics;
 pub(crate) mod poison;
 pub(crate) mod recon;

@@ -20,6 +20,7 @@ use crate::domain::{ChargeRequest, IdempotencyKey, InputError};
 
 pub(crate) mod breaker;
 pub(crate) mod escalation;
+pub(crate) mod listing;
 pub(crate) mod metrics;
 pub(crate) mod recon;
 pub(crate) mod retention;

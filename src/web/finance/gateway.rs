@@ -9,8 +9,9 @@ use super::page::esc;
 use crate::store::{GatewayHealth, Store};
 
 /// The incident switch, when sending is paused; empty otherwise. On every
-/// finance page that shows data (the queue, an attempt, the summary).
-pub(super) async fn pause_banner(store: &Store) -> String {
+/// finance page that shows data (the queue, an attempt, the summary) and
+/// on the operator's pages.
+pub(crate) async fn pause_banner(store: &Store) -> String {
     match store.pause_state().await {
         Ok(Some(p)) if p.paused => format!(
             "<p class=\"note err\" id=\"paused\">Sending paused since {} by {}{}: no new charge \
@@ -33,7 +34,7 @@ pub(super) async fn pause_banner(store: &Store) -> String {
 /// The banner for the top of the queue: the switch, then the gateway's
 /// health; empty when all is well. A database error shows as such: the
 /// page still renders.
-pub(super) async fn banner(store: &Store) -> String {
+pub(crate) async fn banner(store: &Store) -> String {
     let mut out = pause_banner(store).await;
     match store.gateway_health().await {
         Ok(health) => out.push_str(&render(&health)),

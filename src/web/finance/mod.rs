@@ -18,6 +18,8 @@ mod cases;
 mod gateway;
 mod page;
 
+pub(crate) use gateway::{banner, pause_banner};
+
 use std::sync::Arc;
 use std::time::Duration;
 

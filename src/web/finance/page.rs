@@ -21,39 +21,11 @@ use crate::finance::{self, Filter, Resolution, ResolveError, ResolveRequest};
 use crate::http::auth::Caller as Person;
 use crate::store::{Escalated, StoreError};
 
-/// HTML-escapes text for element content and quoted attributes.
-pub(super) fn esc(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
-}
-
-const STYLE: &str = "body{font:15px/1.45 system-ui,sans-serif;margin:2rem;color:#1b1f24;max-width:75rem}\
-table{border-collapse:collapse;width:100%;margin:1rem 0}th,td{border-bottom:1px solid #d8dee4;padding:.35rem .5rem;text-align:left;vertical-align:top}\
-th{background:#f3f5f7}td.num{text-align:right;font-variant-numeric:tabular-nums}\
-.note{padding:.6rem .8rem;border-radius:6px;margin:1rem 0}.ok{background:#e6f4ea}.err{background:#fde7e9}\
-form.inline{display:inline-block;margin:0 1rem 1rem 0;padding:.8rem;border:1px solid #d8dee4;border-radius:6px;vertical-align:top}\
-label{display:block;margin:.3rem 0}input[type=text],textarea{width:18rem}nav a{margin-right:1rem}code{font-size:13px}";
+pub(super) use crate::web::html::esc;
+use crate::web::html::{checks, history, select, shell, url_encode};
 
 pub(super) fn page(title: &str, person: &Person, body: &str) -> Html<String> {
-    Html(format!(
-        "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>{t} · cobro finance</title>\
-         <style>{STYLE}</style></head><body>\
-         <nav><a href=\"/finance\">Escalation queue</a><a href=\"/finance/summary\">Daily summary</a>\
-         <span style=\"float:right\">signed in as <b id=\"person\">{who}</b></span></nav>\
-         <h1>{t}</h1>{body}</body></html>",
-        t = esc(title),
-        who = esc(&person.name),
-    ))
+    shell("cobro finance", title, person, body)
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -100,29 +72,6 @@ impl ListQuery {
             .collect::<Vec<_>>()
             .join("&")
     }
-}
-
-fn url_encode(s: &str) -> String {
-    s.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' => (b as char).to_string(),
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
-}
-
-fn select(name: &str, current: Option<&str>, options: &[(&str, &str)]) -> String {
-    let mut out = format!("<select name=\"{name}\" id=\"filter-{name}\">");
-    for (value, label) in options {
-        let selected = if current.unwrap_or("") == *value {
-            " selected"
-        } else {
-            ""
-        };
-        let _ = write!(out, "<option value=\"{value}\"{selected}>{label}</option>");
-    }
-    out.push_str("</select>");
-    out
 }
 
 pub(super) async fn list(
@@ -463,42 +412,8 @@ async fn render_detail(
     } else {
         body.push_str("<p class=\"note ok\">Settled: nothing to resolve.</p>");
     }
-    body.push_str("<h2>History</h2><table id=\"history\"><thead><tr><th>At</th><th>From</th><th>To</th><th>Cause</th><th>Who</th><th>Evidence</th></tr></thead><tbody>");
-    for t in &d.transitions {
-        let note = t
-            .evidence
-            .as_ref()
-            .and_then(|e| e.get("detail"))
-            .and_then(|v| v.as_str())
-            .unwrap_or("");
-        let _ = write!(
-            body,
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{} {} {} {}</td></tr>",
-            t.at.format("%Y-%m-%dT%H:%M:%S%.3fZ"),
-            esc(t.from_state.as_deref().unwrap_or("(new)")),
-            esc(&t.to_state),
-            esc(&t.cause),
-            esc(&t.actor),
-            t.http_status.map_or(String::new(), |s| format!("HTTP {s}")),
-            esc(t.error_kind.as_deref().unwrap_or("")),
-            esc(t.lookup_result.as_deref().unwrap_or("")),
-            esc(note),
-        );
-    }
-    body.push_str("</tbody></table><h2>Lookups</h2><table id=\"checks\"><thead><tr><th>#</th><th>Due</th><th>Ran</th><th>Result</th><th>HTTP</th><th>Who</th></tr></thead><tbody>");
-    for c in &d.checks {
-        let _ = write!(
-            body,
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-            c.check_number,
-            c.scheduled_at.format("%H:%M:%S%.3f"),
-            c.started_at.format("%H:%M:%S%.3f"),
-            esc(&c.lookup_result),
-            c.http_status.map_or("-".into(), |s| s.to_string()),
-            esc(&c.actor),
-        );
-    }
-    body.push_str("</tbody></table>");
+    body.push_str(&history(&d.transitions));
+    body.push_str(&checks(&d.checks));
     let title = format!("Order {}", a.order_id);
     let body = super::gateway::pause_banner(&fin.store).await + &body;
     (status, page(&title, person, &body)).into_response()

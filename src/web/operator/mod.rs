@@ -1,0 +1,52 @@
+//! The operator view on the web process: every attempt, searched and
+//! paginated ([`crate::operator`]), as JSON (`GET /attempts`) and as pages
+//! (`/operator/attempts`, `/operator/attempts/{id}`); an attempt's JSON
+//! detail is `GET /attempts/{id}` (the same handler as
+//! `GET /charges/{attempt_id}`, in [`super`]).
+//!
+//! Who may look: a key with `attempts:read`; the JSON API takes only
+//! `Authorization: Bearer`, the pages also the browser's Basic sign-in
+//! (they only read, so they carry no forms that change anything).
+//!
+//! Invariant: read-only; every page shows the incident switch's banner
+//! while sending is paused.
+
+mod api;
+mod page;
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::State;
+use axum::routing::get;
+
+use crate::http::auth::{ApiKeys, Guard, Scope, Via};
+use crate::store::Store;
+
+pub(crate) struct Operator {
+    pub(crate) store: Store,
+}
+
+pub(crate) type OperatorState = State<Arc<Operator>>;
+
+/// The operator's routes, each behind `attempts:read`.
+pub(crate) fn router(store: Store, keys: Arc<ApiKeys>) -> Router {
+    let state = Arc::new(Operator { store });
+    let page = Guard::new(keys.clone(), Scope::AttemptsRead, Via::Either);
+    let api = Guard::new(keys, Scope::AttemptsRead, Via::Bearer);
+    Router::new()
+        .route("/attempts", api.on(get(api::list)))
+        .route("/operator/attempts", page.clone().on(get(page::list)))
+        .route("/operator/attempts/{id}", page.on(get(page::detail)))
+        .with_state(state)
+}
+
+/// The database failed: 503 without its error (hosts, users: logs only).
+fn unavailable(e: &crate::store::StoreError) -> axum::response::Response {
+    tracing::warn!(error = %e, "operator request failed");
+    super::error(
+        axum::http::StatusCode::SERVICE_UNAVAILABLE,
+        None,
+        "the database is not available; try again",
+    )
+}

@@ -1,0 +1,92 @@
+//! A real headless browser for the page tests (Debian's chromium driven
+//! through chromedriver), shared by `tests/finance_browser.rs` and
+//! `tests/operator_browser.rs` (each includes this file with
+//! `#[path = "common/browser.rs"] mod browser;`).
+//!
+//! Needs `/usr/bin/chromium` and `/usr/bin/chromedriver` (`apt-get install
+//! chromium chromium-driver`; `.ci/run` installs them). Without them a test
+//! is skipped locally and fails under `CI=true`.
+
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use fantoccini::ClientBuilder;
+
+use super::common::{eventually, secret};
+
+pub const CHROMIUM: &str = "/usr/bin/chromium";
+pub const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
+
+/// chromedriver on a free 127.0.0.1 port, killed on drop.
+pub struct Driver {
+    child: Child,
+    pub url: String,
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// chromedriver, listening; `None` (skip) when chromium is not installed
+/// and `CI` is unset.
+pub async fn start_driver() -> Option<Driver> {
+    if !std::path::Path::new(CHROMIUM).exists() || !std::path::Path::new(CHROMEDRIVER).exists() {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI=true but {CHROMIUM} or {CHROMEDRIVER} is missing (apt-get install chromium chromium-driver)"
+        );
+        eprintln!("SKIPPED: {CHROMIUM} / {CHROMEDRIVER} not installed");
+        return None;
+    }
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let child = Command::new(CHROMEDRIVER)
+        .arg(format!("--port={port}"))
+        .arg("--allowed-ips=127.0.0.1")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start chromedriver");
+    let url = format!("http://127.0.0.1:{port}");
+    let driver = Driver { child, url };
+    eventually(
+        Duration::from_secs(20),
+        "chromedriver to listen",
+        || async {
+            reqwest::get(format!("{}/status", driver.url))
+                .await
+                .ok()
+                .map(|_| ())
+        },
+    )
+    .await;
+    Some(driver)
+}
+
+/// A headless chromium session on `driver`.
+pub async fn chromium(driver: &Driver) -> fantoccini::Client {
+    let mut caps = serde_json::Map::new();
+    caps.insert(
+        "goog:chromeOptions".into(),
+        serde_json::json!({
+            "binary": CHROMIUM,
+            "args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"]
+        }),
+    );
+    ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
+        .capabilities(caps)
+        .connect(&driver.url)
+        .await
+        .expect("a chromium session")
+}
+
+/// `web_url` with test key `name`'s Basic sign-in in it: the browser keeps
+/// it for the site after the first page.
+pub fn signed_in(web_url: &str, name: &str) -> String {
+    web_url.replacen("http://", &format!("http://{name}:{}@", secret(name)), 1)
+}
