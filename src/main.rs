@@ -428,8 +428,16 @@ async fn main() -> Result<()> {
                 println!("{}", serde_json::to_string_pretty(&notices)?);
             } else {
                 for n in &notices {
+                    let delivery = match (n.delivered_at, n.failed_at) {
+                        (Some(_), _) => "delivered".to_owned(),
+                        (_, Some(_)) => {
+                            format!("delivery failed after {} tries", n.delivery_attempts)
+                        }
+                        _ if n.delivery_attempts > 0 => format!("{} tries", n.delivery_attempts),
+                        _ => String::new(),
+                    };
                     println!(
-                        "{:>6}  {}  order {}  {}  {}  {}",
+                        "{:>6}  {}  order {}  {}  {}  {}  {delivery}",
                         n.id,
                         n.created_at.format("%Y-%m-%dT%H:%M:%SZ"),
                         n.order_id,

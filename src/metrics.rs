@@ -456,6 +456,12 @@ fn render_gauges(out: &mut String, g: &Gauges) {
     );
     gauge(
         out,
+        "cobro_notices_failed",
+        "Customer notices whose every delivery try to COBRO_NOTICE_URL failed, not acknowledged.",
+        g.on_call.notices_failed as f64,
+    );
+    gauge(
+        out,
         "cobro_sending_paused",
         "1 while the incident switch pauses sending new charges (lookups continue).",
         f64::from(u8::from(g.sending_paused)),
@@ -547,6 +553,7 @@ mod tests {
                 last_reconciliation_ok: Some(1_764_547_200.0),
                 open_cases_by_kind: vec![("dispute".into(), 2)],
                 notices_pending: 3,
+                notices_failed: 1,
             },
         };
         render_gauges(&mut out, &g);
@@ -557,6 +564,7 @@ mod tests {
             "cobro_cases_open{kind=\"dispute\"} 2",
             "cobro_cases_open{kind=\"double_charge\"} 0",
             "cobro_notices_pending 3",
+            "cobro_notices_failed 1",
         ] {
             assert!(out.lines().any(|l| l == line), "{line} in\n{out}");
         }

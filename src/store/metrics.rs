@@ -47,6 +47,8 @@ pub struct OnCall {
     pub open_cases_by_kind: Vec<(String, i64)>,
     /// Customer notices not yet acknowledged by the app.
     pub notices_pending: i64,
+    /// Customer notices whose last delivery try failed, not acknowledged.
+    pub notices_failed: i64,
 }
 
 /// One backend's answer before the states are parsed.
