@@ -10,6 +10,8 @@
 //!   (`attempts:read`) ([`refunds`]).
 //! - `POST /orders/{order_id}/cancel` (`charges:write`): stop what was not
 //!   sent ([`cancel`]).
+//! - `POST /orders/{order_id}/payment-method` (`charges:write`): a new token
+//!   for the order's next business retry ([`payment_method`]).
 //! - `POST /control/pause`, `POST /control/resume`, `GET /control/pause`
 //!   (`finance:write`): the incident switch ([`control`]).
 //! - `/finance…`: the escalation queue (`finance:read`, `finance:write`) ([`finance`]).
@@ -27,6 +29,7 @@ mod cancel;
 mod charges;
 mod control;
 pub mod finance;
+mod payment_method;
 mod refunds;
 mod webhooks;
 
@@ -225,6 +228,10 @@ impl WebConfig {
             .route(
                 "/orders/{order_id}/cancel",
                 bearer(Scope::ChargesWrite).on(post(cancel::cancel)),
+            )
+            .route(
+                "/orders/{order_id}/payment-method",
+                bearer(Scope::ChargesWrite).on(post(payment_method::update)),
             )
             .route(
                 "/control/pause",

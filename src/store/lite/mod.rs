@@ -43,6 +43,7 @@ pub(crate) mod enqueue;
 pub(crate) mod escalation;
 pub(crate) mod metrics;
 pub(crate) mod notices;
+pub(crate) mod payment_method;
 pub(crate) mod recon;
 pub(crate) mod refund;
 pub(crate) mod retention;
