@@ -1,0 +1,469 @@
+//! Customer notices delivered (issue 14, item 2): a real worker declines
+//! and approves charges against the simulator, and delivers every outbox
+//! notice to a receiver that verifies it with the official Standard
+//! Webhooks library for Python (`tests/notice_receiver.py`, a real process
+//! on 127.0.0.1). Each notice arrives once after deduplication by
+//! `webhook-id`, one is redelivered after two 500s, one that always gets
+//! 500 ends `failed` with `cobro_notices_failed` showing it. And the app's
+//! new payment-method token is what the next business retry charges.
+//! Without Python's `standardwebhooks` the receiver test says SKIPPED,
+//! unless `CI` is set: then it fails.
+
+#[macro_use]
+mod common;
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use cobro::domain::ChargeRequest;
+use cobro::sim::Faults;
+use cobro::state::State;
+use cobro::store::{Notice, Store};
+use cobro::webhook::{Scheme, Verifier};
+use common::*;
+use serde_json::{Value, json};
+use uuid::Uuid;
+
+on_both_backends!(
+    notices_reach_a_verifying_receiver_once_redelivered_after_500s_and_failed_after_the_last_try,
+    the_next_retry_charges_the_new_payment_method_and_refusals_name_the_field,
+);
+
+fn python_library_available() -> bool {
+    let ok = Command::new("python3")
+        .args(["-c", "import standardwebhooks"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !ok {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI is set and the Python package standardwebhooks is missing (.ci/run installs it)"
+        );
+        let _ = writeln!(
+            std::io::stderr(),
+            "SKIPPED notices: python3 with `standardwebhooks` not found (pip install standardwebhooks)"
+        );
+    }
+    ok
+}
+
+/// The receiver process; killed when dropped.
+struct Receiver {
+    child: Child,
+    url: String,
+}
+
+impl Drop for Receiver {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn start_receiver(secret: &str, plan: &Value) -> Receiver {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/notice_receiver.py");
+    let mut child = Command::new("python3")
+        .arg(script)
+        .env("NOTICE_SECRET", secret)
+        .env("NOTICE_PLAN", plan.to_string())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("start python3 tests/notice_receiver.py");
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().expect("stdout"))
+        .read_line(&mut line)
+        .expect("the receiver prints its port");
+    let port: u16 = line.trim().parse().expect("a port number");
+    Receiver {
+        child,
+        url: format!("http://127.0.0.1:{port}"),
+    }
+}
+
+async fn report(r: &Receiver) -> Value {
+    reqwest::get(format!("{}/report", r.url))
+        .await
+        .expect("GET /report")
+        .json()
+        .await
+        .expect("report json")
+}
+
+async fn decline_with(sim: &str, code: &str) {
+    let faults = Faults {
+        p_decline: 1.0,
+        decline_codes: vec![code.into()],
+        ..Faults::default()
+    };
+    set_faults(sim, &faults).await;
+}
+
+/// Enqueues `order` and waits for its first attempt's decline.
+async fn declined(store: &Store, order: &str, method: Option<&str>) -> cobro::store::Attempt {
+    let req = ChargeRequest::parse(order, 2_500, "EUR", None, method).unwrap();
+    let id = store.enqueue(&req).await.unwrap().attempt_id;
+    settled(store, id, State::Rechazado, Duration::from_secs(15)).await
+}
+
+/// Makes a declined attempt's business retry due now and wakes it.
+async fn retry_now(db: &TestDb, id: Uuid) {
+    db.exec(
+        "UPDATE cobro.payment_attempts SET next_action_at = now() WHERE id = $1::uuid",
+        "UPDATE payment_attempts SET next_action_at = 0 WHERE id = ?1",
+        &[&id.to_string()],
+    )
+    .await
+    .unwrap();
+    db.store.wake(id).await.unwrap();
+}
+
+fn notice_of<'a>(all: &'a [Notice], order: &str, kind: &str) -> &'a Notice {
+    all.iter()
+        .find(|n| n.order_id == order && n.kind == kind)
+        .unwrap_or_else(|| panic!("a {kind} notice for {order} in {all:#?}"))
+}
+
+async fn metric(web: &Web, name: &str) -> f64 {
+    let text = reqwest::Client::new()
+        .get(format!("{}/metrics", web.url))
+        .bearer_auth(secret("prom"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("{name} ")))
+        .unwrap_or_else(|| panic!("{name} in\n{text}"))
+        .parse()
+        .unwrap()
+}
+
+async fn notices_reach_a_verifying_receiver_once_redelivered_after_500s_and_failed_after_the_last_try(
+    b: Backend,
+) {
+    if !python_library_available() {
+        return;
+    }
+    init_logs();
+    let db = TestDb::new(b).await;
+    let secret = test_secret();
+    let receiver = start_receiver(
+        &secret,
+        &json!({
+            "fail_twice": ["n-stolen"],
+            "always_fail": ["n-expired"],
+            "slow_once": ["n-funds"],
+            "slow_seconds": 2,
+        }),
+    );
+    let sim = start_sim(true, Faults::default()).await;
+    let mut args = worker_args(&db.url, &sim.url());
+    args.notify.notice_url = Some(format!("{}/notices", receiver.url));
+    args.notify.notice_secret = Some(secret.clone());
+    // The production shape (retries, then failed) scaled down: three tries.
+    args.notify.notice_schedule = "100ms,200ms".into();
+    args.notify.notice_timeout = Duration::from_secs(1);
+    args.notify.notice_poll = Duration::from_millis(100);
+    let worker = spawn_worker(args);
+    let web = start_web(
+        &db.store,
+        Verifier::from_env_value(Scheme::StandardWebhooks, &test_secret()).unwrap(),
+    )
+    .await;
+
+    // A retryable decline (a retry scheduled), two final ones.
+    decline_with(&sim.url(), "insufficient_funds").await;
+    let funds = declined(&db.store, "n-funds", None).await;
+    assert!(
+        funds.next_action_at.is_some(),
+        "a business retry is scheduled"
+    );
+    decline_with(&sim.url(), "stolen_card").await;
+    declined(&db.store, "n-stolen", None).await;
+    decline_with(&sim.url(), "expired_card").await;
+    declined(&db.store, "n-expired", None).await;
+    // The retry is approved: one more notice.
+    set_faults(&sim.url(), &Faults::default()).await;
+    retry_now(&db, funds.id).await;
+
+    let all = eventually(Duration::from_secs(30), "every notice settled", || async {
+        let all = db.store.notices(false).await.unwrap();
+        let settled = all.len() == 4
+            && all
+                .iter()
+                .all(|n| n.delivered_at.is_some() || n.failed_at.is_some());
+        settled.then_some(all)
+    })
+    .await;
+    let scheduled = notice_of(&all, "n-funds", "retry_scheduled");
+    let approved = notice_of(&all, "n-funds", "approved_after_retry");
+    let stolen = notice_of(&all, "n-stolen", "payment_failed");
+    let expired = notice_of(&all, "n-expired", "payment_failed");
+
+    // The outbox: delivered ones acknowledged by delivery; the 500×2 one on
+    // its third try; the always-500 one failed after the last of three.
+    for n in [scheduled, approved, stolen] {
+        assert!(n.delivered_at.is_some(), "{n:#?}");
+        assert_eq!(n.acked_by.as_deref(), Some("delivery"));
+        assert_eq!(n.failed_at, None);
+    }
+    assert_eq!(stolen.delivery_attempts, 3, "delivered on the third try");
+    assert_eq!(
+        scheduled.delivery_attempts, 2,
+        "the slow answer timed out once"
+    );
+    assert_eq!(approved.delivery_attempts, 1);
+    assert!(expired.failed_at.is_some() && expired.delivered_at.is_none());
+    assert_eq!(expired.delivery_attempts, 3, "every try of the schedule");
+    assert_eq!(expired.last_status, Some(500));
+    assert!(
+        expired
+            .last_error
+            .as_deref()
+            .is_some_and(|e| e.contains("HTTP 500")),
+        "{expired:#?}"
+    );
+    assert_eq!(expired.acked_at, None);
+
+    // The receiver: everything verified by the Python library; each
+    // delivered notice once after deduplication, by its stable webhook-id.
+    let r = report(&receiver).await;
+    assert_eq!(r["rejected"], json!([]), "every signature verified");
+    let id = |n: &Notice| format!("notice_{}", n.id);
+    let mut ids: Vec<String> = serde_json::from_value(r["ids"].clone()).unwrap();
+    ids.sort();
+    let mut want = vec![id(scheduled), id(approved), id(stolen)];
+    want.sort();
+    assert_eq!(ids, want, "each delivered notice exactly once after dedupe");
+    assert_eq!(r["tries"][id(stolen)], 3, "500, 500, then delivered");
+    assert_eq!(r["tries"][id(expired)], 3, "500 to every try");
+    assert!(
+        r["duplicates"][id(scheduled)].as_i64().unwrap_or(0) >= 1,
+        "the slow answer's notice came again and was deduplicated: {r}"
+    );
+    assert_eq!(r["tries"][id(approved)], 1);
+
+    // What the app writes to its customer.
+    let body = |n: &Notice| {
+        r["received"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["data"]["notice_id"] == n.id)
+            .cloned()
+            .unwrap()
+    };
+    let p = body(scheduled);
+    assert_eq!(p["type"], "payment.retry_scheduled");
+    let d = &p["data"];
+    assert_eq!(
+        (d["order_id"].as_str(), d["amount_minor"].as_i64()),
+        (Some("n-funds"), Some(2_500))
+    );
+    assert_eq!(d["currency"], "EUR");
+    assert_eq!(d["attempt_id"], json!(funds.id));
+    assert_eq!(d["decline_code"], "insufficient_funds");
+    assert_eq!(d["decline_category"], "insufficient_funds");
+    assert!(d["next_retry_at"].is_string(), "{p}");
+    assert_eq!(d["update_payment_method"], false);
+    let p = body(stolen);
+    assert_eq!(p["type"], "payment.failed");
+    assert_eq!(p["data"]["decline_category"], "card_lost_stolen_or_fraud");
+    assert_eq!(p["data"]["next_retry_at"], Value::Null);
+    assert_eq!(p["data"]["update_payment_method"], true);
+    assert!(
+        p["data"]["what_happened"]
+            .as_str()
+            .unwrap()
+            .contains("final")
+    );
+    let p = body(approved);
+    assert_eq!(p["type"], "payment.approved_after_retry");
+    assert_eq!(p["data"]["attempt_number"], 2);
+
+    // The gauges, read from the rows: one failed, one not acknowledged.
+    assert_eq!(metric(&web, "cobro_notices_failed").await, 1.0);
+    assert_eq!(metric(&web, "cobro_notices_pending").await, 1.0);
+    // The manual acknowledgement still works, and clears the failed one.
+    assert!(db.store.ack_notice(expired.id, "ops:ana").await.unwrap());
+    assert_eq!(metric(&web, "cobro_notices_failed").await, 0.0);
+    assert!(
+        !db.store.ack_notice(stolen.id, "ops:ana").await.unwrap(),
+        "a delivered notice is already acknowledged"
+    );
+
+    worker.stop().await;
+    web.stop().await;
+    sim.shutdown().await;
+    db.drop_db().await;
+}
+
+async fn post_method(web: &Web, key: &str, order: &str, body: Value) -> (u16, Value) {
+    let r = reqwest::Client::new()
+        .post(format!("{}/orders/{order}/payment-method", web.url))
+        .bearer_auth(secret(key))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    (r.status().as_u16(), r.json().await.unwrap_or_default())
+}
+
+async fn the_next_retry_charges_the_new_payment_method_and_refusals_name_the_field(b: Backend) {
+    init_logs();
+    let db = TestDb::new(b).await;
+    let sim = start_sim(true, Faults::default()).await;
+    let worker = spawn_worker(worker_args(&db.url, &sim.url()));
+    let web = start_web(
+        &db.store,
+        Verifier::from_env_value(Scheme::StandardWebhooks, &test_secret()).unwrap(),
+    )
+    .await;
+    decline_with(&sim.url(), "insufficient_funds").await;
+    let first = declined(&db.store, "pm-1", Some("pm_card_old")).await;
+    assert!(
+        first.next_action_at.is_some(),
+        "a business retry is scheduled"
+    );
+
+    // Refused, with nothing written: card data, a missing token, no scope.
+    let (s, e) = post_method(
+        &web,
+        "app",
+        "pm-1",
+        json!({"payment_method": "4242 4242 4242 4242"}),
+    )
+    .await;
+    assert_eq!(
+        (s, e["field"].as_str()),
+        (422, Some("payment_method")),
+        "{e}"
+    );
+    let (s, e) = post_method(
+        &web,
+        "app",
+        "pm-1",
+        json!({"payment_method": "pm_4242424242424242"}),
+    )
+    .await;
+    assert_eq!(
+        (s, e["field"].as_str()),
+        (422, Some("payment_method")),
+        "{e}"
+    );
+    assert!(e["error"].as_str().unwrap().contains("card number"), "{e}");
+    let (s, e) = post_method(&web, "app", "pm-1", json!({})).await;
+    assert_eq!(
+        (s, e["field"].as_str()),
+        (422, Some("payment_method")),
+        "{e}"
+    );
+    let (s, _) = post_method(
+        &web,
+        "agent",
+        "pm-1",
+        json!({"payment_method": "pm_card_new"}),
+    )
+    .await;
+    assert_eq!(s, 403, "charges:write is needed");
+    let (s, e) = post_method(
+        &web,
+        "app",
+        "nobody",
+        json!({"payment_method": "pm_card_new"}),
+    )
+    .await;
+    assert_eq!((s, e["field"].as_str()), (404, Some("order_id")), "{e}");
+
+    // Accepted for the pending retry, recorded with who gave it.
+    let (s, ok) = post_method(
+        &web,
+        "app",
+        "pm-1",
+        json!({"payment_method": "pm_card_new"}),
+    )
+    .await;
+    assert_eq!(s, 200, "{ok}");
+    assert_eq!(ok["after_attempt_id"], json!(first.id));
+    assert!(ok["next_retry_at"].is_string(), "{ok}");
+    let who = db
+        .scalar(
+            "SELECT count(*) FROM cobro.payment_method_updates WHERE order_id = 'pm-1' AND actor = 'api:app'",
+            "SELECT count(*) FROM payment_method_updates WHERE order_id = 'pm-1' AND actor = 'api:app'",
+        )
+        .await;
+    assert_eq!(who, 1);
+
+    // The retry charges the new token at the gateway.
+    set_faults(&sim.url(), &Faults::default()).await;
+    retry_now(&db, first.id).await;
+    let attempts = eventually(Duration::from_secs(15), "the retry approved", || async {
+        let all = db.store.attempts_for_order("pm-1").await.unwrap();
+        (all.len() == 2 && all[1].state == State::Aprobado).then_some(all)
+    })
+    .await;
+    assert_eq!(attempts[1].payment_method.as_deref(), Some("pm_card_new"));
+    let l = ledger(&sim.url()).await;
+    let sent: Vec<_> = l
+        .entries
+        .iter()
+        .filter(|e| e.order_id == "pm-1")
+        .map(|e| (e.status.as_str(), e.payment_method.as_deref()))
+        .collect();
+    assert_eq!(
+        sent,
+        [
+            ("declined", Some("pm_card_old")),
+            ("approved", Some("pm_card_new"))
+        ],
+        "the gateway saw the old token declined and the new one charged"
+    );
+
+    // Approved now: refused, naming the order.
+    let (s, e) = post_method(
+        &web,
+        "app",
+        "pm-1",
+        json!({"payment_method": "pm_card_newer"}),
+    )
+    .await;
+    assert_eq!((s, e["field"].as_str()), (409, Some("order_id")), "{e}");
+    assert!(e["error"].as_str().unwrap().contains("approved"), "{e}");
+    // A final decline has no retry pending: refused the same way.
+    decline_with(&sim.url(), "stolen_card").await;
+    declined(&db.store, "pm-2", Some("pm_card_old")).await;
+    let (s, e) = post_method(
+        &web,
+        "app",
+        "pm-2",
+        json!({"payment_method": "pm_card_new"}),
+    )
+    .await;
+    assert_eq!((s, e["field"].as_str()), (409, Some("order_id")), "{e}");
+    assert!(
+        e["error"]
+            .as_str()
+            .unwrap()
+            .contains("no business retry pending"),
+        "{e}"
+    );
+    // The library says the same.
+    let token = cobro::domain::PaymentMethod::parse("pm_card_new").unwrap();
+    let refused = db.store.update_payment_method("pm-2", &token, "app").await;
+    assert!(
+        matches!(
+            refused,
+            Err(cobro::store::MethodUpdateError::NoRetryPending(_))
+        ),
+        "{refused:?}"
+    );
+
+    worker.stop().await;
+    web.stop().await;
+    sim.shutdown().await;
+    db.drop_db().await;
+}
