@@ -44,10 +44,13 @@ class Receiver(BaseHTTPRequestHandler):
         pass
 
     def answer(self, status, body=b""):
-        self.send_response(status)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+        try:
+            self.send_response(status)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the sender gave up waiting (the slow answer)
 
     def do_GET(self):
         if self.path != "/report":

@@ -28,6 +28,7 @@ use uuid::Uuid;
 on_both_backends!(
     notices_reach_a_verifying_receiver_once_redelivered_after_500s_and_failed_after_the_last_try,
     the_next_retry_charges_the_new_payment_method_and_refusals_name_the_field,
+    two_workers_never_claim_one_notice_and_only_the_claim_holder_records,
 );
 
 fn python_library_available() -> bool {
@@ -451,7 +452,7 @@ async fn the_next_retry_charges_the_new_payment_method_and_refusals_name_the_fie
             .contains("no business retry pending"),
         "{e}"
     );
-    // The library says the same.
+    // The library says the same, and so does the SQL function.
     let token = cobro::domain::PaymentMethod::parse("pm_card_new").unwrap();
     let refused = db.store.update_payment_method("pm-2", &token, "app").await;
     assert!(
@@ -461,9 +462,100 @@ async fn the_next_retry_charges_the_new_payment_method_and_refusals_name_the_fie
         ),
         "{refused:?}"
     );
+    if let Some(pool) = db.store.pg_pool() {
+        let sql = "SELECT update_id FROM cobro.update_payment_method($1, $2, 'sql')";
+        let err = sqlx::query(sql)
+            .bind("pm-2")
+            .bind("pm_card_new")
+            .execute(pool)
+            .await
+            .unwrap_err();
+        let code = err
+            .as_database_error()
+            .and_then(|d| d.code())
+            .map(|c| c.into_owned());
+        assert_eq!(code.as_deref(), Some("CB010"), "{err}");
+        let err = sqlx::query(sql)
+            .bind("pm-2")
+            .bind("4111111111111111")
+            .execute(pool)
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains("invalid payment_method"), "{err}");
+    }
 
     worker.stop().await;
     web.stop().await;
     sim.shutdown().await;
+    db.drop_db().await;
+}
+
+/// Two workers claiming at once get disjoint notices; a claimed notice is
+/// not due for anyone else; after a claim expires another worker takes the
+/// notice, and the first holder's late result is not recorded.
+async fn two_workers_never_claim_one_notice_and_only_the_claim_holder_records(b: Backend) {
+    use cobro::state::Event;
+    use cobro::store::TryOutcome;
+    let db = TestDb::new(b).await;
+    let declined_for_good = |order: String| {
+        let store = db.store.clone();
+        async move {
+            let req = ChargeRequest::parse(&order, 700, "USD", None, None).unwrap();
+            let id = store.enqueue(&req).await.unwrap().attempt_id;
+            let (a, _) = store.load(id).await.unwrap();
+            let a = step(&store, &a, Event::Claim, None).await;
+            step(&store, &a, Event::Declined, Some("stolen_card")).await
+        }
+    };
+    for i in 0..12 {
+        declined_for_good(format!("claim-{i}")).await;
+    }
+    let hold = Duration::from_secs(30);
+    let (x, y) = futures::join!(
+        db.store.claim_notices(hold, 8),
+        db.store.claim_notices(hold, 8)
+    );
+    let (x, y) = (x.unwrap(), y.unwrap());
+    let mut ids: Vec<i64> = x.iter().chain(&y).map(|n| n.id).collect();
+    ids.sort();
+    ids.dedup();
+    assert_eq!(
+        ids.len(),
+        12,
+        "every notice claimed once: {} + {}",
+        x.len(),
+        y.len()
+    );
+    assert_eq!(x.len() + y.len(), 12, "no notice in both claims");
+    assert!(
+        db.store.claim_notices(hold, 50).await.unwrap().is_empty(),
+        "claimed ones are not due"
+    );
+
+    declined_for_good("claim-late".into()).await;
+    let first = db.store.claim_notices(Duration::ZERO, 1).await.unwrap();
+    let second = db.store.claim_notices(hold, 1).await.unwrap();
+    assert_eq!((first.len(), second.len()), (1, 1));
+    assert_eq!(first[0].id, second[0].id, "an expired claim is free again");
+    let delivered = TryOutcome::Delivered { status: 200 };
+    assert!(
+        !db.store
+            .record_notice_try(&first[0], delivered)
+            .await
+            .unwrap(),
+        "the first claim was lost"
+    );
+    assert!(
+        db.store
+            .record_notice_try(&second[0], delivered)
+            .await
+            .unwrap()
+    );
+    let all = db.store.notices(false).await.unwrap();
+    let late = all.iter().find(|n| n.order_id == "claim-late").unwrap();
+    assert_eq!(
+        (late.delivery_attempts, late.acked_by.as_deref()),
+        (1, Some("delivery"))
+    );
     db.drop_db().await;
 }
