@@ -93,9 +93,9 @@ pub enum NotifyConfigError {
         "COBRO_NOTICE_SECRET is required with COBRO_NOTICE_URL: the notices' own signing secret, whsec_<base64> (not the gateway's)"
     )]
     MissingSecret,
-    #[error("COBRO_NOTICE_SECRET: {0}")]
+    #[error("COBRO_NOTICE_SECRET is not a valid signing secret")]
     Secret(#[from] SecretError),
-    #[error("COBRO_NOTICE_SCHEDULE: {0}")]
+    #[error("COBRO_NOTICE_SCHEDULE is not a valid schedule")]
     Schedule(#[from] ScheduleError),
     #[error("COBRO_NOTICE_TIMEOUT and COBRO_NOTICE_POLL must be longer than zero")]
     Zero,
