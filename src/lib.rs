@@ -22,6 +22,7 @@
 //! - [`recon`]: daily reconciliation with the gateway's listing; cases for finance.
 //! - [`runtime`]: the worker process (apalis wiring, sweeper, shutdown).
 //! - [`metrics`]: Prometheus `/metrics`: process counters and database gauges.
+//! - [`notify`]: customer notices delivered to the app's URL, signed (Standard Webhooks), retried for days.
 //! - [`retention`]: the periodic purge of old webhook records (never the money trail).
 //! - [`webhook`]: webhook signatures (Standard Webhooks, Stripe) and the event format.
 //! - [`http`]: what every listener stands on: the hardened server loop, API keys and scopes.
@@ -43,6 +44,7 @@ pub mod gateway;
 pub mod http;
 pub mod janitor;
 pub mod metrics;
+pub mod notify;
 pub mod operator;
 pub mod pause;
 pub mod policy;

@@ -155,6 +155,19 @@ enum Command {
         #[arg(long, default_value = "cli")]
         actor: String,
     },
+    /// A new payment-method token for the order's next business retry
+    /// (only while its latest attempt is declined with a retry pending).
+    PaymentMethod {
+        #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
+        database_url: String,
+        #[arg(long)]
+        order: String,
+        /// The gateway's payment-method token (never card data).
+        #[arg(long)]
+        token: String,
+        #[arg(long, default_value = "cli")]
+        actor: String,
+    },
     /// The customer-notice outbox: list notices, or acknowledge one.
     Notices {
         #[arg(long, env = "DATABASE_URL")]
@@ -412,6 +425,18 @@ async fn main() -> Result<()> {
                 s.changed_at.format("%Y-%m-%dT%H:%M:%SZ")
             );
         }
+        Command::PaymentMethod {
+            database_url,
+            order,
+            token,
+            actor,
+        } => {
+            let token = cobro::domain::PaymentMethod::parse(&token)
+                .map_err(|e| anyhow::anyhow!("--token: {}", e.reason))?;
+            let store = Store::connect(&database_url, 2).await?;
+            let done = store.update_payment_method(&order, &token, &actor).await?;
+            println!("{}", serde_json::to_string_pretty(&done)?);
+        }
         Command::Notices {
             database_url,
             all,
@@ -433,8 +458,16 @@ async fn main() -> Result<()> {
                 println!("{}", serde_json::to_string_pretty(&notices)?);
             } else {
                 for n in &notices {
+                    let delivery = match (n.delivered_at, n.failed_at) {
+                        (Some(_), _) => "delivered".to_owned(),
+                        (_, Some(_)) => {
+                            format!("delivery failed after {} tries", n.delivery_attempts)
+                        }
+                        _ if n.delivery_attempts > 0 => format!("{} tries", n.delivery_attempts),
+                        _ => String::new(),
+                    };
                     println!(
-                        "{:>6}  {}  order {}  {}  {}  {}",
+                        "{:>6}  {}  order {}  {}  {}  {}  {delivery}",
                         n.id,
                         n.created_at.format("%Y-%m-%dT%H:%M:%SZ"),
                         n.order_id,

@@ -474,6 +474,12 @@ fn render_gauges(out: &mut String, g: &Gauges) {
     );
     gauge(
         out,
+        "cobro_notices_failed",
+        "Customer notices whose every delivery try to COBRO_NOTICE_URL failed, not acknowledged.",
+        g.on_call.notices_failed as f64,
+    );
+    gauge(
+        out,
         "cobro_sending_paused",
         "1 while the incident switch pauses sending new charges (lookups continue).",
         f64::from(u8::from(g.sending_paused)),
@@ -566,6 +572,7 @@ mod tests {
                 open_cases_by_kind: vec![("dispute".into(), 2)],
                 notices_pending: 3,
                 gateway_double_charges: 1,
+                notices_failed: 1,
             },
         };
         render_gauges(&mut out, &g);
@@ -577,6 +584,7 @@ mod tests {
             "cobro_cases_open{kind=\"double_charge\"} 0",
             "cobro_notices_pending 3",
             "cobro_gateway_double_charges 1",
+            "cobro_notices_failed 1",
         ] {
             assert!(out.lines().any(|l| l == line), "{line} in\n{out}");
         }

@@ -1,6 +1,7 @@
 //! The worker process: apalis workers over apalis-postgres, the sweeper, the
 //! webhook purge ([`crate::retention`]), the optional `/metrics` server
-//! ([`crate::metrics`]), daily reconciliation ([`crate::recon`]), and
+//! ([`crate::metrics`]), daily reconciliation ([`crate::recon`]), customer
+//! notice delivery ([`crate::notify`], when `COBRO_NOTICE_URL` is set), and
 //! graceful shutdown.
 //!
 //! Invariant: a scheduled check starts within about one poll interval of its
@@ -133,6 +134,9 @@ pub struct WorkerArgs {
     pub retention: crate::retention::RetentionArgs,
     #[command(flatten)]
     pub reconcile: crate::recon::ReconcileArgs,
+    /// Customer notices POSTed to the app (`COBRO_NOTICE_URL`, …).
+    #[command(flatten)]
+    pub notify: crate::notify::NotifyArgs,
 }
 
 impl std::fmt::Debug for WorkerArgs {
@@ -146,6 +150,7 @@ impl std::fmt::Debug for WorkerArgs {
             .field("check_schedule", &self.check_schedule)
             .field("review_schedule", &self.review_schedule)
             .field("worker_name", &self.worker_name)
+            .field("notify", &self.notify)
             .finish_non_exhaustive()
     }
 }
@@ -168,6 +173,8 @@ pub enum ConfigError {
     Gateway(#[from] crate::gateway::GatewayConfigError),
     #[error(transparent)]
     Breaker(#[from] crate::breaker::BreakerConfigError),
+    #[error(transparent)]
+    Notify(#[from] crate::notify::NotifyConfigError),
 }
 
 impl WorkerArgs {
@@ -191,6 +198,7 @@ impl WorkerArgs {
         self.retry.policy()?;
         self.retention.validate()?;
         self.breaker.validate()?;
+        self.notifier()?;
         let timeouts = self.gateway_connect_timeout + self.gateway_timeout;
         if self.lease_ttl <= timeouts {
             return Err(ConfigError::LeaseTooShort {
@@ -202,6 +210,11 @@ impl WorkerArgs {
             return Err(ConfigError::Zero);
         }
         Ok(())
+    }
+
+    /// Customer notice delivery; `None` when `COBRO_NOTICE_URL` is unset.
+    pub fn notifier(&self) -> Result<Option<crate::notify::Notifier>, ConfigError> {
+        Ok(self.notify.notifier(self.retry.policy()?)?)
     }
 
     /// The gateway client's settings.
@@ -324,6 +337,13 @@ pub async fn run(
         args.retention.clone(),
         stop_rx.clone(),
     ));
+    let notices = args.notifier()?.map(|n| {
+        tokio::spawn(crate::notify::deliver_loop(
+            store.clone(),
+            Arc::new(n),
+            stop_rx.clone(),
+        ))
+    });
     let sweeper = tokio::spawn(sweep_loop(store.clone(), args.clone(), stop_rx.clone()));
     let guard = tokio::spawn(breaker.run(gateway.clone(), pace, pause, stop_rx.clone()));
     let reconciler = tokio::spawn(crate::recon::reconcile_loop(
@@ -364,6 +384,9 @@ pub async fn run(
     let _ = sweeper.await;
     let _ = guard.await;
     let _ = purger.await;
+    if let Some(notices) = notices {
+        let _ = notices.await;
+    }
     if let Some(server) = metrics {
         let _ = server.await;
     }

@@ -55,6 +55,20 @@ async fn declined(store: &Store, order: &str) -> Attempt {
     step(store, &a, Event::Declined, Some("insufficient_funds")).await
 }
 
+/// Declined, with a business retry scheduled a day later.
+async fn retry_pending(store: &Store, order: &str) -> Attempt {
+    use cobro::store::{Applied, Change};
+    let a = pending(store, order).await;
+    let a = step(store, &a, Event::Claim, None).await;
+    let mut decline = Change::new(Some(Event::Declined), "test", "worker:test");
+    decline.decline_code = Some("insufficient_funds");
+    decline.act_in = Some(std::time::Duration::from_secs(86_400));
+    match store.apply(&a, &decline).await.unwrap() {
+        Applied::Moved(a) => *a,
+        Applied::Lost => panic!("lost a race nobody runs"),
+    }
+}
+
 async fn in_review(store: &Store, order: &str) -> Attempt {
     let a = pending(store, order).await;
     let a = step(store, &a, Event::Claim, None).await;
@@ -207,6 +221,7 @@ async fn every_route_needs_a_credential_with_its_scope(b: Backend) {
     let review_form = in_review(&db.store, "acc-review-form").await;
     let review_api = in_review(&db.store, "acc-review-api").await;
     let rejected = declined(&db.store, "acc-declined").await;
+    retry_pending(&db.store, "acc-new-card").await;
     let case_form = open_case(&db, "ch_form").await;
     let case_api = open_case(&db, "ch_api").await;
     let doubled = double_charge_case(&db, &charge.order_id).await;
@@ -261,6 +276,13 @@ async fn every_route_needs_a_credential_with_its_scope(b: Backend) {
             "app",
             "luis",
             true,
+        ),
+        post_json(
+            "/orders/acc-new-card/payment-method".into(),
+            json!({"payment_method": "pm_card_new"}),
+            None,
+            "app",
+            "agent",
         ),
         get("/metrics".into(), "prom", "app", false),
         get("/finance".into(), "ana", "app", true),

@@ -233,6 +233,7 @@ mod tests {
             status: status.into(),
             decline_code: None,
             at: at(0),
+            payment_method: None,
         }
     }
 

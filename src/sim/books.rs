@@ -241,6 +241,7 @@ impl Books {
             status: status(decline_code.as_deref()),
             decline_code,
             at,
+            payment_method: body.payment_method.clone(),
         };
         self.stats.executed += 1;
         self.charges.append(key, entry)

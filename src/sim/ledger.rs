@@ -68,6 +68,9 @@ pub struct LedgerEntry {
     #[serde(default)]
     pub decline_code: Option<String>,
     pub at: DateTime<Utc>,
+    /// The payment-method token the charge was sent with, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub payment_method: Option<String>,
 }
 
 impl LedgerEntry {

@@ -51,6 +51,8 @@ pub struct OnCall {
     /// latest successful reconciliation run (intraday or daily); 0 before
     /// any run.
     pub gateway_double_charges: i64,
+    /// Customer notices whose last delivery try failed, not acknowledged.
+    pub notices_failed: i64,
 }
 
 /// One backend's answer before the states are parsed.

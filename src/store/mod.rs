@@ -18,7 +18,9 @@ mod escalation;
 mod listing;
 mod lite;
 mod metrics;
+mod notices;
 mod pause;
+mod payment_method;
 mod pg;
 mod poison;
 mod recon;
@@ -37,7 +39,9 @@ pub use escalation::{Escalated, QueueCursor, QueueQuery, Totals};
 pub use listing::{AttemptFilter, AttemptKind};
 pub use lite::enqueue_charge as enqueue_charge_sqlite;
 pub use metrics::{Gauges, OnCall};
+pub use notices::{Outgoing, TryOutcome};
 pub use pause::PauseState;
+pub use payment_method::{MethodUpdateError, MethodUpdated};
 pub use pg::enqueue_charge;
 pub use poison::WakeFailure;
 pub use recon::{CaseError, CaseStatus, CaseWrite, ReconCase, ReconRun, ReconScope, RunClaim};
@@ -175,7 +179,18 @@ pub struct Notice {
     pub next_retry_at: Option<DateTime<Utc>>,
     pub created_at: DateTime<Utc>,
     pub acked_at: Option<DateTime<Utc>>,
+    /// Who acknowledged it: the app (`cobro notices --ack … --by`) or
+    /// `delivery` (the app's URL answered 2xx).
     pub acked_by: Option<String>,
+    /// Delivery to `COBRO_NOTICE_URL` ([`crate::notify`]): tries recorded,
+    /// when the next is due, the last answer, and how it ended.
+    pub delivery_attempts: i32,
+    pub next_delivery_at: Option<DateTime<Utc>>,
+    pub last_status: Option<i32>,
+    pub last_error: Option<String>,
+    pub delivered_at: Option<DateTime<Utc>>,
+    /// The last try of the schedule failed too.
+    pub failed_at: Option<DateTime<Utc>>,
 }
 
 /// Which database the store talks to.

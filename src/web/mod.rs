@@ -18,6 +18,8 @@
 //!   incident switch's banner ([`operator`]).
 //! - `POST /orders/{order_id}/cancel` (`charges:write`): stop what was not
 //!   sent ([`cancel`]).
+//! - `POST /orders/{order_id}/payment-method` (`charges:write`): a new token
+//!   for the order's next business retry ([`payment_method`]).
 //! - `POST /control/pause`, `POST /control/resume`, `GET /control/pause`
 //!   (`finance:write`): the incident switch ([`control`]).
 //! - `/finance…`: the escalation queue (`finance:read`, `finance:write`) ([`finance`]).
@@ -39,6 +41,7 @@ mod control;
 pub mod finance;
 mod html;
 mod operator;
+mod payment_method;
 mod refunds;
 mod webhooks;
 
@@ -241,6 +244,10 @@ impl WebConfig {
             .route(
                 "/orders/{order_id}/cancel",
                 bearer(Scope::ChargesWrite).on(post(cancel::cancel)),
+            )
+            .route(
+                "/orders/{order_id}/payment-method",
+                bearer(Scope::ChargesWrite).on(post(payment_method::update)),
             )
             .route(
                 "/control/pause",

@@ -337,6 +337,7 @@ pub fn worker_args(db_url: &str, gateway_url: &str) -> WorkerArgs {
         api_keys: Default::default(),
         retention: Default::default(),
         reconcile: cobro::recon::ReconcileArgs::off(),
+        notify: Default::default(),
     }
 }
 

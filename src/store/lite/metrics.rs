@@ -45,22 +45,28 @@ pub(crate) async fn gauges(pool: &SqlitePool) -> Result<RawGauges, StoreError> {
 }
 
 pub(crate) async fn on_call(pool: &SqlitePool) -> Result<OnCall, StoreError> {
-    let (due_lag_secs, last_reconciliation_ok, notices_pending): (Option<f64>, Option<f64>, i64) =
-        sqlx::query_as(concat!(
-            "SELECT
+    #[allow(clippy::type_complexity)]
+    let (due_lag_secs, last_reconciliation_ok, notices_pending, notices_failed): (
+        Option<f64>,
+        Option<f64>,
+        i64,
+        i64,
+    ) = sqlx::query_as(concat!(
+        "SELECT
                 (SELECT (",
-            now_ms!(),
-            " - min(next_action_at)) / 1000.0
+        now_ms!(),
+        " - min(next_action_at)) / 1000.0
                    FROM payment_attempts
                   WHERE state IN ('PENDIENTE', 'DESCONOCIDO', 'RECHAZADO')
                     AND lease_owner IS NULL AND next_action_at < ",
-            now_ms!(),
-            "),
+        now_ms!(),
+        "),
                 (SELECT max(finished_at) / 1000.0 FROM recon_runs WHERE outcome = 'ok'),
-                (SELECT count(*) FROM notices WHERE acked_at IS NULL)"
-        ))
-        .fetch_one(pool)
-        .await?;
+                (SELECT count(*) FROM notices WHERE acked_at IS NULL),
+                (SELECT count(*) FROM notices WHERE failed_at IS NOT NULL AND acked_at IS NULL)"
+    ))
+    .fetch_one(pool)
+    .await?;
     let open_cases_by_kind: Vec<(String, i64)> = sqlx::query_as(
         "SELECT kind, count(*) FROM recon_cases WHERE resolved_at IS NULL
           GROUP BY kind ORDER BY kind",
@@ -80,5 +86,6 @@ pub(crate) async fn on_call(pool: &SqlitePool) -> Result<OnCall, StoreError> {
         open_cases_by_kind,
         notices_pending,
         gateway_double_charges: gateway_double_charges.unwrap_or(0),
+        notices_failed,
     })
 }

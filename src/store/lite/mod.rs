@@ -43,6 +43,8 @@ pub(crate) mod enqueue;
 pub(crate) mod escalation;
 pub(crate) mod listing;
 pub(crate) mod metrics;
+pub(crate) mod notices;
+pub(crate) mod payment_method;
 pub(crate) mod poison;
 pub(crate) mod recon;
 pub(crate) mod refund;
@@ -545,6 +547,12 @@ pub(super) async fn notices(
                 created_at: ms(r.try_get("created_at")?),
                 acked_at: r.try_get::<Option<i64>, _>("acked_at")?.map(ms),
                 acked_by: r.try_get("acked_by")?,
+                delivery_attempts: r.try_get("delivery_attempts")?,
+                next_delivery_at: r.try_get::<Option<i64>, _>("next_delivery_at")?.map(ms),
+                last_status: r.try_get("last_status")?,
+                last_error: r.try_get("last_error")?,
+                delivered_at: r.try_get::<Option<i64>, _>("delivered_at")?.map(ms),
+                failed_at: r.try_get::<Option<i64>, _>("failed_at")?.map(ms),
             })
         })
         .collect()

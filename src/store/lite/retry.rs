@@ -1,7 +1,8 @@
 //! Business retries on SQLite: the steps of PostgreSQL's
 //! `cobro.business_retry`, from Rust, under `BEGIN IMMEDIATE` (which locks
 //! the database for writing). The partial unique index refuses a second
-//! live attempt.
+//! live attempt. The new attempt charges the order's newest payment-method
+//! update when the app gave one (see `store::payment_method`).
 
 use sqlx::{Row, SqlitePool};
 use uuid::Uuid;
@@ -61,17 +62,29 @@ pub(crate) async fn business_retry(
             "order {order} has had {n} attempts, the maximum"
         )));
     }
+    // The order's newest payment-method update, if the app gave one
+    // (store::payment_method), else the declined attempt's token.
+    let update: Option<(i64, String)> = sqlx::query_as(
+        "SELECT id, payment_method FROM payment_method_updates WHERE order_id = ?1
+          ORDER BY id DESC LIMIT 1",
+    )
+    .bind(&order)
+    .fetch_optional(&mut *tx)
+    .await?;
+    let method: Option<String> = match &update {
+        Some((_, token)) => Some(token.clone()),
+        None => old.try_get("payment_method")?,
+    };
     // The card network's cap on retries of one card, across orders; the
     // write lock (BEGIN IMMEDIATE) serialises the count and the insert.
-    let method: Option<String> = old.try_get("payment_method")?;
-    if let (Some(cap), Some(method)) = (card_cap.filter(|c| *c > 0), method) {
+    if let (Some(cap), Some(method)) = (card_cap.filter(|c| *c > 0), &method) {
         let retries: i64 = sqlx::query_scalar(concat!(
             "SELECT count(*) FROM payment_attempts
               WHERE payment_method = ?1 AND kind = 'business_retry' AND created_at > ",
             now_ms!(),
             " - 30 * 86400000"
         ))
-        .bind(&method)
+        .bind(method)
         .fetch_one(&mut *tx)
         .await?;
         if retries >= i64::from(cap) {
@@ -85,7 +98,7 @@ pub(crate) async fn business_retry(
         "INSERT INTO payment_attempts
             (id, order_id, amount_minor, currency, payment_method, idempotency_key, state,
              kind, attempt_number, next_action_at, created_at, updated_at)
-         SELECT ?1, order_id, amount_minor, currency, payment_method, ?2, 'PENDIENTE',
+         SELECT ?1, order_id, amount_minor, currency, ?5, ?2, 'PENDIENTE',
                 'business_retry', ?3, ",
         now_ms!(),
         ", ",
@@ -99,6 +112,7 @@ pub(crate) async fn business_retry(
     .bind(key.hyphenated().to_string())
     .bind(n + 1)
     .bind(&id)
+    .bind(&method)
     .fetch_one(&mut *tx)
     .await;
     let due: i64 = match inserted {
@@ -123,13 +137,16 @@ pub(crate) async fn business_retry(
     .await?;
     sqlx::query(concat!(
         "INSERT INTO attempt_transitions (attempt_id, from_state, to_state, cause, actor, evidence, at)
-         VALUES (?1, NULL, 'PENDIENTE', 'business_retry', ?2, json_object('retry_of', ?3), ",
+         VALUES (?1, NULL, 'PENDIENTE', 'business_retry', ?2,
+                 CASE WHEN ?4 IS NULL THEN json_object('retry_of', ?3)
+                      ELSE json_object('retry_of', ?3, 'payment_method_update', ?4) END, ",
         now_ms!(),
         ")"
     ))
     .bind(new_id.hyphenated().to_string())
     .bind(actor)
     .bind(&id)
+    .bind(update.as_ref().map(|(n, _)| *n))
     .execute(&mut *tx)
     .await?;
     push_wake(&mut tx, new_id, ms(due), 0)

@@ -42,7 +42,13 @@ pub(crate) async fn gauges(pool: &PgPool) -> Result<RawGauges, StoreError> {
 }
 
 pub(crate) async fn on_call(pool: &PgPool) -> Result<OnCall, StoreError> {
-    let (due_lag_secs, last_reconciliation_ok, notices_pending): (Option<f64>, Option<f64>, i64) =
+    #[allow(clippy::type_complexity)]
+    let (due_lag_secs, last_reconciliation_ok, notices_pending, notices_failed): (
+        Option<f64>,
+        Option<f64>,
+        i64,
+        i64,
+    ) =
         sqlx::query_as(
             "SELECT
                 (SELECT EXTRACT(EPOCH FROM now() - min(next_action_at))::float8
@@ -51,7 +57,8 @@ pub(crate) async fn on_call(pool: &PgPool) -> Result<OnCall, StoreError> {
                     AND lease_owner IS NULL AND next_action_at < now()),
                 (SELECT EXTRACT(EPOCH FROM max(finished_at))::float8
                    FROM cobro.recon_runs WHERE outcome = 'ok'),
-                (SELECT count(*) FROM cobro.notices WHERE acked_at IS NULL)",
+                (SELECT count(*) FROM cobro.notices WHERE acked_at IS NULL),
+                (SELECT count(*) FROM cobro.notices WHERE failed_at IS NOT NULL AND acked_at IS NULL)",
         )
         .fetch_one(pool)
         .await?;
@@ -74,5 +81,6 @@ pub(crate) async fn on_call(pool: &PgPool) -> Result<OnCall, StoreError> {
         open_cases_by_kind,
         notices_pending,
         gateway_double_charges: gateway_double_charges.unwrap_or(0),
+        notices_failed,
     })
 }

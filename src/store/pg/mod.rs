@@ -461,7 +461,8 @@ pub(super) async fn notices(
     unacked_only: bool,
 ) -> Result<Vec<super::Notice>, StoreError> {
     Ok(sqlx::query_as(
-        "SELECT id, order_id, attempt_id, kind, decline_code, next_retry_at, created_at, acked_at, acked_by
+        "SELECT id, order_id, attempt_id, kind, decline_code, next_retry_at, created_at, acked_at, acked_by,
+                delivery_attempts, next_delivery_at, last_status, last_error, delivered_at, failed_at
            FROM cobro.notices WHERE NOT $1 OR acked_at IS NULL ORDER BY id",
     )
     .bind(unacked_only)

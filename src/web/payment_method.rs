@@ -1,0 +1,91 @@
+//! `POST /orders/{order_id}/payment-method` with `{"payment_method":
+//! "pm_…"}` (scope `charges:write`): a new payment-method token for the
+//! order's next business retry (the customer updated their card).
+//!
+//! Invariant: the library's rule, because it calls it
+//! (`Store::update_payment_method`): only an opaque token (never card data),
+//! only while the order's latest attempt is declined with a retry pending;
+//! every refusal names the field and changes nothing.
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{Extension, Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+
+use super::{AppState, error};
+use crate::domain::PaymentMethod;
+use crate::http::auth::Caller;
+use crate::store::MethodUpdateError;
+
+pub(super) async fn update(
+    State(app): AppState,
+    Extension(caller): Extension<Caller>,
+    Path(order_id): Path<String>,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let Ok(body) = body else {
+        return error(StatusCode::PAYLOAD_TOO_LARGE, None, "the body is too large");
+    };
+    let v: Value = match serde_json::from_slice(&body) {
+        Ok(v) => v,
+        Err(e) => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                None,
+                format!("the body is not JSON: {e}"),
+            );
+        }
+    };
+    let token = match v
+        .get("payment_method")
+        .map(|t| t.as_str().map(PaymentMethod::parse))
+    {
+        Some(Some(Ok(t))) => t,
+        Some(Some(Err(e))) => {
+            return error(StatusCode::UNPROCESSABLE_ENTITY, Some(e.field), e.reason);
+        }
+        Some(None) => {
+            return error(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                Some("payment_method"),
+                "must be a string: the gateway's payment-method token",
+            );
+        }
+        None => {
+            return error(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                Some("payment_method"),
+                "is required: the gateway's payment-method token",
+            );
+        }
+    };
+    match app
+        .store
+        .update_payment_method(&order_id, &token, &caller.actor())
+        .await
+    {
+        Ok(done) => (StatusCode::OK, Json(json!(done))).into_response(),
+        Err(e @ MethodUpdateError::NotFound(_)) => {
+            error(StatusCode::NOT_FOUND, Some("order_id"), e.to_string())
+        }
+        Err(e @ (MethodUpdateError::AlreadyApproved(_) | MethodUpdateError::NoRetryPending(_))) => {
+            error(StatusCode::CONFLICT, Some("order_id"), e.to_string())
+        }
+        Err(MethodUpdateError::Invalid(reason)) => error(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            Some("payment_method"),
+            reason,
+        ),
+        Err(MethodUpdateError::Store(e)) => {
+            tracing::warn!(error = %e, "payment-method update failed");
+            error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                None,
+                "the database is not available; nothing was changed; retry",
+            )
+        }
+    }
+}
