@@ -14,6 +14,7 @@ use std::time::Duration;
 use rand::Rng;
 
 use crate::backoff::{CheckSchedule, ScheduleError};
+use crate::gateway::advice::{Advice, parse_stored};
 
 /// Decline codes worth retrying days later, by default (money may arrive,
 /// the issuer may come back). Everything else is final.
@@ -117,11 +118,17 @@ impl RetryPolicy {
         (self.card_cap > 0).then_some(self.card_cap)
     }
 
+    /// Whether a stored decline code may be retried: its gateway code is in
+    /// the allow-list and no network advice forbids it
+    /// ([`crate::gateway::advice`]).
     pub fn is_retryable(&self, code: &str) -> bool {
-        self.retryable.contains(code)
+        let (base, advice) = parse_stored(code);
+        advice != Advice::DoNotRetry && self.retryable.contains(base)
     }
 
-    /// What follows a decline with `code` on attempt number `attempt` (1-based).
+    /// What follows a decline with `code` on attempt number `attempt`
+    /// (1-based). A network's "retry after" pushes the delay out to at
+    /// least that long.
     pub fn after_decline(&self, code: &str, attempt: u32, rng: &mut impl Rng) -> RetryPlan {
         if !self.is_retryable(code) {
             return RetryPlan::Final;
@@ -132,9 +139,10 @@ impl RetryPolicy {
         // Attempt 1 waits the first delay, attempt 2 the second, ...; past
         // the schedule's end the last delay repeats.
         let index = (attempt - 1).min(self.schedule.max_checks() - 1);
-        match self.schedule.delay(index, rng) {
-            Some(d) => RetryPlan::RetryIn(d),
-            None => RetryPlan::Exhausted,
+        match (self.schedule.delay(index, rng), parse_stored(code).1) {
+            (Some(d), Advice::RetryAfter(at_least)) => RetryPlan::RetryIn(d.max(at_least)),
+            (Some(d), _) => RetryPlan::RetryIn(d),
+            (None, _) => RetryPlan::Exhausted,
         }
     }
 }
@@ -151,8 +159,29 @@ mod tests {
     fn the_decision_table() {
         let p = RetryPolicy::default();
         let mut rng = StdRng::seed_from_u64(9);
-        let cases: [(&str, u32, Option<f64>, RetryPlan); 9] = [
+        let cases: [(&str, u32, Option<f64>, RetryPlan); 13] = [
             ("insufficient_funds", 1, Some(DAY), RetryPlan::Final),
+            // The network's advice: never, or not before (the jittered
+            // delay is pushed out to at least that long).
+            (
+                "insufficient_funds/do_not_try_again",
+                1,
+                None,
+                RetryPlan::Final,
+            ),
+            (
+                "do_not_honor/retry_after_192h",
+                1,
+                Some(8.0 * DAY),
+                RetryPlan::Final,
+            ),
+            (
+                "insufficient_funds/retry_after_1h",
+                1,
+                Some(DAY),
+                RetryPlan::Final,
+            ),
+            ("card_declined/retry_after_24h", 1, None, RetryPlan::Final),
             ("insufficient_funds", 2, Some(3.0 * DAY), RetryPlan::Final),
             ("insufficient_funds", 3, Some(7.0 * DAY), RetryPlan::Final),
             ("insufficient_funds", 4, None, RetryPlan::Exhausted),
@@ -167,8 +196,14 @@ mod tests {
             match (nominal, &got) {
                 (Some(n), RetryPlan::RetryIn(d)) => {
                     let d = d.as_secs_f64();
+                    // A network's "retry after" is a floor, not jittered.
+                    let low = if code.contains("/retry_after_") && n > DAY {
+                        n
+                    } else {
+                        n * 0.8
+                    };
                     assert!(
-                        (n * 0.8..=n * 1.2).contains(&d),
+                        (low..=n * 1.2).contains(&d),
                         "{code} #{attempt}: {d}s not within ±20% of {n}s"
                     );
                 }

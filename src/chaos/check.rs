@@ -232,6 +232,7 @@ mod tests {
             charge_id: charge.into(),
             status: status.into(),
             decline_code: None,
+            network_advice_code: None,
             at: at(0),
             payment_method: None,
         }

@@ -128,8 +128,28 @@ struct Reply {
     status: Option<String>,
     #[serde(default)]
     decline_code: Option<String>,
+    /// The card network's advice with a decline (Mastercard's merchant
+    /// advice code) and the issuer's raw response code, as Stripe names them.
+    #[serde(default)]
+    network_advice_code: Option<String>,
+    #[serde(default)]
+    network_decline_code: Option<String>,
     #[serde(default)]
     error: Option<String>,
+}
+
+impl Reply {
+    /// The decline code to store: the gateway's, with the network's advice
+    /// as a suffix ([`super::advice`]).
+    fn decline(&self) -> String {
+        use super::advice::{NetworkCodes, advise, stored};
+        let advice = advise(&NetworkCodes {
+            advice_code: None,
+            network_advice_code: self.network_advice_code.as_deref(),
+            network_decline_code: self.network_decline_code.as_deref(),
+        });
+        stored(self.decline_code.as_deref().unwrap_or("declined"), advice)
+    }
 }
 
 impl HttpGateway {
@@ -246,7 +266,7 @@ fn classify_create(resource: Resource, answer: Answer, started: Instant) -> Char
         }
         (402, Some(mut r)) => ChargeOutcome::Declined {
             charge_id: resource.take_id(&mut r),
-            code: r.decline_code.unwrap_or_else(|| "declined".into()),
+            code: r.decline(),
             evidence: ev("declined", None),
         },
         (408 | 409 | 425, r) => ChargeOutcome::Unknown {
@@ -314,7 +334,7 @@ fn classify_lookup(resource: Resource, answer: Answer, started: Instant) -> Look
                     evidence: ev("ok", "approved"),
                 },
                 (Some("declined"), charge_id) => LookupOutcome::Declined {
-                    code: r.decline_code.unwrap_or_else(|| "declined".into()),
+                    code: r.decline(),
                     charge_id,
                     evidence: ev("ok", "declined"),
                 },

@@ -15,6 +15,7 @@
 //! re-sent on a guess. Every outcome carries [`Evidence`] for the
 //! transition log.
 
+pub mod advice;
 mod choice;
 mod http;
 #[cfg(test)]

@@ -162,6 +162,13 @@ pub(crate) enum Kind {
     Refund,
 }
 
+/// A charge's decline as the simulator draws it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Decline {
+    pub code: String,
+    pub network_advice_code: Option<String>,
+}
+
 /// `approved` without a decline code, `declined` with one.
 fn status(decline_code: Option<&str>) -> String {
     match decline_code {
@@ -222,14 +229,19 @@ impl Books {
         Some(known)
     }
 
-    /// Appends an executed charge (declined when `decline_code` is given), executed at `at`.
+    /// Appends an executed charge (declined when `decline` is given, with
+    /// its code and the network's advice), executed at `at`.
     pub(crate) fn record_charge(
         &mut self,
         key: &str,
         body: &ChargeBody,
-        decline_code: Option<String>,
+        decline: Option<Decline>,
         at: DateTime<Utc>,
     ) -> ChargeResult {
+        let (decline_code, network_advice_code) = match decline {
+            Some(d) => (Some(d.code), d.network_advice_code),
+            None => (None, None),
+        };
         self.charges_issued += 1;
         let entry = LedgerEntry {
             seq: self.charges.next_seq(),
@@ -240,6 +252,7 @@ impl Books {
             charge_id: format!("ch_{:06}", self.charges_issued),
             status: status(decline_code.as_deref()),
             decline_code,
+            network_advice_code,
             at,
             payment_method: body.payment_method.clone(),
         };
@@ -272,8 +285,11 @@ impl Books {
         if let Some(known) = self.recall_charge(idempotent, key, body) {
             return known.into();
         }
-        let decline_code = decline();
-        Execution::Executed(self.record_charge(key, body, decline_code, at))
+        let decline = decline().map(|code| Decline {
+            code,
+            network_advice_code: None,
+        });
+        Execution::Executed(self.record_charge(key, body, decline, at))
     }
 
     /// Executes (or replays) a refund: approved unless [`Books::refund_decline`] objects.

@@ -16,7 +16,7 @@ use chrono::Utc;
 use serde_json::Value;
 
 use super::{
-    books::{Books, Recalled},
+    books::{Books, Decline, Recalled},
     conn::ConnKill,
     faults::{Dice, Faults},
     flow::{Kind, Payment, create, lookup},
@@ -27,8 +27,8 @@ use super::{
 
 impl Payment for ChargeBody {
     type Result = ChargeResult;
-    /// The decline code, when the charge is to be declined.
-    type Drawn = Option<String>;
+    /// The decline, when the charge is to be declined.
+    type Drawn = Option<Decline>;
     const KIND: Kind = Kind::Charge;
 
     fn order_id(&self) -> &str {
@@ -44,13 +44,15 @@ impl Payment for ChargeBody {
         books.recall_charge(idempotent, key, self)
     }
 
-    fn draw(dice: &mut Dice, faults: &Faults) -> Option<String> {
-        dice.fire(faults.p_decline)
-            .then(|| dice.decline_code(&faults.decline_codes))
+    fn draw(dice: &mut Dice, faults: &Faults) -> Option<Decline> {
+        dice.fire(faults.p_decline).then(|| Decline {
+            code: dice.decline_code(&faults.decline_codes),
+            network_advice_code: faults.decline_network_advice.clone(),
+        })
     }
 
-    fn record(&self, books: &mut Books, key: &str, decline_code: Option<String>) -> ChargeResult {
-        books.record_charge(key, self, decline_code, Utc::now())
+    fn record(&self, books: &mut Books, key: &str, decline: Option<Decline>) -> ChargeResult {
+        books.record_charge(key, self, decline, Utc::now())
     }
 
     fn recorded(app: &AppState, result: &ChargeResult) {

@@ -62,6 +62,10 @@ pub struct SimArgs {
     /// Decline code to pick from (repeatable); none means "card_declined".
     #[arg(long = "decline-code")]
     pub decline_codes: Vec<String>,
+    /// The card network's advice with every decline, as a Mastercard
+    /// merchant advice code (03 do not try again; 24-30 retry after 1 h-10 d).
+    #[arg(long)]
+    pub decline_network_advice: Option<String>,
     /// Latency added before every charge, refund and lookup, in milliseconds.
     #[arg(long, default_value_t = 0)]
     pub latency_ms: u64,
@@ -165,6 +169,7 @@ impl SimArgs {
                 p_lookup_fail: self.p_lookup_fail,
                 p_decline: self.p_decline,
                 decline_codes: self.decline_codes.clone(),
+                decline_network_advice: self.decline_network_advice.clone(),
                 latency_ms: self.latency_ms,
                 hold_ms: self.hold_ms,
                 outage: self.outage,

@@ -37,6 +37,11 @@ pub struct Faults {
     pub p_decline: f64,
     /// Decline code, picked uniformly with the seeded rng; empty means `card_declined`.
     pub decline_codes: Vec<String>,
+    /// The card network's advice given with every decline, as Mastercard's
+    /// merchant advice code (`"03"` do not try again, `"24"`-`"30"` retry
+    /// after 1 h-10 days); none when unset. Recorded with the charge, so a
+    /// lookup answers the same.
+    pub decline_network_advice: Option<String>,
     /// Added before handling every charge, refund and lookup request.
     pub latency_ms: u64,
     /// How long "held" requests wait (0 means `DEFAULT_HOLD_MS`).
@@ -196,6 +201,16 @@ impl Faults {
         ];
         for (field, p) in probabilities {
             check_probability(p).map_err(|message| InvalidFaults { field, message })?;
+        }
+        if let Some(mac) = &self.decline_network_advice
+            && (mac.len() != 2 || !mac.chars().all(|c| c.is_ascii_alphanumeric()))
+        {
+            return Err(InvalidFaults {
+                field: "decline_network_advice",
+                message: format!(
+                    "a merchant advice code is two characters like \"03\", got {mac:?}"
+                ),
+            });
         }
         if self.decline_codes.iter().any(|c| c.trim().is_empty()) {
             return Err(InvalidFaults {

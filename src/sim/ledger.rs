@@ -41,6 +41,10 @@ pub struct ChargeResult {
     pub status: String,
     #[serde(default)]
     pub decline_code: Option<String>,
+    /// The card network's advice with a decline (a Mastercard merchant
+    /// advice code), as Stripe gives it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network_advice_code: Option<String>,
     pub idempotency_key: String,
     pub order_id: String,
     pub amount_minor: i64,
@@ -67,6 +71,9 @@ pub struct LedgerEntry {
     pub status: String,
     #[serde(default)]
     pub decline_code: Option<String>,
+    /// The card network's advice with a decline, if the faults gave one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network_advice_code: Option<String>,
     pub at: DateTime<Utc>,
     /// The payment-method token the charge was sent with, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -80,6 +87,7 @@ impl LedgerEntry {
             charge_id: self.charge_id.clone(),
             status: self.status.clone(),
             decline_code: self.decline_code.clone(),
+            network_advice_code: self.network_advice_code.clone(),
             idempotency_key: self.idempotency_key.clone(),
             order_id: self.order_id.clone(),
             amount_minor: self.amount_minor,

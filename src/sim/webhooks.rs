@@ -80,6 +80,7 @@ pub(crate) fn event_body(result: &ChargeResult) -> (String, Vec<u8>) {
             "currency": result.currency,
             "status": result.status,
             "decline_code": result.decline_code,
+            "network_advice_code": result.network_advice_code,
         }
     });
     (id, body.to_string().into_bytes())

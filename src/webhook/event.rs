@@ -74,7 +74,20 @@ pub fn parse(body: &[u8]) -> Result<IncomingEvent, MalformedEvent> {
             ));
         }
         (CHARGE_FAILED, charge_id) => EventOutcome::Declined {
-            code: text("decline_code").unwrap_or_else(|| "declined".into()),
+            // With the network's advice, as the synchronous answer has it.
+            code: {
+                use crate::gateway::advice::{NetworkCodes, advise, stored};
+                let (mac, network) = (text("network_advice_code"), text("network_decline_code"));
+                let advice = advise(&NetworkCodes {
+                    advice_code: None,
+                    network_advice_code: mac.as_deref(),
+                    network_decline_code: network.as_deref(),
+                });
+                stored(
+                    &text("decline_code").unwrap_or_else(|| "declined".into()),
+                    advice,
+                )
+            },
             charge_id,
         },
         _ => EventOutcome::NotActionable,

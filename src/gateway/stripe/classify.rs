@@ -128,31 +128,25 @@ pub(super) fn settle(pi: &Object) -> Settled {
     }
 }
 
-/// Card-network advice (Mastercard merchant advice codes) that forbids
-/// trying the card again: 03 "do not try again", 21 "payment cancelled".
-const NETWORK_DO_NOT_RETRY: [&str; 2] = ["03", "21"];
-
 /// The decline code stored on the attempt, which decides its business-retry
 /// class (`COBRO_RETRYABLE_DECLINES`): Stripe's `decline_code`, else its
-/// `code`; with `/do_not_try_again` appended when Stripe's or the network's
-/// advice forbids a retry, so no allow-list can ever retry it.
+/// `code`; with the card network's or Stripe's advice as a suffix
+/// ([`crate::gateway::advice`]): `/do_not_try_again`, which no allow-list
+/// can ever retry, or `/retry_after_<n>h`.
 pub(super) fn decline_code(err: &StripeError) -> String {
+    use crate::gateway::advice::{NetworkCodes, advise, stored};
     let base = err
         .decline_code
         .as_deref()
         .or(err.code.as_deref())
         .filter(|c| !c.is_empty())
         .unwrap_or("card_declined");
-    let never = err.advice_code.as_deref() == Some("do_not_try_again")
-        || err
-            .network_advice_code
-            .as_deref()
-            .is_some_and(|c| NETWORK_DO_NOT_RETRY.contains(&c));
-    let code: String = base.chars().take(100).collect();
-    match never {
-        true => format!("{code}/do_not_try_again"),
-        false => code,
-    }
+    let advice = advise(&NetworkCodes {
+        advice_code: err.advice_code.as_deref(),
+        network_advice_code: err.network_advice_code.as_deref(),
+        network_decline_code: err.network_decline_code.as_deref(),
+    });
+    stored(base, advice)
 }
 
 /// Every code Stripe gave, raw, for the transition log.
@@ -262,6 +256,11 @@ mod tests {
         assert_eq!(decline_code(&mc), "insufficient_funds/do_not_try_again");
         mc.network_advice_code = Some("02".into());
         assert_eq!(decline_code(&mc), "insufficient_funds");
+        mc.network_advice_code = Some("26".into());
+        assert_eq!(decline_code(&mc), "insufficient_funds/retry_after_48h");
+        let mut visa = err("card_declined", Some("lost_card"));
+        visa.network_decline_code = Some("41".into());
+        assert_eq!(decline_code(&visa), "lost_card/do_not_try_again");
         let policy = crate::retry::RetryPolicy::default();
         assert!(policy.is_retryable("do_not_honor"));
         assert!(!policy.is_retryable(&decline_code(&dnh)));
