@@ -79,7 +79,9 @@ async fn retries_are_counted_by_the_class_of_the_decline_before_them(b: Backend)
 
     let before = scrape(&web.url).await;
     assert!(
-        before.contains("cobro_business_retries{class=\"insufficient_funds\",outcome=\"recovered\"} 0")
+        before.contains(
+            "cobro_business_retries{class=\"insufficient_funds\",outcome=\"recovered\"} 0"
+        )
     );
     assert!(samples(&before, "cobro_business_retry_recovery_ratio").is_empty());
 

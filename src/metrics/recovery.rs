@@ -129,7 +129,10 @@ mod tests {
         let count = |prefix: &str| lines.iter().filter(|l| l.starts_with(prefix)).count();
         assert_eq!(count("cobro_business_retries{"), Category::ALL.len() * 3);
         assert_eq!(count("cobro_business_retry_recovery_ratio{"), 4);
-        assert!(!out.contains("class=\"card_expired\"} "), "pending only: no ratio");
+        assert!(
+            !out.contains("class=\"card_expired\"} "),
+            "pending only: no ratio"
+        );
         assert!(out.contains("# TYPE cobro_business_retries gauge"));
         assert!(out.contains("# TYPE cobro_business_retry_recovery_ratio gauge"));
     }
@@ -139,8 +142,10 @@ mod tests {
         let mut out = String::new();
         render(&mut out, &[]);
         assert!(!out.contains("cobro_business_retry_recovery_ratio{"));
-        assert!(out.contains(
-            "cobro_business_retries{class=\"generic_declined\",outcome=\"pending\"} 0"
-        ));
+        assert!(
+            out.contains(
+                "cobro_business_retries{class=\"generic_declined\",outcome=\"pending\"} 0"
+            )
+        );
     }
 }

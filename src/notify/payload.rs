@@ -259,6 +259,7 @@ mod tests {
         for (code, category, helps) in table {
             assert_eq!(Category::of(code), category, "{code}");
             assert_eq!(category.new_card_helps(), helps, "{code}");
+            assert!(Category::ALL.contains(&category), "{code}");
             assert!(!category.words().is_empty());
         }
     }

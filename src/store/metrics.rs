@@ -169,3 +169,24 @@ impl Store {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_retry_is_recovered_declined_or_pending_by_its_state() {
+        let table = [
+            (State::Aprobado, RetryOutcome::Recovered),
+            (State::Rechazado, RetryOutcome::Declined),
+            (State::Pendiente, RetryOutcome::Pending),
+            (State::EnProceso, RetryOutcome::Pending),
+            (State::Desconocido, RetryOutcome::Pending),
+            (State::EnRevision, RetryOutcome::Pending),
+        ];
+        assert_eq!(table.len(), State::ALL.len());
+        for (state, outcome) in table {
+            assert_eq!(RetryOutcome::of(state), outcome, "{state:?}");
+        }
+    }
+}
