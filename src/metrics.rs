@@ -8,7 +8,8 @@
 //!   process-wide Prometheus recorder ([`install`]).
 //! - **Truths** (the database, at scrape time, [`Store::gauges`]): attempts
 //!   by (kind, state), orders with two or more approved charges, open
-//!   reconciliation cases, the oldest `DESCONOCIDO`, finance's queue. Every
+//!   reconciliation cases, the oldest `DESCONOCIDO`, finance's queue,
+//!   business retries by decline class and outcome ([`recovery`]). Every
 //!   process shows the same values; sum the event counters across
 //!   processes, never these.
 //!
@@ -36,6 +37,8 @@ use crate::http::auth::{ApiKeys, Guard, Scope, Via};
 use crate::http::serve::HttpLimits;
 use crate::state::State;
 use crate::store::{Gauges, Store};
+
+mod recovery;
 
 /// Counter: gateway calls by `call` (charge, lookup, refund, refund_lookup)
 /// and `outcome` (approved, declined, unknown, not_sent, not_executed; for
@@ -484,6 +487,7 @@ fn render_gauges(out: &mut String, g: &Gauges) {
         "1 while the incident switch pauses sending new charges (lookups continue).",
         f64::from(u8::from(g.sending_paused)),
     );
+    recovery::render(out, &g.business_retries);
 }
 
 fn header(out: &mut String, name: &str, help: &str) {
@@ -574,6 +578,18 @@ mod tests {
                 gateway_double_charges: 1,
                 notices_failed: 1,
             },
+            business_retries: vec![
+                crate::store::RetryTally {
+                    decline_code: Some("insufficient_funds".into()),
+                    outcome: crate::store::RetryOutcome::Recovered,
+                    count: 2,
+                },
+                crate::store::RetryTally {
+                    decline_code: Some("insufficient_funds".into()),
+                    outcome: crate::store::RetryOutcome::Declined,
+                    count: 2,
+                },
+            ],
         };
         render_gauges(&mut out, &g);
         for line in [
@@ -585,6 +601,9 @@ mod tests {
             "cobro_notices_pending 3",
             "cobro_gateway_double_charges 1",
             "cobro_notices_failed 1",
+            "cobro_business_retries{class=\"insufficient_funds\",outcome=\"recovered\"} 2",
+            "cobro_business_retries{class=\"card_expired\",outcome=\"declined\"} 0",
+            "cobro_business_retry_recovery_ratio{class=\"insufficient_funds\"} 0.5",
         ] {
             assert!(out.lines().any(|l| l == line), "{line} in\n{out}");
         }

@@ -40,6 +40,18 @@ pub enum Category {
 }
 
 impl Category {
+    /// Every category, in the order of the table above.
+    pub const ALL: [Category; 8] = [
+        Category::InsufficientFunds,
+        Category::CardExpired,
+        Category::CardLostStolenOrFraud,
+        Category::DoNotTryAgain,
+        Category::CardInvalid,
+        Category::AuthenticationRequired,
+        Category::IssuerUnavailable,
+        Category::GenericDeclined,
+    ];
+
     /// The category of a stored decline code (`<code>` or
     /// `<code>/do_not_try_again`).
     pub fn of(code: &str) -> Category {
@@ -247,6 +259,7 @@ mod tests {
         for (code, category, helps) in table {
             assert_eq!(Category::of(code), category, "{code}");
             assert_eq!(category.new_card_helps(), helps, "{code}");
+            assert!(Category::ALL.contains(&category), "{code}");
             assert!(!category.words().is_empty());
         }
     }

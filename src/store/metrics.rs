@@ -6,6 +6,9 @@
 //! from a counter kept beside them, so it cannot drift; in particular orders
 //! with two or more approved charges are counted by grouping, so the gauge
 //! would show a double charge even if the unique index guarding it were gone.
+//! Business retries are tallied by the decline that caused them (the decline
+//! code of the order's previous attempt) and how they ended; which class a
+//! code belongs to is decided above the store, by the notices' mapping.
 
 use serde::Serialize;
 
@@ -30,6 +33,53 @@ pub struct Gauges {
     pub sending_paused: bool,
     /// What a payments on-call watches.
     pub on_call: OnCall,
+    /// Business retries per (decline code that caused them, outcome).
+    pub business_retries: Vec<RetryTally>,
+}
+
+/// How many business retries followed a decline with `decline_code` (the
+/// previous attempt's; `None` when it had none) and ended in `outcome`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RetryTally {
+    pub decline_code: Option<String>,
+    pub outcome: RetryOutcome,
+    pub count: i64,
+}
+
+/// How a business retry has ended so far.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RetryOutcome {
+    /// `APROBADO`: the retry got the money.
+    Recovered,
+    /// `RECHAZADO`: declined again.
+    Declined,
+    /// Any other state: not settled yet (or with finance).
+    Pending,
+}
+
+impl RetryOutcome {
+    /// Every outcome, in the order they are shown.
+    pub const ALL: [RetryOutcome; 3] = [Self::Recovered, Self::Declined, Self::Pending];
+
+    /// The outcome of a retry in state `s`.
+    pub fn of(s: State) -> RetryOutcome {
+        match s {
+            State::Aprobado => Self::Recovered,
+            State::Rechazado => Self::Declined,
+            State::Pendiente | State::EnProceso | State::Desconocido | State::EnRevision => {
+                Self::Pending
+            }
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Recovered => "recovered",
+            Self::Declined => "declined",
+            Self::Pending => "pending",
+        }
+    }
 }
 
 /// The on-call gauges: how late the queue runs, when reconciliation last
@@ -61,13 +111,16 @@ pub(crate) struct RawGauges {
     pub double_approved_orders: i64,
     pub open_recon_cases: i64,
     pub oldest_desconocido_secs: Option<f64>,
+    /// Business retries per (previous attempt's decline code, retry state).
+    pub business_retries: Vec<(Option<String>, String, i64)>,
 }
 
 impl Store {
     /// Reads the gauges `/metrics` shows. Each is one cheap query: the
     /// attempts group-by (one pass over `payment_attempts`), the rest
     /// through partial indexes (`one_approved_per_order`,
-    /// `recon_cases_open`, the transition log by attempt).
+    /// `recon_cases_open`, the transition log by attempt), and the business
+    /// retries joined to the attempt before each by the order index.
     pub async fn gauges(&self) -> Result<Gauges, StoreError> {
         let raw = match &self.db {
             Db::Pg(p) => pg::metrics::gauges(p).await?,
@@ -83,6 +136,24 @@ impl Store {
                     .map_err(|e| StoreError::Corrupt(e.to_string()))
             })
             .collect::<Result<_, _>>()?;
+        let mut business_retries: Vec<RetryTally> = Vec::new();
+        for (decline_code, state, n) in raw.business_retries {
+            let state = state
+                .parse::<State>()
+                .map_err(|e| StoreError::Corrupt(e.to_string()))?;
+            let outcome = RetryOutcome::of(state);
+            match business_retries
+                .iter_mut()
+                .find(|t| t.decline_code == decline_code && t.outcome == outcome)
+            {
+                Some(t) => t.count += n,
+                None => business_retries.push(RetryTally {
+                    decline_code,
+                    outcome,
+                    count: n,
+                }),
+            }
+        }
         Ok(Gauges {
             attempts,
             double_approved_orders: raw.double_approved_orders,
@@ -94,6 +165,28 @@ impl Store {
                 Db::Pg(p) => pg::metrics::on_call(p).await?,
                 Db::Lite(p) => lite::metrics::on_call(p).await?,
             },
+            business_retries,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_retry_is_recovered_declined_or_pending_by_its_state() {
+        let table = [
+            (State::Aprobado, RetryOutcome::Recovered),
+            (State::Rechazado, RetryOutcome::Declined),
+            (State::Pendiente, RetryOutcome::Pending),
+            (State::EnProceso, RetryOutcome::Pending),
+            (State::Desconocido, RetryOutcome::Pending),
+            (State::EnRevision, RetryOutcome::Pending),
+        ];
+        assert_eq!(table.len(), State::ALL.len());
+        for (state, outcome) in table {
+            assert_eq!(RetryOutcome::of(state), outcome, "{state:?}");
+        }
     }
 }

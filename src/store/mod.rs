@@ -38,7 +38,7 @@ pub use enqueue::{EnqueueError, Enqueued};
 pub use escalation::{Escalated, QueueCursor, QueueQuery, Totals};
 pub use listing::{AttemptFilter, AttemptKind};
 pub use lite::enqueue_charge as enqueue_charge_sqlite;
-pub use metrics::{Gauges, OnCall};
+pub use metrics::{Gauges, OnCall, RetryOutcome, RetryTally};
 pub use notices::{Outgoing, TryOutcome};
 pub use pause::PauseState;
 pub use payment_method::{MethodUpdateError, MethodUpdated};

@@ -33,11 +33,30 @@ pub(crate) async fn gauges(pool: &PgPool) -> Result<RawGauges, StoreError> {
     )
     .fetch_one(pool)
     .await?;
+    // Each business retry joined to the attempt before it (the decline
+    // that caused it): the retries through the partial index
+    // payment_attempts_card_retries (kind = 'business_retry'), one probe of
+    // payment_attempts_order per retry; refunds share the order id, not the
+    // attempt numbering.
+    let business_retries: Vec<(Option<String>, String, i64)> = sqlx::query_as(
+        "SELECT p.decline_code, r.state, count(*)
+           FROM cobro.payment_attempts r
+           JOIN cobro.payment_attempts p
+             ON p.order_id = r.order_id
+            AND p.attempt_number = r.attempt_number - 1
+            AND p.kind <> 'refund'
+          WHERE r.kind = 'business_retry'
+          GROUP BY p.decline_code, r.state
+          ORDER BY p.decline_code, r.state",
+    )
+    .fetch_all(pool)
+    .await?;
     Ok(RawGauges {
         attempts,
         double_approved_orders,
         open_recon_cases,
         oldest_desconocido_secs,
+        business_retries,
     })
 }
 
