@@ -106,11 +106,15 @@ impl Engine {
     }
 
     /// A wake-up of `id` failed with `error`, which is never the gateway's
-    /// (a gateway's failure is an outcome the state machine records): counts
-    /// it, and at the threshold quarantines the attempt to finance
-    /// ([`Store::record_wake_failure`]). If even counting fails (the
-    /// database is down), nothing is counted: an outage quarantines nothing.
+    /// (a gateway's failure is an outcome the state machine records): unless
+    /// the error is transient (the database busy or unreachable), counts it,
+    /// and at the threshold quarantines the attempt to finance
+    /// ([`Store::record_wake_failure`]).
     pub async fn wake_failed(&self, id: Uuid, error: &StoreError) {
+        if error.is_transient() {
+            warn!(attempt = %id, %error, "wake-up failed on a transient database error; apalis retries it");
+            return;
+        }
         match self
             .store
             .record_wake_failure(id, &error.to_string(), self.poison_after)

@@ -472,7 +472,7 @@ fn render_gauges(out: &mut String, g: &Gauges) {
     gauge(
         out,
         "cobro_gateway_double_charges",
-        "Orders the gateway charged twice, not yet refunded, in the latest successful reconciliation run (intraday or daily). Any non-zero value opens a review.",
+        "Orders the gateway charged twice, not yet refunded: the higher of the latest successful daily close and intraday run. Any non-zero value opens a review.",
         g.on_call.gateway_double_charges as f64,
     );
     gauge(

@@ -86,6 +86,10 @@ async fn the_jobs_table_stays_bounded_across_ten_thousand_charges(b: Backend) {
     args.retention.retention_interval = INTERVAL;
     args.concurrency = 32;
     args.batch_size = 100;
+    // 32 charges at once on 2 loaded cores: a lease shorter than a slow
+    // SQLite write turns charges DESCONOCIDO (settled by lookup, but slowly);
+    // this test is about the jobs table, so the lease is production's.
+    args.lease_ttl = Duration::from_secs(30);
     args.validate()
         .expect("the scaled-down configuration is accepted");
     let worker = spawn_worker(args);
@@ -118,15 +122,28 @@ async fn the_jobs_table_stays_bounded_across_ten_thousand_charges(b: Backend) {
         enqueue_wave(&db, wave * WAVE..(wave + 1) * WAVE).await;
         enqueueing += enqueue_started.elapsed();
         let want = ((wave + 1) * WAVE) as i64;
-        eventually(
-            Duration::from_secs(120),
-            &format!("wave {wave}: {want} charges APROBADO"),
-            || async {
-                let states = db.store.count_by_state().await.unwrap();
-                (states == [(State::Aprobado, want)]).then_some(())
-            },
-        )
-        .await;
+        let waiting = Instant::now();
+        loop {
+            let states = db.store.count_by_state().await.unwrap();
+            if states == [(State::Aprobado, want)] {
+                break;
+            }
+            if waiting.elapsed() > Duration::from_secs(180) {
+                let stuck = db
+                    .scalar(
+                        "SELECT count(*) FROM cobro.wake_failures",
+                        "SELECT count(*) FROM wake_failures",
+                    )
+                    .await;
+                panic!(
+                    "wave {wave}: {want} charges not all APROBADO after 180 s: {states:?}; \
+                     {} job rows, {stuck} attempts with failed wake-ups, cases {:?}",
+                    job_rows(&db).await,
+                    db.store.open_cases().await.unwrap()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
         let rows = job_rows(&db).await;
         after_waves.push(rows);
         assert!(
@@ -138,8 +155,12 @@ async fn the_jobs_table_stays_bounded_across_ten_thousand_charges(b: Backend) {
 
     // One retention period and one purge interval later, the last wave's
     // jobs are gone too: 10,000 wake-ups were made, a handful remain.
-    tokio::time::sleep(RETENTION + INTERVAL + Duration::from_millis(500)).await;
-    let final_rows = job_rows(&db).await;
+    // (Polled: under load the purge pass may run late.)
+    let final_rows = eventually(Duration::from_secs(20), "the jobs table purged", || async {
+        let n = job_rows(&db).await;
+        (n <= 10).then_some(n)
+    })
+    .await;
     stop.store(true, Ordering::Relaxed);
     sampler.await.unwrap();
     let max_between = max_between.load(Ordering::Relaxed);
@@ -153,10 +174,6 @@ async fn the_jobs_table_stays_bounded_across_ten_thousand_charges(b: Backend) {
     assert!(
         max_between <= BOUND,
         "{max_between} job rows at some point, more than {BOUND}"
-    );
-    assert!(
-        final_rows <= 10,
-        "{final_rows} job rows left after retention and a purge"
     );
     worker.stop().await;
 

@@ -1,7 +1,8 @@
 //! Card-network retry rules through a real worker and the simulator, on
 //! both backends: a decline whose network advice says "do not try again"
 //! (Mastercard merchant advice code 03) gets no business retry even though
-//! its code is in the allow-list, and the customer is told it failed; a
+//! its code is in the allow-list (not even finance's by hand), and the
+//! customer is told it failed; a
 //! "retry after 8 days" (MAC 29) pushes the retry out to 8 days, past the
 //! schedule's 1 day.
 
@@ -10,10 +11,10 @@ mod common;
 
 use std::time::Duration;
 
-use cobro::domain::ChargeRequest;
+use cobro::domain::{ChargeRequest, IdempotencyKey};
 use cobro::sim::Faults;
 use cobro::state::State;
-use cobro::store::{Attempt, Store};
+use cobro::store::{Attempt, RetryError, Store};
 use common::*;
 
 on_both_backends!(the_networks_advice_decides_the_business_retry,);
@@ -56,6 +57,15 @@ async fn the_networks_advice_decides_the_business_retry(b: Backend) {
             .iter()
             .any(|n| n.attempt_id == a.id && n.kind == "payment_failed"),
         "{notices:?}"
+    );
+    // Not even finance's manual retry.
+    let by_hand = db
+        .store
+        .business_retry(a.id, IdempotencyKey::generate(), 4, "manual:ana", None)
+        .await;
+    assert!(
+        matches!(&by_hand, Err(RetryError::NetworkAdvice(m)) if m.contains("do_not_try_again")),
+        "{by_hand:?}"
     );
     let l = ledger(&sim.url()).await;
     assert_eq!(l.entries.len(), 1);

@@ -130,7 +130,7 @@ async fn notices_reach_a_verifying_receiver_once_redelivered_after_500s_and_fail
             "fail_twice": ["n-stolen"],
             "always_fail": ["n-expired"],
             "slow_once": ["n-funds"],
-            "slow_seconds": 2,
+            "slow_seconds": 6,
         }),
     );
     let sim = start_sim(true, Faults::default()).await;
@@ -139,7 +139,7 @@ async fn notices_reach_a_verifying_receiver_once_redelivered_after_500s_and_fail
     args.notify.notice_secret = Some(secret.clone());
     // The production shape (retries, then failed) scaled down: three tries.
     args.notify.notice_schedule = "100ms,200ms".into();
-    args.notify.notice_timeout = Duration::from_secs(1);
+    args.notify.notice_timeout = Duration::from_secs(4);
     args.notify.notice_poll = Duration::from_millis(100);
     let worker = spawn_worker(args);
     let web = start_web(

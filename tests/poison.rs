@@ -99,8 +99,15 @@ async fn a_poison_wake_up_is_quarantined_to_finance_and_released_by_closing_its_
 
     // Quarantined: once apalis' own retries of the last job are spent, no
     // sweep wakes it again (unquarantined, the sweeper would every 4 s).
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    let settled_count = failures(&db).await;
+    let mut settled_count = failures(&db).await;
+    loop {
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let now = failures(&db).await;
+        if now == settled_count {
+            break;
+        }
+        settled_count = now;
+    }
     tokio::time::sleep(Duration::from_secs(9)).await;
     assert_eq!(failures(&db).await, settled_count, "no wake-up since");
     let (a, _) = db.store.load(poisoned).await.unwrap();

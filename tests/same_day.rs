@@ -88,8 +88,18 @@ async fn a_double_charge_is_found_the_same_day_and_its_duplicate_refunded_once(b
         "{refs}"
     );
     assert_eq!(case.details["unrefunded"], 2, "{}", case.details);
-    let gauges = db.store.gauges().await.unwrap();
-    assert_eq!(gauges.on_call.gateway_double_charges, 1);
+    // The run records its report just after its cases.
+    eventually(Duration::from_secs(5), "the gauge at 1", || async {
+        (db.store
+            .gauges()
+            .await
+            .unwrap()
+            .on_call
+            .gateway_double_charges
+            == 1)
+            .then_some(())
+    })
+    .await;
 
     // Finance refunds the duplicate from the case; the gateway executes the
     // refund and its answer is lost.

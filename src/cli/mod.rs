@@ -17,9 +17,12 @@ pub async fn print_status(store: &Store, attempts: &[Attempt], json: bool) -> Re
             out.push(serde_json::json!({ "attempt": a, "transitions": history, "checks": checks }));
             continue;
         }
-        let what = match a.refund_of {
-            Some(charge) => format!("refund of {charge}"),
-            None => "attempt".to_owned(),
+        let what = match (a.refund_of, &a.refund_of_gateway) {
+            (Some(charge), Some(dup)) => {
+                format!("refund of the duplicate gateway charge {dup} (anchored on {charge})")
+            }
+            (Some(charge), None) => format!("refund of {charge}"),
+            (None, _) => "attempt".to_owned(),
         };
         println!(
             "{what} {}  order {}  {} {} minor units  key {}",

@@ -97,9 +97,9 @@ pub struct OnCall {
     pub open_cases_by_kind: Vec<(String, i64)>,
     /// Customer notices not yet acknowledged by the app.
     pub notices_pending: i64,
-    /// Orders the gateway charged twice, not yet refunded, found by the
-    /// latest successful reconciliation run (intraday or daily); 0 before
-    /// any run.
+    /// Orders the gateway charged twice, not yet refunded: the higher of the
+    /// latest successful daily close and the latest successful intraday
+    /// run; 0 before any run.
     pub gateway_double_charges: i64,
     /// Customer notices whose last delivery try failed, not acknowledged.
     pub notices_failed: i64,

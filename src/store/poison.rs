@@ -199,6 +199,44 @@ async fn state_pg(
     )
 }
 
+impl StoreError {
+    /// Whether the error goes away by itself (the database unreachable or
+    /// busy, a lost connection, a deadlock or serialization failure, a
+    /// restart): such failures are not counted towards a quarantine, so an
+    /// outage or a burst of lock contention quarantines nothing.
+    pub fn is_transient(&self) -> bool {
+        let StoreError::Db(e) = self else {
+            return false;
+        };
+        match e {
+            sqlx::Error::Io(_)
+            | sqlx::Error::Tls(_)
+            | sqlx::Error::PoolTimedOut
+            | sqlx::Error::PoolClosed
+            | sqlx::Error::WorkerCrashed => true,
+            sqlx::Error::Database(db) => {
+                let code = db.code().map(|c| c.into_owned()).unwrap_or_default();
+                transient_code(&code)
+            }
+            _ => false,
+        }
+    }
+}
+
+/// PostgreSQL SQLSTATEs (connection exceptions, serialization failure,
+/// deadlock, shutdown, too many connections) and SQLite result codes
+/// (`SQLITE_BUSY` and `SQLITE_LOCKED`, with their extended codes) that
+/// mean "try again".
+fn transient_code(code: &str) -> bool {
+    if code.starts_with("08") || matches!(code, "40001" | "40P01" | "53300" | "53400") {
+        return true;
+    }
+    if code.starts_with("57P") {
+        return true;
+    }
+    code.parse::<i32>().is_ok_and(|n| matches!(n & 0xff, 5 | 6))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -231,6 +269,20 @@ mod tests {
         // Already quarantined: counted, no second case.
         let n = next(seen(5, 10, true, false), at(20), 5);
         assert_eq!((n.failures, n.quarantine, n.keep_case), (6, false, true));
+    }
+
+    #[test]
+    fn busy_and_lost_connections_are_transient_a_refused_write_is_not() {
+        for code in [
+            "08006", "40001", "40P01", "57P01", "53300", "5", "517", "6", "262",
+        ] {
+            assert!(transient_code(code), "{code}");
+        }
+        for code in ["P0001", "23505", "CB007", "19", "1811", ""] {
+            assert!(!transient_code(code), "{code}");
+        }
+        assert!(StoreError::Db(sqlx::Error::PoolTimedOut).is_transient());
+        assert!(!StoreError::Corrupt("x".into()).is_transient());
     }
 
     #[test]

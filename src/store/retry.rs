@@ -32,6 +32,10 @@ pub enum RetryError {
     /// retries in 30 days (`COBRO_RETRY_CARD_CAP`).
     #[error("{0}")]
     CardCap(String),
+    /// The card network (or the gateway) advised never to try this card
+    /// again for this payment (`<code>/do_not_try_again`): not even by hand.
+    #[error("{0}")]
+    NetworkAdvice(String),
     /// The scheduled retry was already handled by another worker (the
     /// declined attempt moved since it was read).
     #[error("{0}")]

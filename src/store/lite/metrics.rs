@@ -92,13 +92,21 @@ pub(crate) async fn on_call(pool: &SqlitePool) -> Result<OnCall, StoreError> {
     )
     .fetch_all(pool)
     .await?;
+    // The latest daily close and the latest intraday run, the higher.
     let gateway_double_charges: Option<i64> = sqlx::query_scalar(
-        "SELECT json_extract(report, '$.gateway_double_charges') FROM recon_runs
-          WHERE outcome = 'ok' ORDER BY finished_at DESC LIMIT 1",
+        "SELECT max(n) FROM (
+            SELECT * FROM (SELECT json_extract(report, '$.gateway_double_charges') AS n
+                             FROM recon_runs
+                            WHERE outcome = 'ok' AND window_to - window_from = 86400000
+                            ORDER BY finished_at DESC LIMIT 1)
+            UNION ALL
+            SELECT * FROM (SELECT json_extract(report, '$.gateway_double_charges') AS n
+                             FROM recon_runs
+                            WHERE outcome = 'ok' AND window_to - window_from <> 86400000
+                            ORDER BY finished_at DESC LIMIT 1))",
     )
-    .fetch_optional(pool)
-    .await?
-    .flatten();
+    .fetch_one(pool)
+    .await?;
     Ok(OnCall {
         due_lag_secs: due_lag_secs.unwrap_or(0.0).max(0.0),
         last_reconciliation_ok,

@@ -87,13 +87,20 @@ pub(crate) async fn on_call(pool: &PgPool) -> Result<OnCall, StoreError> {
     )
     .fetch_all(pool)
     .await?;
+    // The latest daily close and the latest intraday run, the higher: the
+    // intraday run sees only today, the close only yesterday.
     let gateway_double_charges: Option<i64> = sqlx::query_scalar(
-        "SELECT (report->>'gateway_double_charges')::bigint FROM cobro.recon_runs
-          WHERE outcome = 'ok' ORDER BY finished_at DESC LIMIT 1",
+        "SELECT max((report->>'gateway_double_charges')::bigint) FROM (
+            (SELECT report FROM cobro.recon_runs
+              WHERE outcome = 'ok' AND window_to - window_from = interval '1 day'
+              ORDER BY finished_at DESC LIMIT 1)
+            UNION ALL
+            (SELECT report FROM cobro.recon_runs
+              WHERE outcome = 'ok' AND window_to - window_from <> interval '1 day'
+              ORDER BY finished_at DESC LIMIT 1)) latest",
     )
-    .fetch_optional(pool)
-    .await?
-    .flatten();
+    .fetch_one(pool)
+    .await?;
     Ok(OnCall {
         due_lag_secs: due_lag_secs.unwrap_or(0.0).max(0.0),
         last_reconciliation_ok,

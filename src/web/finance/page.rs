@@ -398,11 +398,20 @@ async fn render_detail(
         http = status_code.map_or("-".into(), |s| s.to_string()),
         kind = esc(kind.as_deref().unwrap_or("-")),
         lookup = esc(lookup.as_deref().unwrap_or("-")),
-        refund = d.refund_of.as_ref().map_or(String::new(), |c| format!(
-            "<tr><th>Refund of</th><td><code>{}</code> (gateway charge {})</td></tr>",
-            c.id,
-            esc(c.gateway_charge_id.as_deref().unwrap_or("-"))
-        )),
+        refund = d.refund_of.as_ref().map_or(String::new(), |c| match &a.refund_of_gateway {
+            Some(dup) => format!(
+                "<tr><th>Refund of</th><td>the duplicate gateway charge <b>{}</b> \
+                 (anchored on <code>{}</code>, whose own gateway charge {} is not refunded)</td></tr>",
+                esc(dup),
+                c.id,
+                esc(c.gateway_charge_id.as_deref().unwrap_or("-"))
+            ),
+            None => format!(
+                "<tr><th>Refund of</th><td><code>{}</code> (gateway charge {})</td></tr>",
+                c.id,
+                esc(c.gateway_charge_id.as_deref().unwrap_or("-"))
+            ),
+        }),
     );
     if matches!(
         a.state,

@@ -223,8 +223,12 @@ pub(super) async fn detail(
         until = at(a.lease_expires_at),
         parked = at(a.parked_since),
         refund = d.refund_of.as_ref().map_or(String::new(), |c| format!(
-            "<tr><th>Refund of</th><td><a href=\"/operator/attempts/{0}\"><code>{0}</code></a></td></tr>",
-            c.id
+            "<tr><th>Refund of</th><td>{dup}<a href=\"/operator/attempts/{0}\"><code>{0}</code></a></td></tr>",
+            c.id,
+            dup = a.refund_of_gateway.as_deref().map_or(String::new(), |g| format!(
+                "the duplicate gateway charge <b>{}</b>, anchored on ",
+                esc(g)
+            )),
         )),
     );
     if matches!(
