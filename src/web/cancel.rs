@@ -24,18 +24,9 @@ pub(super) async fn cancel(
     Path(order_id): Path<String>,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    let Ok(body) = body else {
-        return error(StatusCode::PAYLOAD_TOO_LARGE, None, "the body is too large");
-    };
-    let v: Value = match serde_json::from_slice(&body) {
+    let v = match super::json_body(body) {
         Ok(v) => v,
-        Err(e) => {
-            return error(
-                StatusCode::BAD_REQUEST,
-                None,
-                format!("the body is not JSON: {e}"),
-            );
-        }
+        Err(refused) => return *refused,
     };
     let reason = match v
         .get("reason")

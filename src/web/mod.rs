@@ -63,6 +63,27 @@ use crate::backoff::parse_duration_arg as duration;
 use crate::domain::MaxAmount;
 use crate::http::auth::{ApiKeyArgs, ApiKeys, Guard, Scope, Via};
 pub(crate) use crate::http::error;
+
+/// A small JSON request body, read within the API limit: 413 when it is
+/// too large, 400 when it is not JSON (the routes that take one field).
+pub(crate) fn json_body(
+    body: Result<axum::body::Bytes, axum::extract::rejection::BytesRejection>,
+) -> Result<serde_json::Value, Box<Response>> {
+    let Ok(body) = body else {
+        return Err(Box::new(error(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            None,
+            "the body is too large",
+        )));
+    };
+    serde_json::from_slice(&body).map_err(|e| {
+        Box::new(error(
+            StatusCode::BAD_REQUEST,
+            None,
+            format!("the body is not JSON: {e}"),
+        ))
+    })
+}
 use crate::http::serve::{HttpLimits, serve};
 use crate::metrics::Scraper;
 use crate::store::Store;

@@ -13,7 +13,7 @@ use axum::extract::rejection::BytesRejection;
 use axum::extract::{Extension, Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use serde_json::{Value, json};
+use serde_json::json;
 
 use super::{AppState, error};
 use crate::domain::PaymentMethod;
@@ -26,18 +26,9 @@ pub(super) async fn update(
     Path(order_id): Path<String>,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    let Ok(body) = body else {
-        return error(StatusCode::PAYLOAD_TOO_LARGE, None, "the body is too large");
-    };
-    let v: Value = match serde_json::from_slice(&body) {
+    let v = match super::json_body(body) {
         Ok(v) => v,
-        Err(e) => {
-            return error(
-                StatusCode::BAD_REQUEST,
-                None,
-                format!("the body is not JSON: {e}"),
-            );
-        }
+        Err(refused) => return *refused,
     };
     let token = match v
         .get("payment_method")

@@ -102,7 +102,7 @@ pub(crate) async fn request_refund(
     .await?;
     push_wake(&mut tx, refund_id, ms(due), 0)
         .await
-        .map_err(|e| RefundError::Db(sqlx::Error::Protocol(e.to_string())))?;
+        .map_err(corrupt)?;
     tx.commit().await?;
     Ok(Refunded {
         refund_id,
@@ -197,9 +197,7 @@ pub(crate) async fn refund_duplicate(
     .bind(duplicate::evidence(case_id, charge_id, anchor, by).to_string())
     .execute(&mut *tx)
     .await?;
-    push_wake(&mut tx, id, ms(due), 0)
-        .await
-        .map_err(|e| RefundError::Db(sqlx::Error::Protocol(e.to_string())))?;
+    push_wake(&mut tx, id, ms(due), 0).await.map_err(corrupt)?;
     tx.commit().await?;
     Ok(Refunded {
         refund_id: id,
