@@ -83,6 +83,23 @@ pub const DEFAULT_POISON_AFTER: u32 = 5;
 /// resend, ...); the bound only stops a bug from spinning.
 const MAX_STEPS: usize = 12;
 
+/// The attempt as a step of [`Engine::process`] last wrote it, when the
+/// next decision may be made on it without reading it back; `None` when
+/// the step does not know (it lost a race, wrote nothing, or is rare
+/// enough that a read costs nothing).
+type Written = Option<Box<Attempt>>;
+
+/// An attempt's row and the database's time it was read or written at.
+pub type Seen = (Box<Attempt>, chrono::DateTime<chrono::Utc>);
+
+/// A row just written, seen at the time of its write.
+fn seen_at_write(written: Written) -> Option<Seen> {
+    written.map(|row| {
+        let at = row.updated_at;
+        (row, at)
+    })
+}
+
 impl Engine {
     pub fn new(store: Store, gateway: Arc<dyn Gateway>, cfg: EngineConfig) -> Self {
         let actor = format!("worker:{}", cfg.worker_name);
@@ -232,6 +249,13 @@ impl Engine {
     /// Handles one wake-up for `id`: acts until the attempt needs nothing
     /// more now.
     pub async fn process(&self, id: Uuid) -> Result<(), StoreError> {
+        self.process_seen(id, None).await
+    }
+
+    /// [`Engine::process`], starting from `seen`: the attempt's row and the
+    /// database's time when it was read (a wake-up fetched with its row),
+    /// instead of loading it.
+    pub async fn process_seen(&self, id: Uuid, seen: Option<Seen>) -> Result<(), StoreError> {
         let span = info_span!(
             "attempt",
             attempt = %id,
@@ -239,8 +263,17 @@ impl Engine {
             key = tracing::field::Empty
         );
         async {
+            // The row as this worker last saw or wrote it: the next
+            // decision is made on it, with the database's time of that read
+            // or write as "now" (never later than the real one, so nothing
+            // is due early), instead of reading it back. After actions that
+            // do not say what they wrote, it is loaded.
+            let mut known = seen;
             for _ in 0..MAX_STEPS {
-                let (attempt, now) = self.store.load(id).await?;
+                let (attempt, now) = match known.take() {
+                    Some((row, now)) => (*row, now),
+                    None => self.store.load(id).await?,
+                };
                 let span = tracing::Span::current();
                 span.record("order", attempt.order_id.as_str());
                 span.record("key", tracing::field::display(attempt.idempotency_key));
@@ -267,9 +300,14 @@ impl Engine {
                         }
                         tokio::time::sleep(wait).await;
                     }
-                    Action::Send => self.send(&attempt, Event::Claim, "claim", None).await?,
-                    Action::ExpireLease => self.expire_lease(&attempt).await?,
-                    Action::Check => self.check(&attempt).await?,
+                    Action::Send => {
+                        known =
+                            seen_at_write(self.send(&attempt, Event::Claim, "claim", None).await?);
+                    }
+                    Action::ExpireLease => {
+                        known = seen_at_write(self.expire_lease(&attempt).await?)
+                    }
+                    Action::Check => known = seen_at_write(self.check(&attempt).await?),
                     Action::Retry => self.business_retry(&attempt).await?,
                     Action::Review => self.review(&attempt).await?,
                 }
@@ -329,13 +367,14 @@ impl Engine {
         defer_delay(retry_after, self.cfg.defer_backoff, factor)
     }
 
-    async fn expire_lease(&self, seen: &Attempt) -> Result<(), StoreError> {
+    async fn expire_lease(&self, seen: &Attempt) -> Result<Written, StoreError> {
         let mut change = Change::new(Some(Event::LeaseExpired), "lease_expired", &self.actor);
         change.act_in = self.next_check_in(seen.check_count);
-        if let Applied::Moved(_) = self.store.apply(seen, &change).await? {
+        let written = self.store.apply(seen, &change).await?.written();
+        if written.is_some() {
             info!(holder = ?seen.lease_owner, "lease expired: outcome unknown");
         }
-        Ok(())
+        Ok(written)
     }
 
     /// `RECHAZADO` with a retry due: a new attempt with a new key, if the
@@ -421,7 +460,7 @@ impl Engine {
     }
 
     /// `DESCONOCIDO`: take the lease, look the charge up by key, act on it.
-    async fn check(&self, seen: &Attempt) -> Result<(), StoreError> {
+    async fn check(&self, seen: &Attempt) -> Result<Written, StoreError> {
         let scheduled_at = seen.next_action_at.unwrap_or(seen.updated_at);
         self.slot().await;
         let mut take = Change::new(None, "check", &self.actor);
@@ -430,7 +469,7 @@ impl Engine {
             ttl: self.cfg.lease_ttl,
         };
         let Applied::Moved(held) = self.store.apply(seen, &take).await? else {
-            return Ok(());
+            return Ok(None);
         };
         let record = CheckRecord {
             scheduled_at,
@@ -440,7 +479,7 @@ impl Engine {
             .lookup_or_park(&held, "lookup_parked_gateway_unreachable")
             .await?
         else {
-            return Ok(());
+            return Ok(None);
         };
         let checks_done = held.check_count as u32 + 1;
         let key_age = (held.updated_at - held.created_at)
@@ -463,8 +502,7 @@ impl Engine {
             let mut later = Change::new(None, "lookup_deferred", &self.actor);
             later.act_in = Some(self.defer_in(*retry_after));
             later.evidence = Some(evidence);
-            self.store.apply(&held, &later).await?;
-            return Ok(());
+            return Ok(self.store.apply(&held, &later).await?.written());
         }
         let mut change = match (plan, &outcome) {
             // Not found, but sending is paused: the check counts, and the
@@ -520,8 +558,7 @@ impl Engine {
         };
         change.evidence = Some(evidence);
         change.add_check = Some(record);
-        self.store.apply(&held, &change).await?;
-        Ok(())
+        Ok(self.store.apply(&held, &change).await?.written())
     }
 }
 

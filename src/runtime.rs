@@ -16,7 +16,6 @@ use std::time::Duration;
 
 use apalis::layers::WorkerBuilderExt;
 use apalis::prelude::*;
-use apalis_postgres::PostgresStorage;
 use apalis_sqlite::SqliteStorage;
 use clap::Args;
 use tokio::sync::watch;
@@ -27,6 +26,7 @@ use crate::breaker::{Breaker, Pace};
 use crate::engine::{Engine, EngineConfig, Wake};
 use crate::gateway::{Gateway, HttpGatewayConfig};
 use crate::store::{CHARGE_QUEUE, REFUND_QUEUE, Store};
+use crate::wakeq::{Acks, Outcome, PgWakes, WakeConfig, Wakeup};
 
 /// Every setting of `cobro-worker`, as a flag or an environment variable.
 /// `Debug` leaves out the database URL (it may hold a password).
@@ -423,26 +423,55 @@ fn queues(q: &QueueSettings) -> [(&'static str, QueueSettings); 2] {
     [(CHARGE_QUEUE, q.clone()), (REFUND_QUEUE, refunds)]
 }
 
-/// PostgreSQL: LISTEN/NOTIFY for jobs due now, the heartbeat (= poll
-/// interval) for jobs that became due later.
+/// The handler of a PostgreSQL wake-up ([`crate::wakeq`]): decides on the
+/// row fetched with it, and leaves its acknowledgement for the next fetch.
+async fn handle_wakeup(
+    w: Wakeup,
+    engine: Data<Arc<Engine>>,
+    acks: Data<Acks>,
+) -> Result<(), BoxDynError> {
+    let Some(id) = w.attempt_id else {
+        warn!(job = %w.job_id, "a wake-up job names no attempt; dropping it");
+        acks.push(w.job_id, Outcome::Killed);
+        return Ok(());
+    };
+    match engine.process_seen(id, w.seen).await {
+        Ok(()) => {
+            acks.push(w.job_id, Outcome::Done);
+            Ok(())
+        }
+        Err(e) => {
+            engine.wake_failed(id, &e).await;
+            acks.push(w.job_id, Outcome::Failed);
+            Err(Box::new(e) as BoxDynError)
+        }
+    }
+}
+
+/// PostgreSQL: cobro's own backend ([`crate::wakeq`]): LISTEN/NOTIFY for
+/// jobs due now, the poll interval for jobs that became due later.
 fn pg_monitor(pool: sqlx::PgPool, engine: Arc<Engine>, q: QueueSettings) -> Monitor {
     let worker = |queue: &'static str, q: QueueSettings| {
         let (pool, engine) = (pool.clone(), engine.clone());
         move |restarts: usize| {
-            let config = apalis_postgres::Config::default()
-                .queue(queue)
-                .batch_size(q.batch)
-                .heartbeat_interval(q.poll)
-                .missed_heartbeats(q.missed);
-            let backend = PostgresStorage::<Wake>::new(&pool)
-                .with_config(config)
-                .with_pubsub();
+            let acks = Acks::default();
+            let backend = PgWakes::new(
+                pool.clone(),
+                WakeConfig {
+                    queue,
+                    batch: q.batch,
+                    poll: q.poll,
+                    orphaned_after: q.poll * q.missed as u32,
+                },
+                acks.clone(),
+            );
             WorkerBuilder::new(format!("{}-{restarts}", q.name))
                 .backend(backend)
                 .concurrency(q.concurrency)
                 .parallelize(tokio::spawn)
                 .data(engine.clone())
-                .build(handle)
+                .data(acks)
+                .build(handle_wakeup)
         }
     };
     let [(charges, c), (refunds, r)] = queues(&q);

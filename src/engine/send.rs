@@ -9,7 +9,7 @@
 
 use tracing::{debug, error, info, warn};
 
-use super::Engine;
+use super::{Engine, Written};
 use crate::breaker::Health;
 use crate::domain::{Amount, Currency, IdempotencyKey, InputError, OrderId, PaymentMethod};
 use crate::gateway::{ChargeCall, ChargeOutcome, Deferral, Prepared, RefundCall};
@@ -35,10 +35,10 @@ impl Engine {
         event: Event,
         cause: &str,
         check: Option<(CheckRecord, &crate::gateway::Evidence)>,
-    ) -> Result<(), StoreError> {
+    ) -> Result<Written, StoreError> {
         let call = match self.call_for(seen).await? {
             Ok(call) => call,
-            Err(e) => return self.unsendable(seen, &e, check).await,
+            Err(e) => return self.unsendable(seen, &e, check).await.map(|()| None),
         };
         let mut claim = Change::new(Some(event), cause, &self.actor);
         claim.lease = Lease::Take {
@@ -58,7 +58,7 @@ impl Engine {
         }
         let Applied::Moved(claimed) = self.store.apply(seen, &claim).await? else {
             debug!("another worker claimed it first");
-            return Ok(());
+            return Ok(None);
         };
         if event == Event::Resend {
             crate::metrics::resent();
@@ -69,7 +69,7 @@ impl Engine {
                     let outcome = self.gateway.charge(&c).await;
                     (held, outcome)
                 }
-                None => return Ok(()),
+                None => return Ok(None),
             },
             Call::Refund(r) => {
                 let outcome = self.gateway.refund(&r).await;
@@ -90,7 +90,7 @@ impl Engine {
         claimed: &Attempt,
         outcome: &ChargeOutcome,
         down: bool,
-    ) -> Result<(), StoreError> {
+    ) -> Result<Written, StoreError> {
         let mut change = match outcome {
             ChargeOutcome::Approved { charge_id, .. } => {
                 let mut c = Change::new(Some(Event::Approved), "gateway_approved", &self.actor);
@@ -138,10 +138,11 @@ impl Engine {
             }
         };
         change.evidence = Some(outcome.evidence());
-        if self.store.apply(claimed, &change).await? == Applied::Lost {
+        let written = self.store.apply(claimed, &change).await?.written();
+        if written.is_none() {
             warn!("lease lost before the answer was recorded; a lookup will settle it");
         }
-        Ok(())
+        Ok(written)
     }
 
     /// Before a charge goes, a two-step gateway's object (Stripe's

@@ -91,6 +91,16 @@ pub enum Applied {
     Lost,
 }
 
+impl Applied {
+    /// The attempt as written, when the write won.
+    pub fn written(self) -> Option<Box<Attempt>> {
+        match self {
+            Applied::Moved(row) => Some(row),
+            Applied::Lost => None,
+        }
+    }
+}
+
 /// The write, decided.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Plan<'a> {
