@@ -33,12 +33,18 @@ pub(super) async fn connect(url: &str, max: u32) -> Result<PgPool, StoreError> {
     // during its pass (seen in CI: `num_idle` wraps below zero). Broken
     // connections are still replaced: sqlx pings a connection before
     // handing it out.
+    // JIT off: PostgreSQL compiles a statement whose estimated cost passes
+    // its thresholds, and over a large history the sweep's estimate does
+    // (it expects a million index entries and reads ten thousand): at 10 M
+    // attempts the compilation took 0.6-1.1 s of a 50 ms statement
+    // (BENCHMARKS.md, Scale). cobro's statements are short; none gains.
+    let options = url.parse::<sqlx::postgres::PgConnectOptions>()?.options([("jit", "off")]);
     Ok(PgPoolOptions::new()
         .max_connections(max)
         .acquire_timeout(Duration::from_secs(10))
         .idle_timeout(None)
         .max_lifetime(None)
-        .connect(url)
+        .connect_with(options)
         .await?)
 }
 

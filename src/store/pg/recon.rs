@@ -16,11 +16,14 @@ pub(crate) async fn attempts(
     scope: &ReconScope,
 ) -> Result<Vec<Attempt>, StoreError> {
     Ok(sqlx::query_as(
+        // One index per branch (a single OR of the four was a sequential
+        // scan of every attempt at 10 M: BENCHMARKS.md, Scale).
         "SELECT * FROM cobro.payment_attempts
-          WHERE (created_at >= $1 AND created_at < $2)
-             OR idempotency_key = ANY($3)
-             OR gateway_charge_id = ANY($4)
-             OR order_id = ANY($5)
+          WHERE id IN (
+                SELECT id FROM cobro.payment_attempts WHERE created_at >= $1 AND created_at < $2
+                UNION SELECT id FROM cobro.payment_attempts WHERE idempotency_key = ANY($3)
+                UNION SELECT id FROM cobro.payment_attempts WHERE gateway_charge_id = ANY($4)
+                UNION SELECT id FROM cobro.payment_attempts WHERE order_id = ANY($5))
           ORDER BY created_at, id",
     )
     .bind(window.from)
