@@ -6,8 +6,8 @@
 //!
 //! Invariant: a scheduled check starts within about one poll interval of its
 //! time: wake-ups are pushed with their exact `run_at`, LISTEN/NOTIFY picks up
-//! jobs due now, and apalis' heartbeat (set to the poll interval) re-polls for
-//! jobs that became due later. Nothing here decides about money: lost or
+//! jobs due now, and the poll interval re-polls for jobs that became due
+//! later (PostgreSQL: [`crate::wakeq`]; SQLite: apalis' heartbeat). Nothing here decides about money: lost or
 //! doubled wake-ups only delay or repeat a no-op, and the sweeper re-creates
 //! wake-ups for attempts whose time has passed.
 
@@ -72,7 +72,7 @@ pub struct WorkerArgs {
     /// How long the gateway keeps idempotency keys; older keys are never re-sent.
     #[arg(long, env = "COBRO_KEY_LIFETIME", default_value = "24h", value_parser = duration)]
     pub key_lifetime: Duration,
-    /// How often an idle worker polls for jobs that became due (apalis heartbeat).
+    /// How often an idle worker polls for jobs that became due (and beats its heartbeat).
     #[arg(long, env = "COBRO_POLL_INTERVAL", default_value = "500ms", value_parser = duration)]
     pub poll_interval: Duration,
     /// Missed heartbeats before another worker re-enqueues this one's jobs.

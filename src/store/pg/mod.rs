@@ -38,7 +38,9 @@ pub(super) async fn connect(url: &str, max: u32) -> Result<PgPool, StoreError> {
     // (it expects a million index entries and reads ten thousand): at 10 M
     // attempts the compilation took 0.6-1.1 s of a 50 ms statement
     // (BENCHMARKS.md, Scale). cobro's statements are short; none gains.
-    let options = url.parse::<sqlx::postgres::PgConnectOptions>()?.options([("jit", "off")]);
+    let options = url
+        .parse::<sqlx::postgres::PgConnectOptions>()?
+        .options([("jit", "off")]);
     Ok(PgPoolOptions::new()
         .max_connections(max)
         .acquire_timeout(Duration::from_secs(10))
