@@ -337,8 +337,7 @@ WITH acked AS (
 SELECT t.id AS job_id, t.job AS job_payload, now() AS db_now, a.*
   FROM taken t
   LEFT JOIN cobro.payment_attempts a
-    ON a.id = substring(encode(t.job, 'escape')
-                        FROM '\"attempt_id\"\\s*:\\s*\"([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})\"')::uuid
+    ON a.id = cobro.wake_target(t.job)
  ORDER BY t.priority DESC, t.run_at ASC";
 
 #[derive(Deserialize)]

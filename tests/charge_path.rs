@@ -26,6 +26,7 @@ on_both_backends!(
     duplicated_wake_ups_and_racing_workers_charge_once,
     an_old_key_is_never_resent,
     a_lost_wake_up_is_recreated_by_the_sweeper,
+    a_wake_up_late_behind_a_backlog_is_not_duplicated_by_the_sweeper,
     a_gateway_that_keeps_losing_requests_ends_in_review_not_in_a_loop,
 );
 
@@ -382,6 +383,58 @@ async fn a_lost_wake_up_is_recreated_by_the_sweeper(b: Backend) {
     assert_eq!(ledger(&sim.url()).await.entries.len(), 1);
     worker.stop().await;
     sim.shutdown().await;
+    db.drop_db().await;
+}
+
+async fn a_wake_up_late_behind_a_backlog_is_not_duplicated_by_the_sweeper(b: Backend) {
+    init_logs();
+    let db = TestDb::new(b).await;
+    let id = enqueue(&db.store, "order-late-job", 2_500).await;
+    // An hour late, with its wake-up still queued and due (a backlog, no
+    // worker has reached it yet): the sweeper leaves it alone.
+    let late = db
+        .exec(
+            "UPDATE cobro.payment_attempts SET next_action_at = now() - interval '1 hour'
+              WHERE id = $1::uuid",
+            "UPDATE payment_attempts SET next_action_at = next_action_at - 3600000 WHERE id = ?1",
+            &[&id.to_string()],
+        )
+        .await
+        .unwrap();
+    assert_eq!(late, 1);
+    let (grace, every) = (Duration::from_secs(1), Duration::from_secs(2));
+    let jobs = || {
+        db.scalar(
+            "SELECT count(*) FROM apalis.jobs",
+            "SELECT count(*) FROM Jobs",
+        )
+    };
+    assert_eq!(db.store.sweep(grace, every, 500).await.unwrap(), 0);
+    assert_eq!(jobs().await, 1);
+    // A wake-up queued for later than the attempt's due time does not
+    // count: the attempt is re-woken now.
+    let postponed = db
+        .exec(
+            "UPDATE apalis.jobs SET run_at = now() + interval '1 day'",
+            "UPDATE Jobs SET run_at = unixepoch() + 86400",
+            &[],
+        )
+        .await
+        .unwrap();
+    assert_eq!(postponed, 1);
+    assert_eq!(db.store.sweep(grace, every, 500).await.unwrap(), 1);
+    assert_eq!(jobs().await, 2);
+    // Re-woken: the new wake-up is queued and due, so the next pass (past
+    // `every`) adds nothing.
+    db.exec(
+        "UPDATE cobro.payment_attempts SET woken_at = now() - interval '1 hour' WHERE id = $1::uuid",
+        "UPDATE payment_attempts SET woken_at = woken_at - 3600000 WHERE id = ?1",
+        &[&id.to_string()],
+    )
+    .await
+    .unwrap();
+    assert_eq!(db.store.sweep(grace, every, 500).await.unwrap(), 0);
+    assert_eq!(jobs().await, 2);
     db.drop_db().await;
 }
 

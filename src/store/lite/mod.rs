@@ -405,6 +405,15 @@ pub(super) async fn sweep(
                AND (woken_at IS NULL OR woken_at <= ",
         now_ms!(),
         " - ?2)
+               -- late behind a backlog, not lost: its own wake-up is queued and due
+               -- (the expression of index jobs_pending_wake_target)
+               AND NOT EXISTS (SELECT 1 FROM Jobs j
+                                WHERE CASE WHEN json_valid(CAST(j.job AS TEXT))
+                                           THEN json_extract(CAST(j.job AS TEXT), '$.attempt_id') END
+                                      -- `+` drops the column's TEXT affinity, which
+                                      -- would keep SQLite off the index
+                                      = +payment_attempts.id
+                                  AND j.status = 'Pending' AND j.run_at <= unixepoch())
                AND NOT EXISTS (SELECT 1 FROM wake_failures w
                                  JOIN recon_cases c ON c.id = w.case_id
                                 WHERE w.attempt_id = payment_attempts.id AND c.resolved_at IS NULL)

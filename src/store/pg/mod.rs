@@ -333,6 +333,11 @@ pub(super) async fn sweep(
                -- parked: waiting for the gateway; the breaker's re-wake brings it back
                AND parked_since IS NULL
                AND (woken_at IS NULL OR woken_at <= now() - make_interval(secs => $2::float8))
+               -- late behind a backlog, not lost: its own wake-up is queued and due
+               -- (index jobs_pending_wake_target)
+               AND NOT EXISTS (SELECT 1 FROM apalis.jobs j
+                                WHERE cobro.wake_target(j.job) = payment_attempts.id
+                                  AND j.status = 'Pending' AND j.run_at <= now())
                -- quarantined: a poison wake-up waits for finance (store::poison)
                AND NOT EXISTS (SELECT 1 FROM cobro.wake_failures w
                                  JOIN cobro.recon_cases c ON c.id = w.case_id
