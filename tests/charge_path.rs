@@ -320,6 +320,28 @@ async fn duplicated_wake_ups_and_racing_workers_charge_once(b: Backend) {
         path(&db.store, id).await,
         ["PENDIENTE", "EN_PROCESO", "APROBADO"]
     );
+    if db.backend == Backend::Sqlite {
+        // apalis-sqlite acknowledges a job by searching this worker's jobs
+        // (index on lock_by): a finished wake-up must let go of its worker
+        // (trigger jobs_done_unlocked), or that search grows with every job.
+        let done = || {
+            db.scalar(
+                "SELECT 0",
+                "SELECT count(*) FROM Jobs WHERE status = 'Done' AND lock_by IS NULL",
+            )
+        };
+        eventually(Duration::from_secs(5), "wake-ups acknowledged", || async {
+            (done().await >= 4).then_some(())
+        })
+        .await;
+        let marked = db
+            .scalar(
+                "SELECT 0",
+                "SELECT count(*) FROM Jobs WHERE status = 'Done' AND lock_by IS NOT NULL",
+            )
+            .await;
+        assert_eq!(marked, 0, "finished wake-ups still name their worker");
+    }
 
     w1.stop().await;
     w2.stop().await;

@@ -65,16 +65,11 @@ fn options(url: &str) -> Result<SqliteConnectOptions, StoreError> {
         // SQLite's default page cache is 2 MB per connection, and each
         // connection fills it; the file is in the OS page cache anyway.
         // At 256 KiB a worker's resident set fell from 64 to 40 MiB with no
-        // loss of throughput (BENCHMARKS.md, "SQLite").
+        // loss of throughput (BENCHMARKS.md, "SQLite"). (Capping the pool at
+        // 8 connections took it to 25 MiB, but made apalis-core's lost poll
+        // timer likely enough to stall a test's worker: see BENCHMARKS.md.)
         .pragma("cache_size", "-256"))
 }
-
-/// The most connections a pool on one SQLite file opens, whatever the
-/// caller asks for. The file has one writer at a time, so more connections
-/// only queue on its lock and each holds its own cache: with 8 a worker at
-/// concurrency 16 ran faster (242 against 190 charges/s) in 25 MiB instead
-/// of 40; with 4 it was slower (164).
-const MAX_CONNECTIONS: u32 = 8;
 
 /// Pool options without sqlx's maintenance task (see `store::pool_options`).
 fn pool_options(max: u32) -> SqlitePoolOptions {
@@ -86,9 +81,7 @@ fn pool_options(max: u32) -> SqlitePoolOptions {
 }
 
 pub(super) async fn connect(url: &str, max: u32) -> Result<SqlitePool, StoreError> {
-    Ok(pool_options(max.min(MAX_CONNECTIONS))
-        .connect_with(options(url)?)
-        .await?)
+    Ok(pool_options(max).connect_with(options(url)?).await?)
 }
 
 pub(super) async fn migrate(url: &str) -> Result<(), StoreError> {
