@@ -431,6 +431,14 @@ async fn a_wake_up_late_behind_a_backlog_is_not_duplicated_by_the_sweeper(b: Bac
             "SELECT count(*) FROM Jobs",
         )
     };
+    if db.backend == Backend::Sqlite {
+        // SQLite keeps re-waking it: the skip stalled a test there (see
+        // `lite::sweep`), so the re-wake stays its safety net.
+        assert_eq!(db.store.sweep(grace, every, 500).await.unwrap(), 1);
+        assert_eq!(jobs().await, 2);
+        db.drop_db().await;
+        return;
+    }
     assert_eq!(db.store.sweep(grace, every, 500).await.unwrap(), 0);
     assert_eq!(jobs().await, 1);
     // A wake-up queued for later than the attempt's due time does not
