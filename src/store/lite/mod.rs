@@ -415,7 +415,7 @@ pub(super) async fn sweep(
                -- (PostgreSQL skips an attempt whose own wake-up is queued and
                -- due; SQLite does not: with that skip, tests/jobs_bound.rs saw
                -- a wave of 500 queued, due wake-ups that nothing took for 180 s,
-               -- twice in about eight runs; it had passed for weeks with this
+               -- twice in about eight runs; it had passed every CI run with this
                -- re-wake in place. The cause is not yet known: BENCHMARKS.md)
                AND NOT EXISTS (SELECT 1 FROM wake_failures w
                                  JOIN recon_cases c ON c.id = w.case_id
