@@ -324,22 +324,18 @@ async fn duplicated_wake_ups_and_racing_workers_charge_once(b: Backend) {
         // apalis-sqlite acknowledges a job by searching this worker's jobs
         // (index on lock_by): a finished wake-up must let go of its worker
         // (trigger jobs_done_unlocked), or that search grows with every job.
-        let done = || {
-            db.scalar(
-                "SELECT 0",
-                "SELECT count(*) FROM Jobs WHERE status = 'Done' AND lock_by IS NULL",
-            )
+        let done_jobs = |sql: &'static str| {
+            sqlx::query_scalar::<_, i64>(sql).fetch_one(db.store.sqlite_pool().unwrap())
         };
         eventually(Duration::from_secs(5), "wake-ups acknowledged", || async {
-            (done().await >= 4).then_some(())
+            let n = done_jobs("SELECT count(*) FROM Jobs WHERE status = 'Done'").await;
+            (n.unwrap() >= 4).then_some(())
         })
         .await;
-        let marked = db
-            .scalar(
-                "SELECT 0",
-                "SELECT count(*) FROM Jobs WHERE status = 'Done' AND lock_by IS NOT NULL",
-            )
-            .await;
+        let marked =
+            done_jobs("SELECT count(*) FROM Jobs WHERE status = 'Done' AND lock_by IS NOT NULL")
+                .await
+                .unwrap();
         assert_eq!(marked, 0, "finished wake-ups still name their worker");
     }
 

@@ -66,8 +66,7 @@ fn options(url: &str) -> Result<SqliteConnectOptions, StoreError> {
         // connection fills it; the file is in the OS page cache anyway.
         // At 256 KiB a worker's resident set fell from 64 to 40 MiB with no
         // loss of throughput (BENCHMARKS.md, "SQLite"). (Capping the pool at
-        // 8 connections took it to 25 MiB, but made apalis-core's lost poll
-        // timer likely enough to stall a test's worker: see BENCHMARKS.md.)
+        // 8 connections took it to 25 MiB but was slower at 20,000 charges.)
         .pragma("cache_size", "-256"))
 }
 
