@@ -21,7 +21,7 @@
 //! - [`janitor`]: when and where an attempt in review is looked up again (pure).
 //! - [`recon`]: daily reconciliation with the gateway's listing; cases for finance.
 //! - [`runtime`]: the worker process (apalis wiring, sweeper, shutdown).
-//! - [`wakeq`]: the PostgreSQL wake-up queue backend (fetch, lock, load and acknowledge in one statement).
+//! - [`wakeq`]: the wake-up queue backend on both databases (fetch, lock, load and acknowledge in one transaction).
 //! - [`metrics`]: Prometheus `/metrics`: process counters and database gauges.
 //! - [`notify`]: customer notices delivered to the app's URL, signed (Standard Webhooks), retried for days.
 //! - [`retention`]: the periodic purge of old webhook records (never the money trail).

@@ -1,4 +1,4 @@
-//! The worker process: apalis workers over apalis-postgres, the sweeper, the
+//! The worker process: apalis workers over cobro's wake-up backend, the sweeper, the
 //! webhook purge ([`crate::retention`]), the optional `/metrics` server
 //! ([`crate::metrics`]), daily reconciliation ([`crate::recon`]), customer
 //! notice delivery ([`crate::notify`], when `COBRO_NOTICE_URL` is set), and
@@ -7,7 +7,8 @@
 //! Invariant: a scheduled check starts within about one poll interval of its
 //! time: wake-ups are pushed with their exact `run_at`, LISTEN/NOTIFY picks up
 //! jobs due now, and the poll interval re-polls for jobs that became due
-//! later (PostgreSQL: [`crate::wakeq`]; SQLite: apalis' heartbeat). Nothing here decides about money: lost or
+//! later ([`crate::wakeq`]; SQLite, with no notifications between processes,
+//! polls for all). Nothing here decides about money: lost or
 //! doubled wake-ups only delay or repeat a no-op, and the sweeper re-creates
 //! wake-ups for attempts whose time has passed.
 
@@ -16,17 +17,16 @@ use std::time::Duration;
 
 use apalis::layers::WorkerBuilderExt;
 use apalis::prelude::*;
-use apalis_sqlite::SqliteStorage;
 use clap::Args;
 use tokio::sync::watch;
 use tracing::{info, warn};
 
 use crate::backoff::{CheckSchedule, parse_duration_arg as duration};
 use crate::breaker::{Breaker, Pace};
-use crate::engine::{Engine, EngineConfig, Wake};
+use crate::engine::{Engine, EngineConfig};
 use crate::gateway::{Gateway, HttpGatewayConfig};
 use crate::store::{CHARGE_QUEUE, REFUND_QUEUE, Store};
-use crate::wakeq::{Acks, Outcome, PgWakes, WakeConfig, Wakeup};
+use crate::wakeq::{Acks, LiteDb, Outcome, PgDb, WakeConfig, WakeDb, Wakes, Wakeup};
 
 /// Every setting of `cobro-worker`, as a flag or an environment variable.
 /// `Debug` leaves out the database URL (it may hold a password).
@@ -240,16 +240,6 @@ impl WorkerArgs {
     }
 }
 
-async fn handle(job: Wake, engine: Data<Arc<Engine>>) -> Result<(), BoxDynError> {
-    match engine.process(job.attempt_id).await {
-        Ok(()) => Ok(()),
-        Err(e) => {
-            engine.wake_failed(job.attempt_id, &e).await;
-            Err(Box::new(e) as BoxDynError)
-        }
-    }
-}
-
 /// Runs a worker process until `shutdown` resolves: stops fetching, lets
 /// in-flight attempts finish (each bounded by the gateway timeout), exits.
 pub async fn run(
@@ -363,8 +353,8 @@ pub async fn run(
         missed: args.missed_heartbeats,
     };
     let monitor = match (store.pg_pool(), store.sqlite_pool()) {
-        (Some(pool), _) => pg_monitor(pool.clone(), engine, settings),
-        (None, Some(pool)) => sqlite_monitor(pool.clone(), engine, settings),
+        (Some(pool), _) => wake_monitor(PgDb(pool.clone()), engine, settings),
+        (None, Some(pool)) => wake_monitor(LiteDb(pool.clone()), engine, settings),
         (None, None) => anyhow::bail!("the store has no pool"),
     };
     // In-flight work is bounded by the gateway timeout, which is shorter
@@ -423,7 +413,7 @@ fn queues(q: &QueueSettings) -> [(&'static str, QueueSettings); 2] {
     [(CHARGE_QUEUE, q.clone()), (REFUND_QUEUE, refunds)]
 }
 
-/// The handler of a PostgreSQL wake-up ([`crate::wakeq`]): decides on the
+/// The handler of a wake-up ([`crate::wakeq`]): decides on the
 /// row fetched with it, and leaves its acknowledgement for the next fetch.
 async fn handle_wakeup(
     w: Wakeup,
@@ -448,15 +438,16 @@ async fn handle_wakeup(
     }
 }
 
-/// PostgreSQL: cobro's own backend ([`crate::wakeq`]): LISTEN/NOTIFY for
-/// jobs due now, the poll interval for jobs that became due later.
-fn pg_monitor(pool: sqlx::PgPool, engine: Arc<Engine>, q: QueueSettings) -> Monitor {
+/// cobro's own wake-up backend ([`crate::wakeq`]) on either database:
+/// PostgreSQL's LISTEN/NOTIFY for jobs due now, and on both the poll
+/// interval for jobs that became due later (on SQLite, for all of them).
+fn wake_monitor<D: WakeDb>(db: D, engine: Arc<Engine>, q: QueueSettings) -> Monitor {
     let worker = |queue: &'static str, q: QueueSettings| {
-        let (pool, engine) = (pool.clone(), engine.clone());
+        let (db, engine) = (db.clone(), engine.clone());
         move |restarts: usize| {
             let acks = Acks::default();
-            let backend = PgWakes::new(
-                pool.clone(),
+            let backend = Wakes::new(
+                db.clone(),
                 WakeConfig {
                     queue,
                     batch: q.batch,
@@ -472,32 +463,6 @@ fn pg_monitor(pool: sqlx::PgPool, engine: Arc<Engine>, q: QueueSettings) -> Moni
                 .data(engine.clone())
                 .data(acks)
                 .build(handle_wakeup)
-        }
-    };
-    let [(charges, c), (refunds, r)] = queues(&q);
-    Monitor::new()
-        .register(worker(charges, c))
-        .register(worker(refunds, r))
-        .should_restart(restart_logged)
-}
-
-/// SQLite: polling at the poll interval (the heartbeat).
-fn sqlite_monitor(pool: sqlx::SqlitePool, engine: Arc<Engine>, q: QueueSettings) -> Monitor {
-    let worker = |queue: &'static str, q: QueueSettings| {
-        let (pool, engine) = (pool.clone(), engine.clone());
-        move |restarts: usize| {
-            let config = apalis_sqlite::Config::default()
-                .queue(queue)
-                .batch_size(q.batch)
-                .heartbeat_interval(q.poll)
-                .missed_heartbeats(q.missed);
-            let backend = SqliteStorage::<Wake>::new(&pool).with_config(config);
-            WorkerBuilder::new(format!("{}-{restarts}", q.name))
-                .backend(backend)
-                .concurrency(q.concurrency)
-                .parallelize(tokio::spawn)
-                .data(engine.clone())
-                .build(handle)
         }
     };
     let [(charges, c), (refunds, r)] = queues(&q);

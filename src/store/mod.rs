@@ -17,6 +17,7 @@ mod enqueue;
 mod escalation;
 mod listing;
 mod lite;
+pub(crate) use lite::wakeups as lite_wakeups;
 mod metrics;
 mod notices;
 mod pause;

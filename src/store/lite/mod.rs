@@ -51,6 +51,7 @@ pub(crate) mod refund;
 pub(crate) mod retention;
 pub(crate) mod retry;
 pub(crate) mod review;
+pub(crate) mod wakeups;
 pub(crate) mod webhooks;
 
 pub use enqueue::enqueue_charge;
@@ -135,7 +136,7 @@ async fn migration_lock(db_file: &std::path::Path) -> Result<Option<std::fs::Fil
         .map_err(|source| StoreError::MigrationLock { path, source })
 }
 
-fn ms(t: i64) -> DateTime<Utc> {
+pub(crate) fn ms(t: i64) -> DateTime<Utc> {
     Utc.timestamp_millis_opt(t).single().unwrap_or_default()
 }
 
@@ -147,7 +148,7 @@ fn json(s: Option<String>) -> Option<serde_json::Value> {
     s.and_then(|s| serde_json::from_str(&s).ok())
 }
 
-pub(super) fn attempt(r: &sqlx::sqlite::SqliteRow) -> Result<Attempt, StoreError> {
+pub(crate) fn attempt(r: &sqlx::sqlite::SqliteRow) -> Result<Attempt, StoreError> {
     let state: String = r.try_get("state")?;
     Ok(Attempt {
         id: uuid(r.try_get("id")?)?,
@@ -411,11 +412,18 @@ pub(super) async fn sweep(
                AND (woken_at IS NULL OR woken_at <= ",
         now_ms!(),
         " - ?2)
-               -- (PostgreSQL skips an attempt whose own wake-up is queued and
-               -- due; SQLite does not: with that skip, tests/jobs_bound.rs saw
-               -- a wave of 500 queued, due wake-ups that nothing took for 180 s,
-               -- twice in about eight runs; it had passed every CI run with this
-               -- re-wake in place. The cause is not yet known: BENCHMARKS.md)
+               -- late behind a backlog, not lost: its own wake-up is queued and due
+               -- (the expression of index jobs_pending_wake_target, named: left
+               -- to itself SQLite searched idx_jobs_status_run_at instead and
+               -- read every pending job per attempt, 51 s a sweep behind a
+               -- 14,000-charge backlog)
+               AND NOT EXISTS (SELECT 1 FROM Jobs j INDEXED BY jobs_pending_wake_target
+                                WHERE CASE WHEN json_valid(CAST(j.job AS TEXT))
+                                           THEN json_extract(CAST(j.job AS TEXT), '$.attempt_id') END
+                                      -- `+` drops the column's TEXT affinity, which
+                                      -- would keep SQLite off the index
+                                      = +payment_attempts.id
+                                  AND j.status = 'Pending' AND j.run_at <= unixepoch())
                AND NOT EXISTS (SELECT 1 FROM wake_failures w
                                  JOIN recon_cases c ON c.id = w.case_id
                                 WHERE w.attempt_id = payment_attempts.id AND c.resolved_at IS NULL)

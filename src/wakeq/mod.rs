@@ -1,29 +1,38 @@
-//! cobro's own apalis backend for PostgreSQL wake-ups: the same
-//! `apalis.jobs` rows that `cobro.wake` and `cobro.enqueue_charge` write,
-//! fetched and acknowledged with fewer transactions than apalis-postgres.
+//! cobro's own apalis backend for wake-ups: the same job rows that
+//! `Store::enqueue_charge` and the engine's wake-ups write (`apalis.jobs` on
+//! PostgreSQL, `Jobs` on SQLite), fetched and acknowledged with fewer
+//! transactions than apalis' own storages, and with no polling of
+//! apalis-core's that can stall.
 //!
 //! apalis-postgres fetches on every poll of the worker (after each finished
 //! job, each notification, each heartbeat: about four empty fetches per
 //! charge when charges arrive one at a time), then locks each job and
 //! acknowledges it in transactions of their own, through an event channel
-//! drained only between fetched batches. Here:
+//! drained only between fetched batches. apalis-sqlite does the same, and
+//! its worker once sat for 180 s with 500 due wake-ups queued (BENCHMARKS.md,
+//! "2 December"). Here:
 //!
-//! - **One fetch per reason.** A fetch runs when a NOTIFY for this queue
-//!   arrived (any number of them, drained together), when the poll
-//!   interval passed (for wake-ups scheduled later), or when the last fetch
-//!   filled its batch (more may be waiting); never because a job finished.
-//! - **Fetch, lock and load in one statement.** Due jobs are taken
-//!   (`FOR UPDATE SKIP LOCKED`, marked `Running` for this worker, as
-//!   apalis' orphan recovery expects) and their attempts read in the same
-//!   statement, so the handler decides on that row instead of loading it.
+//! - **One fetch per reason.** A fetch runs when a notification for this
+//!   queue arrived (PostgreSQL's NOTIFY, any number of them drained
+//!   together), when the poll interval passed (for wake-ups scheduled later,
+//!   and on SQLite, which has no notifications between processes, for all),
+//!   or when the last fetch filled its batch (more may be waiting); never
+//!   because a job finished. The poll timer is this backend's own and is
+//!   re-armed each time it fires.
+//! - **Fetch, lock and load in one transaction.** Due jobs are taken
+//!   (marked `Running` for this worker, as apalis' orphan recovery expects)
+//!   and their attempts read in the same transaction, so the handler decides
+//!   on that row instead of loading it.
 //! - **Acknowledgements ride on the next fetch.** A finished job is marked
 //!   `Done` (or `Failed`, retried like apalis does) by the next fetch's
-//!   statement, or on shutdown; a job whose acknowledgement is lost in a
+//!   transaction, or on shutdown; a job whose acknowledgement is lost in a
 //!   crash is re-enqueued as an orphan and wakes a no-op.
-//! - **Heartbeat on its own task.** Liveness and orphan recovery
-//!   (`apalis.workers`, apalis' own re-enqueue query) run every poll
-//!   interval whatever the worker is doing, so a saturated worker is never
-//!   taken for dead.
+//! - **Heartbeat on its own task.** Liveness and orphan recovery (the
+//!   workers table, apalis' own re-enqueue query) run every poll interval
+//!   whatever the worker is doing, so a saturated worker is never taken for
+//!   dead.
+//!
+//! The database's part is [`WakeDb`]: [`pg::PgDb`] and [`lite::LiteDb`].
 //!
 //! Invariant: nothing here decides about money. A wake-up says only "look
 //! at this attempt"; the row it carries is a snapshot at least as new as
@@ -43,16 +52,16 @@ use chrono::{DateTime, Utc};
 use futures::future::BoxFuture;
 use futures::{FutureExt, Stream, StreamExt};
 use serde::Deserialize;
-use sqlx::postgres::{PgListener, PgPool, PgRow};
-use sqlx::{FromRow, Row};
 use tracing::{debug, warn};
 use uuid::Uuid;
 
 use crate::store::Attempt;
 
-/// The channel apalis' insert trigger notifies (`apalis.notify_new_jobs`:
-/// only for jobs due at their insert).
-const CHANNEL: &str = "apalis::job::insert";
+pub mod lite;
+pub mod pg;
+
+pub use lite::LiteDb;
+pub use pg::PgDb;
 
 /// One wake-up as the handler gets it: its job, its attempt, and the
 /// attempt's row read with it (`None` when the payload named no attempt
@@ -76,7 +85,7 @@ pub enum Outcome {
 }
 
 impl Outcome {
-    fn status(self) -> &'static str {
+    pub(crate) fn status(self) -> &'static str {
         match self {
             Outcome::Done => "Done",
             Outcome::Failed => "Failed",
@@ -122,14 +131,42 @@ pub struct WakeConfig {
     pub orphaned_after: Duration,
 }
 
-type Fetch = BoxFuture<'static, Result<Vec<Wakeup>, sqlx::Error>>;
-type Notices =
-    Pin<Box<dyn Stream<Item = Result<sqlx::postgres::PgNotification, sqlx::Error>> + Send>>;
+/// What the backend asks of its database. Every future is `'static`: it
+/// owns clones of what it needs.
+pub trait WakeDb: Clone + Send + Sync + Unpin + 'static {
+    /// Registers `worker` in the workers table, re-enqueues dead workers'
+    /// jobs, and opens the notification stream, if the database has one.
+    fn register(
+        &self,
+        worker: String,
+        cfg: &WakeConfig,
+    ) -> BoxFuture<'static, Result<Option<Notices>, sqlx::Error>>;
+    /// Acknowledges `acks` (only `worker`'s own `Running` jobs), then takes
+    /// up to `cfg.batch` due wake-ups and reads their attempts, in one
+    /// transaction, oldest first within a priority.
+    fn fetch(&self, worker: String, cfg: &WakeConfig, acks: Vec<(String, Outcome)>) -> Fetch;
+    /// On shutdown: the pending acknowledgements, and the jobs fetched but
+    /// never handed out put back to `Pending`, in one transaction.
+    fn release(
+        &self,
+        worker: String,
+        acks: Vec<(String, Outcome)>,
+        unclaimed: Vec<String>,
+    ) -> BoxFuture<'static, Result<(), sqlx::Error>>;
+    /// Liveness, and the re-enqueue of dead workers' jobs.
+    fn beat(&self, worker: String, cfg: &WakeConfig)
+    -> BoxFuture<'static, Result<(), sqlx::Error>>;
+}
+
+pub type Fetch = BoxFuture<'static, Result<Vec<Wakeup>, sqlx::Error>>;
+
+/// Notifications: `Ok(true)` when one names this queue.
+pub type Notices = Pin<Box<dyn Stream<Item = Result<bool, sqlx::Error>> + Send>>;
 
 enum State {
     /// Not registered yet.
     Start,
-    Registering(BoxFuture<'static, Result<(PgListener, String), sqlx::Error>>),
+    Registering(BoxFuture<'static, Result<Option<Notices>, sqlx::Error>>),
     /// Waiting for a reason to fetch.
     Idle,
     Fetching(Fetch),
@@ -137,8 +174,8 @@ enum State {
 }
 
 /// The backend (one per queue per worker process; see the module docs).
-pub struct PgWakes {
-    pool: PgPool,
+pub struct Wakes<D: WakeDb> {
+    db: D,
     cfg: WakeConfig,
     acks: Acks,
     state: State,
@@ -152,11 +189,11 @@ pub struct PgWakes {
     closing: Option<BoxFuture<'static, Result<(), sqlx::Error>>>,
 }
 
-impl PgWakes {
-    pub fn new(pool: PgPool, cfg: WakeConfig, acks: Acks) -> Self {
+impl<D: WakeDb> Wakes<D> {
+    pub fn new(db: D, cfg: WakeConfig, acks: Acks) -> Self {
         let tick = Box::pin(tokio::time::sleep(cfg.poll));
         Self {
-            pool,
+            db,
             cfg,
             acks,
             state: State::Start,
@@ -169,90 +206,16 @@ impl PgWakes {
         }
     }
 
-    /// On shutdown: the pending acknowledgements, and the jobs fetched but
-    /// never handed out put back to `Pending`, in one statement.
-    fn release(&self, unclaimed: Vec<String>) -> BoxFuture<'static, Result<(), sqlx::Error>> {
-        let acks = self.acks.take();
-        let (pool, worker) = (self.pool.clone(), self.worker.clone());
-        async move {
-            if unclaimed.is_empty() && acks.is_empty() {
-                return Ok(());
-            }
-            let (ids, statuses): (Vec<String>, Vec<&str>) =
-                acks.iter().map(|(id, o)| (id.clone(), o.status())).unzip();
-            sqlx::query(
-                "WITH acked AS (
-                    UPDATE apalis.jobs j
-                       SET status = a.status, attempts = j.attempts + 1, done_at = now()
-                      FROM unnest($2::text[], $3::text[]) AS a(id, status)
-                     WHERE j.id = a.id AND j.lock_by = $1 AND j.status = 'Running'
-                 )
-                 UPDATE apalis.jobs SET status = 'Pending', lock_by = NULL, lock_at = NULL
-                  WHERE id = ANY($4) AND lock_by = $1 AND status = 'Running'",
-            )
-            .bind(&worker)
-            .bind(&ids)
-            .bind(&statuses)
-            .bind(&unclaimed)
-            .execute(&pool)
-            .await
-            .map(|_| ())
-        }
-        .boxed()
-    }
-
-    fn register(
-        &self,
-        worker: String,
-    ) -> BoxFuture<'static, Result<(PgListener, String), sqlx::Error>> {
-        let (pool, queue, dead_for) = (self.pool.clone(), self.cfg.queue, self.cfg.orphaned_after);
-        async move {
-            let mut tx = pool.begin().await?;
-            sqlx::query(
-                "INSERT INTO apalis.workers (id, worker_type, storage_name, layers, last_seen, started_at)
-                 VALUES ($1, $2, 'cobro', '', now(), now())
-                 ON CONFLICT (id) DO UPDATE SET worker_type = EXCLUDED.worker_type, last_seen = now()",
-            )
-            .bind(&worker)
-            .bind(queue)
-            .execute(&mut *tx)
-            .await?;
-            reenqueue_orphaned(&mut tx, queue, dead_for).await?;
-            tx.commit().await?;
-            let mut listener = PgListener::connect_with(&pool).await?;
-            listener.listen(CHANNEL).await?;
-            Ok((listener, worker))
-        }
-        .boxed()
-    }
-
     fn fetch(&self) -> Fetch {
         let acks = self.acks.take();
-        let (pool, queue, worker, batch) = (
-            self.pool.clone(),
-            self.cfg.queue,
-            self.worker.clone(),
-            self.cfg.batch as i64,
-        );
-        let acks_back = self.acks.clone();
+        let back = (self.acks.clone(), acks.clone());
+        let fetch = self.db.fetch(self.worker.clone(), &self.cfg, acks);
         async move {
-            let (ids, statuses): (Vec<String>, Vec<&str>) =
-                acks.iter().map(|(id, o)| (id.clone(), o.status())).unzip();
-            let rows = sqlx::query(FETCH)
-                .bind(&worker)
-                .bind(queue)
-                .bind(batch)
-                .bind(&ids)
-                .bind(&statuses)
-                .fetch_all(&pool)
-                .await;
-            match rows {
-                Ok(rows) => rows.iter().map(wakeup).collect(),
-                Err(e) => {
-                    acks_back.restore(acks);
-                    Err(e)
-                }
+            let got = fetch.await;
+            if got.is_err() {
+                back.0.restore(back.1);
             }
+            got
         }
         .boxed()
     }
@@ -266,7 +229,7 @@ impl PgWakes {
         let mut ours = false;
         loop {
             match notices.poll_next_unpin(cx) {
-                Poll::Ready(Some(Ok(n))) => ours |= is_for(n.payload(), self.cfg.queue),
+                Poll::Ready(Some(Ok(for_us))) => ours |= for_us,
                 // A lost connection: sqlx reconnects; anything inserted
                 // meanwhile is found by the poll interval's fetch.
                 Poll::Ready(Some(Err(e))) => {
@@ -299,7 +262,7 @@ impl PgWakes {
     }
 }
 
-impl Drop for PgWakes {
+impl<D: WakeDb> Drop for Wakes<D> {
     fn drop(&mut self) {
         if let Some(h) = self.heartbeat.take() {
             h.abort();
@@ -307,113 +270,20 @@ impl Drop for PgWakes {
     }
 }
 
-/// Acknowledges the finished wake-ups, then takes up to `$3` due ones and
-/// reads their attempts, in one statement (one transaction). The
-/// acknowledgement only touches this worker's own `Running` jobs. Taking
-/// is apalis' `get_jobs` selection (its partial index
-/// `idx_apalis_jobs_fetch_partial`), marked `Running` at once.
-const FETCH: &str = "
-WITH acked AS (
-    UPDATE apalis.jobs j
-       SET status = a.status,
-           attempts = j.attempts + 1,
-           done_at = now()
-      FROM unnest($4::text[], $5::text[]) AS a(id, status)
-     WHERE j.id = a.id AND j.lock_by = $1 AND j.status = 'Running'
-), picked AS (
-    SELECT id FROM apalis.jobs
-     WHERE (status = 'Pending' OR (status = 'Failed' AND attempts < max_attempts))
-       AND run_at < now()
-       AND job_type = $2
-     ORDER BY priority DESC, run_at ASC
-     LIMIT $3
-     FOR UPDATE SKIP LOCKED
-), taken AS (
-    UPDATE apalis.jobs j
-       SET status = 'Running', lock_by = $1, lock_at = now()
-      FROM picked WHERE j.id = picked.id
-    RETURNING j.id, j.job, j.priority, j.run_at
-)
-SELECT t.id AS job_id, t.job AS job_payload, now() AS db_now, a.*
-  FROM taken t
-  LEFT JOIN cobro.payment_attempts a
-    ON a.id = cobro.wake_target(t.job)
- ORDER BY t.priority DESC, t.run_at ASC";
-
-#[derive(Deserialize)]
-struct Payload {
-    attempt_id: Uuid,
-}
-
-fn wakeup(row: &PgRow) -> Result<Wakeup, sqlx::Error> {
-    let job_id: String = row.try_get("job_id")?;
-    let payload: Vec<u8> = row.try_get("job_payload")?;
-    let attempt_id = serde_json::from_slice::<Payload>(&payload)
-        .ok()
-        .map(|p| p.attempt_id);
-    let found: Option<Uuid> = row.try_get("id")?;
-    let seen = match found {
-        Some(_) => Some((Box::new(Attempt::from_row(row)?), row.try_get("db_now")?)),
-        None => None,
-    };
-    Ok(Wakeup {
-        job_id,
-        attempt_id,
-        seen,
-    })
-}
-
-fn is_for(payload: &str, queue: &str) -> bool {
-    #[derive(Deserialize)]
-    struct Insert<'a> {
-        job_type: &'a str,
-    }
-    serde_json::from_str::<Insert>(payload).is_ok_and(|i| i.job_type == queue)
-}
-
-async fn reenqueue_orphaned(
-    tx: &mut sqlx::PgConnection,
-    queue: &str,
-    dead_for: Duration,
-) -> Result<(), sqlx::Error> {
-    apalis_postgres::queries::reenqueue_orphaned(tx, queue, dead_for.as_secs().max(1))
-        .await
-        .map(|_| ())
-        .map_err(|e| match e {
-            apalis_postgres::Error::Database(db) => db,
-            other => sqlx::Error::Protocol(other.to_string()),
-        })
-}
-
 /// Liveness every `poll`, and the re-enqueue of dead workers' jobs.
-async fn heartbeat_loop(
-    pool: PgPool,
-    worker: String,
-    queue: &'static str,
-    poll: Duration,
-    dead_for: Duration,
-) {
-    let mut tick = tokio::time::interval(poll);
+async fn heartbeat_loop<D: WakeDb>(db: D, worker: String, cfg: WakeConfig) {
+    let mut tick = tokio::time::interval(cfg.poll);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     tick.tick().await;
     loop {
         tick.tick().await;
-        let beat = async {
-            let mut tx = pool.begin().await?;
-            sqlx::query("UPDATE apalis.workers SET last_seen = now() WHERE id = $1")
-                .bind(&worker)
-                .execute(&mut *tx)
-                .await?;
-            reenqueue_orphaned(&mut tx, queue, dead_for).await?;
-            tx.commit().await
-        };
-        if let Err(e) = beat.await {
-            warn!(queue, error = %e, "heartbeat failed; trying again next interval");
+        if let Err(e) = db.beat(worker.clone(), &cfg).await {
+            warn!(queue = cfg.queue, error = %e, "heartbeat failed; trying again next interval");
         }
     }
 }
 
-impl Backend for PgWakes {
+impl<D: WakeDb> Backend for Wakes<D> {
     type Task = Task<Wakeup>;
     type Error = sqlx::Error;
 
@@ -425,7 +295,8 @@ impl Backend for PgWakes {
         loop {
             match &mut self.state {
                 State::Start => {
-                    let fut = self.register(worker.name().to_owned());
+                    self.worker = worker.name().to_owned();
+                    let fut = self.db.register(self.worker.clone(), &self.cfg);
                     self.state = State::Registering(fut);
                 }
                 State::Registering(fut) => match fut.poll_unpin(cx) {
@@ -434,16 +305,13 @@ impl Backend for PgWakes {
                         self.state = State::Start;
                         return Poll::Ready(Err(e));
                     }
-                    Poll::Ready(Ok((listener, name))) => {
-                        self.notices = Some(Box::pin(listener.into_stream()));
+                    Poll::Ready(Ok(notices)) => {
+                        self.notices = notices;
                         self.heartbeat = Some(tokio::spawn(heartbeat_loop(
-                            self.pool.clone(),
-                            name.clone(),
-                            self.cfg.queue,
-                            self.cfg.poll,
-                            self.cfg.orphaned_after,
+                            self.db.clone(),
+                            self.worker.clone(),
+                            self.cfg.clone(),
                         )));
-                        self.worker = name;
                         self.state = State::Idle;
                         debug!(queue = self.cfg.queue, worker = %self.worker, "wake-up queue registered");
                         return Poll::Ready(Ok(()));
@@ -511,7 +379,12 @@ impl Backend for PgWakes {
                 _ => Vec::new(),
             };
             self.state = State::Idle;
-            self.closing = Some(self.release(unclaimed));
+            let acks = self.acks.take();
+            self.closing = Some(if unclaimed.is_empty() && acks.is_empty() {
+                futures::future::ready(Ok(())).boxed()
+            } else {
+                self.db.release(self.worker.clone(), acks, unclaimed)
+            });
         }
         let done = self.closing.as_mut().map(|f| f.poll_unpin(cx));
         match done {
@@ -524,7 +397,7 @@ impl Backend for PgWakes {
     }
 }
 
-impl BackendConfig for PgWakes {
+impl<D: WakeDb> BackendConfig for Wakes<D> {
     type Args = Wakeup;
     type Id = apalis::prelude::RandomId;
     type Kind = Ephemeral;
@@ -540,21 +413,30 @@ impl BackendConfig for PgWakes {
     }
 }
 
+/// A wake-up job's payload (`engine::Wake`).
+#[derive(Deserialize)]
+struct Payload {
+    attempt_id: Uuid,
+}
+
+/// The attempt a payload names, if it names one.
+pub(crate) fn target(payload: &[u8]) -> Option<Uuid> {
+    serde_json::from_slice::<Payload>(payload)
+        .ok()
+        .map(|p| p.attempt_id)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn notifications_are_filtered_by_queue() {
-        assert!(is_for(
-            r#"{"job_type":"cobro.charge","id":"01J","run_at":"x"}"#,
-            "cobro.charge"
-        ));
-        assert!(!is_for(
-            r#"{"job_type":"cobro.refund","id":"01J"}"#,
-            "cobro.charge"
-        ));
-        assert!(!is_for("not json", "cobro.charge"));
+    fn a_payload_names_its_attempt_or_nothing() {
+        let id = Uuid::new_v4();
+        let wake = serde_json::to_vec(&crate::engine::Wake { attempt_id: id }).unwrap();
+        assert_eq!(target(&wake), Some(id));
+        assert_eq!(target(b"{}"), None);
+        assert_eq!(target(b"not json"), None);
     }
 
     #[test]

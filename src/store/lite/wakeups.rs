@@ -1,0 +1,204 @@
+//! The SQLite half of cobro's wake-up backend ([`crate::wakeq::LiteDb`]):
+//! apalis-sqlite's `Jobs` and `Workers` tables, fetched, locked, loaded and
+//! acknowledged in one `BEGIN IMMEDIATE` transaction. Times in these two
+//! tables are apalis' whole seconds (`unixepoch()`).
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use sqlx::{Row, SqlitePool};
+use uuid::Uuid;
+
+use super::{attempt, ms};
+use crate::store::Attempt;
+
+/// One wake-up taken: its job id, its payload, and the attempt it names
+/// with the database's clock, when that attempt exists.
+pub(crate) struct Taken {
+    pub job_id: String,
+    pub payload: Vec<u8>,
+    pub seen: Option<(Attempt, DateTime<Utc>)>,
+}
+
+/// Acknowledgements as apalis' statuses, as one JSON array of
+/// `[job id, status]` pairs for `json_each`.
+fn acks_json(acks: &[(String, &str)]) -> String {
+    serde_json::to_string(acks).unwrap_or_else(|_| "[]".into())
+}
+
+/// Marks this worker's own `Running` jobs with their outcome. The unary
+/// `+` keeps the planner on the primary key: apalis' `lock_by` index holds
+/// every job this worker has running.
+const ACK: &str = "UPDATE Jobs SET status = a.value ->> 1, attempts = attempts + 1,
+                          done_at = unixepoch()
+                     FROM json_each(?1) a
+                    WHERE Jobs.id = a.value ->> 0 AND +Jobs.lock_by = ?2
+                      AND Jobs.status = 'Running'";
+
+pub(crate) async fn register(
+    pool: &SqlitePool,
+    worker: &str,
+    queue: &str,
+    dead_for: Duration,
+) -> Result<(), sqlx::Error> {
+    let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
+    sqlx::query(
+        "INSERT INTO Workers (id, worker_type, storage_name, layers, last_seen, started_at)
+         VALUES (?1, ?2, 'cobro', '', unixepoch(), unixepoch())
+         ON CONFLICT (id) DO UPDATE SET worker_type = excluded.worker_type,
+                                        last_seen = excluded.last_seen",
+    )
+    .bind(worker)
+    .bind(queue)
+    .execute(&mut *tx)
+    .await?;
+    reenqueue_orphaned(&mut tx, queue, dead_for).await?;
+    tx.commit().await
+}
+
+pub(crate) async fn beat(
+    pool: &SqlitePool,
+    worker: &str,
+    queue: &str,
+    dead_for: Duration,
+) -> Result<(), sqlx::Error> {
+    let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
+    sqlx::query("UPDATE Workers SET last_seen = unixepoch() WHERE id = ?1")
+        .bind(worker)
+        .execute(&mut *tx)
+        .await?;
+    reenqueue_orphaned(&mut tx, queue, dead_for).await?;
+    tx.commit().await
+}
+
+async fn reenqueue_orphaned(
+    conn: &mut sqlx::SqliteConnection,
+    queue: &str,
+    dead_for: Duration,
+) -> Result<(), sqlx::Error> {
+    let dead_for = dead_for.as_secs().max(1) as i64;
+    apalis_sqlite::queries::reenqueue_orphaned(
+        conn,
+        dead_for,
+        queue,
+        &apalis_core::backend::WorkerFilter::None,
+    )
+    .await
+    .map(|_| ())
+}
+
+/// Acknowledges `acks`, then takes up to `batch` due wake-ups of `queue`
+/// (apalis-sqlite's selection: `Pending`, or `Failed` with attempts left;
+/// highest priority, then oldest, first) for `worker`, and reads their
+/// attempts; one transaction.
+pub(crate) async fn take(
+    pool: &SqlitePool,
+    worker: &str,
+    queue: &str,
+    batch: usize,
+    acks: &[(String, &str)],
+) -> Result<Vec<Taken>, sqlx::Error> {
+    let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
+    if !acks.is_empty() {
+        sqlx::query(ACK)
+            .bind(acks_json(acks))
+            .bind(worker)
+            .execute(&mut *tx)
+            .await?;
+    }
+    let mut jobs = sqlx::query(
+        "UPDATE Jobs SET status = 'Running', lock_by = ?1, lock_at = unixepoch()
+          WHERE ROWID IN (
+                SELECT ROWID FROM (
+                    SELECT ROWID, priority, run_at, id FROM (
+                        SELECT ROWID, priority, run_at, id FROM Jobs
+                         WHERE job_type = ?2 AND status = 'Pending' AND lock_by IS NULL
+                           AND run_at <= unixepoch()
+                         ORDER BY priority DESC, run_at ASC, id ASC LIMIT ?3)
+                    UNION ALL
+                    SELECT ROWID, priority, run_at, id FROM (
+                        SELECT ROWID, priority, run_at, id FROM Jobs
+                         WHERE job_type = ?2 AND status = 'Failed' AND attempts < max_attempts
+                           AND run_at <= unixepoch()
+                         ORDER BY priority DESC, run_at ASC, id ASC LIMIT ?3))
+                 ORDER BY priority DESC, run_at ASC, id ASC LIMIT ?3)
+          RETURNING id, CAST(job AS BLOB) AS job, priority, run_at",
+    )
+    .bind(worker)
+    .bind(queue)
+    .bind(batch as i64)
+    .fetch_all(&mut *tx)
+    .await?
+    .iter()
+    .map(|r| {
+        Ok((
+            r.try_get::<i64, _>("priority")?,
+            r.try_get::<i64, _>("run_at")?,
+            r.try_get::<String, _>("id")?,
+            r.try_get::<Vec<u8>, _>("job")?,
+        ))
+    })
+    .collect::<Result<Vec<_>, sqlx::Error>>()?;
+    jobs.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2)));
+
+    let targets: Vec<String> = jobs
+        .iter()
+        .filter_map(|j| crate::wakeq::target(&j.3))
+        .map(|id| id.hyphenated().to_string())
+        .collect();
+    let mut seen = HashMap::new();
+    if !targets.is_empty() {
+        let rows = sqlx::query(concat!(
+            "SELECT *, ",
+            now_ms!(),
+            " AS db_now FROM payment_attempts
+              WHERE id IN (SELECT value FROM json_each(?1))"
+        ))
+        .bind(serde_json::to_string(&targets).unwrap_or_else(|_| "[]".into()))
+        .fetch_all(&mut *tx)
+        .await?;
+        for r in &rows {
+            let a = attempt(r).map_err(|e| sqlx::Error::Decode(Box::new(e)))?;
+            seen.insert(a.id, (a, ms(r.try_get("db_now")?)));
+        }
+    }
+    tx.commit().await?;
+    Ok(jobs
+        .into_iter()
+        .map(|(_, _, job_id, payload)| {
+            let found = crate::wakeq::target(&payload).and_then(|id: Uuid| seen.remove(&id));
+            Taken {
+                job_id,
+                payload,
+                seen: found,
+            }
+        })
+        .collect())
+}
+
+/// On shutdown: `acks`, and `unclaimed` (taken, never handed out) back to
+/// `Pending`; one transaction.
+pub(crate) async fn release(
+    pool: &SqlitePool,
+    worker: &str,
+    acks: &[(String, &str)],
+    unclaimed: &[String],
+) -> Result<(), sqlx::Error> {
+    let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
+    sqlx::query(ACK)
+        .bind(acks_json(acks))
+        .bind(worker)
+        .execute(&mut *tx)
+        .await?;
+    sqlx::query(
+        "UPDATE Jobs SET status = 'Pending', lock_by = NULL, lock_at = NULL
+          WHERE id IN (SELECT value FROM json_each(?1)) AND +lock_by = ?2
+            AND status = 'Running'",
+    )
+    .bind(serde_json::to_string(unclaimed).unwrap_or_else(|_| "[]".into()))
+    .bind(worker)
+    .execute(&mut *tx)
+    .await?;
+    tx.commit().await
+}

@@ -1,0 +1,69 @@
+//! SQLite's part of the wake-up backend. SQLite has no notifications
+//! between processes, so wake-ups are found by the poll interval (and by a
+//! full batch); the SQL is in `store::lite::wakeups`.
+
+use futures::FutureExt;
+use futures::future::BoxFuture;
+use sqlx::SqlitePool;
+
+use super::{Fetch, Notices, Outcome, WakeConfig, WakeDb, Wakeup, target};
+use crate::store::lite_wakeups as sql;
+
+#[derive(Clone)]
+pub struct LiteDb(pub SqlitePool);
+
+fn statuses(acks: &[(String, Outcome)]) -> Vec<(String, &'static str)> {
+    acks.iter()
+        .map(|(id, o)| (id.clone(), o.status()))
+        .collect()
+}
+
+impl WakeDb for LiteDb {
+    fn register(
+        &self,
+        worker: String,
+        cfg: &WakeConfig,
+    ) -> BoxFuture<'static, Result<Option<Notices>, sqlx::Error>> {
+        let (pool, queue, dead_for) = (self.0.clone(), cfg.queue, cfg.orphaned_after);
+        async move {
+            sql::register(&pool, &worker, queue, dead_for).await?;
+            Ok(None)
+        }
+        .boxed()
+    }
+
+    fn fetch(&self, worker: String, cfg: &WakeConfig, acks: Vec<(String, Outcome)>) -> Fetch {
+        let (pool, queue, batch) = (self.0.clone(), cfg.queue, cfg.batch);
+        async move {
+            let taken = sql::take(&pool, &worker, queue, batch, &statuses(&acks)).await?;
+            Ok(taken
+                .into_iter()
+                .map(|t| Wakeup {
+                    attempt_id: target(&t.payload),
+                    job_id: t.job_id,
+                    seen: t.seen.map(|(a, now)| (Box::new(a), now)),
+                })
+                .collect())
+        }
+        .boxed()
+    }
+
+    fn release(
+        &self,
+        worker: String,
+        acks: Vec<(String, Outcome)>,
+        unclaimed: Vec<String>,
+    ) -> BoxFuture<'static, Result<(), sqlx::Error>> {
+        let pool = self.0.clone();
+        async move { sql::release(&pool, &worker, &statuses(&acks), &unclaimed).await }.boxed()
+    }
+
+    fn beat(
+        &self,
+        worker: String,
+        cfg: &WakeConfig,
+    ) -> BoxFuture<'static, Result<(), sqlx::Error>> {
+        let (pool, queue, dead_for) = (self.0.clone(), cfg.queue, cfg.orphaned_after);
+        async move { sql::beat(&pool, &worker, queue, dead_for).await }.boxed()
+    }
+}
