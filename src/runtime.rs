@@ -28,6 +28,9 @@ use crate::gateway::{Gateway, HttpGatewayConfig};
 use crate::store::{CHARGE_QUEUE, REFUND_QUEUE, Store};
 use crate::wakeq::{Acks, LiteDb, Outcome, PgDb, WakeConfig, WakeDb, Wakes, Wakeup};
 
+/// The default pool of an SQLite worker process (`WorkerArgs::connections`).
+pub const SQLITE_CONNECTIONS: u32 = 4;
+
 /// Every setting of `cobro-worker`, as a flag or an environment variable.
 /// `Debug` leaves out the database URL (it may hold a password).
 #[derive(Clone, Args)]
@@ -54,6 +57,12 @@ pub struct WorkerArgs {
     /// Wake-up jobs fetched per poll.
     #[arg(long, env = "COBRO_BATCH_SIZE", default_value_t = 10)]
     pub batch_size: usize,
+    /// Database connections this process may open. Default: PostgreSQL,
+    /// concurrency + refund concurrency + 4, so no handler waits for one;
+    /// SQLite, 4 (it takes one writer at a time: more connections only
+    /// queue for the file's lock, and each costs about 1 MiB).
+    #[arg(long, env = "COBRO_DB_CONNECTIONS")]
+    pub db_connections: Option<u32>,
     /// How long a worker may hold an attempt before another may take over.
     #[arg(long, env = "COBRO_LEASE_TTL", default_value = "30s", value_parser = duration)]
     pub lease_ttl: Duration,
@@ -146,6 +155,7 @@ impl std::fmt::Debug for WorkerArgs {
             .field("gateway_ca_file", &self.gateway_ca_file)
             .field("gateway", &self.gateway)
             .field("concurrency", &self.concurrency)
+            .field("db_connections", &self.db_connections)
             .field("lease_ttl", &self.lease_ttl)
             .field("check_schedule", &self.check_schedule)
             .field("review_schedule", &self.review_schedule)
@@ -167,6 +177,8 @@ pub enum ConfigError {
     LeaseTooShort { lease: Duration, timeouts: Duration },
     #[error("COBRO_CONCURRENCY, COBRO_REFUND_CONCURRENCY and COBRO_BATCH_SIZE must be at least 1")]
     Zero,
+    #[error("COBRO_DB_CONNECTIONS must be at least 2")]
+    TooFewConnections,
     #[error(transparent)]
     Retention(#[from] crate::retention::RetentionError),
     #[error(transparent)]
@@ -209,7 +221,23 @@ impl WorkerArgs {
         if self.concurrency == 0 || self.refund_concurrency == 0 || self.batch_size == 0 {
             return Err(ConfigError::Zero);
         }
+        if self.db_connections.is_some_and(|n| n < 2) {
+            return Err(ConfigError::TooFewConnections);
+        }
         Ok(())
+    }
+
+    /// The pool's size (`COBRO_DB_CONNECTIONS`). SQLite's default was
+    /// measured (BENCHMARKS.md, "SQLite on cobro's own wake-up backend"):
+    /// at 20,000 charges 4 connections gave 510-599 charges/s and 19-20 MiB
+    /// per worker, 24 gave 404-456 and 32-35 MiB.
+    pub fn connections(&self) -> u32 {
+        self.db_connections
+            .unwrap_or(if self.database_url.starts_with("sqlite:") {
+                SQLITE_CONNECTIONS
+            } else {
+                (self.concurrency + self.refund_concurrency + 4) as u32
+            })
     }
 
     /// Customer notice delivery; `None` when `COBRO_NOTICE_URL` is unset.
@@ -252,12 +280,9 @@ pub async fn run(
     // Before the database: a gateway that can never be reached (bad scheme,
     // unusable CA file) stops the process here, not at the first charge.
     let gateway: Arc<dyn Gateway> = args.gateway.build(args.gateway_config())?;
-    let store = Store::connect(
-        &args.database_url,
-        (args.concurrency + args.refund_concurrency + 4) as u32,
-    )
-    .await
-    .context("connecting to DATABASE_URL")?;
+    let store = Store::connect(&args.database_url, args.connections())
+        .await
+        .context("connecting to DATABASE_URL")?;
     // The breaker and the pace are per gateway, shared through the database.
     let gateway_name: String = args
         .gateway
@@ -545,5 +570,46 @@ pub fn init_tracing(default_level: &str) {
         builder.json().init();
     } else {
         builder.init();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        worker: WorkerArgs,
+    }
+
+    fn parse(extra: &[&str]) -> WorkerArgs {
+        let mut argv = vec!["cobro-worker", "--database-url", "sqlite://unused.db"];
+        argv.extend_from_slice(extra);
+        Cli::try_parse_from(argv).unwrap().worker
+    }
+
+    #[test]
+    fn the_connection_budget_is_at_least_two_and_named_when_not() {
+        assert_eq!(parse(&[]).connections(), SQLITE_CONNECTIONS);
+        let pg = Cli::try_parse_from([
+            "cobro-worker",
+            "--database-url",
+            "postgres://cobro@127.0.0.1/cobro",
+            "--concurrency",
+            "10",
+            "--refund-concurrency",
+            "2",
+        ])
+        .unwrap()
+        .worker;
+        assert_eq!(pg.connections(), 16);
+        assert_eq!(parse(&["--db-connections", "9"]).connections(), 9);
+        assert!(parse(&["--db-connections", "2"]).validate().is_ok());
+        let err = parse(&["--db-connections", "1"]).validate().unwrap_err();
+        assert!(matches!(err, ConfigError::TooFewConnections));
+        assert!(err.to_string().contains("COBRO_DB_CONNECTIONS"), "{err}");
     }
 }
