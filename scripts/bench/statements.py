@@ -35,7 +35,7 @@ def kind(sql):
     rules = [
         ("enqueue_charge", "app: cobro.enqueue_charge (attempt, log row, wake-up job)"),
         ("pg_sleep", "driver: pg_sleep between charges"),
-        ("WITH acked AS", "cobro wake-up queue: ack + fetch + lock + load (src/wakeq.rs)"),
+        ("WITH acked AS", "cobro wake-up queue: ack + fetch + lock + load (src/wakeq/pg.rs)"),
         ("db_now", "cobro: load the attempt (read-only)"),
         ("UPDATE cobro.payment_attempts SET", "cobro: compare-and-set + log row"),
         ("INSERT INTO cobro.attempt_transitions", "cobro: compare-and-set + log row"),
