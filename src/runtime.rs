@@ -57,7 +57,8 @@ pub struct WorkerArgs {
     /// Wake-up jobs fetched per poll.
     #[arg(long, env = "COBRO_BATCH_SIZE", default_value_t = 10)]
     pub batch_size: usize,
-    /// Database connections this process may open. Default: PostgreSQL,
+    /// Database connections this process may open for its work (on
+    /// PostgreSQL each queue's LISTEN has one more of its own). Default: PostgreSQL,
     /// concurrency + refund concurrency + 4, so no handler waits for one;
     /// SQLite, 4 (it takes one writer at a time: more connections only
     /// queue for the file's lock, and each costs about 1 MiB).

@@ -29,6 +29,7 @@ on_both_backends!(
     a_wake_up_late_behind_a_backlog_is_not_duplicated_by_the_sweeper,
     a_gateway_that_keeps_losing_requests_ends_in_review_not_in_a_loop,
     wake_ups_due_later_are_found_by_a_poll_shorter_than_a_fetch,
+    a_worker_restarted_under_its_name_takes_back_what_it_left_running,
 );
 
 async fn enqueue(store: &Store, order: &str, amount: i64) -> Uuid {
@@ -532,6 +533,52 @@ async fn wake_ups_due_later_are_found_by_a_poll_shorter_than_a_fetch(b: Backend)
     }
     let l = ledger(&sim.url()).await;
     assert_eq!(l.entries.len(), 100, "each order charged once");
+    worker.stop().await;
+    sim.shutdown().await;
+    db.drop_db().await;
+}
+
+/// A process restarted under the same name (a container's hostname and
+/// pid 1) finds its predecessor's taken wake-ups under its own, live name,
+/// where the orphan recovery (which looks for dead names) never would: it
+/// puts them back at registration, so the charge goes on at once, not only
+/// when the sweeper's grace runs out (ten minutes here).
+async fn a_worker_restarted_under_its_name_takes_back_what_it_left_running(b: Backend) {
+    init_logs();
+    let db = TestDb::new(b).await;
+    let sim = start_sim(true, Faults::default()).await;
+    let id = enqueue(&db.store, "order-restarted", 4_200).await;
+    let name = format!("restarted-{}", Uuid::new_v4().simple());
+    // The charge queue's apalis worker is named `<name>-<restarts>`.
+    let taken_by = format!("{name}-0");
+    db.exec(
+        "INSERT INTO apalis.workers (id, worker_type, storage_name, layers, last_seen, started_at)
+         VALUES ($1, 'cobro.charge', 'cobro', '', now(), now())",
+        "INSERT INTO Workers (id, worker_type, storage_name, layers, last_seen, started_at)
+         VALUES (?1, 'cobro.charge', 'cobro', '', unixepoch(), unixepoch())",
+        &[&taken_by],
+    )
+    .await
+    .unwrap();
+    let taken = db
+        .exec(
+            "UPDATE apalis.jobs SET status = 'Running', lock_by = $1, lock_at = now()",
+            "UPDATE Jobs SET status = 'Running', lock_by = ?1, lock_at = unixepoch()",
+            &[&taken_by],
+        )
+        .await
+        .unwrap();
+    assert_eq!(taken, 1, "the charge's one wake-up, left running");
+    let mut args = worker_args(&db.url, &sim.url());
+    args.worker_name = Some(name);
+    args.sweep_grace = Duration::from_secs(600);
+    args.sweep_interval = Duration::from_secs(60);
+    let worker = spawn_worker(args);
+    // Well within the orphan recovery's 10 s (20 missed 500 ms polls),
+    // which would not apply anyway: the name is alive.
+    let a = settled(&db.store, id, State::Aprobado, Duration::from_secs(5)).await;
+    assert_eq!(a.send_count, 1);
+    assert_eq!(ledger(&sim.url()).await.entries.len(), 1);
     worker.stop().await;
     sim.shutdown().await;
     db.drop_db().await;

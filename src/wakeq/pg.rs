@@ -4,8 +4,9 @@
 use futures::future::BoxFuture;
 use futures::{FutureExt, StreamExt};
 use serde::Deserialize;
-use sqlx::postgres::{PgListener, PgPool, PgRow};
+use sqlx::postgres::{PgListener, PgPool, PgPoolOptions, PgRow};
 use sqlx::{FromRow, Row};
+use tracing::warn;
 
 use super::{Fetch, Notices, Outcome, WakeConfig, WakeDb, Wakeup, target};
 use crate::store::Attempt;
@@ -30,6 +31,18 @@ impl WakeDb for PgDb {
         let (pool, queue, dead_for) = (self.0.clone(), cfg.queue, cfg.orphaned_after);
         async move {
             let mut tx = pool.begin().await?;
+            // A new backend has nothing in flight: whatever is still taken
+            // under this name was left by an earlier process of the same
+            // name (a restarted container), which the orphan recovery below
+            // would never see once the name is alive again.
+            sqlx::query(
+                "UPDATE apalis.jobs SET status = 'Pending', lock_by = NULL, lock_at = NULL,
+                        attempts = attempts + 1
+                  WHERE lock_by = $1 AND status IN ('Running', 'Queued')",
+            )
+            .bind(&worker)
+            .execute(&mut *tx)
+            .await?;
             sqlx::query(
                 "INSERT INTO apalis.workers (id, worker_type, storage_name, layers, last_seen, started_at)
                  VALUES ($1, $2, 'cobro', '', now(), now())
@@ -41,7 +54,12 @@ impl WakeDb for PgDb {
             .await?;
             reenqueue_orphaned(&mut tx, queue, dead_for).await?;
             tx.commit().await?;
-            let mut listener = PgListener::connect_with(&pool).await?;
+            // Its own connection, outside the pool: a listener keeps the
+            // connection it takes, which would shrink COBRO_DB_CONNECTIONS.
+            let own = PgPoolOptions::new()
+                .max_connections(1)
+                .connect_lazy_with((*pool.connect_options()).clone());
+            let mut listener = PgListener::connect_with(&own).await?;
             listener.listen(CHANNEL).await?;
             let notices: Notices = Box::pin(
                 listener
@@ -156,8 +174,16 @@ fn wakeup(row: &PgRow) -> Result<Wakeup, sqlx::Error> {
     let job_id: String = row.try_get("job_id")?;
     let payload: Vec<u8> = row.try_get("job_payload")?;
     let found: Option<uuid::Uuid> = row.try_get("id")?;
+    // A row that does not decode fails only its own wake-up: the handler
+    // loads it, fails, and the poison count takes over; the batch goes on.
     let seen = match found {
-        Some(_) => Some((Box::new(Attempt::from_row(row)?), row.try_get("db_now")?)),
+        Some(id) => match Attempt::from_row(row).and_then(|a| Ok((a, row.try_get("db_now")?))) {
+            Ok((a, now)) => Some((Box::new(a), now)),
+            Err(e) => {
+                warn!(attempt = %id, error = %e, "a fetched attempt did not decode; its handler loads it");
+                None
+            }
+        },
         None => None,
     };
     Ok(Wakeup {

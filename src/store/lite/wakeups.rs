@@ -29,9 +29,13 @@ fn acks_json(acks: &[(String, &str)]) -> String {
 
 /// Marks this worker's own `Running` jobs with their outcome. The unary
 /// `+` keeps the planner on the primary key: apalis' `lock_by` index holds
-/// every job this worker has running.
+/// every job this worker has running. A `Failed` one is due again a second
+/// later, not in the same fetch that acknowledges it (as on PostgreSQL,
+/// where the fetch's snapshot does not see its own acknowledgement).
 const ACK: &str = "UPDATE Jobs SET status = a.value ->> 1, attempts = attempts + 1,
-                          done_at = unixepoch()
+                          done_at = unixepoch(),
+                          run_at = CASE WHEN a.value ->> 1 = 'Failed'
+                                        THEN max(run_at, unixepoch() + 1) ELSE run_at END
                      FROM json_each(?1) a
                     WHERE Jobs.id = a.value ->> 0 AND +Jobs.lock_by = ?2
                       AND Jobs.status = 'Running'";
@@ -43,6 +47,17 @@ pub(crate) async fn register(
     dead_for: Duration,
 ) -> Result<(), sqlx::Error> {
     let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
+    // A new backend has nothing in flight: whatever is still taken under
+    // this name was left by an earlier process of the same name, which the
+    // orphan recovery would never see once the name is alive again.
+    sqlx::query(
+        "UPDATE Jobs SET status = 'Pending', lock_by = NULL, lock_at = NULL,
+                attempts = attempts + 1
+          WHERE lock_by = ?1 AND status IN ('Running', 'Queued')",
+    )
+    .bind(worker)
+    .execute(&mut *tx)
+    .await?;
     sqlx::query(
         "INSERT INTO Workers (id, worker_type, storage_name, layers, last_seen, started_at)
          VALUES (?1, ?2, 'cobro', '', unixepoch(), unixepoch())
@@ -159,8 +174,17 @@ pub(crate) async fn take(
         .fetch_all(&mut *tx)
         .await?;
         for r in &rows {
-            let a = attempt(r).map_err(|e| sqlx::Error::Decode(Box::new(e)))?;
-            seen.insert(a.id, (a, ms(r.try_get("db_now")?)));
+            // A row that does not decode fails only its own wake-up: the
+            // handler loads it, fails, and the poison count takes over.
+            match attempt(r) {
+                Ok(a) => {
+                    seen.insert(a.id, (a, ms(r.try_get("db_now")?)));
+                }
+                Err(e) => {
+                    let id: String = r.try_get("id").unwrap_or_default();
+                    tracing::warn!(attempt = %id, error = %e, "a fetched attempt did not decode; its handler loads it");
+                }
+            }
         }
     }
     tx.commit().await?;
