@@ -3,7 +3,10 @@
 prints, per kind, the count in an idle window, in the run window, and per
 charge after subtracting the idle window. Used by scripts/bench/statements.
 
-    python3 statements.py <database> <idle.log> <run.log> <charges>
+    python3 statements.py <database> <idle.log> <run.log> <charges> [scale]
+
+scale: the run window's length over the idle window's (default 1); the idle
+counts are multiplied by it before they are subtracted.
 """
 
 import collections
@@ -77,15 +80,16 @@ def transactions(path, db):
 
 def main():
     db, idle_log, run_log, charges = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+    scale = float(sys.argv[5]) if len(sys.argv) > 5 else 1.0
     idle, run = transactions(idle_log, db), transactions(run_log, db)
-    print("| transaction | idle window | run window | per charge (run - idle) |")
+    print("| transaction | idle window | run window | per charge (run - idle x scale) |")
     print("|---|---|---|---|")
     for k in sorted(set(idle) | set(run), key=lambda k: (-run.get(k, 0), k)):
-        per = (run.get(k, 0) - idle.get(k, 0)) / charges
+        per = (run.get(k, 0) - idle.get(k, 0) * scale) / charges
         print(f"| {k} | {idle.get(k, 0)} | {run.get(k, 0)} | {per:.2f} |")
     ours = [k for k in set(idle) | set(run) if not k.startswith("driver:")]
     i, r = sum(idle.get(k, 0) for k in ours), sum(run.get(k, 0) for k in ours)
-    print(f"| all but the driver's | {i} | {r} | {(r - i) / charges:.2f} |")
+    print(f"| all but the driver's | {i} | {r} | {(r - i * scale) / charges:.2f} |")
 
 
 if __name__ == "__main__":
