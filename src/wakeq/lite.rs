@@ -6,7 +6,7 @@ use futures::FutureExt;
 use futures::future::BoxFuture;
 use sqlx::SqlitePool;
 
-use super::{Fetch, Notices, Outcome, WakeConfig, WakeDb, Wakeup, target};
+use super::{Fetch, Notices, Outcome, WakeConfig, WakeDb, Wakeup};
 use crate::store::lite_wakeups as sql;
 
 #[derive(Clone)]
@@ -39,7 +39,7 @@ impl WakeDb for LiteDb {
             Ok(taken
                 .into_iter()
                 .map(|t| Wakeup {
-                    attempt_id: target(&t.payload),
+                    attempt_id: t.attempt_id,
                     job_id: t.job_id,
                     seen: t.seen.map(|(a, now)| (Box::new(a), now)),
                 })

@@ -51,7 +51,6 @@ use apalis_core::backend::finalize::Ephemeral;
 use chrono::{DateTime, Utc};
 use futures::future::BoxFuture;
 use futures::{FutureExt, Stream, StreamExt};
-use serde::Deserialize;
 use tracing::{debug, warn};
 use uuid::Uuid;
 
@@ -413,17 +412,11 @@ impl<D: WakeDb> BackendConfig for Wakes<D> {
     }
 }
 
-/// A wake-up job's payload (`engine::Wake`).
-#[derive(Deserialize)]
-struct Payload {
-    attempt_id: Uuid,
-}
-
-/// The attempt a payload names, if it names one.
+/// The attempt a wake-up job's payload (`engine::Wake`) names, if it names one.
 pub(crate) fn target(payload: &[u8]) -> Option<Uuid> {
-    serde_json::from_slice::<Payload>(payload)
+    serde_json::from_slice::<crate::engine::Wake>(payload)
         .ok()
-        .map(|p| p.attempt_id)
+        .map(|w| w.attempt_id)
 }
 
 #[cfg(test)]

@@ -13,11 +13,11 @@ use uuid::Uuid;
 use super::{attempt, ms};
 use crate::store::Attempt;
 
-/// One wake-up taken: its job id, its payload, and the attempt it names
-/// with the database's clock, when that attempt exists.
+/// One wake-up taken: its job id, the attempt its payload names, and that
+/// attempt with the database's clock, when it exists.
 pub(crate) struct Taken {
     pub job_id: String,
-    pub payload: Vec<u8>,
+    pub attempt_id: Option<Uuid>,
     pub seen: Option<(Attempt, DateTime<Utc>)>,
 }
 
@@ -151,7 +151,7 @@ pub(crate) async fn take(
             r.try_get::<i64, _>("priority")?,
             r.try_get::<i64, _>("run_at")?,
             r.try_get::<String, _>("id")?,
-            r.try_get::<Vec<u8>, _>("job")?,
+            crate::wakeq::target(&r.try_get::<Vec<u8>, _>("job")?),
         ))
     })
     .collect::<Result<Vec<_>, sqlx::Error>>()?;
@@ -159,8 +159,7 @@ pub(crate) async fn take(
 
     let targets: Vec<String> = jobs
         .iter()
-        .filter_map(|j| crate::wakeq::target(&j.3))
-        .map(|id| id.hyphenated().to_string())
+        .filter_map(|j| j.3.map(|id| id.hyphenated().to_string()))
         .collect();
     let mut seen = HashMap::new();
     if !targets.is_empty() {
@@ -190,13 +189,10 @@ pub(crate) async fn take(
     tx.commit().await?;
     Ok(jobs
         .into_iter()
-        .map(|(_, _, job_id, payload)| {
-            let found = crate::wakeq::target(&payload).and_then(|id: Uuid| seen.remove(&id));
-            Taken {
-                job_id,
-                payload,
-                seen: found,
-            }
+        .map(|(_, _, job_id, attempt_id)| Taken {
+            job_id,
+            attempt_id,
+            seen: attempt_id.and_then(|id| seen.remove(&id)),
         })
         .collect())
 }
