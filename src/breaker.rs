@@ -465,6 +465,12 @@ impl Pace {
         }
     }
 
+    /// Whether calls are limited at all (with no limit, [`Pace::slot`]
+    /// never waits).
+    pub fn limits(&self) -> bool {
+        self.limit.is_some()
+    }
+
     /// Waits for this process's next slot toward the gateway. A database
     /// error waits one slot instead: the limit is kept roughly, never
     /// turned off by an error.

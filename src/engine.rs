@@ -28,8 +28,8 @@ use crate::policy::{
 use crate::retry::{RetryPlan, RetryPolicy};
 use crate::state::Event;
 use crate::store::{
-    Applied, Attempt, Change, CheckRecord, Contradiction, Lease, NoticeKind, RetryError, Store,
-    StoreError,
+    Applied, Attempt, Change, CheckRecord, ClaimPlan, Contradiction, Lease, NoticeKind, RetryError,
+    Store, StoreError,
 };
 
 /// The wake-up job's payload: only which attempt to look at.
@@ -249,13 +249,20 @@ impl Engine {
     /// Handles one wake-up for `id`: acts until the attempt needs nothing
     /// more now.
     pub async fn process(&self, id: Uuid) -> Result<(), StoreError> {
-        self.process_seen(id, None).await
+        self.process_seen(id, None, false).await
     }
 
     /// [`Engine::process`], starting from `seen`: the attempt's row and the
     /// database's time when it was read (a wake-up fetched with its row),
-    /// instead of loading it.
-    pub async fn process_seen(&self, id: Uuid, seen: Option<Seen>) -> Result<(), StoreError> {
+    /// instead of loading it. `claimed`: the fetch claimed it for this
+    /// worker ([`ClaimPlan`]; `seen` is the row that claim wrote), so it is
+    /// sent first.
+    pub async fn process_seen(
+        &self,
+        id: Uuid,
+        seen: Option<Seen>,
+        claimed: bool,
+    ) -> Result<(), StoreError> {
         let span = info_span!(
             "attempt",
             attempt = %id,
@@ -269,6 +276,9 @@ impl Engine {
             // is due early), instead of reading it back. After actions that
             // do not say what they wrote, it is loaded.
             let mut known = seen;
+            if claimed && let Some((held, _)) = known.take() {
+                known = seen_at_write(self.send_claimed(held).await?);
+            }
             for _ in 0..MAX_STEPS {
                 let (attempt, now) = match known.take() {
                     Some((row, now)) => (*row, now),
@@ -559,6 +569,26 @@ impl Engine {
         change.evidence = Some(evidence);
         change.add_check = Some(record);
         Ok(self.store.apply(&held, &change).await?.written())
+    }
+}
+
+/// The fetch's claim ([`crate::wakeq::Wakes::claiming`]): the same claim
+/// [`Engine::process_seen`] would write first, planned on the same pure
+/// decision, for a charge that would be sent at once with nothing to wait
+/// for: no rate limit, the breaker closed, sending not paused, a row that
+/// builds its call. Anything else is left to the handler.
+impl ClaimPlan for Engine {
+    fn claim_for<'a>(
+        &'a self,
+        seen: &Attempt,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Option<Change<'a>> {
+        let at_once = !seen.is_refund()
+            && self.pace.as_ref().is_none_or(|p| !p.limits())
+            && !self.gateway_down()
+            && !self.held_back(seen)
+            && decide(snapshot(seen), now) == Action::Send;
+        (at_once && send::sendable(seen)).then(|| self.claim(Event::Claim, "claim"))
     }
 }
 

@@ -379,7 +379,7 @@ pub async fn run(
         missed: args.missed_heartbeats,
     };
     let monitor = match (store.pg_pool(), store.sqlite_pool()) {
-        (Some(pool), _) => wake_monitor(PgDb(pool.clone()), engine, settings),
+        (Some(pool), _) => wake_monitor(PgDb::new(pool.clone()), engine, settings),
         (None, Some(pool)) => wake_monitor(LiteDb(pool.clone()), engine, settings),
         (None, None) => anyhow::bail!("the store has no pool"),
     };
@@ -451,7 +451,7 @@ async fn handle_wakeup(
         acks.push(w.job_id, Outcome::Killed);
         return Ok(());
     };
-    match engine.process_seen(id, w.seen).await {
+    match engine.process_seen(id, w.seen, w.claimed).await {
         Ok(()) => {
             acks.push(w.job_id, Outcome::Done);
             Ok(())
@@ -479,9 +479,17 @@ fn wake_monitor<D: WakeDb>(db: D, engine: Arc<Engine>, q: QueueSettings) -> Moni
                     batch: q.batch,
                     poll: q.poll,
                     orphaned_after: q.poll * q.missed as u32,
+                    concurrency: q.concurrency,
                 },
                 acks.clone(),
             );
+            // Charges are claimed in the fetch; a refund's call needs its
+            // charge read first, so its handler claims it.
+            let backend = if queue == CHARGE_QUEUE {
+                backend.claiming(engine.clone())
+            } else {
+                backend
+            };
             WorkerBuilder::new(format!("{}-{restarts}", q.name))
                 .backend(backend)
                 .concurrency(q.concurrency)

@@ -40,12 +40,7 @@ impl Engine {
             Ok(call) => call,
             Err(e) => return self.unsendable(seen, &e, check).await.map(|()| None),
         };
-        let mut claim = Change::new(Some(event), cause, &self.actor);
-        claim.lease = Lease::Take {
-            owner: &self.cfg.worker_name,
-            ttl: self.cfg.lease_ttl,
-        };
-        claim.add_send = true;
+        let mut claim = self.claim(event, cause);
         self.slot().await;
         // A two-step gateway's create is a call of its own.
         if self.gateway.two_step() && seen.gateway_ref.is_none() && matches!(call, Call::Charge(_))
@@ -60,6 +55,40 @@ impl Engine {
             debug!("another worker claimed it first");
             return Ok(None);
         };
+        self.deliver(claimed, call, event).await
+    }
+
+    /// The claim of `send`: `EN_PROCESO` with `event`, the lease for this
+    /// worker, one more send.
+    pub(super) fn claim<'a>(&'a self, event: Event, cause: &'a str) -> Change<'a> {
+        let mut claim = Change::new(Some(event), cause, &self.actor);
+        claim.lease = Lease::Take {
+            owner: &self.cfg.worker_name,
+            ttl: self.cfg.lease_ttl,
+        };
+        claim.add_send = true;
+        claim
+    }
+
+    /// Sends `held`, claimed by the wake-up fetch's transaction
+    /// ([`crate::store::ClaimPlan`]), and records the answer.
+    pub(super) async fn send_claimed(&self, held: Box<Attempt>) -> Result<Written, StoreError> {
+        match self.call_for(&held).await? {
+            Ok(call) => self.deliver(held, call, Event::Claim).await,
+            // Not reached: the claim was planned only for a row that builds
+            // its call; should it not, finance gets it, as before a claim.
+            Err(e) => self.unsendable(&held, &e, None).await.map(|()| None),
+        }
+    }
+
+    /// Sends what `claimed` (whose lease this worker holds, just taken with
+    /// `event`) carries, with its own key, and records the answer.
+    async fn deliver(
+        &self,
+        claimed: Box<Attempt>,
+        call: Call,
+        event: Event,
+    ) -> Result<Written, StoreError> {
         if event == Event::Resend {
             crate::metrics::resent();
         }
@@ -271,6 +300,11 @@ fn refund_call(refund: &Attempt, charge: &Attempt) -> Result<RefundCall, InputEr
         amount: Amount::parse(refund.amount_minor)?,
         currency: Currency::parse(&refund.currency)?,
     })
+}
+
+/// A charge whose stored row builds its call.
+pub(super) fn sendable(a: &Attempt) -> bool {
+    a.refund_of.is_none() && charge_call(a).is_ok()
 }
 
 /// Rebuilds the gateway call from the stored row. The row was validated on

@@ -224,6 +224,18 @@ impl std::fmt::Debug for Store {
     }
 }
 
+/// The engine's decision, made while a wake-up is fetched, to claim the
+/// attempt the wake-up names in the fetch's own transaction: the claim
+/// [`Change`] it would otherwise write as its handler's first step, or
+/// `None` (the handler decides as usual). The wake-up backend only applies
+/// what this returns, through the same plan and compare-and-set as
+/// [`Store::apply`].
+pub trait ClaimPlan: Send + Sync {
+    /// The claim for `seen` (read at the database's `now`), if the engine
+    /// would send it right away.
+    fn claim_for<'a>(&'a self, seen: &Attempt, now: DateTime<Utc>) -> Option<Change<'a>>;
+}
+
 impl Store {
     /// `postgres://…` (production, many workers on many machines) or
     /// `sqlite://path` (the embedded default; created when missing).
@@ -338,6 +350,17 @@ impl Store {
             Db::Pg(p) => pg::apply(p, seen, change, &plan).await,
             Db::Lite(p) => lite::apply(p, seen, change, &plan).await,
         }
+    }
+
+    /// The compare-and-set write inside a PostgreSQL transaction of the
+    /// caller's (the wake-up fetch's claim, [`ClaimPlan`]).
+    pub(crate) async fn apply_in_pg(
+        tx: &mut sqlx::PgConnection,
+        seen: &Attempt,
+        change: &Change<'_>,
+    ) -> Result<Applied, StoreError> {
+        let plan = change::plan(seen, change)?;
+        pg::apply_tx(tx, seen, change, &plan).await
     }
 
     /// Pushes one more wake-up job for an attempt, due now. Harmless at any

@@ -6,7 +6,7 @@ use futures::FutureExt;
 use futures::future::BoxFuture;
 use sqlx::SqlitePool;
 
-use super::{Fetch, Notices, Outcome, WakeConfig, WakeDb, Wakeup};
+use super::{Claims, Fetch, Notices, Outcome, WakeConfig, WakeDb, Wakeup};
 use crate::store::lite_wakeups as sql;
 
 #[derive(Clone)]
@@ -32,16 +32,24 @@ impl WakeDb for LiteDb {
         .boxed()
     }
 
-    fn fetch(&self, worker: String, cfg: &WakeConfig, acks: Vec<(String, Outcome)>) -> Fetch {
+    fn fetch(
+        &self,
+        worker: String,
+        cfg: &WakeConfig,
+        acks: Vec<(String, Outcome)>,
+        claims: Option<Claims>,
+    ) -> Fetch {
         let (pool, queue, batch) = (self.0.clone(), cfg.queue, cfg.batch);
         async move {
-            let taken = sql::take(&pool, &worker, queue, batch, &statuses(&acks)).await?;
+            let claims = claims.as_ref().map(|(plan, n)| (plan.as_ref(), *n));
+            let taken = sql::take(&pool, &worker, queue, batch, &statuses(&acks), claims).await?;
             Ok(taken
                 .into_iter()
                 .map(|t| Wakeup {
                     attempt_id: t.attempt_id,
                     job_id: t.job_id,
                     seen: t.seen.map(|(a, now)| (Box::new(a), now)),
+                    claimed: t.claimed,
                 })
                 .collect())
         }

@@ -19,10 +19,14 @@
 //!   or when the last fetch filled its batch (more may be waiting); never
 //!   because a job finished. The poll timer is this backend's own and is
 //!   re-armed each time it fires.
-//! - **Fetch, lock and load in one transaction.** Due jobs are taken
+//! - **Fetch, lock, load and claim in one transaction.** Due jobs are taken
 //!   (marked `Running` for this worker, as apalis' orphan recovery expects)
 //!   and their attempts read in the same transaction, so the handler decides
-//!   on that row instead of loading it.
+//!   on that row instead of loading it. With [`Wakes::claiming`] (the charge
+//!   queue), the charges the engine would send at once are also claimed
+//!   there, up to the handlers free to send them: the engine plans each
+//!   claim ([`ClaimPlan`]) and it is written through the same compare-and-set
+//!   as any other, so a charge costs the enqueue, this fetch and its answer.
 //! - **Acknowledgements ride on the next fetch.** A finished job is marked
 //!   `Done` (or `Failed`, retried like apalis does) by the next fetch's
 //!   transaction, or on shutdown; a job whose acknowledgement is lost in a
@@ -36,11 +40,12 @@
 //!
 //! Invariant: nothing here decides about money. A wake-up says only "look
 //! at this attempt"; the row it carries is a snapshot at least as new as
-//! the wake-up itself, and every write the handler makes is a
-//! compare-and-set on the attempt's version.
+//! the wake-up itself, and every write to it, the fetch's claim included,
+//! is planned by the engine and is a compare-and-set on its version.
 
 use std::collections::VecDeque;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -54,7 +59,7 @@ use futures::{FutureExt, Stream, StreamExt};
 use tracing::{debug, warn};
 use uuid::Uuid;
 
-use crate::store::Attempt;
+use crate::store::{Attempt, ClaimPlan};
 
 pub mod lite;
 pub mod pg;
@@ -70,6 +75,9 @@ pub struct Wakeup {
     pub job_id: String,
     pub attempt_id: Option<Uuid>,
     pub seen: Option<(Box<Attempt>, DateTime<Utc>)>,
+    /// The fetch claimed the attempt for this worker (`seen` is the row its
+    /// claim wrote): the handler sends it at once.
+    pub claimed: bool,
 }
 
 /// How a handled wake-up ends, for its acknowledgement.
@@ -93,28 +101,37 @@ impl Outcome {
     }
 }
 
-/// Finished wake-ups waiting for the next fetch to acknowledge them.
-/// Shared between the backend and its handlers (`Data<Acks>`).
+/// Finished wake-ups waiting for the next fetch to acknowledge them, and
+/// how many handlers have finished in all. Shared between the backend and
+/// its handlers (`Data<Acks>`); a handler pushes exactly once.
 #[derive(Debug, Clone, Default)]
-pub struct Acks(Arc<Mutex<Vec<(String, Outcome)>>>);
+pub struct Acks {
+    held: Arc<Mutex<Vec<(String, Outcome)>>>,
+    finished: Arc<AtomicUsize>,
+}
 
 impl Acks {
     pub fn push(&self, job_id: String, outcome: Outcome) {
-        self.0
+        self.held
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .push((job_id, outcome));
+        self.finished.fetch_add(1, Ordering::Relaxed);
     }
 
     fn take(&self) -> Vec<(String, Outcome)> {
-        std::mem::take(&mut *self.0.lock().unwrap_or_else(|p| p.into_inner()))
+        std::mem::take(&mut *self.held.lock().unwrap_or_else(|p| p.into_inner()))
     }
 
     /// Puts back acknowledgements whose write failed.
     fn restore(&self, mut acks: Vec<(String, Outcome)>) {
-        let mut held = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
         acks.append(&mut held);
         *held = acks;
+    }
+
+    fn finished(&self) -> usize {
+        self.finished.load(Ordering::Relaxed)
     }
 }
 
@@ -128,6 +145,9 @@ pub struct WakeConfig {
     pub poll: Duration,
     /// Another worker re-enqueues this one's jobs after this much silence.
     pub orphaned_after: Duration,
+    /// The worker's concurrency: a fetch claims (with [`Wakes::claiming`])
+    /// at most as many attempts as handlers are free to send them at once.
+    pub concurrency: usize,
 }
 
 /// What the backend asks of its database. Every future is `'static`: it
@@ -141,9 +161,16 @@ pub trait WakeDb: Clone + Send + Sync + Unpin + 'static {
         cfg: &WakeConfig,
     ) -> BoxFuture<'static, Result<Option<Notices>, sqlx::Error>>;
     /// Acknowledges `acks` (only `worker`'s own `Running` jobs), then takes
-    /// up to `cfg.batch` due wake-ups and reads their attempts, in one
-    /// transaction, oldest first within a priority.
-    fn fetch(&self, worker: String, cfg: &WakeConfig, acks: Vec<(String, Outcome)>) -> Fetch;
+    /// up to `cfg.batch` due wake-ups and reads their attempts, oldest first
+    /// within a priority, then claims the first `claims.1` of them that
+    /// `claims.0` plans a claim for; one transaction.
+    fn fetch(
+        &self,
+        worker: String,
+        cfg: &WakeConfig,
+        acks: Vec<(String, Outcome)>,
+        claims: Option<Claims>,
+    ) -> Fetch;
     /// On shutdown: the pending acknowledgements, and the jobs fetched but
     /// never handed out put back to `Pending`, in one transaction.
     fn release(
@@ -158,6 +185,9 @@ pub trait WakeDb: Clone + Send + Sync + Unpin + 'static {
 }
 
 pub type Fetch = BoxFuture<'static, Result<Vec<Wakeup>, sqlx::Error>>;
+
+/// Who plans the fetch's claims, and at most how many.
+pub type Claims = (Arc<dyn ClaimPlan>, usize);
 
 /// Notifications: `Ok(true)` when one names this queue.
 pub type Notices = Pin<Box<dyn Stream<Item = Result<bool, sqlx::Error>> + Send>>;
@@ -186,6 +216,11 @@ pub struct Wakes<D: WakeDb> {
     heartbeat: Option<tokio::task::JoinHandle<()>>,
     /// Shutdown's last write.
     closing: Option<BoxFuture<'static, Result<(), sqlx::Error>>>,
+    /// Claims attempts in the fetch ([`Wakes::claiming`]).
+    claims: Option<Arc<dyn ClaimPlan>>,
+    /// Wake-ups handed to handlers so far (with [`Acks::finished`]: how
+    /// many are being handled now).
+    handed: usize,
 }
 
 impl<D: WakeDb> Wakes<D> {
@@ -202,13 +237,35 @@ impl<D: WakeDb> Wakes<D> {
             armed: true,
             heartbeat: None,
             closing: None,
+            claims: None,
+            handed: 0,
         }
+    }
+
+    /// Each fetch also claims, in its own transaction, the attempts `plan`
+    /// would send at once, up to the handlers free to send them: the claim
+    /// no longer costs a transaction of its own.
+    ///
+    /// Only up to the free handlers, so a claimed attempt is handed out at
+    /// once and its lease runs while it is sent, not while it waits. One
+    /// claimed and never handed out (a shutdown in between, a crash) is not
+    /// lost: its lease expires into `DESCONOCIDO`, and the lookup by its
+    /// key decides, as for any worker that died holding a lease.
+    pub fn claiming(mut self, plan: Arc<dyn ClaimPlan>) -> Self {
+        self.claims = Some(plan);
+        self
     }
 
     fn fetch(&self) -> Fetch {
         let acks = self.acks.take();
         let back = (self.acks.clone(), acks.clone());
-        let fetch = self.db.fetch(self.worker.clone(), &self.cfg, acks);
+        let busy = self.handed.saturating_sub(self.acks.finished());
+        let claims = self
+            .claims
+            .clone()
+            .map(|plan| (plan, self.cfg.concurrency.saturating_sub(busy)))
+            .filter(|(_, free)| *free > 0);
+        let fetch = self.db.fetch(self.worker.clone(), &self.cfg, acks, claims);
         async move {
             let got = fetch.await;
             if got.is_err() {
@@ -330,7 +387,10 @@ impl<D: WakeDb> Backend for Wakes<D> {
             match &mut self.state {
                 State::Start | State::Registering(_) => return Poll::Pending,
                 State::Buffered(buffer) => match buffer.pop_front() {
-                    Some(w) => return Poll::Ready(Some(Ok(TaskBuilder::new(w).build()))),
+                    Some(w) => {
+                        self.handed += 1;
+                        return Poll::Ready(Some(Ok(TaskBuilder::new(w).build())));
+                    }
                     None => self.state = State::Idle,
                 },
                 State::Fetching(fut) => match fut.poll_unpin(cx) {

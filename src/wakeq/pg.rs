@@ -1,22 +1,108 @@
 //! PostgreSQL's part of the wake-up backend: LISTEN/NOTIFY on apalis'
-//! insert trigger, and each fetch one statement.
+//! insert trigger, and each fetch one transaction.
+//!
+//! One listening connection per process, shared by its queues: PostgreSQL
+//! runs one (empty) transaction in a listening backend for each
+//! notification it delivers there, so a listener per queue cost every
+//! charge a transaction in each of them.
 
+use std::sync::Arc;
+
+use futures::FutureExt;
 use futures::future::BoxFuture;
-use futures::{FutureExt, StreamExt};
 use serde::Deserialize;
 use sqlx::postgres::{PgListener, PgPool, PgPoolOptions, PgRow};
 use sqlx::{FromRow, Row};
+use tokio::sync::OnceCell;
+use tokio::sync::broadcast::{self, error::RecvError};
+use tokio::sync::oneshot;
 use tracing::warn;
 
-use super::{Fetch, Notices, Outcome, WakeConfig, WakeDb, Wakeup, target};
-use crate::store::Attempt;
+use super::{Claims, Fetch, Notices, Outcome, WakeConfig, WakeDb, Wakeup, target};
+use crate::store::{Applied, Attempt, ClaimPlan, Store, StoreError};
 
 /// The channel apalis' insert trigger notifies (`apalis.notify_new_jobs`:
 /// only for jobs due at their insert).
 const CHANNEL: &str = "apalis::job::insert";
 
 #[derive(Clone)]
-pub struct PgDb(pub PgPool);
+pub struct PgDb {
+    pool: PgPool,
+    /// The process's listener, started by the first queue that registers;
+    /// it stops when the last clone of this is dropped.
+    hub: Arc<OnceCell<Hub>>,
+}
+
+struct Hub {
+    /// What the listener heard: a job of this type was inserted, or
+    /// `None`: anything may have been missed (the connection was
+    /// interrupted, or the payload named no type).
+    heard: broadcast::Sender<Option<String>>,
+    /// Dropped with the hub: the listener's task ends.
+    _stop: oneshot::Sender<()>,
+}
+
+impl PgDb {
+    pub fn new(pool: PgPool) -> Self {
+        Self {
+            pool,
+            hub: Arc::new(OnceCell::new()),
+        }
+    }
+
+    /// This process's notifications for `queue`, from the shared listener
+    /// (started here if it is not running yet).
+    async fn notices(&self, queue: &'static str) -> Result<Notices, sqlx::Error> {
+        let hub = self.hub.get_or_try_init(|| listen(&self.pool)).await?;
+        let heard = hub.heard.subscribe();
+        let notices = futures::stream::unfold(heard, move |mut heard| async move {
+            let ours = match heard.recv().await {
+                Ok(Some(job_type)) => job_type == queue,
+                // Interrupted, or so many that some were dropped here: look.
+                Ok(None) | Err(RecvError::Lagged(_)) => true,
+                Err(RecvError::Closed) => return None,
+            };
+            Some((Ok(ours), heard))
+        });
+        Ok(Box::pin(notices))
+    }
+}
+
+/// Starts the process's listener: its own connection, outside the pool (a
+/// listener keeps the connection it takes, which would shrink
+/// COBRO_DB_CONNECTIONS), relaying each notification's job type until the
+/// [`PgDb`] that started it is gone.
+async fn listen(pool: &PgPool) -> Result<Hub, sqlx::Error> {
+    let own = PgPoolOptions::new()
+        .max_connections(1)
+        .connect_lazy_with((*pool.connect_options()).clone());
+    let mut listener = PgListener::connect_with(&own).await?;
+    listener.listen(CHANNEL).await?;
+    let (heard, _) = broadcast::channel(1024);
+    let (stop, mut stopped) = oneshot::channel();
+    let relay = heard.clone();
+    tokio::spawn(async move {
+        loop {
+            let got = tokio::select! {
+                _ = &mut stopped => return,
+                got = listener.recv() => got,
+            };
+            match got {
+                Ok(n) => {
+                    let _ = relay.send(job_type(n.payload()));
+                }
+                // sqlx reconnects on the next receive; anything inserted
+                // meanwhile is found by a fetch now or by the poll interval.
+                Err(e) => {
+                    warn!(error = %e, "wake-up notifications interrupted");
+                    let _ = relay.send(None);
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                }
+            }
+        }
+    });
+    Ok(Hub { heard, _stop: stop })
+}
 
 fn split(acks: &[(String, Outcome)]) -> (Vec<String>, Vec<&'static str>) {
     acks.iter().map(|(id, o)| (id.clone(), o.status())).unzip()
@@ -28,8 +114,9 @@ impl WakeDb for PgDb {
         worker: String,
         cfg: &WakeConfig,
     ) -> BoxFuture<'static, Result<Option<Notices>, sqlx::Error>> {
-        let (pool, queue, dead_for) = (self.0.clone(), cfg.queue, cfg.orphaned_after);
+        let (db, queue, dead_for) = (self.clone(), cfg.queue, cfg.orphaned_after);
         async move {
+            let pool = &db.pool;
             let mut tx = pool.begin().await?;
             // A new backend has nothing in flight: whatever is still taken
             // under this name was left by an earlier process of the same
@@ -54,36 +141,38 @@ impl WakeDb for PgDb {
             .await?;
             reenqueue_orphaned(&mut tx, queue, dead_for).await?;
             tx.commit().await?;
-            // Its own connection, outside the pool: a listener keeps the
-            // connection it takes, which would shrink COBRO_DB_CONNECTIONS.
-            let own = PgPoolOptions::new()
-                .max_connections(1)
-                .connect_lazy_with((*pool.connect_options()).clone());
-            let mut listener = PgListener::connect_with(&own).await?;
-            listener.listen(CHANNEL).await?;
-            let notices: Notices = Box::pin(
-                listener
-                    .into_stream()
-                    .map(move |n| n.map(|n| is_for(n.payload(), queue))),
-            );
-            Ok(Some(notices))
+            Ok(Some(db.notices(queue).await?))
         }
         .boxed()
     }
 
-    fn fetch(&self, worker: String, cfg: &WakeConfig, acks: Vec<(String, Outcome)>) -> Fetch {
-        let (pool, queue, batch) = (self.0.clone(), cfg.queue, cfg.batch as i64);
+    fn fetch(
+        &self,
+        worker: String,
+        cfg: &WakeConfig,
+        acks: Vec<(String, Outcome)>,
+        claims: Option<Claims>,
+    ) -> Fetch {
+        let (pool, queue, batch) = (self.pool.clone(), cfg.queue, cfg.batch as i64);
         async move {
             let (ids, statuses) = split(&acks);
-            let rows = sqlx::query(FETCH)
+            let fetch = sqlx::query(FETCH)
                 .bind(&worker)
                 .bind(queue)
                 .bind(batch)
                 .bind(&ids)
-                .bind(&statuses)
-                .fetch_all(&pool)
-                .await?;
-            rows.iter().map(wakeup).collect()
+                .bind(&statuses);
+            let Some((plan, up_to)) = claims else {
+                // Nothing to claim: the statement is the transaction.
+                let rows = fetch.fetch_all(&pool).await?;
+                return rows.iter().map(wakeup).collect();
+            };
+            let mut tx = pool.begin().await?;
+            let rows = fetch.fetch_all(&mut *tx).await?;
+            let mut got = rows.iter().map(wakeup).collect::<Result<Vec<_>, _>>()?;
+            claim(&mut tx, &mut got, plan.as_ref(), up_to).await?;
+            tx.commit().await?;
+            Ok(got)
         }
         .boxed()
     }
@@ -94,7 +183,7 @@ impl WakeDb for PgDb {
         acks: Vec<(String, Outcome)>,
         unclaimed: Vec<String>,
     ) -> BoxFuture<'static, Result<(), sqlx::Error>> {
-        let pool = self.0.clone();
+        let pool = self.pool.clone();
         async move {
             let (ids, statuses) = split(&acks);
             sqlx::query(
@@ -123,7 +212,7 @@ impl WakeDb for PgDb {
         worker: String,
         cfg: &WakeConfig,
     ) -> BoxFuture<'static, Result<(), sqlx::Error>> {
-        let (pool, queue, dead_for) = (self.0.clone(), cfg.queue, cfg.orphaned_after);
+        let (pool, queue, dead_for) = (self.pool.clone(), cfg.queue, cfg.orphaned_after);
         async move {
             let mut tx = pool.begin().await?;
             sqlx::query("UPDATE apalis.workers SET last_seen = now() WHERE id = $1")
@@ -190,15 +279,55 @@ fn wakeup(row: &PgRow) -> Result<Wakeup, sqlx::Error> {
         job_id,
         attempt_id: target(&payload),
         seen,
+        claimed: false,
     })
 }
 
-fn is_for(payload: &str, queue: &str) -> bool {
+/// Claims, in the fetch's transaction, the first `up_to` fetched attempts
+/// `plan` would claim. A claim that loses its compare-and-set leaves the
+/// handler to load the row.
+async fn claim(
+    tx: &mut sqlx::PgConnection,
+    got: &mut [Wakeup],
+    plan: &dyn ClaimPlan,
+    up_to: usize,
+) -> Result<(), sqlx::Error> {
+    let mut left = up_to;
+    for w in got.iter_mut() {
+        if left == 0 {
+            break;
+        }
+        let Some((row, now)) = &w.seen else { continue };
+        let Some(change) = plan.claim_for(row, *now) else {
+            continue;
+        };
+        match Store::apply_in_pg(tx, row, &change).await {
+            Ok(Applied::Moved(held)) => {
+                let at = held.updated_at;
+                w.seen = Some((held, at));
+                w.claimed = true;
+                left -= 1;
+            }
+            Ok(Applied::Lost) => w.seen = None,
+            Err(StoreError::Db(e)) => return Err(e),
+            Err(e) => {
+                warn!(attempt = %row.id, error = %e, "claiming at fetch refused; the handler decides");
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The job type an insert notification names (`None` if it names none:
+/// every queue looks).
+fn job_type(payload: &str) -> Option<String> {
     #[derive(Deserialize)]
     struct Insert<'a> {
         job_type: &'a str,
     }
-    serde_json::from_str::<Insert>(payload).is_ok_and(|i| i.job_type == queue)
+    serde_json::from_str::<Insert>(payload)
+        .ok()
+        .map(|i| i.job_type.to_owned())
 }
 
 async fn reenqueue_orphaned(
@@ -220,15 +349,15 @@ mod tests {
     use super::*;
 
     #[test]
-    fn notifications_are_filtered_by_queue() {
-        assert!(is_for(
-            r#"{"job_type":"cobro.charge","id":"01J","run_at":"x"}"#,
-            "cobro.charge"
-        ));
-        assert!(!is_for(
-            r#"{"job_type":"cobro.refund","id":"01J"}"#,
-            "cobro.charge"
-        ));
-        assert!(!is_for("not json", "cobro.charge"));
+    fn a_notification_names_its_job_type() {
+        assert_eq!(
+            job_type(r#"{"job_type":"cobro.charge","id":"01J","run_at":"x"}"#).as_deref(),
+            Some("cobro.charge")
+        );
+        assert_eq!(
+            job_type(r#"{"job_type":"cobro.refund","id":"01J"}"#).as_deref(),
+            Some("cobro.refund")
+        );
+        assert_eq!(job_type("not json"), None);
     }
 }

@@ -7,11 +7,12 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use sqlx::{Row, SqlitePool};
+use sqlx::{Row, SqliteConnection, SqlitePool};
 use uuid::Uuid;
 
-use super::{attempt, ms};
-use crate::store::Attempt;
+use super::{apply_tx, attempt, ms};
+use crate::store::change::{self, Applied};
+use crate::store::{Attempt, ClaimPlan, StoreError};
 
 /// One wake-up taken: its job id, the attempt its payload names, and that
 /// attempt with the database's clock, when it exists.
@@ -19,6 +20,8 @@ pub(crate) struct Taken {
     pub job_id: String,
     pub attempt_id: Option<Uuid>,
     pub seen: Option<(Attempt, DateTime<Utc>)>,
+    /// `seen` is the row as the fetch's claim wrote it.
+    pub claimed: bool,
 }
 
 /// Acknowledgements as apalis' statuses, as one JSON array of
@@ -105,14 +108,16 @@ async fn reenqueue_orphaned(
 
 /// Acknowledges `acks`, then takes up to `batch` due wake-ups of `queue`
 /// (apalis-sqlite's selection: `Pending`, or `Failed` with attempts left;
-/// highest priority, then oldest, first) for `worker`, and reads their
-/// attempts; one transaction.
+/// highest priority, then oldest, first) for `worker`, reads their
+/// attempts, and claims up to `claims.1` of them as `claims.0` plans; one
+/// transaction.
 pub(crate) async fn take(
     pool: &SqlitePool,
     worker: &str,
     queue: &str,
     batch: usize,
     acks: &[(String, &str)],
+    claims: Option<(&dyn ClaimPlan, usize)>,
 ) -> Result<Vec<Taken>, sqlx::Error> {
     let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
     if !acks.is_empty() {
@@ -186,15 +191,59 @@ pub(crate) async fn take(
             }
         }
     }
-    tx.commit().await?;
-    Ok(jobs
+    let mut taken: Vec<Taken> = jobs
         .into_iter()
         .map(|(_, _, job_id, attempt_id)| Taken {
             job_id,
             attempt_id,
             seen: attempt_id.and_then(|id| seen.remove(&id)),
+            claimed: false,
         })
-        .collect())
+        .collect();
+    if let Some((plan, up_to)) = claims {
+        claim(&mut tx, &mut taken, plan, up_to).await?;
+    }
+    tx.commit().await?;
+    Ok(taken)
+}
+
+/// Claims, in the fetch's transaction, the first `up_to` taken attempts
+/// `plan` would claim. A claim that loses its compare-and-set leaves the
+/// handler to load the row.
+async fn claim(
+    tx: &mut SqliteConnection,
+    taken: &mut [Taken],
+    plan: &dyn ClaimPlan,
+    up_to: usize,
+) -> Result<(), sqlx::Error> {
+    let mut left = up_to;
+    for t in taken.iter_mut() {
+        if left == 0 {
+            break;
+        }
+        let Some((row, now)) = &t.seen else { continue };
+        let Some(change) = plan.claim_for(row, *now) else {
+            continue;
+        };
+        let applied = match change::plan(row, &change) {
+            Ok(p) => apply_tx(tx, row, &change, &p).await,
+            Err(e) => Err(e.into()),
+        };
+        match applied {
+            Ok(Applied::Moved(held)) => {
+                let at = held.updated_at;
+                t.seen = Some((*held, at));
+                t.claimed = true;
+                left -= 1;
+            }
+            Ok(Applied::Lost) => t.seen = None,
+            Err(StoreError::Db(e)) => return Err(e),
+            Err(e) => {
+                tracing::warn!(attempt = %row.id, error = %e, "claiming at fetch refused; the handler decides");
+            }
+        }
+    }
+    Ok(())
 }
 
 /// On shutdown: `acks`, and `unclaimed` (taken, never handed out) back to

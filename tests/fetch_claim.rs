@@ -1,0 +1,237 @@
+//! The wake-up fetch claims the charges it takes, in its own transaction
+//! (`Wakes::claiming`): one transaction fewer per charge, and the same
+//! claim, through the same state machine and compare-and-set, as a handler
+//! writes. Driven through the backend's database half directly, on both
+//! backends, against the simulator over HTTP.
+
+#[macro_use]
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use cobro::backoff::CheckSchedule;
+use cobro::domain::ChargeRequest;
+use cobro::engine::{Engine, EngineConfig};
+use cobro::gateway::{HttpGateway, HttpGatewayConfig};
+use cobro::sim::Faults;
+use cobro::state::State;
+use cobro::store::{ClaimPlan, Store};
+use cobro::wakeq::{LiteDb, PgDb, WakeConfig, WakeDb, Wakeup};
+use common::*;
+use uuid::Uuid;
+
+on_both_backends!(
+    a_fetch_claims_due_charges_up_to_its_free_handlers_and_they_are_sent_once,
+    a_fetch_leaves_the_claim_to_the_handler_while_sending_is_paused,
+    a_charge_claimed_by_a_fetch_that_never_handed_it_out_is_resolved_by_its_lease,
+);
+
+async fn enqueue(store: &Store, order: &str) -> Uuid {
+    let req = ChargeRequest::parse(order, 2_500, "USD", None, Some("pm_test_visa")).unwrap();
+    store.enqueue(&req).await.unwrap().attempt_id
+}
+
+fn engine(store: &Store, gateway_url: &str, name: &str) -> Engine {
+    let gateway = HttpGateway::new(HttpGatewayConfig {
+        base_url: gateway_url.into(),
+        connect_timeout: Duration::from_millis(500),
+        request_timeout: Duration::from_millis(1500),
+        ca_file: None,
+    })
+    .unwrap();
+    Engine::new(
+        store.clone(),
+        Arc::new(gateway),
+        EngineConfig {
+            worker_name: name.into(),
+            lease_ttl: Duration::from_secs(3),
+            schedule: CheckSchedule::default().scaled(0.1),
+            key_lifetime: Duration::from_secs(86_400),
+            retry: Default::default(),
+            defer_backoff: Duration::from_millis(300),
+            not_found: cobro::policy::NotFoundRule {
+                gateway_idempotent: true,
+                max_processing: Duration::from_secs(60),
+            },
+            review: Default::default(),
+        },
+    )
+}
+
+fn config() -> WakeConfig {
+    WakeConfig {
+        queue: cobro::store::CHARGE_QUEUE,
+        batch: 10,
+        poll: Duration::from_millis(500),
+        orphaned_after: Duration::from_secs(10),
+        concurrency: 8,
+    }
+}
+
+/// Registers `worker` and runs one fetch on the backend's database half,
+/// claiming up to `up_to` with `plan`.
+async fn fetch(store: &Store, worker: &str, plan: Arc<dyn ClaimPlan>, up_to: usize) -> Vec<Wakeup> {
+    let cfg = config();
+    let claims = Some((plan, up_to));
+    match (store.pg_pool(), store.sqlite_pool()) {
+        (Some(p), _) => {
+            let db = PgDb::new(p.clone());
+            db.register(worker.into(), &cfg).await.unwrap();
+            db.fetch(worker.into(), &cfg, Vec::new(), claims)
+                .await
+                .unwrap()
+        }
+        (None, Some(p)) => {
+            let db = LiteDb(p.clone());
+            db.register(worker.into(), &cfg).await.unwrap();
+            db.fetch(worker.into(), &cfg, Vec::new(), claims)
+                .await
+                .unwrap()
+        }
+        (None, None) => unreachable!("a store is on one backend"),
+    }
+}
+
+/// Each attempt's transition causes, in order.
+async fn causes(store: &Store, id: Uuid) -> Vec<(String, String)> {
+    store
+        .transitions(id)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|t| (t.to_state, t.cause))
+        .collect()
+}
+
+/// Three charges due, two handlers free: the fetch claims the first two
+/// (committed with it: another connection sees them `EN_PROCESO`, leased to
+/// this worker, with their log rows) and leaves the third `PENDIENTE`.
+/// Handed to the engine, the claimed ones are sent at once, the other is
+/// claimed by its handler; each order is charged once, and every log reads
+/// as a handler's claim would.
+async fn a_fetch_claims_due_charges_up_to_its_free_handlers_and_they_are_sent_once(b: Backend) {
+    init_logs();
+    let db = TestDb::new(b).await;
+    let sim = start_sim(true, Faults::default()).await;
+    let ids = [
+        enqueue(&db.store, "order-claim-1").await,
+        enqueue(&db.store, "order-claim-2").await,
+        enqueue(&db.store, "order-claim-3").await,
+    ];
+    let engine = Arc::new(engine(&db.store, &sim.url(), "claimer"));
+    let got = fetch(&db.store, "claimer-fetch", engine.clone(), 2).await;
+
+    assert_eq!(got.len(), 3, "every due wake-up is taken");
+    let claimed: Vec<&Wakeup> = got.iter().filter(|w| w.claimed).collect();
+    assert_eq!(claimed.len(), 2, "claims stop at the free handlers");
+    assert!(got[0].claimed && got[1].claimed, "oldest first");
+    for w in &claimed {
+        let (row, _) = w.seen.as_ref().expect("a claim returns its row");
+        assert_eq!(row.state, State::EnProceso);
+        assert_eq!(row.lease_owner.as_deref(), Some("claimer"));
+        assert_eq!(row.send_count, 1);
+        // Committed: a fresh read sees the claim.
+        let (stored, _) = db.store.load(row.id).await.unwrap();
+        assert_eq!(stored.state, State::EnProceso);
+        assert_eq!(stored.version, row.version);
+    }
+    let rest = got.iter().find(|w| !w.claimed).unwrap();
+    let (row, _) = rest.seen.as_ref().unwrap();
+    assert_eq!(row.state, State::Pendiente);
+    assert_eq!(
+        db.store.load(row.id).await.unwrap().0.state,
+        State::Pendiente
+    );
+
+    for w in got {
+        let id = w.attempt_id.unwrap();
+        engine.process_seen(id, w.seen, w.claimed).await.unwrap();
+    }
+    for id in ids {
+        assert_eq!(db.store.load(id).await.unwrap().0.state, State::Aprobado);
+        assert_eq!(
+            causes(&db.store, id).await,
+            [
+                ("PENDIENTE".to_owned(), "enqueued".to_owned()),
+                ("EN_PROCESO".to_owned(), "claim".to_owned()),
+                ("APROBADO".to_owned(), "gateway_approved".to_owned()),
+            ]
+        );
+    }
+    let l = ledger(&sim.url()).await;
+    assert_eq!(l.entries.len(), 3, "each order charged once");
+    assert!(approved_per_order(&l).values().all(|n| *n == 1));
+    sim.shutdown().await;
+    db.drop_db().await;
+}
+
+/// While sending is paused, the fetch claims nothing: the handler parks
+/// the charge as before, and nothing reaches the gateway.
+async fn a_fetch_leaves_the_claim_to_the_handler_while_sending_is_paused(b: Backend) {
+    init_logs();
+    let db = TestDb::new(b).await;
+    let sim = start_sim(true, Faults::default()).await;
+    let id = enqueue(&db.store, "order-paused").await;
+    db.store
+        .set_sending_paused(true, "test", Some("incident"))
+        .await
+        .unwrap();
+    let pause = Arc::new(cobro::pause::Pause::new(db.store.clone()));
+    assert!(pause.refresh().await.unwrap());
+    let engine = Arc::new(engine(&db.store, &sim.url(), "paused").with_pause(pause));
+
+    let got = fetch(&db.store, "paused-fetch", engine.clone(), 8).await;
+    assert_eq!(got.len(), 1);
+    assert!(!got[0].claimed, "nothing is claimed while paused");
+    assert_eq!(db.store.load(id).await.unwrap().0.state, State::Pendiente);
+
+    let w = got.into_iter().next().unwrap();
+    engine.process_seen(id, w.seen, w.claimed).await.unwrap();
+    let (a, _) = db.store.load(id).await.unwrap();
+    assert_eq!(a.state, State::Pendiente);
+    assert!(a.parked_since.is_some(), "the handler parked it");
+    assert_eq!(a.send_count, 0);
+    assert!(ledger(&sim.url()).await.entries.is_empty());
+    sim.shutdown().await;
+    db.drop_db().await;
+}
+
+/// A fetch claims a charge, and its process dies before handing it out
+/// (nothing sent). The claim is a lease like any other: once it expires a
+/// live worker marks the attempt `DESCONOCIDO`, looks it up by its key,
+/// finds nothing, and sends it with the same key; charged once.
+async fn a_charge_claimed_by_a_fetch_that_never_handed_it_out_is_resolved_by_its_lease(b: Backend) {
+    init_logs();
+    let db = TestDb::new(b).await;
+    let sim = start_sim(true, Faults::default()).await;
+    let id = enqueue(&db.store, "order-claimed-lost").await;
+    let gone = Arc::new(engine(&db.store, &sim.url(), "gone"));
+    let got = fetch(&db.store, "gone-fetch", gone, 8).await;
+    assert!(got[0].claimed);
+    drop(got); // the process dies here
+
+    let worker = spawn_worker(worker_args(&db.url, &sim.url()));
+    settled(&db.store, id, State::Aprobado, Duration::from_secs(30)).await;
+    let states: Vec<String> = causes(&db.store, id)
+        .await
+        .into_iter()
+        .map(|(s, _)| s)
+        .collect();
+    assert_eq!(
+        states,
+        [
+            "PENDIENTE",
+            "EN_PROCESO",
+            "DESCONOCIDO",
+            "EN_PROCESO",
+            "APROBADO"
+        ],
+        "the lease expires into a lookup, then one send with the same key"
+    );
+    let l = ledger(&sim.url()).await;
+    assert_eq!(l.entries.len(), 1, "charged once");
+    worker.stop().await;
+    sim.shutdown().await;
+    db.drop_db().await;
+}
