@@ -79,6 +79,11 @@ pub struct Engine {
 /// `COBRO_POISON_AFTER`'s default.
 pub const DEFAULT_POISON_AFTER: u32 = 5;
 
+/// The longest a charge claimed in the wake-up fetch may wait for its
+/// handler and still be sent on that claim. The claim's log row is when the
+/// send starts, to within this; a lookup's "not found" is timed from it.
+pub const CLAIM_FRESH: Duration = Duration::from_millis(500);
+
 /// A wake-up should never need more steps than this (send, unknown, check,
 /// resend, ...); the bound only stops a bug from spinning.
 const MAX_STEPS: usize = 12;
@@ -249,19 +254,23 @@ impl Engine {
     /// Handles one wake-up for `id`: acts until the attempt needs nothing
     /// more now.
     pub async fn process(&self, id: Uuid) -> Result<(), StoreError> {
-        self.process_seen(id, None, false).await
+        self.process_seen(id, None, None).await
     }
 
     /// [`Engine::process`], starting from `seen`: the attempt's row and the
     /// database's time when it was read (a wake-up fetched with its row),
     /// instead of loading it. `claimed`: the fetch claimed it for this
-    /// worker ([`ClaimPlan`]; `seen` is the row that claim wrote), so it is
-    /// sent first.
+    /// worker ([`ClaimPlan`]; `seen` is the row that claim wrote) in a
+    /// transaction begun then, so it is sent first; unless the breaker
+    /// opened or sending was paused since (it is given back unsent and
+    /// parked, as a handler would park it), or it waited longer than
+    /// [`CLAIM_FRESH`] for this handler (given back and claimed again, so
+    /// the lease and the log's claim time are those of the send).
     pub async fn process_seen(
         &self,
         id: Uuid,
         seen: Option<Seen>,
-        claimed: bool,
+        claimed: Option<std::time::Instant>,
     ) -> Result<(), StoreError> {
         let span = info_span!(
             "attempt",
@@ -276,8 +285,27 @@ impl Engine {
             // is due early), instead of reading it back. After actions that
             // do not say what they wrote, it is loaded.
             let mut known = seen;
-            if claimed && let Some((held, _)) = known.take() {
-                known = seen_at_write(self.send_claimed(held).await?);
+            if let Some(began) = claimed
+                && let Some((held, _)) = known.take()
+            {
+                if self.gateway_down() {
+                    return self
+                        .give_back(&held, "claim_released_gateway_unreachable", true)
+                        .await
+                        .map(drop);
+                }
+                if self.held_back(&held) {
+                    return self
+                        .give_back(&held, "claim_released_sending_paused", true)
+                        .await
+                        .map(drop);
+                }
+                known = seen_at_write(if began.elapsed() > CLAIM_FRESH {
+                    debug!(waited = ?began.elapsed(), "claimed in the fetch, but handled late: claiming again");
+                    self.give_back(&held, "claim_released_late", false).await?
+                } else {
+                    self.send_claimed(held).await?
+                });
             }
             for _ in 0..MAX_STEPS {
                 let (attempt, now) = match known.take() {
@@ -327,6 +355,27 @@ impl Engine {
         }
         .instrument(span)
         .await
+    }
+
+    /// Gives back `held`, claimed in the fetch and certainly not sent: back
+    /// to `PENDIENTE` (`Event::Deferred`), parked (`park`) or due at once.
+    async fn give_back(
+        &self,
+        held: &Attempt,
+        cause: &str,
+        park: bool,
+    ) -> Result<Written, StoreError> {
+        let mut change = Change::new(Some(Event::Deferred), cause, &self.actor);
+        if park {
+            change.park = true;
+        } else {
+            change.act_in = Some(Duration::ZERO);
+        }
+        let written = self.store.apply(held, &change).await?.written();
+        if park && written.is_some() {
+            crate::metrics::parked();
+        }
+        Ok(written)
     }
 
     /// When a declined attempt's order gets its next attempt: charges per
@@ -589,6 +638,16 @@ impl ClaimPlan for Engine {
             && !self.held_back(seen)
             && decide(snapshot(seen), now) == Action::Send;
         (at_once && send::sendable(seen)).then(|| self.claim(Event::Claim, "claim"))
+    }
+
+    fn unclaim(&self) -> Change<'_> {
+        let mut change = Change::new(
+            Some(Event::Deferred),
+            "claim_released_shutdown",
+            &self.actor,
+        );
+        change.act_in = Some(Duration::ZERO);
+        change
     }
 }
 

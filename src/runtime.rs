@@ -446,6 +446,7 @@ async fn handle_wakeup(
     engine: Data<Arc<Engine>>,
     acks: Data<Acks>,
 ) -> Result<(), BoxDynError> {
+    let _running = acks.finishing();
     let Some(id) = w.attempt_id else {
         warn!(job = %w.job_id, "a wake-up job names no attempt; dropping it");
         acks.push(w.job_id, Outcome::Killed);

@@ -17,7 +17,7 @@ use cobro::gateway::{HttpGateway, HttpGatewayConfig};
 use cobro::sim::Faults;
 use cobro::state::State;
 use cobro::store::{ClaimPlan, Store};
-use cobro::wakeq::{LiteDb, PgDb, WakeConfig, WakeDb, Wakeup};
+use cobro::wakeq::{LiteDb, Outcome, PgDb, WakeConfig, WakeDb, Wakeup};
 use common::*;
 use uuid::Uuid;
 
@@ -25,7 +25,41 @@ on_both_backends!(
     a_fetch_claims_due_charges_up_to_its_free_handlers_and_they_are_sent_once,
     a_fetch_leaves_the_claim_to_the_handler_while_sending_is_paused,
     a_charge_claimed_by_a_fetch_that_never_handed_it_out_is_resolved_by_its_lease,
+    a_claim_is_given_back_unsent_when_sending_was_paused_after_the_fetch,
+    a_claim_handled_late_is_given_back_and_claimed_again,
+    a_claim_given_back_at_shutdown_is_sent_once_by_the_next_worker,
 );
+
+/// A real, idle worker claims a lone charge in the transaction of the
+/// fetch that takes its wake-up: PostgreSQL's `now()` is the transaction's
+/// start, so the claim's log row and the job's lock carry the same instant.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_real_worker_claims_a_lone_charge_in_its_fetch() {
+    if skip_postgres("a_real_worker_claims_a_lone_charge_in_its_fetch") {
+        return;
+    }
+    init_logs();
+    let db = TestDb::new(Backend::Postgres).await;
+    let sim = start_sim(true, Faults::default()).await;
+    let worker = spawn_worker(worker_args(&db.url, &sim.url()));
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let id = enqueue(&db.store, "order-lone").await;
+    settled(&db.store, id, State::Aprobado, Duration::from_secs(10)).await;
+    let same: bool = sqlx::query_scalar(
+        "SELECT t.at = j.lock_at
+           FROM cobro.attempt_transitions t
+           JOIN apalis.jobs j ON cobro.wake_target(j.job) = t.attempt_id
+          WHERE t.attempt_id = $1 AND t.cause = 'claim'",
+    )
+    .bind(id)
+    .fetch_one(db.store.pg_pool().unwrap())
+    .await
+    .unwrap();
+    assert!(same, "claimed in the fetch's transaction");
+    worker.stop().await;
+    sim.shutdown().await;
+    db.drop_db().await;
+}
 
 async fn enqueue(store: &Store, order: &str) -> Uuid {
     let req = ChargeRequest::parse(order, 2_500, "USD", None, Some("pm_test_visa")).unwrap();
@@ -123,9 +157,12 @@ async fn a_fetch_claims_due_charges_up_to_its_free_handlers_and_they_are_sent_on
     let got = fetch(&db.store, "claimer-fetch", engine.clone(), 2).await;
 
     assert_eq!(got.len(), 3, "every due wake-up is taken");
-    let claimed: Vec<&Wakeup> = got.iter().filter(|w| w.claimed).collect();
+    let claimed: Vec<&Wakeup> = got.iter().filter(|w| w.claimed.is_some()).collect();
     assert_eq!(claimed.len(), 2, "claims stop at the free handlers");
-    assert!(got[0].claimed && got[1].claimed, "oldest first");
+    assert!(
+        got[0].claimed.is_some() && got[1].claimed.is_some(),
+        "oldest first"
+    );
     for w in &claimed {
         let (row, _) = w.seen.as_ref().expect("a claim returns its row");
         assert_eq!(row.state, State::EnProceso);
@@ -136,7 +173,7 @@ async fn a_fetch_claims_due_charges_up_to_its_free_handlers_and_they_are_sent_on
         assert_eq!(stored.state, State::EnProceso);
         assert_eq!(stored.version, row.version);
     }
-    let rest = got.iter().find(|w| !w.claimed).unwrap();
+    let rest = got.iter().find(|w| w.claimed.is_none()).unwrap();
     let (row, _) = rest.seen.as_ref().unwrap();
     assert_eq!(row.state, State::Pendiente);
     assert_eq!(
@@ -183,7 +220,7 @@ async fn a_fetch_leaves_the_claim_to_the_handler_while_sending_is_paused(b: Back
 
     let got = fetch(&db.store, "paused-fetch", engine.clone(), 8).await;
     assert_eq!(got.len(), 1);
-    assert!(!got[0].claimed, "nothing is claimed while paused");
+    assert!(got[0].claimed.is_none(), "nothing is claimed while paused");
     assert_eq!(db.store.load(id).await.unwrap().0.state, State::Pendiente);
 
     let w = got.into_iter().next().unwrap();
@@ -208,7 +245,7 @@ async fn a_charge_claimed_by_a_fetch_that_never_handed_it_out_is_resolved_by_its
     let id = enqueue(&db.store, "order-claimed-lost").await;
     let gone = Arc::new(engine(&db.store, &sim.url(), "gone"));
     let got = fetch(&db.store, "gone-fetch", gone, 8).await;
-    assert!(got[0].claimed);
+    assert!(got[0].claimed.is_some());
     drop(got); // the process dies here
 
     let worker = spawn_worker(worker_args(&db.url, &sim.url()));
@@ -232,6 +269,136 @@ async fn a_charge_claimed_by_a_fetch_that_never_handed_it_out_is_resolved_by_its
     let l = ledger(&sim.url()).await;
     assert_eq!(l.entries.len(), 1, "charged once");
     worker.stop().await;
+    sim.shutdown().await;
+    db.drop_db().await;
+}
+
+/// Sending is paused between the fetch that claimed a charge and its
+/// handler: the handler gives the claim back unsent (`PENDIENTE`, parked,
+/// as a handler parks a charge while paused); nothing reaches the gateway.
+async fn a_claim_is_given_back_unsent_when_sending_was_paused_after_the_fetch(b: Backend) {
+    init_logs();
+    let db = TestDb::new(b).await;
+    let sim = start_sim(true, Faults::default()).await;
+    let id = enqueue(&db.store, "order-paused-late").await;
+    let pause = Arc::new(cobro::pause::Pause::new(db.store.clone()));
+    let engine = Arc::new(engine(&db.store, &sim.url(), "paused-late").with_pause(pause.clone()));
+    let got = fetch(&db.store, "paused-late-fetch", engine.clone(), 8).await;
+    assert!(got[0].claimed.is_some());
+
+    db.store
+        .set_sending_paused(true, "test", Some("incident"))
+        .await
+        .unwrap();
+    assert!(pause.refresh().await.unwrap());
+    let w = got.into_iter().next().unwrap();
+    engine.process_seen(id, w.seen, w.claimed).await.unwrap();
+
+    let (a, _) = db.store.load(id).await.unwrap();
+    assert_eq!(a.state, State::Pendiente);
+    assert!(a.parked_since.is_some(), "parked until sending resumes");
+    assert_eq!(a.lease_owner, None);
+    assert_eq!(
+        causes(&db.store, id).await,
+        [
+            ("PENDIENTE".to_owned(), "enqueued".to_owned()),
+            ("EN_PROCESO".to_owned(), "claim".to_owned()),
+            (
+                "PENDIENTE".to_owned(),
+                "claim_released_sending_paused".to_owned()
+            ),
+        ]
+    );
+    assert!(ledger(&sim.url()).await.entries.is_empty(), "nothing sent");
+    sim.shutdown().await;
+    db.drop_db().await;
+}
+
+/// A charge claimed in the fetch whose handler starts later than
+/// `CLAIM_FRESH` is given back and claimed again by its handler, so the
+/// log's claim is the send's; charged once.
+async fn a_claim_handled_late_is_given_back_and_claimed_again(b: Backend) {
+    init_logs();
+    let db = TestDb::new(b).await;
+    let sim = start_sim(true, Faults::default()).await;
+    let id = enqueue(&db.store, "order-late-handler").await;
+    let engine = Arc::new(engine(&db.store, &sim.url(), "late"));
+    let got = fetch(&db.store, "late-fetch", engine.clone(), 8).await;
+    let w = got.into_iter().next().unwrap();
+    let began = w.claimed.expect("claimed in the fetch");
+    let long_ago = began
+        .checked_sub(cobro::engine::CLAIM_FRESH + Duration::from_millis(100))
+        .unwrap();
+    engine
+        .process_seen(id, w.seen, Some(long_ago))
+        .await
+        .unwrap();
+
+    assert_eq!(db.store.load(id).await.unwrap().0.state, State::Aprobado);
+    assert_eq!(
+        causes(&db.store, id).await,
+        [
+            ("PENDIENTE".to_owned(), "enqueued".to_owned()),
+            ("EN_PROCESO".to_owned(), "claim".to_owned()),
+            ("PENDIENTE".to_owned(), "claim_released_late".to_owned()),
+            ("EN_PROCESO".to_owned(), "claim".to_owned()),
+            ("APROBADO".to_owned(), "gateway_approved".to_owned()),
+        ]
+    );
+    assert_eq!(ledger(&sim.url()).await.entries.len(), 1, "charged once");
+    sim.shutdown().await;
+    db.drop_db().await;
+}
+
+/// A worker shuts down with a charge its fetch claimed but never handed
+/// out: the release gives the claim back (due at once, with a wake-up of
+/// its own) and acknowledges the old wake-up; the next worker sends it
+/// once, without waiting for a lease to expire.
+async fn a_claim_given_back_at_shutdown_is_sent_once_by_the_next_worker(b: Backend) {
+    init_logs();
+    let db = TestDb::new(b).await;
+    let sim = start_sim(true, Faults::default()).await;
+    let id = enqueue(&db.store, "order-shutdown").await;
+    let leaving = Arc::new(engine(&db.store, &sim.url(), "leaving"));
+    let worker = "leaving-fetch";
+    let got = fetch(&db.store, worker, leaving.clone(), 8).await;
+    let w = got.into_iter().next().unwrap();
+    let (row, _) = w.seen.expect("claimed with its row");
+    let acks = vec![(w.job_id, Outcome::Done)];
+    let unsent = Some((leaving as Arc<dyn ClaimPlan>, vec![row]));
+    match (db.store.pg_pool(), db.store.sqlite_pool()) {
+        (Some(p), _) => PgDb::new(p.clone())
+            .release(worker.into(), acks, Vec::new(), unsent)
+            .await
+            .unwrap(),
+        (None, Some(p)) => LiteDb(p.clone())
+            .release(worker.into(), acks, Vec::new(), unsent)
+            .await
+            .unwrap(),
+        (None, None) => unreachable!(),
+    }
+    let (a, _) = db.store.load(id).await.unwrap();
+    assert_eq!(a.state, State::Pendiente);
+    assert_eq!(a.lease_owner, None);
+
+    // The sweeper out of reach: only the give-back's own wake-up can bring it.
+    let mut args = worker_args(&db.url, &sim.url());
+    args.sweep_grace = Duration::from_secs(600);
+    args.sweep_interval = Duration::from_secs(60);
+    let next = spawn_worker(args);
+    settled(&db.store, id, State::Aprobado, Duration::from_secs(10)).await;
+    assert_eq!(
+        causes(&db.store, id).await,
+        [
+            ("PENDIENTE".to_owned(), "enqueued".to_owned()),
+            ("EN_PROCESO".to_owned(), "claim".to_owned()),
+            ("PENDIENTE".to_owned(), "claim_released_shutdown".to_owned()),
+            ("EN_PROCESO".to_owned(), "claim".to_owned()),
+            ("APROBADO".to_owned(), "gateway_approved".to_owned()),
+        ]
+    );
+    assert_eq!(ledger(&sim.url()).await.entries.len(), 1, "charged once");
+    next.stop().await;
     sim.shutdown().await;
     db.drop_db().await;
 }

@@ -234,6 +234,9 @@ pub trait ClaimPlan: Send + Sync {
     /// The claim for `seen` (read at the database's `now`), if the engine
     /// would send it right away.
     fn claim_for<'a>(&'a self, seen: &Attempt, now: DateTime<Utc>) -> Option<Change<'a>>;
+    /// The change that gives back a claim of [`ClaimPlan::claim_for`]
+    /// never sent (the worker shut down first): due again at once.
+    fn unclaim(&self) -> Change<'_>;
 }
 
 impl Store {

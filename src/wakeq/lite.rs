@@ -6,7 +6,11 @@ use futures::FutureExt;
 use futures::future::BoxFuture;
 use sqlx::SqlitePool;
 
-use super::{Claims, Fetch, Notices, Outcome, WakeConfig, WakeDb, Wakeup};
+use std::time::Instant;
+
+use tracing::warn;
+
+use super::{Claims, Fetch, Notices, Outcome, Unsent, WakeConfig, WakeDb, Wakeup};
 use crate::store::lite_wakeups as sql;
 
 #[derive(Clone)]
@@ -41,17 +45,34 @@ impl WakeDb for LiteDb {
     ) -> Fetch {
         let (pool, queue, batch) = (self.0.clone(), cfg.queue, cfg.batch);
         async move {
-            let claims = claims.as_ref().map(|(plan, n)| (plan.as_ref(), *n));
-            let taken = sql::take(&pool, &worker, queue, batch, &statuses(&acks), claims).await?;
-            Ok(taken
-                .into_iter()
-                .map(|t| Wakeup {
-                    attempt_id: t.attempt_id,
-                    job_id: t.job_id,
-                    seen: t.seen.map(|(a, now)| (Box::new(a), now)),
-                    claimed: t.claimed,
-                })
-                .collect())
+            let began = Instant::now();
+            let acks = statuses(&acks);
+            let wakeups = |taken: Vec<sql::Taken>| -> Vec<Wakeup> {
+                taken
+                    .into_iter()
+                    .map(|t| Wakeup {
+                        attempt_id: t.attempt_id,
+                        job_id: t.job_id,
+                        seen: t.seen.map(|(a, now)| (Box::new(a), now)),
+                        claimed: t.claimed.then_some(began),
+                    })
+                    .collect()
+            };
+            if let Some((plan, up_to)) = &claims {
+                let claims = Some((plan.as_ref(), *up_to));
+                match sql::take(&pool, &worker, queue, batch, &acks, claims).await {
+                    Ok(taken) => return Ok(wakeups(taken)),
+                    // Rolled back, nothing taken: fetch as if there were
+                    // nothing to claim (one attempt whose claim fails fails
+                    // only its own wake-up, in its handler).
+                    Err(e) => {
+                        warn!(queue, error = %e, "claiming in the fetch failed; fetching without claims");
+                    }
+                }
+            }
+            Ok(wakeups(
+                sql::take(&pool, &worker, queue, batch, &acks, None).await?,
+            ))
         }
         .boxed()
     }
@@ -61,9 +82,16 @@ impl WakeDb for LiteDb {
         worker: String,
         acks: Vec<(String, Outcome)>,
         unclaimed: Vec<String>,
+        unsent: Option<Unsent>,
     ) -> BoxFuture<'static, Result<(), sqlx::Error>> {
         let pool = self.0.clone();
-        async move { sql::release(&pool, &worker, &statuses(&acks), &unclaimed).await }.boxed()
+        async move {
+            let unsent = unsent
+                .as_ref()
+                .map(|(plan, rows)| (plan.as_ref(), rows.as_slice()));
+            sql::release(&pool, &worker, &statuses(&acks), &unclaimed, unsent).await
+        }
+        .boxed()
     }
 
     fn beat(

@@ -48,7 +48,7 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use apalis::prelude::{Backend, Identity, Task, TaskBuilder, WorkerContext};
 use apalis_core::backend::BackendConfig;
@@ -76,8 +76,9 @@ pub struct Wakeup {
     pub attempt_id: Option<Uuid>,
     pub seen: Option<(Box<Attempt>, DateTime<Utc>)>,
     /// The fetch claimed the attempt for this worker (`seen` is the row its
-    /// claim wrote): the handler sends it at once.
-    pub claimed: bool,
+    /// claim wrote), in a transaction begun at this instant: the handler
+    /// sends it at once.
+    pub claimed: Option<Instant>,
 }
 
 /// How a handled wake-up ends, for its acknowledgement.
@@ -102,8 +103,8 @@ impl Outcome {
 }
 
 /// Finished wake-ups waiting for the next fetch to acknowledge them, and
-/// how many handlers have finished in all. Shared between the backend and
-/// its handlers (`Data<Acks>`); a handler pushes exactly once.
+/// how many handlers have finished in all ([`Acks::finishing`]). Shared
+/// between the backend and its handlers (`Data<Acks>`).
 #[derive(Debug, Clone, Default)]
 pub struct Acks {
     held: Arc<Mutex<Vec<(String, Outcome)>>>,
@@ -116,7 +117,12 @@ impl Acks {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .push((job_id, outcome));
-        self.finished.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Held by a handler while it runs: counts it finished when dropped,
+    /// whether it returned or panicked.
+    pub fn finishing(&self) -> Finishing {
+        Finishing(self.finished.clone())
     }
 
     fn take(&self) -> Vec<(String, Outcome)> {
@@ -132,6 +138,15 @@ impl Acks {
 
     fn finished(&self) -> usize {
         self.finished.load(Ordering::Relaxed)
+    }
+}
+
+/// A handler running ([`Acks::finishing`]).
+pub struct Finishing(Arc<AtomicUsize>);
+
+impl Drop for Finishing {
+    fn drop(&mut self) {
+        self.0.fetch_add(1, Ordering::Relaxed);
     }
 }
 
@@ -171,13 +186,15 @@ pub trait WakeDb: Clone + Send + Sync + Unpin + 'static {
         acks: Vec<(String, Outcome)>,
         claims: Option<Claims>,
     ) -> Fetch;
-    /// On shutdown: the pending acknowledgements, and the jobs fetched but
-    /// never handed out put back to `Pending`, in one transaction.
+    /// On shutdown: the pending acknowledgements, the jobs fetched but never
+    /// handed out put back to `Pending`, and the attempts claimed but never
+    /// sent given back ([`ClaimPlan::unclaim`]), in one transaction.
     fn release(
         &self,
         worker: String,
         acks: Vec<(String, Outcome)>,
         unclaimed: Vec<String>,
+        unsent: Option<Unsent>,
     ) -> BoxFuture<'static, Result<(), sqlx::Error>>;
     /// Liveness, and the re-enqueue of dead workers' jobs.
     fn beat(&self, worker: String, cfg: &WakeConfig)
@@ -188,6 +205,9 @@ pub type Fetch = BoxFuture<'static, Result<Vec<Wakeup>, sqlx::Error>>;
 
 /// Who plans the fetch's claims, and at most how many.
 pub type Claims = (Arc<dyn ClaimPlan>, usize);
+
+/// Attempts claimed by a fetch and never handed out, and who gives them back.
+pub type Unsent = (Arc<dyn ClaimPlan>, Vec<Box<Attempt>>);
 
 /// Notifications: `Ok(true)` when one names this queue.
 pub type Notices = Pin<Box<dyn Stream<Item = Result<bool, sqlx::Error>> + Send>>;
@@ -246,23 +266,28 @@ impl<D: WakeDb> Wakes<D> {
     /// would send at once, up to the handlers free to send them: the claim
     /// no longer costs a transaction of its own.
     ///
-    /// Only up to the free handlers, so a claimed attempt is handed out at
-    /// once and its lease runs while it is sent, not while it waits. One
-    /// claimed and never handed out (a shutdown in between, a crash) is not
-    /// lost: its lease expires into `DESCONOCIDO`, and the lookup by its
-    /// key decides, as for any worker that died holding a lease.
+    /// Only up to the free handlers, and claimed ones are handed out first,
+    /// so a claimed attempt is sent at once and its lease runs while it is
+    /// sent, not while it waits (its handler gives it back unsent if it
+    /// waited anyway: [`crate::engine::Engine::process_seen`]). No claims
+    /// once the worker is shutting down; one claimed but never handed out
+    /// at shutdown is given back in the release. After a crash, its lease
+    /// expires into `DESCONOCIDO` and the lookup by its key decides, as for
+    /// any worker that died holding a lease.
     pub fn claiming(mut self, plan: Arc<dyn ClaimPlan>) -> Self {
         self.claims = Some(plan);
         self
     }
 
-    fn fetch(&self) -> Fetch {
+    /// A fetch, claiming only if `claim`.
+    fn fetch(&self, claim: bool) -> Fetch {
         let acks = self.acks.take();
         let back = (self.acks.clone(), acks.clone());
         let busy = self.handed.saturating_sub(self.acks.finished());
         let claims = self
             .claims
             .clone()
+            .filter(|_| claim)
             .map(|plan| (plan, self.cfg.concurrency.saturating_sub(busy)))
             .filter(|(_, free)| *free > 0);
         let fetch = self.db.fetch(self.worker.clone(), &self.cfg, acks, claims);
@@ -381,7 +406,7 @@ impl<D: WakeDb> Backend for Wakes<D> {
     fn poll_next(
         &mut self,
         cx: &mut Context<'_>,
-        _: &WorkerContext,
+        worker: &WorkerContext,
     ) -> Poll<Option<Result<Self::Task, Self::Error>>> {
         loop {
             match &mut self.state {
@@ -395,9 +420,11 @@ impl<D: WakeDb> Backend for Wakes<D> {
                 },
                 State::Fetching(fut) => match fut.poll_unpin(cx) {
                     Poll::Pending => return Poll::Pending,
-                    Poll::Ready(Ok(got)) => {
+                    Poll::Ready(Ok(mut got)) => {
                         // A full batch: more may be due.
                         self.armed |= got.len() >= self.cfg.batch;
+                        // Claimed ones first: their leases are running.
+                        got.sort_by_key(|w| w.claimed.is_none());
                         self.state = State::Buffered(got.into());
                     }
                     Poll::Ready(Err(e)) => {
@@ -415,7 +442,7 @@ impl<D: WakeDb> Backend for Wakes<D> {
                         return Poll::Pending;
                     }
                     self.armed = false;
-                    self.state = State::Fetching(self.fetch());
+                    self.state = State::Fetching(self.fetch(!worker.is_shutting_down()));
                 }
             }
         }
@@ -427,22 +454,40 @@ impl<D: WakeDb> Backend for Wakes<D> {
         _: &WorkerContext,
     ) -> Poll<Result<(), Self::Error>> {
         if self.closing.is_none() {
-            // Fetched but never handed out: back to Pending for anyone.
-            let unclaimed: Vec<String> = match &mut self.state {
+            let left: Vec<Wakeup> = match &mut self.state {
                 State::Fetching(fut) => match fut.poll_unpin(cx) {
                     Poll::Pending => return Poll::Pending,
-                    Poll::Ready(Ok(got)) => got.into_iter().map(|w| w.job_id).collect(),
+                    Poll::Ready(Ok(got)) => got,
                     Poll::Ready(Err(_)) => Vec::new(),
                 },
-                State::Buffered(buffer) => buffer.drain(..).map(|w| w.job_id).collect(),
+                State::Buffered(buffer) => buffer.drain(..).collect(),
                 _ => Vec::new(),
             };
             self.state = State::Idle;
-            let acks = self.acks.take();
-            self.closing = Some(if unclaimed.is_empty() && acks.is_empty() {
+            let mut acks = self.acks.take();
+            // Fetched but never handed out: back to Pending for anyone. A
+            // claim never sent is given back, and its give-back wakes it
+            // again: its job is done.
+            let mut unclaimed = Vec::new();
+            let mut unsent = Vec::new();
+            for w in left {
+                match (w.claimed, w.seen) {
+                    (Some(_), Some((row, _))) => {
+                        acks.push((w.job_id, Outcome::Done));
+                        unsent.push(row);
+                    }
+                    _ => unclaimed.push(w.job_id),
+                }
+            }
+            let unsent = self.claims.clone().map(|plan| (plan, unsent));
+            let nothing = unclaimed.is_empty()
+                && acks.is_empty()
+                && unsent.as_ref().is_none_or(|(_, rows)| rows.is_empty());
+            self.closing = Some(if nothing {
                 futures::future::ready(Ok(())).boxed()
             } else {
-                self.db.release(self.worker.clone(), acks, unclaimed)
+                self.db
+                    .release(self.worker.clone(), acks, unclaimed, unsent)
             });
         }
         let done = self.closing.as_mut().map(|f| f.poll_unpin(cx));

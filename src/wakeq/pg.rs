@@ -7,6 +7,7 @@
 //! charge a transaction in each of them.
 
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use futures::FutureExt;
 use futures::future::BoxFuture;
@@ -18,7 +19,7 @@ use tokio::sync::broadcast::{self, error::RecvError};
 use tokio::sync::oneshot;
 use tracing::warn;
 
-use super::{Claims, Fetch, Notices, Outcome, WakeConfig, WakeDb, Wakeup, target};
+use super::{Claims, Fetch, Notices, Outcome, Unsent, WakeConfig, WakeDb, Wakeup, target};
 use crate::store::{Applied, Attempt, ClaimPlan, Store, StoreError};
 
 /// The channel apalis' insert trigger notifies (`apalis.notify_new_jobs`:
@@ -82,6 +83,7 @@ async fn listen(pool: &PgPool) -> Result<Hub, sqlx::Error> {
     let (stop, mut stopped) = oneshot::channel();
     let relay = heard.clone();
     tokio::spawn(async move {
+        let mut pause = Duration::from_millis(100);
         loop {
             let got = tokio::select! {
                 _ = &mut stopped => return,
@@ -89,14 +91,21 @@ async fn listen(pool: &PgPool) -> Result<Hub, sqlx::Error> {
             };
             match got {
                 Ok(n) => {
+                    pause = Duration::from_millis(100);
                     let _ = relay.send(job_type(n.payload()));
                 }
-                // sqlx reconnects on the next receive; anything inserted
-                // meanwhile is found by a fetch now or by the poll interval.
+                // A lost connection is re-made (and re-LISTENed) inside
+                // recv; an error here is one it could not re-make. Anything
+                // inserted meanwhile is found by a fetch now, or by the
+                // poll interval.
                 Err(e) => {
-                    warn!(error = %e, "wake-up notifications interrupted");
+                    warn!(error = %e, retry_in = ?pause, "wake-up notifications interrupted");
                     let _ = relay.send(None);
-                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                    tokio::select! {
+                        _ = &mut stopped => return,
+                        _ = tokio::time::sleep(pause) => {}
+                    }
+                    pause = (pause * 2).min(Duration::from_secs(5));
                 }
             }
         }
@@ -155,24 +164,39 @@ impl WakeDb for PgDb {
     ) -> Fetch {
         let (pool, queue, batch) = (self.pool.clone(), cfg.queue, cfg.batch as i64);
         async move {
+            let began = Instant::now();
             let (ids, statuses) = split(&acks);
-            let fetch = sqlx::query(FETCH)
-                .bind(&worker)
-                .bind(queue)
-                .bind(batch)
-                .bind(&ids)
-                .bind(&statuses);
-            let Some((plan, up_to)) = claims else {
-                // Nothing to claim: the statement is the transaction.
-                let rows = fetch.fetch_all(&pool).await?;
-                return rows.iter().map(wakeup).collect();
+            let fetch = || {
+                sqlx::query(FETCH)
+                    .bind(&worker)
+                    .bind(queue)
+                    .bind(batch)
+                    .bind(&ids)
+                    .bind(&statuses)
             };
-            let mut tx = pool.begin().await?;
-            let rows = fetch.fetch_all(&mut *tx).await?;
-            let mut got = rows.iter().map(wakeup).collect::<Result<Vec<_>, _>>()?;
-            claim(&mut tx, &mut got, plan.as_ref(), up_to).await?;
-            tx.commit().await?;
-            Ok(got)
+            if let Some((plan, up_to)) = claims {
+                let claiming = async {
+                    let mut tx = pool.begin().await?;
+                    let rows = fetch().fetch_all(&mut *tx).await?;
+                    let mut got = rows.iter().map(wakeup).collect::<Result<Vec<_>, _>>()?;
+                    claim(&mut tx, &mut got, plan.as_ref(), up_to, began).await?;
+                    tx.commit().await?;
+                    Ok::<_, sqlx::Error>(got)
+                };
+                match claiming.await {
+                    Ok(got) => return Ok(got),
+                    // Rolled back, nothing taken: fetch as if there were
+                    // nothing to claim, so one attempt whose claim fails
+                    // (a trigger, a bad row) fails only its own wake-up,
+                    // in its handler, not every fetch of the queue.
+                    Err(e) => {
+                        warn!(queue, error = %e, "claiming in the fetch failed; fetching without claims");
+                    }
+                }
+            }
+            // Nothing to claim: the statement is the transaction.
+            let rows = fetch().fetch_all(&pool).await?;
+            rows.iter().map(wakeup).collect()
         }
         .boxed()
     }
@@ -182,10 +206,12 @@ impl WakeDb for PgDb {
         worker: String,
         acks: Vec<(String, Outcome)>,
         unclaimed: Vec<String>,
+        unsent: Option<Unsent>,
     ) -> BoxFuture<'static, Result<(), sqlx::Error>> {
         let pool = self.pool.clone();
         async move {
             let (ids, statuses) = split(&acks);
+            let mut tx = pool.begin().await?;
             sqlx::query(
                 "WITH acked AS (
                     UPDATE apalis.jobs j
@@ -200,9 +226,19 @@ impl WakeDb for PgDb {
             .bind(&ids)
             .bind(&statuses)
             .bind(&unclaimed)
-            .execute(&pool)
-            .await
-            .map(|_| ())
+            .execute(&mut *tx)
+            .await?;
+            if let Some((plan, rows)) = unsent {
+                let change = plan.unclaim();
+                for row in rows {
+                    match Store::apply_in_pg(&mut tx, &row, &change).await {
+                        Ok(_) => {}
+                        Err(StoreError::Db(e)) => return Err(e),
+                        Err(e) => warn!(attempt = %row.id, error = %e, "a claim never sent could not be given back; its lease will expire"),
+                    }
+                }
+            }
+            tx.commit().await
         }
         .boxed()
     }
@@ -279,18 +315,21 @@ fn wakeup(row: &PgRow) -> Result<Wakeup, sqlx::Error> {
         job_id,
         attempt_id: target(&payload),
         seen,
-        claimed: false,
+        claimed: None,
     })
 }
 
-/// Claims, in the fetch's transaction, the first `up_to` fetched attempts
-/// `plan` would claim. A claim that loses its compare-and-set leaves the
-/// handler to load the row.
+/// Claims, in the fetch's transaction (begun at `began`), the first
+/// `up_to` fetched attempts `plan` would claim. A claim that loses its
+/// compare-and-set leaves the handler to load the row; one the state
+/// machine refuses (no SQL ran) leaves the handler to decide; any other
+/// error fails the transaction.
 async fn claim(
     tx: &mut sqlx::PgConnection,
     got: &mut [Wakeup],
     plan: &dyn ClaimPlan,
     up_to: usize,
+    began: Instant,
 ) -> Result<(), sqlx::Error> {
     let mut left = up_to;
     for w in got.iter_mut() {
@@ -305,14 +344,15 @@ async fn claim(
             Ok(Applied::Moved(held)) => {
                 let at = held.updated_at;
                 w.seen = Some((held, at));
-                w.claimed = true;
+                w.claimed = Some(began);
                 left -= 1;
             }
             Ok(Applied::Lost) => w.seen = None,
-            Err(StoreError::Db(e)) => return Err(e),
-            Err(e) => {
-                warn!(attempt = %row.id, error = %e, "claiming at fetch refused; the handler decides");
+            Err(StoreError::Invalid(e)) => {
+                warn!(attempt = %row.id, error = %e, "claiming in the fetch refused; the handler decides");
             }
+            Err(StoreError::Db(e)) => return Err(e),
+            Err(e) => return Err(sqlx::Error::Protocol(e.to_string())),
         }
     }
     Ok(())

@@ -209,7 +209,8 @@ pub(crate) async fn take(
 
 /// Claims, in the fetch's transaction, the first `up_to` taken attempts
 /// `plan` would claim. A claim that loses its compare-and-set leaves the
-/// handler to load the row.
+/// handler to load the row; one the state machine refuses (no SQL ran)
+/// leaves the handler to decide; any other error fails the transaction.
 async fn claim(
     tx: &mut SqliteConnection,
     taken: &mut [Taken],
@@ -225,11 +226,14 @@ async fn claim(
         let Some(change) = plan.claim_for(row, *now) else {
             continue;
         };
-        let applied = match change::plan(row, &change) {
-            Ok(p) => apply_tx(tx, row, &change, &p).await,
-            Err(e) => Err(e.into()),
+        let planned = match change::plan(row, &change) {
+            Ok(p) => p,
+            Err(e) => {
+                tracing::warn!(attempt = %row.id, error = %e, "claiming in the fetch refused; the handler decides");
+                continue;
+            }
         };
-        match applied {
+        match apply_tx(tx, row, &change, &planned).await {
             Ok(Applied::Moved(held)) => {
                 let at = held.updated_at;
                 t.seen = Some((*held, at));
@@ -238,21 +242,21 @@ async fn claim(
             }
             Ok(Applied::Lost) => t.seen = None,
             Err(StoreError::Db(e)) => return Err(e),
-            Err(e) => {
-                tracing::warn!(attempt = %row.id, error = %e, "claiming at fetch refused; the handler decides");
-            }
+            Err(e) => return Err(sqlx::Error::Protocol(e.to_string())),
         }
     }
     Ok(())
 }
 
-/// On shutdown: `acks`, and `unclaimed` (taken, never handed out) back to
-/// `Pending`; one transaction.
+/// On shutdown: `acks`, `unclaimed` (taken, never handed out) back to
+/// `Pending`, and the claims never sent (`unsent`) given back with
+/// `unsent.0`'s change; one transaction.
 pub(crate) async fn release(
     pool: &SqlitePool,
     worker: &str,
     acks: &[(String, &str)],
     unclaimed: &[String],
+    unsent: Option<(&dyn ClaimPlan, &[Box<Attempt>])>,
 ) -> Result<(), sqlx::Error> {
     let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
     sqlx::query(ACK)
@@ -269,5 +273,21 @@ pub(crate) async fn release(
     .bind(worker)
     .execute(&mut *tx)
     .await?;
+    if let Some((plan, rows)) = unsent {
+        let change = plan.unclaim();
+        for row in rows {
+            let applied = match change::plan(row, &change) {
+                Ok(p) => apply_tx(&mut tx, row, &change, &p).await,
+                Err(e) => Err(e.into()),
+            };
+            match applied {
+                Ok(_) => {}
+                Err(StoreError::Db(e)) => return Err(e),
+                Err(e) => {
+                    tracing::warn!(attempt = %row.id, error = %e, "a claim never sent could not be given back; its lease will expire");
+                }
+            }
+        }
+    }
     tx.commit().await
 }
