@@ -173,7 +173,7 @@ pub enum ConfigError {
     #[error("COBRO_REVIEW_SCHEDULE: {0}")]
     ReviewSchedule(crate::backoff::ScheduleError),
     #[error(
-        "COBRO_LEASE_TTL ({lease:?}) must be longer than the gateway's connect + request timeouts ({timeouts:?})"
+        "COBRO_LEASE_TTL ({lease:?}) must be longer than the gateway's connect + request timeouts plus the 500 ms a charge claimed in a fetch may wait for its handler ({timeouts:?})"
     )]
     LeaseTooShort { lease: Duration, timeouts: Duration },
     #[error("COBRO_CONCURRENCY, COBRO_REFUND_CONCURRENCY and COBRO_BATCH_SIZE must be at least 1")]
@@ -212,7 +212,8 @@ impl WorkerArgs {
         self.retention.validate()?;
         self.breaker.validate()?;
         self.notifier()?;
-        let timeouts = self.gateway_connect_timeout + self.gateway_timeout;
+        let timeouts =
+            self.gateway_connect_timeout + self.gateway_timeout + crate::engine::CLAIM_FRESH;
         if self.lease_ttl <= timeouts {
             return Err(ConfigError::LeaseTooShort {
                 lease: self.lease_ttl,

@@ -86,7 +86,7 @@ async fn a_worker_killed_while_en_proceso_is_recovered_after_its_lease_with_one_
     .await;
     let mut args = worker_args(&db.url, &sim.url());
     args.gateway_timeout = Duration::from_secs(5);
-    args.lease_ttl = Duration::from_secs(6);
+    args.lease_ttl = Duration::from_secs(7);
     args.sweep_interval = Duration::from_millis(200);
 
     let (mut victim, victim_log) = spawn_process(&args, "victim");

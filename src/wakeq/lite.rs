@@ -6,8 +6,6 @@ use futures::FutureExt;
 use futures::future::BoxFuture;
 use sqlx::SqlitePool;
 
-use std::time::Instant;
-
 use tracing::warn;
 
 use super::{Claims, Fetch, Notices, Outcome, Unsent, WakeConfig, WakeDb, Wakeup};
@@ -45,7 +43,6 @@ impl WakeDb for LiteDb {
     ) -> Fetch {
         let (pool, queue, batch) = (self.0.clone(), cfg.queue, cfg.batch);
         async move {
-            let began = Instant::now();
             let acks = statuses(&acks);
             let wakeups = |taken: Vec<sql::Taken>| -> Vec<Wakeup> {
                 taken
@@ -54,7 +51,7 @@ impl WakeDb for LiteDb {
                         attempt_id: t.attempt_id,
                         job_id: t.job_id,
                         seen: t.seen.map(|(a, now)| (Box::new(a), now)),
-                        claimed: t.claimed.then_some(began),
+                        claimed: t.claimed,
                     })
                     .collect()
             };

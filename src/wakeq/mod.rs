@@ -76,8 +76,8 @@ pub struct Wakeup {
     pub attempt_id: Option<Uuid>,
     pub seen: Option<(Box<Attempt>, DateTime<Utc>)>,
     /// The fetch claimed the attempt for this worker (`seen` is the row its
-    /// claim wrote), in a transaction begun at this instant: the handler
-    /// sends it at once.
+    /// claim wrote), in a transaction begun at this instant (on SQLite:
+    /// that took the write lock): the handler sends it at once.
     pub claimed: Option<Instant>,
 }
 

@@ -164,7 +164,6 @@ impl WakeDb for PgDb {
     ) -> Fetch {
         let (pool, queue, batch) = (self.pool.clone(), cfg.queue, cfg.batch as i64);
         async move {
-            let began = Instant::now();
             let (ids, statuses) = split(&acks);
             let fetch = || {
                 sqlx::query(FETCH)
@@ -177,6 +176,8 @@ impl WakeDb for PgDb {
             if let Some((plan, up_to)) = claims {
                 let claiming = async {
                     let mut tx = pool.begin().await?;
+                    // PostgreSQL's now(), the claim's time, is the BEGIN's.
+                    let began = Instant::now();
                     let rows = fetch().fetch_all(&mut *tx).await?;
                     let mut got = rows.iter().map(wakeup).collect::<Result<Vec<_>, _>>()?;
                     claim(&mut tx, &mut got, plan.as_ref(), up_to, began).await?;

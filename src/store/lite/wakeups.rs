@@ -4,7 +4,7 @@
 //! tables are apalis' whole seconds (`unixepoch()`).
 
 use std::collections::HashMap;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 use sqlx::{Row, SqliteConnection, SqlitePool};
@@ -20,8 +20,9 @@ pub(crate) struct Taken {
     pub job_id: String,
     pub attempt_id: Option<Uuid>,
     pub seen: Option<(Attempt, DateTime<Utc>)>,
-    /// `seen` is the row as the fetch's claim wrote it.
-    pub claimed: bool,
+    /// `seen` is the row as the fetch's claim wrote it, in a transaction
+    /// that took SQLite's write lock at this instant.
+    pub claimed: Option<Instant>,
 }
 
 /// Acknowledgements as apalis' statuses, as one JSON array of
@@ -120,6 +121,7 @@ pub(crate) async fn take(
     claims: Option<(&dyn ClaimPlan, usize)>,
 ) -> Result<Vec<Taken>, sqlx::Error> {
     let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
+    let began = Instant::now();
     if !acks.is_empty() {
         sqlx::query(ACK)
             .bind(acks_json(acks))
@@ -197,11 +199,11 @@ pub(crate) async fn take(
             job_id,
             attempt_id,
             seen: attempt_id.and_then(|id| seen.remove(&id)),
-            claimed: false,
+            claimed: None,
         })
         .collect();
     if let Some((plan, up_to)) = claims {
-        claim(&mut tx, &mut taken, plan, up_to).await?;
+        claim(&mut tx, &mut taken, plan, up_to, began).await?;
     }
     tx.commit().await?;
     Ok(taken)
@@ -216,6 +218,7 @@ async fn claim(
     taken: &mut [Taken],
     plan: &dyn ClaimPlan,
     up_to: usize,
+    began: Instant,
 ) -> Result<(), sqlx::Error> {
     let mut left = up_to;
     for t in taken.iter_mut() {
@@ -237,7 +240,7 @@ async fn claim(
             Ok(Applied::Moved(held)) => {
                 let at = held.updated_at;
                 t.seen = Some((*held, at));
-                t.claimed = true;
+                t.claimed = Some(began);
                 left -= 1;
             }
             Ok(Applied::Lost) => t.seen = None,
