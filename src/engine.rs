@@ -28,8 +28,8 @@ use crate::policy::{
 use crate::retry::{RetryPlan, RetryPolicy};
 use crate::state::Event;
 use crate::store::{
-    Applied, Attempt, Change, CheckRecord, ClaimPlan, Contradiction, Lease, NoticeKind, RetryError,
-    Store, StoreError,
+    Applied, Attempt, Change, CheckRecord, Contradiction, Lease, NoticeKind, RetryError, Store,
+    StoreError,
 };
 
 /// The wake-up job's payload: only which attempt to look at.
@@ -260,7 +260,7 @@ impl Engine {
     /// [`Engine::process`], starting from `seen`: the attempt's row and the
     /// database's time when it was read (a wake-up fetched with its row),
     /// instead of loading it. `claimed`: the fetch claimed it for this
-    /// worker ([`ClaimPlan`]; `seen` is the row that claim wrote) in a
+    /// worker ([`crate::store::ClaimPlan`]; `seen` is the row that claim wrote) in a
     /// transaction begun then, so it is sent first; unless the breaker
     /// opened or sending was paused since (it is given back unsent and
     /// parked, as a handler would park it), or it waited longer than
@@ -355,27 +355,6 @@ impl Engine {
         }
         .instrument(span)
         .await
-    }
-
-    /// Gives back `held`, claimed in the fetch and certainly not sent: back
-    /// to `PENDIENTE` (`Event::Deferred`), parked (`park`) or due at once.
-    async fn give_back(
-        &self,
-        held: &Attempt,
-        cause: &str,
-        park: bool,
-    ) -> Result<Written, StoreError> {
-        let mut change = Change::new(Some(Event::Deferred), cause, &self.actor);
-        if park {
-            change.park = true;
-        } else {
-            change.act_in = Some(Duration::ZERO);
-        }
-        let written = self.store.apply(held, &change).await?.written();
-        if park && written.is_some() {
-            crate::metrics::parked();
-        }
-        Ok(written)
     }
 
     /// When a declined attempt's order gets its next attempt: charges per
@@ -618,36 +597,6 @@ impl Engine {
         change.evidence = Some(evidence);
         change.add_check = Some(record);
         Ok(self.store.apply(&held, &change).await?.written())
-    }
-}
-
-/// The fetch's claim ([`crate::wakeq::Wakes::claiming`]): the same claim
-/// [`Engine::process_seen`] would write first, planned on the same pure
-/// decision, for a charge that would be sent at once with nothing to wait
-/// for: no rate limit, the breaker closed, sending not paused, a row that
-/// builds its call. Anything else is left to the handler.
-impl ClaimPlan for Engine {
-    fn claim_for<'a>(
-        &'a self,
-        seen: &Attempt,
-        now: chrono::DateTime<chrono::Utc>,
-    ) -> Option<Change<'a>> {
-        let at_once = !seen.is_refund()
-            && self.pace.as_ref().is_none_or(|p| !p.limits())
-            && !self.gateway_down()
-            && !self.held_back(seen)
-            && decide(snapshot(seen), now) == Action::Send;
-        (at_once && send::sendable(seen)).then(|| self.claim(Event::Claim, "claim"))
-    }
-
-    fn unclaim(&self) -> Change<'_> {
-        let mut change = Change::new(
-            Some(Event::Deferred),
-            "claim_released_shutdown",
-            &self.actor,
-        );
-        change.act_in = Some(Duration::ZERO);
-        change
     }
 }
 

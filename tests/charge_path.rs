@@ -5,13 +5,10 @@
 #[macro_use]
 mod common;
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use cobro::backoff::CheckSchedule;
 use cobro::domain::ChargeRequest;
-use cobro::engine::{Engine, EngineConfig};
-use cobro::gateway::{HttpGateway, HttpGatewayConfig};
 use cobro::sim::Faults;
 use cobro::state::State;
 use cobro::store::Store;
@@ -247,33 +244,6 @@ async fn a_decline_is_final_for_the_attempt_and_a_5xx_is_unknown(b: Backend) {
     worker.stop().await;
     sim.shutdown().await;
     db.drop_db().await;
-}
-
-fn engine(store: &Store, gateway_url: &str, name: &str) -> Engine {
-    let gateway = HttpGateway::new(HttpGatewayConfig {
-        base_url: gateway_url.into(),
-        connect_timeout: Duration::from_millis(500),
-        request_timeout: Duration::from_millis(1500),
-        ca_file: None,
-    })
-    .unwrap();
-    Engine::new(
-        store.clone(),
-        Arc::new(gateway),
-        EngineConfig {
-            worker_name: name.into(),
-            lease_ttl: Duration::from_secs(3),
-            schedule: CheckSchedule::default().scaled(0.1),
-            key_lifetime: Duration::from_secs(86_400),
-            retry: Default::default(),
-            defer_backoff: Duration::from_millis(300),
-            not_found: cobro::policy::NotFoundRule {
-                gateway_idempotent: true,
-                max_processing: Duration::from_secs(60),
-            },
-            review: Default::default(),
-        },
-    )
 }
 
 async fn duplicated_wake_ups_and_racing_workers_charge_once(b: Backend) {

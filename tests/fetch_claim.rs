@@ -10,10 +10,7 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use cobro::backoff::CheckSchedule;
 use cobro::domain::ChargeRequest;
-use cobro::engine::{Engine, EngineConfig};
-use cobro::gateway::{HttpGateway, HttpGatewayConfig};
 use cobro::sim::Faults;
 use cobro::state::State;
 use cobro::store::{ClaimPlan, Store};
@@ -64,33 +61,6 @@ async fn a_real_worker_claims_a_lone_charge_in_its_fetch() {
 async fn enqueue(store: &Store, order: &str) -> Uuid {
     let req = ChargeRequest::parse(order, 2_500, "USD", None, Some("pm_test_visa")).unwrap();
     store.enqueue(&req).await.unwrap().attempt_id
-}
-
-fn engine(store: &Store, gateway_url: &str, name: &str) -> Engine {
-    let gateway = HttpGateway::new(HttpGatewayConfig {
-        base_url: gateway_url.into(),
-        connect_timeout: Duration::from_millis(500),
-        request_timeout: Duration::from_millis(1500),
-        ca_file: None,
-    })
-    .unwrap();
-    Engine::new(
-        store.clone(),
-        Arc::new(gateway),
-        EngineConfig {
-            worker_name: name.into(),
-            lease_ttl: Duration::from_secs(3),
-            schedule: CheckSchedule::default().scaled(0.1),
-            key_lifetime: Duration::from_secs(86_400),
-            retry: Default::default(),
-            defer_backoff: Duration::from_millis(300),
-            not_found: cobro::policy::NotFoundRule {
-                gateway_idempotent: true,
-                max_processing: Duration::from_secs(60),
-            },
-            review: Default::default(),
-        },
-    )
 }
 
 fn config() -> WakeConfig {

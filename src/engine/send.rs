@@ -9,12 +9,15 @@
 
 use tracing::{debug, error, info, warn};
 
-use super::{Engine, Written};
+use std::time::Duration;
+
+use super::{Engine, Written, snapshot};
 use crate::breaker::Health;
 use crate::domain::{Amount, Currency, IdempotencyKey, InputError, OrderId, PaymentMethod};
 use crate::gateway::{ChargeCall, ChargeOutcome, Deferral, Prepared, RefundCall};
+use crate::policy::{Action, decide};
 use crate::state::Event;
-use crate::store::{Applied, Attempt, Change, CheckRecord, Lease, StoreError};
+use crate::store::{Applied, Attempt, Change, CheckRecord, ClaimPlan, Lease, StoreError};
 
 impl Engine {
     /// What to send for `a`: its charge, or its refund of the charge it
@@ -79,6 +82,27 @@ impl Engine {
             // its call; should it not, finance gets it, as before a claim.
             Err(e) => self.unsendable(&held, &e, None).await.map(|()| None),
         }
+    }
+
+    /// Gives back `held`, claimed in the fetch and certainly not sent: back
+    /// to `PENDIENTE` (`Event::Deferred`), parked (`park`) or due at once.
+    pub(super) async fn give_back(
+        &self,
+        held: &Attempt,
+        cause: &str,
+        park: bool,
+    ) -> Result<Written, StoreError> {
+        let mut change = Change::new(Some(Event::Deferred), cause, &self.actor);
+        if park {
+            change.park = true;
+        } else {
+            change.act_in = Some(Duration::ZERO);
+        }
+        let written = self.store.apply(held, &change).await?.written();
+        if park && written.is_some() {
+            crate::metrics::parked();
+        }
+        Ok(written)
     }
 
     /// Sends what `claimed` (whose lease this worker holds, just taken with
@@ -249,6 +273,36 @@ impl Engine {
     }
 }
 
+/// The fetch's claim ([`crate::wakeq::Wakes::claiming`]): the same claim
+/// [`Engine::process_seen`] would write first, planned on the same pure
+/// decision, for a charge that would be sent at once with nothing to wait
+/// for: no rate limit, the breaker closed, sending not paused, a row that
+/// builds its call. Anything else is left to the handler.
+impl ClaimPlan for Engine {
+    fn claim_for<'a>(
+        &'a self,
+        seen: &Attempt,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Option<Change<'a>> {
+        let at_once = !seen.is_refund()
+            && self.pace.as_ref().is_none_or(|p| !p.limits())
+            && !self.gateway_down()
+            && !self.held_back(seen)
+            && decide(snapshot(seen), now) == Action::Send;
+        (at_once && sendable(seen)).then(|| self.claim(Event::Claim, "claim"))
+    }
+
+    fn unclaim(&self) -> Change<'_> {
+        let mut change = Change::new(
+            Some(Event::Deferred),
+            "claim_released_shutdown",
+            &self.actor,
+        );
+        change.act_in = Some(Duration::ZERO);
+        change
+    }
+}
+
 fn outcome_name(o: &ChargeOutcome) -> &'static str {
     match o {
         ChargeOutcome::Approved { .. } => "approved",
@@ -304,7 +358,7 @@ fn refund_call(refund: &Attempt, charge: &Attempt) -> Result<RefundCall, InputEr
 
 /// A charge whose stored row builds its call.
 pub(super) fn sendable(a: &Attempt) -> bool {
-    a.refund_of.is_none() && charge_call(a).is_ok()
+    charge_call(a).is_ok()
 }
 
 /// Rebuilds the gateway call from the stored row. The row was validated on

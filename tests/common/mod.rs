@@ -608,3 +608,33 @@ pub async fn in_review(store: &Store, order: &str) -> cobro::store::Attempt {
     }
     a
 }
+
+/// An engine named `name` on the simulator at `gateway_url`, with the
+/// test timings (3 s lease, check schedule scaled to a tenth).
+pub fn engine(store: &Store, gateway_url: &str, name: &str) -> cobro::engine::Engine {
+    use cobro::gateway::{HttpGateway, HttpGatewayConfig};
+    let gateway = HttpGateway::new(HttpGatewayConfig {
+        base_url: gateway_url.into(),
+        connect_timeout: Duration::from_millis(500),
+        request_timeout: Duration::from_millis(1500),
+        ca_file: None,
+    })
+    .unwrap();
+    cobro::engine::Engine::new(
+        store.clone(),
+        std::sync::Arc::new(gateway),
+        cobro::engine::EngineConfig {
+            worker_name: name.into(),
+            lease_ttl: Duration::from_secs(3),
+            schedule: cobro::backoff::CheckSchedule::default().scaled(0.1),
+            key_lifetime: Duration::from_secs(86_400),
+            retry: Default::default(),
+            defer_backoff: Duration::from_millis(300),
+            not_found: cobro::policy::NotFoundRule {
+                gateway_idempotent: true,
+                max_processing: Duration::from_secs(60),
+            },
+            review: Default::default(),
+        },
+    )
+}
