@@ -12,7 +12,7 @@ mod browser;
 
 use std::time::Duration;
 
-use browser::{chromium, signed_in, start_driver};
+use browser::{chromium, replaced, signed_in, start_driver};
 use cobro::state::State;
 use cobro::webhook::{Scheme, Verifier};
 use common::*;
@@ -212,6 +212,7 @@ async fn a_finance_person_lists_opens_and_resolves_an_item_in_a_browser(b: Backe
     );
 
     // Resolve it: the gateway did charge.
+    let page = browser.find(Locator::Css("html")).await.unwrap();
     let form = browser.form(Locator::Id("approve")).await.unwrap();
     form.set_by_name("charge_id", "ch_seen_in_dashboard")
         .await
@@ -220,6 +221,7 @@ async fn a_finance_person_lists_opens_and_resolves_an_item_in_a_browser(b: Backe
         .await
         .unwrap();
     form.submit().await.unwrap();
+    replaced(&page).await;
 
     // Back on the queue: resolved, and gone.
     let flash = browser

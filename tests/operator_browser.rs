@@ -14,7 +14,7 @@ mod browser;
 
 use std::time::Duration;
 
-use browser::{chromium, signed_in, start_driver};
+use browser::{chromium, replaced, signed_in, start_driver};
 use cobro::domain::ChargeRequest;
 use cobro::state::Event;
 use cobro::webhook::{Scheme, Verifier};
@@ -83,10 +83,13 @@ async fn an_operator_searches_an_order_and_reads_its_history_while_paused(b: Bac
         .unwrap();
     assert_eq!(rows.len(), 3);
 
-    // Search an order.
+    // Search an order. The unfiltered page lists that order's row too:
+    // wait for it to be replaced before looking for the row.
+    let page = browser.find(Locator::Css("html")).await.unwrap();
     let form = browser.form(Locator::Id("search")).await.unwrap();
     form.set_by_name("order_id", "order-ops-1").await.unwrap();
     form.submit().await.unwrap();
+    replaced(&page).await;
     let row = browser
         .wait()
         .at_most(Duration::from_secs(10))

@@ -85,6 +85,24 @@ pub async fn chromium(driver: &Driver) -> fantoccini::Client {
         .expect("a chromium session")
 }
 
+/// Waits until the page that held `old` is gone. Submitting a form
+/// returns once its button is clicked, before the navigation it starts has
+/// replaced the page: an element looked up right after it can still be the
+/// old page's, and goes stale under the caller (this failed a CI run).
+pub async fn replaced(old: &fantoccini::elements::Element) {
+    eventually(
+        Duration::from_secs(10),
+        "the page to be replaced",
+        || async {
+            match old.tag_name().await {
+                Err(e) if e.is_stale_element_reference() => Some(()),
+                _ => None,
+            }
+        },
+    )
+    .await;
+}
+
 /// `web_url` with test key `name`'s Basic sign-in in it: the browser keeps
 /// it for the site after the first page.
 pub fn signed_in(web_url: &str, name: &str) -> String {
