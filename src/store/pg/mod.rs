@@ -171,45 +171,58 @@ pub(super) async fn apply(
     change: &Change<'_>,
     plan: &Plan<'_>,
 ) -> Result<Applied, StoreError> {
+    if plan.notice.is_none() && change.add_check.is_none() && !plan.wake {
+        // The change and its log row are one statement, and one statement
+        // is one transaction: they commit together, without the BEGIN and
+        // COMMIT round trips (the happy path's answer, and most writes).
+        let moved = move_and_log(pool, seen, change, plan).await?;
+        return Ok(moved.map_or(Applied::Lost, |a| Applied::Moved(Box::new(a))));
+    }
     let mut tx = pool.begin().await?;
     let applied = apply_tx(&mut tx, seen, change, plan).await?;
     tx.commit().await?;
     Ok(applied)
 }
 
-/// The compare-and-set write inside a transaction of the caller's; nothing
-/// is written when it returns [`Applied::Lost`].
-pub(super) async fn apply_tx(
-    tx: &mut PgConnection,
+/// The compare-and-set and, when the plan logs, its transition-log row, in
+/// one statement: the log row is written only if the row moved. `None`
+/// when it did not ([`Applied::Lost`]).
+async fn move_and_log<'e, E: sqlx::PgExecutor<'e>>(
+    db: E,
     seen: &Attempt,
     change: &Change<'_>,
     plan: &Plan<'_>,
-) -> Result<Applied, StoreError> {
-    let evidence: Option<sqlx::types::Json<serde_json::Value>> = plan
-        .evidence_json
-        .as_deref()
-        .and_then(|s| serde_json::from_str(s).ok())
-        .map(sqlx::types::Json);
+) -> Result<Option<Attempt>, StoreError> {
+    let ev = change.evidence;
     let moved: Option<Attempt> = sqlx::query_as(
-        "UPDATE cobro.payment_attempts SET
-            state = $3,
-            version = version + 1,
-            updated_at = now(),
-            gateway_charge_id = COALESCE($4, gateway_charge_id),
-            decline_code = COALESCE($5, decline_code),
-            next_action_at = CASE WHEN $6::float8 IS NULL THEN NULL
-                                  ELSE now() + make_interval(secs => $6::float8) END,
-            lease_owner = $7,
-            lease_expires_at = CASE WHEN $8::float8 IS NULL THEN NULL
-                                    ELSE now() + make_interval(secs => $8::float8) END,
-            check_count = check_count + $9,
-            send_count = send_count + $10,
-            last_evidence = COALESCE($11, last_evidence),
-            parked_since = CASE WHEN $13 THEN COALESCE(parked_since, now()) END,
-            gateway_ref = CASE WHEN $14::text IS NULL THEN gateway_ref ELSE $14 END,
-            cancel_reason = COALESCE($15, cancel_reason)
-         WHERE id = $1 AND version = $2 AND state = $12
-         RETURNING *",
+        "WITH moved AS (
+            UPDATE cobro.payment_attempts SET
+                state = $3,
+                version = version + 1,
+                updated_at = now(),
+                gateway_charge_id = COALESCE($4, gateway_charge_id),
+                decline_code = COALESCE($5, decline_code),
+                next_action_at = CASE WHEN $6::float8 IS NULL THEN NULL
+                                      ELSE now() + make_interval(secs => $6::float8) END,
+                lease_owner = $7,
+                lease_expires_at = CASE WHEN $8::float8 IS NULL THEN NULL
+                                        ELSE now() + make_interval(secs => $8::float8) END,
+                check_count = check_count + $9,
+                send_count = send_count + $10,
+                last_evidence = COALESCE($11, last_evidence),
+                parked_since = CASE WHEN $13 THEN COALESCE(parked_since, now()) END,
+                gateway_ref = CASE WHEN $14::text IS NULL THEN gateway_ref ELSE $14 END,
+                cancel_reason = COALESCE($15, cancel_reason)
+             WHERE id = $1 AND version = $2 AND state = $12
+             RETURNING *
+         ), logged AS (
+            INSERT INTO cobro.attempt_transitions
+                (attempt_id, from_state, to_state, cause, actor,
+                 http_status, error_kind, lookup_result, evidence)
+            SELECT id, $12, $3, $17, $18, $19, $20, $21, $11
+              FROM moved WHERE $16
+         )
+         SELECT * FROM moved",
     )
     .bind(seen.id)
     .bind(seen.version)
@@ -221,39 +234,44 @@ pub(super) async fn apply_tx(
     .bind(plan.lease_secs)
     .bind(plan.add_check)
     .bind(plan.add_send)
-    .bind(&evidence)
+    .bind(evidence_of(plan))
     .bind(seen.state.as_str())
     .bind(plan.park)
     .bind(change.gateway_ref)
     .bind(change.cancel_reason)
-    .fetch_optional(&mut *tx)
+    .bind(plan.log)
+    .bind(change.cause)
+    .bind(change.actor)
+    .bind(ev.and_then(|e| e.http_status).map(i32::from))
+    .bind(ev.map(|e| e.error_kind.as_str()))
+    .bind(ev.and_then(|e| e.lookup_result.as_deref()))
+    .fetch_optional(db)
     .await?;
-    let Some(now) = moved else {
+    if moved.is_some() && plan.log && plan.to != seen.state {
+        crate::metrics::transition(seen.state, plan.to, change.cause);
+    }
+    Ok(moved)
+}
+
+fn evidence_of(plan: &Plan<'_>) -> Option<sqlx::types::Json<serde_json::Value>> {
+    plan.evidence_json
+        .as_deref()
+        .and_then(|s| serde_json::from_str(s).ok())
+        .map(sqlx::types::Json)
+}
+
+/// The compare-and-set write inside a transaction of the caller's; nothing
+/// is written when it returns [`Applied::Lost`].
+pub(super) async fn apply_tx(
+    tx: &mut PgConnection,
+    seen: &Attempt,
+    change: &Change<'_>,
+    plan: &Plan<'_>,
+) -> Result<Applied, StoreError> {
+    let Some(now) = move_and_log(&mut *tx, seen, change, plan).await? else {
         return Ok(Applied::Lost);
     };
     let ev = change.evidence;
-    if plan.log {
-        sqlx::query(
-            "INSERT INTO cobro.attempt_transitions
-                (attempt_id, from_state, to_state, cause, actor,
-                 http_status, error_kind, lookup_result, evidence)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
-        )
-        .bind(seen.id)
-        .bind(seen.state.as_str())
-        .bind(plan.to.as_str())
-        .bind(change.cause)
-        .bind(change.actor)
-        .bind(ev.and_then(|e| e.http_status).map(i32::from))
-        .bind(ev.map(|e| e.error_kind.as_str()))
-        .bind(ev.and_then(|e| e.lookup_result.as_deref()))
-        .bind(&evidence)
-        .execute(&mut *tx)
-        .await?;
-        if plan.to != seen.state {
-            crate::metrics::transition(seen.state, plan.to, change.cause);
-        }
-    }
     if let Some(kind) = plan.notice {
         sqlx::query(
             "INSERT INTO cobro.notices (order_id, attempt_id, kind, decline_code, next_retry_at)
