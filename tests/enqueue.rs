@@ -341,6 +341,97 @@ async fn migrate_twice_is_a_no_op(b: Backend) {
     db.drop_db().await;
 }
 
+/// No index repeats another (the same table, columns, expressions and
+/// predicate): each one is paid for on every write of the charge path.
+/// apalis-postgres 1.0 left five such; `20261208000001_duplicate_indexes`
+/// drops four.
+#[tokio::test]
+async fn postgres_no_index_duplicates_another() {
+    if common::skip_postgres("postgres_no_index_duplicates_another") {
+        return;
+    }
+    let db = TestDb::new(Backend::Postgres).await;
+    let pool = db.store.pg_pool().unwrap();
+    let (indexes,): (i64,) = sqlx::query_as(
+        "SELECT count(*) FROM pg_index i JOIN pg_class c ON c.oid = i.indrelid
+           JOIN pg_namespace n ON n.oid = c.relnamespace
+          WHERE n.nspname IN ('cobro', 'apalis')",
+    )
+    .fetch_one(pool)
+    .await
+    .unwrap();
+    assert!(indexes > 20, "the schemas' indexes are seen: {indexes}");
+    let twins: Vec<(String, String)> = sqlx::query_as(
+        "SELECT a.indexrelid::regclass::text, b.indexrelid::regclass::text
+           FROM pg_index a
+           JOIN pg_index b ON b.indrelid = a.indrelid AND b.indexrelid > a.indexrelid
+           JOIN pg_class c ON c.oid = a.indrelid
+           JOIN pg_namespace n ON n.oid = c.relnamespace
+          WHERE n.nspname IN ('cobro', 'apalis')
+            AND a.indkey::text = b.indkey::text
+            AND a.indclass::text = b.indclass::text
+            AND a.indoption::text = b.indoption::text
+            AND coalesce(pg_get_expr(a.indexprs, a.indrelid), '')
+                = coalesce(pg_get_expr(b.indexprs, b.indrelid), '')
+            AND coalesce(pg_get_expr(a.indpred, a.indrelid), '')
+                = coalesce(pg_get_expr(b.indpred, b.indrelid), '')",
+    )
+    .fetch_all(pool)
+    .await
+    .unwrap();
+    // apalis' foreign key from `jobs.lock_by` is bound to this one, and the
+    // table is written only by heartbeats (the migration says why it stays).
+    let kept = (
+        "apalis.unique_worker_id".to_string(),
+        "apalis.workers_pkey".to_string(),
+    );
+    let twins: Vec<_> = twins.into_iter().filter(|t| *t != kept).collect();
+    assert_eq!(twins, [], "indexes that repeat another");
+    db.drop_db().await;
+}
+
+/// `gateway_ref` is set once, by the database: its trigger fires only when
+/// a write would change a value already set, and then it refuses.
+#[tokio::test]
+async fn postgres_gateway_ref_is_set_once_by_the_database() {
+    if common::skip_postgres("postgres_gateway_ref_is_set_once_by_the_database") {
+        return;
+    }
+    let db = TestDb::new(Backend::Postgres).await;
+    let pool = db.store.pg_pool().unwrap();
+    let id = db
+        .store
+        .enqueue(&req("o-ref", 500, "6f1c3a2e-8d1f-4c6b-9e7a-1f2d3c4b5a70"))
+        .await
+        .unwrap()
+        .attempt_id;
+    let set = |r: Option<&'static str>| {
+        sqlx::query("UPDATE cobro.payment_attempts SET gateway_ref = $2 WHERE id = $1")
+            .bind(id)
+            .bind(r)
+            .execute(pool)
+    };
+    set(Some("pi_1")).await.expect("first set");
+    set(Some("pi_1")).await.expect("the same value again");
+    sqlx::query("UPDATE cobro.payment_attempts SET version = version + 1 WHERE id = $1")
+        .bind(id)
+        .execute(pool)
+        .await
+        .expect("a write that leaves it alone");
+    for other in [Some("pi_2"), None] {
+        let e = set(other).await.expect_err("changed or cleared");
+        assert!(e.to_string().contains("set once"), "{e}");
+    }
+    let (r,): (Option<String>,) =
+        sqlx::query_as("SELECT gateway_ref FROM cobro.payment_attempts WHERE id = $1")
+            .bind(id)
+            .fetch_one(pool)
+            .await
+            .unwrap();
+    assert_eq!(r.as_deref(), Some("pi_1"));
+    db.drop_db().await;
+}
+
 #[tokio::test]
 async fn sqlite_money_survives_a_power_cut_wal_and_synchronous_full_on_every_connection() {
     let db = TestDb::new(Backend::Sqlite).await;
