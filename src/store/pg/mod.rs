@@ -171,7 +171,7 @@ pub(super) async fn apply(
     change: &Change<'_>,
     plan: &Plan<'_>,
 ) -> Result<Applied, StoreError> {
-    if plan.notice.is_none() && change.add_check.is_none() && !plan.wake {
+    if row_and_log_only(change, plan) {
         // The change and its log row are one statement, and one statement
         // is one transaction: they commit together, without the BEGIN and
         // COMMIT round trips (the happy path's answer, and most writes).
@@ -258,6 +258,12 @@ fn evidence_of(plan: &Plan<'_>) -> Option<sqlx::types::Json<serde_json::Value>> 
         .as_deref()
         .and_then(|s| serde_json::from_str(s).ok())
         .map(sqlx::types::Json)
+}
+
+/// Whether [`apply_tx`] writes nothing beyond [`move_and_log`]: no notice,
+/// no check record, no wake-up (kept beside it, so the two agree).
+fn row_and_log_only(change: &Change<'_>, plan: &Plan<'_>) -> bool {
+    plan.notice.is_none() && change.add_check.is_none() && !plan.wake
 }
 
 /// The compare-and-set write inside a transaction of the caller's; nothing
