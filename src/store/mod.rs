@@ -214,12 +214,16 @@ enum Db {
 pub struct Store {
     db: Db,
     url: String,
+    /// PostgreSQL group commit ([`Store::with_group_commit`]), or `None`:
+    /// each write its own statement.
+    group: Option<pg::cas::GroupCommit>,
 }
 
 impl std::fmt::Debug for Store {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Store")
             .field("backend", &self.backend())
+            .field("group_commit", &self.group.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -254,7 +258,21 @@ impl Store {
         Ok(Self {
             db,
             url: url.to_owned(),
+            group: None,
         })
+    }
+
+    /// Group commit on PostgreSQL: the compare-and-sets of this handle's
+    /// clones that write only the row and its log (the answers, most
+    /// writes) go to one task, which writes those that are ready together,
+    /// up to `max_batch` in one statement, each fenced by its own version.
+    /// SQLite is unchanged (one writer at a time, nothing to coalesce).
+    /// Needs a tokio runtime.
+    pub fn with_group_commit(mut self, max_batch: usize) -> Self {
+        if let Db::Pg(p) = &self.db {
+            self.group = Some(pg::cas::GroupCommit::start(p.clone(), max_batch));
+        }
+        self
     }
 
     pub fn backend(&self) -> Backend {
@@ -350,7 +368,7 @@ impl Store {
     pub async fn apply(&self, seen: &Attempt, change: &Change<'_>) -> Result<Applied, StoreError> {
         let plan = change::plan(seen, change)?;
         match &self.db {
-            Db::Pg(p) => pg::apply(p, seen, change, &plan).await,
+            Db::Pg(p) => pg::apply(p, self.group.as_ref(), seen, change, &plan).await,
             Db::Lite(p) => lite::apply(p, seen, change, &plan).await,
         }
     }
@@ -364,6 +382,33 @@ impl Store {
     ) -> Result<Applied, StoreError> {
         let plan = change::plan(seen, change)?;
         pg::apply_tx(tx, seen, change, &plan).await
+    }
+
+    /// [`Store::apply_in_pg`] for several distinct attempts at once: the
+    /// writes that are the row and its log alone share one statement.
+    /// Each item is the state machine's to refuse on its own (`Err` in its
+    /// place, nothing run for it); a database error fails them all.
+    pub(crate) async fn apply_all_in_pg(
+        tx: &mut sqlx::PgConnection,
+        items: &[(&Attempt, &Change<'_>)],
+    ) -> Result<Vec<Result<Applied, StoreError>>, StoreError> {
+        let plans: Vec<_> = items
+            .iter()
+            .map(|(seen, c)| change::plan(seen, c))
+            .collect();
+        let ok: Vec<_> = items
+            .iter()
+            .zip(&plans)
+            .filter_map(|((seen, c), p)| p.as_ref().ok().map(|p| (*seen, *c, p)))
+            .collect();
+        let mut applied = pg::apply_all_tx(tx, &ok).await?.into_iter();
+        Ok(plans
+            .into_iter()
+            .map(|p| match p {
+                Ok(_) => Ok(applied.next().expect("one result per planned write")),
+                Err(e) => Err(e.into()),
+            })
+            .collect())
     }
 
     /// Pushes one more wake-up job for an attempt, due now. Harmless at any

@@ -332,31 +332,74 @@ async fn claim(
     up_to: usize,
     began: Instant,
 ) -> Result<(), sqlx::Error> {
-    let mut left = up_to;
-    for w in got.iter_mut() {
-        if left == 0 {
+    // The wake-ups to claim: the first `up_to` the engine would claim, one
+    // per attempt (a second wake-up of an attempt claimed here finds it
+    // taken: its handler loads the row).
+    let mut picked: Vec<usize> = Vec::new();
+    let mut changes = Vec::new();
+    for (i, w) in got.iter().enumerate() {
+        if picked.len() == up_to {
             break;
         }
         let Some((row, now)) = &w.seen else { continue };
-        let Some(change) = plan.claim_for(row, *now) else {
+        if picked.iter().any(|&j| same_attempt(&got[j], row.id)) {
             continue;
-        };
-        match Store::apply_in_pg(tx, row, &change).await {
+        }
+        if let Some(change) = plan.claim_for(row, *now) {
+            picked.push(i);
+            changes.push(change);
+        }
+    }
+    if picked.is_empty() {
+        return Ok(());
+    }
+    let items: Vec<_> = picked
+        .iter()
+        .zip(&changes)
+        .filter_map(|(&i, c)| got[i].seen.as_ref().map(|(row, _)| (&**row, c)))
+        .collect();
+    let applied = match Store::apply_all_in_pg(tx, &items).await {
+        Ok(applied) => applied,
+        Err(StoreError::Db(e)) => return Err(e),
+        Err(e) => return Err(sqlx::Error::Protocol(e.to_string())),
+    };
+    let claimed: std::collections::HashSet<uuid::Uuid> = picked
+        .iter()
+        .zip(&applied)
+        .filter_map(|(&i, a)| {
+            matches!(a, Ok(Applied::Moved(_)))
+                .then(|| got[i].attempt_id)
+                .flatten()
+        })
+        .collect();
+    for (&i, applied) in picked.iter().zip(applied) {
+        let w = &mut got[i];
+        match applied {
             Ok(Applied::Moved(held)) => {
                 let at = held.updated_at;
                 w.seen = Some((held, at));
                 w.claimed = Some(began);
-                left -= 1;
             }
             Ok(Applied::Lost) => w.seen = None,
             Err(StoreError::Invalid(e)) => {
-                warn!(attempt = %row.id, error = %e, "claiming in the fetch refused; the handler decides");
+                let id = w.attempt_id.map(|a| a.to_string()).unwrap_or_default();
+                warn!(attempt = %id, error = %e, "claiming in the fetch refused; the handler decides");
             }
             Err(StoreError::Db(e)) => return Err(e),
             Err(e) => return Err(sqlx::Error::Protocol(e.to_string())),
         }
     }
+    // Other wake-ups of an attempt just claimed: what they fetched is stale.
+    for w in got.iter_mut() {
+        if w.claimed.is_none() && w.attempt_id.is_some_and(|a| claimed.contains(&a)) {
+            w.seen = None;
+        }
+    }
     Ok(())
+}
+
+fn same_attempt(w: &Wakeup, id: uuid::Uuid) -> bool {
+    w.seen.as_ref().is_some_and(|(row, _)| row.id == id)
 }
 
 /// The job type an insert notification names (`None` if it names none:

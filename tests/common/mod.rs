@@ -302,6 +302,7 @@ pub fn worker_args(db_url: &str, gateway_url: &str) -> WorkerArgs {
         concurrency: 8,
         refund_concurrency: 2,
         batch_size: 10,
+        group_commit: true,
         db_connections: None,
         lease_ttl: Duration::from_secs(3),
         check_schedule: "200ms,400ms,800ms,1600ms,3200ms".into(),

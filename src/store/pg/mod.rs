@@ -19,6 +19,7 @@ use super::{Attempt, Check, StoreError, Transition};
 use crate::domain::{ChargeRequest, IdempotencyKey, InputError};
 
 pub(crate) mod breaker;
+pub(crate) mod cas;
 pub(crate) mod escalation;
 pub(crate) mod listing;
 pub(crate) mod metrics;
@@ -167,6 +168,7 @@ pub(super) async fn now(pool: &PgPool) -> Result<DateTime<Utc>, StoreError> {
 
 pub(super) async fn apply(
     pool: &PgPool,
+    group: Option<&cas::GroupCommit>,
     seen: &Attempt,
     change: &Change<'_>,
     plan: &Plan<'_>,
@@ -175,7 +177,16 @@ pub(super) async fn apply(
         // The change and its log row are one statement, and one statement
         // is one transaction: they commit together, without the BEGIN and
         // COMMIT round trips (the happy path's answer, and most writes).
-        let moved = move_and_log(pool, seen, change, plan).await?;
+        // With group commit, one statement for the writes of every handler
+        // finishing meanwhile.
+        let row = cas::Cas::new(seen, change, plan);
+        let moved = match group {
+            Some(g) => g.apply(row).await?,
+            None => cas::move_and_log(pool, std::slice::from_ref(&row))
+                .await?
+                .pop()
+                .flatten(),
+        };
         return Ok(moved.map_or(Applied::Lost, |a| Applied::Moved(Box::new(a))));
     }
     let mut tx = pool.begin().await?;
@@ -184,80 +195,53 @@ pub(super) async fn apply(
     Ok(applied)
 }
 
+/// Several compare-and-sets in a transaction of the caller's (the fetch's
+/// claims), for distinct attempts: those that write only their row and log
+/// together in one statement, the others one by one. Any database error
+/// is returned and aborts the caller's transaction.
+pub(super) async fn apply_all_tx(
+    tx: &mut PgConnection,
+    items: &[(&Attempt, &Change<'_>, &Plan<'_>)],
+) -> Result<Vec<Applied>, StoreError> {
+    let lone: Vec<usize> = (0..items.len())
+        .filter(|&i| row_and_log_only(items[i].1, items[i].2))
+        .collect();
+    let rows: Vec<cas::Cas> = lone
+        .iter()
+        .map(|&i| cas::Cas::new(items[i].0, items[i].1, items[i].2))
+        .collect();
+    let mut moved = if rows.is_empty() {
+        Vec::new()
+    } else {
+        cas::move_and_log(&mut *tx, &rows).await?
+    };
+    let mut out = Vec::with_capacity(items.len());
+    for (i, (seen, change, plan)) in items.iter().enumerate() {
+        let applied = match lone.iter().position(|&j| j == i) {
+            Some(k) => moved[k]
+                .take()
+                .map_or(Applied::Lost, |a| Applied::Moved(Box::new(a))),
+            None => apply_tx(tx, seen, change, plan).await?,
+        };
+        out.push(applied);
+    }
+    Ok(out)
+}
+
 /// The compare-and-set and, when the plan logs, its transition-log row, in
 /// one statement: the log row is written only if the row moved. `None`
 /// when it did not ([`Applied::Lost`]).
-async fn move_and_log<'e, E: sqlx::PgExecutor<'e>>(
-    db: E,
+async fn move_and_log(
+    db: &mut PgConnection,
     seen: &Attempt,
     change: &Change<'_>,
     plan: &Plan<'_>,
 ) -> Result<Option<Attempt>, StoreError> {
-    let ev = change.evidence;
-    let moved: Option<Attempt> = sqlx::query_as(
-        "WITH moved AS (
-            UPDATE cobro.payment_attempts SET
-                state = $3,
-                version = version + 1,
-                updated_at = now(),
-                gateway_charge_id = COALESCE($4, gateway_charge_id),
-                decline_code = COALESCE($5, decline_code),
-                next_action_at = CASE WHEN $6::float8 IS NULL THEN NULL
-                                      ELSE now() + make_interval(secs => $6::float8) END,
-                lease_owner = $7,
-                lease_expires_at = CASE WHEN $8::float8 IS NULL THEN NULL
-                                        ELSE now() + make_interval(secs => $8::float8) END,
-                check_count = check_count + $9,
-                send_count = send_count + $10,
-                last_evidence = COALESCE($11, last_evidence),
-                parked_since = CASE WHEN $13 THEN COALESCE(parked_since, now()) END,
-                gateway_ref = CASE WHEN $14::text IS NULL THEN gateway_ref ELSE $14 END,
-                cancel_reason = COALESCE($15, cancel_reason)
-             WHERE id = $1 AND version = $2 AND state = $12
-             RETURNING *
-         ), logged AS (
-            INSERT INTO cobro.attempt_transitions
-                (attempt_id, from_state, to_state, cause, actor,
-                 http_status, error_kind, lookup_result, evidence)
-            SELECT id, $12, $3, $17, $18, $19, $20, $21, $11
-              FROM moved WHERE $16
-         )
-         SELECT * FROM moved",
-    )
-    .bind(seen.id)
-    .bind(seen.version)
-    .bind(plan.to.as_str())
-    .bind(change.charge_id)
-    .bind(change.decline_code)
-    .bind(plan.act_in_secs)
-    .bind(plan.lease_owner)
-    .bind(plan.lease_secs)
-    .bind(plan.add_check)
-    .bind(plan.add_send)
-    .bind(evidence_of(plan))
-    .bind(seen.state.as_str())
-    .bind(plan.park)
-    .bind(change.gateway_ref)
-    .bind(change.cancel_reason)
-    .bind(plan.log)
-    .bind(change.cause)
-    .bind(change.actor)
-    .bind(ev.and_then(|e| e.http_status).map(i32::from))
-    .bind(ev.map(|e| e.error_kind.as_str()))
-    .bind(ev.and_then(|e| e.lookup_result.as_deref()))
-    .fetch_optional(db)
-    .await?;
-    if moved.is_some() && plan.log && plan.to != seen.state {
-        crate::metrics::transition(seen.state, plan.to, change.cause);
-    }
-    Ok(moved)
-}
-
-fn evidence_of(plan: &Plan<'_>) -> Option<sqlx::types::Json<serde_json::Value>> {
-    plan.evidence_json
-        .as_deref()
-        .and_then(|s| serde_json::from_str(s).ok())
-        .map(sqlx::types::Json)
+    let row = cas::Cas::new(seen, change, plan);
+    Ok(cas::move_and_log(db, std::slice::from_ref(&row))
+        .await?
+        .pop()
+        .flatten())
 }
 
 /// Whether [`apply_tx`] writes nothing beyond [`move_and_log`]: no notice,
