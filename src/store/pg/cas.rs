@@ -240,6 +240,17 @@ pub(crate) async fn move_and_log<'e, E: sqlx::PgExecutor<'e>>(
         .collect())
 }
 
+/// [`move_and_log`] for one row: the new row, or `None` if it lost.
+pub(crate) async fn move_one<'e, E: sqlx::PgExecutor<'e>>(
+    db: E,
+    row: &Cas,
+) -> Result<Option<Attempt>, StoreError> {
+    Ok(move_and_log(db, std::slice::from_ref(row))
+        .await?
+        .pop()
+        .flatten())
+}
+
 type Reply = oneshot::Sender<Result<Option<Attempt>, StoreError>>;
 
 /// Group commit: [`GroupCommit::apply`] hands a compare-and-set to one
@@ -319,8 +330,7 @@ async fn commit(pool: PgPool, mut rx: mpsc::UnboundedReceiver<(Cas, Reply)>, max
             // own row's alone.
             Err(_) if batch.len() > 1 => {
                 for (cas, reply) in batch {
-                    let one = move_and_log(&pool, std::slice::from_ref(&cas)).await;
-                    let _ = reply.send(one.map(|mut m| m.pop().flatten()));
+                    let _ = reply.send(move_one(&pool, &cas).await);
                 }
             }
             Err(e) => {

@@ -182,10 +182,7 @@ pub(super) async fn apply(
         let row = cas::Cas::new(seen, change, plan);
         let moved = match group {
             Some(g) => g.apply(row).await?,
-            None => cas::move_and_log(pool, std::slice::from_ref(&row))
-                .await?
-                .pop()
-                .flatten(),
+            None => cas::move_one(pool, &row).await?,
         };
         return Ok(moved.map_or(Applied::Lost, |a| Applied::Moved(Box::new(a))));
     }
@@ -237,11 +234,7 @@ async fn move_and_log(
     change: &Change<'_>,
     plan: &Plan<'_>,
 ) -> Result<Option<Attempt>, StoreError> {
-    let row = cas::Cas::new(seen, change, plan);
-    Ok(cas::move_and_log(db, std::slice::from_ref(&row))
-        .await?
-        .pop()
-        .flatten())
+    cas::move_one(db, &cas::Cas::new(seen, change, plan)).await
 }
 
 /// Whether [`apply_tx`] writes nothing beyond [`move_and_log`]: no notice,
