@@ -34,16 +34,6 @@ async fn enqueue(store: &Store, order: &str, amount: i64) -> Uuid {
     store.enqueue(&req).await.unwrap().attempt_id
 }
 
-async fn path(store: &Store, id: Uuid) -> Vec<String> {
-    store
-        .transitions(id)
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|t| t.to_state)
-        .collect()
-}
-
 async fn seed_test_1_connection_cut_after_the_charge_is_resolved_by_lookup(b: Backend) {
     init_logs();
     let db = TestDb::new(b).await;

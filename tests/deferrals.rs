@@ -45,16 +45,6 @@ async fn sim_at(addr: std::net::SocketAddr, faults: Faults) -> SimHandle {
     .expect("start gateway simulator")
 }
 
-async fn path(db: &TestDb, id: uuid::Uuid) -> Vec<String> {
-    db.store
-        .transitions(id)
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|t| t.to_state)
-        .collect()
-}
-
 async fn a_refused_connection_waits_and_sends_again_with_the_same_key(b: Backend) {
     init_logs();
     let db = TestDb::new(b).await;
@@ -65,7 +55,7 @@ async fn a_refused_connection_waits_and_sends_again_with_the_same_key(b: Backend
 
     // The gateway is down: refused, again and again, never DESCONOCIDO.
     eventually(Duration::from_secs(20), "two refused sends", || async {
-        let p = path(&db, id).await;
+        let p = path(&db.store, id).await;
         (p.iter().filter(|s| *s == "PENDIENTE").count() >= 3).then_some(())
     })
     .await;
@@ -88,7 +78,7 @@ async fn a_refused_connection_waits_and_sends_again_with_the_same_key(b: Backend
     // The gateway comes back on the same address: charged once, same key.
     let sim = sim_at(addr, Faults::default()).await;
     let done = settled(&db.store, id, State::Aprobado, Duration::from_secs(20)).await;
-    let p = path(&db, id).await;
+    let p = path(&db.store, id).await;
     assert!(!p.contains(&"DESCONOCIDO".to_owned()), "{p:?}");
     assert_eq!(done.check_count, 0);
     let ledger = ledger(&sim.url()).await;

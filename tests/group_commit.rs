@@ -10,7 +10,6 @@ use cobro::state::{Event, State};
 use cobro::store::{Applied, Attempt, Change, Store};
 use common::*;
 use futures::future::join_all;
-use uuid::Uuid;
 
 async fn claimed(store: &Store, order: &str) -> (Attempt, Attempt) {
     let req = ChargeRequest::parse(order, 1_000, "USD", None, Some("pm_test_visa")).unwrap();
@@ -18,16 +17,6 @@ async fn claimed(store: &Store, order: &str) -> (Attempt, Attempt) {
     let (pending, _) = store.load(id).await.unwrap();
     let held = step(store, &pending, Event::Claim, None).await;
     (pending, held)
-}
-
-async fn states(store: &Store, id: Uuid) -> Vec<String> {
-    store
-        .transitions(id)
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|t| t.to_state)
-        .collect()
 }
 
 #[tokio::test]
@@ -68,17 +57,14 @@ async fn answers_finishing_together_share_statements_and_a_stale_one_loses_alone
             Applied::Lost => panic!("attempt {} lost a race nobody ran", a.id),
         }
         assert_eq!(
-            states(&db.store, a.id).await,
+            path(&db.store, a.id).await,
             ["PENDIENTE", "EN_PROCESO", "APROBADO"]
         );
     }
     assert_eq!(*results[16].as_ref().unwrap(), Applied::Lost);
     let (after, _) = db.store.load(stale.id).await.unwrap();
     assert_eq!(after, stale_held, "a lost compare-and-set writes nothing");
-    assert_eq!(
-        states(&db.store, stale.id).await,
-        ["PENDIENTE", "EN_PROCESO"]
-    );
+    assert_eq!(path(&db.store, stale.id).await, ["PENDIENTE", "EN_PROCESO"]);
     // One statement is one now(): sixteen answers took fewer statements.
     let stamps = db
         .scalar(
@@ -137,7 +123,7 @@ async fn a_row_the_database_refuses_fails_alone_and_the_others_land() {
             "{r:?}"
         );
         assert_eq!(
-            states(&db.store, a.id).await,
+            path(&db.store, a.id).await,
             ["PENDIENTE", "EN_PROCESO", "APROBADO"]
         );
     }

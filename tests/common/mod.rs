@@ -553,6 +553,17 @@ async fn step_change(
     }
 }
 
+/// The states attempt `id` went through, from its transition log.
+pub async fn path(store: &Store, id: Uuid) -> Vec<String> {
+    store
+        .transitions(id)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|t| t.to_state)
+        .collect()
+}
+
 /// Waits (up to `limit`) for attempt `id` to reach `want`.
 pub async fn settled(
     store: &Store,

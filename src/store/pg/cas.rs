@@ -315,26 +315,24 @@ async fn commit(pool: PgPool, mut rx: mpsc::UnboundedReceiver<(Cas, Reply)>, max
             }
         }
         later.extend(deferred);
-        if batch.is_empty() {
-            continue;
-        }
-        let rows: Vec<Cas> = batch.iter().map(|(c, _)| c.clone()).collect();
+        // Never empty: the first write taken always joins the batch.
+        let (rows, replies): (Vec<Cas>, Vec<Reply>) = batch.into_iter().unzip();
         match move_and_log(&pool, &rows).await {
             Ok(moved) => {
-                for ((_, reply), row) in batch.into_iter().zip(moved) {
+                for (reply, row) in replies.into_iter().zip(moved) {
                     let _ = reply.send(Ok(row));
                 }
             }
             // The statement failed as a whole (one row refused by a
             // trigger, say): each row again on its own, so an error is its
             // own row's alone.
-            Err(_) if batch.len() > 1 => {
-                for (cas, reply) in batch {
-                    let _ = reply.send(move_one(&pool, &cas).await);
+            Err(_) if rows.len() > 1 => {
+                for (cas, reply) in rows.iter().zip(replies) {
+                    let _ = reply.send(move_one(&pool, cas).await);
                 }
             }
             Err(e) => {
-                if let Some((_, reply)) = batch.pop() {
+                if let Some(reply) = replies.into_iter().next() {
                     let _ = reply.send(Err(e));
                 }
             }

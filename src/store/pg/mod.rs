@@ -200,25 +200,29 @@ pub(super) async fn apply_all_tx(
     tx: &mut PgConnection,
     items: &[(&Attempt, &Change<'_>, &Plan<'_>)],
 ) -> Result<Vec<Applied>, StoreError> {
-    let lone: Vec<usize> = (0..items.len())
-        .filter(|&i| row_and_log_only(items[i].1, items[i].2))
-        .collect();
-    let rows: Vec<cas::Cas> = lone
+    let alone =
+        |(_, change, plan): &&(&Attempt, &Change<'_>, &Plan<'_>)| row_and_log_only(change, plan);
+    let rows: Vec<cas::Cas> = items
         .iter()
-        .map(|&i| cas::Cas::new(items[i].0, items[i].1, items[i].2))
+        .filter(alone)
+        .map(|(seen, change, plan)| cas::Cas::new(seen, change, plan))
         .collect();
     let mut moved = if rows.is_empty() {
         Vec::new()
     } else {
         cas::move_and_log(&mut *tx, &rows).await?
-    };
+    }
+    .into_iter();
     let mut out = Vec::with_capacity(items.len());
-    for (i, (seen, change, plan)) in items.iter().enumerate() {
-        let applied = match lone.iter().position(|&j| j == i) {
-            Some(k) => moved[k]
-                .take()
-                .map_or(Applied::Lost, |a| Applied::Moved(Box::new(a))),
-            None => apply_tx(tx, seen, change, plan).await?,
+    for item in items {
+        // `moved` is in the order of the items it was written for.
+        let applied = if alone(&item) {
+            moved
+                .next()
+                .flatten()
+                .map_or(Applied::Lost, |a| Applied::Moved(Box::new(a)))
+        } else {
+            apply_tx(tx, item.0, item.1, item.2).await?
         };
         out.push(applied);
     }
