@@ -363,15 +363,6 @@ async fn claim(
         Err(StoreError::Db(e)) => return Err(e),
         Err(e) => return Err(sqlx::Error::Protocol(e.to_string())),
     };
-    let claimed: std::collections::HashSet<uuid::Uuid> = picked
-        .iter()
-        .zip(&applied)
-        .filter_map(|(&i, a)| {
-            matches!(a, Ok(Applied::Moved(_)))
-                .then(|| got[i].attempt_id)
-                .flatten()
-        })
-        .collect();
     for (&i, applied) in picked.iter().zip(applied) {
         let w = &mut got[i];
         match applied {
@@ -390,6 +381,11 @@ async fn claim(
         }
     }
     // Other wake-ups of an attempt just claimed: what they fetched is stale.
+    let claimed: std::collections::HashSet<uuid::Uuid> = got
+        .iter()
+        .filter(|w| w.claimed.is_some())
+        .filter_map(|w| w.attempt_id)
+        .collect();
     for w in got.iter_mut() {
         if w.claimed.is_none() && w.attempt_id.is_some_and(|a| claimed.contains(&a)) {
             w.seen = None;
