@@ -419,11 +419,23 @@ impl Engine {
     /// database agrees (nothing approved, nothing live, under the maximum).
     async fn business_retry(&self, seen: &Attempt) -> Result<(), StoreError> {
         // Before a new key charges the order again, ask the gateway once
-        // about the declined attempt's own key: a decline we recorded may be
-        // contradicted by what the gateway actually did.
+        // about the declined attempt: a decline we recorded may be
+        // contradicted by what the gateway actually did. Asked in a way
+        // valid now: by key within the key's lifetime, by the recorded
+        // gateway object (a PaymentIntent id) past it, else in the
+        // gateway's listing. A "not found" for an expired key clears
+        // nothing.
         self.slot().await;
-        let call = lookup_call(&self.store, seen).await?;
-        let outcome = self.gateway.lookup(&call).await;
+        let key_age = (chrono::Utc::now() - seen.created_at)
+            .to_std()
+            .unwrap_or_default();
+        let outcome = if key_age < self.cfg.key_lifetime || seen.gateway_ref.is_some() {
+            let call = lookup_call(&self.store, seen).await?;
+            self.gateway.lookup(&call).await
+        } else {
+            let log = self.store.transitions(seen.id).await?;
+            self.listed(seen, &log).await
+        };
         crate::metrics::lookup_answered(&outcome);
         let down = self.observe(Health::of_lookup(&outcome)).await;
         match &outcome {
@@ -452,12 +464,10 @@ impl Engine {
             }
             LookupOutcome::Declined { .. } | LookupOutcome::NotFound { .. } => {}
         }
-        let key = IdempotencyKey::generate();
         let refused = match self
             .store
             .business_retry_capped(
                 seen.id,
-                key,
                 self.cfg.retry.max_attempts(),
                 self.cfg.retry.card_cap(),
                 &self.actor,
@@ -482,6 +492,7 @@ impl Engine {
             error_kind: match refused {
                 RetryError::MaxAttempts(_) => "max_attempts",
                 RetryError::CardCap(_) => "card_cap",
+                RetryError::Held(hold, _) => hold.as_str(),
                 _ => "not_retried",
             }
             .into(),

@@ -31,6 +31,14 @@ enum Command {
     Migrate {
         #[arg(long, env = "DATABASE_URL")]
         database_url: String,
+        /// Set the largest `amount_minor` every door accepts (POST /charges,
+        /// POST /refunds, the SQL functions, the CLI, the Rust API): it is
+        /// kept in the database's settings row, which the database checks
+        /// on every attempt it stores. Unset: the row keeps its value
+        /// (99999999 when created). At most 999999999999.
+        #[arg(long, env = "COBRO_MAX_AMOUNT_MINOR",
+              value_parser = cobro::domain::parse_max_amount_arg)]
+        max_amount_minor: Option<MaxAmount>,
     },
     /// Record a charge attempt with its idempotency key and wake a worker.
     Enqueue {
@@ -42,11 +50,6 @@ enum Command {
         /// Integer minor units (cents): 1999 = 19.99 USD.
         #[arg(long, allow_negative_numbers = true)]
         amount_minor: i64,
-        /// The largest amount accepted (at most 999999999999, the ceiling
-        /// the database enforces).
-        #[arg(long, env = "COBRO_MAX_AMOUNT_MINOR", default_value_t = MaxAmount::default(),
-              value_parser = cobro::domain::parse_max_amount_arg)]
-        max_amount_minor: MaxAmount,
         /// ISO 4217 code, e.g. USD.
         #[arg(long)]
         currency: String,
@@ -101,11 +104,6 @@ enum Command {
         /// Integer minor units to refund (at most what is left of the charge).
         #[arg(long, allow_negative_numbers = true)]
         amount_minor: i64,
-        /// The largest amount accepted (at most 999999999999, the ceiling
-        /// the database enforces).
-        #[arg(long, env = "COBRO_MAX_AMOUNT_MINOR", default_value_t = MaxAmount::default(),
-              value_parser = cobro::domain::parse_max_amount_arg)]
-        max_amount_minor: MaxAmount,
         /// The refund's key (a UUID); generated when absent. Pass the same
         /// key when retrying the same refund request.
         #[arg(long)]
@@ -267,16 +265,25 @@ async fn main() -> Result<()> {
     // (SQLite lock waits make sqlx flag "slow statements", which are expected).
     cobro::runtime::init_tracing(if quiet { "warn,sqlx=error" } else { "info" });
     match cli.command {
-        Command::Migrate { database_url } => {
+        Command::Migrate {
+            database_url,
+            max_amount_minor,
+        } => {
             let store = Store::connect(&database_url, 2).await?;
             store.migrate().await.context("migrating")?;
+            if let Some(max) = max_amount_minor {
+                store
+                    .set_max_amount(max)
+                    .await
+                    .context("setting the maximum amount")?;
+                println!("maximum amount_minor: {}", max.minor());
+            }
             println!("database is up to date");
         }
         Command::Enqueue {
             database_url,
             order_id,
             amount_minor,
-            max_amount_minor,
             currency,
             key,
             payment_method,
@@ -289,7 +296,7 @@ async fn main() -> Result<()> {
                 &currency,
                 key.as_deref(),
                 payment_method.as_deref(),
-                max_amount_minor,
+                MaxAmount::CEILING,
             )?;
             let store = Store::connect(&database_url, 2).await?;
             let out = store.enqueue(&req).await?;
@@ -332,10 +339,9 @@ async fn main() -> Result<()> {
             json,
         } => {
             let store = Store::connect(&database_url, 2).await?;
-            let key = cobro::domain::IdempotencyKey::generate();
             let who = format!("manual:{actor}");
             let retried = store
-                .business_retry(attempt, key, max_attempts, &who, None)
+                .business_retry(attempt, max_attempts, &who, None)
                 .await?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&retried)?);
@@ -350,13 +356,12 @@ async fn main() -> Result<()> {
             database_url,
             attempt,
             amount_minor,
-            max_amount_minor,
             key,
             actor,
             json,
         } => {
             // Parse before connecting: bad input never reaches the database.
-            let amount = cobro::domain::Amount::parse_within(amount_minor, max_amount_minor)?;
+            let amount = cobro::domain::Amount::parse(amount_minor)?;
             let key = match key {
                 Some(k) => cobro::domain::IdempotencyKey::parse(&k)?,
                 None => cobro::domain::IdempotencyKey::generate(),

@@ -1,7 +1,9 @@
-//! Input bounds (issue 11, item 5). Amounts: the configured maximum
-//! (`COBRO_MAX_AMOUNT_MINOR`) at every entry that takes an amount from
-//! outside (HTTP, CLI, library), the ceiling (999999999999) in the database
-//! whoever writes; the finance summary's sums exact at any size. Webhooks:
+//! Input bounds (issue 11, item 5; issue 27, item 6). Amounts: the
+//! deployment's maximum lives in the database's settings row (set by
+//! `cobro migrate --max-amount-minor` / `COBRO_MAX_AMOUNT_MINOR`) and is
+//! enforced there on every attempt whoever writes it (HTTP, CLI, SQL, the
+//! library, a raw insert), with one message; the ceiling (999999999999)
+//! is also checked at the doors before the database; the finance summary's sums exact at any size. Webhooks:
 //! a signed event carrying `\u0000` is stored once and applied. On both
 //! backends, over real HTTP and real processes.
 
@@ -88,12 +90,15 @@ async fn over_http_an_amount_above_the_maximum_is_refused_and_nothing_is_written
     let charge_body = |amount: &str| {
         format!(r#"{{"order_id": "b-http", "amount_minor": {amount}, "currency": "USD"}}"#)
     };
-    for amount in [
-        "100000000",            // the configured maximum + 1
-        "1000000000000",        // the ceiling + 1
-        "9223372036854775807",  // i64::MAX
-        "18446744073709551615", // u64::MAX: not an i64 at all
-        "1e30",
+    // The maximum + 1 is the database's refusal (the settings row), in
+    // major units too; past the ceiling the door refuses before it.
+    const CEILING: (&str, &str) = ("999999999999", "the ceiling");
+    for (amount, (limit, set_by)) in [
+        ("100000000", (max.as_str(), "COBRO_MAX_AMOUNT_MINOR")),
+        ("1000000000000", CEILING),
+        ("9223372036854775807", CEILING),
+        ("18446744073709551615", CEILING), // u64::MAX: not an i64 at all
+        ("1e30", CEILING),
     ] {
         let key = Uuid::new_v4().to_string();
         let (status, reply) =
@@ -101,11 +106,21 @@ async fn over_http_an_amount_above_the_maximum_is_refused_and_nothing_is_written
         assert_refused(
             status,
             &reply,
-            &max,
-            "COBRO_MAX_AMOUNT_MINOR",
+            limit,
+            set_by,
             &format!("POST /charges {amount}"),
         );
     }
+    let (_, reply) = post(
+        format!("{}/charges", web.url),
+        &Uuid::new_v4().to_string(),
+        &charge_body("100000000"),
+    )
+    .await;
+    assert!(
+        reply["error"].as_str().unwrap().contains("999999.99 USD"),
+        "{reply}"
+    );
     assert_eq!(db.attempts().await, 0, "nothing written");
 
     // The maximum itself is accepted.
@@ -117,7 +132,11 @@ async fn over_http_an_amount_above_the_maximum_is_refused_and_nothing_is_written
     // A refund above the maximum: refused for its amount before anything
     // else (not as "exceeds the capture"), nothing written.
     let captured = approved(&db.store, "b-http-refund", DEFAULT_MAX_AMOUNT).await;
-    for amount in ["100000000", "1000000000000", "18446744073709551615"] {
+    for (amount, (limit, set_by)) in [
+        ("100000000", (max.as_str(), "COBRO_MAX_AMOUNT_MINOR")),
+        ("1000000000000", CEILING),
+        ("18446744073709551615", CEILING),
+    ] {
         let body = format!(
             r#"{{"attempt_id": "{}", "amount_minor": {amount}}}"#,
             captured.id
@@ -127,21 +146,21 @@ async fn over_http_an_amount_above_the_maximum_is_refused_and_nothing_is_written
         assert_refused(
             status,
             &reply,
-            &max,
-            "COBRO_MAX_AMOUNT_MINOR",
+            limit,
+            set_by,
             &format!("POST /refunds {amount}"),
         );
     }
     assert!(db.store.refunds_of(captured.id).await.unwrap().is_empty());
     web.stop().await;
 
-    // A lower maximum configured: the same refusals name it.
-    let web = start_web_max(
-        &db.store,
-        v(),
-        MaxAmount::new(5_000, "COBRO_MAX_AMOUNT_MINOR").unwrap(),
-    )
-    .await;
+    // A lower maximum set in the database: the same refusals name it, with
+    // the web process untouched.
+    db.store
+        .set_max_amount(MaxAmount::new(5_000, "COBRO_MAX_AMOUNT_MINOR").unwrap())
+        .await
+        .unwrap();
+    let web = start_web(&db.store, v()).await;
     let body = r#"{"order_id": "b-http-low", "amount_minor": 5001, "currency": "USD"}"#;
     let (status, reply) = post(format!("{}/charges", web.url), KEY, body).await;
     assert_refused(status, &reply, "5000", "COBRO_MAX_AMOUNT_MINOR", "max 5000");
@@ -203,14 +222,12 @@ async fn the_cli_refuses_an_amount_above_the_maximum_and_writes_nothing(b: Backe
             ],
         )
     };
+    // `cobro migrate` sets the maximum (COBRO_MAX_AMOUNT_MINOR); `cobro
+    // enqueue` meets it in the database.
+    let migrate = |env: &[(&str, &str)]| cobro(&db.url, env, &["migrate"]);
     for (env, amount, max, set_by) in [
         (vec![], "100000000", "99999999", "COBRO_MAX_AMOUNT_MINOR"),
-        (
-            vec![],
-            "9223372036854775807",
-            "99999999",
-            "COBRO_MAX_AMOUNT_MINOR",
-        ),
+        (vec![], "9223372036854775807", "999999999999", "ceiling"),
         (
             vec![("COBRO_MAX_AMOUNT_MINOR", "5000")],
             "5001",
@@ -224,7 +241,9 @@ async fn the_cli_refuses_an_amount_above_the_maximum_and_writes_nothing(b: Backe
             "",
         ),
     ] {
-        let out = enqueue(&env, amount);
+        let m = migrate(&env);
+        assert!(m.status.success(), "migrate {env:?}: {}", stderr(&m));
+        let out = enqueue(&[], amount);
         assert!(!out.status.success(), "{env:?} {amount}: it enqueued");
         let err = stderr(&out);
         assert!(
@@ -233,7 +252,7 @@ async fn the_cli_refuses_an_amount_above_the_maximum_and_writes_nothing(b: Backe
         );
     }
     // A maximum above the ceiling is refused before anything runs.
-    let out = enqueue(&[("COBRO_MAX_AMOUNT_MINOR", "1000000000000")], "100");
+    let out = migrate(&[("COBRO_MAX_AMOUNT_MINOR", "1000000000000")]);
     assert!(
         !out.status.success(),
         "started with a maximum over the ceiling"
@@ -245,15 +264,21 @@ async fn the_cli_refuses_an_amount_above_the_maximum_and_writes_nothing(b: Backe
     );
     assert_eq!(db.attempts().await, 0, "nothing written");
 
+    let m = migrate(&[("COBRO_MAX_AMOUNT_MINOR", "99999999")]);
+    assert!(m.status.success(), "{}", stderr(&m));
     let captured = approved(&db.store, "b-cli-refund", 90_000_000).await;
     let id = captured.id.to_string();
     for (env, amount, max) in [
         (vec![], "100000000", "99999999"),
         (vec![("COBRO_MAX_AMOUNT_MINOR", "5000")], "5001", "5000"),
     ] {
+        if !env.is_empty() {
+            let m = migrate(&env);
+            assert!(m.status.success(), "{}", stderr(&m));
+        }
         let out = cobro(
             &db.url,
-            &env,
+            &[],
             &["refund", "--attempt", &id, "--amount-minor", amount],
         );
         assert!(!out.status.success(), "{env:?} {amount}: it refunded");
@@ -266,7 +291,7 @@ async fn the_cli_refuses_an_amount_above_the_maximum_and_writes_nothing(b: Backe
     assert!(db.store.refunds_of(captured.id).await.unwrap().is_empty());
     let out = cobro(
         &db.url,
-        &[("COBRO_MAX_AMOUNT_MINOR", "5000")],
+        &[],
         &["refund", "--attempt", &id, "--amount-minor", "5000"],
     );
     assert!(out.status.success(), "at the maximum: {}", stderr(&out));
@@ -275,12 +300,11 @@ async fn the_cli_refuses_an_amount_above_the_maximum_and_writes_nothing(b: Backe
 }
 
 #[test]
-fn the_web_process_refuses_to_start_with_a_maximum_above_the_ceiling() {
+fn migrate_refuses_a_maximum_above_the_ceiling() {
     for bad in ["1000000000000", "0", "lots"] {
         let out = Command::new(env!("CARGO_BIN_EXE_cobro"))
-            .args(["serve", "--listen", "127.0.0.1:0"])
+            .args(["migrate"])
             .env("DATABASE_URL", "sqlite::memory:")
-            .env("COBRO_WEBHOOK_SECRETS", test_secret())
             .env("COBRO_MAX_AMOUNT_MINOR", bad)
             .output()
             .expect("run cobro serve");
@@ -309,7 +333,9 @@ async fn the_library_stops_at_the_ceiling_or_at_its_own_limit(b: Backend) {
     assert!(Amount::parse_within(5_000_001, mine).is_err());
     assert_eq!(db.attempts().await, 0);
 
-    // The ceiling itself goes through the library on both backends.
+    // The ceiling itself goes through the library on both backends, once
+    // the deployment's maximum allows it.
+    db.store.set_max_amount(MaxAmount::CEILING).await.unwrap();
     let req = ChargeRequest::parse("b-lib", AMOUNT_CEILING, "USD", None, None).unwrap();
     let id = db.store.enqueue(&req).await.unwrap().attempt_id;
     assert_eq!(
@@ -326,6 +352,18 @@ async fn postgres_the_sql_functions_refuse_amounts_above_the_ceiling() {
     }
     let db = TestDb::new(Backend::Postgres).await;
     let pool = db.store.pg_pool().unwrap();
+    // The default maximum (99999999) holds SQL callers as it holds HTTP.
+    let err = sqlx::query("SELECT * FROM cobro.enqueue_charge('b-sql', 99999999999, 'USD')")
+        .execute(pool)
+        .await
+        .unwrap_err();
+    let msg = err.as_database_error().unwrap().message().to_owned();
+    assert!(
+        msg.starts_with("invalid amount_minor:")
+            && msg.contains("99999999 minor units (999999.99 USD)"),
+        "{msg}"
+    );
+    db.store.set_max_amount(MaxAmount::CEILING).await.unwrap();
     let captured = approved(&db.store, "b-sql-charge", AMOUNT_CEILING).await;
     let over = [AMOUNT_CEILING + 1, i64::MAX];
     let mut refusals = Vec::new();
@@ -393,6 +431,10 @@ async fn the_database_refuses_a_raw_insert_above_the_ceiling(b: Backend) {
         assert!(msg.contains("amount_minor"), "{amount}: {msg}");
     }
     assert_eq!(db.attempts().await, 0, "nothing written");
+    // Over the deployment's maximum (99999999 by default): refused too.
+    let err = insert("b-raw", "100000000").await.unwrap_err();
+    assert!(err.to_string().contains("invalid amount_minor"), "{err}");
+    db.store.set_max_amount(MaxAmount::CEILING).await.unwrap();
     insert("b-raw", "999999999999").await.unwrap();
     assert_eq!(db.attempts().await, 1);
     db.drop_db().await;
@@ -409,6 +451,7 @@ fn json_amounts(json: &str) -> Vec<String> {
 
 async fn the_summary_is_exact_with_amounts_at_the_ceiling(b: Backend) {
     let db = TestDb::new(b).await;
+    db.store.set_max_amount(MaxAmount::CEILING).await.unwrap();
     let n = 7;
     for i in 0..n {
         in_review(&db.store, &format!("b-sum-{i}"), AMOUNT_CEILING).await;
@@ -451,6 +494,13 @@ async fn the_summary_stays_exact_past_the_range_of_i64(b: Backend) {
     db.exec(
         "ALTER TABLE cobro.payment_attempts DROP CONSTRAINT payment_attempts_amount_minor_ceiling",
         "DROP TRIGGER amount_within_ceiling_on_insert",
+        &[],
+    )
+    .await
+    .unwrap();
+    db.exec(
+        "DROP TRIGGER charge_gate ON cobro.payment_attempts",
+        "DROP TRIGGER charge_gate",
         &[],
     )
     .await

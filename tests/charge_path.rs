@@ -314,14 +314,17 @@ async fn an_old_key_is_never_resent(b: Backend) {
     let sim = start_sim(true, Faults::default()).await;
     let id = enqueue(&db.store, "order-old", 3_000).await;
     // The attempt was sent two days ago, and nobody knows what happened.
+    let a = db.store.load(id).await.unwrap().0;
+    let a = step(&db.store, &a, cobro::state::Event::Claim, None).await;
+    step(&db.store, &a, cobro::state::Event::Unknown, None).await;
     let updated = db
         .exec(
             "UPDATE cobro.payment_attempts
-                SET state = 'DESCONOCIDO', send_count = 1, next_action_at = now(),
+                SET send_count = 1, next_action_at = now(),
                     created_at = now() - interval '2 days'
               WHERE id = $1::uuid",
             "UPDATE payment_attempts
-                SET state = 'DESCONOCIDO', send_count = 1, next_action_at = 0,
+                SET send_count = 1, next_action_at = 0,
                     created_at = created_at - 172800000
               WHERE id = ?1",
             &[&id.to_string()],

@@ -230,7 +230,7 @@ async fn finance_retries_a_declined_order_from_the_command_line(b: Backend) {
     let out = cobro(&db.url, &args);
     assert!(!out.status.success());
     assert!(
-        text(&out.stderr).contains("already being retried"),
+        text(&out.stderr).contains("already has a live attempt"),
         "{}",
         text(&out.stderr)
     );

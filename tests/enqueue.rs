@@ -259,16 +259,17 @@ async fn the_database_enforces_the_invariants_without_the_code(b: Backend) {
             .await
         }
     };
+    // The charge rule (the charge_gate trigger) refuses first, naming why.
     insert("o-1", "APROBADO", "100").await.unwrap();
     let err = insert("o-1", "APROBADO", "100").await.unwrap_err();
     assert!(
-        err.as_database_error().unwrap().is_unique_violation(),
+        err.to_string().contains("already has an approved charge"),
         "{err}"
     );
     insert("o-2", "DESCONOCIDO", "100").await.unwrap();
     let err = insert("o-2", "EN_REVISION", "100").await.unwrap_err();
     assert!(
-        err.as_database_error().unwrap().is_unique_violation(),
+        err.to_string().contains("already has a live attempt"),
         "{err}"
     );
     // Terminal attempts do not count as live: a declined one may sit beside a new one.

@@ -11,7 +11,7 @@ mod common;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use cobro::domain::{ChargeRequest, IdempotencyKey};
+use cobro::domain::ChargeRequest;
 use cobro::sim::Faults;
 use cobro::state::{Event, State};
 use cobro::store::Store;
@@ -431,10 +431,7 @@ async fn double_approved_orders_and_open_cases_are_counted_from_the_rows(b: Back
     let (first, _) = db.store.load(id).await.unwrap();
     let first = step(&db.store, &first, Event::Claim, None).await;
     step(&db.store, &first, Event::Declined, Some("card_declined")).await;
-    db.store
-        .business_retry(id, IdempotencyKey::generate(), 4, "test", None)
-        .await
-        .unwrap();
+    db.store.business_retry(id, 4, "test", None).await.unwrap();
     let s = scrape(&web.url).await;
     assert_eq!(
         s.get(

@@ -11,7 +11,7 @@ mod common;
 
 use std::time::Duration;
 
-use cobro::domain::{ChargeRequest, IdempotencyKey};
+use cobro::domain::ChargeRequest;
 use cobro::sim::Faults;
 use cobro::state::State;
 use cobro::store::{Attempt, RetryError, Store};
@@ -59,10 +59,7 @@ async fn the_networks_advice_decides_the_business_retry(b: Backend) {
         "{notices:?}"
     );
     // Not even finance's manual retry.
-    let by_hand = db
-        .store
-        .business_retry(a.id, IdempotencyKey::generate(), 4, "manual:ana", None)
-        .await;
+    let by_hand = db.store.business_retry(a.id, 4, "manual:ana", None).await;
     assert!(
         matches!(&by_hand, Err(RetryError::NetworkAdvice(m)) if m.contains("do_not_try_again")),
         "{by_hand:?}"

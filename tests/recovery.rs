@@ -38,10 +38,7 @@ async fn declined_first(store: &Store, order: &str, code: &str) -> Attempt {
 /// Retries the declined `a` (as finance's manual retry does) and moves the
 /// new attempt as told.
 async fn retry(store: &Store, a: &Attempt, then: Then) -> Attempt {
-    let r = store
-        .business_retry(a.id, IdempotencyKey::generate(), 4, "test", None)
-        .await
-        .unwrap();
+    let r = store.business_retry(a.id, 4, "test", None).await.unwrap();
     assert_eq!(r.attempt_number, a.attempt_number + 1);
     let (n, _) = store.load(r.attempt_id).await.unwrap();
     let claimed = match then {

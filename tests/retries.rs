@@ -8,7 +8,7 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use cobro::domain::{ChargeRequest, IdempotencyKey};
+use cobro::domain::ChargeRequest;
 use cobro::sim::Faults;
 use cobro::state::{Event, State};
 use cobro::store::{Applied, Attempt, Change, RetryError, Store};
@@ -39,10 +39,8 @@ async fn seed_test_4_two_parallel_retries_one_fails_on_the_uniqueness_constraint
     let db = TestDb::new(b).await;
     let first = declined(&db.store, "retry-race").await;
     let (x, y) = futures::join!(
-        db.store
-            .business_retry(first.id, IdempotencyKey::generate(), 4, "finance:ana", None),
-        db.store
-            .business_retry(first.id, IdempotencyKey::generate(), 4, "scheduler", None),
+        db.store.business_retry(first.id, 4, "finance:ana", None),
+        db.store.business_retry(first.id, 4, "scheduler", None),
     );
     let (won, lost) = match (x, y) {
         (Ok(w), Err(l)) | (Err(l), Ok(w)) => (w, l),
@@ -78,9 +76,7 @@ async fn a_hundred_orders_times_fifty_concurrent_triggers_make_one_attempt_each(
             tasks.push(tokio::spawn(async move {
                 let _slot = limit.acquire().await.unwrap();
                 let actor = format!("trigger-{round}");
-                store
-                    .business_retry(id, IdempotencyKey::generate(), 4, &actor, None)
-                    .await
+                store.business_retry(id, 4, &actor, None).await
             }));
         }
     }
@@ -101,10 +97,7 @@ async fn a_hundred_orders_times_fifty_concurrent_triggers_make_one_attempt_each(
 
 async fn no_retry_while_in_doubt_or_approved(b: Backend) {
     let db = TestDb::new(b).await;
-    let retry = |id: Uuid| {
-        db.store
-            .business_retry(id, IdempotencyKey::generate(), 9, "finance", None)
-    };
+    let retry = |id: Uuid| db.store.business_retry(id, 9, "finance", None);
 
     // The attempt itself is in doubt: only a declined attempt is retried.
     let req = ChargeRequest::parse("doubt-1", 500, "USD", None, None).unwrap();
@@ -121,7 +114,7 @@ async fn no_retry_while_in_doubt_or_approved(b: Backend) {
     let first = declined(&db.store, "doubt-2").await;
     let second = db
         .store
-        .business_retry(first.id, IdempotencyKey::generate(), 9, "t", None)
+        .business_retry(first.id, 9, "t", None)
         .await
         .unwrap();
     let (s, _) = db.store.load(second.attempt_id).await.unwrap();
@@ -158,7 +151,7 @@ async fn the_maximum_number_of_attempts_is_respected(b: Backend) {
     for n in 2..=4 {
         let r = db
             .store
-            .business_retry(last.id, IdempotencyKey::generate(), 4, "t", None)
+            .business_retry(last.id, 4, "t", None)
             .await
             .unwrap();
         assert_eq!(r.attempt_number, n);
@@ -166,10 +159,7 @@ async fn the_maximum_number_of_attempts_is_respected(b: Backend) {
         let a = step(&db.store, &a, Event::Claim, None).await;
         last = step(&db.store, &a, Event::Declined, Some("insufficient_funds")).await;
     }
-    let refused = db
-        .store
-        .business_retry(last.id, IdempotencyKey::generate(), 4, "t", None)
-        .await;
+    let refused = db.store.business_retry(last.id, 4, "t", None).await;
     assert!(
         matches!(refused, Err(RetryError::MaxAttempts(_))),
         "{refused:?}"
@@ -330,10 +320,8 @@ async fn a_scheduled_retry_runs_once_even_when_woken_twice_or_late(b: Backend) {
     assert!(a.next_action_at.is_some());
     // Two wake-ups (its own and the sweeper's) both saw version v.
     let (x, y) = futures::join!(
-        db.store
-            .business_retry(a.id, IdempotencyKey::generate(), 4, "w1", Some(a.version)),
-        db.store
-            .business_retry(a.id, IdempotencyKey::generate(), 4, "w2", Some(a.version)),
+        db.store.business_retry(a.id, 4, "w1", Some(a.version)),
+        db.store.business_retry(a.id, 4, "w2", Some(a.version)),
     );
     let (won, other) = match (x, y) {
         (Ok(w), Err(o)) | (Err(o), Ok(w)) => (w, o),
@@ -347,7 +335,7 @@ async fn a_scheduled_retry_runs_once_even_when_woken_twice_or_late(b: Backend) {
     step(&db.store, &r, Event::Declined, Some("stolen_card")).await;
     let late = db
         .store
-        .business_retry(a.id, IdempotencyKey::generate(), 4, "w3", Some(a.version))
+        .business_retry(a.id, 4, "w3", Some(a.version))
         .await;
     assert!(
         matches!(late, Err(RetryError::AlreadyHandled(_))),
@@ -377,21 +365,14 @@ async fn the_sixteenth_retry_of_one_card_in_thirty_days_is_refused(b: Backend) {
     for i in 0..15 {
         let a = on_card(format!("cap-{i}"), "pm_card_capped").await;
         db.store
-            .business_retry_capped(a.id, IdempotencyKey::generate(), 4, cap, "scheduler", None)
+            .business_retry_capped(a.id, 4, cap, "scheduler", None)
             .await
             .unwrap_or_else(|e| panic!("retry {} of the card: {e}", i + 1));
     }
     let sixteenth = on_card("cap-15".into(), "pm_card_capped").await;
     let refused = db
         .store
-        .business_retry_capped(
-            sixteenth.id,
-            IdempotencyKey::generate(),
-            4,
-            cap,
-            "scheduler",
-            None,
-        )
+        .business_retry_capped(sixteenth.id, 4, cap, "scheduler", None)
         .await
         .unwrap_err();
     assert!(matches!(refused, RetryError::CardCap(_)), "{refused}");
@@ -403,24 +384,11 @@ async fn the_sixteenth_retry_of_one_card_in_thirty_days_is_refused(b: Backend) {
     );
     let other = on_card("cap-other".into(), "pm_card_other").await;
     db.store
-        .business_retry_capped(
-            other.id,
-            IdempotencyKey::generate(),
-            4,
-            cap,
-            "scheduler",
-            None,
-        )
+        .business_retry_capped(other.id, 4, cap, "scheduler", None)
         .await
         .expect("another card is not capped");
     db.store
-        .business_retry(
-            sixteenth.id,
-            IdempotencyKey::generate(),
-            4,
-            "finance:ana",
-            None,
-        )
+        .business_retry(sixteenth.id, 4, "finance:ana", None)
         .await
         .expect("finance's manual retry is not capped");
     db.drop_db().await;

@@ -198,6 +198,26 @@ impl IdempotencyKey {
         Self(uuid)
     }
 
+    /// The key cobro makes for an order's business retry number
+    /// `attempt_number`: derived, never random, so that a retry created
+    /// again (a database failover that lost its row after it was sent)
+    /// carries the same key and the gateway deduplicates it. A name-based
+    /// UUID, version 8 over SHA-256 (RFC 9562, appendix B.2): the first 16
+    /// bytes of SHA-256(namespace || "cobro.business_retry:" || order ||
+    /// ":" || number). `namespace` is the deployment's
+    /// (`settings.key_namespace`); PostgreSQL's `cobro.retry_key` computes
+    /// the same (tests/charge_gate.rs compares them).
+    pub fn for_retry(namespace: Uuid, order_id: &str, attempt_number: i32) -> Self {
+        use sha2::{Digest, Sha256};
+        let mut h = Sha256::new();
+        h.update(namespace.as_bytes());
+        h.update(format!("cobro.business_retry:{order_id}:{attempt_number}").as_bytes());
+        let digest = h.finalize();
+        let mut bytes = [0u8; 16];
+        bytes.copy_from_slice(&digest[..16]);
+        Self(Uuid::new_v8(bytes))
+    }
+
     pub fn uuid(self) -> Uuid {
         self.0
     }

@@ -16,9 +16,24 @@ use super::Engine;
 use crate::gateway::{Listed, LookupOutcome};
 use crate::janitor::{entered_review, listing_outcome, listing_window};
 use crate::state::Event;
-use crate::store::{Applied, Attempt, Change, CheckRecord, Lease, StoreError};
+use crate::store::{Applied, Attempt, Change, CheckRecord, Lease, StoreError, Transition};
 
 impl Engine {
+    /// What the gateway's listing says of `held`'s key, over the window its
+    /// sends could have run in (`log` is its transition log). The answer
+    /// that stays valid past the key's lifetime: a lookup by key would say
+    /// "not found" whatever happened, the listing shows what it executed.
+    pub(super) async fn listed(&self, held: &Attempt, log: &[Transition]) -> LookupOutcome {
+        let kind = if held.is_refund() {
+            Listed::Refunds
+        } else {
+            Listed::Charges
+        };
+        let window = listing_window(log, held.created_at, self.cfg.not_found.max_processing);
+        let listed = self.gateway.list(kind, window.0, window.1).await;
+        listing_outcome(kind, listed, held.idempotency_key, window)
+    }
+
     /// The write that hands an attempt to finance (`ChecksExhausted`,
     /// `KeyExpired`), with the janitor's first check scheduled.
     pub(super) fn to_review<'a>(&'a self, event: Event, cause: &'a str) -> Change<'a> {
@@ -56,17 +71,7 @@ impl Engine {
                 None => return Ok(()),
             }
         } else {
-            // The gateway no longer keeps the key: a lookup by key would
-            // say "not found" whatever happened. Its listing still shows
-            // what it executed.
-            let kind = if held.is_refund() {
-                Listed::Refunds
-            } else {
-                Listed::Charges
-            };
-            let window = listing_window(&log, held.created_at, self.cfg.not_found.max_processing);
-            let listed = self.gateway.list(kind, window.0, window.1).await;
-            listing_outcome(kind, listed, held.idempotency_key, window)
+            self.listed(&held, &log).await
         };
         let via = if by_key { "lookup" } else { "listing" };
         let record = CheckRecord {

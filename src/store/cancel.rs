@@ -48,6 +48,20 @@ impl CancelReason {
         }
     }
 
+    /// Whether this reason means "do not charge this order": after such a
+    /// cancel the database refuses every new charge attempt of the order
+    /// (`Hold::Cancelled`; `cobro.cancel_holds_order` in the migrations
+    /// says the same, tests/charge_gate.rs compares them). A customer's
+    /// request and "other" do not: the customer may still pay the order.
+    pub fn holds_order(self) -> bool {
+        match self {
+            CancelReason::PaidByOtherMeans
+            | CancelReason::FraudSuspected
+            | CancelReason::DuplicateOrder => true,
+            CancelReason::CustomerRequest | CancelReason::Other => false,
+        }
+    }
+
     /// `Err` names the accepted values.
     pub fn parse(s: &str) -> Result<Self, String> {
         Self::ALL
@@ -92,8 +106,18 @@ impl From<sqlx::Error> for CancelError {
 }
 
 /// What cancelling `attempts` (all of one order) means, decided before
-/// anything is written: the attempts to move, or why not.
-fn decide(order: &str, attempts: &[Attempt]) -> Result<Vec<Attempt>, CancelError> {
+/// anything is written: the charge attempts to move, or why not. Refunds
+/// are the customer's money: a cancel never touches one, and a refund in
+/// flight does not stop the cancel. A reason that holds the order
+/// ([`CancelReason::holds_order`]) with nothing left to stop is still
+/// recorded, on the order's latest declined attempt, so that no later door
+/// charges it.
+fn decide(
+    order: &str,
+    attempts: &[Attempt],
+    reason: CancelReason,
+) -> Result<Vec<Attempt>, CancelError> {
+    let attempts: Vec<&Attempt> = attempts.iter().filter(|a| !a.is_refund()).collect();
     if attempts.is_empty() {
         return Err(CancelError::NotFound(order.to_owned()));
     }
@@ -116,11 +140,21 @@ fn decide(order: &str, attempts: &[Attempt]) -> Result<Vec<Attempt>, CancelError
             State::Rechazado => a.next_action_at.is_some() || a.parked_since.is_some(),
             _ => false,
         })
-        .cloned()
+        .map(|a| (*a).clone())
         .collect();
-    match todo.is_empty() {
-        true => Err(CancelError::NothingToCancel(order.to_owned())),
-        false => Ok(todo),
+    if !todo.is_empty() {
+        return Ok(todo);
+    }
+    let approved = attempts.iter().any(|a| a.state == State::Aprobado);
+    let hold_on = attempts
+        .iter()
+        .filter(|a| a.state == State::Rechazado)
+        .max_by_key(|a| (a.attempt_number, a.created_at));
+    match hold_on {
+        Some(a) if reason.holds_order() && !approved && a.cancel_reason.is_none() => {
+            Ok(vec![(*a).clone()])
+        }
+        _ => Err(CancelError::NothingToCancel(order.to_owned())),
     }
 }
 
@@ -134,9 +168,11 @@ impl Store {
         actor: &str,
     ) -> Result<Cancelled, CancelError> {
         let cause = format!("cancelled_{}", reason.as_str());
-        let change = |seen: &Attempt| {
+        // Every attempt the cancel touches carries its reason: the
+        // database's charge rule reads it (`CancelReason::holds_order`).
+        let change = |_: &Attempt| {
             let mut c = Change::new(Some(Event::Cancel), &cause, actor);
-            c.cancel_reason = (seen.state == State::Pendiente).then_some(reason.as_str());
+            c.cancel_reason = Some(reason.as_str());
             c
         };
         let mut done = Cancelled {
@@ -151,13 +187,21 @@ impl Store {
         match &self.db {
             Db::Pg(p) => {
                 let mut tx = p.begin().await?;
-                let attempts: Vec<Attempt> = sqlx::query_as(
-                    "SELECT * FROM cobro.payment_attempts WHERE order_id = $1 ORDER BY created_at, id FOR UPDATE",
-                )
-                .bind(order_id)
-                .fetch_all(&mut *tx)
-                .await?;
-                for a in decide(order_id, &attempts)? {
+                let select = "SELECT * FROM cobro.payment_attempts WHERE order_id = $1 ORDER BY created_at, id FOR UPDATE";
+                // The rows first, then the order's lock (the order every
+                // door takes them in: the SQL functions lock the rows, the
+                // charge_gate trigger the order), then the rows again: an
+                // attempt inserted before the lock was taken is seen.
+                sqlx::query(select).bind(order_id).execute(&mut *tx).await?;
+                sqlx::query("SELECT cobro.lock_order($1)")
+                    .bind(order_id)
+                    .execute(&mut *tx)
+                    .await?;
+                let attempts: Vec<Attempt> = sqlx::query_as(select)
+                    .bind(order_id)
+                    .fetch_all(&mut *tx)
+                    .await?;
+                for a in decide(order_id, &attempts, reason)? {
                     let c = change(&a);
                     let p = plan(&a, &c).map_err(StoreError::from)?;
                     if super::pg::apply_tx(&mut tx, &a, &c, &p).await? == Applied::Lost {
@@ -183,7 +227,7 @@ impl Store {
                     .iter()
                     .map(super::lite::attempt)
                     .collect::<Result<Vec<_>, _>>()?;
-                for a in decide(order_id, &attempts)? {
+                for a in decide(order_id, &attempts, reason)? {
                     let c = change(&a);
                     let p = plan(&a, &c).map_err(StoreError::from)?;
                     if super::lite::apply_tx(&mut tx, &a, &c, &p).await? == Applied::Lost {

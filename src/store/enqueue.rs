@@ -35,8 +35,42 @@ pub enum EnqueueError {
     /// The order already has an approved charge.
     #[error("{0}")]
     AlreadyApproved(String),
+    /// The database's rule holds the order for another reason: an open
+    /// case, or a cancel that means "do not charge it" (`store::Hold`).
+    #[error("{1}")]
+    Held(super::Hold, String),
     #[error("database error: {0}")]
     Db(#[from] sqlx::Error),
+}
+
+impl EnqueueError {
+    /// Which part of the database's charge rule refused, if one did.
+    pub fn hold(&self) -> Option<super::Hold> {
+        match self {
+            EnqueueError::LiveAttempt(_) => Some(super::Hold::LiveAttempt),
+            EnqueueError::AlreadyApproved(_) => Some(super::Hold::Approved),
+            EnqueueError::Held(h, _) => Some(*h),
+            EnqueueError::Invalid(_) | EnqueueError::KeyReused(_) | EnqueueError::Db(_) => None,
+        }
+    }
+
+    /// A refusal by the database's charge rule (or its bounds on input),
+    /// else `None`.
+    pub(crate) fn from_rule(e: &sqlx::Error) -> Option<Self> {
+        if let Some((hold, msg)) = super::gate::hold(e) {
+            return Some(match hold {
+                super::Hold::LiveAttempt => EnqueueError::LiveAttempt(msg),
+                super::Hold::Approved => EnqueueError::AlreadyApproved(msg),
+                other => EnqueueError::Held(other, msg),
+            });
+        }
+        match super::gate::refusal(e) {
+            Some((code, msg)) if code == "22023" => Some(EnqueueError::Invalid(
+                super::gate::invalid_from_message(&msg),
+            )),
+            _ => None,
+        }
+    }
 }
 
 pub(crate) fn key_reused(
@@ -52,8 +86,4 @@ pub(crate) fn key_reused(
 
 pub(crate) fn live_attempt(order: &str) -> EnqueueError {
     EnqueueError::LiveAttempt(format!("order {order} already has a live attempt"))
-}
-
-pub(crate) fn already_approved(order: &str) -> EnqueueError {
-    EnqueueError::AlreadyApproved(format!("order {order} already has an approved charge"))
 }

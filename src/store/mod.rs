@@ -15,6 +15,7 @@ mod contradiction;
 mod duplicate;
 mod enqueue;
 mod escalation;
+mod gate;
 mod listing;
 mod lite;
 pub(crate) use lite::wakeups as lite_wakeups;
@@ -29,6 +30,7 @@ mod refund;
 mod retention;
 mod retry;
 mod review;
+mod settings;
 mod webhooks;
 
 pub use breaker::{BreakerEvent, BreakerRow, GatewayHealth};
@@ -37,6 +39,7 @@ pub use change::{Applied, Change, CheckRecord, Lease, NoticeKind};
 pub use contradiction::Contradiction;
 pub use enqueue::{EnqueueError, Enqueued};
 pub use escalation::{Escalated, QueueCursor, QueueQuery, Totals};
+pub use gate::Hold;
 pub use listing::{AttemptFilter, AttemptKind};
 pub use lite::enqueue_charge as enqueue_charge_sqlite;
 pub use metrics::{Gauges, OnCall, RetryOutcome, RetryTally};
@@ -49,6 +52,7 @@ pub use recon::{CaseError, CaseStatus, CaseWrite, ReconCase, ReconRun, ReconScop
 pub use refund::{RefundError, Refunded};
 pub use retention::{PURGE_BATCH, Purged};
 pub use retry::{Retried, RetryError};
+pub use settings::Settings;
 pub use webhooks::{EventOutcome, IncomingEvent, WebhookResult};
 
 use std::time::Duration;
@@ -567,20 +571,23 @@ impl Store {
         Ok(())
     }
 
-    /// A business retry: a NEW attempt with the NEW `key` for the order of
-    /// the declined attempt `attempt_id`, only if the order has nothing
-    /// approved and nothing live and fewer than `max_attempts` attempts.
+    /// A business retry: a NEW attempt with a NEW key for the order of the
+    /// declined attempt `attempt_id`, only if the database's charge rule
+    /// lets the order be charged (`Hold`) and it has had fewer than
+    /// `max_attempts` attempts. The key is derived from the deployment's
+    /// namespace, the order and the attempt number
+    /// ([`IdempotencyKey::for_retry`](crate::domain::IdempotencyKey::for_retry)),
+    /// so a retry created twice carries one key.
     /// `expected_version`: the scheduler's view of the declined attempt (its
     /// retry must still be pending at that version); `None` for finance.
     pub async fn business_retry(
         &self,
         attempt_id: Uuid,
-        key: crate::domain::IdempotencyKey,
         max_attempts: u32,
         actor: &str,
         expected_version: Option<i64>,
     ) -> Result<Retried, RetryError> {
-        self.business_retry_capped(attempt_id, key, max_attempts, None, actor, expected_version)
+        self.business_retry_capped(attempt_id, max_attempts, None, actor, expected_version)
             .await
     }
 
@@ -590,7 +597,6 @@ impl Store {
     pub async fn business_retry_capped(
         &self,
         attempt_id: Uuid,
-        key: crate::domain::IdempotencyKey,
         max_attempts: u32,
         card_cap: Option<u32>,
         actor: &str,
@@ -612,14 +618,10 @@ impl Store {
         }
         let max = i32::try_from(max_attempts).unwrap_or(i32::MAX);
         let cap = card_cap.map(|c| i32::try_from(c).unwrap_or(i32::MAX));
-        let key = key.uuid();
         match &self.db {
-            Db::Pg(p) => {
-                pg::business_retry(p, attempt_id, key, max, actor, expected_version, cap).await
-            }
+            Db::Pg(p) => pg::business_retry(p, attempt_id, max, actor, expected_version, cap).await,
             Db::Lite(p) => {
-                lite::retry::business_retry(p, attempt_id, key, max, actor, expected_version, cap)
-                    .await
+                lite::retry::business_retry(p, attempt_id, max, actor, expected_version, cap).await
             }
         }
     }

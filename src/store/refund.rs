@@ -62,7 +62,7 @@ impl RefundError {
             ("CB007", _) | (_, "CB007") => RefundError::NotRefundable(text()),
             ("CB008", _) | (_, "CB008") => RefundError::ExceedsCapture(text()),
             ("CB409", _) => RefundError::KeyReused(msg),
-            ("22023", _) | (_, "invalid currency") => {
+            ("22023", _) | (_, "invalid currency" | "invalid amount_minor") => {
                 let rest = msg.strip_prefix("invalid ").unwrap_or(&msg);
                 let (field, reason) = rest.split_once(": ").unwrap_or(("input", rest));
                 RefundError::Invalid(InputError::new(field_name(field), reason.to_owned()))

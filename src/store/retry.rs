@@ -36,10 +36,36 @@ pub enum RetryError {
     /// again for this payment (`<code>/do_not_try_again`): not even by hand.
     #[error("{0}")]
     NetworkAdvice(String),
+    /// The database's rule holds the order: an open case says the gateway
+    /// may have charged it, or a cancel means "do not charge it".
+    #[error("{1}")]
+    Held(super::Hold, String),
     /// The scheduled retry was already handled by another worker (the
     /// declined attempt moved since it was read).
     #[error("{0}")]
     AlreadyHandled(String),
     #[error("database error: {0}")]
     Db(#[from] sqlx::Error),
+}
+
+impl RetryError {
+    /// Which part of the database's charge rule refused, if one did.
+    pub fn hold(&self) -> Option<super::Hold> {
+        match self {
+            RetryError::AlreadyApproved(_) => Some(super::Hold::Approved),
+            RetryError::AlreadyRetrying(_) => Some(super::Hold::LiveAttempt),
+            RetryError::Held(h, _) => Some(*h),
+            _ => None,
+        }
+    }
+
+    /// A refusal by the database's charge rule on the new attempt's insert.
+    pub(crate) fn from_rule(e: &sqlx::Error) -> Option<Self> {
+        let (hold, msg) = super::gate::hold(e)?;
+        Some(match hold {
+            super::Hold::LiveAttempt => RetryError::AlreadyRetrying(msg),
+            super::Hold::Approved => RetryError::AlreadyApproved(msg),
+            other => RetryError::Held(other, msg),
+        })
+    }
 }

@@ -70,11 +70,14 @@ pub(super) fn keyed_json(
     Ok((key, v))
 }
 
-/// `amount_minor` from a create body: a whole number from 1 to `max`
-/// (`COBRO_MAX_AMOUNT_MINOR`). A number too large for an `i64` is refused as
-/// over the maximum, not as missing. `Err` is the finished 422 naming the
-/// field, the maximum and the variable that sets it.
-pub(super) fn amount(v: &Value, max: MaxAmount) -> Result<Amount, Box<Response>> {
+/// `amount_minor` from a create body: a whole number from 1 to the ceiling.
+/// The deployment's own maximum is the database's (the settings row the
+/// `charge_gate` trigger reads, set by `cobro migrate --max-amount-minor`),
+/// so HTTP, SQL and Rust callers meet one limit with one message. A number
+/// too large for an `i64` is refused as over the maximum, not as missing.
+/// `Err` is the finished 422 naming the field.
+pub(super) fn amount(v: &Value) -> Result<Amount, Box<Response>> {
+    let max = MaxAmount::CEILING;
     let refused = |e: InputError| {
         Box::new(error(
             StatusCode::UNPROCESSABLE_ENTITY,
@@ -166,7 +169,7 @@ pub(super) async fn create(
             "is required",
         );
     };
-    let amount = match amount(&v, app.max_amount) {
+    let amount = match amount(&v) {
         Ok(a) => a.minor(),
         Err(resp) => return *resp,
     };
@@ -201,9 +204,11 @@ pub(super) async fn create(
             e.to_string(),
         ),
         Err(EnqueueError::KeyReused(m)) => error(StatusCode::CONFLICT, Some(KEY), m),
-        Err(EnqueueError::LiveAttempt(m) | EnqueueError::AlreadyApproved(m)) => {
-            error(StatusCode::CONFLICT, Some("order_id"), m)
-        }
+        Err(
+            e @ (EnqueueError::LiveAttempt(_)
+            | EnqueueError::AlreadyApproved(_)
+            | EnqueueError::Held(..)),
+        ) => super::conflict(e.hold(), e.to_string()),
         Err(EnqueueError::Db(e)) => {
             tracing::warn!(error = %e, "enqueue failed");
             error(

@@ -60,9 +60,20 @@ use serde_json::json;
 use tracing::{info, warn};
 
 use crate::backoff::parse_duration_arg as duration;
-use crate::domain::MaxAmount;
 use crate::http::auth::{ApiKeyArgs, ApiKeys, Guard, Scope, Via};
 pub(crate) use crate::http::error;
+
+/// 409 for a refusal by the database's charge rule: the message, and
+/// `"reason"` naming which part refused (`approved`, `live_attempt`,
+/// `open_case`, `cancelled`) when one did.
+pub(crate) fn conflict(hold: Option<crate::store::Hold>, message: impl Into<String>) -> Response {
+    let mut body = json!({ "error": message.into() });
+    if let Some(h) = hold {
+        body["field"] = json!("order_id");
+        body["reason"] = json!(h.as_str());
+    }
+    (StatusCode::CONFLICT, Json(body)).into_response()
+}
 
 /// A small JSON request body, read within the API limit: 413 when it is
 /// too large, 400 when it is not JSON (the routes that take one field).
@@ -133,11 +144,6 @@ pub struct ServeArgs {
     /// Timeouts and the connection limit of every listener.
     #[command(flatten)]
     pub http: HttpLimits,
-    /// Largest `amount_minor` that `POST /charges` and `POST /refunds`
-    /// accept (at most 999999999999, the ceiling the database enforces).
-    #[arg(long, env = "COBRO_MAX_AMOUNT_MINOR", default_value_t = MaxAmount::default(),
-          value_parser = crate::domain::parse_max_amount_arg)]
-    pub max_amount_minor: MaxAmount,
     /// A decline by webhook schedules the business retry like the worker does.
     #[command(flatten)]
     pub retry: crate::retry::RetryArgs,
@@ -183,8 +189,6 @@ impl ServeArgs {
 /// test or an embedding program directly.
 pub struct WebConfig {
     pub store: Store,
-    /// The largest `amount_minor` the create routes accept.
-    pub max_amount: MaxAmount,
     pub verifier: Verifier,
     pub keys: ApiKeys,
     pub retry: crate::retry::RetryPolicy,
@@ -199,7 +203,6 @@ impl WebConfig {
     pub fn new(store: Store, verifier: Verifier) -> Self {
         Self {
             store,
-            max_amount: MaxAmount::default(),
             verifier,
             keys: ApiKeys::default(),
             retry: Default::default(),
@@ -232,7 +235,6 @@ impl WebConfig {
             verifier: self.verifier,
             max_body: self.max_webhook_body,
             retry: self.retry,
-            max_amount: self.max_amount,
         });
         let public = Router::new()
             .route(
@@ -295,7 +297,6 @@ pub(crate) struct App {
     pub(crate) retry: crate::retry::RetryPolicy,
     pub(crate) rejects: webhooks::RejectSampler,
     scraper: Scraper,
-    pub(crate) max_amount: MaxAmount,
 }
 
 pub(crate) type AppState = State<Arc<App>>;
@@ -351,7 +352,6 @@ pub async fn run(
     };
     let cfg = WebConfig {
         store,
-        max_amount: args.max_amount_minor,
         verifier,
         keys,
         retry,

@@ -41,7 +41,7 @@ pub(super) async fn create(
             "is required: the UUID of the APROBADO charge attempt to refund",
         );
     };
-    let amount = match amount(&v, app.max_amount) {
+    let amount = match amount(&v) {
         Ok(a) => a,
         Err(resp) => return *resp,
     };

@@ -462,17 +462,6 @@ pub fn web_config(store: &Store, verifier: cobro::webhook::Verifier) -> cobro::w
     cfg
 }
 
-/// The web process accepting amounts up to `max` (`COBRO_MAX_AMOUNT_MINOR`).
-pub async fn start_web_max(
-    store: &Store,
-    verifier: cobro::webhook::Verifier,
-    max: cobro::domain::MaxAmount,
-) -> Web {
-    let mut cfg = web_config(store, verifier);
-    cfg.max_amount = max;
-    start_web_cfg(cfg).await
-}
-
 /// The web process with these settings, one listener, default limits.
 pub async fn start_web_cfg(cfg: cobro::web::WebConfig) -> Web {
     serve_router(cfg.router(), cobro::http::serve::HttpLimits::default()).await

@@ -72,7 +72,7 @@ pub async fn seed(b: Backend) -> Seeded {
     let op2 = step(&db.store, &op2, Event::Declined, Some("do_not_honor")).await;
     let retry = db
         .store
-        .business_retry(op2.id, IdempotencyKey::generate(), 4, "finance:test", None)
+        .business_retry(op2.id, 4, "finance:test", None)
         .await
         .unwrap();
     let op3 = in_review(&db.store, "op-3").await;

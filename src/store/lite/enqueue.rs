@@ -9,7 +9,7 @@ use super::{ms, push_wake, uuid};
 use crate::domain::ChargeRequest;
 use crate::state::State;
 use crate::store::StoreError;
-use crate::store::enqueue::{EnqueueError, Enqueued, already_approved, key_reused, live_attempt};
+use crate::store::enqueue::{EnqueueError, Enqueued, key_reused, live_attempt};
 
 /// Enqueues inside the caller's transaction (begin it with
 /// `BEGIN IMMEDIATE` so the checks and the insert see one state of the
@@ -58,20 +58,8 @@ pub async fn enqueue_charge_as(
         }
         return Err(key_reused(req.key, &o, a, &c));
     }
-    let states: Vec<String> =
-        sqlx::query_scalar("SELECT state FROM payment_attempts WHERE order_id = ?1")
-            .bind(order)
-            .fetch_all(&mut *conn)
-            .await?;
-    if states.iter().any(|s| s == State::Aprobado.as_str()) {
-        return Err(already_approved(order));
-    }
-    if states
-        .iter()
-        .any(|s| s.parse::<State>().is_ok_and(State::is_live))
-    {
-        return Err(live_attempt(order));
-    }
+    // The order's rule (approved, live, open case, cancelled) and the
+    // maximum amount are the charge_gate trigger's, as on PostgreSQL.
     let id = Uuid::new_v4();
     let inserted = sqlx::query(concat!(
         "INSERT INTO payment_attempts
@@ -109,7 +97,7 @@ pub async fn enqueue_charge_as(
                 live_attempt(order)
             });
         }
-        Err(e) => return Err(e.into()),
+        Err(e) => return Err(EnqueueError::from_rule(&e).unwrap_or(EnqueueError::Db(e))),
     };
     sqlx::query(concat!(
         "INSERT INTO attempt_transitions (attempt_id, from_state, to_state, cause, actor, at)

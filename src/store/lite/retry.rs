@@ -8,12 +8,12 @@ use sqlx::{Row, SqlitePool};
 use uuid::Uuid;
 
 use super::{ms, push_wake};
+use crate::domain::IdempotencyKey;
 use crate::store::retry::{Retried, RetryError};
 
 pub(crate) async fn business_retry(
     pool: &SqlitePool,
     attempt_id: Uuid,
-    key: Uuid,
     max_attempts: i32,
     actor: &str,
     expected_version: Option<i64>,
@@ -93,6 +93,12 @@ pub(crate) async fn business_retry(
             )));
         }
     }
+    let namespace: String = sqlx::query_scalar("SELECT key_namespace FROM settings")
+        .fetch_one(&mut *tx)
+        .await?;
+    let namespace = super::uuid(&namespace).map_err(|e| sqlx::Error::Decode(e.into()))?;
+    let number = i32::try_from(n + 1).unwrap_or(i32::MAX);
+    let key = IdempotencyKey::for_retry(namespace, &order, number).uuid();
     let new_id = Uuid::new_v4();
     let inserted = sqlx::query(concat!(
         "INSERT INTO payment_attempts
@@ -125,7 +131,7 @@ pub(crate) async fn business_retry(
                 "order {order} is already being retried (another attempt is live)"
             )));
         }
-        Err(e) => return Err(e.into()),
+        Err(e) => return Err(RetryError::from_rule(&e).unwrap_or(RetryError::Db(e))),
     };
     sqlx::query(concat!(
         "UPDATE payment_attempts SET next_action_at = NULL, version = version + 1, updated_at = ",

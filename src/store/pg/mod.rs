@@ -16,7 +16,7 @@ use super::change::{Applied, Change, NoticeKind, Plan};
 use super::enqueue::{EnqueueError, Enqueued};
 use super::refund::{RefundError, Refunded};
 use super::{Attempt, Check, StoreError, Transition};
-use crate::domain::{ChargeRequest, IdempotencyKey, InputError};
+use crate::domain::{ChargeRequest, IdempotencyKey};
 
 pub(crate) mod breaker;
 pub(crate) mod cas;
@@ -110,35 +110,17 @@ pub async fn enqueue_charge_as(
 }
 
 fn classify(e: sqlx::Error) -> EnqueueError {
-    let Some(db) = e.as_database_error() else {
-        return EnqueueError::Db(e);
-    };
-    let msg = db.message().to_owned();
-    match db.code().as_deref() {
-        Some("22023") => EnqueueError::Invalid(invalid_from_message(&msg)),
-        Some("CB409") => EnqueueError::KeyReused(msg),
-        Some("CB001") => EnqueueError::LiveAttempt(msg),
-        Some("CB002") => EnqueueError::AlreadyApproved(msg),
-        _ => EnqueueError::Db(e),
+    match EnqueueError::from_rule(&e) {
+        Some(refused) => refused,
+        None if e.as_database_error().and_then(|d| d.code()).as_deref() == Some("CB409") => {
+            EnqueueError::KeyReused(
+                e.as_database_error()
+                    .map(|d| d.message().to_owned())
+                    .unwrap_or_default(),
+            )
+        }
+        None => EnqueueError::Db(e),
     }
-}
-
-/// `invalid <field>: <reason>` from the SQL function, back into an [`InputError`].
-fn invalid_from_message(msg: &str) -> InputError {
-    const FIELDS: [&str; 5] = [
-        "order_id",
-        "amount_minor",
-        "currency",
-        "idempotency_key",
-        "payment_method",
-    ];
-    let rest = msg.strip_prefix("invalid ").unwrap_or(msg);
-    let field = FIELDS
-        .into_iter()
-        .find(|f| rest.starts_with(&format!("{f}:")))
-        .unwrap_or("input");
-    let reason = rest.split_once(": ").map_or(rest, |(_, r)| r).to_owned();
-    InputError::new(field, reason)
 }
 
 #[derive(sqlx::FromRow)]
@@ -432,7 +414,6 @@ pub(super) async fn transition_rows(pool: &PgPool) -> Result<i64, StoreError> {
 pub(super) async fn business_retry(
     pool: &PgPool,
     attempt_id: Uuid,
-    key: Uuid,
     max_attempts: i32,
     actor: &str,
     expected_version: Option<i64>,
@@ -440,9 +421,9 @@ pub(super) async fn business_retry(
 ) -> Result<super::retry::Retried, super::retry::RetryError> {
     use super::retry::{Retried, RetryError};
     let row: Result<(Uuid, Uuid, i32), sqlx::Error> =
-        sqlx::query_as("SELECT * FROM cobro.business_retry($1, $2, $3, $4, $5, $6)")
+        // The key is NULL: the function derives it (cobro.retry_key).
+        sqlx::query_as("SELECT * FROM cobro.business_retry($1, NULL, $2, $3, $4, $5)")
             .bind(attempt_id)
-            .bind(key)
             .bind(max_attempts)
             .bind(actor)
             .bind(expected_version)
@@ -456,6 +437,9 @@ pub(super) async fn business_retry(
             attempt_number,
         }),
         Err(e) => {
+            if let Some(refused) = RetryError::from_rule(&e) {
+                return Err(refused);
+            }
             let Some(db) = e.as_database_error() else {
                 return Err(RetryError::Db(e));
             };

@@ -19,7 +19,7 @@ use crate::finance::{
 };
 use crate::http::auth::Caller as Person;
 use crate::store::{CaseError, RefundError, RetryError, StoreError};
-use crate::web::error;
+use crate::web::{conflict, error};
 
 pub(super) fn bad_id() -> Response {
     error(StatusCode::BAD_REQUEST, Some("id"), "must be a UUID")
@@ -324,16 +324,15 @@ pub(super) async fn retry(
         return bad_id();
     };
     let actor = format!("finance:{}", person.name);
-    let key = crate::domain::IdempotencyKey::generate();
     match fin
         .store
-        .business_retry(id, key, fin.cfg.max_attempts, &actor, None)
+        .business_retry(id, fin.cfg.max_attempts, &actor, None)
         .await
     {
         Ok(r) => (StatusCode::CREATED, Json(r)).into_response(),
         Err(RetryError::NotFound(m)) => error(StatusCode::NOT_FOUND, Some("id"), m),
         Err(RetryError::Db(e)) => unavailable(&StoreError::Db(e)),
-        Err(refused) => error(StatusCode::CONFLICT, None, refused.to_string()),
+        Err(refused) => conflict(refused.hold(), refused.to_string()),
     }
 }
 

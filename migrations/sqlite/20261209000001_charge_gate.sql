@@ -1,0 +1,110 @@
+-- Money at every door, on SQLite: the same rules as
+-- migrations/postgres/…_charge_gate.sql (read it for the design), as
+-- triggers. SQLite has one writer at a time (every door writes under
+-- BEGIN IMMEDIATE), so the checks cannot race; there is no advisory lock.
+-- Messages lead with the code the Rust side maps, as PostgreSQL's
+-- SQLSTATEs (CB001, CB002, CB011, CB012, CB020; "invalid amount_minor").
+-- The key derivation (cobro.retry_key on PostgreSQL) runs in Rust here
+-- (src/domain/key.rs): SQLite has no SHA-256.
+
+CREATE TABLE settings (
+    only_row         INTEGER PRIMARY KEY CHECK (only_row = 1),
+    max_amount_minor INTEGER NOT NULL DEFAULT 99999999
+                     CHECK (max_amount_minor BETWEEN 1 AND 999999999999),
+    key_namespace    TEXT NOT NULL CHECK (length(key_namespace) = 36),
+    updated_at       INTEGER NOT NULL
+) STRICT;
+INSERT INTO settings (only_row, key_namespace, updated_at)
+SELECT 1,
+       lower(substr(h, 1, 8) || '-' || substr(h, 9, 4) || '-' || substr(h, 13, 4) || '-'
+             || substr(h, 17, 4) || '-' || substr(h, 21, 12)),
+       CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER)
+  FROM (SELECT hex(randomblob(16)) AS h);
+CREATE TRIGGER settings_keep_the_row BEFORE DELETE ON settings
+BEGIN SELECT RAISE(ABORT, 'settings keeps its one row: DELETE is not allowed'); END;
+CREATE TRIGGER settings_namespace_fixed BEFORE UPDATE ON settings
+WHEN OLD.key_namespace IS NOT NEW.key_namespace
+BEGIN
+    SELECT RAISE(ABORT, 'settings.key_namespace never changes: business-retry keys are derived from it');
+END;
+
+CREATE INDEX recon_cases_open_order ON recon_cases (order_id) WHERE resolved_at IS NULL;
+
+CREATE TRIGGER charge_gate BEFORE INSERT ON payment_attempts
+BEGIN
+    SELECT RAISE(ABORT, 'invalid amount_minor: must be at most ' || s.max_amount_minor
+                 || ' minor units ('
+                 || CASE c.minor_unit WHEN 0 THEN CAST(s.max_amount_minor AS TEXT)
+                    ELSE (s.max_amount_minor / p.f) || '.'
+                         || printf('%0' || c.minor_unit || 'd', s.max_amount_minor % p.f) END
+                 || ' ' || c.code
+                 || '), the maximum in settings (set by `cobro migrate --max-amount-minor` or COBRO_MAX_AMOUNT_MINOR), got '
+                 || NEW.amount_minor)
+      FROM settings s, currencies c,
+           (SELECT CASE minor_unit WHEN 1 THEN 10 WHEN 2 THEN 100 WHEN 3 THEN 1000
+                   WHEN 4 THEN 10000 ELSE 1 END AS f
+              FROM currencies WHERE code = NEW.currency) p
+     WHERE c.code = NEW.currency AND NEW.amount_minor > s.max_amount_minor;
+    SELECT RAISE(ABORT, 'CB002: order ' || NEW.order_id || ' already has an approved charge (attempt '
+                 || a.id || '): no new charge attempt')
+      FROM payment_attempts a
+     WHERE NEW.kind <> 'refund' AND a.order_id = NEW.order_id AND a.kind <> 'refund'
+       AND a.state = 'APROBADO';
+    SELECT RAISE(ABORT, 'CB001: order ' || NEW.order_id || ' already has a live attempt (' || a.id
+                 || ' is ' || a.state || '): no new charge attempt until it settles')
+      FROM payment_attempts a
+     WHERE NEW.kind <> 'refund' AND a.order_id = NEW.order_id AND a.kind <> 'refund'
+       AND a.state IN ('PENDIENTE', 'EN_PROCESO', 'DESCONOCIDO', 'EN_REVISION');
+    SELECT RAISE(ABORT, 'CB011: order ' || NEW.order_id || ' has an open ' || c.kind || ' case (#'
+                 || c.id || '): the gateway may have charged it, so no new charge attempt until finance resolves the case (cobro escalations resolve-case --case '
+                 || c.id || ')')
+      FROM recon_cases c
+     WHERE NEW.kind <> 'refund' AND c.order_id = NEW.order_id AND c.resolved_at IS NULL
+       AND c.kind NOT IN ('missing_at_gateway');
+    SELECT RAISE(ABORT, 'CB012: order ' || NEW.order_id || ' was cancelled (' || a.cancel_reason
+                 || '): it must not be charged; charge a new order instead')
+      FROM payment_attempts a
+     WHERE NEW.kind <> 'refund' AND a.order_id = NEW.order_id AND a.kind <> 'refund'
+       AND a.cancel_reason IN ('paid_by_other_means', 'fraud_suspected', 'duplicate_order');
+END;
+
+-- The moves src/state.rs's transition() makes between two different states.
+CREATE TABLE state_moves (
+    from_state TEXT NOT NULL,
+    to_state   TEXT NOT NULL,
+    PRIMARY KEY (from_state, to_state)
+) STRICT;
+INSERT INTO state_moves (from_state, to_state) VALUES
+    ('PENDIENTE',   'EN_PROCESO'),
+    ('PENDIENTE',   'APROBADO'),
+    ('PENDIENTE',   'RECHAZADO'),
+    ('PENDIENTE',   'EN_REVISION'),
+    ('EN_PROCESO',  'PENDIENTE'),
+    ('EN_PROCESO',  'DESCONOCIDO'),
+    ('EN_PROCESO',  'APROBADO'),
+    ('EN_PROCESO',  'RECHAZADO'),
+    ('EN_PROCESO',  'EN_REVISION'),
+    ('DESCONOCIDO', 'EN_PROCESO'),
+    ('DESCONOCIDO', 'APROBADO'),
+    ('DESCONOCIDO', 'RECHAZADO'),
+    ('DESCONOCIDO', 'EN_REVISION'),
+    ('EN_REVISION', 'DESCONOCIDO'),
+    ('EN_REVISION', 'APROBADO'),
+    ('EN_REVISION', 'RECHAZADO');
+CREATE TRIGGER state_moves_no_insert BEFORE INSERT ON state_moves
+BEGIN SELECT RAISE(ABORT, 'state_moves is the state machine''s table: INSERT is not allowed'); END;
+CREATE TRIGGER state_moves_no_update BEFORE UPDATE ON state_moves
+BEGIN SELECT RAISE(ABORT, 'state_moves is the state machine''s table: UPDATE is not allowed'); END;
+CREATE TRIGGER state_moves_no_delete BEFORE DELETE ON state_moves
+BEGIN SELECT RAISE(ABORT, 'state_moves is the state machine''s table: DELETE is not allowed'); END;
+
+CREATE TRIGGER hold_settled_states BEFORE UPDATE OF state ON payment_attempts
+WHEN OLD.state IS NOT NEW.state
+ AND NOT EXISTS (SELECT 1 FROM state_moves m WHERE m.from_state = OLD.state AND m.to_state = NEW.state)
+BEGIN
+    SELECT RAISE(ABORT, 'CB020: attempt ' || OLD.id || ' cannot move from ' || OLD.state || ' to '
+                 || NEW.state || ': '
+                 || CASE WHEN OLD.state IN ('APROBADO', 'RECHAZADO')
+                         THEN 'a settled attempt stays settled (a contradiction opens a case for finance)'
+                         ELSE 'not a move of the state machine (src/state.rs)' END);
+END;

@@ -1,0 +1,131 @@
+//! The database's rules for charge attempts, as the Rust side reads their
+//! refusals: the one rule for "may this order get a new charge attempt"
+//! (the `charge_gate` trigger on insert of every attempt) and settled
+//! states held (`hold_settled_states` on update), both in
+//! migrations/{postgres,sqlite}/…_charge_gate.sql.
+//!
+//! Invariant: the rules live in the database, so every door (the SQL
+//! functions, this store, HTTP, the CLI, finance, a raw `INSERT`) meets the
+//! same ones; Rust only names the refusal. PostgreSQL raises them with
+//! their code as SQLSTATE; SQLite's trigger messages lead with it
+//! (`CB011: ...`).
+
+use serde::Serialize;
+
+use crate::domain::InputError;
+
+/// Why the database refused a new charge attempt for an order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Hold {
+    /// CB002: the order has an approved charge.
+    Approved,
+    /// CB001: the order has an attempt live or in doubt (`PENDIENTE`,
+    /// `EN_PROCESO`, `DESCONOCIDO`, `EN_REVISION`).
+    LiveAttempt,
+    /// CB011: an open case says the gateway may have charged the order;
+    /// lifted when finance resolves the case.
+    OpenCase,
+    /// CB012: the order was cancelled with a reason that means "do not
+    /// charge it" (`CancelReason::holds_order`).
+    Cancelled,
+}
+
+impl Hold {
+    /// The code the database raises.
+    pub fn code(self) -> &'static str {
+        match self {
+            Hold::Approved => "CB002",
+            Hold::LiveAttempt => "CB001",
+            Hold::OpenCase => "CB011",
+            Hold::Cancelled => "CB012",
+        }
+    }
+
+    /// The name an API answer carries (`"reason"`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Hold::Approved => "approved",
+            Hold::LiveAttempt => "live_attempt",
+            Hold::OpenCase => "open_case",
+            Hold::Cancelled => "cancelled",
+        }
+    }
+
+    fn from_code(code: &str) -> Option<Self> {
+        [
+            Hold::Approved,
+            Hold::LiveAttempt,
+            Hold::OpenCase,
+            Hold::Cancelled,
+        ]
+        .into_iter()
+        .find(|h| h.code() == code)
+    }
+}
+
+/// A refusal by one of the database's rules: its code (`CB0..`, or the
+/// SQLSTATE `22023` for bad input such as an amount over the maximum) and
+/// the message without SQLite's leading code.
+pub(crate) fn refusal(e: &sqlx::Error) -> Option<(String, String)> {
+    let db = e.as_database_error()?;
+    let msg = db.message();
+    if let Some(code) = db
+        .code()
+        .filter(|c| c.starts_with("CB") || c.as_ref() == "22023")
+    {
+        return Some((code.into_owned(), msg.to_owned()));
+    }
+    // SQLite: "CB011: order ..." or "invalid amount_minor: ...".
+    if let Some((lead, rest)) = msg.split_once(": ")
+        && lead.len() == 5
+        && lead.starts_with("CB")
+    {
+        return Some((lead.to_owned(), rest.to_owned()));
+    }
+    msg.starts_with("invalid ")
+        .then(|| ("22023".to_owned(), msg.to_owned()))
+}
+
+/// The charge rule's refusal in `e`, if that is what it is.
+pub(crate) fn hold(e: &sqlx::Error) -> Option<(Hold, String)> {
+    let (code, msg) = refusal(e)?;
+    Hold::from_code(&code).map(|h| (h, msg))
+}
+
+/// `invalid <field>: <reason>` from a SQL function or trigger, back into
+/// an [`InputError`] naming the field.
+pub(crate) fn invalid_from_message(msg: &str) -> InputError {
+    const FIELDS: [&str; 5] = [
+        "order_id",
+        "amount_minor",
+        "currency",
+        "idempotency_key",
+        "payment_method",
+    ];
+    let rest = msg.strip_prefix("invalid ").unwrap_or(msg);
+    let field = FIELDS
+        .into_iter()
+        .find(|f| rest.starts_with(&format!("{f}:")))
+        .unwrap_or("input");
+    let reason = rest.split_once(": ").map_or(rest, |(_, r)| r).to_owned();
+    InputError::new(field, reason)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_hold_round_trips_its_code() {
+        for h in [
+            Hold::Approved,
+            Hold::LiveAttempt,
+            Hold::OpenCase,
+            Hold::Cancelled,
+        ] {
+            assert_eq!(Hold::from_code(h.code()), Some(h));
+        }
+        assert_eq!(Hold::from_code("CB020"), None);
+    }
+}
