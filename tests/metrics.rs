@@ -457,10 +457,18 @@ async fn double_approved_orders_and_open_cases_are_counted_from_the_rows(b: Back
     );
     let refused = db.exec(approve_both, approve_both, &[]).await;
     assert!(refused.is_err(), "one_approved_per_order refuses it");
-    // ...and were that guard ever lost, the gauge would say so.
+    // ...and were those guards (the unique index, settled states held) ever
+    // lost, the gauge would say so.
     db.exec(
         "DROP INDEX cobro.one_approved_per_order",
         "DROP INDEX one_approved_per_order",
+        &[],
+    )
+    .await
+    .unwrap();
+    db.exec(
+        "DROP TRIGGER hold_settled_states ON cobro.payment_attempts",
+        "DROP TRIGGER hold_settled_states",
         &[],
     )
     .await

@@ -291,3 +291,66 @@ BEGIN
     RETURN QUERY SELECT v_id, v_key, v_n + 1;
 END;
 $$;
+
+-- 5. A refund that fails after it looked settled (Stripe: refund.updated
+--    with status failed on a refund we hold APROBADO) keeps its state
+--    (settled states stay settled) and is marked refund_failed_at, once,
+--    with a transition-log row; a case opens for finance. Its amount is
+--    free to refund again: cobro.guard_refund and the duplicate's unique
+--    index leave it out. guard_refund is …_duplicate_refund.sql's but for
+--    that one condition (AND a.refund_failed_at IS NULL).
+ALTER TABLE cobro.payment_attempts ADD COLUMN refund_failed_at timestamptz
+    CHECK (refund_failed_at IS NULL OR (kind = 'refund' AND state = 'APROBADO'));
+CREATE FUNCTION cobro.refund_failed_once() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    RAISE EXCEPTION 'refund % failed at the gateway at %: that is never undone',
+        OLD.id, OLD.refund_failed_at USING ERRCODE = 'insufficient_privilege';
+END;
+$$;
+CREATE TRIGGER refund_failed_once
+    BEFORE UPDATE ON cobro.payment_attempts
+    FOR EACH ROW WHEN (OLD.refund_failed_at IS NOT NULL
+                       AND OLD.refund_failed_at IS DISTINCT FROM NEW.refund_failed_at)
+    EXECUTE FUNCTION cobro.refund_failed_once();
+DROP INDEX cobro.one_refund_per_duplicate;
+CREATE UNIQUE INDEX one_refund_per_duplicate ON cobro.payment_attempts (refund_of_gateway)
+    WHERE refund_of_gateway IS NOT NULL AND state <> 'RECHAZADO' AND refund_failed_at IS NULL;
+
+CREATE OR REPLACE FUNCTION cobro.guard_refund() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    v_charge   cobro.payment_attempts;
+    v_refunded bigint;
+BEGIN
+    SELECT * INTO v_charge FROM cobro.payment_attempts a WHERE a.id = NEW.refund_of FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'no attempt with id %', NEW.refund_of USING ERRCODE = 'CB404';
+    END IF;
+    IF v_charge.kind = 'refund' OR v_charge.state <> 'APROBADO' THEN
+        RAISE EXCEPTION 'attempt % is a % in state %: only an APROBADO charge can be refunded',
+            v_charge.id, CASE WHEN v_charge.kind = 'refund' THEN 'refund' ELSE 'charge' END,
+            v_charge.state USING ERRCODE = 'CB007';
+    END IF;
+    IF NEW.order_id <> v_charge.order_id OR NEW.currency <> v_charge.currency THEN
+        RAISE EXCEPTION 'invalid currency: a refund has its charge''s order and currency (%, %)',
+            v_charge.order_id, v_charge.currency USING ERRCODE = '22023';
+    END IF;
+    IF NEW.refund_of_gateway IS NOT NULL THEN
+        IF NEW.refund_of_gateway = v_charge.gateway_charge_id THEN
+            RAISE EXCEPTION 'gateway charge % is the order''s own approved charge (attempt %), not a duplicate: refund it the usual way',
+                NEW.refund_of_gateway, v_charge.id USING ERRCODE = 'CB007';
+        END IF;
+        RETURN NEW;
+    END IF;
+    -- Read after the lock: every refund of this charge committed before it is counted.
+    SELECT coalesce(sum(a.amount_minor), 0) INTO v_refunded
+      FROM cobro.payment_attempts a
+     WHERE a.refund_of = NEW.refund_of AND a.state <> 'RECHAZADO'
+       AND a.refund_of_gateway IS NULL AND a.refund_failed_at IS NULL;
+    IF v_refunded + NEW.amount_minor > v_charge.amount_minor THEN
+        RAISE EXCEPTION 'refund of % % exceeds what is left to refund of attempt %: % of % already refunded or in flight',
+            NEW.amount_minor, NEW.currency, v_charge.id, v_refunded, v_charge.amount_minor
+            USING ERRCODE = 'CB008';
+    END IF;
+    RETURN NEW;
+END;
+$$;

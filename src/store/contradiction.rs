@@ -25,6 +25,11 @@ pub struct Contradiction {
     pub window: Window,
     /// The attempt is `RECHAZADO` with a business retry scheduled: cancel it.
     pub cancel_retry: bool,
+    /// The attempt is a refund we hold `APROBADO` that the gateway says
+    /// failed: mark it (`refund_failed_at`), which frees its amount to be
+    /// refunded again. Its state does not move (settled states stay
+    /// settled); finance sees the case.
+    pub refund_failed: bool,
 }
 
 impl Contradiction {
@@ -59,14 +64,24 @@ impl Contradiction {
             },
             window: window(seen, now),
             cancel_retry,
+            refund_failed: false,
         })
     }
 
-    /// The gateway declined (`code`) the charge we hold as `APROBADO`.
+    /// The gateway declined (`code`) the charge, or failed the refund, we
+    /// hold as `APROBADO`.
     pub fn declined(seen: &Attempt, code: &str, source: &str, now: DateTime<Utc>) -> Option<Self> {
-        if seen.state != State::Aprobado || seen.is_refund() {
+        if seen.state != State::Aprobado {
             return None;
         }
+        let reason = match seen.is_refund() {
+            false => format!(
+                "the gateway says the charge under our key was declined ({code}, {source}); we hold it as APROBADO"
+            ),
+            true => format!(
+                "the gateway says the refund under our key failed ({code}, {source}) after we held it as APROBADO: the money stayed with the merchant and the amount can be refunded again"
+            ),
+        };
         Some(Self {
             finding: Finding {
                 kind: CaseKind::MissingAtGateway,
@@ -75,13 +90,14 @@ impl Contradiction {
                 attempt_id: Some(seen.id),
                 gateway_ref: seen.gateway_charge_id.clone(),
                 details: json!({
-                    "reason": format!("the gateway says the charge under our key was declined ({code}, {source}); we hold it as APROBADO"),
+                    "reason": reason,
                     "ours": summary(seen),
                     "source": source,
                 }),
             },
             window: window(seen, now),
             cancel_retry: false,
+            refund_failed: seen.is_refund(),
         })
     }
 }

@@ -132,8 +132,9 @@ fn stripe_outcome(
             code: text_safe(&crate::gateway::stripe::decline_code_of(object)),
             charge_id: Some(need_id()?),
         },
+        // Only `succeeded` settles a refund; `pending` may still fail.
         STRIPE_REFUND_CREATED | STRIPE_REFUND_UPDATED => match status {
-            Some("succeeded" | "pending") => EventOutcome::Approved {
+            Some("succeeded") => EventOutcome::Approved {
                 charge_id: need_id()?,
             },
             Some("failed" | "canceled") => EventOutcome::Declined {

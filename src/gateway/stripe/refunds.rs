@@ -124,11 +124,13 @@ impl StripeGateway {
     }
 }
 
-/// A refund object: succeeded or pending (accepted, executing) is done;
-/// failed or canceled is a refusal.
+/// A refund object: only `succeeded` is done; `failed` or `canceled` is a
+/// refusal. `pending` and `requires_action` (accepted, not executed yet:
+/// it may still fail) and anything unknown stay in doubt, looked up on the
+/// schedule (`not_settled` is not a gateway failure for the breaker).
 fn refund_outcome(r: Object, ev: Evidence) -> ChargeOutcome {
     match r.status.as_deref() {
-        Some("succeeded" | "pending") => ChargeOutcome::Approved {
+        Some("succeeded") => ChargeOutcome::Approved {
             evidence: Evidence {
                 detail: r.status.clone(),
                 ..ev
@@ -150,5 +152,40 @@ fn refund_outcome(r: Object, ev: Evidence) -> ChargeOutcome {
                 ..ev
             },
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refund(status: &str) -> Object {
+        serde_json::from_value(serde_json::json!({"id": "re_1", "status": status})).unwrap()
+    }
+
+    #[test]
+    fn only_a_succeeded_refund_is_done_and_a_pending_one_stays_in_doubt() {
+        let ev = Evidence::default();
+        assert!(matches!(
+            refund_outcome(refund("succeeded"), ev.clone()),
+            ChargeOutcome::Approved { charge_id, .. } if charge_id == "re_1"
+        ));
+        for status in ["pending", "requires_action", "something_new"] {
+            match refund_outcome(refund(status), ev.clone()) {
+                ChargeOutcome::Unknown { evidence } => {
+                    assert_eq!(evidence.error_kind, "not_settled", "{status}")
+                }
+                other => panic!("{status}: {other:?}"),
+            }
+        }
+        for status in ["failed", "canceled"] {
+            assert!(
+                matches!(
+                    refund_outcome(refund(status), ev.clone()),
+                    ChargeOutcome::Declined { .. }
+                ),
+                "{status}"
+            );
+        }
     }
 }

@@ -259,5 +259,34 @@ pub(crate) async fn contradicted_tx(
         let plan = plan(seen, &change).map_err(|e| StoreError::Corrupt(e.to_string()))?;
         super::apply_tx(&mut *tx, seen, &change, &plan).await?;
     }
+    if c.refund_failed {
+        // Fenced like every write (see the PostgreSQL twin).
+        let marked = sqlx::query(concat!(
+            "UPDATE payment_attempts SET refund_failed_at = ",
+            now_ms!(),
+            ", version = version + 1, updated_at = ",
+            now_ms!(),
+            " WHERE id = ?1 AND version = ?2 AND state = 'APROBADO' AND kind = 'refund'
+                AND refund_failed_at IS NULL"
+        ))
+        .bind(seen.id.hyphenated().to_string())
+        .bind(seen.version)
+        .execute(&mut *tx)
+        .await?;
+        if marked.rows_affected() == 1 {
+            sqlx::query(concat!(
+                "INSERT INTO attempt_transitions
+                    (attempt_id, from_state, to_state, cause, actor, evidence, at)
+                 VALUES (?1, 'APROBADO', 'APROBADO', 'refund_failed_after_success', ?2, ?3, ",
+                now_ms!(),
+                ")"
+            ))
+            .bind(seen.id.hyphenated().to_string())
+            .bind(actor)
+            .bind(c.finding.details.to_string())
+            .execute(&mut *tx)
+            .await?;
+        }
+    }
     Ok(())
 }

@@ -203,5 +203,31 @@ pub(crate) async fn contradicted_tx(
         let plan = plan(seen, &change).map_err(|e| StoreError::Corrupt(e.to_string()))?;
         super::apply_tx(&mut *tx, seen, &change, &plan).await?;
     }
+    if c.refund_failed {
+        // Fenced like every write: on the version seen, a settled refund
+        // not marked yet. Lost: it moved meanwhile; the case is open anyway.
+        let marked = sqlx::query(
+            "UPDATE cobro.payment_attempts
+                SET refund_failed_at = now(), version = version + 1, updated_at = now()
+              WHERE id = $1 AND version = $2 AND state = 'APROBADO' AND kind = 'refund'
+                AND refund_failed_at IS NULL",
+        )
+        .bind(seen.id)
+        .bind(seen.version)
+        .execute(&mut *tx)
+        .await?;
+        if marked.rows_affected() == 1 {
+            sqlx::query(
+                "INSERT INTO cobro.attempt_transitions
+                    (attempt_id, from_state, to_state, cause, actor, evidence)
+                 VALUES ($1, 'APROBADO', 'APROBADO', 'refund_failed_after_success', $2, $3)",
+            )
+            .bind(seen.id)
+            .bind(actor)
+            .bind(&c.finding.details)
+            .execute(&mut *tx)
+            .await?;
+        }
+    }
     Ok(())
 }
