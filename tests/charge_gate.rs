@@ -31,6 +31,7 @@ on_both_backends!(
     the_state_moves_table_is_the_state_machine,
     a_business_retry_key_is_derived_from_the_order_and_its_number,
     a_refund_that_fails_after_success_opens_a_case_and_frees_its_amount,
+    finance_cannot_decline_a_payment_object_that_may_still_succeed,
 );
 
 fn verifier() -> Verifier {
@@ -589,6 +590,45 @@ async fn a_refund_that_fails_after_success_opens_a_case_and_frees_its_amount(b: 
         .await
         .unwrap_err();
     assert!(err.to_string().contains("never undone"), "{err}");
+    web.stop().await;
+    db.drop_db().await;
+}
+
+/// The sixth situation: finance's decline of an attempt whose
+/// PaymentIntent exists at the gateway would leave it able to succeed
+/// later. Refused, saying what to do; nothing is written.
+async fn finance_cannot_decline_a_payment_object_that_may_still_succeed(b: Backend) {
+    let db = TestDb::new(b).await;
+    let web = start_web(&db.store, verifier()).await;
+    let req = ChargeRequest::parse("gate-pi", 3_000, "USD", None, None).unwrap();
+    let id = db.store.enqueue(&req).await.unwrap().attempt_id;
+    let a = db.store.load(id).await.unwrap().0;
+    let a = step(&db.store, &a, Event::Claim, None).await;
+    let mut prepared = Change::new(Some(Event::Prepared), "payment_intent_created", "worker:w");
+    prepared.gateway_ref = Some("pi_open_1");
+    let Applied::Moved(a) = db.store.apply(&a, &prepared).await.unwrap() else {
+        panic!("not recorded");
+    };
+    let a = step(&db.store, &a, Event::Unknown, None).await;
+    let a = step(&db.store, &a, Event::ChecksExhausted, None).await;
+    assert_eq!(a.state, State::EnRevision);
+    let (status, body) = post(
+        &web,
+        &format!("/finance/api/attempts/{}/resolve", a.id),
+        "luis",
+        None,
+        json!({"action": "decline", "version": a.version, "code": "finance_declined",
+               "note": "the customer says it failed"}),
+    )
+    .await;
+    assert_eq!(status, 409, "{body}");
+    let msg = body["error"].as_str().unwrap();
+    assert!(
+        msg.contains("Cancel pi_open_1 at the gateway first") && msg.contains("--as check"),
+        "{msg}"
+    );
+    let now = db.store.load(a.id).await.unwrap().0;
+    assert_eq!((now.state, now.version), (State::EnRevision, a.version));
     web.stop().await;
     db.drop_db().await;
 }

@@ -104,6 +104,11 @@ pub enum ResolveError {
     /// decision now could overwrite the answer it is about to record.
     #[error("{0}")]
     Busy(String),
+    /// A decline of an attempt whose payment object (a Stripe
+    /// PaymentIntent) exists at the gateway and may still succeed: the
+    /// decline is recorded only once the gateway says the object is final.
+    #[error("{0}")]
+    OpenAtGateway(String),
     #[error(transparent)]
     Store(StoreError),
 }
@@ -171,6 +176,21 @@ pub async fn resolve(store: &Store, req: &ResolveRequest<'_>) -> Result<Attempt,
             let mut c = Change::new(Some(Event::Approved), "finance_approved", &actor);
             c.charge_id = Some(charge_id);
             c
+        }
+        Resolution::Decline { .. } if seen.gateway_ref.is_some() => {
+            // A two-step gateway's object (a Stripe PaymentIntent) can still
+            // be confirmed and succeed behind a decline recorded here. Only
+            // the gateway can make it final: cancelled there, the lookup
+            // that check-now asks for records it as declined.
+            let object = seen.gateway_ref.as_deref().unwrap_or_default();
+            return Err(ResolveError::OpenAtGateway(format!(
+                "attempt {} has the payment object {object} at the gateway, which may still succeed: \
+                 a decline recorded here would not stop it. Cancel {object} at the gateway first \
+                 (for Stripe: the dashboard, or POST /v1/payment_intents/{object}/cancel), then \
+                 check again now (cobro escalations resolve --attempt {} --version {} --as check \
+                 --by <you> --note <why>): the lookup records the cancelled object as declined",
+                seen.id, seen.id, seen.version
+            )));
         }
         Resolution::Decline { code } => {
             let mut c = Change::new(Some(Event::Declined), "finance_declined", &actor);

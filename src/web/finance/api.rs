@@ -306,7 +306,7 @@ pub(super) fn resolve_error(e: ResolveError) -> Response {
         ),
         ResolveError::NotFound(_) => error(StatusCode::NOT_FOUND, Some("id"), e.to_string()),
         ResolveError::Moved(m) => error(StatusCode::CONFLICT, Some("version"), m),
-        ResolveError::NotEscalated(m) | ResolveError::Busy(m) => {
+        ResolveError::NotEscalated(m) | ResolveError::Busy(m) | ResolveError::OpenAtGateway(m) => {
             error(StatusCode::CONFLICT, None, m)
         }
         ResolveError::Store(e) => unavailable(&e),
