@@ -75,9 +75,11 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// A manual business retry (finance): a NEW attempt with a NEW key for the
-    /// order of a declined attempt, through the same guards as the automatic
-    /// ones (nothing approved, nothing live, under the maximum).
+    /// A manual business retry (finance): the declined attempt's retry made
+    /// due now. A worker looks it up at the gateway first, then creates a NEW
+    /// attempt with a NEW (derived) key through the same guards as an
+    /// automatic retry. Refused at once while the database's charge rule
+    /// holds the order (approved, live, an open case, a do-not-charge cancel).
     Retry {
         #[arg(long, env = "DATABASE_URL")]
         database_url: String,
@@ -87,8 +89,6 @@ enum Command {
         /// Who asks (kept in the transition log).
         #[arg(long)]
         actor: String,
-        #[arg(long, env = "COBRO_MAX_ATTEMPTS", default_value_t = 4)]
-        max_attempts: u32,
         #[arg(long)]
         json: bool,
     },
@@ -335,20 +335,17 @@ async fn main() -> Result<()> {
             database_url,
             attempt,
             actor,
-            max_attempts,
             json,
         } => {
             let store = Store::connect(&database_url, 2).await?;
             let who = format!("manual:{actor}");
-            let retried = store
-                .business_retry(attempt, max_attempts, &who, None)
-                .await?;
+            let asked = store.request_retry(attempt, &who).await?;
             if json {
-                println!("{}", serde_json::to_string_pretty(&retried)?);
+                println!("{}", serde_json::to_string_pretty(&asked)?);
             } else {
                 println!(
-                    "retry created: attempt {} (number {}) key {}",
-                    retried.attempt_id, retried.attempt_number, retried.idempotency_key
+                    "retry requested: a worker looks attempt {} up at the gateway now, then creates attempt number {} with key {} (cobro status --order {} shows it)",
+                    asked.retry_of, asked.attempt_number, asked.idempotency_key, asked.order_id
                 );
             }
         }

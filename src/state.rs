@@ -141,6 +141,11 @@ pub enum Event {
     /// reason), and a `RECHAZADO` attempt's scheduled business retry is
     /// dropped. Nothing that may have reached the gateway is ever cancelled.
     Cancel,
+    /// A person (finance, `cobro retry`) asks for a business retry of a
+    /// declined attempt now: its retry becomes due, and the worker looks
+    /// the attempt up at the gateway before it creates the new attempt,
+    /// as for a scheduled retry. The attempt itself stays `RECHAZADO`.
+    RetryNow,
     /// A two-step gateway (Stripe) created the payment object for this
     /// attempt's key without moving money (a PaymentIntent, unconfirmed):
     /// its id is recorded, once, before anything confirms it. The lease
@@ -150,7 +155,7 @@ pub enum Event {
 
 impl Event {
     /// Every event (for tables and checks that must consider them all).
-    pub const ALL: [Event; 14] = [
+    pub const ALL: [Event; 15] = [
         Event::Claim,
         Event::Resend,
         Event::Approved,
@@ -165,6 +170,7 @@ impl Event {
         Event::ReviewNow,
         Event::Prepared,
         Event::Cancel,
+        Event::RetryNow,
     ];
 }
 
@@ -234,6 +240,11 @@ pub fn transition(from: State, event: Event) -> Result<Next, InvalidTransition> 
         (S::EnRevision, E::ReviewNow) => to(S::EnRevision, Then::CheckLater),
         (S::EnProceso, E::Prepared) => to(S::EnProceso, Then::SendToGateway),
         (S::Pendiente | S::Rechazado, E::Cancel) => to(S::Rechazado, Then::Done),
+        (S::Rechazado, E::RetryNow) => to(S::Rechazado, Then::Done),
+        (
+            S::Pendiente | S::EnProceso | S::Desconocido | S::Aprobado | S::EnRevision,
+            E::RetryNow,
+        ) => invalid,
         (S::EnProceso | S::Desconocido | S::EnRevision | S::Aprobado, E::Cancel) => invalid,
 
         (S::Pendiente, E::Resend | E::Unknown | E::LeaseExpired)
@@ -261,7 +272,7 @@ mod tests {
     use Event as E;
     use State as S;
 
-    const EVENTS: [Event; 14] = Event::ALL;
+    const EVENTS: [Event; 15] = Event::ALL;
 
     /// Every (state, event) pair, written out. `None` = invalid.
     fn expected(from: State, event: Event) -> Option<(State, Then)> {
@@ -319,6 +330,7 @@ mod tests {
             (S::EnProceso, E::Prepared, S::EnProceso, Then::SendToGateway),
             (S::Pendiente, E::Cancel, S::Rechazado, Then::Done),
             (S::Rechazado, E::Cancel, S::Rechazado, Then::Done),
+            (S::Rechazado, E::RetryNow, S::Rechazado, Then::Done),
         ];
         table
             .iter()
@@ -336,17 +348,19 @@ mod tests {
                 valid += usize::from(got.is_some());
             }
         }
-        assert_eq!(valid, 23, "the table above lists 23 valid transitions");
+        assert_eq!(valid, 24, "the table above lists 24 valid transitions");
     }
 
     #[test]
-    fn terminal_states_accept_nothing_but_stopping_a_scheduled_retry() {
+    fn terminal_states_accept_nothing_but_stopping_or_asking_for_a_retry() {
         for from in [S::Aprobado, S::Rechazado] {
             assert!(from.is_terminal());
             for event in EVENTS {
                 let got = transition(from, event).ok().map(|n| n.to);
                 match (from, event) {
-                    (S::Rechazado, E::Cancel) => assert_eq!(got, Some(S::Rechazado)),
+                    (S::Rechazado, E::Cancel | E::RetryNow) => {
+                        assert_eq!(got, Some(S::Rechazado))
+                    }
                     _ => assert!(got.is_none(), "{from} + {event:?}"),
                 }
             }

@@ -458,13 +458,14 @@ async fn every_route_needs_a_credential_with_its_scope(b: Backend) {
         (log[0].cause.as_str(), log[0].actor.as_str()),
         ("enqueued", "api:app")
     );
-    let retried = db.store.attempts_for_order("acc-declined").await.unwrap();
-    let log = db
-        .store
-        .transitions(retried.last().unwrap().id)
-        .await
-        .unwrap();
-    assert_eq!(log[0].actor, "finance:luis");
+    // Finance's retry: the declined attempt's retry asked for, by its person.
+    let declined = db.store.attempts_for_order("acc-declined").await.unwrap();
+    let log = db.store.transitions(declined[0].id).await.unwrap();
+    let asked = log.last().unwrap();
+    assert_eq!(
+        (asked.cause.as_str(), asked.actor.as_str()),
+        ("retry_requested", "finance:luis")
+    );
     let open: Vec<i64> = db
         .store
         .open_cases()

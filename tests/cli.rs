@@ -220,12 +220,25 @@ async fn finance_retries_a_declined_order_from_the_command_line(b: Backend) {
     assert!(out.status.success(), "{}", text(&out.stderr));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["attempt_number"], 2);
-    let new_id: uuid::Uuid = v["attempt_id"].as_str().unwrap().parse().unwrap();
-    let log = db.store.transitions(new_id).await.unwrap();
+    let log = db.store.transitions(id).await.unwrap();
+    let last = log.last().unwrap();
     assert_eq!(
-        (log[0].cause.as_str(), log[0].actor.as_str()),
-        ("business_retry", "manual:ana")
+        (last.cause.as_str(), last.actor.as_str()),
+        ("retry_requested", "manual:ana")
     );
+    // A worker looks it up and creates the retry it announced.
+    let sim = start_sim(true, cobro::sim::Faults::default()).await;
+    engine(&db.store, &sim.url(), "w")
+        .process(id)
+        .await
+        .unwrap();
+    let order = db.store.attempts_for_order("cli-retry").await.unwrap();
+    let retry = order
+        .iter()
+        .find(|r| r.attempt_number == 2)
+        .expect("the retry");
+    assert_eq!(retry.idempotency_key.to_string(), v["idempotency_key"]);
+    sim.shutdown().await;
     // Again: the order already has a live attempt.
     let out = cobro(&db.url, &args);
     assert!(!out.status.success());

@@ -18,7 +18,6 @@ use cobro::store::{Attempt, Change, Lease, Store};
 use cobro::webhook::{Scheme, Verifier};
 use common::*;
 use serde_json::{Value, json};
-use uuid::Uuid;
 
 on_both_backends!(
     an_escalated_attempt_shows_its_evidence_and_is_resolved_once,
@@ -321,14 +320,30 @@ async fn the_api_resolves_as_the_signed_in_person_and_refuses_clearly(b: Backend
         .send()
         .await
         .unwrap();
-    assert_eq!(resp.status(), 201);
-    let retried: Value = resp.json().await.unwrap();
-    let new_id: Uuid = retried["attempt_id"].as_str().unwrap().parse().unwrap();
-    let log = db.store.transitions(new_id).await.unwrap();
+    assert_eq!(resp.status(), 202);
+    let asked: Value = resp.json().await.unwrap();
+    assert_eq!(asked["retry_of"], a.id.to_string());
+    assert_eq!(asked["attempt_number"], 2);
+    let log = db.store.transitions(a.id).await.unwrap();
+    let last = log.last().unwrap();
     assert_eq!(
-        (log[0].cause.as_str(), log[0].actor.as_str()),
-        ("business_retry", "finance:luis")
+        (last.cause.as_str(), last.actor.as_str()),
+        ("retry_requested", "finance:luis")
     );
+    // A worker looks the declined attempt up, then creates the retry with
+    // the key the answer named.
+    let sim = start_sim(true, cobro::sim::Faults::default()).await;
+    engine(&db.store, &sim.url(), "w")
+        .process(a.id)
+        .await
+        .unwrap();
+    let order = db.store.attempts_for_order(&a.order_id).await.unwrap();
+    let retry = order
+        .iter()
+        .find(|r| r.attempt_number == 2)
+        .expect("the retry");
+    assert_eq!(retry.idempotency_key.to_string(), asked["idempotency_key"]);
+    sim.shutdown().await;
     let again = http
         .post(format!("{}/finance/api/attempts/{}/retry", web.url, a.id))
         .bearer_auth(secret("luis"))

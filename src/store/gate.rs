@@ -112,6 +112,64 @@ pub(crate) fn invalid_from_message(msg: &str) -> InputError {
     InputError::new(field, reason)
 }
 
+impl super::Store {
+    /// Whether the charge rule would let `seen`'s order get a new charge
+    /// attempt now, asked of the rule itself: a new attempt like a
+    /// business retry of `seen` is inserted and rolled back, so the answer
+    /// is the trigger's own (no second copy of the rule). `Err` carries
+    /// the refusal, as a retry would get it.
+    pub(crate) async fn charge_hold(&self, seen: &super::Attempt) -> Result<(), super::RetryError> {
+        let id = uuid::Uuid::new_v4();
+        let key = uuid::Uuid::new_v4();
+        let inserted = match &self.db {
+            super::Db::Pg(p) => {
+                let mut tx = p.begin().await?;
+                let r = sqlx::query(
+                    "INSERT INTO cobro.payment_attempts
+                        (id, order_id, amount_minor, currency, payment_method, idempotency_key,
+                         state, kind, attempt_number)
+                     VALUES ($1, $2, $3, $4, $5, $6, 'PENDIENTE', 'business_retry', 1)",
+                )
+                .bind(id)
+                .bind(&seen.order_id)
+                .bind(seen.amount_minor)
+                .bind(&seen.currency)
+                .bind(&seen.payment_method)
+                .bind(key)
+                .execute(&mut *tx)
+                .await
+                .map(|_| ());
+                tx.rollback().await?;
+                r
+            }
+            super::Db::Lite(p) => {
+                let mut tx = p.begin_with("BEGIN IMMEDIATE").await?;
+                let r = sqlx::query(
+                    "INSERT INTO payment_attempts
+                        (id, order_id, amount_minor, currency, payment_method, idempotency_key,
+                         state, kind, attempt_number, created_at, updated_at)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'PENDIENTE', 'business_retry', 1, 0, 0)",
+                )
+                .bind(id.hyphenated().to_string())
+                .bind(&seen.order_id)
+                .bind(seen.amount_minor)
+                .bind(&seen.currency)
+                .bind(&seen.payment_method)
+                .bind(key.hyphenated().to_string())
+                .execute(&mut *tx)
+                .await
+                .map(|_| ());
+                tx.rollback().await?;
+                r
+            }
+        };
+        match inserted {
+            Ok(()) => Ok(()),
+            Err(e) => Err(super::RetryError::from_rule(&e).unwrap_or(super::RetryError::Db(e))),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

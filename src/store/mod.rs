@@ -51,7 +51,7 @@ pub use poison::WakeFailure;
 pub use recon::{CaseError, CaseStatus, CaseWrite, ReconCase, ReconRun, ReconScope, RunClaim};
 pub use refund::{RefundError, Refunded};
 pub use retention::{PURGE_BATCH, Purged};
-pub use retry::{Retried, RetryError};
+pub use retry::{Retried, RetryError, RetryRequested};
 pub use settings::Settings;
 pub use webhooks::{EventOutcome, IncomingEvent, WebhookResult};
 
@@ -602,19 +602,11 @@ impl Store {
         actor: &str,
         expected_version: Option<i64>,
     ) -> Result<Retried, RetryError> {
-        // The network's "do not try again" binds finance's manual retry too.
-        // (A declined attempt's code never changes; an unknown id is left
-        // for the database to report.)
-        if let Ok((a, _)) = self.load(attempt_id).await
-            && let Some(code) = a.decline_code.as_deref()
-            && crate::gateway::advice::parse_stored(code).1
-                == crate::gateway::advice::Advice::DoNotRetry
-        {
-            return Err(RetryError::NetworkAdvice(format!(
-                "attempt {attempt_id} was declined as {code}: the card network or the gateway \
-                 advised never to try this card again for this payment; ask the customer for \
-                 another payment method and start a new charge"
-            )));
+        // The network's "do not try again" binds a retry finance asked for
+        // too. (A declined attempt's code never changes; an unknown id is
+        // left for the database to report.)
+        if let Ok((a, _)) = self.load(attempt_id).await {
+            Self::network_advice(&a)?;
         }
         let max = i32::try_from(max_attempts).unwrap_or(i32::MAX);
         let cap = card_cap.map(|c| i32::try_from(c).unwrap_or(i32::MAX));

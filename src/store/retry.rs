@@ -3,8 +3,13 @@
 //! migrations/postgres/…_business_retry.sql; SQLite runs the same steps from
 //! Rust under `BEGIN IMMEDIATE`).
 
+use chrono::{DateTime, Utc};
 use serde::Serialize;
 use uuid::Uuid;
+
+use super::{Applied, Change, Store};
+use crate::domain::IdempotencyKey;
+use crate::state::State;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Retried {
@@ -40,6 +45,10 @@ pub enum RetryError {
     /// may have charged it, or a cancel means "do not charge it".
     #[error("{1}")]
     Held(super::Hold, String),
+    /// The new attempt's input is refused by the database's bounds (an
+    /// amount above the deployment's maximum).
+    #[error("{0}")]
+    Invalid(String),
     /// The scheduled retry was already handled by another worker (the
     /// declined attempt moved since it was read).
     #[error("{0}")]
@@ -61,11 +70,126 @@ impl RetryError {
 
     /// A refusal by the database's charge rule on the new attempt's insert.
     pub(crate) fn from_rule(e: &sqlx::Error) -> Option<Self> {
+        if let Some((code, msg)) = super::gate::refusal(e)
+            && code == "22023"
+        {
+            return Some(RetryError::Invalid(msg));
+        }
         let (hold, msg) = super::gate::hold(e)?;
         Some(match hold {
             super::Hold::LiveAttempt => RetryError::AlreadyRetrying(msg),
             super::Hold::Approved => RetryError::AlreadyApproved(msg),
             other => RetryError::Held(other, msg),
+        })
+    }
+}
+
+/// A business retry asked for by a person (finance, `cobro retry`): the
+/// declined attempt's retry made due now. A worker then looks the declined
+/// attempt up at the gateway (as before every business retry) and creates
+/// the new attempt, with the key below, if the database's rule still
+/// allows it then.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RetryRequested {
+    /// The declined attempt whose retry is due, and its order.
+    pub retry_of: Uuid,
+    pub order_id: String,
+    /// The number and key the new attempt will carry.
+    pub attempt_number: i32,
+    pub idempotency_key: Uuid,
+    pub due_at: Option<DateTime<Utc>>,
+}
+
+impl Store {
+    /// The network's "do not try again" on `a`'s decline, as a refusal.
+    pub(crate) fn network_advice(a: &super::Attempt) -> Result<(), RetryError> {
+        match a.decline_code.as_deref() {
+            Some(code)
+                if crate::gateway::advice::parse_stored(code).1
+                    == crate::gateway::advice::Advice::DoNotRetry =>
+            {
+                Err(RetryError::NetworkAdvice(format!(
+                    "attempt {} was declined as {code}: the card network or the gateway \
+                     advised never to try this card again for this payment; ask the customer for \
+                     another payment method and start a new charge",
+                    a.id
+                )))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// A person asks for a business retry of the declined attempt
+    /// `attempt_id`, as `actor`: refused now if the database's charge rule
+    /// holds the order (or the network advised against it); otherwise its
+    /// retry is due now and woken (a logged change of the declined
+    /// attempt), and a worker checks the gateway before it creates the new
+    /// attempt. Automatic and manual retries take the same road.
+    pub async fn request_retry(
+        &self,
+        attempt_id: Uuid,
+        actor: &str,
+    ) -> Result<RetryRequested, RetryError> {
+        let seen = match self.load(attempt_id).await {
+            Ok((a, _)) => a,
+            Err(super::StoreError::NotFound(_)) => {
+                return Err(RetryError::NotFound(format!(
+                    "no attempt with id {attempt_id}"
+                )));
+            }
+            Err(super::StoreError::Db(e)) => return Err(RetryError::Db(e)),
+            Err(e) => return Err(RetryError::Db(sqlx::Error::Protocol(e.to_string()))),
+        };
+        if seen.state != State::Rechazado || seen.is_refund() {
+            return Err(RetryError::NotDeclined(format!(
+                "attempt {attempt_id} is {}{}, not a declined charge: only a declined attempt is retried",
+                if seen.is_refund() { "a refund in " } else { "" },
+                seen.state
+            )));
+        }
+        Self::network_advice(&seen)?;
+        self.charge_hold(&seen).await?;
+        let mut due = Change::new(
+            Some(crate::state::Event::RetryNow),
+            "retry_requested",
+            actor,
+        );
+        due.act_in = Some(std::time::Duration::ZERO);
+        let now = match self.apply(&seen, &due).await {
+            Ok(Applied::Moved(now)) => now,
+            Ok(Applied::Lost) => {
+                return Err(RetryError::AlreadyHandled(format!(
+                    "attempt {attempt_id} changed meanwhile: look at it again"
+                )));
+            }
+            Err(super::StoreError::Db(e)) => return Err(RetryError::Db(e)),
+            Err(e) => return Err(RetryError::Db(sqlx::Error::Protocol(e.to_string()))),
+        };
+        let wake = self.wake(attempt_id).await;
+        if let Err(e) = wake {
+            // The sweeper wakes it anyway: the retry is due in the row.
+            tracing::warn!(error = %e, attempt = %attempt_id, "waking a requested retry failed");
+        }
+        let number = self
+            .attempts_for_order(&seen.order_id)
+            .await
+            .map_err(|e| RetryError::Db(sqlx::Error::Protocol(e.to_string())))?
+            .iter()
+            .map(|a| a.attempt_number)
+            .max()
+            .unwrap_or(seen.attempt_number)
+            + 1;
+        let ns = self
+            .settings()
+            .await
+            .map_err(|e| RetryError::Db(sqlx::Error::Protocol(e.to_string())))?
+            .key_namespace;
+        Ok(RetryRequested {
+            retry_of: attempt_id,
+            order_id: seen.order_id.clone(),
+            attempt_number: number,
+            idempotency_key: IdempotencyKey::for_retry(ns, &seen.order_id, number).uuid(),
+            due_at: now.next_action_at,
         })
     }
 }

@@ -355,7 +355,7 @@ pub async fn run(
         verifier,
         keys,
         retry,
-        finance: args.finance.config(args.retry.max_attempts),
+        finance: args.finance.config(),
         max_webhook_body: args.max_body_bytes,
         metrics_cache: args.metrics_cache,
     };

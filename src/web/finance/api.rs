@@ -313,8 +313,11 @@ pub(super) fn resolve_error(e: ResolveError) -> Response {
     }
 }
 
-/// A manual business retry by finance: a NEW attempt with a NEW key for the
-/// order of a declined attempt, through the same guards as the automatic one.
+/// A business retry finance asks for: 202 once the declined attempt's
+/// retry is due now; a worker looks the attempt up at the gateway and
+/// creates the new attempt (a NEW derived key) through the same guards as
+/// an automatic retry. Refused at once (409 with `"reason"`) while the
+/// database's charge rule holds the order.
 pub(super) async fn retry(
     State(fin): FinanceState,
     Extension(person): Extension<Person>,
@@ -324,12 +327,8 @@ pub(super) async fn retry(
         return bad_id();
     };
     let actor = format!("finance:{}", person.name);
-    match fin
-        .store
-        .business_retry(id, fin.cfg.max_attempts, &actor, None)
-        .await
-    {
-        Ok(r) => (StatusCode::CREATED, Json(r)).into_response(),
+    match fin.store.request_retry(id, &actor).await {
+        Ok(r) => (StatusCode::ACCEPTED, Json(r)).into_response(),
         Err(RetryError::NotFound(m)) => error(StatusCode::NOT_FOUND, Some("id"), m),
         Err(RetryError::Db(e)) => unavailable(&StoreError::Db(e)),
         Err(refused) => conflict(refused.hold(), refused.to_string()),

@@ -47,24 +47,20 @@ pub struct FinanceArgs {
 #[derive(Debug, Clone)]
 pub struct FinanceConfig {
     pub stale_after: Duration,
-    /// For manual business retries: the same maximum as the workers'.
-    pub max_attempts: u32,
 }
 
 impl Default for FinanceConfig {
     fn default() -> Self {
         Self {
             stale_after: Duration::from_secs(3600),
-            max_attempts: 4,
         }
     }
 }
 
 impl FinanceArgs {
-    pub fn config(&self, max_attempts: u32) -> FinanceConfig {
+    pub fn config(&self) -> FinanceConfig {
         FinanceConfig {
             stale_after: self.stale_after,
-            max_attempts,
         }
     }
 }
