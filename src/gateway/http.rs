@@ -11,7 +11,10 @@
 //! (refused, DNS, TLS handshake, connect timeout: nothing was written) is
 //! *not sent*, a 429 or a 503 with `Retry-After` *not executed*; everything
 //! else (timeouts, resets, other 5xx, 401/403/404 from something that may
-//! not be the gateway) is unknown.
+//! not be the gateway) is unknown. Every text of an answer is made fit to
+//! store where it is parsed ([`crate::domain::text`]): an id that cannot be
+//! stored as it is reads as a missing one (an approval without it is
+//! unknown), every other text is escaped and bounded.
 
 use std::time::{Duration, Instant};
 
@@ -19,12 +22,14 @@ use chrono::{DateTime, Utc};
 use futures::FutureExt;
 use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
+use tracing::warn;
 
 use super::{
     ChargeCall, ChargeOutcome, Deferral, Evidence, Gateway, GatewayRecord, ListError, Listed,
     LookupCall, LookupOutcome, RefundCall,
 };
 use crate::domain::IdempotencyKey;
+use crate::domain::text::{self, Kind};
 
 pub(super) mod client;
 mod list;
@@ -117,7 +122,8 @@ struct RefundBody<'a> {
     currency: &'a str,
 }
 
-/// The fields of a charge or refund answer (or error) the adapter reads.
+/// The fields of a charge or refund answer (or error) the adapter reads,
+/// made fit to store by [`Reply::tidied`] as soon as they are parsed.
 #[derive(Deserialize)]
 struct Reply {
     #[serde(default)]
@@ -136,9 +142,44 @@ struct Reply {
     network_decline_code: Option<String>,
     #[serde(default)]
     error: Option<String>,
+    /// Why an id of the answer was dropped as unusable ([`text::id`]).
+    #[serde(skip)]
+    unusable: Option<String>,
 }
 
 impl Reply {
+    /// The answer as cobro keeps it: an id that cannot be stored as it is
+    /// reads as missing (noted in `unusable`), every other text escaped and
+    /// bounded ([`text::stored`]).
+    fn tidied(mut self) -> Self {
+        for (field, slot) in [
+            ("charge_id", &mut self.charge_id),
+            ("refund_id", &mut self.refund_id),
+        ] {
+            let Some(raw) = slot.take() else { continue };
+            match text::id(&raw) {
+                Ok(_) => *slot = Some(raw),
+                Err(why) => {
+                    let note = text::unusable(field, &raw, &why);
+                    warn!(%note, "the gateway answered an id cobro cannot store; read as missing");
+                    self.unusable = Some(note);
+                }
+            }
+        }
+        for slot in [
+            &mut self.status,
+            &mut self.decline_code,
+            &mut self.network_advice_code,
+            &mut self.network_decline_code,
+            &mut self.error,
+        ] {
+            if let Some(s) = slot {
+                *s = text::stored(s, Kind::Code);
+            }
+        }
+        self
+    }
+
     /// The decline code to store: the gateway's, with the network's advice
     /// as a suffix ([`super::advice`]).
     fn decline(&self) -> String {
@@ -261,13 +302,15 @@ fn classify_create(resource: Resource, answer: Answer, started: Instant) -> Char
                     charge_id,
                     evidence: ev("ok", None),
                 },
-                None => bad_body(call, code, &ev),
+                // No id, or one that cannot be stored: an approval we
+                // cannot record is not one (looked up, then finance).
+                None => bad_body(call, code, r.unusable, &ev),
             }
         }
         (402, Some(mut r)) => ChargeOutcome::Declined {
             charge_id: resource.take_id(&mut r),
             code: r.decline(),
-            evidence: ev("declined", None),
+            evidence: ev("declined", r.unusable),
         },
         (408 | 409 | 425, r) => ChargeOutcome::Unknown {
             evidence: ev("http_4xx_retryable", r.and_then(|r| r.error)),
@@ -289,21 +332,25 @@ fn classify_create(resource: Resource, answer: Answer, started: Instant) -> Char
         (500..=599, _) => ChargeOutcome::Unknown {
             evidence: ev("http_5xx", None),
         },
-        (_, _) => bad_body(call, code, &ev),
+        (_, _) => bad_body(call, code, None, &ev),
     }
 }
 
-/// An answer that is none of the expected ones: unknown.
+/// An answer that is none of the expected ones: unknown. `why`: what was
+/// wrong with it, when known.
 fn bad_body(
     call: &str,
     code: u16,
+    why: Option<String>,
     ev: &impl Fn(&str, Option<String>) -> Evidence,
 ) -> ChargeOutcome {
+    let mut detail = format!("unexpected answer to a {call} (HTTP {code})");
+    if let Some(why) = why {
+        detail.push_str(": ");
+        detail.push_str(&why);
+    }
     ChargeOutcome::Unknown {
-        evidence: ev(
-            "bad_body",
-            Some(format!("unexpected answer to a {call} (HTTP {code})")),
-        ),
+        evidence: ev("bad_body", Some(detail)),
     }
 }
 
@@ -336,10 +383,16 @@ fn classify_lookup(resource: Resource, answer: Answer, started: Instant) -> Look
                 (Some("declined"), charge_id) => LookupOutcome::Declined {
                     code: r.decline(),
                     charge_id,
-                    evidence: ev("ok", "declined"),
+                    evidence: Evidence {
+                        detail: r.unusable,
+                        ..ev("ok", "declined")
+                    },
                 },
                 _ => LookupOutcome::Failed {
-                    evidence: ev("bad_body", "failed"),
+                    evidence: Evidence {
+                        detail: r.unusable,
+                        ..ev("bad_body", "failed")
+                    },
                 },
             }
         }
@@ -404,7 +457,9 @@ async fn read(sent: Result<reqwest::Response, reqwest::Error>) -> Result<Answer,
     Ok(Answer {
         code,
         retry_after,
-        reply: serde_json::from_slice(&bytes).ok(),
+        reply: serde_json::from_slice::<Reply>(&bytes)
+            .ok()
+            .map(Reply::tidied),
     })
 }
 
@@ -462,7 +517,7 @@ fn evidence(
         error_kind: kind.into(),
         lookup_result: None,
         elapsed_ms: started.elapsed().as_millis() as u64,
-        detail,
+        detail: detail.map(|d| text::stored(&d, Kind::Message)),
     }
 }
 
