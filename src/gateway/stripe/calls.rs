@@ -5,7 +5,7 @@
 
 use std::time::Instant;
 
-use tracing::error;
+use tracing::{error, warn};
 
 use super::classify::{
     self, META_ATTEMPT, META_KEY, META_ORDER, Object, Settled, StripeError, error_of,
@@ -79,10 +79,15 @@ pub(super) fn not_now(call: &str, a: &Answer, started: Instant) -> ChargeOutcome
     }
 }
 
+/// The object of a 200, made fit to store; `None` when the body is not
+/// one, or its id cannot be stored as it is (logged): a malformed answer.
 pub(super) fn parse(a: &Answer) -> Option<Object> {
-    a.body
-        .clone()
-        .and_then(|b| serde_json::from_value::<Object>(b).ok())
+    let obj = serde_json::from_value::<Object>(a.body.clone()?).ok()?;
+    obj.tidied()
+        .map_err(|note| {
+            warn!(%note, "Stripe answered an id cobro cannot store; read as a malformed answer");
+        })
+        .ok()
 }
 
 impl StripeGateway {

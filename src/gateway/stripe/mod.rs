@@ -38,6 +38,7 @@ pub use classify::META_KEY;
 pub fn decline_code_of(pi: &Value) -> String {
     pi.get("last_payment_error")
         .and_then(|e| serde_json::from_value::<classify::StripeError>(e.clone()).ok())
+        .map(classify::StripeError::tidied)
         .map_or_else(|| "card_declined".into(), |e| classify::decline_code(&e))
 }
 
@@ -203,7 +204,7 @@ fn evidence(
         error_kind: kind.into(),
         lookup_result: None,
         elapsed_ms: started.elapsed().as_millis() as u64,
-        detail,
+        detail: detail.map(|d| crate::domain::text::stored(&d, crate::domain::text::Kind::Message)),
     }
 }
 

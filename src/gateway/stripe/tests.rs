@@ -234,6 +234,80 @@ async fn a_decline_keeps_every_code_and_advice_not_to_retry_is_final() {
 }
 
 #[tokio::test]
+async fn stripes_words_are_stored_bounded_and_nul_free_and_an_unusable_id_is_never_kept() {
+    let c = call(Some("pi_9"), false);
+    let key = c.key.to_string();
+    let long = "Your card was declined.\0 ".repeat(4_000);
+    let err = json!({"error": {"type": "card_error", "code": "card_declined",
+        "decline_code": format!("do_not\0honor{long}"), "message": long, "param": long}});
+    let mut failed = intent("pi_9", "requires_payment_method", &key);
+    failed["last_payment_error"] = err["error"].clone();
+    let f = Fake::start(vec![
+        (402, err.clone(), None),
+        // A confirm answered with a PaymentIntent whose id cannot be stored.
+        (200, intent("pi_\09", "succeeded", &key), None),
+        // A create that returns one: not created (nothing to record).
+        (200, intent("pi_\0", "requires_confirmation", &key), None),
+        // A decline read back by lookup.
+        (200, failed, None),
+    ])
+    .await;
+    let got = f.gw.charge(&c).await;
+    let ChargeOutcome::Declined { code, evidence, .. } = &got else {
+        panic!("{got:?}");
+    };
+    assert!(code.len() <= 64 && !code.contains('\0'), "{code}");
+    assert!(code.starts_with(r"do_not\u0000honor"), "{code}");
+    let detail = evidence.detail.clone().unwrap_or_default();
+    assert!(detail.len() <= 1000 && !detail.contains('\0'), "{detail}");
+
+    let approved_bad_id = f.gw.charge(&c).await;
+    assert!(
+        matches!(&approved_bad_id, ChargeOutcome::Unknown { evidence } if evidence.error_kind == "bad_body"),
+        "never an approval with an altered id: {approved_bad_id:?}"
+    );
+    let created = f.gw.prepare(&call(None, false)).await;
+    assert!(
+        matches!(
+            created,
+            Prepared::Failed(ChargeOutcome::Deferred {
+                why: Deferral::Unconfirmed,
+                ..
+            })
+        ),
+        "{created:?}"
+    );
+    let by_ref = LookupCall {
+        gateway_ref: Some("pi_9".into()),
+        ..LookupCall::by_key(c.key)
+    };
+    let found = f.gw.lookup(&by_ref).await;
+    assert!(
+        matches!(&found, LookupOutcome::Declined { code, evidence, .. }
+            if code.len() <= 64 && !code.contains('\0')
+                && evidence.detail.as_ref().is_some_and(|d| d.len() <= 1000 && !d.contains('\0'))),
+        "{found:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_listing_with_an_id_that_cannot_be_stored_fails_whole() {
+    let page = json!({"object": "list", "has_more": false, "data": [
+        intent("pi_1", "succeeded", "k1"),
+        intent("pi_\02", "succeeded", "k2"),
+    ]});
+    let f = Fake::start(vec![(200, page, None)]).await;
+    let from = chrono::DateTime::from_timestamp(1_764_547_000, 0).unwrap();
+    let to = chrono::DateTime::from_timestamp(1_764_548_000, 0).unwrap();
+    let got = f.gw.list(Listed::Charges, from, to).await;
+    assert!(
+        matches!(&got, Err(ListError::BadPage { detail, .. })
+            if detail.contains("holds the control character U+0000") && !detail.contains('\0')),
+        "{got:?}"
+    );
+}
+
+#[tokio::test]
 async fn a_confirm_refused_as_unexpected_state_is_looked_up_never_recreated() {
     let c = call(Some("pi_5"), false);
     let key = c.key.to_string();
