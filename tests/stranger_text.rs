@@ -10,7 +10,6 @@
 #[macro_use]
 mod common;
 
-
 use axum::http::{Method, StatusCode};
 use cobro::domain::ChargeRequest;
 use cobro::state::State;
