@@ -9,9 +9,12 @@
 //! (approved), 402/400/422 (declined or refused, never executed) and the
 //! gateway's own 404 `not_found` on lookup are definite; a connect failure
 //! (refused, DNS, TLS handshake, connect timeout: nothing was written) is
-//! *not sent*, a 429 or a 503 with `Retry-After` *not executed*; everything
+//! *not sent*, a 429 or a 503 with `Retry-After` *not executed*, and so is a
+//! 301/302/307/308 to a create (never followed: the request was not
+//! processed at this URL, and is never sent to another host); everything
 //! else (timeouts, resets, other 5xx, 401/403/404 from something that may
-//! not be the gateway) is unknown. Every text of an answer is made fit to
+//! not be the gateway, a 303 or another 3xx) is unknown, and a redirected
+//! lookup failed (never "not found"). Every text of an answer is made fit to
 //! store where it is parsed ([`crate::domain::text`]): an id that cannot be
 //! stored as it is reads as a missing one (an approval without it is
 //! unknown), every other text is escaped and bounded.
@@ -285,6 +288,7 @@ fn classify_create(resource: Resource, answer: Answer, started: Instant) -> Char
     let Answer {
         code,
         retry_after,
+        location,
         reply,
     } = answer;
     let ev = |kind: &str, detail: Option<String>| evidence(call, Some(code), kind, detail, started);
@@ -293,6 +297,17 @@ fn classify_create(resource: Resource, answer: Answer, started: Instant) -> Char
             why: Deferral::NotExecuted,
             retry_after,
             evidence: ev(kind, reply.and_then(|r| r.error)),
+        };
+    }
+    if let Some(r) = redirect(call, code, location.as_deref()) {
+        let evidence = ev("redirected", Some(r.detail));
+        return match r.not_executed {
+            true => ChargeOutcome::Deferred {
+                why: Deferral::NotExecuted,
+                retry_after,
+                evidence,
+            },
+            false => ChargeOutcome::Unknown { evidence },
         };
     }
     match (code, reply) {
@@ -361,10 +376,20 @@ fn classify_lookup(resource: Resource, answer: Answer, started: Instant) -> Look
     let Answer {
         code,
         retry_after,
+        location,
         reply,
     } = answer;
     let ev =
         |kind: &str, result: &str| lookup_evidence(resource, Some(code), kind, result, started);
+    // A redirected lookup got no answer: failed, never "not found".
+    if let Some(r) = redirect(resource.lookup_call(), code, location.as_deref()) {
+        return LookupOutcome::Failed {
+            evidence: Evidence {
+                detail: Some(r.detail),
+                ..ev("redirected", "failed")
+            },
+        };
+    }
     if let Some(kind) = not_executed(code, retry_after) {
         return LookupOutcome::Deferred {
             why: Deferral::NotExecuted,
@@ -413,10 +438,12 @@ fn classify_lookup(resource: Resource, answer: Answer, started: Instant) -> Look
     }
 }
 
-/// A response: its status, its `Retry-After` and its JSON body if it has one.
+/// A response: its status, its `Retry-After`, its `Location` and its JSON
+/// body if it has one.
 struct Answer {
     code: u16,
     retry_after: Option<Duration>,
+    location: Option<String>,
     reply: Option<Reply>,
 }
 
@@ -439,8 +466,53 @@ fn not_executed(code: u16, retry_after: Option<Duration>) -> Option<&'static str
     }
 }
 
-/// Reads status, `Retry-After` and JSON body; a call that got no response
-/// is classified by [`transport`].
+/// A 3xx, which the client never follows ([`client`]), read for what the
+/// gateway could have done: `not_executed` for 301, 302, 307 and 308 (the
+/// resource is not at this URL: the request was not processed here), not
+/// for any other (303 See Other is the answer to a request that *was*
+/// processed, pointing at its result; the rest mean nothing for an API
+/// call): unknown. `detail` names the status and the `Location`.
+pub(super) struct Redirect {
+    pub(super) not_executed: bool,
+    pub(super) detail: String,
+}
+
+/// The [`Redirect`] a 3xx to `call` is, logged as a warning (a gateway that
+/// redirects is misconfigured or moved, and every call will say so); `None`
+/// for any other status.
+pub(super) fn redirect(call: &str, code: u16, location: Option<&str>) -> Option<Redirect> {
+    if !(300..=399).contains(&code) {
+        return None;
+    }
+    let not_executed = matches!(code, 301 | 302 | 307 | 308);
+    let location = location.unwrap_or("(none)");
+    warn!(
+        call,
+        status = code,
+        location,
+        not_executed,
+        "the gateway answered a redirect; not followed (check GATEWAY_URL)"
+    );
+    Some(Redirect {
+        not_executed,
+        detail: format!("HTTP {code} to {location}; redirects are never followed"),
+    })
+}
+
+/// A response's `Location`, as it may be logged and stored: without a user
+/// name or password, escaped and bounded.
+pub(super) fn location(headers: &reqwest::header::HeaderMap) -> Option<String> {
+    let raw = headers.get(reqwest::header::LOCATION)?;
+    let raw = String::from_utf8_lossy(raw.as_bytes());
+    let shown = match reqwest::Url::parse(raw.trim()) {
+        Ok(_) => shown_url(&raw),
+        Err(_) => raw.into_owned(), // a relative reference
+    };
+    Some(text::stored(&shown, Kind::Id))
+}
+
+/// Reads status, `Retry-After`, `Location` and JSON body; a call that got
+/// no response is classified by [`transport`].
 async fn read(sent: Result<reqwest::Response, reqwest::Error>) -> Result<Answer, Transport> {
     let resp = sent.map_err(|e| transport(&e))?;
     let code = resp.status().as_u16();
@@ -449,6 +521,7 @@ async fn read(sent: Result<reqwest::Response, reqwest::Error>) -> Result<Answer,
         .get(reqwest::header::RETRY_AFTER)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| retry_after(v, Utc::now()));
+    let location = location(resp.headers());
     // The status line and headers arrived; a body cut short is unknown.
     let bytes = resp
         .bytes()
@@ -457,6 +530,7 @@ async fn read(sent: Result<reqwest::Response, reqwest::Error>) -> Result<Answer,
     Ok(Answer {
         code,
         retry_after,
+        location,
         reply: serde_json::from_slice::<Reply>(&bytes)
             .ok()
             .map(Reply::tidied),

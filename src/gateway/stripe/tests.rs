@@ -308,6 +308,98 @@ async fn a_listing_with_an_id_that_cannot_be_stored_fails_whole() {
 }
 
 #[tokio::test]
+async fn a_redirect_is_never_followed_and_never_a_decline() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    // Where a followed redirect would land: it counts and approves.
+    let hits = Arc::new(AtomicUsize::new(0));
+    let seen = hits.clone();
+    let elsewhere = Router::new().fallback(move || {
+        seen.fetch_add(1, Ordering::SeqCst);
+        async { axum::Json(json!({"id": "pi_elsewhere", "status": "succeeded"})) }
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let other = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, elsewhere).await.unwrap() });
+    let app = Router::new().fallback(move |uri: axum::http::Uri| {
+        let to = format!("{other}{}", uri.path());
+        let status = if uri.path().ends_with("/confirm") || uri.path() == "/v1/refunds" {
+            StatusCode::TEMPORARY_REDIRECT
+        } else if uri.path() == "/v1/payment_intents" {
+            StatusCode::SEE_OTHER
+        } else {
+            StatusCode::PERMANENT_REDIRECT
+        };
+        async move { (status, [(axum::http::header::LOCATION, to)]) }
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let gw = StripeGateway::new(StripeConfig {
+        api_base: url,
+        secret_key: SecretKey::new("sk_test_scripted_0123"),
+        connect_timeout: Duration::from_millis(500),
+        request_timeout: Duration::from_secs(2),
+        ca_file: None,
+        off_session_retries: true,
+        created_filter: true,
+    })
+    .unwrap();
+
+    let c = call(Some("pi_7"), false);
+    let confirm = gw.charge(&c).await;
+    assert!(
+        matches!(&confirm, ChargeOutcome::Deferred { why: Deferral::NotExecuted, evidence, .. }
+            if evidence.error_kind == "redirected" && evidence.http_status == Some(307)),
+        "{confirm:?}"
+    );
+    let refund = gw
+        .refund(&RefundCall {
+            key: IdempotencyKey::generate(),
+            charge_id: "pi_7".into(),
+            order_id: OrderId::parse("ord-1").unwrap(),
+            amount: Amount::parse(100).unwrap(),
+            currency: Currency::parse("EUR").unwrap(),
+        })
+        .await;
+    assert!(
+        matches!(
+            &refund,
+            ChargeOutcome::Deferred {
+                why: Deferral::NotExecuted,
+                ..
+            }
+        ),
+        "{refund:?}"
+    );
+    // A 303 to the create: an unconfirmed PaymentIntent moves no money.
+    let create = gw.prepare(&call(None, false)).await;
+    assert!(
+        matches!(&create, Prepared::Failed(ChargeOutcome::Deferred { why: Deferral::Unconfirmed, evidence, .. })
+            if evidence.error_kind == "redirected"),
+        "{create:?}"
+    );
+    let by_ref = LookupCall {
+        gateway_ref: Some("pi_7".into()),
+        ..LookupCall::by_key(c.key)
+    };
+    let found = gw.lookup(&by_ref).await;
+    assert!(
+        matches!(&found, LookupOutcome::Failed { evidence } if evidence.error_kind == "redirected"),
+        "{found:?}"
+    );
+    let probe = gw.probe().await;
+    assert!(
+        matches!(&probe, LookupOutcome::Failed { evidence } if evidence.error_kind == "redirected"),
+        "{probe:?}"
+    );
+    assert_eq!(
+        hits.load(Ordering::SeqCst),
+        0,
+        "nothing reached the other host"
+    );
+}
+
+#[tokio::test]
 async fn a_confirm_refused_as_unexpected_state_is_looked_up_never_recreated() {
     let c = call(Some("pi_5"), false);
     let key = c.key.to_string();
