@@ -169,16 +169,15 @@ impl Reply {
                 }
             }
         }
-        for slot in [
+        let texts = [
             &mut self.status,
             &mut self.decline_code,
             &mut self.network_advice_code,
             &mut self.network_decline_code,
             &mut self.error,
-        ] {
-            if let Some(s) = slot {
-                *s = text::stored(s, Kind::Code);
-            }
+        ];
+        for s in texts.into_iter().flatten() {
+            *s = text::stored(s, Kind::Code);
         }
         self
     }

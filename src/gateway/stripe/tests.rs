@@ -245,7 +245,7 @@ async fn stripes_words_are_stored_bounded_and_nul_free_and_an_unusable_id_is_nev
     let f = Fake::start(vec![
         (402, err.clone(), None),
         // A confirm answered with a PaymentIntent whose id cannot be stored.
-        (200, intent("pi_\09", "succeeded", &key), None),
+        (200, intent("pi_\0_9", "succeeded", &key), None),
         // A create that returns one: not created (nothing to record).
         (200, intent("pi_\0", "requires_confirmation", &key), None),
         // A decline read back by lookup.
@@ -294,7 +294,7 @@ async fn stripes_words_are_stored_bounded_and_nul_free_and_an_unusable_id_is_nev
 async fn a_listing_with_an_id_that_cannot_be_stored_fails_whole() {
     let page = json!({"object": "list", "has_more": false, "data": [
         intent("pi_1", "succeeded", "k1"),
-        intent("pi_\02", "succeeded", "k2"),
+        intent("pi_\0_2", "succeeded", "k2"),
     ]});
     let f = Fake::start(vec![(200, page, None)]).await;
     let from = chrono::DateTime::from_timestamp(1_764_547_000, 0).unwrap();
