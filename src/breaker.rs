@@ -2,7 +2,7 @@
 //! the rate limit (pace) toward the gateway across all worker processes.
 //!
 //! When calls to the gateway fail as a whole (connection refused, timeouts,
-//! 5xx: [`Health::Failed`]) `failures` times in a row, from any worker,
+//! 5xx, a refused key, a redirect: [`Health::Failed`]) `failures` times in a row, from any worker,
 //! with no answer in between, the breaker opens: workers stop sending and
 //! looking up, and park the attempts they are woken for (state and check
 //! count unchanged; see [`crate::store::Change::park`]). While open, one
@@ -108,8 +108,10 @@ impl BreakerArgs {
 pub enum Health {
     /// A definite answer (approved, declined, not found): it is up.
     Answered,
-    /// No answer: not reachable, timed out, reset, 5xx, or unavailable.
-    /// Carries the kind and detail for the breaker's record.
+    /// No answer: not reachable, timed out, reset, 5xx, unavailable, our
+    /// key refused, or a redirect (never followed: every call would be
+    /// redirected the same way). Carries the kind and detail for the
+    /// breaker's record.
     Failed(String),
     /// Neither: it answered but refused for now (429) or said something
     /// we could not read; says nothing about an outage.
@@ -120,7 +122,7 @@ impl Health {
     fn from_failure(e: &Evidence) -> Self {
         match e.error_kind.as_str() {
             "connect" | "timeout" | "connection_closed" | "http_5xx" | "unavailable"
-            | "auth_failed" => {
+            | "auth_failed" | "redirected" => {
                 let mut what = e.error_kind.clone();
                 if let Some(d) = &e.detail {
                     what.push_str(": ");
@@ -577,6 +579,7 @@ mod tests {
             "connection_closed",
             "http_5xx",
             "unavailable",
+            "redirected",
         ] {
             let unknown = ChargeOutcome::Unknown {
                 evidence: failed(kind),
@@ -601,6 +604,11 @@ mod tests {
             Health::of_charge(&deferred("throttled", Deferral::NotExecuted)),
             Health::Neutral
         );
+        // Every call would be redirected the same way: the breaker opens.
+        assert!(matches!(
+            Health::of_charge(&deferred("redirected", Deferral::NotExecuted)),
+            Health::Failed(_)
+        ));
         for kind in ["http_4xx", "bad_body"] {
             let odd = ChargeOutcome::Unknown {
                 evidence: failed(kind),

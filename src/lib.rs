@@ -10,7 +10,7 @@
 //! by the same machine; the database keeps refunds within the capture.
 //!
 //! # Layout
-//! - [`domain`]: parsed boundary values (amount, currency, order id, key, token).
+//! - [`domain`]: parsed boundary values (amount, currency, order id, key, token; a stranger's text made fit to store).
 //! - [`state`]: the state machine, one pure function over (state, event).
 //! - [`backoff`]: the jittered 2-4-8-16-32 s check schedule.
 //! - [`policy`]: pure decisions (what to do with an attempt, what a lookup means).

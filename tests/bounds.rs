@@ -1,10 +1,12 @@
-//! Input bounds (issue 11, item 5; issue 27, item 6). Amounts: the
+//! Input bounds (issue 11, item 5; issue 27, items 6 and 7). Amounts: the
 //! deployment's maximum lives in the database's settings row (set by
 //! `cobro migrate --max-amount-minor` / `COBRO_MAX_AMOUNT_MINOR`) and is
 //! enforced there on every attempt whoever writes it (HTTP, CLI, SQL, the
 //! library, a raw insert), with one message; the ceiling (999999999999)
-//! is also checked at the doors before the database; the finance summary's sums exact at any size. Webhooks:
-//! a signed event carrying `\u0000` is stored once and applied. On both
+//! is also checked at the doors before the database; the finance summary's
+//! sums exact at any size. Webhooks: a signed event carrying `\u0000` in a
+//! code is stored once and applied; one whose event id or charge id
+//! carries it is refused as malformed (an id is never altered). On both
 //! backends, over real HTTP and real processes.
 
 #[macro_use]
@@ -31,7 +33,7 @@ on_both_backends!(
     the_database_refuses_a_raw_insert_above_the_ceiling,
     the_summary_is_exact_with_amounts_at_the_ceiling,
     the_summary_stays_exact_past_the_range_of_i64,
-    a_signed_webhook_carrying_nul_is_stored_once_and_applied,
+    a_signed_webhook_carrying_nul_is_stored_once_and_applied_unless_in_an_id,
 );
 
 fn verifier(secret: &str) -> Verifier {
@@ -569,7 +571,7 @@ async fn stored(db: &TestDb, event_id: &str) -> (String, i64) {
     }
 }
 
-async fn a_signed_webhook_carrying_nul_is_stored_once_and_applied(b: Backend) {
+async fn a_signed_webhook_carrying_nul_is_stored_once_and_applied_unless_in_an_id(b: Backend) {
     let db = TestDb::new(b).await;
     let secret = test_secret();
     let v = verifier(&secret);
@@ -616,31 +618,36 @@ async fn a_signed_webhook_carrying_nul_is_stored_once_and_applied(b: Backend) {
         "{reply}"
     );
 
-    // NUL in the event id and the charge id too.
-    let approved_by_hook = charge(&db.store, "b-nul-2", 2_999).await;
-    let id = "evt_nul\u{0}2";
+    // NUL in the event id, or in the charge id of an approval: an id is
+    // never altered (a refund or a lookup by it would miss), so the event
+    // is malformed; the worker's own lookup settles the attempt.
+    let not_by_hook = charge(&db.store, "b-nul-2", 2_999).await;
     let msg_id = "msg_nul_2"; // a header cannot carry NUL; the JSON id can
-    let body = json!({
-        "id": id, "type": "charge.succeeded",
-        "data": {"charge_id": "ch_nul\u{0}2", "idempotency_key": approved_by_hook.idempotency_key,
-                 "status": "approved", "metadata": {"note": "\u{0}"}}
-    })
-    .to_string();
-    let (status, reply) = send(msg_id, body.as_bytes()).await;
-    assert_eq!(status, 200, "{reply}");
-    assert_eq!(reply["outcome"]["result"], "applied", "{reply}");
-    let (a, _) = db.store.load(approved_by_hook.id).await.unwrap();
-    assert_eq!(a.state, State::Aprobado);
-    assert_eq!(a.gateway_charge_id.as_deref(), Some(r"ch_nul\u00002"));
-    assert_eq!(stored(&db, r"evt_nul\u00002").await, (body.clone(), 1));
-    let (status, reply) = send(msg_id, body.as_bytes()).await;
-    assert_eq!(
-        (status, reply["outcome"]["result"].as_str()),
-        (200, Some("duplicate")),
-        "{reply}"
-    );
+    for (id, charge_id) in [("evt_nul\u{0}2", "ch_nul_2"), ("evt_nul_3", "ch_nul\u{0}3")] {
+        let body = json!({
+            "id": id, "type": "charge.succeeded",
+            "data": {"charge_id": charge_id, "idempotency_key": not_by_hook.idempotency_key,
+                     "status": "approved", "metadata": {"note": "\u{0}"}}
+        })
+        .to_string();
+        let (status, reply) = send(msg_id, body.as_bytes()).await;
+        assert_eq!(status, 400, "{reply}");
+        let error = reply["error"].as_str().unwrap();
+        assert!(
+            error.starts_with("malformed_body: ")
+                && error.contains("holds the control character U+0000")
+                && error.contains(r"\u0000"),
+            "{reply}"
+        );
+    }
+    let (a, _) = db.store.load(not_by_hook.id).await.unwrap();
+    assert_eq!(a.state, State::Pendiente);
+    assert_eq!(a.gateway_charge_id, None);
 
-    assert_eq!(db.store.webhook_counts().await.unwrap(), (2, 0));
+    let (accepted, rejected) = db.store.webhook_counts().await.unwrap();
+    assert_eq!(accepted, 1, "only the decline was stored");
+    // One sample row per reason per minute (two if the minute turned).
+    assert!((1..=2).contains(&rejected), "{rejected}");
     let causes: Vec<String> = db
         .store
         .transitions(declined.id)

@@ -282,10 +282,18 @@ async fn the_api_resolves_as_the_signed_in_person_and_refuses_clearly(b: Backend
     assert_eq!((status, err["field"].as_str()), (422, Some("note")));
     let (status, _) = resolve(json!({"action": "refund_everything", "version": a.version})).await;
     assert_eq!(status, 422);
-    // A "by" in the body is not who resolves: the signed-in user is.
-    let (status, now) = resolve(json!({
+    // A "by" in the body is not who resolves: the signed-in user is. It is
+    // refused, as every field the route does not take, and nothing moves.
+    let (status, err) = resolve(json!({
         "action": "decline", "version": a.version, "code": "finance_declined",
         "note": "gateway shows no charge for this key", "by": "ana"
+    }))
+    .await;
+    assert_eq!((status, err["field"].as_str()), (422, Some("by")), "{err}");
+    assert_eq!(db.store.load(a.id).await.unwrap().0.version, a.version);
+    let (status, now) = resolve(json!({
+        "action": "decline", "version": a.version, "code": "finance_declined",
+        "note": "gateway shows no charge for this key"
     }))
     .await;
     assert_eq!(status, 200, "{now}");

@@ -13,7 +13,8 @@
 //! and every Unicode code point). SQLite has no stored functions: its
 //! enqueue takes a [`ChargeRequest`] parsed here.
 //!
-//! Amounts and currencies are in `money.rs`; order ids, keys and tokens here.
+//! Amounts and currencies are in `money.rs`; order ids, keys and tokens here;
+//! what is taken from a gateway's or a webhook's text, in [`text`].
 
 use std::fmt;
 
@@ -38,6 +39,7 @@ impl InputError {
 }
 
 mod money;
+pub mod text;
 
 pub use money::{
     AMOUNT_CEILING, Amount, CURRENCIES, Currency, DEFAULT_MAX_AMOUNT, MAX_AMOUNT_VAR, MaxAmount,

@@ -9,9 +9,15 @@
 //! (approved), 402/400/422 (declined or refused, never executed) and the
 //! gateway's own 404 `not_found` on lookup are definite; a connect failure
 //! (refused, DNS, TLS handshake, connect timeout: nothing was written) is
-//! *not sent*, a 429 or a 503 with `Retry-After` *not executed*; everything
+//! *not sent*, a 429 or a 503 with `Retry-After` *not executed*, and so is a
+//! 301/302/307/308 to a create (never followed: the request was not
+//! processed at this URL, and is never sent to another host); everything
 //! else (timeouts, resets, other 5xx, 401/403/404 from something that may
-//! not be the gateway) is unknown.
+//! not be the gateway, a 303 or another 3xx) is unknown, and a redirected
+//! lookup failed (never "not found"). Every text of an answer is made fit to
+//! store where it is parsed ([`crate::domain::text`]): an id that cannot be
+//! stored as it is reads as a missing one (an approval without it is
+//! unknown), every other text is escaped and bounded.
 
 use std::time::{Duration, Instant};
 
@@ -19,12 +25,14 @@ use chrono::{DateTime, Utc};
 use futures::FutureExt;
 use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
+use tracing::warn;
 
 use super::{
     ChargeCall, ChargeOutcome, Deferral, Evidence, Gateway, GatewayRecord, ListError, Listed,
     LookupCall, LookupOutcome, RefundCall,
 };
 use crate::domain::IdempotencyKey;
+use crate::domain::text::{self, Kind};
 
 pub(super) mod client;
 mod list;
@@ -117,7 +125,8 @@ struct RefundBody<'a> {
     currency: &'a str,
 }
 
-/// The fields of a charge or refund answer (or error) the adapter reads.
+/// The fields of a charge or refund answer (or error) the adapter reads,
+/// made fit to store by [`Reply::tidied`] as soon as they are parsed.
 #[derive(Deserialize)]
 struct Reply {
     #[serde(default)]
@@ -136,9 +145,43 @@ struct Reply {
     network_decline_code: Option<String>,
     #[serde(default)]
     error: Option<String>,
+    /// Why an id of the answer was dropped as unusable ([`text::id`]).
+    #[serde(skip)]
+    unusable: Option<String>,
 }
 
 impl Reply {
+    /// The answer as cobro keeps it: an id that cannot be stored as it is
+    /// reads as missing (noted in `unusable`), every other text escaped and
+    /// bounded ([`text::stored`]).
+    fn tidied(mut self) -> Self {
+        for (field, slot) in [
+            ("charge_id", &mut self.charge_id),
+            ("refund_id", &mut self.refund_id),
+        ] {
+            let Some(raw) = slot.take() else { continue };
+            match text::id(&raw) {
+                Ok(_) => *slot = Some(raw),
+                Err(why) => {
+                    let note = text::unusable(field, &raw, &why);
+                    warn!(%note, "the gateway answered an id cobro cannot store; read as missing");
+                    self.unusable = Some(note);
+                }
+            }
+        }
+        let texts = [
+            &mut self.status,
+            &mut self.decline_code,
+            &mut self.network_advice_code,
+            &mut self.network_decline_code,
+            &mut self.error,
+        ];
+        for s in texts.into_iter().flatten() {
+            *s = text::stored(s, Kind::Code);
+        }
+        self
+    }
+
     /// The decline code to store: the gateway's, with the network's advice
     /// as a suffix ([`super::advice`]).
     fn decline(&self) -> String {
@@ -244,6 +287,7 @@ fn classify_create(resource: Resource, answer: Answer, started: Instant) -> Char
     let Answer {
         code,
         retry_after,
+        location,
         reply,
     } = answer;
     let ev = |kind: &str, detail: Option<String>| evidence(call, Some(code), kind, detail, started);
@@ -254,6 +298,17 @@ fn classify_create(resource: Resource, answer: Answer, started: Instant) -> Char
             evidence: ev(kind, reply.and_then(|r| r.error)),
         };
     }
+    if let Some(r) = redirect(call, code, location.as_deref()) {
+        let evidence = ev("redirected", Some(r.detail));
+        return match r.not_executed {
+            true => ChargeOutcome::Deferred {
+                why: Deferral::NotExecuted,
+                retry_after,
+                evidence,
+            },
+            false => ChargeOutcome::Unknown { evidence },
+        };
+    }
     match (code, reply) {
         (200, Some(mut r)) if r.status.as_deref() == Some("approved") => {
             match resource.take_id(&mut r) {
@@ -261,13 +316,15 @@ fn classify_create(resource: Resource, answer: Answer, started: Instant) -> Char
                     charge_id,
                     evidence: ev("ok", None),
                 },
-                None => bad_body(call, code, &ev),
+                // No id, or one that cannot be stored: an approval we
+                // cannot record is not one (looked up, then finance).
+                None => bad_body(call, code, r.unusable, &ev),
             }
         }
         (402, Some(mut r)) => ChargeOutcome::Declined {
             charge_id: resource.take_id(&mut r),
             code: r.decline(),
-            evidence: ev("declined", None),
+            evidence: ev("declined", r.unusable),
         },
         (408 | 409 | 425, r) => ChargeOutcome::Unknown {
             evidence: ev("http_4xx_retryable", r.and_then(|r| r.error)),
@@ -289,21 +346,25 @@ fn classify_create(resource: Resource, answer: Answer, started: Instant) -> Char
         (500..=599, _) => ChargeOutcome::Unknown {
             evidence: ev("http_5xx", None),
         },
-        (_, _) => bad_body(call, code, &ev),
+        (_, _) => bad_body(call, code, None, &ev),
     }
 }
 
-/// An answer that is none of the expected ones: unknown.
+/// An answer that is none of the expected ones: unknown. `why`: what was
+/// wrong with it, when known.
 fn bad_body(
     call: &str,
     code: u16,
+    why: Option<String>,
     ev: &impl Fn(&str, Option<String>) -> Evidence,
 ) -> ChargeOutcome {
+    let mut detail = format!("unexpected answer to a {call} (HTTP {code})");
+    if let Some(why) = why {
+        detail.push_str(": ");
+        detail.push_str(&why);
+    }
     ChargeOutcome::Unknown {
-        evidence: ev(
-            "bad_body",
-            Some(format!("unexpected answer to a {call} (HTTP {code})")),
-        ),
+        evidence: ev("bad_body", Some(detail)),
     }
 }
 
@@ -314,10 +375,20 @@ fn classify_lookup(resource: Resource, answer: Answer, started: Instant) -> Look
     let Answer {
         code,
         retry_after,
+        location,
         reply,
     } = answer;
     let ev =
         |kind: &str, result: &str| lookup_evidence(resource, Some(code), kind, result, started);
+    // A redirected lookup got no answer: failed, never "not found".
+    if let Some(r) = redirect(resource.lookup_call(), code, location.as_deref()) {
+        return LookupOutcome::Failed {
+            evidence: Evidence {
+                detail: Some(r.detail),
+                ..ev("redirected", "failed")
+            },
+        };
+    }
     if let Some(kind) = not_executed(code, retry_after) {
         return LookupOutcome::Deferred {
             why: Deferral::NotExecuted,
@@ -336,10 +407,16 @@ fn classify_lookup(resource: Resource, answer: Answer, started: Instant) -> Look
                 (Some("declined"), charge_id) => LookupOutcome::Declined {
                     code: r.decline(),
                     charge_id,
-                    evidence: ev("ok", "declined"),
+                    evidence: Evidence {
+                        detail: r.unusable,
+                        ..ev("ok", "declined")
+                    },
                 },
                 _ => LookupOutcome::Failed {
-                    evidence: ev("bad_body", "failed"),
+                    evidence: Evidence {
+                        detail: r.unusable,
+                        ..ev("bad_body", "failed")
+                    },
                 },
             }
         }
@@ -360,10 +437,12 @@ fn classify_lookup(resource: Resource, answer: Answer, started: Instant) -> Look
     }
 }
 
-/// A response: its status, its `Retry-After` and its JSON body if it has one.
+/// A response: its status, its `Retry-After`, its `Location` and its JSON
+/// body if it has one.
 struct Answer {
     code: u16,
     retry_after: Option<Duration>,
+    location: Option<String>,
     reply: Option<Reply>,
 }
 
@@ -386,8 +465,53 @@ fn not_executed(code: u16, retry_after: Option<Duration>) -> Option<&'static str
     }
 }
 
-/// Reads status, `Retry-After` and JSON body; a call that got no response
-/// is classified by [`transport`].
+/// A 3xx, which the client never follows ([`client`]), read for what the
+/// gateway could have done: `not_executed` for 301, 302, 307 and 308 (the
+/// resource is not at this URL: the request was not processed here), not
+/// for any other (303 See Other is the answer to a request that *was*
+/// processed, pointing at its result; the rest mean nothing for an API
+/// call): unknown. `detail` names the status and the `Location`.
+pub(super) struct Redirect {
+    pub(super) not_executed: bool,
+    pub(super) detail: String,
+}
+
+/// The [`Redirect`] a 3xx to `call` is, logged as a warning (a gateway that
+/// redirects is misconfigured or moved, and every call will say so); `None`
+/// for any other status.
+pub(super) fn redirect(call: &str, code: u16, location: Option<&str>) -> Option<Redirect> {
+    if !(300..=399).contains(&code) {
+        return None;
+    }
+    let not_executed = matches!(code, 301 | 302 | 307 | 308);
+    let location = location.unwrap_or("(none)");
+    warn!(
+        call,
+        status = code,
+        location,
+        not_executed,
+        "the gateway answered a redirect; not followed (check GATEWAY_URL)"
+    );
+    Some(Redirect {
+        not_executed,
+        detail: format!("HTTP {code} to {location}; redirects are never followed"),
+    })
+}
+
+/// A response's `Location`, as it may be logged and stored: without a user
+/// name or password, escaped and bounded.
+pub(super) fn location(headers: &reqwest::header::HeaderMap) -> Option<String> {
+    let raw = headers.get(reqwest::header::LOCATION)?;
+    let raw = String::from_utf8_lossy(raw.as_bytes());
+    let shown = match reqwest::Url::parse(raw.trim()) {
+        Ok(_) => shown_url(&raw),
+        Err(_) => raw.into_owned(), // a relative reference
+    };
+    Some(text::stored(&shown, Kind::Id))
+}
+
+/// Reads status, `Retry-After`, `Location` and JSON body; a call that got
+/// no response is classified by [`transport`].
 async fn read(sent: Result<reqwest::Response, reqwest::Error>) -> Result<Answer, Transport> {
     let resp = sent.map_err(|e| transport(&e))?;
     let code = resp.status().as_u16();
@@ -396,6 +520,7 @@ async fn read(sent: Result<reqwest::Response, reqwest::Error>) -> Result<Answer,
         .get(reqwest::header::RETRY_AFTER)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| retry_after(v, Utc::now()));
+    let location = location(resp.headers());
     // The status line and headers arrived; a body cut short is unknown.
     let bytes = resp
         .bytes()
@@ -404,7 +529,10 @@ async fn read(sent: Result<reqwest::Response, reqwest::Error>) -> Result<Answer,
     Ok(Answer {
         code,
         retry_after,
-        reply: serde_json::from_slice(&bytes).ok(),
+        location,
+        reply: serde_json::from_slice::<Reply>(&bytes)
+            .ok()
+            .map(Reply::tidied),
     })
 }
 
@@ -462,7 +590,7 @@ fn evidence(
         error_kind: kind.into(),
         lookup_result: None,
         elapsed_ms: started.elapsed().as_millis() as u64,
-        detail,
+        detail: detail.map(|d| text::stored(&d, Kind::Message)),
     }
 }
 

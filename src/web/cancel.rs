@@ -24,7 +24,7 @@ pub(super) async fn cancel(
     Path(order_id): Path<String>,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    let v = match super::json_body(body) {
+    let v = match super::json_body(body, &["reason"]) {
         Ok(v) => v,
         Err(refused) => return *refused,
     };

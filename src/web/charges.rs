@@ -24,13 +24,18 @@ use crate::store::{EnqueueError, StoreError};
 /// The header carrying the client's key on every create endpoint.
 pub(super) const KEY: &str = "Idempotency-Key";
 
+/// The fields `POST /charges` takes.
+const FIELDS: &[&str] = &["order_id", "amount_minor", "currency", "payment_method"];
+
 /// What every create endpoint checks before its own fields: the
 /// `Idempotency-Key` header (a UUID), the body (read within the route's
-/// size limit: 413 past it), the JSON content type and a JSON body. `Err`
-/// is the finished error response.
+/// size limit: 413 past it), the JSON content type, a JSON body, and no
+/// field but `fields` (422 naming it, [`super::known_fields`]). `Err` is
+/// the finished error response.
 pub(super) fn keyed_json(
     headers: &HeaderMap,
     body: Result<Bytes, BytesRejection>,
+    fields: &[&str],
 ) -> Result<(IdempotencyKey, Value), Box<Response>> {
     let Some(raw_key) = headers.get(KEY).and_then(|v| v.to_str().ok()) else {
         return Err(Box::new(error(
@@ -67,6 +72,7 @@ pub(super) fn keyed_json(
             "the body is not valid JSON",
         ))
     })?;
+    super::known_fields(&v, fields)?;
     Ok((key, v))
 }
 
@@ -133,7 +139,7 @@ pub(super) async fn create(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    let (key, v) = match keyed_json(&headers, body) {
+    let (key, v) = match keyed_json(&headers, body, FIELDS) {
         Ok(ok) => ok,
         Err(resp) => return *resp,
     };

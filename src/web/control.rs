@@ -22,10 +22,15 @@ pub(super) async fn pause(
     Extension(caller): Extension<Caller>,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    let reason = body
+    let v = body
         .ok()
-        .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
-        .and_then(|v| v.get("reason").and_then(Value::as_str).map(str::to_owned));
+        .and_then(|b| serde_json::from_slice::<Value>(&b).ok());
+    if let Some(v) = &v
+        && let Err(refused) = super::known_fields(v, &["reason"])
+    {
+        return *refused;
+    }
+    let reason = v.and_then(|v| v.get("reason").and_then(Value::as_str).map(str::to_owned));
     let Some(reason) = reason.filter(|r| !r.trim().is_empty()) else {
         return error(
             StatusCode::UNPROCESSABLE_ENTITY,

@@ -32,8 +32,11 @@
 //!
 //! Invariant: the process refuses to start without valid webhook secrets or
 //! with malformed keys; every route but the webhook receiver and `/health`
-//! checks a credential and a scope before its handler runs; secrets never
-//! reach logs or `Debug`; every listener runs with timeouts and limits.
+//! checks a credential and a scope before its handler runs; every JSON body
+//! a caller sends is refused (422 naming the field, nothing written) when
+//! it has a top-level field the route does not take ([`known_fields`]);
+//! secrets never reach logs or `Debug`; every listener runs with timeouts
+//! and limits.
 
 mod cancel;
 mod charges;
@@ -76,9 +79,11 @@ pub(crate) fn conflict(hold: Option<crate::store::Hold>, message: impl Into<Stri
 }
 
 /// A small JSON request body, read within the API limit: 413 when it is
-/// too large, 400 when it is not JSON (the routes that take one field).
+/// too large, 400 when it is not JSON, 422 when it has a field other than
+/// `fields` ([`known_fields`]) (the routes that take one field).
 pub(crate) fn json_body(
     body: Result<axum::body::Bytes, axum::extract::rejection::BytesRejection>,
+    fields: &[&str],
 ) -> Result<serde_json::Value, Box<Response>> {
     let Ok(body) = body else {
         return Err(Box::new(error(
@@ -87,13 +92,39 @@ pub(crate) fn json_body(
             "the body is too large",
         )));
     };
-    serde_json::from_slice(&body).map_err(|e| {
+    let v = serde_json::from_slice(&body).map_err(|e| {
         Box::new(error(
             StatusCode::BAD_REQUEST,
             None,
             format!("the body is not JSON: {e}"),
         ))
-    })
+    })?;
+    known_fields(&v, fields)?;
+    Ok(v)
+}
+
+/// Every JSON body the web process takes is checked here before anything
+/// else reads it: a top-level field other than `fields` (a misspelled
+/// `paymentMethod`, say) is refused with 422 naming it, rather than dropped
+/// in silence, so nothing is written on a request the caller did not mean.
+/// A body that is not an object is left to the route (it refuses it as
+/// missing its fields).
+pub(crate) fn known_fields(v: &serde_json::Value, fields: &[&str]) -> Result<(), Box<Response>> {
+    let Some(unknown) = v
+        .as_object()
+        .and_then(|o| o.keys().find(|k| !fields.contains(&k.as_str())))
+    else {
+        return Ok(());
+    };
+    let name = crate::domain::text::stored(unknown, crate::domain::text::Kind::Id);
+    Err(Box::new(error(
+        StatusCode::UNPROCESSABLE_ENTITY,
+        Some(&name),
+        format!(
+            "unknown field {name:?}; expected one of: {}",
+            fields.join(", ")
+        ),
+    )))
 }
 use crate::http::serve::{HttpLimits, serve};
 use crate::metrics::Scraper;

@@ -26,7 +26,7 @@ pub(super) async fn update(
     Path(order_id): Path<String>,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    let v = match super::json_body(body) {
+    let v = match super::json_body(body, &["payment_method"]) {
         Ok(v) => v,
         Err(refused) => return *refused,
     };

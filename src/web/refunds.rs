@@ -26,7 +26,7 @@ pub(super) async fn create(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    let (key, v) = match keyed_json(&headers, body) {
+    let (key, v) = match keyed_json(&headers, body, &["attempt_id", "amount_minor"]) {
         Ok(ok) => ok,
         Err(resp) => return *resp,
     };

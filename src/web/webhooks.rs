@@ -7,6 +7,9 @@
 //! processes by the table's unique index), so a flood of forgeries cannot
 //! fill the database or hold SQLite's write lock; a duplicate or a late
 //! event is answered 2xx (an error would make the gateway retry for days).
+//! What the event says reaches the store only through [`event::parse`]
+//! ([`crate::domain::text`]); a rejection's detail is escaped and bounded
+//! the same way before it is logged, stored or answered.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -21,6 +24,7 @@ use serde_json::{Map, Value, json};
 use tracing::{info, warn};
 
 use super::{AppState, error};
+use crate::domain::text::{self, Kind};
 use crate::webhook::{Rejection, event};
 
 /// Headers worth keeping with a rejected delivery. Signatures are HMACs,
@@ -72,6 +76,8 @@ pub(super) async fn receive(
     let reject = |status: StatusCode, reason: &'static str, detail: String, size: usize| {
         let app = app.clone();
         let headers = safe_headers(&headers);
+        // The detail may quote the sender's bytes: escaped and bounded.
+        let detail = text::stored(&detail, Kind::Message);
         async move {
             warn!(reason, %detail, size, "webhook rejected");
             crate::metrics::webhook_rejected(reason);

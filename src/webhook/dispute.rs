@@ -9,7 +9,8 @@
 use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
 
-use super::event::{STRIPE_DISPUTE_CREATED, text_safe};
+use super::event::STRIPE_DISPUTE_CREATED;
+use crate::domain::text::{self, Kind};
 use crate::recon::{CaseKind, Finding, Window};
 use crate::store::{IncomingEvent, ReconScope, Store, StoreError};
 
@@ -20,12 +21,14 @@ pub async fn open_case(store: &Store, ev: &IncomingEvent) -> Result<(), StoreErr
     }
     let body: Value = serde_json::from_str(&ev.payload).unwrap_or_default();
     let object = &body["data"]["object"];
-    let text = |v: &Value| v.as_str().map(text_safe);
-    let Some(dispute) = text(&object["id"]) else {
+    let code = |v: &Value| v.as_str().map(|s| text::stored(s, Kind::Code));
+    // Ids are kept as they are or read as missing ([`crate::domain::text`]).
+    let id = |v: &Value| v.as_str().and_then(|s| text::id(s).ok()).map(str::to_owned);
+    let Some(dispute) = id(&object["id"]) else {
         return Ok(());
     };
     // Stripe names the PaymentIntent; an older shape only the charge.
-    let pi = text(&object["payment_intent"]).or_else(|| text(&object["charge"]));
+    let pi = id(&object["payment_intent"]).or_else(|| id(&object["charge"]));
     let created = body["created"]
         .as_i64()
         .or(object["created"].as_i64())
@@ -64,9 +67,9 @@ pub async fn open_case(store: &Store, ev: &IncomingEvent) -> Result<(), StoreErr
             "dispute": dispute,
             "payment_intent": pi,
             "amount_minor": object["amount"].as_i64(),
-            "currency": text(&object["currency"]),
-            "reason": text(&object["reason"]),
-            "status": text(&object["status"]),
+            "currency": code(&object["currency"]),
+            "reason": code(&object["reason"]),
+            "status": code(&object["status"]),
             "matched_attempt": ours.as_ref().map(|a| a.id),
         }),
     };

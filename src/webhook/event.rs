@@ -10,13 +10,20 @@
 //!
 //! Invariant: an event that parses is stored whatever its type; only
 //! `charge.succeeded` and `charge.failed` move an attempt. Every text taken
-//! out of an event (id, type, charge id, decline code) holds no NUL
-//! character: JSON may carry one (`\u0000`), PostgreSQL's `text` cannot, so
-//! [`text_safe`] writes it as the six characters `\u0000` (here only).
+//! out of an event goes through [`crate::domain::text`]: JSON may carry a
+//! NUL (`\u0000`) that PostgreSQL's `text` cannot hold, and any length. Ids
+//! (the event's, the charge's, the PaymentIntent's) are kept as they are or
+//! read as missing, never altered: an event whose own id cannot be stored
+//! as it is is malformed, and so is one that needs its object's id
+//! (`charge.succeeded`, every Stripe event that moves an attempt) and
+//! carries one that cannot; `charge.failed` keeps its decline without it.
+//! Types and codes are escaped and bounded. The raw body is kept as it
+//! came (valid JSON holds no raw NUL: only the escape, six characters).
 
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
+use crate::domain::text::{self, Kind};
 use crate::store::{EventOutcome, IncomingEvent};
 
 pub const CHARGE_SUCCEEDED: &str = "charge.succeeded";
@@ -38,22 +45,32 @@ pub struct GatewayEvent {
 #[error("malformed event: {0}")]
 pub struct MalformedEvent(pub String);
 
-/// `s` with every NUL character written as the six characters `\u0000`
-/// (as JSON writes it), so PostgreSQL's `text` can hold it; anything else
-/// is kept as it is.
-pub fn text_safe(s: &str) -> String {
-    s.replace('\0', "\\u0000")
+/// A code or type taken from an event: escaped and bounded.
+fn code(v: Option<&serde_json::Value>) -> Option<String> {
+    v.and_then(|v| v.as_str())
+        .map(|s| text::stored(s, Kind::Code))
+}
+
+/// An id taken from an event (`name` for the error): `Ok(None)` when there
+/// is none, `Err` when it cannot be stored as it is.
+pub(crate) fn id_of(
+    v: Option<&serde_json::Value>,
+    name: &str,
+) -> Result<Option<String>, MalformedEvent> {
+    match v.and_then(|v| v.as_str()) {
+        None => Ok(None),
+        Some(raw) => text::id(raw)
+            .map(|id| Some(id.to_owned()))
+            .map_err(|why| MalformedEvent(text::unusable(name, raw, &why))),
+    }
 }
 
 /// Parses a verified body into what the store needs.
 pub fn parse(body: &[u8]) -> Result<IncomingEvent, MalformedEvent> {
     let mut ev: GatewayEvent =
         serde_json::from_slice(body).map_err(|e| MalformedEvent(e.to_string()))?;
-    ev.id = text_safe(&ev.id);
-    ev.kind = text_safe(&ev.kind);
-    if ev.id.is_empty() || ev.id.len() > 255 {
-        return Err(MalformedEvent("id must be 1-255 characters".into()));
-    }
+    text::id(&ev.id).map_err(|why| MalformedEvent(text::unusable("id", &ev.id, &why)))?;
+    ev.kind = text::stored(&ev.kind, Kind::Code);
     if let Some(object) = ev.data.get("object") {
         let (key, outcome) = stripe_outcome(&ev.kind, object)?;
         return Ok(IncomingEvent {
@@ -64,15 +81,21 @@ pub fn parse(body: &[u8]) -> Result<IncomingEvent, MalformedEvent> {
             payload: String::from_utf8_lossy(body).into_owned(),
         });
     }
-    let text = |k: &str| ev.data.get(k).and_then(|v| v.as_str()).map(text_safe);
-    let key = text("idempotency_key").and_then(|k| Uuid::try_parse(&k).ok());
-    let outcome = match (ev.kind.as_str(), text("charge_id")) {
-        (CHARGE_SUCCEEDED, Some(charge_id)) => EventOutcome::Approved { charge_id },
-        (CHARGE_SUCCEEDED, None) => {
+    let text = |k: &str| code(ev.data.get(k));
+    let key = ev
+        .data
+        .get("idempotency_key")
+        .and_then(|v| v.as_str())
+        .and_then(|k| Uuid::try_parse(k).ok());
+    let charge_id = id_of(ev.data.get("charge_id"), "data.charge_id");
+    let outcome = match (ev.kind.as_str(), charge_id) {
+        (CHARGE_SUCCEEDED, Ok(Some(charge_id))) => EventOutcome::Approved { charge_id },
+        (CHARGE_SUCCEEDED, Ok(None)) => {
             return Err(MalformedEvent(
                 "charge.succeeded without data.charge_id".into(),
             ));
         }
+        (CHARGE_SUCCEEDED, Err(unusable)) => return Err(unusable),
         (CHARGE_FAILED, charge_id) => EventOutcome::Declined {
             // With the network's advice, as the synchronous answer has it.
             code: {
@@ -88,7 +111,8 @@ pub fn parse(body: &[u8]) -> Result<IncomingEvent, MalformedEvent> {
                     advice,
                 )
             },
-            charge_id,
+            // A decline is one without the id, as with none.
+            charge_id: charge_id.ok().flatten(),
         },
         _ => EventOutcome::NotActionable,
     };
@@ -112,16 +136,17 @@ fn stripe_outcome(
     kind: &str,
     object: &serde_json::Value,
 ) -> Result<(Option<Uuid>, EventOutcome), MalformedEvent> {
-    let text = |v: Option<&serde_json::Value>| v.and_then(|v| v.as_str()).map(text_safe);
-    let id = text(object.get("id"));
+    // Needed only by the events that move an attempt.
+    let id = id_of(object.get("id"), "data.object.id");
     let key = object
         .get("metadata")
         .and_then(|m| m.get(crate::gateway::stripe::META_KEY))
         .and_then(|k| k.as_str())
         .and_then(|k| Uuid::try_parse(k).ok());
-    let need_id = || {
-        id.clone()
-            .ok_or_else(|| MalformedEvent(format!("{kind} without data.object.id")))
+    let need_id = || match &id {
+        Ok(Some(id)) => Ok(id.clone()),
+        Ok(None) => Err(MalformedEvent(format!("{kind} without data.object.id"))),
+        Err(unusable) => Err(unusable.clone()),
     };
     let status = object.get("status").and_then(|s| s.as_str());
     let outcome = match kind {
@@ -129,7 +154,7 @@ fn stripe_outcome(
             charge_id: need_id()?,
         },
         STRIPE_PI_FAILED => EventOutcome::Declined {
-            code: text_safe(&crate::gateway::stripe::decline_code_of(object)),
+            code: crate::gateway::stripe::decline_code_of(object),
             charge_id: Some(need_id()?),
         },
         // Only `succeeded` settles a refund; `pending` may still fail.
@@ -138,7 +163,7 @@ fn stripe_outcome(
                 charge_id: need_id()?,
             },
             Some("failed" | "canceled") => EventOutcome::Declined {
-                code: text(object.get("failure_reason")).unwrap_or_else(|| "refund_failed".into()),
+                code: code(object.get("failure_reason")).unwrap_or_else(|| "refund_failed".into()),
                 charge_id: Some(need_id()?),
             },
             _ => EventOutcome::NotActionable,
@@ -229,12 +254,12 @@ mod tests {
             EventOutcome::NotActionable
         );
 
-        // A NUL (valid JSON) is written as `\u0000` in every text taken out.
+        // A NUL (valid JSON) in a type or a code is written as `\u0000`;
+        // the raw body is kept as it came.
         let nul = format!(
-            r#"{{"id":"evt_\u0000","type":"charge.failed\u0000","data":{{"charge_id":"ch_\u0000","idempotency_key":"{key}","decline_code":"card\u0000declined","metadata":{{"note":"a\u0000b"}}}}}}"#
+            r#"{{"id":"evt_n","type":"charge.failed\u0000","data":{{"charge_id":"ch_\u0000","idempotency_key":"{key}","decline_code":"card\u0000declined","metadata":{{"note":"a\u0000b"}}}}}}"#
         );
         let e = parse(nul.as_bytes()).unwrap();
-        assert_eq!(e.event_id, r"evt_\u0000");
         assert_eq!(e.event_type, r"charge.failed\u0000");
         assert_eq!(
             e.outcome,
@@ -242,16 +267,57 @@ mod tests {
             "the type is not charge.failed"
         );
         assert_eq!(e.payload, nul, "the raw body is kept as it came");
-        let nul = nul.replace(r"charge.failed\u0000", "charge.failed");
+        // A decline keeps its decline; a charge id that cannot be stored as
+        // it is reads as none, never altered.
+        let failed = nul.replace(r"charge.failed\u0000", "charge.failed");
         assert_eq!(
-            parse(nul.as_bytes()).unwrap().outcome,
+            parse(failed.as_bytes()).unwrap().outcome,
             EventOutcome::Declined {
                 code: r"card\u0000declined".into(),
-                charge_id: Some(r"ch_\u0000".into())
+                charge_id: None
             }
         );
-        let long_once_escaped = format!(r#"{{"id":"{}\u0000","type":"x"}}"#, "e".repeat(250));
-        assert!(parse(long_once_escaped.as_bytes()).is_err());
+        // An approval needs its id: malformed, as without one.
+        let succeeded = nul.replace(r"charge.failed\u0000", "charge.succeeded");
+        let err = parse(succeeded.as_bytes()).unwrap_err().to_string();
+        assert!(
+            err.contains("data.charge_id holds the control character U+0000"),
+            "{err}"
+        );
+        // So does the event's own id (it deduplicates redeliveries).
+        let evt_nul = nul.replace("evt_n", r"evt_\u0000");
+        let err = parse(evt_nul.as_bytes()).unwrap_err().to_string();
+        assert!(
+            err.contains("id holds the control character U+0000"),
+            "{err}"
+        );
+        let stripe_nul = format!(
+            r#"{{"id":"evt_s","type":"payment_intent.succeeded","data":{{"object":{{"id":"pi_\u0000","status":"succeeded","metadata":{{"cobro_key":"{key}"}}}}}}}}"#
+        );
+        assert!(parse(stripe_nul.as_bytes()).is_err());
+        // An event that moves nothing does not need its object's id.
+        let ignored = stripe_nul.replace("payment_intent.succeeded", "customer.updated");
+        assert_eq!(
+            parse(ignored.as_bytes()).unwrap().outcome,
+            EventOutcome::NotActionable
+        );
+        // Ids are bounded in bytes, codes are cut with a mark.
+        let id_at_bound = format!(r#"{{"id":"{}","type":"x"}}"#, "e".repeat(255));
+        assert!(parse(id_at_bound.as_bytes()).is_ok());
+        let id_over = format!(r#"{{"id":"{}","type":"x"}}"#, "é".repeat(128));
+        assert!(parse(id_over.as_bytes()).is_err());
+        let long_code = format!(
+            r#"{{"id":"evt_l","type":"charge.failed","data":{{"decline_code":"{}"}}}}"#,
+            r"x\u0000".repeat(20_000)
+        );
+        let EventOutcome::Declined { code, .. } = parse(long_code.as_bytes()).unwrap().outcome
+        else {
+            panic!("a decline");
+        };
+        assert!(
+            code.len() <= 64 && !code.contains('\0') && code.ends_with('…'),
+            "{code}"
+        );
 
         for bad in [
             "not json",

@@ -3,9 +3,12 @@
 //! `COBRO_GATEWAY_CA_FILE` (optional) a PEM file of extra root certificates
 //! for an `https://` gateway behind a private CA. Builds the one reqwest
 //! client (rustls, the public webpki roots plus those extra roots) that every
-//! call uses.
+//! call of both adapters uses.
 //!
-//! Invariant: a gateway the client could never talk to is refused here,
+//! Invariant: the client never follows a redirect (reqwest's default
+//! follows ten, and re-sends a POST's body on a 307/308: a charge to another
+//! host); a 3xx comes back to the adapter, which classifies it
+//! ([`super::redirect`]). A gateway the client could never talk to is refused here,
 //! before a process takes any work, never found out at the first charge
 //! (where every attempt would turn `DESCONOCIDO`). Every error names the
 //! setting, and none shows a URL's user name or password.
@@ -68,8 +71,8 @@ pub fn shown_url(raw: &str) -> String {
     }
 }
 
-/// The client every call goes through: explicit timeouts, rustls with the
-/// webpki roots, plus the roots in `ca_file`.
+/// The client every call goes through: explicit timeouts, no redirects,
+/// rustls with the webpki roots, plus the roots in `ca_file`.
 pub(in crate::gateway) fn build(
     connect_timeout: Duration,
     request_timeout: Duration,
@@ -79,6 +82,7 @@ pub(in crate::gateway) fn build(
         .use_rustls_tls()
         .connect_timeout(connect_timeout)
         .timeout(request_timeout)
+        .redirect(reqwest::redirect::Policy::none())
         .pool_idle_timeout(Duration::from_secs(30));
     if let Some(path) = ca_file {
         for root in extra_roots(path)? {

@@ -4,12 +4,16 @@
 //!
 //! Invariant: every page goes through the same client (connect and request
 //! timeouts) as charges; the first page that fails fails the listing, and a
-//! page that does not move the cursor on is an error, never a loop.
+//! page that does not move the cursor on is an error, never a loop. An item
+//! whose id (or refunded charge id) cannot be stored as it is fails the
+//! listing as one without an id does; its other texts are escaped and
+//! bounded ([`crate::domain::text`]).
 
 use chrono::{DateTime, SecondsFormat, Utc};
 use serde::Deserialize;
 
 use super::{HttpGateway, Resource, transport_kind};
+use crate::domain::text::{self, Kind};
 use crate::gateway::{GatewayRecord, ListError, Listed};
 
 /// Records asked for per page (the simulator's default; its maximum is 1000).
@@ -117,11 +121,15 @@ fn transport(kind: Listed, e: reqwest::Error) -> ListError {
 }
 
 /// A listed item as a record; a charge needs its `charge_id`, a refund its
-/// `refund_id` and the `charge_id` it refunds.
+/// `refund_id` and the `charge_id` it refunds. The key, order, currency and
+/// status are kept escaped and bounded: a key or order that had to be
+/// changed was never one of ours (ours are UUIDs, and order ids of at most
+/// 200 characters without control characters), so it matches nothing,
+/// altered or not.
 fn record(kind: Listed, item: Item) -> Result<GatewayRecord, ListError> {
-    let (id, charge_id) = match kind {
-        Listed::Charges => (item.charge_id, None),
-        Listed::Refunds => (item.refund_id, item.charge_id),
+    let (id_field, id, charge_id) = match kind {
+        Listed::Charges => ("charge_id", item.charge_id, None),
+        Listed::Refunds => ("refund_id", item.refund_id, item.charge_id),
     };
     let Some(id) = id else {
         return Err(ListError::BadPage {
@@ -129,15 +137,64 @@ fn record(kind: Listed, item: Item) -> Result<GatewayRecord, ListError> {
             detail: "a listed item has no id".into(),
         });
     };
+    let usable = |field: &str, raw: &str| {
+        text::id(raw).map(drop).map_err(|why| ListError::BadPage {
+            kind,
+            detail: format!("a listed item's {}", text::unusable(field, raw, &why)),
+        })
+    };
+    usable(id_field, &id)?;
+    if let Some(charge) = &charge_id {
+        usable("charge_id", charge)?;
+    }
     Ok(GatewayRecord {
         kind,
         id,
-        idempotency_key: item.idempotency_key,
-        order_id: item.order_id,
+        idempotency_key: text::stored(&item.idempotency_key, Kind::Id),
+        order_id: text::stored(&item.order_id, Kind::Message),
         amount_minor: item.amount_minor,
-        currency: item.currency,
-        status: item.status,
+        currency: text::stored(&item.currency, Kind::Code),
+        status: text::stored(&item.status, Kind::Code),
         charge_id,
         at: item.at,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn item(charge_id: Option<&str>, refund_id: Option<&str>) -> Item {
+        Item {
+            charge_id: charge_id.map(Into::into),
+            refund_id: refund_id.map(Into::into),
+            idempotency_key: "k\0".into(),
+            order_id: "o\0".into(),
+            amount_minor: 100,
+            currency: "EUR\0".into(),
+            status: "approved".into(),
+            at: DateTime::from_timestamp(1_764_547_200, 0).unwrap(),
+        }
+    }
+
+    #[test]
+    fn an_item_whose_id_cannot_be_stored_fails_the_listing_and_other_text_is_escaped() {
+        let r = record(Listed::Charges, item(Some("ch_1"), None)).unwrap();
+        assert_eq!(
+            (r.idempotency_key.as_str(), r.order_id.as_str()),
+            (r"k\u0000", r"o\u0000")
+        );
+        assert_eq!(r.currency, r"EUR\u0000");
+        for (kind, it) in [
+            (Listed::Charges, item(Some("ch_\0"), None)),
+            (Listed::Refunds, item(Some("ch_1"), Some(&"r".repeat(256)))),
+            (Listed::Refunds, item(Some("ch_\n"), Some("re_1"))),
+        ] {
+            let err = record(kind, it).unwrap_err().to_string();
+            assert!(
+                err.contains("a listed item's") && !err.contains('\0'),
+                "{err}"
+            );
+        }
+    }
 }

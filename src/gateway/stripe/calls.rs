@@ -5,18 +5,20 @@
 
 use std::time::Instant;
 
-use tracing::error;
+use tracing::{error, warn};
 
 use super::classify::{
     self, META_ATTEMPT, META_KEY, META_ORDER, Object, Settled, StripeError, error_of,
 };
 use super::{Answer, StripeGateway, evidence};
 use crate::domain::IdempotencyKey;
-use crate::gateway::http::Transport;
+use crate::gateway::http::{Redirect, Transport, redirect};
 use crate::gateway::{ChargeCall, ChargeOutcome, Deferral, Evidence, LookupOutcome, Prepared};
 
 /// A non-2xx answer, read before the call decides what it means.
 pub(super) enum Refusal {
+    /// A 3xx: never followed; not executed when the resource moved.
+    Redirect(Redirect),
     /// 401/403: our key is wrong or revoked. Nothing was executed.
     Auth,
     /// 429, or 503 with `Retry-After`: not executed, for now.
@@ -33,7 +35,11 @@ pub(super) enum Refusal {
     Server,
 }
 
-pub(super) fn refusal(a: &Answer) -> Refusal {
+/// `call`: for the warning a redirect logs.
+pub(super) fn refusal(call: &str, a: &Answer) -> Refusal {
+    if let Some(r) = redirect(call, a.code, a.location.as_deref()) {
+        return Refusal::Redirect(r);
+    }
     let err = error_of(a.body.as_ref());
     // A key in use by a request still running (409) clears by itself; the
     // same key with other parameters does not.
@@ -79,10 +85,15 @@ pub(super) fn not_now(call: &str, a: &Answer, started: Instant) -> ChargeOutcome
     }
 }
 
+/// The object of a 200, made fit to store; `None` when the body is not
+/// one, or its id cannot be stored as it is (logged): a malformed answer.
 pub(super) fn parse(a: &Answer) -> Option<Object> {
-    a.body
-        .clone()
-        .and_then(|b| serde_json::from_value::<Object>(b).ok())
+    let obj = serde_json::from_value::<Object>(a.body.clone()?).ok()?;
+    obj.tidied()
+        .map_err(|note| {
+            warn!(%note, "Stripe answered an id cobro cannot store; read as a malformed answer");
+        })
+        .ok()
 }
 
 impl StripeGateway {
@@ -150,7 +161,17 @@ impl StripeGateway {
                 _ => Prepared::Failed(unanswered_create(ev("bad_body", Some(200), None))),
             };
         }
-        Prepared::Failed(match refusal(&a) {
+        Prepared::Failed(match refusal("create", &a) {
+            // An unconfirmed PaymentIntent moves no money: whatever the
+            // redirect, the create is tried again later, same key.
+            Refusal::Redirect(r) => ChargeOutcome::Deferred {
+                why: match r.not_executed {
+                    true => Deferral::NotExecuted,
+                    false => Deferral::Unconfirmed,
+                },
+                retry_after: a.retry_after,
+                evidence: ev("redirected", Some(a.code), Some(r.detail)),
+            },
             Refusal::Auth => ChargeOutcome::Deferred {
                 why: Deferral::NotExecuted,
                 retry_after: None,
@@ -219,7 +240,8 @@ impl StripeGateway {
                 .settled_charge(pi, call.key, &obj, ev("ok", Some(200), None))
                 .await;
         }
-        match refusal(&a) {
+        match refusal("charge", &a) {
+            Refusal::Redirect(r) => redirected(r, ev("redirected", Some(a.code), None), &a),
             Refusal::Auth => ChargeOutcome::Deferred {
                 why: Deferral::NotExecuted,
                 retry_after: None,
@@ -325,6 +347,23 @@ impl StripeGateway {
                 },
             },
         }
+    }
+}
+
+/// A send (a confirm, a refund) redirected: not executed when the resource
+/// moved, unknown otherwise ([`Redirect`]). `ev` is the call's evidence.
+pub(super) fn redirected(r: Redirect, ev: Evidence, a: &Answer) -> ChargeOutcome {
+    let evidence = Evidence {
+        detail: Some(r.detail),
+        ..ev
+    };
+    match r.not_executed {
+        true => ChargeOutcome::Deferred {
+            why: Deferral::NotExecuted,
+            retry_after: a.retry_after,
+            evidence,
+        },
+        false => ChargeOutcome::Unknown { evidence },
     }
 }
 

@@ -8,12 +8,18 @@
 //! one (`requires_confirmation`, or `requires_payment_method` with no error)
 //! was never charged: "not found", which allows confirming that same
 //! PaymentIntent again. Anything else (`processing`, `requires_capture`, a
-//! status we do not know) is still unknown.
+//! status we do not know) is still unknown. Every object and error is made
+//! fit to store as it is parsed ([`Object::tidied`], [`StripeError::tidied`]):
+//! an object whose id cannot be stored as it is reads as one without an id
+//! (not an object: a malformed answer), every other text is escaped and
+//! bounded ([`crate::domain::text`]).
 
 use std::collections::HashMap;
 
 use serde::Deserialize;
 use serde_json::Value;
+
+use crate::domain::text::{self, Kind};
 
 /// Stripe's error object (`{"error": {…}}`), the fields cobro reads.
 #[derive(Debug, Clone, Default, Deserialize, PartialEq)]
@@ -74,6 +80,64 @@ fn metadata<'de, D: serde::Deserializer<'de>>(d: D) -> Result<HashMap<String, St
             _ => None,
         })
         .collect())
+}
+
+/// Escapes and bounds an optional text in place.
+fn tidy(slot: &mut Option<String>, kind: Kind) {
+    if let Some(s) = slot {
+        *s = text::stored(s, kind);
+    }
+}
+
+impl StripeError {
+    /// The error as cobro keeps it: every text escaped and bounded.
+    pub fn tidied(mut self) -> Self {
+        for slot in [
+            &mut self.kind,
+            &mut self.code,
+            &mut self.decline_code,
+            &mut self.advice_code,
+            &mut self.network_advice_code,
+            &mut self.network_decline_code,
+        ] {
+            tidy(slot, Kind::Code);
+        }
+        tidy(&mut self.param, Kind::Id);
+        tidy(&mut self.message, Kind::Message);
+        self
+    }
+}
+
+impl Object {
+    /// The object as cobro keeps it: `Err` (a note saying why) when its id
+    /// cannot be stored as it is, which its caller reads as an answer
+    /// without an object; a refund's `payment_intent` that cannot is
+    /// dropped (read as missing); every other text escaped and bounded.
+    pub fn tidied(mut self) -> Result<Self, String> {
+        text::id(&self.id).map_err(|why| text::unusable("id", &self.id, &why))?;
+        if let Some(pi) = self.payment_intent.take() {
+            match text::id(&pi) {
+                Ok(_) => self.payment_intent = Some(pi),
+                Err(why) => tracing::warn!(
+                    note = %text::unusable("payment_intent", &pi, &why),
+                    "Stripe answered an id cobro cannot store; read as missing"
+                ),
+            }
+        }
+        for slot in [
+            &mut self.status,
+            &mut self.currency,
+            &mut self.failure_reason,
+            &mut self.cancellation_reason,
+        ] {
+            tidy(slot, Kind::Code);
+        }
+        for value in self.metadata.values_mut() {
+            *value = text::stored(value, Kind::Message);
+        }
+        self.last_payment_error = self.last_payment_error.map(StripeError::tidied);
+        Ok(self)
+    }
 }
 
 /// The metadata keys cobro writes on what it creates.
@@ -175,7 +239,9 @@ pub(super) fn codes(err: &StripeError) -> String {
 
 /// `{"error": {…}}` out of a body, if it is one.
 pub(super) fn error_of(body: Option<&Value>) -> Option<StripeError> {
-    serde_json::from_value(body?.get("error")?.clone()).ok()
+    serde_json::from_value::<StripeError>(body?.get("error")?.clone())
+        .ok()
+        .map(StripeError::tidied)
 }
 
 /// Stripe refuses a replayed key whose parameters differ.

@@ -6,7 +6,8 @@
 //! pages that do not move on fail it, never a partial answer. The window is
 //! also filtered here, so a Stripe-compatible server without the `created`
 //! filter (localstripe; `STRIPE_CREATED_FILTER=false`) is listed in full
-//! and gives the same answer.
+//! and gives the same answer. An object whose id cannot be stored as it is
+//! fails the listing, as one without an id does ([`Object::tidied`]).
 
 use chrono::{DateTime, TimeZone, Utc};
 
@@ -59,12 +60,23 @@ impl StripeGateway {
                     status: answer.code,
                 });
             }
-            let page: Page = answer
+            let mut page: Page = answer
                 .body
                 .and_then(|b| serde_json::from_value(b).ok())
                 .ok_or_else(|| ListError::BadPage {
                     kind,
                     detail: "a page that is not a list".into(),
+                })?;
+            // An object whose id cannot be stored fails the listing, as
+            // one without an id (a page that does not parse) does.
+            page.data = page
+                .data
+                .into_iter()
+                .map(Object::tidied)
+                .collect::<Result<_, _>>()
+                .map_err(|note| ListError::BadPage {
+                    kind,
+                    detail: format!("a listed object's {note}"),
                 })?;
             let last = page.data.last().map(|o| o.id.clone());
             if page.has_more && (last.is_none() || last == after) {
@@ -165,7 +177,10 @@ fn record(kind: Listed, o: Object) -> Option<GatewayRecord> {
     };
     Some(GatewayRecord {
         kind,
-        idempotency_key: o.key().unwrap_or_default().to_owned(),
+        idempotency_key: crate::domain::text::stored(
+            o.key().unwrap_or_default(),
+            crate::domain::text::Kind::Id,
+        ),
         order_id: o.metadata.get(META_ORDER).cloned().unwrap_or_default(),
         amount_minor: o.amount.unwrap_or_default(),
         currency: o.currency.clone().unwrap_or_default().to_ascii_uppercase(),

@@ -34,7 +34,11 @@ impl StripeGateway {
             }
         };
         if a.code != 200 {
-            return match refusal(&a) {
+            return match refusal("lookup", &a) {
+                // No answer: failed, never "not found".
+                Refusal::Redirect(r) => LookupOutcome::Failed {
+                    evidence: ev("redirected", Some(a.code), "failed", Some(r.detail)),
+                },
                 Refusal::Auth => LookupOutcome::Deferred {
                     why: Deferral::NotExecuted,
                     retry_after: None,
@@ -175,7 +179,10 @@ impl StripeGateway {
                     evidence: ev("not_found", Some(404), "not_found"),
                 }
             }
-            Ok(a) => match refusal(&a) {
+            Ok(a) => match refusal("probe", &a) {
+                Refusal::Redirect(_) => LookupOutcome::Failed {
+                    evidence: ev("redirected", Some(a.code), "failed"),
+                },
                 Refusal::Auth => LookupOutcome::Deferred {
                     why: Deferral::NotExecuted,
                     retry_after: None,

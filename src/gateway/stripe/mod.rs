@@ -18,8 +18,10 @@
 //! 400 to a confirm (`payment_intent_unexpected_state`, or a server's bare
 //! "Bad request") means "look it up", never "create another"; a 401/403 is
 //! a configuration fault (not executed, counted by the breaker, logged as
-//! an error), never a decline; `idempotency_error` goes to finance. The
-//! secret key is sent in the `Authorization` header only and is never in a
+//! an error), never a decline; a redirect is never followed (a 301, 302,
+//! 307 or 308 to a create, confirm or refund was not executed there; any
+//! other 3xx is unknown; a redirected lookup failed), counted by the breaker
+//! like a 401/403; `idempotency_error` goes to finance. The secret key is sent in the `Authorization` header only and is never in a
 //! log, an error or `Debug`.
 
 mod calls;
@@ -38,6 +40,7 @@ pub use classify::META_KEY;
 pub fn decline_code_of(pi: &Value) -> String {
     pi.get("last_payment_error")
         .and_then(|e| serde_json::from_value::<classify::StripeError>(e.clone()).ok())
+        .map(classify::StripeError::tidied)
         .map_or_else(|| "card_declined".into(), |e| classify::decline_code(&e))
 }
 
@@ -160,10 +163,11 @@ impl StripeGateway {
     }
 }
 
-/// A response: status, `Retry-After`, JSON body if any.
+/// A response: status, `Retry-After`, `Location`, JSON body if any.
 pub(super) struct Answer {
     code: u16,
     retry_after: Option<Duration>,
+    location: Option<String>,
     body: Option<Value>,
 }
 
@@ -175,6 +179,7 @@ async fn read(sent: Result<reqwest::Response, reqwest::Error>) -> Result<Answer,
         .get(reqwest::header::RETRY_AFTER)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| super::http::retry_after(v, Utc::now()));
+    let location = super::http::location(resp.headers());
     let bytes = resp
         .bytes()
         .await
@@ -186,6 +191,7 @@ async fn read(sent: Result<reqwest::Response, reqwest::Error>) -> Result<Answer,
     Ok(Answer {
         code,
         retry_after,
+        location,
         body: serde_json::from_slice(&bytes).ok(),
     })
 }
@@ -203,7 +209,7 @@ fn evidence(
         error_kind: kind.into(),
         lookup_result: None,
         elapsed_ms: started.elapsed().as_millis() as u64,
-        detail,
+        detail: detail.map(|d| crate::domain::text::stored(&d, crate::domain::text::Kind::Message)),
     }
 }
 

@@ -4,7 +4,9 @@
 
 use std::time::Instant;
 
-use super::calls::{Refusal, auth_fault, detail_of, not_now, parse, refusal, unanswered_send};
+use super::calls::{
+    Refusal, auth_fault, detail_of, not_now, parse, redirected, refusal, unanswered_send,
+};
 use super::classify::{self, META_KEY, META_ORDER, Object};
 use super::{StripeGateway, evidence, lookup_evidence};
 use crate::gateway::{ChargeOutcome, Deferral, Evidence, LookupCall, LookupOutcome, RefundCall};
@@ -38,7 +40,8 @@ impl StripeGateway {
                 },
             };
         }
-        match refusal(&a) {
+        match refusal("refund", &a) {
+            Refusal::Redirect(r) => redirected(r, ev("redirected", Some(a.code), None), &a),
             Refusal::Auth => ChargeOutcome::Deferred {
                 why: Deferral::NotExecuted,
                 retry_after: None,

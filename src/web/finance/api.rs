@@ -2,7 +2,10 @@
 //!
 //! Invariant: thin: parse, call [`crate::finance`], map its errors to HTTP
 //! statuses with the field they concern (422 bad input, 404 unknown, 409
-//! moved/settled/refused, 503 database).
+//! moved/settled/refused, 503 database). Every JSON body is read as JSON
+//! first and refused (422 naming it) when it has a field the route does not
+//! take ([`crate::web::known_fields`]: serde's `deny_unknown_fields` does
+//! not work with the `flatten`ed filters and resolutions), then parsed.
 
 use axum::Json;
 use axum::body::Bytes;
@@ -10,7 +13,7 @@ use axum::extract::{Extension, Path, Query, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
-use serde_json::json;
+use serde_json::{Value, json};
 use uuid::Uuid;
 
 use super::FinanceState;
@@ -19,7 +22,7 @@ use crate::finance::{
 };
 use crate::http::auth::Caller as Person;
 use crate::store::{CaseError, RefundError, RetryError, StoreError};
-use crate::web::{conflict, error};
+use crate::web::{conflict, error, known_fields};
 
 pub(super) fn bad_id() -> Response {
     error(StatusCode::BAD_REQUEST, Some("id"), "must be a UUID")
@@ -95,6 +98,30 @@ pub(super) fn queue_error(e: QueueError) -> Response {
     }
 }
 
+/// The body as `T`, or the finished 422: not JSON, a field other than
+/// `fields`, or not the shape `expected` shows (naming `field`, when the
+/// route has one to name).
+fn body_as<T: serde::de::DeserializeOwned>(
+    body: &[u8],
+    fields: &[&str],
+    expected: &str,
+    field: Option<&str>,
+) -> Result<T, Box<Response>> {
+    let refused = |e: serde_json::Error| {
+        Box::new(error(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            field,
+            format!("expected {expected}: {e}"),
+        ))
+    };
+    let v = serde_json::from_slice::<Value>(body).map_err(refused)?;
+    known_fields(&v, fields)?;
+    serde_json::from_value(v).map_err(refused)
+}
+
+/// The fields of `POST /finance/api/check-now`.
+const CHECK_NOW_FIELDS: &[&str] = &["note", "state", "currency", "kind", "min_age_secs"];
+
 #[derive(Deserialize)]
 struct CheckNowBody {
     #[serde(flatten)]
@@ -110,17 +137,10 @@ pub(super) async fn check_now(
     Extension(person): Extension<Person>,
     body: Bytes,
 ) -> Response {
-    let body: CheckNowBody = match serde_json::from_slice(&body) {
+    let expected = r#"{"note": "…", "state"?, "currency"?, "kind"?, "min_age_secs"?}"#;
+    let body = match body_as::<CheckNowBody>(&body, CHECK_NOW_FIELDS, expected, None) {
         Ok(b) => b,
-        Err(e) => {
-            return error(
-                StatusCode::UNPROCESSABLE_ENTITY,
-                None,
-                format!(
-                    "expected {{\"note\": \"…\", \"state\"?, \"currency\"?, \"kind\"?, \"min_age_secs\"?}}: {e}"
-                ),
-            );
-        }
+        Err(refused) => return *refused,
     };
     match finance::check_now_all(
         &fin.store,
@@ -149,6 +169,13 @@ pub(super) async fn resolve_case(
     Path(id): Path<i64>,
     body: Bytes,
 ) -> Response {
+    // The note is optional, and so is the body; a field other than the
+    // note is refused.
+    if let Ok(v) = serde_json::from_slice::<Value>(&body)
+        && let Err(refused) = known_fields(&v, &["note"])
+    {
+        return *refused;
+    }
     let note = serde_json::from_slice::<CaseBody>(&body)
         .map(|b| b.note)
         .unwrap_or_default();
@@ -172,15 +199,10 @@ pub(super) async fn refund_duplicate(
     Path(id): Path<i64>,
     body: Bytes,
 ) -> Response {
-    let body: DuplicateBody = match serde_json::from_slice(&body) {
+    let expected = r#"{"charge_id": "<the duplicate's gateway id>"}"#;
+    let body = match body_as::<DuplicateBody>(&body, &["charge_id"], expected, Some("charge_id")) {
         Ok(b) => b,
-        Err(e) => {
-            return error(
-                StatusCode::UNPROCESSABLE_ENTITY,
-                Some("charge_id"),
-                format!("expected {{\"charge_id\": \"<the duplicate's gateway id>\"}}: {e}"),
-            );
-        }
+        Err(refused) => return *refused,
     };
     match fin
         .store
@@ -272,17 +294,21 @@ pub(super) async fn resolve(
     let Ok(id) = Uuid::try_parse(&id) else {
         return bad_id();
     };
-    let body: ResolveBody = match serde_json::from_slice(&body) {
+    let expected = r#"{"action": "approve"|"decline"|"check_now", "version": N, "note": "…", "charge_id"|"code": "…"}"#;
+    // The fields a resolution takes depend on its action: `charge_id` to
+    // approve, `code` to decline, neither to check now.
+    let action = serde_json::from_slice::<Value>(&body)
+        .ok()
+        .and_then(|v| v.get("action").and_then(Value::as_str).map(str::to_owned));
+    let fields: &[&str] = match action.as_deref() {
+        Some("approve") => &["action", "version", "note", "charge_id"],
+        Some("decline") => &["action", "version", "note", "code"],
+        Some("check_now") => &["action", "version", "note"],
+        _ => &["action", "version", "note", "charge_id", "code"],
+    };
+    let body = match body_as::<ResolveBody>(&body, fields, expected, None) {
         Ok(b) => b,
-        Err(e) => {
-            return error(
-                StatusCode::UNPROCESSABLE_ENTITY,
-                None,
-                format!(
-                    "expected {{\"action\": \"approve\"|\"decline\"|\"check_now\", \"version\": N, \"note\": \"…\", \"charge_id\"|\"code\": \"…\"}}: {e}"
-                ),
-            );
-        }
+        Err(refused) => return *refused,
     };
     let req = ResolveRequest {
         attempt_id: id,
