@@ -30,6 +30,49 @@ END;
 
 CREATE INDEX recon_cases_open_order ON recon_cases (order_id) WHERE resolved_at IS NULL;
 
+-- A refund that fails after it looked settled: marked refund_failed_at,
+-- once; its amount is free to refund again (the PostgreSQL migration says
+-- why). The refund trigger is …_duplicate_refund.sql's but for that one
+-- condition (AND refund_failed_at IS NULL).
+ALTER TABLE payment_attempts ADD COLUMN refund_failed_at INTEGER
+    CHECK (refund_failed_at IS NULL OR (kind = 'refund' AND state = 'APROBADO'));
+CREATE TRIGGER refund_failed_once BEFORE UPDATE ON payment_attempts
+WHEN OLD.refund_failed_at IS NOT NULL AND OLD.refund_failed_at IS NOT NEW.refund_failed_at
+BEGIN
+    SELECT RAISE(ABORT, 'refund ' || OLD.id || ' failed at the gateway: that is never undone');
+END;
+DROP INDEX one_refund_per_duplicate;
+CREATE UNIQUE INDEX one_refund_per_duplicate ON payment_attempts (refund_of_gateway)
+    WHERE refund_of_gateway IS NOT NULL AND state <> 'RECHAZADO' AND refund_failed_at IS NULL;
+
+DROP TRIGGER refunds_within_capture;
+CREATE TRIGGER refunds_within_capture BEFORE INSERT ON payment_attempts
+WHEN NEW.kind = 'refund'
+BEGIN
+    SELECT RAISE(ABORT, 'CB404: the attempt to refund does not exist')
+     WHERE NOT EXISTS (SELECT 1 FROM payment_attempts WHERE id = NEW.refund_of);
+    SELECT RAISE(ABORT, 'CB007: only an APROBADO charge can be refunded')
+     WHERE NOT EXISTS (SELECT 1 FROM payment_attempts
+                        WHERE id = NEW.refund_of AND state = 'APROBADO' AND kind <> 'refund');
+    SELECT RAISE(ABORT, 'invalid currency: a refund has its charge''s order and currency')
+     WHERE NOT EXISTS (SELECT 1 FROM payment_attempts
+                        WHERE id = NEW.refund_of AND order_id = NEW.order_id
+                          AND currency = NEW.currency);
+    SELECT RAISE(ABORT, 'CB007: the gateway charge is the order''s own approved charge, not a duplicate: refund it the usual way')
+     WHERE NEW.refund_of_gateway IS NOT NULL
+       AND EXISTS (SELECT 1 FROM payment_attempts
+                    WHERE id = NEW.refund_of AND gateway_charge_id = NEW.refund_of_gateway);
+    SELECT RAISE(ABORT, 'CB008: the refund exceeds what is left to refund of its charge')
+     WHERE NEW.refund_of_gateway IS NULL
+       AND (SELECT coalesce(sum(amount_minor), 0) FROM payment_attempts
+             WHERE refund_of = NEW.refund_of AND state <> 'RECHAZADO'
+               AND refund_of_gateway IS NULL AND refund_failed_at IS NULL) + NEW.amount_minor
+           > (SELECT amount_minor FROM payment_attempts WHERE id = NEW.refund_of);
+END;
+
+-- SQLite runs the triggers of one event newest first: charge_gate is
+-- created after refunds_within_capture (re-created below), so an amount
+-- over the maximum is refused as such before a refund's capture is summed.
 CREATE TRIGGER charge_gate BEFORE INSERT ON payment_attempts
 BEGIN
     SELECT RAISE(ABORT, 'invalid amount_minor: must be at most ' || s.max_amount_minor
@@ -107,44 +150,4 @@ BEGIN
                  || CASE WHEN OLD.state IN ('APROBADO', 'RECHAZADO')
                          THEN 'a settled attempt stays settled (a contradiction opens a case for finance)'
                          ELSE 'not a move of the state machine (src/state.rs)' END);
-END;
-
--- A refund that fails after it looked settled: marked refund_failed_at,
--- once; its amount is free to refund again (the PostgreSQL migration says
--- why). The refund trigger is …_duplicate_refund.sql's but for that one
--- condition (AND refund_failed_at IS NULL).
-ALTER TABLE payment_attempts ADD COLUMN refund_failed_at INTEGER
-    CHECK (refund_failed_at IS NULL OR (kind = 'refund' AND state = 'APROBADO'));
-CREATE TRIGGER refund_failed_once BEFORE UPDATE ON payment_attempts
-WHEN OLD.refund_failed_at IS NOT NULL AND OLD.refund_failed_at IS NOT NEW.refund_failed_at
-BEGIN
-    SELECT RAISE(ABORT, 'refund ' || OLD.id || ' failed at the gateway: that is never undone');
-END;
-DROP INDEX one_refund_per_duplicate;
-CREATE UNIQUE INDEX one_refund_per_duplicate ON payment_attempts (refund_of_gateway)
-    WHERE refund_of_gateway IS NOT NULL AND state <> 'RECHAZADO' AND refund_failed_at IS NULL;
-
-DROP TRIGGER refunds_within_capture;
-CREATE TRIGGER refunds_within_capture BEFORE INSERT ON payment_attempts
-WHEN NEW.kind = 'refund'
-BEGIN
-    SELECT RAISE(ABORT, 'CB404: the attempt to refund does not exist')
-     WHERE NOT EXISTS (SELECT 1 FROM payment_attempts WHERE id = NEW.refund_of);
-    SELECT RAISE(ABORT, 'CB007: only an APROBADO charge can be refunded')
-     WHERE NOT EXISTS (SELECT 1 FROM payment_attempts
-                        WHERE id = NEW.refund_of AND state = 'APROBADO' AND kind <> 'refund');
-    SELECT RAISE(ABORT, 'invalid currency: a refund has its charge''s order and currency')
-     WHERE NOT EXISTS (SELECT 1 FROM payment_attempts
-                        WHERE id = NEW.refund_of AND order_id = NEW.order_id
-                          AND currency = NEW.currency);
-    SELECT RAISE(ABORT, 'CB007: the gateway charge is the order''s own approved charge, not a duplicate: refund it the usual way')
-     WHERE NEW.refund_of_gateway IS NOT NULL
-       AND EXISTS (SELECT 1 FROM payment_attempts
-                    WHERE id = NEW.refund_of AND gateway_charge_id = NEW.refund_of_gateway);
-    SELECT RAISE(ABORT, 'CB008: the refund exceeds what is left to refund of its charge')
-     WHERE NEW.refund_of_gateway IS NULL
-       AND (SELECT coalesce(sum(amount_minor), 0) FROM payment_attempts
-             WHERE refund_of = NEW.refund_of AND state <> 'RECHAZADO'
-               AND refund_of_gateway IS NULL AND refund_failed_at IS NULL) + NEW.amount_minor
-           > (SELECT amount_minor FROM payment_attempts WHERE id = NEW.refund_of);
 END;
