@@ -218,6 +218,19 @@ impl StripeGateway {
                 ),
             };
         };
+        if !classify::path_safe(pi) {
+            // Never put in a path; nothing more is sent: finance decides.
+            return ChargeOutcome::Refused {
+                evidence: ev(
+                    "unsafe_payment_intent_id",
+                    None,
+                    Some(format!(
+                        "{} is not a Stripe id",
+                        crate::domain::text::stored(pi, crate::domain::text::Kind::Id)
+                    )),
+                ),
+            };
+        }
         let mut form = Vec::new();
         if call.merchant_initiated && self.off_session_retries {
             form.push(("off_session".to_owned(), "true".to_owned()));

@@ -108,6 +108,13 @@ impl StripeError {
     }
 }
 
+/// A Stripe id cobro may put in a URL path (`/v1/payment_intents/{id}`):
+/// letters, digits and `_` only, as Stripe's ids are. Anything else (a
+/// `/`, `?`, `%`, `.`) could address another resource.
+pub(super) fn path_safe(id: &str) -> bool {
+    !id.is_empty() && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+}
+
 impl Object {
     /// The object as cobro keeps it: `Err` (a note saying why) when its id
     /// cannot be stored as it is, which its caller reads as an answer
@@ -115,12 +122,18 @@ impl Object {
     /// dropped (read as missing); every other text escaped and bounded.
     pub fn tidied(mut self) -> Result<Self, String> {
         text::id(&self.id).map_err(|why| text::unusable("id", &self.id, &why))?;
+        if !path_safe(&self.id) {
+            return Err(format!(
+                "id {} is not a Stripe id (letters, digits, _): it would be sent back inside a URL path",
+                text::stored(&self.id, Kind::Id)
+            ));
+        }
         if let Some(pi) = self.payment_intent.take() {
-            match text::id(&pi) {
+            match text::id(&pi).ok().filter(|p| path_safe(p)).ok_or(()) {
                 Ok(_) => self.payment_intent = Some(pi),
-                Err(why) => tracing::warn!(
-                    note = %text::unusable("payment_intent", &pi, &why),
-                    "Stripe answered an id cobro cannot store; read as missing"
+                Err(()) => tracing::warn!(
+                    payment_intent = %text::stored(&pi, Kind::Id),
+                    "Stripe answered an id cobro cannot store or send back; read as missing"
                 ),
             }
         }
@@ -252,6 +265,27 @@ pub(super) fn is_idempotency_error(err: Option<&StripeError>) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_a_stripe_shaped_id_goes_into_a_path() {
+        for ok in ["pi_3Nx9abc", "re_1", "pi_cobroprobe0f"] {
+            assert!(path_safe(ok), "{ok}");
+        }
+        for bad in [
+            "",
+            "pi_1/../../v1/refunds",
+            "pi_1?expand=x",
+            "pi_1%2F",
+            "pi.1",
+            "pi 1",
+        ] {
+            assert!(!path_safe(bad), "{bad:?}");
+        }
+        let obj: Object =
+            serde_json::from_value(serde_json::json!({"id": "pi_1/cancel", "status": "succeeded"}))
+                .unwrap();
+        assert!(obj.tidied().unwrap_err().contains("not a Stripe id"));
+    }
 
     fn pi(status: &str, error: Option<StripeError>) -> Object {
         Object {

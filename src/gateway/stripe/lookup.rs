@@ -18,6 +18,21 @@ impl StripeGateway {
         let ev = |kind: &str, status: Option<u16>, result: &str, detail: Option<String>| {
             lookup_evidence("lookup", status, kind, result, detail, started)
         };
+        // A recorded id that is not a Stripe id (a row edited by hand) is
+        // never put in a path: no answer, never "not found".
+        if !classify::path_safe(pi) {
+            return LookupOutcome::Failed {
+                evidence: ev(
+                    "unsafe_id",
+                    None,
+                    "failed",
+                    Some(format!(
+                        "{} is not a Stripe id",
+                        crate::domain::text::stored(pi, crate::domain::text::Kind::Id)
+                    )),
+                ),
+            };
+        }
         let a = match self.get(&format!("/v1/payment_intents/{pi}"), &[]).await {
             Ok(a) => a,
             Err(Transport::NotSent(k)) => {
