@@ -226,8 +226,10 @@ impl Engine {
         &self,
         held: &Attempt,
         parked_cause: &str,
+        make_final: bool,
     ) -> Result<Option<LookupOutcome>, StoreError> {
-        let call = lookup_call(&self.store, held).await?;
+        let mut call = lookup_call(&self.store, held).await?;
+        call.make_final = make_final;
         let outcome = if held.is_refund() {
             self.gateway.lookup_refund(&call).await
         } else {
@@ -525,7 +527,7 @@ impl Engine {
             started_at: held.updated_at,
         };
         let Some(outcome) = self
-            .lookup_or_park(&held, "lookup_parked_gateway_unreachable")
+            .lookup_or_park(&held, "lookup_parked_gateway_unreachable", false)
             .await?
         else {
             return Ok(None);
@@ -642,5 +644,6 @@ pub async fn lookup_call(store: &Store, a: &Attempt) -> Result<LookupCall, Store
         gateway_ref: a.gateway_ref.clone(),
         charge_id,
         since: Some(a.created_at),
+        make_final: false,
     })
 }

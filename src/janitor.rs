@@ -98,6 +98,19 @@ impl ReviewSchedule {
 
 /// When the attempt last entered `EN_REVISION` (from another state), from
 /// its transition log (oldest first).
+/// The cause of the log row that records finance's request to decline an
+/// attempt whose payment object may still succeed (`finance::resolve`).
+pub const DECLINE_REQUESTED: &str = "finance_decline_requested";
+
+/// Whether finance asked, since the attempt last entered review, to decline
+/// it: its next lookup then makes the gateway's answer final (cancels what
+/// could still succeed) before anything is recorded.
+pub fn decline_requested(log: &[Transition]) -> bool {
+    let since = entered_review(log);
+    log.iter()
+        .any(|t| t.cause == DECLINE_REQUESTED && since.is_none_or(|s| t.at >= s))
+}
+
 pub fn entered_review(log: &[Transition]) -> Option<DateTime<Utc>> {
     let review = State::EnRevision.as_str();
     log.iter()
@@ -309,5 +322,23 @@ mod tests {
             w,
         );
         assert!(matches!(failed, LookupOutcome::Failed { .. }), "{failed:?}");
+    }
+
+    #[test]
+    fn a_decline_request_counts_only_since_the_attempt_last_entered_review() {
+        let mut asked = tr(Some("EN_REVISION"), "EN_REVISION", 30);
+        asked.cause = DECLINE_REQUESTED.into();
+        let entered = |at| tr(Some("DESCONOCIDO"), "EN_REVISION", at);
+        assert!(!decline_requested(&[entered(20)]));
+        assert!(decline_requested(&[entered(20), asked.clone()]));
+        // Asked for during an earlier stay in review: it went back to the
+        // checks (a recheck) and came back; the old request is spent.
+        let back = [
+            entered(10),
+            asked,
+            tr(Some("EN_REVISION"), "DESCONOCIDO", 40),
+            entered(50),
+        ];
+        assert!(!decline_requested(&back));
     }
 }

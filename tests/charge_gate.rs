@@ -596,7 +596,9 @@ async fn a_refund_that_fails_after_success_opens_a_case_and_frees_its_amount(b: 
 
 /// The sixth situation: finance's decline of an attempt whose
 /// PaymentIntent exists at the gateway would leave it able to succeed
-/// later. Refused, saying what to do; nothing is written.
+/// later. In review it is asked for (202; the worker cancels the object at
+/// the gateway first: tests/stripe_local.rs); still being checked it is
+/// refused, saying why. Neither records a decline.
 async fn finance_cannot_decline_a_payment_object_that_may_still_succeed(b: Backend) {
     let db = TestDb::new(b).await;
     let web = start_web(&db.store, verifier()).await;
@@ -610,25 +612,35 @@ async fn finance_cannot_decline_a_payment_object_that_may_still_succeed(b: Backe
         panic!("not recorded");
     };
     let a = step(&db.store, &a, Event::Unknown, None).await;
-    let a = step(&db.store, &a, Event::ChecksExhausted, None).await;
-    assert_eq!(a.state, State::EnRevision);
-    let (status, body) = post(
-        &web,
-        &format!("/finance/api/attempts/{}/resolve", a.id),
-        "luis",
-        None,
-        json!({"action": "decline", "version": a.version, "code": "finance_declined",
-               "note": "the customer says it failed"}),
-    )
-    .await;
+    let decline = |a: &Attempt| {
+        let path = format!("/finance/api/attempts/{}/resolve", a.id);
+        let body = json!({"action": "decline", "version": a.version, "code": "finance_declined",
+                          "note": "the customer says it failed"});
+        let web = &web;
+        async move { post(web, &path, "luis", None, body).await }
+    };
+    // DESCONOCIDO: refused, saying why.
+    let (status, body) = decline(&a).await;
     assert_eq!(status, 409, "{body}");
     let msg = body["error"].as_str().unwrap();
     assert!(
-        msg.contains("Cancel pi_open_1 at the gateway first") && msg.contains("--as check"),
+        msg.contains("pi_open_1") && msg.contains("once it is in EN_REVISION"),
         "{msg}"
     );
+    // EN_REVISION: asked for, not recorded.
+    let a = step(&db.store, &a, Event::ChecksExhausted, None).await;
+    let (status, body) = decline(&a).await;
+    assert_eq!(status, 202, "{body}");
+    assert_eq!(body["state"], "EN_REVISION");
+    let log = db.store.transitions(a.id).await.unwrap();
+    let last = log.last().unwrap();
+    assert_eq!(
+        (last.cause.as_str(), last.actor.as_str()),
+        ("finance_decline_requested", "finance:luis")
+    );
     let now = db.store.load(a.id).await.unwrap().0;
-    assert_eq!((now.state, now.version), (State::EnRevision, a.version));
+    assert_eq!(now.state, State::EnRevision);
+    assert_eq!(now.decline_code, None);
     web.stop().await;
     db.drop_db().await;
 }

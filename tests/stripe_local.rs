@@ -26,6 +26,7 @@ on_both_backends!(
     a_card_that_needs_3d_secure_is_canceled_and_the_customer_told,
     reconciliation_lists_payment_intents_and_finds_a_double_charge,
     the_demo_runs_the_fleet_against_a_stripe_compatible_server,
+    finances_decline_cancels_the_payment_intent_before_it_is_recorded,
 );
 
 async fn a_charge_is_one_succeeded_payment_intent_recorded_before_its_confirm(b: Backend) {
@@ -328,5 +329,99 @@ async fn the_demo_runs_the_fleet_against_a_stripe_compatible_server(b: Backend) 
         "through the proxy: {}",
         w.attempts_sent
     );
+    db.drop_db().await;
+}
+
+/// An attempt in review whose PaymentIntent exists, unconfirmed, at the
+/// gateway: left as it is, it could be confirmed and succeed behind a
+/// decline recorded here. Finance's decline is asked for (the attempt stays
+/// in review); the review janitor cancels the PaymentIntent at Stripe and
+/// only then records RECHAZADO. A second attempt whose PaymentIntent
+/// succeeded meanwhile is recorded APROBADO: the gateway's word wins.
+async fn finances_decline_cancels_the_payment_intent_before_it_is_recorded(b: Backend) {
+    use cobro::finance::{Resolution, ResolveRequest, resolve};
+    use cobro::state::Event;
+    use cobro::store::{Applied, Change, Lease};
+    if !localstripe_installed("finances_decline_cancels_the_payment_intent_before_it_is_recorded") {
+        return;
+    }
+    init_logs();
+    let db = TestDb::new(b).await;
+    let stripe = LocalStripe::start().await;
+    let in_review = |order: &'static str| {
+        let (db, stripe) = (&db, &stripe);
+        async move {
+            let req =
+                ChargeRequest::parse(order, 4_200, "EUR", None, Some("pm_card_visa")).unwrap();
+            let id = db.store.enqueue(&req).await.unwrap().attempt_id;
+            let a = db.store.load(id).await.unwrap().0;
+            let a = step(&db.store, &a, Event::Claim, None).await;
+            let pi = stripe.create_intent(&req, &id.to_string()).await;
+            let mut record = Change::new(
+                Some(Event::Prepared),
+                "payment_intent_created",
+                "worker:gone",
+            );
+            record.gateway_ref = Some(&pi);
+            record.lease = Lease::Take {
+                owner: "gone",
+                ttl: Duration::from_secs(30),
+            };
+            let Applied::Moved(a) = db.store.apply(&a, &record).await.unwrap() else {
+                panic!("nobody races this");
+            };
+            let a = step(&db.store, &a, Event::Unknown, None).await;
+            let a = step(&db.store, &a, Event::ChecksExhausted, None).await;
+            (a, pi)
+        }
+    };
+    let decline = |a: cobro::store::Attempt| {
+        let store = db.store.clone();
+        async move {
+            let req = ResolveRequest {
+                attempt_id: a.id,
+                version: a.version,
+                resolution: Resolution::Decline {
+                    code: "customer_disputed".into(),
+                },
+                by: "ana",
+                note: "the customer says they never paid",
+            };
+            resolve(&store, &req).await.unwrap()
+        }
+    };
+    let (open, open_pi) = in_review("ord-decline-open").await;
+    let (paid, paid_pi) = in_review("ord-decline-paid").await;
+    for a in [&open, &paid] {
+        let now = decline(a.clone()).await;
+        assert_eq!(now.state, State::EnRevision, "asked for, not recorded");
+        let log = db.store.transitions(a.id).await.unwrap();
+        assert_eq!(log.last().unwrap().cause, "finance_decline_requested");
+    }
+    // The customer's bank confirms the second one before any worker runs.
+    stripe.confirm(&paid_pi).await;
+
+    let worker = spawn_worker(stripe_worker_args(&db.url, &stripe.url));
+    let open = settled(
+        &db.store,
+        open.id,
+        State::Rechazado,
+        Duration::from_secs(30),
+    )
+    .await;
+    let paid = settled(&db.store, paid.id, State::Aprobado, Duration::from_secs(30)).await;
+    worker.stop().await;
+    assert_eq!(open.decline_code.as_deref(), Some("canceled"));
+    let log = db.store.transitions(open.id).await.unwrap();
+    assert_eq!(log.last().unwrap().cause, "finance_decline_confirmed");
+    assert_eq!(paid.gateway_charge_id.as_deref(), Some(paid_pi.as_str()));
+    let intents = stripe.intents().await;
+    let status = |pi: &str| intents.iter().find(|i| i.id == pi).unwrap().status.clone();
+    assert_eq!(
+        status(&open_pi),
+        "canceled",
+        "cancelled before the decline was recorded"
+    );
+    assert_eq!(status(&paid_pi), "succeeded");
     db.drop_db().await;
 }

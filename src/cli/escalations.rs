@@ -269,11 +269,23 @@ pub async fn run(
                 by: &by,
                 note: &note,
             };
+            let declining = matches!(req.resolution, finance::Resolution::Decline { .. });
             let now = finance::resolve(store, &req).await?;
-            println!(
-                "attempt {} is now {} (version {})",
-                now.id, now.state, now.version
-            );
+            if declining && now.state == cobro::state::State::EnRevision {
+                println!(
+                    "decline requested: a worker cancels {} at the gateway, then records attempt {} \
+                     as RECHAZADO (or what the gateway says instead); `cobro escalations show \
+                     --attempt {}` shows it",
+                    now.gateway_ref.as_deref().unwrap_or("its payment object"),
+                    now.id,
+                    now.id
+                );
+            } else {
+                println!(
+                    "attempt {} is now {} (version {})",
+                    now.id, now.state, now.version
+                );
+            }
         }
         EscalationCommand::ResolveCase { case_id, by, note } => {
             let case = finance::resolve_case(store, case_id, &by, &note).await?;

@@ -14,7 +14,7 @@ use tracing::{debug, info};
 
 use super::Engine;
 use crate::gateway::{Listed, LookupOutcome};
-use crate::janitor::{entered_review, listing_outcome, listing_window};
+use crate::janitor::{decline_requested, entered_review, listing_outcome, listing_window};
 use crate::state::Event;
 use crate::store::{Applied, Attempt, Change, CheckRecord, Lease, StoreError, Transition};
 
@@ -61,10 +61,14 @@ impl Engine {
         let key_age = (held.updated_at - held.created_at)
             .to_std()
             .unwrap_or_default();
-        let by_key = key_age < self.cfg.key_lifetime;
+        // Finance asked to decline it and its payment object is recorded:
+        // asked by that object (valid at any age), cancelled first if it
+        // could still succeed.
+        let make_final = held.gateway_ref.is_some() && decline_requested(&log);
+        let by_key = key_age < self.cfg.key_lifetime || make_final;
         let outcome = if by_key {
             match self
-                .lookup_or_park(&held, "review_parked_gateway_unreachable")
+                .lookup_or_park(&held, "review_parked_gateway_unreachable", make_final)
                 .await?
             {
                 Some(outcome) => outcome,
@@ -93,7 +97,9 @@ impl Engine {
             LookupOutcome::Declined {
                 code, charge_id, ..
             } => {
-                let cause = if by_key {
+                let cause = if make_final {
+                    "finance_decline_confirmed"
+                } else if by_key {
                     "review_lookup_declined"
                 } else {
                     "review_listing_declined"

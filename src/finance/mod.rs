@@ -21,6 +21,7 @@ use uuid::Uuid;
 
 use crate::domain::InputError;
 use crate::gateway::Evidence;
+use crate::janitor::DECLINE_REQUESTED;
 use crate::state::{Event, State};
 use crate::store::{
     Applied, Attempt, CaseError, Change, Escalated, QueueCursor, QueueQuery, ReconCase, Store,
@@ -105,8 +106,8 @@ pub enum ResolveError {
     #[error("{0}")]
     Busy(String),
     /// A decline of an attempt whose payment object (a Stripe
-    /// PaymentIntent) exists at the gateway and may still succeed: the
-    /// decline is recorded only once the gateway says the object is final.
+    /// PaymentIntent) exists at the gateway and may still succeed, while it
+    /// is still being checked (`DESCONOCIDO`): asked for once in review.
     #[error("{0}")]
     OpenAtGateway(String),
     #[error(transparent)]
@@ -171,26 +172,33 @@ pub async fn resolve(store: &Store, req: &ResolveRequest<'_>) -> Result<Attempt,
         detail: Some(req.note.trim().to_owned()),
         ..Evidence::default()
     };
+    let mut requested = None;
     let mut change = match &req.resolution {
         Resolution::Approve { charge_id } => {
             let mut c = Change::new(Some(Event::Approved), "finance_approved", &actor);
             c.charge_id = Some(charge_id);
             c
         }
-        Resolution::Decline { .. } if seen.gateway_ref.is_some() => {
-            // A two-step gateway's object (a Stripe PaymentIntent) can still
-            // be confirmed and succeed behind a decline recorded here. Only
-            // the gateway can make it final: cancelled there, the lookup
-            // that check-now asks for records it as declined.
+        Resolution::Decline { code } if seen.gateway_ref.is_some() => {
+            // A two-step gateway's object (a Stripe PaymentIntent) could
+            // still be confirmed and succeed behind a decline recorded here.
+            // The decline is asked for: the review janitor cancels the object
+            // at the gateway and records the decline once the gateway says
+            // it is final (or what the gateway says instead, if it charged).
             let object = seen.gateway_ref.as_deref().unwrap_or_default();
-            return Err(ResolveError::OpenAtGateway(format!(
-                "attempt {} has the payment object {object} at the gateway, which may still succeed: \
-                 a decline recorded here would not stop it. Cancel {object} at the gateway first \
-                 (for Stripe: the dashboard, or POST /v1/payment_intents/{object}/cancel), then \
-                 check again now (cobro escalations resolve --attempt {} --version {} --as check \
-                 --by <you> --note <why>): the lookup records the cancelled object as declined",
-                seen.id, seen.id, seen.version
-            )));
+            if seen.state != State::EnRevision {
+                return Err(ResolveError::OpenAtGateway(format!(
+                    "attempt {} has the payment object {object} at the gateway, which may still \
+                     succeed, and it is still being checked ({}): decline it once it is in \
+                     EN_REVISION, when the worker cancels {object} at the gateway before the \
+                     decline is recorded",
+                    seen.id, seen.state
+                )));
+            }
+            let mut c = Change::new(Some(Event::ReviewNow), DECLINE_REQUESTED, &actor);
+            c.act_in = Some(Duration::ZERO);
+            requested = Some(format!("decline requested ({code}): {}", req.note.trim()));
+            c
         }
         Resolution::Decline { code } => {
             let mut c = Change::new(Some(Event::Declined), "finance_declined", &actor);
@@ -203,6 +211,10 @@ pub async fn resolve(store: &Store, req: &ResolveRequest<'_>) -> Result<Attempt,
             c.act_in = Some(Duration::ZERO);
             c
         }
+    };
+    let evidence = Evidence {
+        detail: requested.or(evidence.detail),
+        ..evidence
     };
     change.evidence = Some(&evidence);
     match store.apply(&seen, &change).await? {

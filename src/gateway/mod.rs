@@ -86,6 +86,11 @@ pub struct LookupCall {
     pub charge_id: Option<String>,
     /// When the attempt was created.
     pub since: Option<DateTime<Utc>>,
+    /// Finance asked to decline the attempt: a payment object that could
+    /// still succeed (a Stripe PaymentIntent not confirmed, or waiting) is
+    /// cancelled at the gateway first, so the answer is final. A one-step
+    /// gateway's lookup is final already and ignores it.
+    pub make_final: bool,
 }
 
 impl LookupCall {
@@ -96,6 +101,7 @@ impl LookupCall {
             gateway_ref: None,
             charge_id: None,
             since: None,
+            make_final: false,
         }
     }
 }

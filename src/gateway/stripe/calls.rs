@@ -273,7 +273,7 @@ impl StripeGateway {
             // server's bare 400: never "create another"; read it now.
             Refusal::Invalid(_) | Refusal::Conflict => {
                 let refused = detail_of(&a);
-                match self.intent(pi, call.key).await {
+                match self.intent(pi, call.key, false).await {
                     LookupOutcome::Approved {
                         charge_id,
                         evidence,
@@ -331,7 +331,7 @@ impl StripeGateway {
                     ..ev
                 },
             },
-            Settled::NeedsAction => match self.cancel_needing_action(pi, key).await {
+            Settled::NeedsAction => match self.cancel_needing_action(pi, key, false).await {
                 LookupOutcome::Declined {
                     code,
                     charge_id,

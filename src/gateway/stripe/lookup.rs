@@ -13,7 +13,12 @@ use crate::gateway::{Deferral, LookupCall, LookupOutcome};
 
 impl StripeGateway {
     /// `GET /v1/payment_intents/{id}`: the strongly consistent answer.
-    pub(super) async fn intent(&self, pi: &str, key: IdempotencyKey) -> LookupOutcome {
+    pub(super) async fn intent(
+        &self,
+        pi: &str,
+        key: IdempotencyKey,
+        make_final: bool,
+    ) -> LookupOutcome {
         let started = Instant::now();
         let ev = |kind: &str, status: Option<u16>, result: &str, detail: Option<String>| {
             lookup_evidence("lookup", status, kind, result, detail, started)
@@ -100,10 +105,15 @@ impl StripeGateway {
                 charge_id: Some(obj.id),
                 evidence: ev("ok", Some(200), "declined", Some(detail)),
             },
+            // Finance asked to decline it: what could still succeed is
+            // cancelled first, and only a cancel Stripe confirms declines.
+            Settled::NotConfirmed | Settled::Pending(_) if make_final => {
+                self.cancel_needing_action(pi, key, true).await
+            }
             Settled::NotConfirmed => LookupOutcome::NotFound {
                 evidence: ev("not_confirmed", Some(200), "not_found", status),
             },
-            Settled::NeedsAction => self.cancel_needing_action(pi, key).await,
+            Settled::NeedsAction => self.cancel_needing_action(pi, key, make_final).await,
             Settled::Pending(s) => LookupOutcome::Failed {
                 evidence: ev("not_settled", Some(200), "failed", Some(s)),
             },
@@ -114,10 +124,13 @@ impl StripeGateway {
     /// made without them) is canceled, so that it can never succeed behind
     /// a decline we record; then it is a decline the app and the customer
     /// can act on (`authentication_required`, not retried on its own).
+    /// `for_finance`: finance asked to decline it (any PaymentIntent that
+    /// could still succeed): the decline is `canceled`, once Stripe says so.
     pub(super) async fn cancel_needing_action(
         &self,
         pi: &str,
         key: IdempotencyKey,
+        for_finance: bool,
     ) -> LookupOutcome {
         let started = Instant::now();
         let path = format!("/v1/payment_intents/{pi}/cancel");
@@ -126,7 +139,22 @@ impl StripeGateway {
             lookup_evidence("cancel", status, kind, result, detail, started)
         };
         match answer {
-            Ok(a) if a.code == 200 && parse(&a).and_then(|o| o.status).as_deref() == Some("canceled") => {
+            Ok(a)
+                if a.code == 200
+                    && parse(&a).and_then(|o| o.status).as_deref() == Some("canceled") =>
+            {
+                if for_finance {
+                    return LookupOutcome::Declined {
+                        code: "canceled".into(),
+                        charge_id: Some(pi.to_owned()),
+                        evidence: ev(
+                            "canceled_for_finance",
+                            Some(200),
+                            "declined",
+                            Some("finance asked to decline it; the PaymentIntent was canceled at Stripe so it cannot succeed later".into()),
+                        ),
+                    };
+                }
                 LookupOutcome::Declined {
                     code: "authentication_required".into(),
                     charge_id: Some(pi.to_owned()),
@@ -152,11 +180,11 @@ impl StripeGateway {
     /// the metadata of the PaymentIntents created since the attempt began.
     pub(super) async fn look_up(&self, call: &LookupCall) -> LookupOutcome {
         if let Some(pi) = &call.gateway_ref {
-            return self.intent(pi, call.key).await;
+            return self.intent(pi, call.key, call.make_final).await;
         }
         let started = Instant::now();
         match self.find_intent(call).await {
-            Ok(Some(pi)) => self.intent(&pi, call.key).await,
+            Ok(Some(pi)) => self.intent(&pi, call.key, call.make_final).await,
             Ok(None) => LookupOutcome::NotFound {
                 evidence: lookup_evidence(
                     "lookup",

@@ -474,6 +474,7 @@ async fn throttled_processing_and_not_confirmed_read_as_they_should() {
         gateway_ref: Some("pi_7".into()),
         charge_id: None,
         since: None,
+        make_final: false,
     };
     assert!(
         matches!(f.gw.lookup(&look).await, LookupOutcome::Failed { .. }),

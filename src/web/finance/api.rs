@@ -317,7 +317,13 @@ pub(super) async fn resolve(
         by: &person.name,
         note: &body.note,
     };
+    let declining = matches!(req.resolution, finance::Resolution::Decline { .. });
     match finance::resolve(&fin.store, &req).await {
+        // A decline still in review was asked for (its payment object may
+        // still succeed): a worker records it once the gateway is final.
+        Ok(now) if declining && now.state == crate::state::State::EnRevision => {
+            (StatusCode::ACCEPTED, Json(now)).into_response()
+        }
         Ok(now) => Json(now).into_response(),
         Err(e) => resolve_error(e),
     }
