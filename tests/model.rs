@@ -53,13 +53,15 @@
 //!
 //! Environment:
 //! - `COBRO_MODEL_SEED=N`: run only the case of seed N (replay a failure).
-//! - `COBRO_MODEL_CASES` (default 6), `COBRO_MODEL_FIRST_SEED` (default 1):
+//! - `COBRO_MODEL_CASES` (default 40), `COBRO_MODEL_FIRST_SEED` (default 1):
 //!   run the cases of seeds FIRST..FIRST+CASES.
-//! - `COBRO_MODEL_STEPS` (default 35): steps per case.
+//! - `COBRO_MODEL_STEPS` (default 40): steps per case.
 //! - `COBRO_MODEL_SHRINK_SECS` (default 120): the time shrinking may take.
 //! - `COBRO_MODEL_WITHOUT=kind,...`: leave these kinds of step out (e.g.
 //!   `raw_reopen`), to look past a known defect.
 //! - `COBRO_MODEL_VERBOSE=1`: print every step and its outcome as it runs.
+//! - `COBRO_MODEL_KEEP_GOING=1`: after a failure (shrunk and printed), go
+//!   on with the next cases; the test fails at the end with every report.
 //!
 //! `scripts/model-soak` runs thousands of cases in release mode.
 
@@ -108,11 +110,11 @@ pub struct Run {
     pub outcomes: Vec<String>,
 }
 
-/// Runs `steps` in a fresh world, checking after each; then drains and
-/// checks the end.
-pub async fn run_case(backend: Backend, steps: &[Step]) -> Run {
+/// Runs `steps` in a fresh world (its database a copy of `template`),
+/// checking after each; then drains and checks the end.
+pub async fn run_case(template: &common::TestDb, steps: &[Step]) -> Run {
     let verbose = std::env::var_os("COBRO_MODEL_VERBOSE").is_some();
-    let mut world = World::start(backend).await;
+    let mut world = World::start(template).await;
     let mut marks = Marks::default();
     let mut outcomes = Vec::with_capacity(steps.len());
     let mut failure = None;
@@ -157,6 +159,7 @@ struct Settings {
     steps: usize,
     shrink_budget: Duration,
     without: Vec<String>,
+    keep_going: bool,
 }
 
 fn env_u64(name: &str, default: u64) -> u64 {
@@ -174,7 +177,7 @@ fn settings() -> Settings {
         Ok(_) => vec![env_u64("COBRO_MODEL_SEED", 0)],
         Err(_) => {
             let first = env_u64("COBRO_MODEL_FIRST_SEED", 1);
-            (first..first + env_u64("COBRO_MODEL_CASES", 6)).collect()
+            (first..first + env_u64("COBRO_MODEL_CASES", 40)).collect()
         }
     };
     let without: Vec<String> = std::env::var("COBRO_MODEL_WITHOUT")
@@ -186,9 +189,10 @@ fn settings() -> Settings {
     steps::check_kinds(&without).unwrap_or_else(|e| panic!("{e}"));
     Settings {
         seeds,
-        steps: env_u64("COBRO_MODEL_STEPS", 35) as usize,
+        steps: env_u64("COBRO_MODEL_STEPS", 40) as usize,
         shrink_budget: Duration::from_secs(env_u64("COBRO_MODEL_SHRINK_SECS", 120)),
         without,
+        keep_going: std::env::var_os("COBRO_MODEL_KEEP_GOING").is_some(),
     }
 }
 
@@ -204,10 +208,13 @@ async fn run(backend: Backend) {
     let s = settings();
     let started = Instant::now();
     let name = backend_name(backend);
+    // Every case's database is a copy of this one, migrated once.
+    let template = common::TestDb::template(backend).await;
+    let mut reports = Vec::new();
     for &seed in &s.seeds {
         let case_started = Instant::now();
         let steps = steps::generate(seed, s.steps, &s.without);
-        let run = run_case(backend, &steps).await;
+        let run = run_case(&template, &steps).await;
         let Some(failure) = &run.failure else {
             println!(
                 "{name} seed {seed}: {} steps, every invariant held ({:.1} s)",
@@ -218,15 +225,34 @@ async fn run(backend: Backend) {
         };
         let invariant = failure.violation.invariant;
         println!(
-            "{name} seed {seed}: {} after step {}; shrinking",
+            "{name} seed {seed}: {} ({}); shrinking",
             failure.violation,
             failure
                 .after_step
-                .map_or("the last (at the end)".into(), |i| (i + 1).to_string())
+                .map_or("at the end, after draining".into(), |i| {
+                    format!("after step {}", i + 1)
+                })
         );
-        let shrunk = shrink::shrink(backend, steps.clone(), run, invariant, s.shrink_budget).await;
-        panic!("{}", report(name, seed, &s, steps.len(), &shrunk));
+        let shrunk =
+            shrink::shrink(&template, steps.clone(), run, invariant, s.shrink_budget).await;
+        let report = report(name, seed, &s, steps.len(), &shrunk);
+        if !s.keep_going {
+            reports.push(report);
+            break;
+        }
+        println!("{report}");
+        reports.push(report);
     }
+    template.drop_db().await;
+    assert!(
+        reports.is_empty(),
+        "{} failed:\n\n{}",
+        match s.keep_going {
+            true => format!("{} of {} cases", reports.len(), s.seeds.len()),
+            false => "a case".to_owned(),
+        },
+        reports.join("\n")
+    );
     println!(
         "{name}: {} cases of {} steps, every invariant held ({:.1} s)",
         s.seeds.len(),

@@ -11,8 +11,7 @@
 
 use std::time::{Duration, Instant};
 
-use cobro::store::Backend;
-
+use super::common::TestDb;
 use super::steps::Step;
 use super::{Run, run_case};
 
@@ -27,7 +26,7 @@ pub struct Shrunk {
 
 /// Shrinks `steps`, whose run `first` broke invariant `invariant`.
 pub async fn shrink(
-    backend: Backend,
+    template: &TestDb,
     steps: Vec<Step>,
     first: Run,
     invariant: u8,
@@ -57,7 +56,7 @@ pub async fn shrink(
                     .chain(&best.steps[end..])
                     .copied()
                     .collect();
-                if try_candidate(backend, candidate, invariant, &mut best).await {
+                if try_candidate(template, candidate, invariant, &mut best).await {
                     removed_any = true;
                     changed = true;
                 } else {
@@ -78,7 +77,7 @@ pub async fn shrink(
                 }
                 let mut candidate = best.steps.clone();
                 candidate[i] = plainer;
-                if try_candidate(backend, candidate, invariant, &mut best).await {
+                if try_candidate(template, candidate, invariant, &mut best).await {
                     changed = true;
                     break;
                 }
@@ -96,13 +95,13 @@ pub async fn shrink(
 /// Replays `candidate` in a fresh world; keeps it in `best` when it broke
 /// `invariant` again.
 async fn try_candidate(
-    backend: Backend,
+    template: &TestDb,
     candidate: Vec<Step>,
     invariant: u8,
     best: &mut Shrunk,
 ) -> bool {
     best.replays += 1;
-    let run = run_case(backend, &candidate).await;
+    let run = run_case(template, &candidate).await;
     let again = run
         .failure
         .as_ref()

@@ -3,9 +3,10 @@
 //!
 //! Invariant: a step names orders and attempts only by small indexes
 //! (`order`, `pick`) that are resolved against what exists when it runs,
-//! so any subsequence of a case is still a case (what shrinking needs); a
-//! step that finds nothing to act on is a recorded no-op. The generator is
-//! a pure function of its seed.
+//! so any subsequence of a case is still a case (what shrinking needs). A
+//! step that acts on an attempt of its order acts on the next order's when
+//! its own has none that fits; one that finds nothing anywhere is a
+//! recorded no-op. The generator is a pure function of its seed.
 
 use cobro::store::CancelReason;
 use rand::rngs::StdRng;
@@ -189,10 +190,10 @@ impl Step {
 const WEIGHTS: [(&str, u32); 14] = [
     ("enqueue_http", 10),
     ("enqueue_sql", 7),
-    ("wake", 22),
+    ("wake", 18),
     ("run_due", 5),
     ("crash", 3),
-    ("time_passes", 7),
+    ("time_passes", 10),
     ("webhook", 9),
     ("late_approval", 4),
     ("resolve", 4),
@@ -298,13 +299,13 @@ fn key(rng: &mut StdRng) -> Key {
 
 fn net(rng: &mut StdRng) -> Net {
     match rng.random_range(0..100) {
-        0..40 => Net::Clean,
-        40..52 => Net::Decline(Code::InsufficientFunds),
-        52..62 => Net::Decline(Code::CardDeclined),
-        62..77 => Net::LoseAnswer,
-        77..85 => Net::LoseAnswerAndLookups,
+        0..35 => Net::Clean,
+        35..47 => Net::Decline(Code::InsufficientFunds),
+        47..57 => Net::Decline(Code::CardDeclined),
+        57..72 => Net::LoseAnswer,
+        72..85 => Net::LoseAnswerAndLookups,
         85..90 => Net::Timeout,
-        90..96 => Net::Error503,
+        90..95 => Net::Error503,
         _ => Net::Down,
     }
 }

@@ -77,8 +77,9 @@ pub struct World {
 }
 
 impl World {
-    pub async fn start(backend: Backend) -> World {
-        let db = TestDb::new(backend).await;
+    /// A world on a fresh copy of `template` (a migrated database).
+    pub async fn start(template: &TestDb) -> World {
+        let db = TestDb::copy_of(template).await;
         let sim = common::start_sim(true, Faults::default()).await;
         let sim_url = sim.url();
         let verifier =
@@ -165,13 +166,31 @@ impl World {
         all
     }
 
+    /// The attempts of `order` that `wanted` keeps; when there are none,
+    /// those of the next order that has some (a step that names an order
+    /// acts on another one rather than on nothing).
+    async fn candidates(&mut self, order: u8, wanted: impl Fn(&Attempt) -> bool) -> Vec<Attempt> {
+        for k in 0..ORDERS {
+            let found: Vec<Attempt> = self
+                .attempts((order + k) % ORDERS)
+                .await
+                .into_iter()
+                .filter(|a| wanted(a))
+                .collect();
+            if !found.is_empty() {
+                return found;
+            }
+        }
+        Vec::new()
+    }
+
     /// Runs `step` through its door; the outcome, for the report.
     pub async fn exec(&mut self, step: &Step) -> String {
         match *step {
             Step::EnqueueHttp { order, key } => self.enqueue_http(order, key).await,
             Step::EnqueueSql { order, key } => self.enqueue_sql(order, key).await,
             Step::Wake { order, net } => {
-                let targets = self.attempts(order).await;
+                let targets = self.candidates(order, has_work).await;
                 self.wake(targets, net).await
             }
             Step::RunDue { net } => {
@@ -348,10 +367,10 @@ impl World {
     /// and is never heard of again.
     async fn crash(&mut self, order: u8, sent: bool) -> String {
         let Some(a) = self
-            .charges(order)
+            .candidates(order, |a| !a.is_refund() && a.state == State::Pendiente)
             .await
             .into_iter()
-            .find(|a| a.state == State::Pendiente)
+            .next()
         else {
             return "no PENDIENTE charge".into();
         };
@@ -490,27 +509,27 @@ impl World {
     }
 
     /// The gateway approves, late, what it had declined under the key of
-    /// the order's latest attempt, and sends `charge.succeeded`.
+    /// the order's latest attempt (or the next order's, if that one's
+    /// latest was not declined by the gateway), and sends
+    /// `charge.succeeded`.
     async fn late_approval(&mut self, order: u8) -> String {
-        let Some(latest) = self.charges(order).await.pop() else {
-            return "no attempt".into();
-        };
         let ledger = self.ledger().await;
-        let key = latest.idempotency_key.to_string();
-        let at_gateway: Vec<&LedgerEntry> = ledger.entries_for_key(&key).collect();
-        let declined_there = !at_gateway.is_empty() && at_gateway.iter().all(|e| !e.is_approved());
-        if latest.state != State::Rechazado || !declined_there {
-            return format!(
-                "latest attempt {} is {}, {} at the gateway: nothing to approve late",
-                short(latest.id),
-                latest.state,
-                if at_gateway.is_empty() {
-                    "unknown"
-                } else {
-                    "not declined"
-                }
-            );
+        let mut found = None;
+        for k in 0..ORDERS {
+            let Some(latest) = self.charges((order + k) % ORDERS).await.pop() else {
+                continue;
+            };
+            let key = latest.idempotency_key.to_string();
+            let declined_there = ledger.entries_for_key(&key).next().is_some()
+                && ledger.entries_for_key(&key).all(|e| !e.is_approved());
+            if latest.state == State::Rechazado && declined_there {
+                found = Some((latest, key));
+                break;
+            }
         }
+        let Some((latest, key)) = found else {
+            return "no order's latest charge was declined by the gateway".into();
+        };
         let resp = self
             .http
             .post(format!("{}/control/inject", self.sim_url))
@@ -534,10 +553,12 @@ impl World {
     /// Finance decides the order's attempt in doubt by the gateway's ledger.
     async fn resolve(&mut self, order: u8, check_now: bool) -> String {
         let Some(a) = self
-            .attempts(order)
+            .candidates(order, |a| {
+                matches!(a.state, State::Desconocido | State::EnRevision)
+            })
             .await
             .into_iter()
-            .find(|a| matches!(a.state, State::Desconocido | State::EnRevision))
+            .next()
         else {
             return "nothing in doubt".into();
         };
@@ -596,12 +617,9 @@ impl World {
     }
 
     async fn finance_retry(&mut self, order: u8, pick: u8) -> String {
-        let declined: Vec<Attempt> = self
-            .charges(order)
-            .await
-            .into_iter()
-            .filter(|a| a.state == State::Rechazado)
-            .collect();
+        let declined = self
+            .candidates(order, |a| !a.is_refund() && a.state == State::Rechazado)
+            .await;
         if declined.is_empty() {
             return "no declined charge".into();
         }
@@ -652,12 +670,12 @@ impl World {
     }
 
     async fn refund(&mut self, order: u8, part: Part, http: bool) -> String {
-        let charges = self.charges(order).await;
-        let Some(charge) = charges
-            .iter()
-            .find(|a| a.state == State::Aprobado)
-            .or(charges.last())
-        else {
+        // The approved charge (of this order, else of the next one that has
+        // one); with none anywhere, the order's latest charge, to be refused.
+        let mut approved = self
+            .candidates(order, |a| !a.is_refund() && a.state == State::Aprobado)
+            .await;
+        let Some(charge) = approved.pop().or(self.charges(order).await.pop()) else {
             return "no charge".into();
         };
         let minor = match part {
@@ -700,12 +718,7 @@ impl World {
 
     /// The app's raw SQL: a settled attempt back to `PENDIENTE`.
     async fn raw_reopen(&mut self, order: u8, pick: u8) -> String {
-        let settled: Vec<Attempt> = self
-            .attempts(order)
-            .await
-            .into_iter()
-            .filter(|a| a.state.is_terminal())
-            .collect();
+        let settled = self.candidates(order, |a| a.state.is_terminal()).await;
         if settled.is_empty() {
             return "nothing settled".into();
         }
