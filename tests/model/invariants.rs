@@ -299,10 +299,11 @@ fn do_not_charge_is_final(s: &Snapshot, marks: &mut Marks) -> Result<(), Violati
 
 /// 4, at the end of a case after draining: per order, our APROBADO charges
 /// minus our APROBADO refunds equal the gateway's approved charges minus
-/// its approved refunds, to the cent; where they differ, every key on which
-/// the two sides disagree is explained: its attempt is in `EN_REVISION`
-/// (finance's queue) or a case (open, or closed by finance with a note)
-/// names its attempt or the gateway's id.
+/// its approved refunds, to the cent. Where they differ, every charge on
+/// which the two sides disagree (what it nets to after its refunds) is
+/// explained: it or one of its refunds waits in `EN_REVISION` (finance's
+/// queue), or an open case names it (its attempt, or the gateway's id of
+/// it or of one of its refunds).
 pub fn reconciled(s: &Snapshot) -> Result<(), Violation> {
     let mut orders: Vec<&str> = s
         .attempts
@@ -340,22 +341,23 @@ pub fn reconciled(s: &Snapshot) -> Result<(), Violation> {
         if ours == theirs {
             continue;
         }
-        let unexplained = disagreements(s, order)
-            .into_iter()
-            .filter(|(attempt, gateway_id, _)| !explained(s, *attempt, gateway_id.as_deref()))
-            .map(|(_, _, what)| what)
-            .collect::<Vec<_>>();
+        let all = disagreements(s, order);
+        let unexplained: Vec<&Disagreement> = all.iter().filter(|d| !explained(s, d)).collect();
+        if !all.is_empty() && unexplained.is_empty() {
+            continue;
+        }
         let why = match unexplained.is_empty() {
-            true if disagreements(s, order).is_empty() => {
-                "both sides hold the same keys approved, with other amounts".to_owned()
-            }
-            true => continue,
-            false => unexplained.join("; "),
+            true => "no charge nets differently on the two sides: the totals do not add up".into(),
+            false => unexplained
+                .iter()
+                .map(|d| d.what.as_str())
+                .collect::<Vec<_>>()
+                .join("; "),
         };
         return Err(Violation::new(
             4,
             format!(
-                "{order}: ours {ours} (charges {} - refunds {}) vs the gateway's {theirs} (charges {charged} - refunds {refunded}), and no case or review explains it: {why}",
+                "{order}: ours {ours} (charges {} - refunds {}) vs the gateway's {theirs} (charges {charged} - refunds {refunded}), and no open case or review explains it: {why}",
                 ours_of(false),
                 ours_of(true)
             ),
@@ -364,89 +366,112 @@ pub fn reconciled(s: &Snapshot) -> Result<(), Violation> {
     Ok(())
 }
 
-/// The keys of `order` on which we and the gateway disagree about whether
-/// money moved: (our attempt, the gateway's id, what).
-fn disagreements(s: &Snapshot, order: &str) -> Vec<(Option<uuid::Uuid>, Option<String>, String)> {
+/// A charge that nets to different amounts on the two sides.
+struct Disagreement {
+    /// Our charge attempt and its refunds (none for a charge under a key
+    /// we do not know).
+    attempts: Vec<uuid::Uuid>,
+    /// The gateway's ids of the charge and of its refunds.
+    gateway_ids: Vec<String>,
+    what: String,
+}
+
+/// The charges of `order` that net (captured minus refunded) to different
+/// amounts here and at the gateway.
+fn disagreements(s: &Snapshot, order: &str) -> Vec<Disagreement> {
+    let gateway_net = |charge_id: &str, amount: i64| -> (i64, Vec<String>) {
+        let refunds: Vec<_> = s
+            .ledger
+            .refunds_for_charge(charge_id)
+            .filter(|r| r.is_approved())
+            .collect();
+        let net = amount - refunds.iter().map(|r| r.amount_minor).sum::<i64>();
+        let mut ids = vec![charge_id.to_owned()];
+        ids.extend(refunds.iter().map(|r| r.refund_id.clone()));
+        (net, ids)
+    };
     let mut out = Vec::new();
     let mut ours = HashSet::new();
-    for (a, _) in s.attempts.iter().filter(|(a, _)| a.order_id == order) {
+    for (a, _) in s
+        .attempts
+        .iter()
+        .filter(|(a, _)| a.order_id == order && !a.is_refund())
+    {
         let key = a.idempotency_key.to_string();
         ours.insert(key.clone());
-        let approved_there: Option<String> = if a.is_refund() {
-            s.ledger
-                .refunds
-                .iter()
-                .find(|r| r.idempotency_key == key && r.is_approved())
-                .map(|r| r.refund_id.clone())
-        } else {
-            s.ledger
-                .entries_for_key(&key)
-                .find(|e| e.is_approved())
-                .map(|e| e.charge_id.clone())
+        let refunds: Vec<&Attempt> = s
+            .attempts
+            .iter()
+            .map(|(r, _)| r)
+            .filter(|r| r.refund_of == Some(a.id))
+            .collect();
+        let our_net = match a.state {
+            State::Aprobado => {
+                a.amount_minor
+                    - refunds
+                        .iter()
+                        .filter(|r| r.state == State::Aprobado)
+                        .map(|r| r.amount_minor)
+                        .sum::<i64>()
+            }
+            _ => 0,
         };
-        let approved_here = a.state == State::Aprobado;
-        if approved_here != approved_there.is_some() {
-            out.push((
-                Some(a.id),
-                approved_there.clone().or(a.gateway_charge_id.clone()),
-                format!(
-                    "{} under key {}, the gateway: {}",
+        let (mut their_net, mut ids) = (0, Vec::new());
+        for e in s.ledger.entries_for_key(&key).filter(|e| e.is_approved()) {
+            let (net, more) = gateway_net(&e.charge_id, e.amount_minor);
+            their_net += net;
+            ids.extend(more);
+        }
+        ids.extend(refunds.iter().filter_map(|r| r.gateway_charge_id.clone()));
+        if our_net != their_net {
+            let mut attempts = vec![a.id];
+            attempts.extend(refunds.iter().map(|r| r.id));
+            out.push(Disagreement {
+                attempts,
+                gateway_ids: ids.clone(),
+                what: format!(
+                    "{} under key {} nets {our_net} here and {their_net} at the gateway ({})",
                     who(a),
                     short(&key),
-                    approved_there.map_or("not approved".into(), |id| format!("approved {id}"))
+                    match ids.is_empty() {
+                        true => "nothing approved there".to_owned(),
+                        false => ids.join(", "),
+                    }
                 ),
-            ));
+            });
         }
     }
     for e in s
         .ledger
         .entries_for_order(order)
-        .filter(|e| e.is_approved())
+        .filter(|e| e.is_approved() && !ours.contains(&e.idempotency_key))
     {
-        if !ours.contains(&e.idempotency_key) {
-            out.push((
-                None,
-                Some(e.charge_id.clone()),
-                format!(
-                    "the gateway charged {} under a key we do not know",
+        let (net, ids) = gateway_net(&e.charge_id, e.amount_minor);
+        if net != 0 {
+            out.push(Disagreement {
+                attempts: Vec::new(),
+                gateway_ids: ids,
+                what: format!(
+                    "the gateway charged {} ({net} left) under a key we do not know",
                     e.charge_id
                 ),
-            ));
-        }
-    }
-    for r in s
-        .ledger
-        .refunds
-        .iter()
-        .filter(|r| r.order_id == order && r.is_approved())
-    {
-        if !ours.contains(&r.idempotency_key) {
-            out.push((
-                None,
-                Some(r.refund_id.clone()),
-                format!(
-                    "the gateway refunded {} under a key we do not know",
-                    r.refund_id
-                ),
-            ));
+            });
         }
     }
     out
 }
 
-fn explained(s: &Snapshot, attempt: Option<uuid::Uuid>, gateway_id: Option<&str>) -> bool {
-    let in_review = attempt.is_some_and(|id| {
-        s.attempts
-            .iter()
-            .any(|(a, _)| a.id == id && a.state == State::EnRevision)
-    });
+fn explained(s: &Snapshot, d: &Disagreement) -> bool {
+    let in_review = s
+        .attempts
+        .iter()
+        .any(|(a, _)| d.attempts.contains(&a.id) && a.state == State::EnRevision);
     in_review
-        || s.cases.iter().any(|c| {
-            (attempt.is_some() && c.attempt_id == attempt)
-                || gateway_id.is_some_and(|g| {
-                    c.gateway_ref
-                        .as_deref()
-                        .is_some_and(|r| r.split(',').any(|x| x.trim() == g))
+        || s.cases.iter().filter(|c| c.resolved_at.is_none()).any(|c| {
+            c.attempt_id.is_some_and(|id| d.attempts.contains(&id))
+                || c.gateway_ref.as_deref().is_some_and(|r| {
+                    r.split(',')
+                        .any(|x| d.gateway_ids.iter().any(|g| g == x.trim()))
                 })
         })
 }
