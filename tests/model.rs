@@ -38,7 +38,8 @@
 //!
 //! Checked at the end of a case, after draining (time passes and the workers
 //! run, the gateway healthy, until no attempt has work left; one that never
-//! settles fails this invariant too):
+//! settles fails this invariant too; the daily reconciliation is not run, so
+//! a difference must already be on a case or in review):
 //! 4. Per order, the sum of our `APROBADO` charges minus our `APROBADO`
 //!    refunds equals the gateway's approved charges minus its approved
 //!    refunds, to the cent. Where they differ, every charge that nets
