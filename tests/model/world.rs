@@ -33,7 +33,7 @@ const CRASHED: &str = "crashed";
 /// how fast the machine runs it.
 const LATER: &str = "30s";
 
-pub fn order_id(order: u8) -> String {
+fn order_id(order: u8) -> String {
     format!("order-{order}")
 }
 
@@ -60,7 +60,7 @@ pub struct Snapshot {
 }
 
 pub struct World {
-    pub db: TestDb,
+    db: TestDb,
     sim: SimHandle,
     sim_url: String,
     web: Web,
@@ -117,20 +117,8 @@ impl World {
     pub async fn snapshot(&mut self) -> Snapshot {
         let mut attempts = Vec::new();
         for order in 0..ORDERS {
-            for a in self
-                .db
-                .store
-                .attempts_for_order(&order_id(order))
-                .await
-                .unwrap()
-            {
-                if !self.seen.contains(&a.id) {
-                    self.seen.push(a.id);
-                }
-                attempts.push(a);
-            }
+            attempts.extend(self.attempts(order).await);
         }
-        attempts.sort_by_key(|a| self.seen.iter().position(|id| *id == a.id));
         let mut with_logs = Vec::with_capacity(attempts.len());
         for a in attempts {
             let log = self.db.store.transitions(a.id).await.unwrap();
