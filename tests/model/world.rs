@@ -49,6 +49,11 @@ fn short(id: Uuid) -> String {
     id.simple().to_string()[..8].to_owned()
 }
 
+/// An attempt as the outcomes name it: its id's first 8 digits and its order.
+fn label(a: &Attempt) -> String {
+    format!("{} ({})", short(a.id), a.order_id)
+}
+
 /// Everything the invariants look at, read after a step.
 pub struct Snapshot {
     /// Every attempt (charges and refunds) with its transition log, in the
@@ -339,7 +344,7 @@ impl World {
         for a in targets {
             let result = self.engine.process(a.id).await;
             let (now, _) = self.db.store.load(a.id).await.unwrap();
-            let mut line = format!("{} {}->{}", short(a.id), a.state, now.state);
+            let mut line = format!("{} {}->{}", label(&a), a.state, now.state);
             if let Err(e) = result {
                 line.push_str(&format!(" (error: {e})"));
             }
@@ -374,7 +379,7 @@ impl World {
             Err(e) => return format!("claim refused: {e}"),
         }
         if !sent {
-            return format!("{} claimed, never sent", short(a.id));
+            return format!("{} claimed, never sent", label(&a));
         }
         let resp = self
             .http
@@ -391,7 +396,7 @@ impl World {
             .expect("POST /v1/charges");
         format!(
             "{} claimed, sent (gateway: {}), answer never recorded",
-            short(a.id),
+            label(&a),
             resp.status().as_u16()
         )
     }
@@ -533,7 +538,7 @@ impl World {
         let news = self.deliver_charge(&entry, false).await;
         format!(
             "the gateway approved {} late as {}; {news}",
-            short(latest.id),
+            label(&latest),
             entry.charge_id
         )
     }
@@ -599,8 +604,8 @@ impl World {
         let (status, reply) = answer(resp, &[200, 404, 409, 422]).await;
         let what = body["action"].as_str().unwrap_or("");
         match status {
-            200 => format!("{what} {} {}: now {}", short(a.id), a.state, reply["state"]),
-            _ => format!("{what} {}: {status} {}", short(a.id), reply["error"]),
+            200 => format!("{what} {} {}: now {}", label(&a), a.state, reply["state"]),
+            _ => format!("{what} {}: {status} {}", label(&a), reply["error"]),
         }
     }
 
@@ -627,12 +632,12 @@ impl World {
         match status {
             201 => format!(
                 "retry of {}: 201 new attempt {}",
-                short(a.id),
+                label(a),
                 reply["attempt_id"]
                     .as_str()
                     .map_or("?".into(), |s| s[..8].to_owned())
             ),
-            _ => format!("retry of {}: {status} {}", short(a.id), reply["error"]),
+            _ => format!("retry of {}: {status} {}", label(a), reply["error"]),
         }
     }
 
@@ -738,8 +743,12 @@ impl World {
                 .request_refund(charge.id, Amount::parse(minor).unwrap(), key, "app")
                 .await
             {
-                Ok(r) => format!("refund {} of {minor} asked", short(r.refund_id)),
-                Err(e) => format!("refused: {e}"),
+                Ok(r) => format!(
+                    "refund {} of {minor} of {} asked",
+                    short(r.refund_id),
+                    label(&charge)
+                ),
+                Err(e) => format!("refund of {}: refused: {e}", label(&charge)),
             };
         }
         let resp = self
@@ -754,12 +763,13 @@ impl World {
         let (status, reply) = answer(resp, &[201, 404, 409, 422]).await;
         match status {
             201 => format!(
-                "201 refund {} of {minor}",
+                "201 refund {} of {minor} of {}",
                 reply["refund_id"]
                     .as_str()
-                    .map_or("?".into(), |s| s[..8].to_owned())
+                    .map_or("?".into(), |s| s[..8].to_owned()),
+                label(&charge)
             ),
-            _ => format!("{status} {}", reply["error"]),
+            _ => format!("refund of {}: {status} {}", label(&charge), reply["error"]),
         }
     }
 
@@ -777,8 +787,8 @@ impl World {
               WHERE id = ?1 AND state IN ('APROBADO', 'RECHAZADO')",
         );
         match self.db.exec(sql, sql, &[&a.id.to_string()]).await {
-            Ok(n) => format!("{} {} -> PENDIENTE: {n} row", short(a.id), a.state),
-            Err(e) => format!("{} {}: SQL error: {}", short(a.id), a.state, db_message(&e)),
+            Ok(n) => format!("{} {} -> PENDIENTE: {n} row", label(a), a.state),
+            Err(e) => format!("{} {}: SQL error: {}", label(a), a.state, db_message(&e)),
         }
     }
 
@@ -805,7 +815,7 @@ impl World {
         for order in 0..ORDERS {
             for a in self.attempts(order).await {
                 if has_work(&a) && a.state != State::EnRevision {
-                    left.push(format!("{} {}", short(a.id), a.state));
+                    left.push(format!("{} {}", label(&a), a.state));
                 }
             }
         }
