@@ -36,7 +36,7 @@ pub fn name(invariant: u8) -> &'static str {
         1 => "no order is charged twice at the gateway",
         2 => "nothing but the gateway turns a refund down",
         3 => "every transition log is a valid chain of the state machine",
-        4 => "after draining, our totals equal the gateway's, or a case explains the difference",
+        4 => "after draining, our totals equal the gateway's or a case or review explains it",
         5 => "a cancel that means \"do not charge\" is final",
         _ => "unknown invariant",
     }

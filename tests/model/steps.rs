@@ -92,7 +92,9 @@ pub enum Step {
     TimePasses,
     /// The gateway delivers (again) the webhook of the `pick`-th entry of
     /// its ledger, charges then refunds, signed: under the delivery id it
-    /// used before for that entry (`replay`) or under a new one.
+    /// used before for that entry (`replay`) or under a new one. A refund's
+    /// news is `charge.succeeded` / `charge.failed` under the refund's own
+    /// key, with the refund's id (what cobro's event format acts on).
     Webhook { pick: u8, replay: bool },
     /// The gateway approves, late, the charge it had declined under the key
     /// of the order's latest attempt, and says so by webhook
