@@ -159,6 +159,68 @@ impl TestDb {
         }
     }
 
+    /// A migrated database to copy fresh ones from ([`TestDb::copy_of`]),
+    /// for a test that needs many: its own pool is closed (PostgreSQL copies
+    /// only a database nobody is connected to). Drop it with
+    /// [`TestDb::drop_db`] when done.
+    pub async fn template(backend: Backend) -> TestDb {
+        let db = TestDb::new(backend).await;
+        db.store.close().await;
+        db
+    }
+
+    /// A new database of its own with the schema of `template`, copied
+    /// (`CREATE DATABASE … TEMPLATE`, or the SQLite file) instead of
+    /// migrated: what [`TestDb::new`] gives, several times faster.
+    pub async fn copy_of(template: &TestDb) -> TestDb {
+        let name = format!("cobro_t_{}", Uuid::new_v4().simple());
+        let (url, dir) = match template.backend {
+            Backend::Postgres => {
+                let admin = admin_url();
+                let mut conn = PgConnection::connect(&admin)
+                    .await
+                    .unwrap_or_else(|e| panic!("PostgreSQL is not reachable at {admin} ({e})"));
+                // Both names are ours, [a-z0-9_] only.
+                sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+                    "CREATE DATABASE {name} TEMPLATE {}",
+                    template.name
+                )))
+                .execute(&mut conn)
+                .await
+                .expect("copy the template database");
+                (with_database(&admin, &name), None)
+            }
+            Backend::Sqlite => {
+                let from = template
+                    .dir
+                    .as_ref()
+                    .expect("a SQLite test database has a dir");
+                let dir = std::env::temp_dir().join(&name);
+                std::fs::create_dir_all(&dir).expect("temp dir");
+                for file in ["cobro.db", "cobro.db-wal"] {
+                    if from.join(file).exists() {
+                        std::fs::copy(from.join(file), dir.join(file))
+                            .expect("copy the template database");
+                    }
+                }
+                (
+                    format!("sqlite://{}", dir.join("cobro.db").display()),
+                    Some(dir),
+                )
+            }
+        };
+        let store = Store::connect(&url, 10)
+            .await
+            .expect("connect test database");
+        TestDb {
+            backend: template.backend,
+            name,
+            url,
+            store,
+            dir,
+        }
+    }
+
     /// Drops the database (call at the end of a passing test).
     pub async fn drop_db(self) {
         self.store.close().await;
