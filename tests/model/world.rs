@@ -601,7 +601,8 @@ impl World {
             .send()
             .await
             .expect("POST /finance/api/attempts/{id}/resolve");
-        let (status, reply) = answer(resp, &[200, 404, 409, 422]).await;
+        // 202: a decline asked for (a payment object that may still succeed).
+        let (status, reply) = answer(resp, &[200, 202, 404, 409, 422]).await;
         let what = body["action"].as_str().unwrap_or("");
         match status {
             200 => format!("{what} {} {}: now {}", label(&a), a.state, reply["state"]),
@@ -628,12 +629,15 @@ impl World {
             .send()
             .await
             .expect("POST /finance/api/attempts/{id}/retry");
-        let (status, reply) = answer(resp, &[201, 404, 409, 422]).await;
+        // 202: the declined attempt's retry is due now; a worker step looks
+        // it up and makes the new attempt (if the rule still allows it).
+        let (status, reply) = answer(resp, &[202, 404, 409, 422]).await;
         match status {
-            201 => format!(
-                "retry of {}: 201 new attempt {}",
+            202 => format!(
+                "retry of {}: 202 requested, number {} key {}",
                 label(a),
-                reply["attempt_id"]
+                reply["attempt_number"],
+                reply["idempotency_key"]
                     .as_str()
                     .map_or("?".into(), |s| s[..8].to_owned())
             ),
