@@ -17,7 +17,7 @@ use std::time::Duration;
 use cobro::domain::{ChargeRequest, IdempotencyKey};
 use cobro::sim::Faults;
 use cobro::state::{Event, State};
-use cobro::store::{Applied, Attempt, CancelReason, Change, Store};
+use cobro::store::{Applied, Attempt, CancelReason, Change};
 use cobro::webhook::{Scheme, Verifier};
 use common::*;
 use serde_json::{Value, json};
@@ -34,24 +34,11 @@ on_both_backends!(
     finance_cannot_decline_a_payment_object_that_may_still_succeed,
 );
 
+/// A business retry scheduled a day out: nothing runs it in these tests.
+const DAY: Duration = Duration::from_secs(86_400);
+
 fn verifier() -> Verifier {
     Verifier::from_env_value(Scheme::StandardWebhooks, &test_secret()).unwrap()
-}
-
-/// A charge declined with `insufficient_funds`, its business retry
-/// scheduled a day from now, as the worker leaves it.
-async fn declined_with_retry(store: &Store, order: &str) -> Attempt {
-    let req = ChargeRequest::parse(order, 3_000, "USD", None, Some("pm_x")).unwrap();
-    let id = store.enqueue(&req).await.unwrap().attempt_id;
-    let a = store.load(id).await.unwrap().0;
-    let a = step(store, &a, Event::Claim, None).await;
-    let mut decline = Change::new(Some(Event::Declined), "gateway_declined", "worker:test");
-    decline.decline_code = Some("insufficient_funds");
-    decline.act_in = Some(Duration::from_secs(86_400));
-    let Applied::Moved(a) = store.apply(&a, &decline).await.unwrap() else {
-        panic!("not declined");
-    };
-    *a
 }
 
 async fn post(web: &Web, path: &str, who: &str, key: Option<&str>, body: Value) -> (u16, Value) {
@@ -109,7 +96,7 @@ async fn a_contradicted_decline_holds_the_order_until_finance_resolves_its_case(
     let db = TestDb::new(b).await;
     let v = verifier();
     let web = start_web(&db.store, v.clone()).await;
-    let a = declined_with_retry(&db.store, "gate-1").await;
+    let a = declined_with_retry(&db.store, "gate-1", DAY).await;
     for (id, kind, status) in [
         ("evt_g1", "charge.failed", "declined"),
         ("evt_g2", "charge.succeeded", "approved"),
@@ -180,7 +167,7 @@ async fn a_cancel_that_means_do_not_charge_holds_the_order_at_every_door(b: Back
     let web = start_web(&db.store, verifier()).await;
     for reason in CancelReason::ALL {
         let order = format!("gate-cancel-{}", reason.as_str());
-        let a = declined_with_retry(&db.store, &order).await;
+        let a = declined_with_retry(&db.store, &order, DAY).await;
         let (status, body) = post(
             &web,
             &format!("/orders/{order}/cancel"),
@@ -211,7 +198,7 @@ async fn a_cancel_that_means_do_not_charge_holds_the_order_at_every_door(b: Back
 
     // A reason that holds, with nothing left to stop (no retry pending):
     // still recorded, and the order is held.
-    let a = declined_with_retry(&db.store, "gate-cancel-late").await;
+    let a = declined_with_retry(&db.store, "gate-cancel-late", DAY).await;
     let mut clear = Change::new(None, "retry_refused", "worker:test");
     clear.act_in = None;
     let a = match db.store.apply(&a, &clear).await.unwrap() {
@@ -290,7 +277,7 @@ async fn settled_states_are_held_by_the_database(b: Backend) {
     let a = db.store.load(id).await.unwrap().0;
     let a = step(&db.store, &a, Event::Claim, None).await;
     let approved = step(&db.store, &a, Event::Approved, None).await;
-    let declined = declined_with_retry(&db.store, "gate-settled-2").await;
+    let declined = declined_with_retry(&db.store, "gate-settled-2", DAY).await;
     let set = |id: Uuid, to: &'static str| {
         let db = &db;
         async move {
@@ -372,7 +359,7 @@ async fn the_state_moves_table_is_the_state_machine(b: Backend) {
 async fn a_business_retry_key_is_derived_from_the_order_and_its_number(b: Backend) {
     let db = TestDb::new(b).await;
     let ns = db.store.settings().await.unwrap().key_namespace;
-    let a = declined_with_retry(&db.store, "gate-key").await;
+    let a = declined_with_retry(&db.store, "gate-key", DAY).await;
     let r = db
         .store
         .business_retry(a.id, 4, "finance:test", None)

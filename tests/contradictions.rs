@@ -13,7 +13,7 @@ use std::time::Duration;
 use cobro::domain::ChargeRequest;
 use cobro::sim::Faults;
 use cobro::state::{Event, State};
-use cobro::store::{Applied, Attempt, Change, Store};
+use cobro::store::Attempt;
 use cobro::webhook::{Scheme, Verifier};
 use common::*;
 use serde_json::{Value, json};
@@ -23,23 +23,6 @@ on_both_backends!(
     a_late_decline_of_an_approved_charge_opens_a_case,
     the_lookup_before_a_business_retry_stops_it_when_the_gateway_approved,
 );
-
-/// A charge declined with `insufficient_funds` and its business retry
-/// scheduled `retry_in` from now, as the worker leaves it.
-async fn declined_with_retry(store: &Store, order: &str, retry_in: Duration) -> Attempt {
-    let req = ChargeRequest::parse(order, 3_000, "USD", None, Some("pm_x")).unwrap();
-    let id = store.enqueue(&req).await.unwrap().attempt_id;
-    let a = store.load(id).await.unwrap().0;
-    let a = step(store, &a, Event::Claim, None).await;
-    let mut decline = Change::new(Some(Event::Declined), "gateway_declined", "worker:test");
-    decline.decline_code = Some("insufficient_funds");
-    decline.act_in = Some(retry_in);
-    let Applied::Moved(a) = store.apply(&a, &decline).await.unwrap() else {
-        panic!("not declined");
-    };
-    assert!(a.next_action_at.is_some(), "a retry is scheduled");
-    *a
-}
 
 async fn webhook(web: &Web, v: &Verifier, id: &str, kind: &str, a: &Attempt) -> Value {
     let body = json!({

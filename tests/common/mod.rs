@@ -701,3 +701,27 @@ pub fn engine(store: &Store, gateway_url: &str, name: &str) -> cobro::engine::En
         },
     )
 }
+
+/// A charge declined with `insufficient_funds` (3 000 USD minor units, on
+/// `pm_x`), its business retry scheduled `retry_in` from now, as the worker
+/// leaves it.
+pub async fn declined_with_retry(
+    store: &Store,
+    order: &str,
+    retry_in: Duration,
+) -> cobro::store::Attempt {
+    use cobro::state::Event;
+    use cobro::store::{Applied, Change};
+    let req = cobro::domain::ChargeRequest::parse(order, 3_000, "USD", None, Some("pm_x")).unwrap();
+    let id = store.enqueue(&req).await.unwrap().attempt_id;
+    let a = store.load(id).await.unwrap().0;
+    let a = step(store, &a, Event::Claim, None).await;
+    let mut decline = Change::new(Some(Event::Declined), "gateway_declined", "worker:test");
+    decline.decline_code = Some("insufficient_funds");
+    decline.act_in = Some(retry_in);
+    let Applied::Moved(a) = store.apply(&a, &decline).await.unwrap() else {
+        panic!("not declined");
+    };
+    assert!(a.next_action_at.is_some(), "a retry is scheduled");
+    *a
+}
