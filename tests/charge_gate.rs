@@ -32,6 +32,7 @@ on_both_backends!(
     a_business_retry_key_is_derived_from_the_order_and_its_number,
     a_refund_that_fails_after_success_opens_a_case_and_frees_its_amount,
     finance_cannot_decline_a_payment_object_that_may_still_succeed,
+    past_the_key_lifetime_the_pre_check_reads_the_gateways_listing,
 );
 
 /// A business retry scheduled a day out: nothing runs it in these tests.
@@ -629,5 +630,61 @@ async fn finance_cannot_decline_a_payment_object_that_may_still_succeed(b: Backe
     assert_eq!(now.state, State::EnRevision);
     assert_eq!(now.decline_code, None);
     web.stop().await;
+    db.drop_db().await;
+}
+
+/// The fifth situation: before a business retry the declined
+/// attempt is looked up; past the gateway's key lifetime a lookup by key
+/// proves nothing (the gateway forgot the key), so the pre-check reads the
+/// gateway's listing. Here lookups by key all fail (they would only
+/// postpone the retry) and the listing shows the gateway did charge the
+/// declined key: a case opens and no retry is made.
+async fn past_the_key_lifetime_the_pre_check_reads_the_gateways_listing(b: Backend) {
+    let db = TestDb::new(b).await;
+    let sim = start_sim(
+        true,
+        Faults {
+            p_lookup_fail: 1.0,
+            ..Faults::default()
+        },
+    )
+    .await;
+    let a = declined_with_retry(&db.store, "gate-old-key", DAY).await;
+    let resp = reqwest::Client::new()
+        .post(format!("{}/control/inject", sim.url()))
+        .json(&json!({
+            "kind": "charge", "idempotency_key": a.idempotency_key.to_string(),
+            "order_id": "gate-old-key", "amount_minor": 3000, "currency": "USD",
+        }))
+        .send()
+        .await
+        .unwrap();
+    assert!(resp.status().is_success(), "inject: {}", resp.status());
+    // The attempt began two days ago: its key is past the 24 h lifetime.
+    db.exec(
+        "UPDATE cobro.payment_attempts SET created_at = now() - interval '2 days' WHERE id = $1::uuid",
+        "UPDATE payment_attempts SET created_at = created_at - 172800000 WHERE id = ?1",
+        &[&a.id.to_string()],
+    )
+    .await
+    .unwrap();
+    declines::retry_now(&db, a.id).await;
+    engine(&db.store, &sim.url(), "w")
+        .process(a.id)
+        .await
+        .unwrap();
+    let cases = db.store.open_cases().await.unwrap();
+    assert_eq!(cases.len(), 1, "{cases:?}");
+    assert_eq!(cases[0].kind.as_str(), "unmatched_charge");
+    assert_eq!(
+        db.store
+            .attempts_for_order("gate-old-key")
+            .await
+            .unwrap()
+            .len(),
+        1,
+        "no retry"
+    );
+    sim.shutdown().await;
     db.drop_db().await;
 }
