@@ -128,7 +128,7 @@ BEGIN
        AND cobro.case_kind_holds_order(c.kind)
      ORDER BY c.id LIMIT 1;
     IF FOUND THEN
-        RAISE EXCEPTION 'order % has an open % case (#%): the gateway may have charged it, so no new charge attempt until finance resolves the case (cobro escalations resolve-case --case %)',
+        RAISE EXCEPTION 'order % has an open % case (#%): the gateway may have charged it, so no new charge attempt until finance resolves the case (cobro escalations resolve-case --case % --by <you> --note <what was done>)',
             NEW.order_id, v_kind, v_case, v_case USING ERRCODE = 'CB011';
     END IF;
     SELECT a.cancel_reason INTO v_kind FROM cobro.payment_attempts a

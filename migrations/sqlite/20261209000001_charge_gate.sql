@@ -100,7 +100,7 @@ BEGIN
        AND a.state IN ('PENDIENTE', 'EN_PROCESO', 'DESCONOCIDO', 'EN_REVISION');
     SELECT RAISE(ABORT, 'CB011: order ' || NEW.order_id || ' has an open ' || c.kind || ' case (#'
                  || c.id || '): the gateway may have charged it, so no new charge attempt until finance resolves the case (cobro escalations resolve-case --case '
-                 || c.id || ')')
+                 || c.id || ' --by <you> --note <what was done>)')
       FROM recon_cases c
      WHERE NEW.kind <> 'refund' AND c.order_id = NEW.order_id AND c.resolved_at IS NULL
        AND c.kind NOT IN ('missing_at_gateway');
