@@ -39,7 +39,7 @@ ALTER TABLE payment_attempts ADD COLUMN refund_failed_at INTEGER
 CREATE TRIGGER refund_failed_once BEFORE UPDATE ON payment_attempts
 WHEN OLD.refund_failed_at IS NOT NULL AND OLD.refund_failed_at IS NOT NEW.refund_failed_at
 BEGIN
-    SELECT RAISE(ABORT, 'refund ' || OLD.id || ' failed at the gateway: that is never undone');
+    SELECT RAISE(ABORT, 'this refund failed at the gateway: that is never undone');
 END;
 DROP INDEX one_refund_per_duplicate;
 CREATE UNIQUE INDEX one_refund_per_duplicate ON payment_attempts (refund_of_gateway)
@@ -70,45 +70,44 @@ BEGIN
            > (SELECT amount_minor FROM payment_attempts WHERE id = NEW.refund_of);
 END;
 
+-- What holds an order, as data the trigger reads (cobro.case_kind_holds_order
+-- and cobro.cancel_holds_order on PostgreSQL say the same; the Rust side
+-- reads these tables to word a refusal, tests/charge_gate.rs compares).
+CREATE TABLE harmless_case_kinds (kind TEXT PRIMARY KEY) STRICT;
+INSERT INTO harmless_case_kinds (kind) VALUES ('missing_at_gateway');
+CREATE TABLE order_holding_cancel_reasons (reason TEXT PRIMARY KEY) STRICT;
+INSERT INTO order_holding_cancel_reasons (reason) VALUES
+    ('paid_by_other_means'), ('fraud_suspected'), ('duplicate_order');
+
 -- SQLite runs the triggers of one event newest first: charge_gate is
--- created after refunds_within_capture (re-created below), so an amount
+-- created after refunds_within_capture (re-created above), so an amount
 -- over the maximum is refused as such before a refund's capture is summed.
+-- Messages are constant strings: a schema whose RAISE takes an expression
+-- cannot be read by SQLite before 3.47 (Debian 12's sqlite3 CLI is 3.40),
+-- so the Rust side words the refusal from its code (store::gate).
 CREATE TRIGGER charge_gate BEFORE INSERT ON payment_attempts
 BEGIN
-    SELECT RAISE(ABORT, 'invalid amount_minor: must be at most ' || s.max_amount_minor
-                 || ' minor units ('
-                 || CASE c.minor_unit WHEN 0 THEN CAST(s.max_amount_minor AS TEXT)
-                    ELSE (s.max_amount_minor / p.f) || '.'
-                         || printf('%0' || c.minor_unit || 'd', s.max_amount_minor % p.f) END
-                 || ' ' || c.code
-                 || '), the maximum in settings (set by `cobro migrate --max-amount-minor` or COBRO_MAX_AMOUNT_MINOR), got '
-                 || NEW.amount_minor)
-      FROM settings s, currencies c,
-           (SELECT CASE minor_unit WHEN 1 THEN 10 WHEN 2 THEN 100 WHEN 3 THEN 1000
-                   WHEN 4 THEN 10000 ELSE 1 END AS f
-              FROM currencies WHERE code = NEW.currency) p
-     WHERE c.code = NEW.currency AND NEW.amount_minor > s.max_amount_minor;
-    SELECT RAISE(ABORT, 'CB002: order ' || NEW.order_id || ' already has an approved charge (attempt '
-                 || a.id || '): no new charge attempt')
-      FROM payment_attempts a
-     WHERE NEW.kind <> 'refund' AND a.order_id = NEW.order_id AND a.kind <> 'refund'
-       AND a.state = 'APROBADO';
-    SELECT RAISE(ABORT, 'CB001: order ' || NEW.order_id || ' already has a live attempt (' || a.id
-                 || ' is ' || a.state || '): no new charge attempt until it settles')
-      FROM payment_attempts a
-     WHERE NEW.kind <> 'refund' AND a.order_id = NEW.order_id AND a.kind <> 'refund'
-       AND a.state IN ('PENDIENTE', 'EN_PROCESO', 'DESCONOCIDO', 'EN_REVISION');
-    SELECT RAISE(ABORT, 'CB011: order ' || NEW.order_id || ' has an open ' || c.kind || ' case (#'
-                 || c.id || '): the gateway may have charged it, so no new charge attempt until finance resolves the case (cobro escalations resolve-case --case '
-                 || c.id || ' --by <you> --note <what was done>)')
-      FROM recon_cases c
-     WHERE NEW.kind <> 'refund' AND c.order_id = NEW.order_id AND c.resolved_at IS NULL
-       AND c.kind NOT IN ('missing_at_gateway');
-    SELECT RAISE(ABORT, 'CB012: order ' || NEW.order_id || ' was cancelled (' || a.cancel_reason
-                 || '): it must not be charged; charge a new order instead')
-      FROM payment_attempts a
-     WHERE NEW.kind <> 'refund' AND a.order_id = NEW.order_id AND a.kind <> 'refund'
-       AND a.cancel_reason IN ('paid_by_other_means', 'fraud_suspected', 'duplicate_order');
+    SELECT RAISE(ABORT, 'invalid amount_minor: above the maximum in settings (set by `cobro migrate --max-amount-minor` or COBRO_MAX_AMOUNT_MINOR)')
+      FROM settings s WHERE NEW.amount_minor > s.max_amount_minor;
+    SELECT RAISE(ABORT, 'CB002: the order already has an approved charge: no new charge attempt')
+     WHERE NEW.kind <> 'refund'
+       AND EXISTS (SELECT 1 FROM payment_attempts a
+                    WHERE a.order_id = NEW.order_id AND a.kind <> 'refund' AND a.state = 'APROBADO');
+    SELECT RAISE(ABORT, 'CB001: the order already has a live attempt: no new charge attempt until it settles')
+     WHERE NEW.kind <> 'refund'
+       AND EXISTS (SELECT 1 FROM payment_attempts a
+                    WHERE a.order_id = NEW.order_id AND a.kind <> 'refund'
+                      AND a.state IN ('PENDIENTE', 'EN_PROCESO', 'DESCONOCIDO', 'EN_REVISION'));
+    SELECT RAISE(ABORT, 'CB011: the order has an open case saying the gateway may have charged it: no new charge attempt until finance resolves the case (cobro escalations resolve-case)')
+     WHERE NEW.kind <> 'refund'
+       AND EXISTS (SELECT 1 FROM recon_cases c
+                    WHERE c.order_id = NEW.order_id AND c.resolved_at IS NULL
+                      AND c.kind NOT IN (SELECT kind FROM harmless_case_kinds));
+    SELECT RAISE(ABORT, 'CB012: the order was cancelled with a reason that means do not charge it: charge a new order instead')
+     WHERE NEW.kind <> 'refund'
+       AND EXISTS (SELECT 1 FROM payment_attempts a
+                    WHERE a.order_id = NEW.order_id AND a.kind <> 'refund'
+                      AND a.cancel_reason IN (SELECT reason FROM order_holding_cancel_reasons));
 END;
 
 -- The moves src/state.rs's transition() makes between two different states.
@@ -145,9 +144,7 @@ CREATE TRIGGER hold_settled_states BEFORE UPDATE OF state ON payment_attempts
 WHEN OLD.state IS NOT NEW.state
  AND NOT EXISTS (SELECT 1 FROM state_moves m WHERE m.from_state = OLD.state AND m.to_state = NEW.state)
 BEGIN
-    SELECT RAISE(ABORT, 'CB020: attempt ' || OLD.id || ' cannot move from ' || OLD.state || ' to '
-                 || NEW.state || ': '
-                 || CASE WHEN OLD.state IN ('APROBADO', 'RECHAZADO')
-                         THEN 'a settled attempt stays settled (a contradiction opens a case for finance)'
-                         ELSE 'not a move of the state machine (src/state.rs)' END);
+    SELECT RAISE(ABORT, 'CB020: this attempt cannot move so: a settled attempt stays settled (a contradiction opens a case for finance)')
+     WHERE OLD.state IN ('APROBADO', 'RECHAZADO');
+    SELECT RAISE(ABORT, 'CB020: this attempt cannot move so: not a move of the state machine (src/state.rs)');
 END;

@@ -57,19 +57,22 @@ impl EnqueueError {
     /// A refusal by the database's charge rule (or its bounds on input),
     /// else `None`.
     pub(crate) fn from_rule(e: &sqlx::Error) -> Option<Self> {
-        if let Some((hold, msg)) = super::gate::hold(e) {
-            return Some(match hold {
-                super::Hold::LiveAttempt => EnqueueError::LiveAttempt(msg),
-                super::Hold::Approved => EnqueueError::AlreadyApproved(msg),
-                other => EnqueueError::Held(other, msg),
-            });
+        let (code, msg) = super::gate::refusal(e)?;
+        Self::from_refusal(code, msg)
+    }
+
+    /// A refusal (its code and message) as the error a caller branches on.
+    pub(crate) fn from_refusal(code: String, msg: String) -> Option<Self> {
+        if code == "22023" {
+            return Some(EnqueueError::Invalid(super::gate::invalid_from_message(
+                &msg,
+            )));
         }
-        match super::gate::refusal(e) {
-            Some((code, msg)) if code == "22023" => Some(EnqueueError::Invalid(
-                super::gate::invalid_from_message(&msg),
-            )),
-            _ => None,
-        }
+        Some(match super::gate::Hold::from_code(&code)? {
+            super::Hold::LiveAttempt => EnqueueError::LiveAttempt(msg),
+            super::Hold::Approved => EnqueueError::AlreadyApproved(msg),
+            other => EnqueueError::Held(other, msg),
+        })
     }
 }
 

@@ -52,7 +52,7 @@ impl Hold {
         }
     }
 
-    fn from_code(code: &str) -> Option<Self> {
+    pub(crate) fn from_code(code: &str) -> Option<Self> {
         [
             Hold::Approved,
             Hold::LiveAttempt,
@@ -87,10 +87,86 @@ pub(crate) fn refusal(e: &sqlx::Error) -> Option<(String, String)> {
         .then(|| ("22023".to_owned(), msg.to_owned()))
 }
 
-/// The charge rule's refusal in `e`, if that is what it is.
-pub(crate) fn hold(e: &sqlx::Error) -> Option<(Hold, String)> {
+/// A refusal from SQLite worded as PostgreSQL's (the order, the attempt,
+/// the case, the reason, the maximum in major units). SQLite's trigger
+/// messages are constant strings (a schema whose `RAISE` takes an
+/// expression is unreadable to SQLite before 3.47, the `sqlite3` of many
+/// systems), so the facts are read here, on the connection that was
+/// refused (the same write transaction: they cannot have changed). A fact
+/// not found leaves the trigger's own message.
+pub(crate) async fn worded_lite(
+    conn: &mut sqlx::SqliteConnection,
+    e: &sqlx::Error,
+    order: &str,
+    amount_minor: i64,
+    currency: &str,
+) -> Option<(String, String)> {
     let (code, msg) = refusal(e)?;
-    Hold::from_code(&code).map(|h| (h, msg))
+    let one = |sql: &'static str| sqlx::query_as::<_, (String, String)>(sql).bind(order);
+    let detail = match code.as_str() {
+        "CB002" => one("SELECT id, state FROM payment_attempts
+                         WHERE order_id = ?1 AND kind <> 'refund' AND state = 'APROBADO' LIMIT 1")
+            .fetch_optional(&mut *conn)
+            .await
+            .ok()
+            .flatten()
+            .map(|(id, _)| {
+                format!("order {order} already has an approved charge (attempt {id}): no new charge attempt")
+            }),
+        "CB001" => one("SELECT id, state FROM payment_attempts
+                         WHERE order_id = ?1 AND kind <> 'refund'
+                           AND state IN ('PENDIENTE', 'EN_PROCESO', 'DESCONOCIDO', 'EN_REVISION')
+                         LIMIT 1")
+            .fetch_optional(&mut *conn)
+            .await
+            .ok()
+            .flatten()
+            .map(|(id, state)| {
+                format!("order {order} already has a live attempt ({id} is {state}): no new charge attempt until it settles")
+            }),
+        "CB011" => one("SELECT CAST(id AS TEXT), kind FROM recon_cases
+                         WHERE order_id = ?1 AND resolved_at IS NULL
+                           AND kind NOT IN (SELECT kind FROM harmless_case_kinds)
+                         ORDER BY id LIMIT 1")
+            .fetch_optional(&mut *conn)
+            .await
+            .ok()
+            .flatten()
+            .map(|(id, kind)| {
+                format!(
+                    "order {order} has an open {kind} case (#{id}): the gateway may have charged it, \
+                     so no new charge attempt until finance resolves the case (cobro escalations \
+                     resolve-case --case {id} --by <you> --note <what was done>)"
+                )
+            }),
+        "CB012" => one("SELECT id, cancel_reason FROM payment_attempts
+                         WHERE order_id = ?1 AND kind <> 'refund'
+                           AND cancel_reason IN (SELECT reason FROM order_holding_cancel_reasons)
+                         LIMIT 1")
+            .fetch_optional(&mut *conn)
+            .await
+            .ok()
+            .flatten()
+            .map(|(_, reason)| {
+                format!("order {order} was cancelled ({reason}): it must not be charged; charge a new order instead")
+            }),
+        "22023" if msg.starts_with("invalid amount_minor:") => {
+            sqlx::query_scalar::<_, i64>("SELECT max_amount_minor FROM settings")
+                .fetch_one(&mut *conn)
+                .await
+                .ok()
+                .map(|max| {
+                    format!(
+                        "invalid amount_minor: must be at most {max} minor units ({} {currency}), \
+                         the maximum in settings (set by `cobro migrate --max-amount-minor` or \
+                         COBRO_MAX_AMOUNT_MINOR), got {amount_minor}",
+                        crate::domain::decimal(max, currency)
+                    )
+                })
+        }
+        _ => None,
+    };
+    Some((code, detail.unwrap_or(msg)))
 }
 
 /// `invalid <field>: <reason>` from a SQL function or trigger, back into
@@ -159,6 +235,22 @@ impl super::Store {
                 .execute(&mut *tx)
                 .await
                 .map(|_| ());
+                if let Err(e) = &r {
+                    let worded = worded_lite(
+                        &mut tx,
+                        e,
+                        &seen.order_id,
+                        seen.amount_minor,
+                        &seen.currency,
+                    )
+                    .await;
+                    tx.rollback().await?;
+                    return Err(worded
+                        .and_then(|(c, m)| super::RetryError::from_refusal(c, m))
+                        .unwrap_or_else(|| {
+                            super::RetryError::Db(sqlx::Error::Protocol(e.to_string()))
+                        }));
+                }
                 tx.rollback().await?;
                 r
             }

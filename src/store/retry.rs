@@ -70,13 +70,16 @@ impl RetryError {
 
     /// A refusal by the database's charge rule on the new attempt's insert.
     pub(crate) fn from_rule(e: &sqlx::Error) -> Option<Self> {
-        if let Some((code, msg)) = super::gate::refusal(e)
-            && code == "22023"
-        {
+        let (code, msg) = super::gate::refusal(e)?;
+        Self::from_refusal(code, msg)
+    }
+
+    /// A refusal (its code and message) as the error a caller branches on.
+    pub(crate) fn from_refusal(code: String, msg: String) -> Option<Self> {
+        if code == "22023" {
             return Some(RetryError::Invalid(msg));
         }
-        let (hold, msg) = super::gate::hold(e)?;
-        Some(match hold {
+        Some(match super::gate::Hold::from_code(&code)? {
             super::Hold::LiveAttempt => RetryError::AlreadyRetrying(msg),
             super::Hold::Approved => RetryError::AlreadyApproved(msg),
             other => RetryError::Held(other, msg),

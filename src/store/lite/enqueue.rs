@@ -97,7 +97,19 @@ pub async fn enqueue_charge_as(
                 live_attempt(order)
             });
         }
-        Err(e) => return Err(EnqueueError::from_rule(&e).unwrap_or(EnqueueError::Db(e))),
+        Err(e) => {
+            let worded = crate::store::gate::worded_lite(
+                conn,
+                &e,
+                order,
+                req.amount.minor(),
+                req.currency.code(),
+            )
+            .await;
+            return Err(worded
+                .and_then(|(c, m)| EnqueueError::from_refusal(c, m))
+                .unwrap_or(EnqueueError::Db(e)));
+        }
     };
     sqlx::query(concat!(
         "INSERT INTO attempt_transitions (attempt_id, from_state, to_state, cause, actor, at)

@@ -67,7 +67,9 @@ pub(crate) async fn request_refund(
         )));
     }
     let refund_id = Uuid::new_v4();
-    let due: i64 = sqlx::query(concat!(
+    let (order, currency): (String, String) =
+        (charge.try_get("order_id")?, charge.try_get("currency")?);
+    let inserted = sqlx::query(concat!(
         "INSERT INTO payment_attempts
             (id, order_id, amount_minor, currency, idempotency_key, state, kind, refund_of,
              next_action_at, created_at, updated_at)
@@ -80,15 +82,29 @@ pub(crate) async fn request_refund(
         ") RETURNING next_action_at"
     ))
     .bind(refund_id.hyphenated().to_string())
-    .bind(charge.try_get::<String, _>("order_id")?)
+    .bind(&order)
     .bind(amount_minor)
-    .bind(charge.try_get::<String, _>("currency")?)
+    .bind(&currency)
     .bind(&key_text)
     .bind(&charge_id)
     .fetch_one(&mut *tx)
-    .await
-    .map_err(RefundError::from_db)?
-    .try_get(0)?;
+    .await;
+    let due: i64 = match inserted {
+        Ok(row) => row.try_get(0)?,
+        Err(e) => {
+            // The maximum amount's refusal, worded with the maximum.
+            return Err(
+                match crate::store::gate::worded_lite(&mut tx, &e, &order, amount_minor, &currency)
+                    .await
+                {
+                    Some((code, msg)) if code == "22023" => {
+                        RefundError::Invalid(crate::store::gate::invalid_from_message(&msg))
+                    }
+                    _ => RefundError::from_db(e),
+                },
+            );
+        }
+    };
     sqlx::query(concat!(
         "INSERT INTO attempt_transitions (attempt_id, from_state, to_state, cause, actor, evidence, at)
          VALUES (?1, NULL, 'PENDIENTE', 'refund_requested', ?2, json_object('refund_of', ?3), ",

@@ -22,7 +22,8 @@ pub(crate) async fn business_retry(
     let id = attempt_id.hyphenated().to_string();
     let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
     let Some(old) = sqlx::query(
-        "SELECT order_id, state, version, next_action_at, payment_method FROM payment_attempts WHERE id = ?1",
+        "SELECT order_id, state, version, next_action_at, payment_method, amount_minor, currency
+           FROM payment_attempts WHERE id = ?1",
     )
     .bind(&id)
     .fetch_optional(&mut *tx)
@@ -131,7 +132,15 @@ pub(crate) async fn business_retry(
                 "order {order} is already being retried (another attempt is live)"
             )));
         }
-        Err(e) => return Err(RetryError::from_rule(&e).unwrap_or(RetryError::Db(e))),
+        Err(e) => {
+            let (amount, currency): (i64, String) =
+                (old.try_get("amount_minor")?, old.try_get("currency")?);
+            let worded =
+                crate::store::gate::worded_lite(&mut tx, &e, &order, amount, &currency).await;
+            return Err(worded
+                .and_then(|(c, m)| RetryError::from_refusal(c, m))
+                .unwrap_or(RetryError::Db(e)));
+        }
     };
     sqlx::query(concat!(
         "UPDATE payment_attempts SET next_action_at = NULL, version = version + 1, updated_at = ",
