@@ -216,7 +216,10 @@ impl super::Store {
                 .await
                 .map(|_| ());
                 tx.rollback().await?;
-                r
+                r.map_err(|e| {
+                    let refused = refusal(&e);
+                    (e, refused)
+                })
             }
             super::Db::Lite(p) => {
                 let mut tx = p.begin_with("BEGIN IMMEDIATE").await?;
@@ -235,30 +238,29 @@ impl super::Store {
                 .execute(&mut *tx)
                 .await
                 .map(|_| ());
-                if let Err(e) = &r {
-                    let worded = worded_lite(
-                        &mut tx,
-                        e,
-                        &seen.order_id,
-                        seen.amount_minor,
-                        &seen.currency,
-                    )
-                    .await;
-                    tx.rollback().await?;
-                    return Err(worded
-                        .and_then(|(c, m)| super::RetryError::from_refusal(c, m))
-                        .unwrap_or_else(|| {
-                            super::RetryError::Db(sqlx::Error::Protocol(e.to_string()))
-                        }));
-                }
+                // Worded before the rollback, from the rows it saw.
+                let worded = match &r {
+                    Err(e) => {
+                        worded_lite(
+                            &mut tx,
+                            e,
+                            &seen.order_id,
+                            seen.amount_minor,
+                            &seen.currency,
+                        )
+                        .await
+                    }
+                    Ok(()) => None,
+                };
                 tx.rollback().await?;
-                r
+                r.map_err(|e| (e, worded))
             }
         };
-        match inserted {
-            Ok(()) => Ok(()),
-            Err(e) => Err(super::RetryError::from_rule(&e).unwrap_or(super::RetryError::Db(e))),
-        }
+        inserted.map_err(|(e, worded)| {
+            worded
+                .and_then(|(c, m)| super::RetryError::from_refusal(c, m))
+                .unwrap_or(super::RetryError::Db(e))
+        })
     }
 }
 

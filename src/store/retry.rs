@@ -57,6 +57,17 @@ pub enum RetryError {
     Db(#[from] sqlx::Error),
 }
 
+/// A store failure on a retry's road: the database's error as it is,
+/// anything else (a row that does not decode) as a protocol error.
+impl From<super::StoreError> for RetryError {
+    fn from(e: super::StoreError) -> Self {
+        match e {
+            super::StoreError::Db(e) => RetryError::Db(e),
+            other => RetryError::Db(sqlx::Error::Protocol(other.to_string())),
+        }
+    }
+}
+
 impl RetryError {
     /// Which part of the database's charge rule refused, if one did.
     pub fn hold(&self) -> Option<super::Hold> {
@@ -140,8 +151,7 @@ impl Store {
                     "no attempt with id {attempt_id}"
                 )));
             }
-            Err(super::StoreError::Db(e)) => return Err(RetryError::Db(e)),
-            Err(e) => return Err(RetryError::Db(sqlx::Error::Protocol(e.to_string()))),
+            Err(e) => return Err(e.into()),
         };
         if seen.state != State::Rechazado || seen.is_refund() {
             return Err(RetryError::NotDeclined(format!(
@@ -165,8 +175,7 @@ impl Store {
                     "attempt {attempt_id} changed meanwhile: look at it again"
                 )));
             }
-            Err(super::StoreError::Db(e)) => return Err(RetryError::Db(e)),
-            Err(e) => return Err(RetryError::Db(sqlx::Error::Protocol(e.to_string()))),
+            Err(e) => return Err(e.into()),
         };
         let wake = self.wake(attempt_id).await;
         if let Err(e) = wake {
@@ -175,18 +184,13 @@ impl Store {
         }
         let number = self
             .attempts_for_order(&seen.order_id)
-            .await
-            .map_err(|e| RetryError::Db(sqlx::Error::Protocol(e.to_string())))?
+            .await?
             .iter()
             .map(|a| a.attempt_number)
             .max()
             .unwrap_or(seen.attempt_number)
             + 1;
-        let ns = self
-            .settings()
-            .await
-            .map_err(|e| RetryError::Db(sqlx::Error::Protocol(e.to_string())))?
-            .key_namespace;
+        let ns = self.settings().await?.key_namespace;
         Ok(RetryRequested {
             retry_of: attempt_id,
             order_id: seen.order_id.clone(),

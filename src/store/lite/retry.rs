@@ -166,7 +166,7 @@ pub(crate) async fn business_retry(
     .await?;
     push_wake(&mut tx, new_id, ms(due), 0)
         .await
-        .map_err(|e| RetryError::Db(sqlx::Error::Protocol(e.to_string())))?;
+        .map_err(RetryError::from)?;
     tx.commit().await?;
     Ok(Retried {
         attempt_id: new_id,
