@@ -5,7 +5,8 @@
 //! quoted, quotes doubled), CRLF line ends, and no cell starts with `=`,
 //! `+`, `-` or `@` unquoted-and-unescaped: such text (an order id is the
 //! app's free text) gets a leading `'` so a spreadsheet never runs it as a
-//! formula.
+//! formula. Rows come a page at a time ([`csv_rows`]) so an export can be
+//! streamed.
 
 use crate::domain::decimal;
 use crate::store::Escalated;
@@ -31,9 +32,21 @@ const HEADER: [&str; 16] = [
     "version",
 ];
 
-pub fn to_csv(items: &[Escalated]) -> String {
+/// The header row, with its CRLF.
+pub fn csv_header() -> String {
     let mut out = String::new();
     push_row(&mut out, HEADER.iter().map(|h| (*h).to_owned()));
+    out
+}
+
+/// The whole CSV of `items`: the header, then a row each.
+pub fn to_csv(items: &[Escalated]) -> String {
+    csv_header() + &csv_rows(items)
+}
+
+/// The rows of `items`, without the header: a piece of a streamed export.
+pub fn csv_rows(items: &[Escalated]) -> String {
+    let mut out = String::new();
     for e in items {
         let a = &e.attempt;
         let (status, kind, lookup) = last_evidence(a);

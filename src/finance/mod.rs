@@ -9,9 +9,15 @@
 //! `finance:<name>` and the note. Nothing here creates a charge.
 
 mod csv;
+mod pages;
 mod summary;
 
-pub use csv::to_csv;
+pub use csv::{csv_header, csv_rows, to_csv};
+pub(crate) use pages::for_each_page;
+pub use pages::{
+    CasesPage, DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, PageRequest, QueueError, QueuePage, cases_page,
+    decode_cursor, encode_cursor, open_cases, queue, queue_page,
+};
 pub use summary::{Summary, summarize};
 
 use std::time::Duration;
@@ -24,8 +30,8 @@ use crate::gateway::Evidence;
 use crate::janitor::DECLINE_REQUESTED;
 use crate::state::{Event, State};
 use crate::store::{
-    Applied, Attempt, CaseError, Change, Escalated, QueueCursor, QueueQuery, ReconCase, Store,
-    StoreError, Transition,
+    Applied, Attempt, CaseError, Change, QueueCursor, QueueQuery, ReconCase, Store, StoreError,
+    Transition,
 };
 
 /// How stale a `DESCONOCIDO` attempt must be to reach finance by default.
@@ -321,133 +327,6 @@ impl Filter {
     }
 }
 
-/// Items per page when none is asked for.
-pub const DEFAULT_PAGE_SIZE: u32 = 50;
-/// The largest page; a larger one asked for is refused, never cut silently.
-pub const MAX_PAGE_SIZE: u32 = 500;
-
-/// Which page of the queue: the `next` cursor of the previous page (none
-/// for the first) and how many items.
-#[derive(Debug, Clone, Default, Deserialize)]
-pub struct PageRequest {
-    pub after: Option<String>,
-    pub limit: Option<u32>,
-}
-
-/// One page of the queue.
-#[derive(Debug, Clone, Serialize)]
-pub struct QueuePage {
-    /// Oldest first.
-    pub items: Vec<Escalated>,
-    /// Every item the filters select, on all pages (a SQL count).
-    pub total: i64,
-    /// The cursor of the next page; `None` on the last one.
-    pub next: Option<String>,
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum QueueError {
-    #[error(transparent)]
-    Invalid(#[from] InputError),
-    #[error(transparent)]
-    Store(#[from] StoreError),
-}
-
-/// A cursor as text: the attempt's `created_at` in microseconds since the
-/// epoch and its id (`1767225600000000_<uuid>`).
-pub fn encode_cursor(c: &QueueCursor) -> String {
-    format!("{}_{}", c.created_at.timestamp_micros(), c.id)
-}
-
-/// A cursor made by [`encode_cursor`]; a bad one is refused naming `field`
-/// (the parameter that carried it).
-pub fn decode_cursor(s: &str, field: &'static str) -> Result<QueueCursor, InputError> {
-    let bad = || InputError::new(field, "the `next` cursor of a previous page");
-    let (micros, id) = s.trim().split_once('_').ok_or_else(bad)?;
-    Ok(QueueCursor {
-        created_at: micros
-            .parse::<i64>()
-            .ok()
-            .and_then(chrono::DateTime::from_timestamp_micros)
-            .ok_or_else(bad)?,
-        id: Uuid::try_parse(id).map_err(|_| bad())?,
-    })
-}
-
-/// One page of the queue, filtered and paginated in SQL, oldest first,
-/// with the true total.
-pub async fn queue_page(
-    store: &Store,
-    stale_after: Duration,
-    filter: &Filter,
-    page: &PageRequest,
-) -> Result<QueuePage, QueueError> {
-    let q = filter.query(stale_after)?;
-    let limit = page.limit.unwrap_or(DEFAULT_PAGE_SIZE);
-    if !(1..=MAX_PAGE_SIZE).contains(&limit) {
-        return Err(
-            InputError::new("limit", format!("1 to {MAX_PAGE_SIZE} items per page")).into(),
-        );
-    }
-    let after = match page.after.as_deref().filter(|a| !a.trim().is_empty()) {
-        Some(a) => decode_cursor(a, "after")?,
-        None => QueueCursor::start(),
-    };
-    // One more than asked tells whether a next page exists.
-    let mut items = store
-        .escalated_page(&q, after, i64::from(limit) + 1)
-        .await?;
-    let more = items.len() > limit as usize;
-    items.truncate(limit as usize);
-    let next = more
-        .then(|| {
-            items
-                .last()
-                .map(|e| encode_cursor(&QueueCursor::after(&e.attempt)))
-        })
-        .flatten();
-    let total = store.escalated_count(&q).await?;
-    Ok(QueuePage { items, total, next })
-}
-
-/// Visits every item `q` selects, page by page (no cap, bounded memory).
-pub(crate) async fn for_each_page<F>(
-    store: &Store,
-    q: &QueueQuery,
-    mut visit: F,
-) -> Result<(), StoreError>
-where
-    F: FnMut(Vec<Escalated>),
-{
-    const PAGE: i64 = 1000;
-    let mut after = QueueCursor::start();
-    loop {
-        let items = store.escalated_page(q, after, PAGE).await?;
-        let Some(last) = items.last() else {
-            return Ok(());
-        };
-        after = QueueCursor::after(&last.attempt);
-        let full = items.len() as i64 == PAGE;
-        visit(items);
-        if !full {
-            return Ok(());
-        }
-    }
-}
-
-/// Every item of the queue the filters select, oldest first, read in pages
-/// (for the CSV export and the CLI: no cap).
-pub async fn queue(
-    store: &Store,
-    stale_after: Duration,
-    filter: &Filter,
-) -> Result<Vec<Escalated>, QueueError> {
-    let q = filter.query(stale_after)?;
-    let mut all = Vec::new();
-    for_each_page(store, &q, |items| all.extend(items)).await?;
-    Ok(all)
-}
-
 /// What a bulk "check again now" did.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct BulkCheck {
@@ -529,12 +408,6 @@ pub async fn check_now_all(
         }
     }
     Ok(out)
-}
-
-/// Open reconciliation cases (what the daily comparison with the gateway
-/// found), oldest first: part of the queue.
-pub async fn open_cases(store: &Store) -> Result<Vec<ReconCase>, StoreError> {
-    store.open_cases().await
 }
 
 /// Closes a reconciliation case once, as `finance:<by>`, with a note.

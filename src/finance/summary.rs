@@ -115,7 +115,7 @@ pub async fn summarize(
         }
     })
     .await?;
-    let open_cases = store.open_cases().await?.len();
+    let open_cases = usize::try_from(store.open_cases_count().await?).unwrap_or(usize::MAX);
     let oldest = oldest
         .iter()
         .map(|e| Item {

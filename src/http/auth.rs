@@ -4,6 +4,14 @@
 //! [`Guard`] (scope and accepted means); the finance forms' token and the
 //! same-origin check.
 //!
+//! A form token is bound to a sign-in and expires: Basic has no session, so
+//! the first page a browser sees gets a random sign-in nonce in a cookie
+//! ([`SIGN_IN_COOKIE`]: `HttpOnly; SameSite=Strict`, `Secure` behind an
+//! HTTPS proxy). A token is `<issued at>.<HMAC-SHA256 over the key's name,
+//! the nonce and the issue time, keyed by the key's stored hash>`: another
+//! site cannot make one, a token shown to another browser (or before the
+//! cookie changed) does not match, and one older than the TTL is refused.
+//!
 //! Invariant: a request without a valid credential is 401, one whose key
 //! lacks the route's scope is 403, and only then does the handler run, with
 //! the key's name (the actor in the transition log) in its extensions;
@@ -62,6 +70,7 @@ impl ApiKeys {
             name: key.name.clone(),
             scopes: key.scopes,
             form_key: key.hash,
+            sign_in: sign_in_cookie(headers).unwrap_or_default(),
         })
     }
 }
@@ -115,6 +124,52 @@ pub fn same_origin(headers: &HeaderMap) -> Result<(), &'static str> {
     Ok(())
 }
 
+/// The cookie naming a browser's sign-in (a random nonce the form tokens
+/// are bound to).
+pub const SIGN_IN_COOKIE: &str = "cobro_signin";
+
+/// The sign-in nonce the request's cookies carry, when well-formed.
+fn sign_in_cookie(headers: &HeaderMap) -> Option<String> {
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|c| c.trim().strip_prefix(SIGN_IN_COOKIE)?.strip_prefix('='))
+        .find(|v| v.len() == 32 && v.bytes().all(|b| b.is_ascii_hexdigit()))
+        .map(str::to_owned)
+}
+
+/// The `Set-Cookie` of a new sign-in nonce: `Secure` when the request
+/// reached us through an HTTPS proxy (`X-Forwarded-Proto: https`; cobro
+/// itself speaks plain HTTP, where a `Secure` cookie would never be sent
+/// back and no form would work).
+fn new_sign_in(headers: &HeaderMap) -> (String, HeaderValue) {
+    let nonce = hex(&rand::random::<[u8; 16]>());
+    let https = headers
+        .get("x-forwarded-proto")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|p| p.trim().eq_ignore_ascii_case("https"));
+    let secure = if https { "; Secure" } else { "" };
+    let cookie = format!("{SIGN_IN_COOKIE}={nonce}; Path=/; HttpOnly; SameSite=Strict{secure}");
+    let value = HeaderValue::from_str(&cookie).unwrap_or(HeaderValue::from_static(""));
+    (nonce, value)
+}
+
+/// Why a form's token was refused (the form changes nothing).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum FormRefusal {
+    #[error("This form has expired: it was shown too long ago")]
+    Expired,
+    #[error(
+        "This form was not made for this sign-in (it came from another site, another browser or an earlier sign-in)"
+    )]
+    Foreign,
+}
+
+/// A token issued this far ahead of our clock is not ours.
+const FORM_CLOCK_SKEW_SECS: i64 = 60;
+
 /// The authenticated caller, put in the request's extensions.
 #[derive(Clone)]
 pub struct Caller {
@@ -122,6 +177,9 @@ pub struct Caller {
     pub scopes: Scopes,
     /// Keys the form tokens (the stored hash: server-side, never sent).
     form_key: [u8; 32],
+    /// The browser's sign-in nonce ([`SIGN_IN_COOKIE`]); empty for a
+    /// program (Bearer).
+    sign_in: String,
 }
 
 impl fmt::Debug for Caller {
@@ -139,25 +197,65 @@ impl Caller {
         format!("api:{}", self.name)
     }
 
-    /// The token the finance page puts in its forms for this caller (hex
-    /// HMAC-SHA256 of the name, keyed by the key's stored hash): another
-    /// site cannot know it, so it cannot forge a form the browser would
-    /// send with the person's Basic credentials.
+    /// The token the finance page puts in its forms for this caller's
+    /// sign-in, issued now.
     pub fn form_token(&self) -> String {
+        self.form_token_at(chrono::Utc::now().timestamp())
+    }
+
+    /// The form token issued at `issued` (seconds since the epoch).
+    pub fn form_token_at(&self, issued: i64) -> String {
+        format!("{issued}.{}", self.form_mac(issued))
+    }
+
+    fn form_mac(&self, issued: i64) -> String {
         let Ok(mut mac) = Hmac::<Sha256>::new_from_slice(&self.form_key) else {
             return String::new();
         };
-        mac.update(b"cobro-finance-form:");
+        mac.update(b"cobro-finance-form\0");
         mac.update(self.name.as_bytes());
+        mac.update(b"\0");
+        mac.update(self.sign_in.as_bytes());
+        mac.update(b"\0");
+        mac.update(issued.to_string().as_bytes());
         hex(&mac.finalize().into_bytes())
     }
 
-    pub fn form_token_ok(&self, token: &str) -> bool {
+    /// Whether `token` is this sign-in's and younger than `ttl`, now.
+    pub fn check_form_token(
+        &self,
+        token: &str,
+        ttl: std::time::Duration,
+    ) -> Result<(), FormRefusal> {
+        self.check_form_token_at(token, ttl, chrono::Utc::now().timestamp())
+    }
+
+    /// Whether `token` is this sign-in's and younger than `ttl` at `now`:
+    /// authenticity first (a forged token is [`FormRefusal::Foreign`]
+    /// whatever its time), then age.
+    pub fn check_form_token_at(
+        &self,
+        token: &str,
+        ttl: std::time::Duration,
+        now: i64,
+    ) -> Result<(), FormRefusal> {
+        let (issued, _) = token.split_once('.').ok_or(FormRefusal::Foreign)?;
+        let issued: i64 = issued.parse().map_err(|_| FormRefusal::Foreign)?;
         let (a, b) = (
-            Sha256::digest(self.form_token().as_bytes()),
+            Sha256::digest(self.form_token_at(issued).as_bytes()),
             Sha256::digest(token.as_bytes()),
         );
-        same(&a.into(), &b.into())
+        if self.sign_in.is_empty() || !same(&a.into(), &b.into()) {
+            return Err(FormRefusal::Foreign);
+        }
+        if issued > now + FORM_CLOCK_SKEW_SECS {
+            return Err(FormRefusal::Foreign);
+        }
+        let ttl = i64::try_from(ttl.as_secs()).unwrap_or(i64::MAX);
+        if now.saturating_sub(issued) > ttl {
+            return Err(FormRefusal::Expired);
+        }
+        Ok(())
     }
 }
 
@@ -196,8 +294,19 @@ async fn check(State(guard): State<Guard>, mut req: Request, next: Next) -> Resp
             ),
         );
     }
+    // A browser's first page starts its sign-in: a nonce for the forms.
+    let mut caller = caller;
+    let mut set_cookie = None;
+    if guard.via != Via::Bearer && caller.sign_in.is_empty() {
+        let (nonce, cookie) = new_sign_in(req.headers());
+        caller.sign_in = nonce;
+        set_cookie = Some(cookie);
+    }
     req.extensions_mut().insert(caller);
     let mut resp = next.run(req).await;
+    if let Some(cookie) = set_cookie {
+        resp.headers_mut().append(header::SET_COOKIE, cookie);
+    }
     // Payment data is never cached by a browser or a proxy.
     resp.headers_mut()
         .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
@@ -332,19 +441,43 @@ mod tests {
     }
 
     #[test]
-    fn form_tokens_are_per_key() {
+    fn form_tokens_are_per_key_and_sign_in_and_expire() {
         let keys = keys();
-        let ana = keys
-            .authenticate(&headers(&basic("ana", "ana-secret")), Via::Basic)
-            .unwrap();
+        let with_cookie = |nonce: &str| {
+            let mut h = headers(&basic("ana", "ana-secret"));
+            h.insert(
+                header::COOKIE,
+                HeaderValue::from_str(&format!("a=b; {SIGN_IN_COOKIE}={nonce}")).unwrap(),
+            );
+            keys.authenticate(&h, Via::Basic).unwrap()
+        };
+        let ana = with_cookie(&"a1".repeat(16));
+        let ana_elsewhere = with_cookie(&"b2".repeat(16));
         let app = keys
             .authenticate(&headers("Bearer app-secret"), Via::Bearer)
             .unwrap();
-        let t = ana.form_token();
-        assert_eq!(t.len(), 64);
-        assert!(ana.form_token_ok(&t));
-        assert!(!app.form_token_ok(&t));
-        assert!(!ana.form_token_ok("00"));
-        assert!(!format!("{ana:?}").contains(&t));
+        let ttl = std::time::Duration::from_secs(600);
+        let t = ana.form_token_at(1_000_000);
+        assert_eq!(ana.check_form_token_at(&t, ttl, 1_000_000), Ok(()));
+        assert_eq!(ana.check_form_token_at(&t, ttl, 1_000_600), Ok(()));
+        assert_eq!(
+            ana.check_form_token_at(&t, ttl, 1_000_601),
+            Err(FormRefusal::Expired)
+        );
+        let foreign = Err(FormRefusal::Foreign);
+        assert_eq!(
+            ana_elsewhere.check_form_token_at(&t, ttl, 1_000_000),
+            foreign
+        );
+        assert_eq!(app.check_form_token_at(&t, ttl, 1_000_000), foreign);
+        assert_eq!(ana.check_form_token_at("00", ttl, 1_000_000), foreign);
+        // Moving the issue time forward breaks the MAC.
+        let (_, mac) = t.split_once('.').unwrap();
+        let younger = format!("1000500.{mac}");
+        assert_eq!(ana.check_form_token_at(&younger, ttl, 1_000_601), foreign);
+        // Issued in the future (beyond the skew): not ours.
+        let ahead = ana.form_token_at(1_000_000 + 3_600);
+        assert_eq!(ana.check_form_token_at(&ahead, ttl, 1_000_000), foreign);
+        assert!(!format!("{ana:?}").contains(mac));
     }
 }

@@ -48,7 +48,9 @@ pub use pause::PauseState;
 pub use payment_method::{MethodUpdateError, MethodUpdated};
 pub use pg::enqueue_charge;
 pub use poison::WakeFailure;
-pub use recon::{CaseError, CaseStatus, CaseWrite, ReconCase, ReconRun, ReconScope, RunClaim};
+pub use recon::{
+    CaseCursor, CaseError, CaseStatus, CaseWrite, ReconCase, ReconRun, ReconScope, RunClaim,
+};
 pub use refund::{RefundError, Refunded};
 pub use retention::{PURGE_BATCH, Purged};
 pub use retry::{Retried, RetryError, RetryRequested};

@@ -42,6 +42,24 @@ pub struct ReconCase {
     pub resolution_note: Option<String>,
 }
 
+/// Where a page of open cases starts: right after this case in their
+/// order (`opened_at`, then `id`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CaseCursor {
+    pub opened_at: DateTime<Utc>,
+    pub id: i64,
+}
+
+impl CaseCursor {
+    /// The cursor right after `c`.
+    pub fn after(c: &ReconCase) -> Self {
+        Self {
+            opened_at: c.opened_at,
+            id: c.id,
+        }
+    }
+}
+
 /// What recording a finding did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -159,6 +177,27 @@ impl Store {
         match &self.db {
             Db::Pg(p) => pg::recon::cases(p, true).await,
             Db::Lite(p) => lite::recon::cases(p, true).await,
+        }
+    }
+
+    /// One page of the open cases, oldest first (then by id), right after
+    /// `after` (from the start when `None`), at most `limit`.
+    pub async fn open_cases_page(
+        &self,
+        after: Option<CaseCursor>,
+        limit: i64,
+    ) -> Result<Vec<ReconCase>, StoreError> {
+        match &self.db {
+            Db::Pg(p) => pg::recon::open_page(p, after, limit).await,
+            Db::Lite(p) => lite::recon::open_page(p, after, limit).await,
+        }
+    }
+
+    /// How many cases are open (a SQL count, not a list).
+    pub async fn open_cases_count(&self) -> Result<i64, StoreError> {
+        match &self.db {
+            Db::Pg(p) => pg::recon::open_count(p).await,
+            Db::Lite(p) => lite::recon::open_count(p).await,
         }
     }
 

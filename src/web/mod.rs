@@ -24,7 +24,11 @@
 //!   (`finance:write`): the incident switch ([`control`]).
 //! - `/finance…`: the escalation queue (`finance:read`, `finance:write`) ([`finance`]).
 //!
-//! The pages (finance's and the operator's) share [`html`].
+//! - `GET /`: a signed-in landing page linking the pages the key may see
+//!   ([`home`]); `GET /assets/cobro.css`: the pages' stylesheet.
+//!
+//! The pages (finance's, the operator's, the landing page) share [`html`];
+//! every response carries its no-framing, no-sniffing, no-referrer headers.
 //! - `GET /metrics` (`metrics:read`) ([`crate::metrics`]).
 //!
 //! With `COBRO_INTERNAL_LISTEN` the public listener serves only the webhook
@@ -42,6 +46,7 @@ mod cancel;
 mod charges;
 mod control;
 pub mod finance;
+mod home;
 mod html;
 mod operator;
 mod payment_method;
@@ -313,11 +318,18 @@ impl WebConfig {
             )
             .route("/metrics", bearer(Scope::MetricsRead).on(get(metrics)))
             .with_state(app.clone())
+            .route("/", get(home::landing).with_state(keys.clone()))
+            .route(html::STYLESHEET_PATH, get(html::stylesheet))
             .merge(operator::router(self.store.clone(), keys.clone()))
             .merge(finance::router(self.store, self.finance, keys.clone()))
             .layer(DefaultBodyLimit::max(API_BODY_LIMIT));
         let health = Router::new().route("/health", get(health)).with_state(app);
-        (public, internal, health)
+        let safe = axum::middleware::map_response(html::security_headers);
+        (
+            public.layer(safe.clone()),
+            internal.layer(safe.clone()),
+            health.layer(safe),
+        )
     }
 }
 

@@ -10,7 +10,9 @@ use super::{attempt, json, ms, uuid};
 use crate::recon::{Finding, Window};
 use crate::store::change::plan;
 use crate::store::contradiction::Contradiction;
-use crate::store::recon::{CaseStatus, CaseWrite, ReconCase, ReconRun, ReconScope, RunClaim};
+use crate::store::recon::{
+    CaseCursor, CaseStatus, CaseWrite, ReconCase, ReconRun, ReconScope, RunClaim,
+};
 use crate::store::{Attempt, Change, StoreError};
 
 fn json_list<T: serde::Serialize>(items: &[T]) -> Result<String, StoreError> {
@@ -139,6 +141,34 @@ pub(crate) async fn cases(
     .fetch_all(pool)
     .await?;
     rows.iter().map(case_row).collect()
+}
+
+pub(crate) async fn open_page(
+    pool: &SqlitePool,
+    after: Option<CaseCursor>,
+    limit: i64,
+) -> Result<Vec<ReconCase>, StoreError> {
+    let rows = sqlx::query(
+        "SELECT * FROM recon_cases
+          WHERE resolved_at IS NULL
+            AND (?1 IS NULL OR opened_at > ?1 OR (opened_at = ?1 AND id > ?2))
+          ORDER BY opened_at, id
+          LIMIT ?3",
+    )
+    .bind(after.map(|c| c.opened_at.timestamp_millis()))
+    .bind(after.map_or(0, |c| c.id))
+    .bind(limit)
+    .fetch_all(pool)
+    .await?;
+    rows.iter().map(case_row).collect()
+}
+
+pub(crate) async fn open_count(pool: &SqlitePool) -> Result<i64, StoreError> {
+    Ok(
+        sqlx::query_scalar("SELECT count(*) FROM recon_cases WHERE resolved_at IS NULL")
+            .fetch_one(pool)
+            .await?,
+    )
 }
 
 pub(crate) async fn case(pool: &SqlitePool, id: i64) -> Result<Option<ReconCase>, StoreError> {

@@ -7,7 +7,9 @@ use sqlx::PgPool;
 use crate::recon::{Finding, Window};
 use crate::store::change::plan;
 use crate::store::contradiction::Contradiction;
-use crate::store::recon::{CaseStatus, CaseWrite, ReconCase, ReconRun, ReconScope, RunClaim};
+use crate::store::recon::{
+    CaseCursor, CaseStatus, CaseWrite, ReconCase, ReconRun, ReconScope, RunClaim,
+};
 use crate::store::{Attempt, Change, StoreError};
 
 pub(crate) async fn attempts(
@@ -101,6 +103,33 @@ pub(crate) async fn cases(pool: &PgPool, open_only: bool) -> Result<Vec<ReconCas
     .bind(open_only)
     .fetch_all(pool)
     .await?)
+}
+
+pub(crate) async fn open_page(
+    pool: &PgPool,
+    after: Option<CaseCursor>,
+    limit: i64,
+) -> Result<Vec<ReconCase>, StoreError> {
+    Ok(sqlx::query_as(
+        "SELECT * FROM cobro.recon_cases
+          WHERE resolved_at IS NULL
+            AND ($1::timestamptz IS NULL OR (opened_at, id) > ($1, $2))
+          ORDER BY opened_at, id
+          LIMIT $3",
+    )
+    .bind(after.map(|c| c.opened_at))
+    .bind(after.map_or(0, |c| c.id))
+    .bind(limit)
+    .fetch_all(pool)
+    .await?)
+}
+
+pub(crate) async fn open_count(pool: &PgPool) -> Result<i64, StoreError> {
+    Ok(
+        sqlx::query_scalar("SELECT count(*) FROM cobro.recon_cases WHERE resolved_at IS NULL")
+            .fetch_one(pool)
+            .await?,
+    )
 }
 
 pub(crate) async fn case(pool: &PgPool, id: i64) -> Result<Option<ReconCase>, StoreError> {

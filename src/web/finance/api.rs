@@ -1,4 +1,4 @@
-//! The finance JSON API and the CSV export.
+//! The finance JSON API and the CSV export (streamed a page at a time).
 //!
 //! Invariant: thin: parse, call [`crate::finance`], map its errors to HTTP
 //! statuses with the field they concern (422 bad input, 404 unknown, 409
@@ -8,10 +8,11 @@
 //! not work with the `flatten`ed filters and resolutions), then parsed.
 
 use axum::Json;
-use axum::body::Bytes;
+use axum::body::{Body, Bytes};
 use axum::extract::{Extension, Path, Query, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use futures::StreamExt;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use uuid::Uuid;
@@ -21,7 +22,9 @@ use crate::finance::{
     self, Filter, PageRequest, QueueError, Resolution, ResolveError, ResolveRequest,
 };
 use crate::http::auth::Caller as Person;
-use crate::store::{CaseError, RefundError, RetryError, StoreError};
+use crate::store::{
+    CaseError, Escalated, QueueCursor, QueueQuery, RefundError, RetryError, Store, StoreError,
+};
 use crate::web::{conflict, error, known_fields};
 
 pub(super) fn bad_id() -> Response {
@@ -47,10 +50,12 @@ pub(super) struct ListParams {
     min_age_secs: Option<i64>,
     after: Option<String>,
     limit: Option<u32>,
+    cases_after: Option<String>,
+    cases_limit: Option<u32>,
 }
 
 impl ListParams {
-    fn split(self) -> (Filter, PageRequest) {
+    fn split(self) -> (Filter, PageRequest, PageRequest) {
         (
             Filter {
                 state: self.state,
@@ -62,28 +67,36 @@ impl ListParams {
                 after: self.after,
                 limit: self.limit,
             },
+            PageRequest {
+                after: self.cases_after,
+                limit: self.cases_limit,
+            },
         )
     }
 }
 
 /// One page of the queue (`?limit=`, `?after=<next>`), with the true total
-/// and the next page's cursor; the open reconciliation cases.
+/// and the next page's cursor; one page of the open reconciliation cases
+/// (`?cases_limit=`, `?cases_after=<cases_next>`), with their total. Both
+/// pages are bounded ([`finance::MAX_PAGE_SIZE`]).
 pub(super) async fn list(State(fin): FinanceState, Query(p): Query<ListParams>) -> Response {
-    let (filter, page) = p.split();
+    let (filter, page, cases) = p.split();
     let page = match finance::queue_page(&fin.store, fin.cfg.stale_after, &filter, &page).await {
         Ok(page) => page,
         Err(e) => return queue_error(e),
     };
-    match finance::open_cases(&fin.store).await {
+    match finance::cases_page(&fin.store, &cases, "cases_after").await {
         Ok(cases) => Json(json!({
             "stale_after_secs": fin.cfg.stale_after.as_secs(),
             "items": page.items,
             "total": page.total,
             "next": page.next,
-            "cases": cases,
+            "cases": cases.items,
+            "cases_total": cases.total,
+            "cases_next": cases.next,
         }))
         .into_response(),
-        Err(e) => unavailable(&e),
+        Err(e) => queue_error(e),
     }
 }
 
@@ -245,24 +258,84 @@ pub(super) fn case_error(e: CaseError) -> Response {
     }
 }
 
-pub(super) async fn csv(State(fin): FinanceState, Query(filter): Query<Filter>) -> Response {
-    match finance::queue(&fin.store, fin.cfg.stale_after, &filter).await {
-        Err(e) => queue_error(e),
-        Ok(items) => {
-            let name = format!(
-                "attachment; filename=\"cobro-escalations-{}.csv\"",
-                chrono::Utc::now().format("%Y-%m-%d")
-            );
-            (
-                [
-                    (header::CONTENT_TYPE, "text/csv; charset=utf-8".to_owned()),
-                    (header::CONTENT_DISPOSITION, name),
-                ],
-                finance::to_csv(&items),
-            )
-                .into_response()
-        }
+/// Rows the CSV export reads from the database at a time.
+const CSV_PAGE: i64 = 500;
+
+/// What the streamed CSV export still has to read.
+struct Export {
+    store: Store,
+    q: QueueQuery,
+    /// Where the next page starts; `None` once the last one was sent.
+    next: Option<QueueCursor>,
+    /// The first page, read before the response started.
+    first: Option<Vec<Escalated>>,
+}
+
+impl Export {
+    /// The next piece of the body: the rows of one page.
+    async fn piece(mut self) -> Option<(std::io::Result<Bytes>, Self)> {
+        let items = match self.first.take() {
+            Some(items) => items,
+            None => {
+                let after = self.next?;
+                match self.store.escalated_page(&self.q, after, CSV_PAGE).await {
+                    Ok(items) => items,
+                    Err(e) => {
+                        // The status is sent: cutting the body short is
+                        // how the client learns the export is incomplete.
+                        tracing::warn!(error = %e, "CSV export stopped: the database failed");
+                        self.next = None;
+                        let cut = std::io::Error::other("the database failed mid-export");
+                        return Some((Err(cut), self));
+                    }
+                }
+            }
+        };
+        self.next = (items.len() as i64 == CSV_PAGE)
+            .then(|| items.last().map(|e| QueueCursor::after(&e.attempt)))
+            .flatten();
+        Some((Ok(Bytes::from(finance::csv_rows(&items))), self))
     }
+}
+
+/// The queue as CSV, streamed: read from the database a page at a time by
+/// its keyset cursor and written out as it goes, so the web process holds
+/// one page whatever the queue's size. A bad filter is a 422 and an
+/// unreachable database a 503 (the first page is read before answering).
+pub(super) async fn csv(State(fin): FinanceState, Query(filter): Query<Filter>) -> Response {
+    let q = match filter.query(fin.cfg.stale_after) {
+        Ok(q) => q,
+        Err(e) => return queue_error(e.into()),
+    };
+    let first = match fin
+        .store
+        .escalated_page(&q, QueueCursor::start(), CSV_PAGE)
+        .await
+    {
+        Ok(items) => items,
+        Err(e) => return unavailable(&e),
+    };
+    let export = Export {
+        store: fin.store.clone(),
+        q,
+        next: None,
+        first: Some(first),
+    };
+    let header = Bytes::from(finance::csv_header());
+    let rows = futures::stream::unfold(export, Export::piece);
+    let body = futures::stream::once(async { Ok(header) }).chain(rows);
+    let name = format!(
+        "attachment; filename=\"cobro-escalations-{}.csv\"",
+        chrono::Utc::now().format("%Y-%m-%d")
+    );
+    (
+        [
+            (header::CONTENT_TYPE, "text/csv; charset=utf-8".to_owned()),
+            (header::CONTENT_DISPOSITION, name),
+        ],
+        Body::from_stream(body),
+    )
+        .into_response()
 }
 
 pub(super) async fn detail(State(fin): FinanceState, Path(id): Path<String>) -> Response {

@@ -1,82 +1,103 @@
-//! Reconciliation cases on the finance page: the table with a close form
-//! per case, and the form's handler.
+//! Reconciliation cases on the finance page: a page of the open cases
+//! (oldest first, their own cursor `cases_after`, a bounded page size, the
+//! total) with a close form per case, and the forms' handlers.
 //!
-//! Invariant: a case is closed only by a form carrying the user's form
+//! Invariant: a case is closed only by a form carrying the sign-in's form
 //! token, once, with a note; the name recorded is the signed-in user's.
-
-use std::fmt::Write;
 
 use axum::extract::{Extension, Form, Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Redirect, Response};
+use maud::{Markup, html};
 use serde::Deserialize;
 
 use super::FinanceState;
 use super::api::unavailable;
-use super::page::{esc, page};
-use crate::finance;
+use super::page::{problem, refused_form};
+use crate::finance::{self, CasesPage};
 use crate::http::auth::Caller as Person;
+use crate::web::html::url_encode;
 
-pub(super) fn table(person: &Person, cases: &[crate::store::ReconCase]) -> String {
-    let mut out = format!(
-        "<h2>Reconciliation cases</h2><p>What the daily comparison with the gateway found: {} open.</p>",
-        cases.len()
-    );
-    if cases.is_empty() {
-        out.push_str("<p id=\"no-cases\">No open cases.</p>");
-        return out;
+/// One page of the open cases; `filters`: the queue's query string, kept
+/// on the next page's link.
+pub(super) fn table(token: &str, cases: &CasesPage, filters: &str) -> Markup {
+    let sep = if filters.is_empty() { "" } else { "&" };
+    html! {
+        h2 { "Reconciliation cases" }
+        p {
+            "What the daily comparison with the gateway found: "
+            span #cases-total { (cases.total) } " open"
+            @if cases.total > cases.items.len() as i64 { ", " (cases.items.len()) " on this page" }
+            "."
+        }
+        @if cases.items.is_empty() {
+            p #no-cases { "No open cases." }
+        } @else {
+            table #cases {
+                thead { tr {
+                    th { "#" } th { "Kind" } th { "Order" } th { "Gateway" } th { "Our attempt" }
+                    th { "Window" } th { "What each side says" } th { "Close" }
+                } }
+                tbody { @for c in &cases.items { (row(token, c)) } }
+            }
+        }
+        @if let Some(next) = &cases.next {
+            p { a #cases-next href={ "/finance?" (filters) (sep) "cases_after=" (url_encode(next)) } {
+                "Next page of cases"
+            } }
+        }
     }
-    let token = person.form_token();
-    out.push_str(
-        "<table id=\"cases\"><thead><tr><th>#</th><th>Kind</th><th>Order</th><th>Gateway</th>\
-         <th>Our attempt</th><th>Window</th><th>What each side says</th><th>Close</th></tr></thead><tbody>",
-    );
-    for c in cases {
-        let attempt = c.attempt_id.map_or(String::from("-"), |a| {
-            format!("<a href=\"/finance/attempts/{a}\"><code>{a}</code></a>")
-        });
-        let _ = write!(
-            out,
-            "<tr data-case=\"{id}\"><td>{id}</td><td>{kind}</td><td>{order}</td><td>{gw}</td><td>{attempt}</td>\
-             <td>{from} – {to}</td><td><code>{details}</code></td><td>\
-             <form method=\"post\" action=\"/finance/cases/{id}/resolve\">\
-             <input type=\"hidden\" name=\"form_token\" value=\"{token}\">\
-             <textarea name=\"note\" rows=\"2\" required placeholder=\"what you did about it\"></textarea>\
-             <button type=\"submit\">Close case</button></form>{refund}</td></tr>",
-            id = c.id,
-            kind = esc(&c.kind),
-            order = esc(c.order_id.as_deref().unwrap_or("-")),
-            gw = esc(c.gateway_ref.as_deref().unwrap_or("-")),
-            from = c.window_from.format("%Y-%m-%d %H:%M"),
-            to = c.window_to.format("%Y-%m-%d %H:%M"),
-            details = esc(&c.details.to_string()),
-            refund = duplicate_forms(c, &token),
-        );
+}
+
+fn row(token: &str, c: &crate::store::ReconCase) -> Markup {
+    html! {
+        tr data-case=(c.id) {
+            td { (c.id) }
+            td { (c.kind) }
+            td { (c.order_id.as_deref().unwrap_or("-")) }
+            td { (c.gateway_ref.as_deref().unwrap_or("-")) }
+            td {
+                @if let Some(a) = c.attempt_id {
+                    a href={ "/finance/attempts/" (a) } { code { (a) } }
+                } @else { "-" }
+            }
+            td { (c.window_from.format("%Y-%m-%d %H:%M")) " – " (c.window_to.format("%Y-%m-%d %H:%M")) }
+            td { code { (c.details) } }
+            td {
+                form method="post" action={ "/finance/cases/" (c.id) "/resolve" } {
+                    input type="hidden" name="form_token" value=(token);
+                    textarea name="note" rows="2" required placeholder="what you did about it" {}
+                    button type="submit" { "Close case" }
+                }
+                (duplicate_forms(c, token))
+            }
+        }
     }
-    out.push_str("</tbody></table>");
-    out
 }
 
 /// For a `double_charge` case: one "refund this duplicate" form per
 /// gateway charge the case lists (the database refuses the order's own
 /// approved charge, and a second refund of one duplicate).
-fn duplicate_forms(c: &crate::store::ReconCase, token: &str) -> String {
-    if c.kind != "double_charge" {
-        return String::new();
+fn duplicate_forms(c: &crate::store::ReconCase, token: &str) -> Markup {
+    let charges: Vec<&str> = if c.kind == "double_charge" {
+        c.gateway_ref
+            .as_deref()
+            .unwrap_or_default()
+            .split(',')
+            .map(str::trim)
+            .collect()
+    } else {
+        Vec::new()
+    };
+    html! {
+        @for id in charges {
+            form.refund-duplicate method="post" action={ "/finance/cases/" (c.id) "/refund-duplicate" } {
+                input type="hidden" name="form_token" value=(token);
+                input type="hidden" name="charge_id" value=(id);
+                button type="submit" { "Refund duplicate " (id) }
+            }
+        }
     }
-    let mut out = String::new();
-    for id in c.gateway_ref.as_deref().unwrap_or_default().split(',') {
-        let _ = write!(
-            out,
-            "<form method=\"post\" action=\"/finance/cases/{case}/refund-duplicate\" class=\"refund-duplicate\">\
-             <input type=\"hidden\" name=\"form_token\" value=\"{token}\">\
-             <input type=\"hidden\" name=\"charge_id\" value=\"{id}\">\
-             <button type=\"submit\">Refund duplicate {id}</button></form>",
-            case = c.id,
-            id = esc(id.trim()),
-        );
-    }
-    out
 }
 
 #[derive(Debug, Deserialize)]
@@ -92,9 +113,8 @@ pub(super) async fn refund_duplicate(
     Path(id): Path<i64>,
     Form(form): Form<DuplicateForm>,
 ) -> Response {
-    if !person.form_token_ok(&form.form_token) {
-        let body = "<p class=\"note err\">This form did not come from the finance page. Nothing was changed.</p>";
-        return (StatusCode::FORBIDDEN, page("Refused", &person, body)).into_response();
+    if let Some(refused) = refused_form(&person, &form.form_token, fin.cfg.form_token_ttl) {
+        return refused;
     }
     match fin
         .store
@@ -113,11 +133,7 @@ pub(super) async fn refund_duplicate(
                 crate::store::RefundError::NotFound(_) => StatusCode::NOT_FOUND,
                 _ => StatusCode::CONFLICT,
             };
-            let body = format!(
-                "<p class=\"note err\" id=\"problem\">{}</p><p><a href=\"/finance\">Back to the queue</a></p>",
-                esc(&e.to_string())
-            );
-            (status, page("Nothing refunded", &person, &body)).into_response()
+            problem(status, "Nothing refunded", &person, &e.to_string())
         }
     }
 }
@@ -135,9 +151,8 @@ pub(super) async fn resolve(
     Path(id): Path<i64>,
     Form(form): Form<CaseForm>,
 ) -> Response {
-    if !person.form_token_ok(&form.form_token) {
-        let body = "<p class=\"note err\">This form did not come from the finance page. Nothing was changed.</p>";
-        return (StatusCode::FORBIDDEN, page("Refused", &person, body)).into_response();
+    if let Some(refused) = refused_form(&person, &form.form_token, fin.cfg.form_token_ttl) {
+        return refused;
     }
     match finance::resolve_case(&fin.store, id, &person.name, &form.note).await {
         Ok(_) => Redirect::to(&format!("/finance?resolved_case={id}")).into_response(),
@@ -148,11 +163,7 @@ pub(super) async fn resolve(
                 crate::store::CaseError::NotFound(_) => StatusCode::NOT_FOUND,
                 _ => StatusCode::CONFLICT,
             };
-            let body = format!(
-                "<p class=\"note err\" id=\"problem\">{}</p><p><a href=\"/finance\">Back to the queue</a></p>",
-                esc(&e.to_string())
-            );
-            (status, page("Case not closed", &person, &body)).into_response()
+            problem(status, "Case not closed", &person, &e.to_string())
         }
     }
 }

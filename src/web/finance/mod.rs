@@ -5,9 +5,11 @@
 //! Who may do what: reading needs `finance:read`, acting `finance:write`.
 //! The JSON API takes only `Authorization: Bearer` and, on a POST, only
 //! `application/json`; the pages take the browser's Basic sign-in (or a
-//! Bearer key for the CSV), and their forms also need the form token and a
-//! same-origin request. So another site can make a signed-in browser do
-//! nothing here.
+//! Bearer key for the CSV), and their forms also need a same-origin request
+//! and the form token, which is bound to the browser's sign-in (a cookie)
+//! and expires (`COBRO_FORM_TOKEN_TTL`). Pages cannot be framed
+//! ([`crate::web::html::security_headers`]). So another site can make a
+//! signed-in browser do nothing here.
 //!
 //! Invariant: every action calls the one implementation in
 //! [`crate::finance`] with the authenticated key's name (never a name from
@@ -15,6 +17,7 @@
 
 mod api;
 mod cases;
+mod detail;
 mod gateway;
 mod page;
 
@@ -41,18 +44,28 @@ pub struct FinanceArgs {
     /// A DESCONOCIDO attempt older than this reaches finance.
     #[arg(long, env = "COBRO_STALE_AFTER", default_value = "1h", value_parser = super::duration)]
     pub stale_after: Duration,
+    /// How long a page's form stays good: a form posted later is refused
+    /// (nothing changed) with a request to reload the page.
+    #[arg(long, env = "COBRO_FORM_TOKEN_TTL", default_value = "2h", value_parser = super::duration)]
+    pub form_token_ttl: Duration,
 }
 
 /// What the finance routes need.
 #[derive(Debug, Clone)]
 pub struct FinanceConfig {
     pub stale_after: Duration,
+    /// How long a form token is accepted after its page was rendered.
+    pub form_token_ttl: Duration,
 }
+
+/// How long a form stays good unless `COBRO_FORM_TOKEN_TTL` says otherwise.
+pub const DEFAULT_FORM_TOKEN_TTL: Duration = Duration::from_secs(2 * 3600);
 
 impl Default for FinanceConfig {
     fn default() -> Self {
         Self {
             stale_after: Duration::from_secs(3600),
+            form_token_ttl: DEFAULT_FORM_TOKEN_TTL,
         }
     }
 }
@@ -61,6 +74,7 @@ impl FinanceArgs {
     pub fn config(&self) -> FinanceConfig {
         FinanceConfig {
             stale_after: self.stale_after,
+            form_token_ttl: self.form_token_ttl,
         }
     }
 }
@@ -82,13 +96,16 @@ pub fn router(store: Store, cfg: FinanceConfig, keys: Arc<ApiKeys>) -> Router {
     let write = Guard::new(keys, Scope::FinanceWrite, Via::Bearer);
     Router::new()
         .route("/finance", page.clone().on(get(page::list)))
-        .route("/finance/attempts/{id}", page.clone().on(get(page::detail)))
+        .route(
+            "/finance/attempts/{id}",
+            page.clone().on(get(detail::detail)),
+        )
         .route("/finance/summary", page.clone().on(get(page::summary)))
         .route("/finance/escalations.csv", page.on(get(api::csv)))
         .route(
             "/finance/attempts/{id}/resolve",
             form.clone()
-                .on(post(page::resolve).layer(middleware::from_fn(same_origin_only))),
+                .on(post(detail::resolve).layer(middleware::from_fn(same_origin_only))),
         )
         .route(
             "/finance/cases/{id}/resolve",

@@ -3,15 +3,15 @@
 //! `/operator/attempts/{id}` (an attempt's facts, its full history and its
 //! lookups). Read-only: the search is a GET form.
 //!
-//! Invariant: every value from the database or the request is
-//! HTML-escaped; no card data (a payment method is the gateway's opaque
+//! Invariant: the HTML is maud's (every value escaped by construction,
+//! [`crate::web::html`]); a page holds at most the search's bounded page
+//! of attempts; no card data (a payment method is the gateway's opaque
 //! token) and no secret is shown; the pause banner tops every page.
-
-use std::fmt::Write;
 
 use axum::extract::{Extension, Path, Query, State};
 use axum::http::StatusCode;
-use axum::response::{Html, IntoResponse, Response};
+use axum::response::{IntoResponse, Response};
+use maud::{Markup, html};
 use uuid::Uuid;
 
 use super::OperatorState;
@@ -21,9 +21,9 @@ use crate::operator::{self, AttemptsPage, Search, SearchError};
 use crate::state::State as AttemptState;
 use crate::store::{Attempt, StoreError};
 use crate::web::finance::{banner, pause_banner};
-use crate::web::html::{checks, esc, history, select, shell, url_encode};
+use crate::web::html::{checks, history, select, shell, url_encode};
 
-fn page(title: &str, person: &Person, body: &str) -> Html<String> {
+fn page(title: &str, person: &Person, body: Markup) -> Markup {
     shell("cobro operator", title, person, body)
 }
 
@@ -48,56 +48,53 @@ pub(super) async fn list(
             (s, found)
         }
     };
-    let mut body = banner(&op.store).await;
-    body.push_str(&form(&search));
-    let status = match &found {
-        Ok(found) => {
-            body.push_str(&table(found, &search));
-            StatusCode::OK
-        }
-        Err(problem) => {
-            let _ = write!(
-                body,
-                "<p class=\"note err\" id=\"problem\">{}</p>",
-                esc(problem)
-            );
-            StatusCode::BAD_REQUEST
+    let status = if found.is_ok() {
+        StatusCode::OK
+    } else {
+        StatusCode::BAD_REQUEST
+    };
+    let body = html! {
+        (banner(&op.store).await)
+        (form(&search))
+        @match &found {
+            Ok(found) => { (table(found, &search)) }
+            Err(problem) => { p.note.err #problem { (problem) } }
         }
     };
-    (status, page("All attempts", &person, &body)).into_response()
+    (status, page("All attempts", &person, body)).into_response()
 }
 
-fn form(s: &Search) -> String {
+fn form(s: &Search) -> Markup {
     let text = |name: &str, label: &str, v: &Option<String>, hint: &str| {
-        format!(
-            "<label style=\"display:inline-block;margin-right:1rem\">{label} \
-             <input type=\"text\" name=\"{name}\" id=\"search-{name}\" placeholder=\"{hint}\" \
-             style=\"width:14rem\" value=\"{}\"></label>",
-            esc(v.as_deref().unwrap_or(""))
-        )
+        html! {
+            label.inline {
+                (label) " "
+                input.search type="text" name=(name) id={ "search-" (name) } placeholder=(hint)
+                    value=(v.as_deref().unwrap_or(""));
+            }
+        }
     };
     let mut states = vec![("", "any state")];
     states.extend(AttemptState::ALL.iter().map(|s| (s.as_str(), s.as_str())));
-    format!(
-        "<form method=\"get\" action=\"/operator/attempts\" id=\"search\">{}{}<br>{} {} {}{}\
-         <button type=\"submit\">Search</button> <a href=\"/operator/attempts\">Clear</a></form>",
-        text("order_id", "Order", &s.order_id, "exact order id"),
-        text("key", "Idempotency key", &s.key, "a UUID"),
-        select("state", s.state.as_deref(), &states),
-        select(
-            "kind",
-            s.kind.as_deref(),
-            &[
+    html! {
+        form #search method="get" action="/operator/attempts" {
+            (text("order_id", "Order", &s.order_id, "exact order id"))
+            (text("key", "Idempotency key", &s.key, "a UUID"))
+            br;
+            (select("state", s.state.as_deref(), &states)) " "
+            (select("kind", s.kind.as_deref(), &[
                 ("", "any kind"),
                 ("charge", "charges (first and retries)"),
                 ("initial", "first charges"),
                 ("business_retry", "business retries"),
                 ("refund", "refunds"),
-            ]
-        ),
-        text("from", "Created from", &s.from, "2026-12-01"),
-        text("to", "to", &s.to, "2026-12-01 (included)"),
-    )
+            ])) " "
+            (text("from", "Created from", &s.from, "2026-12-01"))
+            (text("to", "to", &s.to, "2026-12-01 (included)"))
+            button type="submit" { "Search" } " "
+            a href="/operator/attempts" { "Clear" }
+        }
+    }
 }
 
 fn kind_label(a: &Attempt) -> &'static str {
@@ -109,36 +106,11 @@ fn kind_label(a: &Attempt) -> &'static str {
     }
 }
 
-fn table(found: &AttemptsPage, s: &Search) -> String {
+fn table(found: &AttemptsPage, s: &Search) -> Markup {
     if found.items.is_empty() {
-        return "<p id=\"empty\">No attempt matches.</p>".into();
+        return html! { p #empty { "No attempt matches." } };
     }
-    let mut out = String::from(
-        "<table id=\"attempts\"><thead><tr><th>Created</th><th>Order</th><th>Kind</th><th>State</th>\
-         <th class=\"num\">Amount</th><th class=\"num\">Sends / checks</th><th>Idempotency key</th><th></th></tr></thead><tbody>",
-    );
-    for a in &found.items {
-        let _ = write!(
-            out,
-            "<tr data-attempt=\"{id}\"><td>{created}</td><td>{order}</td><td>{kind} #{number}</td>\
-             <td class=\"state\">{state}</td><td class=\"num\">{amount} {cur}</td>\
-             <td class=\"num\">{sends} / {checks}</td><td><code>{key}</code></td>\
-             <td><a class=\"open\" href=\"/operator/attempts/{id}\">Open</a></td></tr>",
-            id = a.id,
-            created = time(a.created_at),
-            order = esc(&a.order_id),
-            kind = kind_label(a),
-            number = a.attempt_number,
-            state = a.state,
-            amount = decimal(a.amount_minor, &a.currency),
-            cur = esc(&a.currency),
-            sends = a.send_count,
-            checks = a.check_count,
-            key = a.idempotency_key,
-        );
-    }
-    out.push_str("</tbody></table>");
-    if let Some(next) = &found.next_cursor {
+    let next = found.next_cursor.as_ref().map(|next| {
         let mut query: Vec<String> = s
             .filters()
             .into_iter()
@@ -148,13 +120,33 @@ fn table(found: &AttemptsPage, s: &Search) -> String {
             query.push(format!("limit={}", url_encode(limit.trim())));
         }
         query.push(format!("cursor={}", url_encode(next)));
-        let _ = write!(
-            out,
-            "<p><a id=\"next\" href=\"/operator/attempts?{}\">Next page</a></p>",
-            esc(&query.join("&"))
-        );
+        format!("/operator/attempts?{}", query.join("&"))
+    });
+    html! {
+        table #attempts {
+            thead { tr {
+                th { "Created" } th { "Order" } th { "Kind" } th { "State" } th.num { "Amount" }
+                th.num { "Sends / checks" } th { "Idempotency key" } th {}
+            } }
+            tbody {
+                @for a in &found.items {
+                    tr data-attempt=(a.id) {
+                        td { (time(a.created_at)) }
+                        td { (a.order_id) }
+                        td { (kind_label(a)) " #" (a.attempt_number) }
+                        td.state { (a.state) }
+                        td.num { (decimal(a.amount_minor, &a.currency)) " " (a.currency) }
+                        td.num { (a.send_count) " / " (a.check_count) }
+                        td { code { (a.idempotency_key) } }
+                        td { a.open href={ "/operator/attempts/" (a.id) } { "Open" } }
+                    }
+                }
+            }
+        }
+        @if let Some(href) = next {
+            p { a #next href=(href) { "Next page" } }
+        }
     }
-    out
 }
 
 pub(super) async fn detail(
@@ -163,7 +155,7 @@ pub(super) async fn detail(
     Path(id): Path<String>,
 ) -> Response {
     let Ok(id) = Uuid::try_parse(&id) else {
-        let body = "<p class=\"note err\" id=\"problem\">invalid id: must be a UUID</p>";
+        let body = html! { p.note.err #problem { "invalid id: must be a UUID" } };
         return (
             StatusCode::BAD_REQUEST,
             page("Not an attempt", &person, body),
@@ -173,76 +165,54 @@ pub(super) async fn detail(
     let d = match crate::finance::detail(&op.store, id).await {
         Ok(d) => d,
         Err(StoreError::NotFound(_)) => {
-            let body = "<p class=\"note err\" id=\"problem\">No such attempt.</p>";
+            let body = html! { p.note.err #problem { "No such attempt." } };
             return (StatusCode::NOT_FOUND, page("Not found", &person, body)).into_response();
         }
         Err(e) => return super::unavailable(&e),
     };
     let a = &d.attempt;
-    let mut body = pause_banner(&op.store).await;
-    let opt = |v: &Option<String>| esc(v.as_deref().unwrap_or("-"));
+    let opt = |v: &Option<String>| v.clone().unwrap_or_else(|| "-".into());
     let at = |t: Option<chrono::DateTime<chrono::Utc>>| t.map_or("-".into(), time);
-    let _ = write!(
-        body,
-        "<table id=\"facts\"><tbody>\
-         <tr><th>Attempt</th><td><code>{id}</code> ({kind} #{number}, version {version})</td></tr>\
-         <tr><th>Order</th><td><a id=\"order\" href=\"/operator/attempts?order_id={order_q}\">{order}</a></td></tr>\
-         <tr><th>Amount</th><td>{amount} {cur}</td></tr>\
-         <tr><th>State</th><td id=\"state\">{state}</td></tr>\
-         <tr><th>Idempotency key</th><td><code>{key}</code></td></tr>\
-         <tr><th>Payment method (gateway token)</th><td><code>{pm}</code></td></tr>\
-         <tr><th>Created / updated</th><td>{created} / {updated}</td></tr>\
-         <tr><th>Sends / checks</th><td>{sends} / {checks}</td></tr>\
-         <tr><th>Gateway charge</th><td>{charge}</td></tr>\
-         <tr><th>Decline code</th><td>{decline}</td></tr>\
-         <tr><th>Cancelled</th><td>{cancel}</td></tr>\
-         <tr><th>Next action at</th><td>{next}</td></tr>\
-         <tr><th>Held by</th><td>{lease} until {until}</td></tr>\
-         <tr><th>Parked since</th><td>{parked}</td></tr>{refund}\
-         </tbody></table>",
-        id = a.id,
-        kind = kind_label(a),
-        number = a.attempt_number,
-        version = a.version,
-        order_q = url_encode(&a.order_id),
-        order = esc(&a.order_id),
-        amount = decimal(a.amount_minor, &a.currency),
-        cur = esc(&a.currency),
-        state = a.state,
-        key = a.idempotency_key,
-        pm = opt(&a.payment_method),
-        created = time(a.created_at),
-        updated = time(a.updated_at),
-        sends = a.send_count,
-        checks = a.check_count,
-        charge = opt(&a.gateway_charge_id),
-        decline = opt(&a.decline_code),
-        cancel = opt(&a.cancel_reason),
-        next = at(a.next_action_at),
-        lease = opt(&a.lease_owner),
-        until = at(a.lease_expires_at),
-        parked = at(a.parked_since),
-        refund = d.refund_of.as_ref().map_or(String::new(), |c| format!(
-            "<tr><th>Refund of</th><td>{dup}<a href=\"/operator/attempts/{0}\"><code>{0}</code></a></td></tr>",
-            c.id,
-            dup = a.refund_of_gateway.as_deref().map_or(String::new(), |g| format!(
-                "the duplicate gateway charge <b>{}</b>, anchored on ",
-                esc(g)
-            )),
-        )),
-    );
-    if matches!(
-        a.state,
-        AttemptState::Desconocido | AttemptState::EnRevision
-    ) {
-        let _ = write!(
-            body,
-            "<p class=\"note\">In doubt: finance decides it in <a href=\"/finance/attempts/{}\">the escalation queue</a>.</p>",
-            a.id
-        );
-    }
-    body.push_str(&history(&d.transitions));
-    body.push_str(&checks(&d.checks));
+    let body = html! {
+        (pause_banner(&op.store).await)
+        table #facts { tbody {
+            tr { th { "Attempt" } td {
+                code { (a.id) } " (" (kind_label(a)) " #" (a.attempt_number)
+                ", version " (a.version) ")"
+            } }
+            tr { th { "Order" } td {
+                a #order href={ "/operator/attempts?order_id=" (url_encode(&a.order_id)) } { (a.order_id) }
+            } }
+            tr { th { "Amount" } td { (decimal(a.amount_minor, &a.currency)) " " (a.currency) } }
+            tr { th { "State" } td #state { (a.state) } }
+            tr { th { "Idempotency key" } td { code { (a.idempotency_key) } } }
+            tr { th { "Payment method (gateway token)" } td { code { (opt(&a.payment_method)) } } }
+            tr { th { "Created / updated" } td { (time(a.created_at)) " / " (time(a.updated_at)) } }
+            tr { th { "Sends / checks" } td { (a.send_count) " / " (a.check_count) } }
+            tr { th { "Gateway charge" } td { (opt(&a.gateway_charge_id)) } }
+            tr { th { "Decline code" } td { (opt(&a.decline_code)) } }
+            tr { th { "Cancelled" } td { (opt(&a.cancel_reason)) } }
+            tr { th { "Next action at" } td { (at(a.next_action_at)) } }
+            tr { th { "Held by" } td { (opt(&a.lease_owner)) " until " (at(a.lease_expires_at)) } }
+            tr { th { "Parked since" } td { (at(a.parked_since)) } }
+            @if let Some(c) = &d.refund_of {
+                tr { th { "Refund of" } td {
+                    @if let Some(g) = &a.refund_of_gateway {
+                        "the duplicate gateway charge " b { (g) } ", anchored on "
+                    }
+                    a href={ "/operator/attempts/" (c.id) } { code { (c.id) } }
+                } }
+            }
+        } }
+        @if matches!(a.state, AttemptState::Desconocido | AttemptState::EnRevision) {
+            p.note {
+                "In doubt: finance decides it in "
+                a href={ "/finance/attempts/" (a.id) } { "the escalation queue" } "."
+            }
+        }
+        (history(&d.transitions))
+        (checks(&d.checks))
+    };
     let title = format!("Attempt for order {}", a.order_id);
-    page(&title, &person, &body).into_response()
+    page(&title, &person, body).into_response()
 }
