@@ -30,8 +30,16 @@ async fn web(db: &TestDb) -> Web {
     start_web(&db.store, v).await
 }
 
+/// A client like a browser after its first page: it carries one sign-in
+/// cookie, to which the forms' tokens are bound.
 fn client() -> reqwest::Client {
+    let mut cookie = reqwest::header::HeaderMap::new();
+    cookie.insert(
+        reqwest::header::COOKIE,
+        reqwest::header::HeaderValue::from_static("cobro_signin=0123456789abcdef0123456789abcdef"),
+    );
     reqwest::Client::builder()
+        .default_headers(cookie)
         .redirect(reqwest::redirect::Policy::none())
         .build()
         .unwrap()
@@ -210,7 +218,8 @@ async fn form_token(http: &reqwest::Client, base: &str, name: &str, attempt: Uui
         .await
         .unwrap();
     let at = page.find("name=\"form_token\" value=\"").expect("a form") + 25;
-    page[at..at + 64].to_owned()
+    let len = page[at..].find('"').expect("the value's end");
+    page[at..at + len].to_owned()
 }
 
 async fn every_route_needs_a_credential_with_its_scope(b: Backend) {

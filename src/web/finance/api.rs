@@ -259,7 +259,7 @@ pub(super) fn case_error(e: CaseError) -> Response {
 }
 
 /// Rows the CSV export reads from the database at a time.
-const CSV_PAGE: i64 = 500;
+const CSV_PAGE: i64 = 1000;
 
 /// What the streamed CSV export still has to read.
 struct Export {

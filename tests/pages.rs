@@ -1,0 +1,435 @@
+//! The pages over real HTTP, on both backends: every page carries the
+//! headers that forbid framing, sniffing and referrers, and no inline
+//! script or style; a value with markup renders escaped; form tokens are
+//! bound to the browser's sign-in and expire (refused, nothing written);
+//! `GET /` asks for credentials and links what the key may see; open
+//! reconciliation cases are paged, so a page and `?limit=1` stay small
+//! with 30,000 of them and paging reaches each case once.
+
+#[macro_use]
+mod common;
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use cobro::domain::ChargeRequest;
+use cobro::state::{Event, State};
+use cobro::store::{Attempt, Store};
+use cobro::webhook::{Scheme, Verifier};
+use common::*;
+use serde_json::Value;
+
+on_both_backends!(
+    pages_forbid_framing_and_escape_markup,
+    form_tokens_are_bound_to_a_sign_in_and_expire,
+    the_landing_page_asks_for_credentials_and_links_what_the_key_may_see,
+    open_cases_are_paged_and_pages_stay_small,
+);
+
+const COOKIE_A: &str = "cobro_signin=aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
+const COOKIE_B: &str = "cobro_signin=bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb";
+
+fn verifier() -> Verifier {
+    Verifier::from_env_value(Scheme::StandardWebhooks, &test_secret()).unwrap()
+}
+
+fn client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap()
+}
+
+async fn in_review(store: &Store, order: &str) -> Attempt {
+    let req = ChargeRequest::parse(order, 1_000, "USD", None, Some("pm_test")).unwrap();
+    let id = store.enqueue(&req).await.unwrap().attempt_id;
+    let a = store.load(id).await.unwrap().0;
+    let a = step(store, &a, Event::Claim, None).await;
+    let a = step(store, &a, Event::Unknown, None).await;
+    step(store, &a, Event::ChecksExhausted, None).await
+}
+
+async fn pages_forbid_framing_and_escape_markup(b: Backend) {
+    let db = TestDb::new(b).await;
+    let web = start_web(&db.store, verifier()).await;
+    let http = client();
+    let evil = "<script>alert(1)</script>\"'&";
+    let a = in_review(&db.store, evil).await;
+    let pages = [
+        "/".to_owned(),
+        "/finance".into(),
+        format!("/finance/attempts/{}", a.id),
+        "/finance/summary".into(),
+        "/operator/attempts".into(),
+        format!("/operator/attempts/{}", a.id),
+        format!("/operator/attempts?order_id={}", "%3Cscript%3E"),
+    ];
+    for path in &pages {
+        let resp = http
+            .get(format!("{}{path}", web.url))
+            .basic_auth("agent", Some(secret("agent")))
+            .send()
+            .await
+            .unwrap();
+        assert!(resp.status().is_success(), "{path}: {}", resp.status());
+        let h = resp.headers().clone();
+        let get = |name: &str| h.get(name).and_then(|v| v.to_str().ok()).unwrap_or("");
+        assert_eq!(get("x-frame-options"), "DENY", "{path}");
+        assert_eq!(get("x-content-type-options"), "nosniff", "{path}");
+        assert_eq!(get("referrer-policy"), "no-referrer", "{path}");
+        let csp = get("content-security-policy");
+        assert!(csp.contains("frame-ancestors 'none'"), "{path}: {csp}");
+        assert!(csp.contains("default-src 'none'"), "{path}: {csp}");
+        assert!(!csp.contains("unsafe-inline"), "{path}: {csp}");
+        assert!(get("content-type").starts_with("text/html"), "{path}");
+        let body = resp.text().await.unwrap();
+        assert!(!body.contains("<script"), "{path}: a script in the page");
+        assert!(!body.contains(" style="), "{path}: an inline style");
+        assert!(body.contains("/assets/cobro.css"), "{path}");
+    }
+    // The order id shows, escaped, where it is shown.
+    for path in [
+        "/finance".to_owned(),
+        format!("/finance/attempts/{}", a.id),
+        format!("/operator/attempts/{}", a.id),
+    ] {
+        let body = http
+            .get(format!("{}{path}", web.url))
+            .basic_auth("agent", Some(secret("agent")))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        assert!(
+            body.contains("&lt;script&gt;alert(1)&lt;/script&gt;&quot;'&amp;"),
+            "{path}: the order id escaped"
+        );
+    }
+    // JSON routes carry the headers too, and the stylesheet is CSS.
+    let css = http
+        .get(format!("{}/assets/cobro.css", web.url))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(css.status(), 200);
+    assert!(
+        css.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/css")
+    );
+    assert_eq!(css.headers()["x-frame-options"], "DENY");
+    let health = http
+        .get(format!("{}/health", web.url))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(health.headers()["x-content-type-options"], "nosniff");
+    web.stop().await;
+    db.drop_db().await;
+}
+
+/// The form token on `path`'s page as `cookie`'s sign-in sees it.
+async fn token(http: &reqwest::Client, url: &str, path: &str, cookie: &str) -> String {
+    let page = http
+        .get(format!("{url}{path}"))
+        .basic_auth("ana", Some(secret("ana")))
+        .header("cookie", cookie)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let at = page.find("name=\"form_token\" value=\"").expect("a form") + 25;
+    page[at..at + page[at..].find('"').unwrap()].to_owned()
+}
+
+async fn form_tokens_are_bound_to_a_sign_in_and_expire(b: Backend) {
+    let db = TestDb::new(b).await;
+    let mut cfg = web_config(&db.store, verifier());
+    cfg.finance.form_token_ttl = Duration::from_secs(1);
+    let web = start_web_cfg(cfg).await;
+    let http = client();
+    let a = in_review(&db.store, "tok-review").await;
+    let page = format!("/finance/attempts/{}", a.id);
+
+    // A browser's first page starts its sign-in: an HttpOnly, SameSite
+    // cookie, not readable by scripts nor sent from other sites.
+    let first = http
+        .get(format!("{}{page}", web.url))
+        .basic_auth("ana", Some(secret("ana")))
+        .send()
+        .await
+        .unwrap();
+    let cookie = first.headers()["set-cookie"].to_str().unwrap().to_owned();
+    assert!(cookie.starts_with("cobro_signin="), "{cookie}");
+    assert!(
+        cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"),
+        "{cookie}"
+    );
+    // A page seen with the cookie does not start another sign-in.
+    let again = http
+        .get(format!("{}{page}", web.url))
+        .basic_auth("ana", Some(secret("ana")))
+        .header("cookie", COOKIE_A)
+        .send()
+        .await
+        .unwrap();
+    assert!(again.headers().get("set-cookie").is_none());
+
+    let post = |cookie: &'static str, token: String| {
+        let http = http.clone();
+        let url = format!("{}{page}/resolve", web.url);
+        let version = a.version.to_string();
+        async move {
+            http.post(url)
+                .basic_auth("ana", Some(secret("ana")))
+                .header("cookie", cookie)
+                .header("sec-fetch-site", "same-origin")
+                .form(&[
+                    ("action", "approve".to_owned()),
+                    ("version", version),
+                    ("form_token", token),
+                    ("note", "seen at the gateway".into()),
+                    ("charge_id", "ch_tok".into()),
+                ])
+                .send()
+                .await
+                .unwrap()
+        }
+    };
+    let versions = || async { db.store.load(a.id).await.unwrap().0.version };
+    let before = (versions().await, db.store.transition_rows().await.unwrap());
+
+    // Another sign-in's token (another browser, or before the cookie
+    // changed): refused, the page says to reload, nothing written.
+    let theirs = token(&http, &web.url, &page, COOKIE_B).await;
+    let resp = post(COOKIE_A, theirs).await;
+    assert_eq!(resp.status(), 403);
+    let text = resp.text().await.unwrap();
+    assert!(
+        text.contains("not made for this sign-in") && text.contains("Reload the page"),
+        "{text}"
+    );
+    // No cookie at all: the same.
+    let mine = token(&http, &web.url, &page, COOKIE_A).await;
+    let resp = post("other=1", mine.clone()).await;
+    assert_eq!(resp.status(), 403);
+
+    // An expired token of this very sign-in: refused, nothing written.
+    tokio::time::sleep(Duration::from_millis(2_200)).await;
+    let resp = post(COOKIE_A, mine).await;
+    assert_eq!(resp.status(), 403);
+    let text = resp.text().await.unwrap();
+    assert!(
+        text.contains("has expired") && text.contains("Reload the page"),
+        "{text}"
+    );
+    assert_eq!(
+        (versions().await, db.store.transition_rows().await.unwrap()),
+        before,
+        "nothing was written"
+    );
+    assert_eq!(
+        db.store.load(a.id).await.unwrap().0.state,
+        State::EnRevision
+    );
+
+    // A fresh page's token of this sign-in goes through.
+    let fresh = token(&http, &web.url, &page, COOKIE_A).await;
+    let resp = post(COOKIE_A, fresh).await;
+    assert_eq!(resp.status(), 303, "{}", resp.text().await.unwrap());
+    assert_eq!(db.store.load(a.id).await.unwrap().0.state, State::Aprobado);
+    web.stop().await;
+    db.drop_db().await;
+}
+
+async fn the_landing_page_asks_for_credentials_and_links_what_the_key_may_see(b: Backend) {
+    let db = TestDb::new(b).await;
+    let web = start_web(&db.store, verifier()).await;
+    let http = client();
+    let anonymous = http.get(format!("{}/", web.url)).send().await.unwrap();
+    assert_eq!(anonymous.status(), 401);
+    assert!(
+        anonymous.headers()["www-authenticate"]
+            .to_str()
+            .unwrap()
+            .starts_with("Basic realm=\"cobro\"")
+    );
+    let wrong = http
+        .get(format!("{}/", web.url))
+        .basic_auth("ana", Some("not-the-secret"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(wrong.status(), 401);
+    // (key, sees the finance links, sees the operator link)
+    for (key, finance, operator) in [
+        ("ana", true, false),
+        ("agent", true, true),
+        ("app", false, true),
+    ] {
+        let resp = http
+            .get(format!("{}/", web.url))
+            .basic_auth(key, Some(secret(key)))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 200, "{key}");
+        let body = resp.text().await.unwrap();
+        assert!(
+            body.contains(&format!("<b id=\"person\">{key}</b>")),
+            "{key}"
+        );
+        assert_eq!(
+            body.contains("id=\"finance\" href=\"/finance\""),
+            finance,
+            "{key}"
+        );
+        assert_eq!(body.contains("id=\"summary\""), finance, "{key}");
+        assert_eq!(
+            body.contains("id=\"operator\" href=\"/operator/attempts\""),
+            operator,
+            "{key}"
+        );
+    }
+    // Bearer works too; a key that can see no page is told which scopes would.
+    let bearer = http
+        .get(format!("{}/", web.url))
+        .bearer_auth(secret("agent"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(bearer.status(), 200);
+    let prom = http
+        .get(format!("{}/", web.url))
+        .basic_auth("prom", Some(secret("prom")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(prom.status(), 403);
+    let text = prom.text().await.unwrap();
+    assert!(
+        text.contains("finance:read") && text.contains("attempts:read"),
+        "{text}"
+    );
+    web.stop().await;
+    db.drop_db().await;
+}
+
+const CASES: i64 = 30_000;
+
+async fn open_cases_are_paged_and_pages_stay_small(b: Backend) {
+    let db = TestDb::new(b).await;
+    // 30,000 open cases, each with what both sides said (ties on the
+    // opening time, to exercise the cursor's tie-break by id).
+    db.exec(
+        "INSERT INTO cobro.recon_cases (kind, dedupe_key, order_id, gateway_ref, details, window_from, window_to, opened_at)
+         SELECT 'unmatched_charge', 'unmatched_charge:ch_' || i, 'order-' || i, 'ch_' || i,
+                jsonb_build_object('gateway', jsonb_build_object('id', 'ch_' || i, 'amount_minor', 1999,
+                    'currency', 'USD', 'status', 'approved'), 'ours', null),
+                now() - interval '1 day', now(), now() - interval '1 hour' + (i / 7) * interval '1 ms'
+           FROM generate_series(1, 30000) i",
+        "WITH RECURSIVE s(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM s WHERE i < 30000)
+         INSERT INTO recon_cases (kind, dedupe_key, order_id, gateway_ref, details, window_from, window_to, opened_at)
+         SELECT 'unmatched_charge', 'unmatched_charge:ch_' || i, 'order-' || i, 'ch_' || i,
+                json_object('gateway', json_object('id', 'ch_' || i, 'amount_minor', 1999,
+                    'currency', 'USD', 'status', 'approved'), 'ours', null),
+                0, 1, 1000 + i / 7
+           FROM s",
+        &[],
+    )
+    .await
+    .unwrap();
+    let web = start_web(&db.store, verifier()).await;
+    let http = client();
+    let get = |path: String| {
+        let http = http.clone();
+        let url = format!("{}{path}", web.url);
+        async move {
+            let resp = http
+                .get(url)
+                .bearer_auth(secret("ana"))
+                .send()
+                .await
+                .unwrap();
+            let status = resp.status();
+            (status, resp.text().await.unwrap())
+        }
+    };
+
+    let (status, small) = get("/finance/api/escalations?limit=1".into()).await;
+    assert_eq!(status, 200);
+    let v: Value = serde_json::from_str(&small).unwrap();
+    assert_eq!(v["cases_total"], CASES);
+    assert_eq!(v["cases"].as_array().unwrap().len(), 50);
+    let (_, page) = get("/finance".into()).await;
+    eprintln!(
+        "with {CASES} open cases: /finance/api/escalations?limit=1 is {} bytes, /finance is {} bytes",
+        small.len(),
+        page.len()
+    );
+    assert!(small.len() < 64 * 1024, "{} bytes", small.len());
+    assert!(page.len() < 128 * 1024, "{} bytes", page.len());
+    assert!(page.contains("<span id=\"cases-total\">30000</span> open"));
+    // The page's own link leads to the next page of cases.
+    let at = page
+        .find("id=\"cases-next\" href=\"")
+        .expect("a next page of cases")
+        + 22;
+    let next = page[at..at + page[at..].find('"').unwrap()].replace("&amp;", "&");
+    let (status, second) = get(next).await;
+    assert_eq!(status, 200);
+    assert!(second.contains("data-case"), "the second page lists cases");
+
+    // Every case exactly once, page by page, in order.
+    let mut seen = HashSet::new();
+    let mut last = 0;
+    let mut after: Option<String> = None;
+    loop {
+        let path = match &after {
+            None => "/finance/api/escalations?limit=1&cases_limit=500".to_owned(),
+            Some(c) => format!("/finance/api/escalations?limit=1&cases_limit=500&cases_after={c}"),
+        };
+        let (status, body) = get(path).await;
+        assert_eq!(status, 200, "{body}");
+        let v: Value = serde_json::from_str(&body).unwrap();
+        let cases = v["cases"].as_array().unwrap();
+        assert!(cases.len() <= 500);
+        for c in cases {
+            assert!(
+                seen.insert(c["id"].as_i64().unwrap()),
+                "case {} twice",
+                c["id"]
+            );
+            last += 1;
+        }
+        match v["cases_next"].as_str() {
+            Some(c) => after = Some(c.to_owned()),
+            None => break,
+        }
+    }
+    assert_eq!(last, CASES);
+    let all: HashSet<i64> = db
+        .store
+        .open_cases()
+        .await
+        .unwrap()
+        .iter()
+        .map(|c| c.id)
+        .collect();
+    assert_eq!(seen, all, "paging reached every open case");
+
+    // A page larger than the maximum, or a forged cursor: 422 naming it.
+    let (status, body) = get("/finance/api/escalations?cases_limit=501".into()).await;
+    assert_eq!(status, 422);
+    assert!(body.contains("\"cases_limit\""), "{body}");
+    let (status, body) = get("/finance/api/escalations?cases_after=nonsense".into()).await;
+    assert_eq!(status, 422);
+    assert!(body.contains("\"cases_after\""), "{body}");
+    web.stop().await;
+    db.drop_db().await;
+}
