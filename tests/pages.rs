@@ -76,7 +76,7 @@ async fn pages_forbid_framing_and_escape_markup(b: Backend) {
         let get = |name: &str| h.get(name).and_then(|v| v.to_str().ok()).unwrap_or("");
         assert_eq!(get("x-frame-options"), "DENY", "{path}");
         assert_eq!(get("x-content-type-options"), "nosniff", "{path}");
-        assert_eq!(get("referrer-policy"), "no-referrer", "{path}");
+        assert_eq!(get("referrer-policy"), "same-origin", "{path}");
         let csp = get("content-security-policy");
         assert!(csp.contains("frame-ancestors 'none'"), "{path}: {csp}");
         assert!(csp.contains("default-src 'none'"), "{path}: {csp}");
@@ -214,10 +214,12 @@ async fn form_tokens_are_bound_to_a_sign_in_and_expire(b: Backend) {
         text.contains("not made for this sign-in") && text.contains("Reload the page"),
         "{text}"
     );
-    // No cookie at all: the same.
+    // No cookie at all: the same, and a post (another site's, whose
+    // requests carry no SameSite cookie) does not start a new sign-in.
     let mine = token(&http, &web.url, &page, COOKIE_A).await;
     let resp = post("other=1", mine.clone()).await;
     assert_eq!(resp.status(), 403);
+    assert!(resp.headers().get("set-cookie").is_none());
 
     // An expired token of this very sign-in: refused, nothing written.
     tokio::time::sleep(Duration::from_millis(2_200)).await;

@@ -295,9 +295,12 @@ async fn check(State(guard): State<Guard>, mut req: Request, next: Next) -> Resp
         );
     }
     // A browser's first page starts its sign-in: a nonce for the forms.
+    // Only a page (GET) does: a post from another site (which carries no
+    // SameSite cookie) must not replace the person's sign-in.
     let mut caller = caller;
     let mut set_cookie = None;
-    if guard.via != Via::Bearer && caller.sign_in.is_empty() {
+    let page = req.method() == axum::http::Method::GET;
+    if guard.via != Via::Bearer && page && caller.sign_in.is_empty() {
         let (nonce, cookie) = new_sign_in(req.headers());
         caller.sign_in = nonce;
         set_cookie = Some(cookie);

@@ -52,8 +52,10 @@ pub(crate) const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; style-src 
 
 /// Adds the page-safety headers to a response (every route: harmless on
 /// JSON, and a page can never miss them): no framing (`X-Frame-Options`
-/// and the CSP's `frame-ancestors`), no MIME sniffing, no `Referer` (the
-/// queue's URLs carry order ids and cursors).
+/// and the CSP's `frame-ancestors`), no MIME sniffing, no `Referer` to
+/// another site (the queue's URLs carry order ids and cursors). Not
+/// `no-referrer`: with it Chromium sends `Origin: null` on our own forms,
+/// and the same-origin check would refuse them.
 pub(crate) async fn security_headers(mut resp: Response) -> Response {
     let h = resp.headers_mut();
     h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
@@ -67,7 +69,7 @@ pub(crate) async fn security_headers(mut resp: Response) -> Response {
     );
     h.insert(
         header::REFERRER_POLICY,
-        HeaderValue::from_static("no-referrer"),
+        HeaderValue::from_static("same-origin"),
     );
     resp
 }

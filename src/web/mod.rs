@@ -28,7 +28,8 @@
 //!   ([`home`]); `GET /assets/cobro.css`: the pages' stylesheet.
 //!
 //! The pages (finance's, the operator's, the landing page) share [`html`];
-//! every response carries its no-framing, no-sniffing, no-referrer headers.
+//! every response carries its no-framing, no-sniffing, same-origin-referrer
+//! headers.
 //! - `GET /metrics` (`metrics:read`) ([`crate::metrics`]).
 //!
 //! With `COBRO_INTERNAL_LISTEN` the public listener serves only the webhook
