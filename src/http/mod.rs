@@ -7,6 +7,7 @@
 //! timeouts and a connection limit; no guarded route runs its handler
 //! before the caller is authenticated and holds the route's scope.
 
+pub mod admit;
 pub mod auth;
 pub mod keys;
 pub mod serve;

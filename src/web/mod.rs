@@ -166,6 +166,10 @@ pub struct ServeArgs {
     /// Largest accepted webhook body; larger ones get 413.
     #[arg(long, env = "COBRO_MAX_BODY_BYTES", default_value_t = 65_536)]
     pub max_body_bytes: usize,
+    /// A webhook's whole body must arrive within this (a gateway sends it
+    /// at once); else 408 and the connection is closed.
+    #[arg(long, env = "COBRO_WEBHOOK_BODY_TIMEOUT", default_value = "5s", value_parser = duration)]
+    pub webhook_body_timeout: Duration,
     /// Database gauges on `/metrics` are reused for this long.
     #[arg(long, env = "COBRO_METRICS_CACHE", default_value = "5s", value_parser = duration)]
     pub metrics_cache: Duration,
@@ -226,6 +230,8 @@ pub struct WebConfig {
     pub finance: finance::FinanceConfig,
     /// Largest accepted webhook body.
     pub max_webhook_body: usize,
+    /// How long a webhook's whole body may take to arrive.
+    pub webhook_body_timeout: Duration,
     pub metrics_cache: Duration,
 }
 
@@ -239,6 +245,7 @@ impl WebConfig {
             retry: Default::default(),
             finance: finance::FinanceConfig::default(),
             max_webhook_body: 65_536,
+            webhook_body_timeout: Duration::from_secs(5),
             metrics_cache: crate::metrics::GAUGE_TTL,
         }
     }
@@ -265,6 +272,7 @@ impl WebConfig {
             store: self.store.clone(),
             verifier: self.verifier,
             max_body: self.max_webhook_body,
+            body_deadline: self.webhook_body_timeout,
             retry: self.retry,
         });
         let public = Router::new()
@@ -325,6 +333,7 @@ pub(crate) struct App {
     pub(crate) store: Store,
     pub(crate) verifier: Verifier,
     pub(crate) max_body: usize,
+    pub(crate) body_deadline: Duration,
     pub(crate) retry: crate::retry::RetryPolicy,
     pub(crate) rejects: webhooks::RejectSampler,
     scraper: Scraper,
@@ -363,6 +372,9 @@ pub async fn run(
         .map_err(|e| anyhow::anyhow!("COBRO_RETRY_SCHEDULE: {e}"))?;
     let keys = args.api_keys.keys().map_err(anyhow::Error::msg)?;
     args.http.check().map_err(anyhow::Error::msg)?;
+    if args.webhook_body_timeout.is_zero() {
+        anyhow::bail!("COBRO_WEBHOOK_BODY_TIMEOUT must be more than 0");
+    }
     if keys.is_empty() {
         warn!("no API keys (COBRO_API_KEYS): only the webhook receiver and /health will answer");
     }
@@ -388,6 +400,7 @@ pub async fn run(
         retry,
         finance: args.finance.config(),
         max_webhook_body: args.max_body_bytes,
+        webhook_body_timeout: args.webhook_body_timeout,
         metrics_cache: args.metrics_cache,
     };
     info!(
