@@ -34,7 +34,10 @@
 //! with malformed keys; every route but the webhook receiver and `/health`
 //! checks a credential and a scope before its handler runs; every JSON body
 //! a caller sends is refused (422 naming the field, nothing written) when
-//! it has a top-level field the route does not take ([`known_fields`]);
+//! it has a top-level field the route does not take ([`known_fields`]) or
+//! a field of the wrong JSON type (422 naming the field and the type,
+//! [`crate::http::typed`]); every POST with a body requires
+//! `application/json` (415);
 //! secrets never reach logs or `Debug`; every listener runs with timeouts
 //! and limits.
 
@@ -55,6 +58,7 @@ use std::time::Duration;
 use anyhow::Context;
 use axum::extract::{DefaultBodyLimit, State};
 use axum::http::StatusCode;
+use axum::middleware::from_fn;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
@@ -65,6 +69,7 @@ use tracing::{info, warn};
 use crate::backoff::parse_duration_arg as duration;
 use crate::http::auth::{ApiKeyArgs, ApiKeys, Guard, Scope, Via};
 pub(crate) use crate::http::error;
+use crate::http::{json_only, json_or_nothing};
 
 /// 409 for a refusal by the database's charge rule: the message, and
 /// `"reason"` naming which part refused (`approved`, `live_attempt`,
@@ -305,19 +310,23 @@ impl WebConfig {
             )
             .route(
                 "/orders/{order_id}/cancel",
-                bearer(Scope::ChargesWrite).on(post(cancel::cancel)),
+                bearer(Scope::ChargesWrite).on(post(cancel::cancel).layer(from_fn(json_only))),
             )
             .route(
                 "/orders/{order_id}/payment-method",
-                bearer(Scope::ChargesWrite).on(post(payment_method::update)),
+                bearer(Scope::ChargesWrite)
+                    .on(post(payment_method::update).layer(from_fn(json_only))),
             )
             .route(
                 "/control/pause",
-                bearer(Scope::FinanceWrite).on(post(control::pause).get(control::show)),
+                bearer(Scope::FinanceWrite).on(post(control::pause)
+                    .layer(from_fn(json_only))
+                    .get(control::show)),
             )
             .route(
                 "/control/resume",
-                bearer(Scope::FinanceWrite).on(post(control::resume)),
+                bearer(Scope::FinanceWrite)
+                    .on(post(control::resume).layer(from_fn(json_or_nothing))),
             )
             .route("/metrics", bearer(Scope::MetricsRead).on(get(metrics)))
             .with_state(app.clone())
