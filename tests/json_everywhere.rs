@@ -164,6 +164,9 @@ async fn every_json_post_refuses_another_content_type_and_writes_nothing(b: Back
             assert_eq!(status, 415, "{path} as {ct:?}: {reply}");
             assert_eq!(reply["error"], "Content-Type must be application/json");
         }
+        // A route that takes a body wants it declared even when empty.
+        let (status, reply) = post(&web, who, &path, None, String::new()).await;
+        assert_eq!(status, 415, "{path} with nothing: {reply}");
     }
     assert_eq!(snapshot(&db, &ids).await, before, "nothing written");
     // The same posts declared as JSON get past the check and act (so the
