@@ -108,8 +108,16 @@ impl Search {
     /// its parameter.
     pub fn parse(&self) -> Result<(AttemptFilter, Option<QueueCursor>, u32), InputError> {
         let order_id = match given(&self.order_id) {
-            Some(o) if o.len() > 200 => {
-                return Err(InputError::new("order_id", "at most 200 bytes"));
+            // Counted as the enqueue counts it: characters, not bytes.
+            Some(o) if o.chars().count() > crate::domain::ORDER_ID_MAX_CHARS => {
+                return Err(InputError::new(
+                    "order_id",
+                    format!(
+                        "at most {} characters, got {}",
+                        crate::domain::ORDER_ID_MAX_CHARS,
+                        o.chars().count()
+                    ),
+                ));
             }
             o => o.map(str::to_owned),
         };

@@ -130,13 +130,13 @@ impl From<StoreError> for ResolveError {
 }
 
 fn validate_person(by: &str, note: &str) -> Result<(), InputError> {
-    if by.trim().is_empty() || by.len() > 100 || by.chars().any(char::is_control) {
+    if by.trim().is_empty() || by.chars().count() > 100 || by.chars().any(char::is_control) {
         return Err(InputError::new(
             "by",
             "who resolves it is required (1-100 characters)",
         ));
     }
-    if note.trim().is_empty() || note.len() > 2000 {
+    if note.trim().is_empty() || note.chars().count() > 2000 {
         return Err(InputError::new(
             "note",
             "a note is required (1-2000 characters): what you checked and why",

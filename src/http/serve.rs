@@ -1,17 +1,34 @@
 //! The server loop under every cobro listener: hyper's HTTP/1.1 connection
 //! with its timer (so the header-read timeout works), tower-http's request
-//! and body timeouts, and a limit on open connections.
+//! and body timeouts, and limits on open connections, in total and per
+//! client address ([`super::admit`]).
+//!
+//! At capacity a connection is never parked: one waiting in the kernel's
+//! backlog looks, to its client and to a load balancer's health check,
+//! exactly like a dead server, and slow clients holding every slot would
+//! make it so. Instead a small overflow pool takes the connections beyond
+//! the limits: each shows its request line within a short while; a health
+//! or readiness probe (`GET /health`, `GET /ready`) is served on it (one
+//! request, a short header deadline), anything else gets `503` with
+//! `Retry-After: 1` and is closed. So `/health` answers within a second
+//! while every slot is held by slow clients, and a client that is turned
+//! away learns it at once rather than after a timeout. Probes are let
+//! through rather than answered here because a probe's answer must say
+//! what the route says (the database's state), not merely that the process
+//! is up. The per-client cap counts the socket's peer address: behind a
+//! reverse proxy that is the proxy's (X-Forwarded-For is not trusted).
 //!
 //! Invariant: a client cannot hold a connection by trickling headers (the
 //! header-read timeout also bounds an idle keep-alive connection), nor a
 //! request by trickling its body (the body timeout between chunks and the
-//! request timeout overall); at most `max_connections` are open at once,
-//! the next ones waiting in the kernel's backlog. Shutdown stops
+//! request timeout overall); at most `max_connections` are served at once,
+//! at most `max_connections_per_client` from one address, and
+//! [`admit::OVERFLOW`](super::admit::OVERFLOW) more are being probed or
+//! refused; the accept loop never waits for a slot. Shutdown stops
 //! accepting, lets requests in flight finish, and gives up after a grace.
 
 use std::future::Future;
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
@@ -21,10 +38,10 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
 use tower_http::timeout::{RequestBodyTimeoutLayer, TimeoutLayer};
 use tracing::{debug, info, warn};
 
+use super::admit::{self, Admission, Admit};
 use crate::backoff::parse_duration_arg as duration;
 
 /// The largest request head (request line and headers) accepted; larger
@@ -44,9 +61,15 @@ pub struct HttpLimits {
     /// The longest pause allowed between two chunks of a request body.
     #[arg(long, env = "COBRO_BODY_TIMEOUT", default_value = "10s", value_parser = duration)]
     pub body_timeout: Duration,
-    /// Open connections at most; more wait to be accepted.
+    /// Connections served at once at most; past it a new one gets 503
+    /// with Retry-After at once (a /health or /ready probe is still served).
     #[arg(long, env = "COBRO_MAX_CONNECTIONS", default_value_t = 512)]
     pub max_connections: usize,
+    /// Connections served at once from one client address at most; past it
+    /// that address gets 503. Behind a reverse proxy every connection comes
+    /// from the proxy: raise it to COBRO_MAX_CONNECTIONS there.
+    #[arg(long, env = "COBRO_MAX_CONNECTIONS_PER_CLIENT", default_value_t = 64)]
+    pub max_connections_per_client: usize,
 }
 
 impl Default for HttpLimits {
@@ -56,6 +79,7 @@ impl Default for HttpLimits {
             request_timeout: Duration::from_secs(30),
             body_timeout: Duration::from_secs(10),
             max_connections: 512,
+            max_connections_per_client: 64,
         }
     }
 }
@@ -64,6 +88,9 @@ impl HttpLimits {
     pub fn check(&self) -> Result<(), String> {
         if self.max_connections == 0 {
             return Err("COBRO_MAX_CONNECTIONS must be at least 1".into());
+        }
+        if self.max_connections_per_client == 0 {
+            return Err("COBRO_MAX_CONNECTIONS_PER_CLIENT must be at least 1".into());
         }
         for (name, d) in [
             ("COBRO_HEADER_READ_TIMEOUT", self.header_read_timeout),
@@ -95,14 +122,16 @@ pub async fn serve(
     http.timer(TokioTimer::new())
         .header_read_timeout(limits.header_read_timeout)
         .max_header_size(MAX_HEAD_BYTES);
-    let slots = Arc::new(Semaphore::new(limits.max_connections));
+    // A probe on an overflow connection: one request, its head promptly.
+    let sniff_for = limits.header_read_timeout.min(admit::SNIFF);
+    let mut probe = http.clone();
+    probe
+        .keep_alive(false)
+        .header_read_timeout(limits.header_read_timeout.min(Duration::from_secs(1)));
+    let admission = Admission::new(limits.max_connections, limits.max_connections_per_client);
     let graceful = GracefulShutdown::new();
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
-        let permit = tokio::select! {
-            p = slots.clone().acquire_owned() => p.expect("the semaphore is never closed"),
-            () = &mut shutdown => break,
-        };
         let (stream, peer): (_, SocketAddr) = tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok(a) => a,
@@ -116,14 +145,27 @@ pub async fn serve(
             () = &mut shutdown => break,
         };
         let _ = stream.set_nodelay(true);
-        let service = TowerToHyperService::new(router.clone());
-        let conn = graceful.watch(http.serve_connection(TokioIo::new(stream), service));
-        tokio::spawn(async move {
-            if let Err(e) = conn.await {
-                debug!(%peer, error = %e, "connection closed with an error");
+        match admission.admit(peer.ip()) {
+            Admit::Serve(ticket) => {
+                let service = TowerToHyperService::new(router.clone());
+                let conn = graceful.watch(http.serve_connection(TokioIo::new(stream), service));
+                tokio::spawn(async move {
+                    if let Err(e) = conn.await {
+                        debug!(%peer, error = %e, "connection closed with an error");
+                    }
+                    drop(ticket);
+                });
             }
-            drop(permit);
-        });
+            Admit::Overflow(permit, full) => {
+                debug!(%peer, ?full, "over the connection limit");
+                let (router, probe) = (router.clone(), probe.clone());
+                tokio::spawn(async move {
+                    admit::overflow(stream, full, router, probe, sniff_for).await;
+                    drop(permit);
+                });
+            }
+            Admit::Close => debug!(%peer, "over every connection limit: closed"),
+        }
     }
     drop(listener);
     let grace = limits.request_timeout + Duration::from_secs(1);

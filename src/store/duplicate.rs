@@ -127,7 +127,7 @@ impl Store {
         by: &str,
     ) -> Result<Refunded, RefundError> {
         let charge_id = charge_id.trim();
-        if charge_id.is_empty() || charge_id.len() > 255 {
+        if charge_id.is_empty() || charge_id.chars().count() > 255 {
             return Err(InputError::new("charge_id", "must be 1-255 characters").into());
         }
         let by = by.trim();

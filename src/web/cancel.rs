@@ -16,6 +16,7 @@ use serde_json::{Value, json};
 
 use super::{AppState, error};
 use crate::http::auth::Caller;
+use crate::http::{Type, typed};
 use crate::store::{CancelError, CancelReason};
 
 pub(super) async fn cancel(
@@ -24,10 +25,15 @@ pub(super) async fn cancel(
     Path(order_id): Path<String>,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
+    const REASONS: &str =
+        "paid_by_other_means, customer_request, fraud_suspected, duplicate_order or other";
     let v = match super::json_body(body, &["reason"]) {
         Ok(v) => v,
         Err(refused) => return *refused,
     };
+    if let Err(refused) = typed(&v, &[("reason", Type::Text(REASONS))]) {
+        return *refused;
+    }
     let reason = match v
         .get("reason")
         .and_then(Value::as_str)
@@ -39,7 +45,7 @@ pub(super) async fn cancel(
             return error(
                 StatusCode::UNPROCESSABLE_ENTITY,
                 Some("reason"),
-                "is required (paid_by_other_means, customer_request, fraud_suspected, duplicate_order, other)",
+                format!("is required: {REASONS}"),
             );
         }
     };

@@ -19,6 +19,7 @@ use uuid::Uuid;
 use super::{API_BODY_LIMIT, AppState, error};
 use crate::domain::{Amount, ChargeRequest, IdempotencyKey, InputError, MaxAmount};
 use crate::http::auth::Caller;
+use crate::http::{Type, is_json, typed};
 use crate::store::{EnqueueError, StoreError};
 
 /// The header carrying the client's key on every create endpoint.
@@ -27,9 +28,23 @@ pub(super) const KEY: &str = "Idempotency-Key";
 /// The fields `POST /charges` takes.
 const FIELDS: &[&str] = &["order_id", "amount_minor", "currency", "payment_method"];
 
-/// What every create endpoint checks before its own fields: the
-/// `Idempotency-Key` header (a UUID), the body (read within the route's
-/// size limit: 413 past it), the JSON content type, a JSON body, and no
+/// What `amount_minor` must be, as every create route words it.
+pub(super) const AMOUNT: Type = Type::Integer("minor units, e.g. 1999 for 19.99 USD");
+
+/// The type of each field of `POST /charges`.
+const TYPES: &[(&str, Type)] = &[
+    ("order_id", Type::Text("your order's id")),
+    ("amount_minor", AMOUNT),
+    ("currency", Type::Text("an ISO 4217 code, e.g. \"USD\"")),
+    (
+        "payment_method",
+        Type::Text("the gateway's payment-method token"),
+    ),
+];
+
+/// What every create endpoint checks before its own fields: the JSON
+/// content type (415), the `Idempotency-Key` header (a UUID), the body
+/// (read within the route's size limit: 413 past it), a JSON body, and no
 /// field but `fields` (422 naming it, [`super::known_fields`]). `Err` is
 /// the finished error response.
 pub(super) fn keyed_json(
@@ -37,6 +52,13 @@ pub(super) fn keyed_json(
     body: Result<Bytes, BytesRejection>,
     fields: &[&str],
 ) -> Result<(IdempotencyKey, Value), Box<Response>> {
+    if !is_json(headers) {
+        return Err(Box::new(error(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            None,
+            "Content-Type must be application/json",
+        )));
+    }
     let Some(raw_key) = headers.get(KEY).and_then(|v| v.to_str().ok()) else {
         return Err(Box::new(error(
             StatusCode::BAD_REQUEST,
@@ -54,17 +76,6 @@ pub(super) fn keyed_json(
         };
         Box::new(error(rejection.status(), None, message))
     })?;
-    let json_type = headers
-        .get("content-type")
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|ct| ct.to_ascii_lowercase().starts_with("application/json"));
-    if !json_type {
-        return Err(Box::new(error(
-            StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            None,
-            "Content-Type must be application/json",
-        )));
-    }
     let v = serde_json::from_slice::<Value>(&body).map_err(|_| {
         Box::new(error(
             StatusCode::BAD_REQUEST,
@@ -80,9 +91,11 @@ pub(super) fn keyed_json(
 /// The deployment's own maximum is the database's (the settings row the
 /// `charge_gate` trigger reads, set by `cobro migrate --max-amount-minor`),
 /// so HTTP, SQL and Rust callers meet one limit with one message. A number
-/// too large for an `i64` is refused as over the maximum, not as missing.
+/// too large for an `i64` is refused as over the maximum, not as missing;
+/// one of another JSON type as what it is ([`AMOUNT`]).
 /// `Err` is the finished 422 naming the field.
 pub(super) fn amount(v: &Value) -> Result<Amount, Box<Response>> {
+    typed(v, &[("amount_minor", AMOUNT)])?;
     let max = MaxAmount::CEILING;
     let refused = |e: InputError| {
         Box::new(error(
@@ -143,24 +156,14 @@ pub(super) async fn create(
         Ok(ok) => ok,
         Err(resp) => return *resp,
     };
+    if let Err(refused) = typed(&v, TYPES) {
+        return *refused;
+    }
     let raw_key = key.to_string();
     let raw_key = raw_key.as_str();
-    let text = |field: &'static str| match v.get(field) {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::String(s)) => Ok(Some(s.as_str())),
-        Some(_) => Err(field),
-    };
+    let text = |field: &str| v.get(field).and_then(Value::as_str);
     let (order_id, currency, payment_method) =
-        match (text("order_id"), text("currency"), text("payment_method")) {
-            (Ok(o), Ok(c), Ok(p)) => (o, c, p),
-            (Err(field), _, _) | (_, Err(field), _) | (_, _, Err(field)) => {
-                return error(
-                    StatusCode::UNPROCESSABLE_ENTITY,
-                    Some(field),
-                    "must be a string",
-                );
-            }
-        };
+        (text("order_id"), text("currency"), text("payment_method"));
     let Some(order_id) = order_id else {
         return error(
             StatusCode::UNPROCESSABLE_ENTITY,

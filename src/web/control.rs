@@ -1,7 +1,10 @@
 //! The incident switch over HTTP (scope `finance:write`):
 //! `POST /control/pause` with `{"reason": "…"}` stops sending new charges
 //! on every worker (within a second); `POST /control/resume` turns it off;
-//! `GET /control/pause` (the same scope) says how it stands.
+//! `GET /control/pause` (the same scope) says how it stands. Pausing
+//! takes a JSON body (415 otherwise); resuming takes none, so an empty
+//! body without a `Content-Type` is fine, and a JSON one may not carry
+//! fields ([`crate::http::no_fields`]).
 //!
 //! Invariant: the store keeps who and why for every change, in an
 //! append-only history; the caller's key name is the actor.
@@ -16,21 +19,21 @@ use serde_json::{Value, json};
 
 use super::{AppState, error};
 use crate::http::auth::Caller;
+use crate::http::{Type, no_fields, typed};
 
 pub(super) async fn pause(
     State(app): AppState,
     Extension(caller): Extension<Caller>,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    let v = body
-        .ok()
-        .and_then(|b| serde_json::from_slice::<Value>(&b).ok());
-    if let Some(v) = &v
-        && let Err(refused) = super::known_fields(v, &["reason"])
+    let what = "why sending is paused, shown to everyone who looks";
+    let v = match super::json_body(body, &["reason"])
+        .and_then(|v| typed(&v, &[("reason", Type::Text(what))]).map(|()| v))
     {
-        return *refused;
-    }
-    let reason = v.and_then(|v| v.get("reason").and_then(Value::as_str).map(str::to_owned));
+        Ok(v) => v,
+        Err(refused) => return *refused,
+    };
+    let reason = v.get("reason").and_then(Value::as_str).map(str::to_owned);
     let Some(reason) = reason.filter(|r| !r.trim().is_empty()) else {
         return error(
             StatusCode::UNPROCESSABLE_ENTITY,
@@ -41,7 +44,17 @@ pub(super) async fn pause(
     set(&app, &caller, true, Some(&reason)).await
 }
 
-pub(super) async fn resume(State(app): AppState, Extension(caller): Extension<Caller>) -> Response {
+pub(super) async fn resume(
+    State(app): AppState,
+    Extension(caller): Extension<Caller>,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let Ok(body) = body else {
+        return error(StatusCode::PAYLOAD_TOO_LARGE, None, "the body is too large");
+    };
+    if let Err(refused) = no_fields(&body) {
+        return *refused;
+    }
     set(&app, &caller, false, None).await
 }
 

@@ -39,7 +39,10 @@
 //! with malformed keys; every route but the webhook receiver and `/health`
 //! checks a credential and a scope before its handler runs; every JSON body
 //! a caller sends is refused (422 naming the field, nothing written) when
-//! it has a top-level field the route does not take ([`known_fields`]);
+//! it has a top-level field the route does not take ([`known_fields`]) or
+//! a field of the wrong JSON type (422 naming the field and the type,
+//! [`crate::http::typed`]); every POST with a body requires
+//! `application/json` (415);
 //! secrets never reach logs or `Debug`; every listener runs with timeouts
 //! and limits.
 
@@ -61,6 +64,7 @@ use std::time::Duration;
 use anyhow::Context;
 use axum::extract::{DefaultBodyLimit, State};
 use axum::http::StatusCode;
+use axum::middleware::from_fn;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
@@ -71,6 +75,7 @@ use tracing::{info, warn};
 use crate::backoff::parse_duration_arg as duration;
 use crate::http::auth::{ApiKeyArgs, ApiKeys, Guard, Scope, Via};
 pub(crate) use crate::http::error;
+use crate::http::{json_only, json_or_nothing};
 
 /// 409 for a refusal by the database's charge rule: the message, and
 /// `"reason"` naming which part refused (`approved`, `live_attempt`,
@@ -172,6 +177,10 @@ pub struct ServeArgs {
     /// Largest accepted webhook body; larger ones get 413.
     #[arg(long, env = "COBRO_MAX_BODY_BYTES", default_value_t = 65_536)]
     pub max_body_bytes: usize,
+    /// A webhook's whole body must arrive within this (a gateway sends it
+    /// at once); else 408 and the connection is closed.
+    #[arg(long, env = "COBRO_WEBHOOK_BODY_TIMEOUT", default_value = "5s", value_parser = duration)]
+    pub webhook_body_timeout: Duration,
     /// Database gauges on `/metrics` are reused for this long.
     #[arg(long, env = "COBRO_METRICS_CACHE", default_value = "5s", value_parser = duration)]
     pub metrics_cache: Duration,
@@ -232,6 +241,8 @@ pub struct WebConfig {
     pub finance: finance::FinanceConfig,
     /// Largest accepted webhook body.
     pub max_webhook_body: usize,
+    /// How long a webhook's whole body may take to arrive.
+    pub webhook_body_timeout: Duration,
     pub metrics_cache: Duration,
 }
 
@@ -245,6 +256,7 @@ impl WebConfig {
             retry: Default::default(),
             finance: finance::FinanceConfig::default(),
             max_webhook_body: 65_536,
+            webhook_body_timeout: Duration::from_secs(5),
             metrics_cache: crate::metrics::GAUGE_TTL,
         }
     }
@@ -271,6 +283,7 @@ impl WebConfig {
             store: self.store.clone(),
             verifier: self.verifier,
             max_body: self.max_webhook_body,
+            body_deadline: self.webhook_body_timeout,
             retry: self.retry,
         });
         let public = Router::new()
@@ -303,19 +316,23 @@ impl WebConfig {
             )
             .route(
                 "/orders/{order_id}/cancel",
-                bearer(Scope::ChargesWrite).on(post(cancel::cancel)),
+                bearer(Scope::ChargesWrite).on(post(cancel::cancel).layer(from_fn(json_only))),
             )
             .route(
                 "/orders/{order_id}/payment-method",
-                bearer(Scope::ChargesWrite).on(post(payment_method::update)),
+                bearer(Scope::ChargesWrite)
+                    .on(post(payment_method::update).layer(from_fn(json_only))),
             )
             .route(
                 "/control/pause",
-                bearer(Scope::FinanceWrite).on(post(control::pause).get(control::show)),
+                bearer(Scope::FinanceWrite).on(post(control::pause)
+                    .layer(from_fn(json_only))
+                    .get(control::show)),
             )
             .route(
                 "/control/resume",
-                bearer(Scope::FinanceWrite).on(post(control::resume)),
+                bearer(Scope::FinanceWrite)
+                    .on(post(control::resume).layer(from_fn(json_or_nothing))),
             )
             .route("/metrics", bearer(Scope::MetricsRead).on(get(metrics)))
             .with_state(app.clone())
@@ -338,6 +355,7 @@ pub(crate) struct App {
     pub(crate) store: Store,
     pub(crate) verifier: Verifier,
     pub(crate) max_body: usize,
+    pub(crate) body_deadline: Duration,
     pub(crate) retry: crate::retry::RetryPolicy,
     pub(crate) rejects: webhooks::RejectSampler,
     scraper: Scraper,
@@ -376,6 +394,9 @@ pub async fn run(
         .map_err(|e| anyhow::anyhow!("COBRO_RETRY_SCHEDULE: {e}"))?;
     let keys = args.api_keys.keys().map_err(anyhow::Error::msg)?;
     args.http.check().map_err(anyhow::Error::msg)?;
+    if args.webhook_body_timeout.is_zero() {
+        anyhow::bail!("COBRO_WEBHOOK_BODY_TIMEOUT must be more than 0");
+    }
     if keys.is_empty() {
         warn!("no API keys (COBRO_API_KEYS): only the webhook receiver and /health will answer");
     }
@@ -401,6 +422,7 @@ pub async fn run(
         retry,
         finance: args.finance.config(),
         max_webhook_body: args.max_body_bytes,
+        webhook_body_timeout: args.webhook_body_timeout,
         metrics_cache: args.metrics_cache,
     };
     info!(

@@ -18,6 +18,7 @@ use serde_json::json;
 use super::{AppState, error};
 use crate::domain::PaymentMethod;
 use crate::http::auth::Caller;
+use crate::http::{Type, typed};
 use crate::store::MethodUpdateError;
 
 pub(super) async fn update(
@@ -30,20 +31,18 @@ pub(super) async fn update(
         Ok(v) => v,
         Err(refused) => return *refused,
     };
+    let what = "the gateway's payment-method token";
+    if let Err(refused) = typed(&v, &[("payment_method", Type::Text(what))]) {
+        return *refused;
+    }
     let token = match v
         .get("payment_method")
-        .map(|t| t.as_str().map(PaymentMethod::parse))
+        .and_then(|t| t.as_str())
+        .map(PaymentMethod::parse)
     {
-        Some(Some(Ok(t))) => t,
-        Some(Some(Err(e))) => {
+        Some(Ok(t)) => t,
+        Some(Err(e)) => {
             return error(StatusCode::UNPROCESSABLE_ENTITY, Some(e.field), e.reason);
-        }
-        Some(None) => {
-            return error(
-                StatusCode::UNPROCESSABLE_ENTITY,
-                Some("payment_method"),
-                "must be a string: the gateway's payment-method token",
-            );
         }
         None => {
             return error(

@@ -18,6 +18,7 @@ use uuid::Uuid;
 use super::charges::{KEY, amount, created, keyed_json};
 use super::{AppState, error};
 use crate::http::auth::Caller;
+use crate::http::{Type, typed};
 use crate::store::RefundError;
 
 pub(super) async fn create(
@@ -30,16 +31,28 @@ pub(super) async fn create(
         Ok(ok) => ok,
         Err(resp) => return *resp,
     };
-    let Some(attempt_id) = v
-        .get("attempt_id")
-        .and_then(Value::as_str)
-        .and_then(|s| Uuid::try_parse(s).ok())
-    else {
-        return error(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            Some("attempt_id"),
-            "is required: the UUID of the APROBADO charge attempt to refund",
-        );
+    let what = "the UUID of the APROBADO charge attempt to refund";
+    if let Err(refused) = typed(&v, &[("attempt_id", Type::Text(what))]) {
+        return *refused;
+    }
+    let attempt_id = match v.get("attempt_id").and_then(Value::as_str) {
+        None => {
+            return error(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                Some("attempt_id"),
+                format!("is required: {what}"),
+            );
+        }
+        Some(s) => match Uuid::try_parse(s) {
+            Ok(id) => id,
+            Err(_) => {
+                return error(
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    Some("attempt_id"),
+                    format!("attempt_id must be {what}; got a string that is not a UUID"),
+                );
+            }
+        },
     };
     let amount = match amount(&v) {
         Ok(a) => a,

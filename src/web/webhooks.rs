@@ -7,6 +7,10 @@
 //! processes by the table's unique index), so a flood of forgeries cannot
 //! fill the database or hold SQLite's write lock; a duplicate or a late
 //! event is answered 2xx (an error would make the gateway retry for days).
+//! The whole body must arrive within the webhook's own deadline
+//! (`COBRO_WEBHOOK_BODY_TIMEOUT`, a few seconds: a gateway sends it at
+//! once), tighter than the API's, so a sender trickling bytes holds a
+//! connection for seconds, not for the request timeout.
 //! What the event says reaches the store only through [`event::parse`]
 //! ([`crate::domain::text`]); a rejection's detail is escaped and bounded
 //! the same way before it is logged, stored or answered.
@@ -16,9 +20,8 @@ use std::sync::Mutex;
 
 use axum::Json;
 use axum::body::Bytes;
-use axum::extract::State;
-use axum::extract::rejection::BytesRejection;
-use axum::http::{HeaderMap, StatusCode};
+use axum::extract::{FromRequest, Request, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Map, Value, json};
 use tracing::{info, warn};
@@ -68,11 +71,8 @@ impl RejectSampler {
     }
 }
 
-pub(super) async fn receive(
-    State(app): AppState,
-    headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
-) -> Response {
+pub(super) async fn receive(State(app): AppState, req: Request) -> Response {
+    let headers = req.headers().clone();
     let reject = |status: StatusCode, reason: &'static str, detail: String, size: usize| {
         let app = app.clone();
         let headers = safe_headers(&headers);
@@ -93,6 +93,15 @@ pub(super) async fn receive(
             }
             error(status, None, format!("{reason}: {detail}"))
         }
+    };
+    let deadline = app.body_deadline;
+    let Ok(body) = tokio::time::timeout(deadline, Bytes::from_request(req, &())).await else {
+        let detail = format!("the body did not arrive within {deadline:?}");
+        let mut resp = reject(StatusCode::REQUEST_TIMEOUT, "body_too_slow", detail, 0).await;
+        // Whatever is still coming is not read: the connection is done.
+        resp.headers_mut()
+            .insert(header::CONNECTION, HeaderValue::from_static("close"));
+        return resp;
     };
     let body = match body {
         Ok(body) => body,

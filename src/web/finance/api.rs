@@ -5,7 +5,9 @@
 //! moved/settled/refused, 503 database). Every JSON body is read as JSON
 //! first and refused (422 naming it) when it has a field the route does not
 //! take ([`crate::web::known_fields`]: serde's `deny_unknown_fields` does
-//! not work with the `flatten`ed filters and resolutions), then parsed.
+//! not work with the `flatten`ed filters and resolutions) or a field of the
+//! wrong JSON type ([`crate::http::typed`]: 422 naming the field and the
+//! type, where serde's message would name neither), then parsed.
 
 use axum::Json;
 use axum::body::{Body, Bytes};
@@ -22,6 +24,7 @@ use crate::finance::{
     self, Filter, PageRequest, QueueError, Resolution, ResolveError, ResolveRequest,
 };
 use crate::http::auth::Caller as Person;
+use crate::http::{Type, no_fields, typed};
 use crate::store::{
     CaseError, Escalated, QueueCursor, QueueQuery, RefundError, RetryError, Store, StoreError,
 };
@@ -112,11 +115,12 @@ pub(super) fn queue_error(e: QueueError) -> Response {
 }
 
 /// The body as `T`, or the finished 422: not JSON, a field other than
-/// `fields`, or not the shape `expected` shows (naming `field`, when the
-/// route has one to name).
+/// `fields`, a field not of its type in `types`, or not the shape
+/// `expected` shows (naming `field`, when the route has one to name).
 fn body_as<T: serde::de::DeserializeOwned>(
     body: &[u8],
     fields: &[&str],
+    types: &[(&str, Type)],
     expected: &str,
     field: Option<&str>,
 ) -> Result<T, Box<Response>> {
@@ -129,11 +133,24 @@ fn body_as<T: serde::de::DeserializeOwned>(
     };
     let v = serde_json::from_slice::<Value>(body).map_err(refused)?;
     known_fields(&v, fields)?;
+    typed(&v, types)?;
     serde_json::from_value(v).map_err(refused)
 }
 
 /// The fields of `POST /finance/api/check-now`.
 const CHECK_NOW_FIELDS: &[&str] = &["note", "state", "currency", "kind", "min_age_secs"];
+
+/// A note, as every finance action takes it.
+const NOTE: (&str, Type) = ("note", Type::Text("what you checked and why"));
+
+/// The types of the fields of `POST /finance/api/check-now`.
+const CHECK_NOW_TYPES: &[(&str, Type)] = &[
+    NOTE,
+    ("state", Type::Text("a state, e.g. \"EN_REVISION\"")),
+    ("currency", Type::Text("an ISO 4217 code, e.g. \"USD\"")),
+    ("kind", Type::Text("initial, retry or refund")),
+    ("min_age_secs", Type::Integer("seconds")),
+];
 
 #[derive(Deserialize)]
 struct CheckNowBody {
@@ -151,10 +168,11 @@ pub(super) async fn check_now(
     body: Bytes,
 ) -> Response {
     let expected = r#"{"note": "…", "state"?, "currency"?, "kind"?, "min_age_secs"?}"#;
-    let body = match body_as::<CheckNowBody>(&body, CHECK_NOW_FIELDS, expected, None) {
-        Ok(b) => b,
-        Err(refused) => return *refused,
-    };
+    let body =
+        match body_as::<CheckNowBody>(&body, CHECK_NOW_FIELDS, CHECK_NOW_TYPES, expected, None) {
+            Ok(b) => b,
+            Err(refused) => return *refused,
+        };
     match finance::check_now_all(
         &fin.store,
         fin.cfg.stale_after,
@@ -182,16 +200,17 @@ pub(super) async fn resolve_case(
     Path(id): Path<i64>,
     body: Bytes,
 ) -> Response {
-    // The note is optional, and so is the body; a field other than the
-    // note is refused.
-    if let Ok(v) = serde_json::from_slice::<Value>(&body)
-        && let Err(refused) = known_fields(&v, &["note"])
-    {
-        return *refused;
-    }
-    let note = serde_json::from_slice::<CaseBody>(&body)
-        .map(|b| b.note)
-        .unwrap_or_default();
+    // The note is optional, and so is the body (empty); anything else must
+    // be a JSON object with at most a note, a string.
+    let note = if body.iter().all(u8::is_ascii_whitespace) {
+        String::new()
+    } else {
+        let expected = r#"{"note": "…"}"#;
+        match body_as::<CaseBody>(&body, &["note"], &[NOTE], expected, None) {
+            Ok(b) => b.note,
+            Err(refused) => return *refused,
+        }
+    };
     match finance::resolve_case(&fin.store, id, &person.name, &note).await {
         Ok(case) => Json(case).into_response(),
         Err(e) => case_error(e),
@@ -213,7 +232,14 @@ pub(super) async fn refund_duplicate(
     body: Bytes,
 ) -> Response {
     let expected = r#"{"charge_id": "<the duplicate's gateway id>"}"#;
-    let body = match body_as::<DuplicateBody>(&body, &["charge_id"], expected, Some("charge_id")) {
+    let types = [("charge_id", Type::Text("the duplicate's gateway charge id"))];
+    let body = match body_as::<DuplicateBody>(
+        &body,
+        &["charge_id"],
+        &types,
+        expected,
+        Some("charge_id"),
+    ) {
         Ok(b) => b,
         Err(refused) => return *refused,
     };
@@ -379,7 +405,14 @@ pub(super) async fn resolve(
         Some("check_now") => &["action", "version", "note"],
         _ => &["action", "version", "note", "charge_id", "code"],
     };
-    let body = match body_as::<ResolveBody>(&body, fields, expected, None) {
+    let types = [
+        ("action", Type::Text("approve, decline or check_now")),
+        ("version", Type::Integer("the attempt's version you saw")),
+        NOTE,
+        ("charge_id", Type::Text("the gateway's charge id")),
+        ("code", Type::Text("the gateway's decline code")),
+    ];
+    let body = match body_as::<ResolveBody>(&body, fields, &types, expected, None) {
         Ok(b) => b,
         Err(refused) => return *refused,
     };
@@ -422,15 +455,20 @@ pub(super) fn resolve_error(e: ResolveError) -> Response {
 /// retry is due now; a worker looks the attempt up at the gateway and
 /// creates the new attempt (a NEW derived key) through the same guards as
 /// an automatic retry. Refused at once (409 with `"reason"`) while the
-/// database's charge rule holds the order.
+/// database's charge rule holds the order. It takes no body
+/// ([`crate::http::json_or_nothing`], [`no_fields`]).
 pub(super) async fn retry(
     State(fin): FinanceState,
     Extension(person): Extension<Person>,
     Path(id): Path<String>,
+    body: Bytes,
 ) -> Response {
     let Ok(id) = Uuid::try_parse(&id) else {
         return bad_id();
     };
+    if let Err(refused) = no_fields(&body) {
+        return *refused;
+    }
     let actor = format!("finance:{}", person.name);
     match fin.store.request_retry(id, &actor).await {
         Ok(r) => (StatusCode::ACCEPTED, Json(r)).into_response(),

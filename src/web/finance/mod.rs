@@ -35,7 +35,7 @@ use axum::routing::{get, post};
 use clap::Args;
 
 use crate::http::auth::{ApiKeys, Guard, Scope, Via, same_origin};
-use crate::http::json_only;
+use crate::http::{json_only, json_or_nothing};
 use crate::store::Store;
 
 /// Settings of the finance routes of `cobro serve`.
@@ -137,7 +137,7 @@ pub fn router(store: Store, cfg: FinanceConfig, keys: Arc<ApiKeys>) -> Router {
             "/finance/api/attempts/{id}/retry",
             write
                 .clone()
-                .on(post(api::retry).layer(middleware::from_fn(json_only))),
+                .on(post(api::retry).layer(middleware::from_fn(json_or_nothing))),
         )
         .route(
             "/finance/api/check-now",
