@@ -295,12 +295,18 @@ async fn check(State(guard): State<Guard>, mut req: Request, next: Next) -> Resp
         );
     }
     // A browser's first page starts its sign-in: a nonce for the forms.
-    // Only a page (GET) does: a post from another site (which carries no
-    // SameSite cookie) must not replace the person's sign-in.
+    // Only a page (GET) seen by Basic does: a post from another site
+    // (which carries no SameSite cookie) must not replace the person's
+    // sign-in, and a program (Bearer) has no forms.
     let mut caller = caller;
     let mut set_cookie = None;
     let page = req.method() == axum::http::Method::GET;
-    if guard.via != Via::Bearer && page && caller.sign_in.is_empty() {
+    let browser = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.len() > 6 && v[..6].eq_ignore_ascii_case("basic "));
+    if browser && page && caller.sign_in.is_empty() {
         let (nonce, cookie) = new_sign_in(req.headers());
         caller.sign_in = nonce;
         set_cookie = Some(cookie);
