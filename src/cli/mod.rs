@@ -3,6 +3,7 @@
 
 pub mod attempts;
 pub mod escalations;
+pub mod run;
 
 use anyhow::Result;
 

@@ -39,7 +39,7 @@ pub enum EnqueueError {
     /// case, or a cancel that means "do not charge it" (`store::Hold`).
     #[error("{1}")]
     Held(super::Hold, String),
-    #[error("database error: {0}")]
+    #[error("{}", super::described(.0))]
     Db(#[from] sqlx::Error),
 }
 

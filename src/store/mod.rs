@@ -30,6 +30,7 @@ mod refund;
 mod retention;
 mod retry;
 mod review;
+mod schema;
 mod settings;
 mod webhooks;
 
@@ -52,6 +53,7 @@ pub use recon::{CaseError, CaseStatus, CaseWrite, ReconCase, ReconRun, ReconScop
 pub use refund::{RefundError, Refunded};
 pub use retention::{PURGE_BATCH, Purged};
 pub use retry::{Retried, RetryError, RetryRequested};
+pub use schema::{AppliedMigration, MIGRATE_HINT, Readiness, Scheme, described, is_missing_schema};
 pub use settings::Settings;
 pub use webhooks::{EventOutcome, IncomingEvent, WebhookResult};
 
@@ -72,8 +74,11 @@ pub const REFUND_QUEUE: &str = "cobro.refund";
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
-    #[error("database error: {0}")]
+    #[error("{}", described(.0))]
     Db(#[from] sqlx::Error),
+    /// The first connection failed: where, and why (never the password).
+    #[error("cannot reach the database at {at}: {cause} (DATABASE_URL)")]
+    Unreachable { at: String, cause: String },
     #[error("migration failed: {0}")]
     Migrate(#[from] sqlx::migrate::MigrateError),
     #[error("apalis setup failed: {0}")]
@@ -87,9 +92,8 @@ pub enum StoreError {
     Invalid(#[from] InvalidTransition),
     #[error("no attempt with id {0}")]
     NotFound(Uuid),
-    #[error(
-        "DATABASE_URL must start with postgres://, postgresql:// or sqlite: (got {0:?}; the password, if any, is not shown)"
-    )]
+    /// Holds the scheme alone (the rest of a URL may hold a password).
+    #[error("DATABASE_URL must start with postgres://, postgresql:// or sqlite://; got {0}")]
     UnknownScheme(String),
     #[error("stored row is corrupt: {0}")]
     Corrupt(String),
@@ -251,13 +255,9 @@ impl Store {
     /// `postgres://…` (production, many workers on many machines) or
     /// `sqlite://path` (the embedded default; created when missing).
     pub async fn connect(url: &str, max_connections: u32) -> Result<Self, StoreError> {
-        let db = if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-            Db::Pg(pg::connect(url, max_connections).await?)
-        } else if url.starts_with("sqlite:") {
-            Db::Lite(lite::connect(url, max_connections).await?)
-        } else {
-            let shown = url.split('@').next_back().unwrap_or_default().to_owned();
-            return Err(StoreError::UnknownScheme(shown));
+        let db = match schema::scheme(url)? {
+            Scheme::Postgres => Db::Pg(pg::connect(url, max_connections).await?),
+            Scheme::Sqlite => Db::Lite(lite::connect(url, max_connections).await?),
         };
         Ok(Self {
             db,
@@ -312,12 +312,28 @@ impl Store {
     }
 
     /// Creates or upgrades apalis' tables, then cobro's (each with its own
-    /// migrations table so the two histories never collide).
-    pub async fn migrate(&self) -> Result<(), StoreError> {
+    /// migrations table so the two histories never collide). Returns
+    /// cobro's migrations this run applied (empty: already up to date).
+    pub async fn migrate(&self) -> Result<Vec<AppliedMigration>, StoreError> {
         match &self.db {
             Db::Pg(p) => pg::migrate(p).await,
             Db::Lite(_) => lite::migrate(&self.url).await,
         }
+    }
+
+    /// Whether the schema is the one this binary was built for: cobro's
+    /// applied migrations against the binary's ([`Readiness`]).
+    pub async fn readiness(&self) -> Result<Readiness, StoreError> {
+        Ok(match &self.db {
+            Db::Pg(p) => Readiness::of(
+                schema::pg_applied(p).await?.as_deref(),
+                &schema::pg_migrator(),
+            ),
+            Db::Lite(p) => Readiness::of(
+                schema::sqlite_applied(p).await?.as_deref(),
+                &schema::sqlite_migrator(),
+            ),
+        })
     }
 
     /// Enqueues one charge in its own transaction (the CLI's way; an app

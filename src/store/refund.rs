@@ -38,7 +38,7 @@ pub enum RefundError {
     /// The key was already used for another refund or a charge.
     #[error("{0}")]
     KeyReused(String),
-    #[error("database error: {0}")]
+    #[error("{}", super::described(.0))]
     Db(#[from] sqlx::Error),
 }
 

@@ -53,7 +53,7 @@ pub enum RetryError {
     /// declined attempt moved since it was read).
     #[error("{0}")]
     AlreadyHandled(String),
-    #[error("database error: {0}")]
+    #[error("{}", super::described(.0))]
     Db(#[from] sqlx::Error),
 }
 
