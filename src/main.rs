@@ -73,6 +73,13 @@ pub(crate) enum Command {
         attempt: Option<Uuid>,
         #[arg(long)]
         json: bool,
+        /// Redraw every --interval until Ctrl-C (on a terminal, in place;
+        /// piped, one snapshot after another, separated by a blank line).
+        #[arg(long)]
+        watch: bool,
+        /// How often --watch redraws.
+        #[arg(long, default_value = "2s", value_parser = cobro::backoff::parse_duration_arg, requires = "watch")]
+        interval: std::time::Duration,
     },
     /// A manual business retry (finance): the declined attempt's retry made
     /// due now. A worker looks it up at the gateway first, then creates a NEW

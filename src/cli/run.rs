@@ -6,7 +6,6 @@ use anyhow::{Context, Result, bail};
 use cobro::domain::{ChargeRequest, MaxAmount};
 use cobro::store::Store;
 
-use super::print_status;
 use crate::Command;
 
 /// Runs one command; its error is printed by `main`, without a backtrace.
@@ -72,17 +71,19 @@ pub(crate) async fn run(command: Command) -> Result<()> {
             order_id,
             attempt,
             json,
+            watch,
+            interval,
         } => {
             let store = Store::connect(&database_url, 2).await?;
-            let attempts = match (order_id, attempt) {
-                (Some(order), _) => store.attempts_for_order(&order).await?,
-                (None, Some(id)) => vec![store.load(id).await?.0],
-                (None, None) => return super::print_system_status(&store, json).await,
+            let query = super::watch::StatusQuery {
+                order_id,
+                attempt,
+                json,
             };
-            if attempts.is_empty() {
-                bail!("no attempts found");
+            match watch {
+                true => super::watch::watch(&store, &query, interval).await?,
+                false => super::watch::status_once(&store, &query).await?,
             }
-            print_status(&store, &attempts, json).await?;
         }
         Command::Retry {
             database_url,

@@ -75,9 +75,11 @@ pub const REFUND_QUEUE: &str = "cobro.refund";
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     #[error("{}", described(.0))]
-    Db(#[from] sqlx::Error),
+    /// Not a `#[source]`: the message already words the driver's error,
+    /// and a chain printed with `{:#}` would say it twice.
+    Db(sqlx::Error),
     /// The first connection failed: where, and why (never the password).
-    #[error("cannot reach the database at {at}: {cause} (DATABASE_URL)")]
+    #[error("cannot connect to the database at {at} (DATABASE_URL): {cause}")]
     Unreachable { at: String, cause: String },
     #[error("migration failed: {0}")]
     Migrate(#[from] sqlx::migrate::MigrateError),
@@ -676,5 +678,11 @@ impl Store {
             Db::Pg(p) => pg::ack_notice(p, id, by).await,
             Db::Lite(p) => lite::ack_notice(p, id, by).await,
         }
+    }
+}
+
+impl From<sqlx::Error> for StoreError {
+    fn from(e: sqlx::Error) -> Self {
+        StoreError::Db(e)
     }
 }

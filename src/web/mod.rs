@@ -3,7 +3,9 @@
 //!
 //! Routes, and who may call them ([`crate::http::auth`]):
 //! - `POST /webhooks/gateway`: anyone; the signature decides ([`webhooks`]).
-//! - `GET /health`: anyone; says only whether the database answers.
+//!   Without webhook secrets it is not mounted (404), logged at start-up.
+//! - `GET /health`, `GET /ready`: anyone; whether the database answers
+//!   and has the schema this binary needs ([`health`]).
 //! - `POST /charges` (`charges:write`), `GET /charges/{attempt_id}`
 //!   (`attempts:read`: the attempt, its history and lookups) ([`charges`]).
 //! - `POST /refunds` (`refunds:write`), `GET /refunds/{refund_id}`
@@ -30,8 +32,8 @@
 //! With `COBRO_INTERNAL_LISTEN` the public listener serves only the webhook
 //! receiver and `/health`, and everything else is on the internal one.
 //!
-//! Invariant: the process refuses to start without valid webhook secrets or
-//! with malformed keys; every route but the webhook receiver and `/health`
+//! Invariant: the process refuses to start with malformed webhook secrets
+//! or keys; every route but the webhook receiver and `/health`
 //! checks a credential and a scope before its handler runs; every JSON body
 //! a caller sends is refused (422 naming the field, nothing written) when
 //! it has a top-level field the route does not take ([`known_fields`]) or
@@ -45,6 +47,7 @@ mod cancel;
 mod charges;
 mod control;
 pub mod finance;
+mod health;
 mod html;
 mod operator;
 mod payment_method;
@@ -160,7 +163,14 @@ pub struct ServeArgs {
     pub database_url: String,
     /// Active webhook signing secrets, comma-separated (several during a
     /// rotation). Standard Webhooks: `whsec_<base64>`; Stripe: `whsec_…`.
-    #[arg(long, env = "COBRO_WEBHOOK_SECRETS", hide_env_values = true)]
+    /// Unset: the webhook route is off (404) and everything else serves.
+    #[arg(
+        long,
+        env = "COBRO_WEBHOOK_SECRETS",
+        hide_env_values = true,
+        default_value = "",
+        hide_default_value = true
+    )]
     pub webhook_secrets: String,
     /// `standard` (Standard Webhooks) or `stripe` (`Stripe-Signature`).
     #[arg(long, env = "COBRO_WEBHOOK_SCHEME", default_value = "standard")]
@@ -214,14 +224,19 @@ impl ServeArgs {
         }
     }
 
-    pub fn verifier(&self) -> anyhow::Result<Verifier> {
+    /// The webhook verifier; `None` when no secrets are set (the webhook
+    /// route is then off).
+    pub fn verifier(&self) -> anyhow::Result<Option<Verifier>> {
+        if self.webhook_secrets.trim().is_empty() {
+            return Ok(None);
+        }
         let scheme: Scheme = self
             .webhook_scheme
             .parse()
             .map_err(|e| anyhow::anyhow!("COBRO_WEBHOOK_SCHEME: {e}"))?;
         let verifier = Verifier::from_env_value(scheme, &self.webhook_secrets)
             .map_err(|e| anyhow::anyhow!("COBRO_WEBHOOK_SECRETS: {e}"))?;
-        Ok(verifier.with_tolerance(self.webhook_tolerance))
+        Ok(Some(verifier.with_tolerance(self.webhook_tolerance)))
     }
 }
 
@@ -229,7 +244,8 @@ impl ServeArgs {
 /// test or an embedding program directly.
 pub struct WebConfig {
     pub store: Store,
-    pub verifier: Verifier,
+    /// `None`: no webhook secrets; the webhook route is not mounted (404).
+    pub verifier: Option<Verifier>,
     pub keys: ApiKeys,
     pub retry: crate::retry::RetryPolicy,
     pub finance: finance::FinanceConfig,
@@ -245,7 +261,7 @@ impl WebConfig {
     pub fn new(store: Store, verifier: Verifier) -> Self {
         Self {
             store,
-            verifier,
+            verifier: Some(verifier),
             keys: ApiKeys::default(),
             retry: Default::default(),
             finance: finance::FinanceConfig::default(),
@@ -268,7 +284,8 @@ impl WebConfig {
         (public.merge(health.clone()), internal.merge(health))
     }
 
-    /// The webhook receiver; the guarded routes; `/health`.
+    /// The webhook receiver (when there are secrets); the guarded routes;
+    /// `/health` and `/ready`.
     fn parts(self) -> (Router, Router, Router) {
         let keys = Arc::new(self.keys);
         let app = Arc::new(App {
@@ -280,12 +297,14 @@ impl WebConfig {
             body_deadline: self.webhook_body_timeout,
             retry: self.retry,
         });
-        let public = Router::new()
-            .route(
+        let mut public = Router::new();
+        if app.verifier.is_some() {
+            public = public.route(
                 "/webhooks/gateway",
                 post(webhooks::receive).layer(DefaultBodyLimit::max(self.max_webhook_body)),
-            )
-            .with_state(app.clone());
+            );
+        }
+        let public = public.with_state(app.clone());
         let bearer = |scope| Guard::new(keys.clone(), scope, Via::Bearer);
         let internal = Router::new()
             .route(
@@ -333,14 +352,17 @@ impl WebConfig {
             .merge(operator::router(self.store.clone(), keys.clone()))
             .merge(finance::router(self.store, self.finance, keys.clone()))
             .layer(DefaultBodyLimit::max(API_BODY_LIMIT));
-        let health = Router::new().route("/health", get(health)).with_state(app);
+        let health = Router::new()
+            .route("/health", get(health::health))
+            .route("/ready", get(health::ready))
+            .with_state(app);
         (public, internal, health)
     }
 }
 
 pub(crate) struct App {
     pub(crate) store: Store,
-    pub(crate) verifier: Verifier,
+    pub(crate) verifier: Option<Verifier>,
     pub(crate) max_body: usize,
     pub(crate) body_deadline: Duration,
     pub(crate) retry: crate::retry::RetryPolicy,
@@ -349,21 +371,6 @@ pub(crate) struct App {
 }
 
 pub(crate) type AppState = State<Arc<App>>;
-
-async fn health(State(app): AppState) -> Response {
-    match app.store.ping().await {
-        Ok(()) => Json(json!({"ok": true, "database": app.store.backend()})).into_response(),
-        Err(e) => {
-            // The error text may name hosts, users or files: logs only.
-            warn!(error = %e, "health: the database did not answer");
-            (
-                StatusCode::SERVICE_UNAVAILABLE,
-                Json(json!({"ok": false, "database": "unreachable"})),
-            )
-                .into_response()
-        }
-    }
-}
 
 async fn metrics(State(app): AppState) -> Response {
     app.scraper.response().await
@@ -385,11 +392,22 @@ pub async fn run(
         anyhow::bail!("COBRO_WEBHOOK_BODY_TIMEOUT must be more than 0");
     }
     if keys.is_empty() {
-        warn!("no API keys (COBRO_API_KEYS): only the webhook receiver and /health will answer");
+        warn!(
+            "no API keys (COBRO_API_KEYS): only the webhook receiver, /health and /ready will answer"
+        );
+    }
+    if verifier.is_none() {
+        warn!(
+            "no webhook secrets (COBRO_WEBHOOK_SECRETS): POST /webhooks/gateway answers 404; set COBRO_WEBHOOK_SECRETS (and COBRO_WEBHOOK_SCHEME) to receive the gateway's webhooks"
+        );
     }
     let store = Store::connect(&args.database_url, 10)
         .await
         .context("connecting to DATABASE_URL")?;
+    // Served anyway: /health and /ready say the same to the platform.
+    if let Some(problem) = store.readiness().await?.problem() {
+        warn!("{problem}; /ready answers 503 until then");
+    }
     let addr = args.listen_addr();
     let public = tokio::net::TcpListener::bind(addr)
         .await
@@ -415,7 +433,7 @@ pub async fn run(
     info!(
         addr = %public.local_addr()?,
         keys = cfg.keys.len(),
-        scheme = ?cfg.verifier.scheme(),
+        scheme = ?cfg.verifier.as_ref().map(Verifier::scheme),
         "cobro web listening"
     );
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
