@@ -6,10 +6,15 @@
 #[macro_use]
 mod common;
 
-use cobro::domain::ChargeRequest;
+use cobro::domain::{Amount, ChargeRequest, IdempotencyKey};
+use cobro::state::Event;
+use cobro::store::RefundError;
 use common::*;
 
-on_both_backends!(a_reused_key_names_the_first_charge_in_major_units);
+on_both_backends!(
+    a_reused_key_names_the_first_charge_in_major_units,
+    a_refund_over_what_is_left_says_it_in_major_units,
+);
 
 async fn a_reused_key_names_the_first_charge_in_major_units(b: Backend) {
     let db = TestDb::new(b).await;
@@ -53,5 +58,39 @@ async fn a_reused_key_names_the_first_charge_in_major_units(b: Backend) {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("(order words-cli, 7.00 USD)"), "{stderr}");
     assert!(!stderr.contains("700 USD"), "{stderr}");
+    db.drop_db().await;
+}
+
+async fn a_refund_over_what_is_left_says_it_in_major_units(b: Backend) {
+    let db = TestDb::new(b).await;
+    let req = ChargeRequest::parse("words-refund", 1000, "USD", None, Some("pm_test")).unwrap();
+    let id = db.store.enqueue(&req).await.unwrap().attempt_id;
+    let charge = db.store.load(id).await.unwrap().0;
+    let charge = step(&db.store, &charge, Event::Claim, None).await;
+    let charge = step(&db.store, &charge, Event::Approved, None).await;
+    let refund = |minor: i64| {
+        db.store.request_refund(
+            charge.id,
+            Amount::parse(minor).unwrap(),
+            IdempotencyKey::generate(),
+            "test",
+        )
+    };
+    refund(300).await.expect("3.00 USD of 10.00 USD");
+    let err = refund(800).await.unwrap_err();
+    let RefundError::ExceedsCapture(msg) = &err else {
+        panic!("expected ExceedsCapture, got {err:?}");
+    };
+    assert!(
+        !msg.contains("800 USD") && !msg.contains("of 1000"),
+        "{msg}"
+    );
+    if b == Backend::Postgres {
+        assert!(
+            msg.contains("refund of 8.00 USD exceeds")
+                && msg.contains("3.00 USD of 10.00 USD already refunded"),
+            "{msg}"
+        );
+    }
     db.drop_db().await;
 }

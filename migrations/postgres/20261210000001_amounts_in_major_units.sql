@@ -1,8 +1,10 @@
 -- Amounts in messages in major units with the currency ("7.00 USD", not
 -- "700 USD" for amount_minor 700): enqueue_charge's refusal of a reused key
--- printed the stored amount_minor as if it were major. The function is the
--- one of 20261201000001_same_rules.sql with that message through
--- cobro.major (20261209000001_charge_gate.sql); nothing else changes.
+-- printed the stored amount_minor as if it were major, and so did the
+-- refund guard's "refund of 700 USD exceeds what is left". The functions
+-- are those of 20261201000001_same_rules.sql and
+-- 20261209000001_charge_gate.sql with those messages through cobro.major
+-- (20261209000001_charge_gate.sql); nothing else changes.
 
 CREATE OR REPLACE FUNCTION cobro.enqueue_charge(
     p_order_id        text,
@@ -82,3 +84,45 @@ BEGIN
     RETURN QUERY SELECT v_id, v_key, 'PENDIENTE'::text, true;
 END;
 $$;
+
+CREATE OR REPLACE FUNCTION cobro.guard_refund() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    v_charge   cobro.payment_attempts;
+    v_refunded bigint;
+BEGIN
+    SELECT * INTO v_charge FROM cobro.payment_attempts a WHERE a.id = NEW.refund_of FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'no attempt with id %', NEW.refund_of USING ERRCODE = 'CB404';
+    END IF;
+    IF v_charge.kind = 'refund' OR v_charge.state <> 'APROBADO' THEN
+        RAISE EXCEPTION 'attempt % is a % in state %: only an APROBADO charge can be refunded',
+            v_charge.id, CASE WHEN v_charge.kind = 'refund' THEN 'refund' ELSE 'charge' END,
+            v_charge.state USING ERRCODE = 'CB007';
+    END IF;
+    IF NEW.order_id <> v_charge.order_id OR NEW.currency <> v_charge.currency THEN
+        RAISE EXCEPTION 'invalid currency: a refund has its charge''s order and currency (%, %)',
+            v_charge.order_id, v_charge.currency USING ERRCODE = '22023';
+    END IF;
+    IF NEW.refund_of_gateway IS NOT NULL THEN
+        IF NEW.refund_of_gateway = v_charge.gateway_charge_id THEN
+            RAISE EXCEPTION 'gateway charge % is the order''s own approved charge (attempt %), not a duplicate: refund it the usual way',
+                NEW.refund_of_gateway, v_charge.id USING ERRCODE = 'CB007';
+        END IF;
+        RETURN NEW;
+    END IF;
+    -- Read after the lock: every refund of this charge committed before it is counted.
+    SELECT coalesce(sum(a.amount_minor), 0) INTO v_refunded
+      FROM cobro.payment_attempts a
+     WHERE a.refund_of = NEW.refund_of AND a.state <> 'RECHAZADO'
+       AND a.refund_of_gateway IS NULL AND a.refund_failed_at IS NULL;
+    IF v_refunded + NEW.amount_minor > v_charge.amount_minor THEN
+        RAISE EXCEPTION 'refund of % exceeds what is left to refund of attempt %: % of % already refunded or in flight',
+            cobro.major(NEW.amount_minor, NEW.currency), v_charge.id,
+            cobro.major(v_refunded, v_charge.currency),
+            cobro.major(v_charge.amount_minor, v_charge.currency)
+            USING ERRCODE = 'CB008';
+    END IF;
+    RETURN NEW;
+END;
+$$;
+
