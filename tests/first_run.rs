@@ -262,6 +262,11 @@ async fn status_watch_prints_one_snapshot_per_interval_into_a_pipe(b: Backend) {
     assert!(!text(&once.stdout).contains("\n\n"));
     let lone = cobro(&db.url, &["status", "--interval", "1s"]);
     assert_eq!(lone.status.code(), Some(2), "{}", text(&lone.stderr));
+    let busy = one_line_error(&cobro(
+        &db.url,
+        &["status", "--watch", "--interval", "10ms"],
+    ));
+    assert!(busy.contains("--interval must be at least 100ms"), "{busy}");
     db.drop_db().await;
 }
 

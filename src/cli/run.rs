@@ -74,6 +74,9 @@ pub(crate) async fn run(command: Command) -> Result<()> {
             watch,
             interval,
         } => {
+            if watch && interval < super::watch::MIN_INTERVAL {
+                bail!("--interval must be at least 100ms");
+            }
             let store = Store::connect(&database_url, 2).await?;
             let query = super::watch::StatusQuery {
                 order_id,

@@ -15,6 +15,9 @@ use uuid::Uuid;
 
 use cobro::store::Store;
 
+/// The shortest `--interval`: each snapshot is a few queries.
+pub const MIN_INTERVAL: Duration = Duration::from_millis(100);
+
 /// What `cobro status` shows.
 pub struct StatusQuery {
     pub order_id: Option<String>,

@@ -323,21 +323,6 @@ impl Store {
         }
     }
 
-    /// Whether the schema is the one this binary was built for: cobro's
-    /// applied migrations against the binary's ([`Readiness`]).
-    pub async fn readiness(&self) -> Result<Readiness, StoreError> {
-        Ok(match &self.db {
-            Db::Pg(p) => Readiness::of(
-                schema::pg_applied(p).await?.as_deref(),
-                &schema::pg_migrator(),
-            ),
-            Db::Lite(p) => Readiness::of(
-                schema::sqlite_applied(p).await?.as_deref(),
-                &schema::sqlite_migrator(),
-            ),
-        })
-    }
-
     /// Enqueues one charge in its own transaction (the CLI's way; an app
     /// uses [`enqueue_charge`] inside its own transaction instead).
     pub async fn enqueue(&self, req: &ChargeRequest) -> Result<Enqueued, EnqueueError> {

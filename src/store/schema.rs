@@ -189,6 +189,19 @@ pub fn described(e: &sqlx::Error) -> String {
     }
 }
 
+impl super::Store {
+    /// Whether the schema is the one this binary was built for: cobro's
+    /// applied migrations against the binary's ([`Readiness`]).
+    pub async fn readiness(&self) -> Result<Readiness, StoreError> {
+        Ok(match &self.db {
+            super::Db::Pg(p) => Readiness::of(pg_applied(p).await?.as_deref(), &pg_migrator()),
+            super::Db::Lite(p) => {
+                Readiness::of(sqlite_applied(p).await?.as_deref(), &sqlite_migrator())
+            }
+        })
+    }
+}
+
 /// One direct connection to the server, within [`PROBE_TIMEOUT`], so that
 /// a server that cannot be used is reported at once with where and why,
 /// instead of a pool's "timed out" after its wait.
