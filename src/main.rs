@@ -2,17 +2,16 @@
 //! request a refund, show an attempt's state and history, reconcile a window
 //! with the gateway, run the gateway simulator.
 
-use anyhow::{Context, Result, bail};
+use std::process::ExitCode;
+
 use clap::{Parser, Subcommand};
 use uuid::Uuid;
 
-use cobro::domain::{ChargeRequest, MaxAmount};
-use cobro::store::Store;
+use cobro::domain::MaxAmount;
 
 mod cli;
 
 use cli::escalations::EscalationCommand;
-use cli::print_status;
 
 #[derive(Parser)]
 #[command(
@@ -26,7 +25,7 @@ struct Cli {
 }
 
 #[derive(Subcommand)]
-enum Command {
+pub(crate) enum Command {
     /// Create or upgrade the database schema (apalis' and cobro's).
     Migrate {
         #[arg(long, env = "DATABASE_URL")]
@@ -74,6 +73,13 @@ enum Command {
         attempt: Option<Uuid>,
         #[arg(long)]
         json: bool,
+        /// Redraw every --interval until Ctrl-C (on a terminal, in place;
+        /// piped, one snapshot after another, separated by a blank line).
+        #[arg(long)]
+        watch: bool,
+        /// How often --watch redraws.
+        #[arg(long, default_value = "2s", value_parser = cobro::backoff::parse_duration_arg, requires = "watch")]
+        interval: std::time::Duration,
     },
     /// A manual business retry (finance): the declined attempt's retry made
     /// due now. A worker looks it up at the gateway first, then creates a NEW
@@ -257,316 +263,12 @@ enum Command {
     },
 }
 
-#[tokio::main]
-async fn main() -> Result<()> {
+fn main() -> ExitCode {
     let cli = Cli::parse();
     let quiet = matches!(cli.command, Command::Demo { .. });
     // The demo draws progress bars: only real problems may print over them
     // (SQLite lock waits make sqlx flag "slow statements", which are expected).
     cobro::runtime::init_tracing(if quiet { "warn,sqlx=error" } else { "info" });
-    match cli.command {
-        Command::Migrate {
-            database_url,
-            max_amount_minor,
-        } => {
-            let store = Store::connect(&database_url, 2).await?;
-            store.migrate().await.context("migrating")?;
-            if let Some(max) = max_amount_minor {
-                store
-                    .set_max_amount(max)
-                    .await
-                    .context("setting the maximum amount")?;
-                println!("maximum amount_minor: {}", max.minor());
-            }
-            println!("database is up to date");
-        }
-        Command::Enqueue {
-            database_url,
-            order_id,
-            amount_minor,
-            currency,
-            key,
-            payment_method,
-            json,
-        } => {
-            // Parse before connecting: bad input never reaches the database.
-            let req = ChargeRequest::parse_within(
-                &order_id,
-                amount_minor,
-                &currency,
-                key.as_deref(),
-                payment_method.as_deref(),
-                MaxAmount::CEILING,
-            )?;
-            let store = Store::connect(&database_url, 2).await?;
-            let out = store.enqueue(&req).await?;
-            if json {
-                println!("{}", serde_json::to_string_pretty(&out)?);
-            } else {
-                let verb = if out.created {
-                    "enqueued"
-                } else {
-                    "already enqueued"
-                };
-                println!(
-                    "{verb}: attempt {} key {} state {}",
-                    out.attempt_id, out.idempotency_key, out.state
-                );
-            }
-        }
-        Command::Status {
-            database_url,
-            order_id,
-            attempt,
-            json,
-        } => {
-            let store = Store::connect(&database_url, 2).await?;
-            let attempts = match (order_id, attempt) {
-                (Some(order), _) => store.attempts_for_order(&order).await?,
-                (None, Some(id)) => vec![store.load(id).await?.0],
-                (None, None) => return cli::print_system_status(&store, json).await,
-            };
-            if attempts.is_empty() {
-                bail!("no attempts found");
-            }
-            print_status(&store, &attempts, json).await?;
-        }
-        Command::Retry {
-            database_url,
-            attempt,
-            actor,
-            json,
-        } => {
-            let store = Store::connect(&database_url, 2).await?;
-            let who = format!("manual:{actor}");
-            let asked = store.request_retry(attempt, &who).await?;
-            if json {
-                println!("{}", serde_json::to_string_pretty(&asked)?);
-            } else {
-                println!(
-                    "retry requested: a worker looks attempt {} up at the gateway now, then creates attempt number {} with key {} (cobro status --order {} shows it)",
-                    asked.retry_of, asked.attempt_number, asked.idempotency_key, asked.order_id
-                );
-            }
-        }
-        Command::Refund {
-            database_url,
-            attempt,
-            amount_minor,
-            key,
-            actor,
-            json,
-        } => {
-            // Parse before connecting: bad input never reaches the database.
-            let amount = cobro::domain::Amount::parse(amount_minor)?;
-            let key = match key {
-                Some(k) => cobro::domain::IdempotencyKey::parse(&k)?,
-                None => cobro::domain::IdempotencyKey::generate(),
-            };
-            let store = Store::connect(&database_url, 2).await?;
-            let refund = store.request_refund(attempt, amount, key, &actor).await?;
-            if json {
-                println!("{}", serde_json::to_string_pretty(&refund)?);
-            } else {
-                let verb = if refund.created {
-                    "refund requested"
-                } else {
-                    "already requested"
-                };
-                println!(
-                    "{verb}: refund {} key {} state {}",
-                    refund.refund_id, refund.idempotency_key, refund.state
-                );
-            }
-        }
-        Command::Cancel {
-            database_url,
-            order,
-            reason,
-            actor,
-            json,
-        } => {
-            let store = Store::connect(&database_url, 2).await?;
-            let done = store.cancel_order(&order, reason, &actor).await?;
-            if json {
-                println!("{}", serde_json::to_string_pretty(&done)?);
-            } else {
-                println!(
-                    "order {}: {} unsent attempt(s) cancelled, {} scheduled retry(ies) stopped ({})",
-                    done.order_id,
-                    done.attempts_cancelled.len(),
-                    done.retries_stopped.len(),
-                    reason.as_str()
-                );
-            }
-        }
-        Command::Pause {
-            database_url,
-            reason,
-            actor,
-        } => {
-            let store = Store::connect(&database_url, 2).await?;
-            let s = store
-                .set_sending_paused(true, &actor, Some(&reason))
-                .await?;
-            println!(
-                "sending paused by {} at {}",
-                s.changed_by,
-                s.changed_at.format("%Y-%m-%dT%H:%M:%SZ")
-            );
-        }
-        Command::Resume {
-            database_url,
-            actor,
-        } => {
-            let store = Store::connect(&database_url, 2).await?;
-            let s = store.set_sending_paused(false, &actor, None).await?;
-            println!(
-                "sending resumed by {} at {}",
-                s.changed_by,
-                s.changed_at.format("%Y-%m-%dT%H:%M:%SZ")
-            );
-        }
-        Command::PaymentMethod {
-            database_url,
-            order,
-            token,
-            actor,
-        } => {
-            let token = cobro::domain::PaymentMethod::parse(&token)
-                .map_err(|e| anyhow::anyhow!("--token: {}", e.reason))?;
-            let store = Store::connect(&database_url, 2).await?;
-            let done = store.update_payment_method(&order, &token, &actor).await?;
-            println!("{}", serde_json::to_string_pretty(&done)?);
-        }
-        Command::Notices {
-            database_url,
-            all,
-            ack,
-            by,
-            json,
-        } => {
-            let store = Store::connect(&database_url, 2).await?;
-            if let Some(id) = ack {
-                let who = by.unwrap_or_default();
-                if !store.ack_notice(id, &who).await? {
-                    bail!("notice {id} does not exist or was already acknowledged");
-                }
-                println!("notice {id} acknowledged by {who}");
-                return Ok(());
-            }
-            let notices = store.notices(!all).await?;
-            if json {
-                println!("{}", serde_json::to_string_pretty(&notices)?);
-            } else {
-                for n in &notices {
-                    let delivery = match (n.delivered_at, n.failed_at) {
-                        (Some(_), _) => "delivered".to_owned(),
-                        (_, Some(_)) => {
-                            format!("delivery failed after {} tries", n.delivery_attempts)
-                        }
-                        _ if n.delivery_attempts > 0 => format!("{} tries", n.delivery_attempts),
-                        _ => String::new(),
-                    };
-                    println!(
-                        "{:>6}  {}  order {}  {}  {}  {}  {delivery}",
-                        n.id,
-                        n.created_at.format("%Y-%m-%dT%H:%M:%SZ"),
-                        n.order_id,
-                        n.kind,
-                        n.decline_code.as_deref().unwrap_or("-"),
-                        n.next_retry_at
-                            .map(|t| format!("next retry {}", t.format("%Y-%m-%dT%H:%M:%SZ")))
-                            .unwrap_or_default()
-                    );
-                }
-            }
-        }
-        Command::Escalations {
-            database_url,
-            stale_after,
-            command,
-        } => {
-            let Some(url) = database_url else {
-                bail!("DATABASE_URL (or --database-url) is required");
-            };
-            let store = Store::connect(&url, 2).await?;
-            cli::escalations::run(&store, stale_after, command).await?;
-        }
-        Command::Attempts(args) => cli::attempts::run(args).await?,
-        Command::Chaos(args) => {
-            let outcome = cobro::chaos::run(&args).await?;
-            if args.json {
-                println!("{}", serde_json::to_string_pretty(&outcome)?);
-            } else {
-                print!("{}", cobro::chaos::render(&outcome));
-            }
-            if !outcome.report.passed() {
-                std::process::exit(1);
-            }
-        }
-        Command::Reconcile(cmd) => cobro::recon::run_command(cmd).await?,
-        Command::ApiKey { name, scopes, json } => {
-            let scopes = cobro::http::auth::parse_scopes(&scopes)
-                .map_err(|e| anyhow::anyhow!("--scopes: {e}"))?;
-            let (secret, entry) =
-                cobro::http::auth::generate(&name, scopes).map_err(anyhow::Error::msg)?;
-            if json {
-                let out = serde_json::json!({"name": name, "secret": secret, "entry": entry});
-                println!("{}", serde_json::to_string_pretty(&out)?);
-            } else {
-                println!("secret (give it to the caller; shown once, never stored): {secret}");
-                println!("COBRO_API_KEYS entry (the secret's SHA-256): {entry}");
-            }
-        }
-        Command::Serve(args) => {
-            cobro::web::run(args, cobro::runtime::shutdown_signal()).await?;
-        }
-        Command::GatewaySim(args) => {
-            let config = args.config().map_err(anyhow::Error::msg)?;
-            let listener = tokio::net::TcpListener::bind(args.listen())
-                .await
-                .with_context(|| format!("binding {}", args.listen()))?;
-            eprintln!(
-                "gateway simulator listening on http://{}",
-                listener.local_addr()?
-            );
-            let shutdown = cobro::runtime::shutdown_signal();
-            match args.upstream() {
-                Some(upstream) => {
-                    eprintln!("proxy mode: /v1/ forwarded to {upstream}");
-                    cobro::sim::serve_proxy(listener, config, upstream.clone(), shutdown).await?;
-                }
-                None => cobro::sim::serve(listener, config, shutdown).await?,
-            }
-        }
-        Command::Demo {
-            orders,
-            loss,
-            seed,
-            workers,
-            check_schedule,
-            database_url,
-            json,
-            gateway,
-        } => {
-            let opts = cobro::demo::DemoOptions {
-                orders,
-                loss,
-                seed,
-                workers,
-                database_url,
-                check_schedule,
-                gateway,
-            };
-            let bars = (!json).then(indicatif::MultiProgress::new);
-            let report = cobro::demo::run(&opts, bars.as_ref()).await?;
-            if json {
-                println!("{}", serde_json::to_string_pretty(&report)?);
-            } else {
-                println!("\n{}", cobro::demo::render(&report));
-            }
-        }
-    }
-    Ok(())
+    let runtime = tokio::runtime::Runtime::new().expect("start the tokio runtime");
+    cobro::runtime::exit_code(runtime.block_on(cli::run::run(cli.command)))
 }

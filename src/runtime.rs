@@ -38,9 +38,11 @@ pub struct WorkerArgs {
     /// `postgres://…` or `sqlite://path`.
     #[arg(long, env = "DATABASE_URL")]
     pub database_url: String,
-    /// The gateway's base URL: `http://…` or `https://…` (checked at start-up).
-    #[arg(long, env = "GATEWAY_URL", default_value = "http://127.0.0.1:8089")]
-    pub gateway_url: String,
+    /// The simulator's (or a compatible gateway's) base URL: `http://…` or
+    /// `https://…` (checked at start-up). No default: with neither this
+    /// nor `COBRO_GATEWAY` the worker refuses to start.
+    #[arg(long, env = "GATEWAY_URL")]
+    pub gateway_url: Option<String>,
     /// A PEM file of extra root certificates to trust for an `https://`
     /// gateway (a private CA, a staging gateway); the public roots stay trusted.
     #[arg(long, env = "COBRO_GATEWAY_CA_FILE")]
@@ -158,7 +160,10 @@ pub struct WorkerArgs {
 impl std::fmt::Debug for WorkerArgs {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("WorkerArgs")
-            .field("gateway_url", &crate::gateway::shown_url(&self.gateway_url))
+            .field(
+                "gateway_url",
+                &self.gateway_url.as_deref().map(crate::gateway::shown_url),
+            )
             .field("gateway_ca_file", &self.gateway_ca_file)
             .field("gateway", &self.gateway)
             .field("concurrency", &self.concurrency)
@@ -212,7 +217,9 @@ impl WorkerArgs {
     }
 
     pub fn validate(&self) -> Result<(), ConfigError> {
-        crate::gateway::parse_base_url(&self.gateway_url)?;
+        if self.gateway.resolve(self.gateway_url.as_deref())? == crate::gateway::GatewayKind::Sim {
+            crate::gateway::parse_base_url(self.gateway_url.as_deref().unwrap_or_default())?;
+        }
         self.schedule()?;
         self.review()?;
         self.retry.policy()?;
@@ -254,10 +261,11 @@ impl WorkerArgs {
         Ok(self.notify.notifier(self.retry.policy()?)?)
     }
 
-    /// The gateway client's settings.
+    /// The gateway client's settings (`base_url` empty when `GATEWAY_URL`
+    /// is unset).
     pub fn gateway_config(&self) -> HttpGatewayConfig {
         HttpGatewayConfig {
-            base_url: self.gateway_url.clone(),
+            base_url: self.gateway_url.clone().unwrap_or_default(),
             connect_timeout: self.gateway_connect_timeout,
             request_timeout: self.gateway_timeout,
             ca_file: self.gateway_ca_file.clone(),
@@ -289,9 +297,15 @@ pub async fn run(
     // Before the database: a gateway that can never be reached (bad scheme,
     // unusable CA file) stops the process here, not at the first charge.
     let gateway: Arc<dyn Gateway> = args.gateway.build(args.gateway_config())?;
+    args.gateway
+        .check_credentials(args.gateway_config())
+        .await?;
     let store = Store::connect(&args.database_url, args.connections())
         .await
         .context("connecting to DATABASE_URL")?;
+    if let Some(problem) = store.readiness().await?.problem() {
+        anyhow::bail!("{problem}");
+    }
     let store = if args.group_commit {
         store.with_group_commit(args.concurrency + args.refund_concurrency)
     } else {
@@ -300,7 +314,7 @@ pub async fn run(
     // The breaker and the pace are per gateway, shared through the database.
     let gateway_name: String = args
         .gateway
-        .shown(&args.gateway_url)
+        .shown(args.gateway_url.as_deref().unwrap_or_default())
         .chars()
         .take(300)
         .collect();
@@ -346,7 +360,7 @@ pub async fn run(
     info!(
         worker = %name,
         concurrency = args.concurrency,
-        gateway = %args.gateway.shown(&args.gateway_url),
+        gateway = %args.gateway.shown(args.gateway_url.as_deref().unwrap_or_default()),
         api = ?args.gateway.kind,
         extra_roots = ?args.gateway_ca_file,
         "cobro-worker starting"
@@ -580,6 +594,20 @@ pub async fn shutdown_signal() {
     }
 }
 
+/// How `cobro` and `cobro-worker` end: an error is printed as one message
+/// with its causes (`error: …: …`) and the exit code is 1. Never anyhow's
+/// `Debug`, which adds a stack backtrace when `RUST_BACKTRACE` is set: a
+/// user's mistake is not a crash. A real panic keeps its backtrace.
+pub fn exit_code(result: anyhow::Result<()>) -> std::process::ExitCode {
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
 /// Structured logs: `RUST_LOG` filters (default `default_level`),
 /// `COBRO_LOG_FORMAT=json` switches to one JSON object per line.
 pub fn init_tracing(default_level: &str) {
@@ -609,7 +637,13 @@ mod tests {
     }
 
     fn parse(extra: &[&str]) -> WorkerArgs {
-        let mut argv = vec!["cobro-worker", "--database-url", "sqlite://unused.db"];
+        let mut argv = vec![
+            "cobro-worker",
+            "--database-url",
+            "sqlite://unused.db",
+            "--gateway-url",
+            "http://127.0.0.1:8089",
+        ];
         argv.extend_from_slice(extra);
         Cli::try_parse_from(argv).unwrap().worker
     }
@@ -651,5 +685,18 @@ mod tests {
             ])
             .is_err()
         );
+    }
+
+    #[test]
+    fn a_worker_without_a_gateway_is_refused_naming_the_variables() {
+        let bare = Cli::try_parse_from(["cobro-worker", "--database-url", "sqlite://unused.db"])
+            .unwrap()
+            .worker;
+        let err = bare.validate().unwrap_err().to_string();
+        assert!(
+            err.contains("COBRO_GATEWAY") && err.contains("GATEWAY_URL"),
+            "{err}"
+        );
+        assert!(parse(&[]).validate().is_ok());
     }
 }

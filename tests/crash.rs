@@ -29,7 +29,11 @@ fn spawn_process(args: &WorkerArgs, tag: &str) -> (Child, std::path::PathBuf) {
         .env("PATH", std::env::var("PATH").unwrap_or_default())
         .env("RUST_LOG", "info")
         .env("DATABASE_URL", &args.database_url)
-        .env("GATEWAY_URL", &args.gateway_url)
+        .env("COBRO_GATEWAY", "sim")
+        .env(
+            "GATEWAY_URL",
+            args.gateway_url.as_deref().unwrap_or_default(),
+        )
         .env("COBRO_CONCURRENCY", args.concurrency.to_string())
         .env("COBRO_LEASE_TTL", ms(args.lease_ttl))
         .env("COBRO_CHECK_SCHEDULE", &args.check_schedule)

@@ -138,6 +138,7 @@ fn spawn_worker(db_url: &str, env: &[(&str, &str)]) -> (Child, PathBuf) {
         .env("PATH", std::env::var("PATH").unwrap_or_default())
         .env("RUST_LOG", "info")
         .env("DATABASE_URL", db_url)
+        .env("COBRO_GATEWAY", "sim")
         .env(
             "COBRO_WORKER_NAME",
             format!("tls-{}", Uuid::new_v4().simple()),

@@ -168,6 +168,7 @@ fn honcho_start(db_url: &str, gateway_url: &str, base_port: u16) -> Honcho {
         .env("PATH", path_with_binaries())
         .env("PORT", base_port.to_string())
         .env("DATABASE_URL", db_url)
+        .env("COBRO_GATEWAY", "sim")
         .env("GATEWAY_URL", gateway_url)
         .env("COBRO_WEBHOOK_SECRETS", test_secret())
         .env("RUST_LOG", "info")
@@ -303,6 +304,7 @@ async fn several_processes_migrating_one_database_at_once_all_succeed(b: Backend
                 .expect("spawn cobro migrate")
         })
         .collect();
+    let mut applying = 0;
     for run in runs {
         let out = run.wait_with_output().unwrap();
         assert!(
@@ -310,11 +312,22 @@ async fn several_processes_migrating_one_database_at_once_all_succeed(b: Backend
             "{}",
             String::from_utf8_lossy(&out.stderr)
         );
-        assert_eq!(
-            String::from_utf8_lossy(&out.stdout).trim(),
-            "database is up to date"
-        );
+        // Each says what it applied itself: one run applies everything,
+        // the others (after their turn) find it up to date.
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        let last = stdout.lines().last().unwrap_or_default().to_owned();
+        if last == "database schema already up to date" {
+            assert_eq!(stdout.lines().count(), 1, "{stdout}");
+        } else {
+            assert!(
+                last.starts_with("database schema is up to date ("),
+                "{stdout}"
+            );
+            assert!(stdout.starts_with("applied "), "{stdout}");
+            applying += 1;
+        }
     }
+    assert_eq!(applying, 1, "exactly one run applied the migrations");
     let req = cobro::domain::ChargeRequest::parse("migrated-1", 100, "USD", None, None).unwrap();
     db.store.enqueue(&req).await.expect("the schema is there");
     assert_eq!(db.attempts().await, 1);

@@ -261,6 +261,7 @@ fn cobro(db_url: &str, sim_url: &str, args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_cobro"))
         .args(args)
         .env("DATABASE_URL", db_url)
+        .env("COBRO_GATEWAY", "sim")
         .env("GATEWAY_URL", sim_url)
         .env("RUST_LOG", "warn")
         .output()

@@ -232,6 +232,8 @@ async fn a_retention_shorter_than_the_gateway_retry_window_is_refused() {
             "DATABASE_URL",
             format!("sqlite://{}", dir.join("c.db").display()),
         )
+        .env("COBRO_GATEWAY", "sim")
+        .env("GATEWAY_URL", "http://127.0.0.1:9")
         .env("COBRO_WEBHOOK_RETENTION", "48h")
         .output()
         .expect("run cobro-worker");

@@ -134,6 +134,12 @@ async fn port_is_honoured_when_cobro_listen_is_unset() {
     let dir = std::env::temp_dir().join(format!("cobro_t_port_{}", uuid::Uuid::new_v4().simple()));
     std::fs::create_dir_all(&dir).unwrap();
     let url = format!("sqlite://{}", dir.join("cobro.db").display());
+    // Migrated: /health answers 503 on a database that never was.
+    let migrated = Command::new(env!("CARGO_BIN_EXE_cobro"))
+        .args(["migrate", "--database-url", &url])
+        .output()
+        .unwrap();
+    assert!(migrated.status.success());
     let port = free_port();
     let web = serve(&url, &[("PORT", port.to_string())]);
     up(&format!("http://127.0.0.1:{port}")).await;

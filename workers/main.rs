@@ -15,9 +15,12 @@ struct Cli {
     worker: cobro::runtime::WorkerArgs,
 }
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
+fn main() -> std::process::ExitCode {
     cobro::runtime::init_tracing("info");
     let cli = Cli::parse();
-    cobro::runtime::run(cli.worker, cobro::runtime::shutdown_signal()).await
+    let runtime = tokio::runtime::Runtime::new().expect("start the tokio runtime");
+    cobro::runtime::exit_code(runtime.block_on(cobro::runtime::run(
+        cli.worker,
+        cobro::runtime::shutdown_signal(),
+    )))
 }

@@ -36,6 +36,7 @@ impl Procs {
         let name = format!("chaos-w{}", self.started);
         let child = Command::new(&self.worker)
             .env("DATABASE_URL", &self.db_url)
+            .env("COBRO_GATEWAY", "sim")
             .env("GATEWAY_URL", &self.sim_url)
             .env("COBRO_WORKER_NAME", &name)
             .env("COBRO_CHECK_SCHEDULE", &self.check_schedule)

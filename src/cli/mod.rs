@@ -3,6 +3,8 @@
 
 pub mod attempts;
 pub mod escalations;
+pub mod run;
+pub mod watch;
 
 use anyhow::Result;
 
@@ -25,8 +27,13 @@ pub async fn print_status(store: &Store, attempts: &[Attempt], json: bool) -> Re
             (None, _) => "attempt".to_owned(),
         };
         println!(
-            "{what} {}  order {}  {} {} minor units  key {}",
-            a.id, a.order_id, a.currency, a.amount_minor, a.idempotency_key
+            "{what} {}  order {}  {} {} ({} minor units)  key {}",
+            a.id,
+            a.order_id,
+            cobro::domain::decimal(a.amount_minor, &a.currency),
+            a.currency,
+            a.amount_minor,
+            a.idempotency_key
         );
         println!(
             "  state {}  sends {}  checks {}  charge {}  decline {}",

@@ -128,13 +128,14 @@ pub async fn run(opts: &DemoOptions, progress: Option<&MultiProgress>) -> Result
     };
     // In a shared database (or a shared Stripe account) each world needs
     // its own order ids.
-    let world_prefix = |n: u32| match (&opts.database_url, opts.gateway.kind) {
-        (None, crate::gateway::GatewayKind::Sim) => String::new(),
+    let stripe = opts.gateway.kind == Some(crate::gateway::GatewayKind::Stripe);
+    let world_prefix = |n: u32| match (&opts.database_url, stripe) {
+        (None, false) => String::new(),
         _ => format!("demo-{}-w{n}-", &run_id[..8]),
     };
 
     let mut worlds = Vec::new();
-    if opts.gateway.kind == crate::gateway::GatewayKind::Stripe {
+    if stripe {
         let world = stripe::run(
             opts,
             &opts.gateway,
@@ -246,6 +247,8 @@ fn worker_args(
         "cobro-worker",
         "--database-url",
         db_url,
+        "--gateway",
+        "sim",
         "--gateway-url",
         gateway,
         "--worker-name",

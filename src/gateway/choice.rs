@@ -2,20 +2,22 @@
 //! API at `GATEWAY_URL`, or Stripe's at `STRIPE_API_BASE` with
 //! `STRIPE_SECRET_KEY`. Checked at start-up, before any work is taken.
 //!
-//! Invariant: the secret key appears in no `Debug`, no log and no `--help`
-//! output (`hide_env_values`).
+//! Invariants: there is no silent default: with neither `COBRO_GATEWAY`
+//! nor `GATEWAY_URL` a process that talks to a gateway refuses to start
+//! (a `GATEWAY_URL` alone means the simulator's API, as it always has);
+//! the secret key appears in no `Debug`, no log and no `--help` output
+//! (`hide_env_values`).
 
 use std::sync::Arc;
 
 use clap::{ArgAction, Args, ValueEnum};
 
-use super::stripe::{DEFAULT_API_BASE, SecretKey, StripeConfig, StripeGateway};
+use super::stripe::{DEFAULT_API_BASE, KeyCheck, SecretKey, StripeConfig, StripeGateway};
 use super::{Gateway, GatewayConfigError, HttpGateway, HttpGatewayConfig, shown_url};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum GatewayKind {
     /// cobro's simulator API (`cobro gateway-sim`), at `GATEWAY_URL`.
-    #[default]
     Sim,
     /// Stripe's API (or a Stripe-compatible server) at `STRIPE_API_BASE`.
     Stripe,
@@ -23,14 +25,11 @@ pub enum GatewayKind {
 
 #[derive(Clone, Args)]
 pub struct GatewayChoice {
-    /// Which gateway API to speak: `sim` or `stripe`.
-    #[arg(
-        long = "gateway",
-        env = "COBRO_GATEWAY",
-        value_enum,
-        default_value = "sim"
-    )]
-    pub kind: GatewayKind,
+    /// Which gateway API to speak: `sim` (needs GATEWAY_URL) or `stripe`
+    /// (needs STRIPE_SECRET_KEY). Unset: `sim` if GATEWAY_URL is set, else
+    /// the process refuses to start.
+    #[arg(long = "gateway", env = "COBRO_GATEWAY", value_enum)]
+    pub kind: Option<GatewayKind>,
     /// Stripe's secret (or restricted) API key; never logged.
     #[arg(long, env = "STRIPE_SECRET_KEY", hide_env_values = true)]
     pub stripe_secret_key: Option<String>,
@@ -47,10 +46,11 @@ pub struct GatewayChoice {
 }
 
 impl Default for GatewayChoice {
-    /// The simulator's API, and Stripe's settings at their defaults.
+    /// No API chosen (a `GATEWAY_URL` then means the simulator's), and
+    /// Stripe's settings at their defaults.
     fn default() -> Self {
         Self {
-            kind: GatewayKind::Sim,
+            kind: None,
             stripe_secret_key: None,
             stripe_api_base: DEFAULT_API_BASE.into(),
             stripe_off_session_retries: true,
@@ -73,28 +73,74 @@ impl std::fmt::Debug for GatewayChoice {
 }
 
 impl GatewayChoice {
+    /// The API this process speaks: `COBRO_GATEWAY`, or the simulator's
+    /// when only a `GATEWAY_URL` (`sim_url`) is given; neither is refused
+    /// with a message naming both, and so is the simulator without its URL.
+    /// Stripe's key must look like a secret or restricted key.
+    pub fn resolve(&self, sim_url: Option<&str>) -> Result<GatewayKind, GatewayConfigError> {
+        match (self.kind, sim_url.filter(|u| !u.trim().is_empty())) {
+            (Some(GatewayKind::Stripe), _) => {
+                SecretKey::new(self.stripe_secret_key.as_deref().unwrap_or_default()).check()?;
+                Ok(GatewayKind::Stripe)
+            }
+            (Some(GatewayKind::Sim) | None, Some(_)) => Ok(GatewayKind::Sim),
+            (Some(GatewayKind::Sim), None) => Err(GatewayConfigError::NoSimUrl),
+            (None, None) => Err(GatewayConfigError::NotChosen),
+        }
+    }
+
     /// The adapter, with the timeouts and trust of `http`; `http.base_url`
-    /// is the simulator's URL.
+    /// is the simulator's URL (empty: not given). Refused as
+    /// [`GatewayChoice::resolve`] refuses.
     pub fn build(&self, http: HttpGatewayConfig) -> Result<Arc<dyn Gateway>, GatewayConfigError> {
-        Ok(match self.kind {
+        Ok(match self.resolve(Some(&http.base_url))? {
             GatewayKind::Sim => Arc::new(HttpGateway::new(http)?),
-            GatewayKind::Stripe => Arc::new(StripeGateway::new(StripeConfig {
-                api_base: self.stripe_api_base.clone(),
-                secret_key: SecretKey::new(self.stripe_secret_key.as_deref().unwrap_or_default()),
-                connect_timeout: http.connect_timeout,
-                request_timeout: http.request_timeout,
-                ca_file: http.ca_file,
-                off_session_retries: self.stripe_off_session_retries,
-                created_filter: self.stripe_created_filter,
-            })?),
+            GatewayKind::Stripe => Arc::new(self.stripe(http)?),
+        })
+    }
+
+    /// The start-up call of a Stripe worker ([`KeyCheck`]): a 401/403 is
+    /// an error naming `STRIPE_SECRET_KEY`; an unreachable API is logged
+    /// and let through (attempts wait for it, parked). The simulator's API
+    /// has no credentials: nothing to check.
+    pub async fn check_credentials(
+        &self,
+        http: HttpGatewayConfig,
+    ) -> Result<(), GatewayConfigError> {
+        if self.resolve(Some(&http.base_url))? != GatewayKind::Stripe {
+            return Ok(());
+        }
+        let check = self.stripe(http)?.check_key().await;
+        if let Some(refusal) = check.refusal() {
+            return Err(GatewayConfigError::KeyRefused(refusal));
+        }
+        if let KeyCheck::Unreachable(why) = check {
+            tracing::warn!(
+                api = %shown_url(&self.stripe_api_base),
+                why,
+                "the Stripe API did not answer the start-up key check; starting anyway (attempts wait, parked, until it answers)"
+            );
+        }
+        Ok(())
+    }
+
+    fn stripe(&self, http: HttpGatewayConfig) -> Result<StripeGateway, GatewayConfigError> {
+        StripeGateway::new(StripeConfig {
+            api_base: self.stripe_api_base.clone(),
+            secret_key: SecretKey::new(self.stripe_secret_key.as_deref().unwrap_or_default()),
+            connect_timeout: http.connect_timeout,
+            request_timeout: http.request_timeout,
+            ca_file: http.ca_file,
+            off_session_retries: self.stripe_off_session_retries,
+            created_filter: self.stripe_created_filter,
         })
     }
 
     /// The gateway's URL as it may be shown (and names its breaker).
     pub fn shown(&self, sim_url: &str) -> String {
         match self.kind {
-            GatewayKind::Sim => shown_url(sim_url),
-            GatewayKind::Stripe => shown_url(&self.stripe_api_base),
+            Some(GatewayKind::Stripe) => shown_url(&self.stripe_api_base),
+            Some(GatewayKind::Sim) | None => shown_url(sim_url),
         }
     }
 
@@ -102,7 +148,7 @@ impl GatewayChoice {
     /// consistent, and a PaymentIntent succeeds at most once: a lookup's
     /// "not confirmed" always allows confirming it again.
     pub fn idempotent_lookups(&self) -> bool {
-        self.kind == GatewayKind::Stripe
+        self.kind == Some(GatewayKind::Stripe)
     }
 }
 
@@ -135,10 +181,65 @@ mod tests {
         };
         assert!(cli.g.build(http.clone()).is_ok());
         let no_key = Cli::parse_from(["x", "--gateway", "stripe"]);
+        assert!(no_key.g.resolve(None).is_err());
         let err = no_key.g.build(http).err().map(|e| e.to_string());
         assert!(
             err.is_some_and(|e| e.contains("STRIPE_SECRET_KEY")),
             "refused at start-up"
         );
+    }
+
+    #[test]
+    fn no_gateway_is_chosen_silently() {
+        let err = |argv: &[&str], url: Option<&str>| {
+            Cli::parse_from(argv)
+                .g
+                .resolve(url)
+                .unwrap_err()
+                .to_string()
+        };
+        let neither = err(&["x"], None);
+        for named in [
+            "COBRO_GATEWAY",
+            "GATEWAY_URL",
+            "STRIPE_SECRET_KEY",
+            "cobro gateway-sim",
+        ] {
+            assert!(neither.contains(named), "{neither}");
+        }
+        assert!(err(&["x", "--gateway", "sim"], None).contains("needs GATEWAY_URL"));
+        assert!(err(&["x", "--gateway", "sim"], Some(" ")).contains("needs GATEWAY_URL"));
+        let url = Some("http://127.0.0.1:8089");
+        assert_eq!(
+            Cli::parse_from(["x"]).g.resolve(url).unwrap(),
+            GatewayKind::Sim
+        );
+        let sim = Cli::parse_from(["x", "--gateway", "sim"]).g;
+        assert_eq!(sim.resolve(url).unwrap(), GatewayKind::Sim);
+    }
+
+    #[test]
+    fn a_stripe_key_must_be_a_secret_or_restricted_key() {
+        let resolve = |key: &str| {
+            Cli::parse_from(["x", "--gateway", "stripe", "--stripe-secret-key", key])
+                .g
+                .resolve(None)
+                .map_err(|e| e.to_string())
+        };
+        for good in ["sk_test_abc", "sk_live_abc", "rk_test_abc", "rk_live_abc"] {
+            assert_eq!(resolve(good), Ok(GatewayKind::Stripe), "{good}");
+        }
+        let pk = resolve("pk_live_supersecretish").unwrap_err();
+        assert!(
+            pk.contains("STRIPE_SECRET_KEY") && pk.contains("publishable"),
+            "{pk}"
+        );
+        assert!(!pk.contains("supersecretish"), "{pk}");
+        let odd = resolve("whsec_notakey").unwrap_err();
+        assert!(
+            odd.contains("STRIPE_SECRET_KEY") && odd.contains("\"whs\""),
+            "{odd}"
+        );
+        assert!(!odd.contains("notakey"), "{odd}");
     }
 }

@@ -215,7 +215,7 @@ impl ApiKeys {
             let hash = parse_hash(hash).ok_or_else(|| {
                 format!(
                     "key {name}: the last field must be the 64 hex digits of the secret's SHA-256 \
-                     (`cobro api-key new` prints it); never the secret itself"
+                     (`cobro api-key --name NAME --scopes SCOPES` prints it); never the secret itself"
                 )
             })?;
             if self.0.iter().any(|k| k.name == name) {
@@ -275,7 +275,7 @@ pub(super) fn same(a: &[u8; 32], b: &[u8; 32]) -> bool {
 #[derive(Clone, Default, Args)]
 pub struct ApiKeyArgs {
     /// API keys as `name:scope+scope:<sha256 hex of the secret>`, separated
-    /// by commas or newlines (`cobro api-key new` makes one). Unset: every
+    /// by commas or newlines (`cobro api-key --name NAME --scopes SCOPES` makes one). Unset: every
     /// route but the webhook receiver and /health answers 401.
     #[arg(
         long,

@@ -28,9 +28,10 @@ fn when(s: &str) -> Result<DateTime<Utc>, String> {
 pub struct ReconcileCommand {
     #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
     pub database_url: String,
-    /// The gateway's base URL: `http://…` or `https://…`.
-    #[arg(long, env = "GATEWAY_URL", default_value = "http://127.0.0.1:8089")]
-    pub gateway_url: String,
+    /// The simulator's (or a compatible gateway's) base URL: `http://…` or
+    /// `https://…`. No default: set it or `COBRO_GATEWAY`.
+    #[arg(long, env = "GATEWAY_URL")]
+    pub gateway_url: Option<String>,
     /// A PEM file of extra root certificates to trust for an `https://` gateway.
     #[arg(long, env = "COBRO_GATEWAY_CA_FILE")]
     pub gateway_ca_file: Option<std::path::PathBuf>,
@@ -55,7 +56,7 @@ pub struct ReconcileCommand {
 pub async fn run_command(cmd: ReconcileCommand) -> anyhow::Result<()> {
     let window = Window::new(cmd.from, cmd.to)?;
     let gateway: Arc<dyn Gateway> = cmd.gateway.build(HttpGatewayConfig {
-        base_url: cmd.gateway_url.clone(),
+        base_url: cmd.gateway_url.clone().unwrap_or_default(),
         connect_timeout: cmd.gateway_connect_timeout,
         request_timeout: cmd.gateway_timeout,
         ca_file: cmd.gateway_ca_file.clone(),

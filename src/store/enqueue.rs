@@ -39,8 +39,10 @@ pub enum EnqueueError {
     /// case, or a cancel that means "do not charge it" (`store::Hold`).
     #[error("{1}")]
     Held(super::Hold, String),
-    #[error("database error: {0}")]
-    Db(#[from] sqlx::Error),
+    #[error("{}", super::described(.0))]
+    /// Not a `#[source]`: the message already words the driver's error,
+    /// and a chain printed with `{:#}` would say it twice.
+    Db(sqlx::Error),
 }
 
 impl EnqueueError {
@@ -83,10 +85,17 @@ pub(crate) fn key_reused(
     currency: &str,
 ) -> EnqueueError {
     EnqueueError::KeyReused(format!(
-        "idempotency_key {key} was already used for a different charge (order {order}, {amount} {currency})"
+        "idempotency_key {key} was already used for a different charge (order {order}, {} {currency})",
+        crate::domain::decimal(amount, currency)
     ))
 }
 
 pub(crate) fn live_attempt(order: &str) -> EnqueueError {
     EnqueueError::LiveAttempt(format!("order {order} already has a live attempt"))
+}
+
+impl From<sqlx::Error> for EnqueueError {
+    fn from(e: sqlx::Error) -> Self {
+        EnqueueError::Db(e)
+    }
 }

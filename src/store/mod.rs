@@ -30,6 +30,7 @@ mod refund;
 mod retention;
 mod retry;
 mod review;
+mod schema;
 mod settings;
 mod webhooks;
 
@@ -54,6 +55,7 @@ pub use recon::{
 pub use refund::{RefundError, Refunded};
 pub use retention::{PURGE_BATCH, Purged};
 pub use retry::{Retried, RetryError, RetryRequested};
+pub use schema::{AppliedMigration, MIGRATE_HINT, Readiness, Scheme, described, is_missing_schema};
 pub use settings::Settings;
 pub use webhooks::{EventOutcome, IncomingEvent, WebhookResult};
 
@@ -74,8 +76,13 @@ pub const REFUND_QUEUE: &str = "cobro.refund";
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
-    #[error("database error: {0}")]
-    Db(#[from] sqlx::Error),
+    #[error("{}", described(.0))]
+    /// Not a `#[source]`: the message already words the driver's error,
+    /// and a chain printed with `{:#}` would say it twice.
+    Db(sqlx::Error),
+    /// The first connection failed: where, and why (never the password).
+    #[error("cannot connect to the database at {at} (DATABASE_URL): {cause}")]
+    Unreachable { at: String, cause: String },
     #[error("migration failed: {0}")]
     Migrate(#[from] sqlx::migrate::MigrateError),
     #[error("apalis setup failed: {0}")]
@@ -89,9 +96,8 @@ pub enum StoreError {
     Invalid(#[from] InvalidTransition),
     #[error("no attempt with id {0}")]
     NotFound(Uuid),
-    #[error(
-        "DATABASE_URL must start with postgres://, postgresql:// or sqlite: (got {0:?}; the password, if any, is not shown)"
-    )]
+    /// Holds the scheme alone (the rest of a URL may hold a password).
+    #[error("DATABASE_URL must start with postgres://, postgresql:// or sqlite://; got {0}")]
     UnknownScheme(String),
     #[error("stored row is corrupt: {0}")]
     Corrupt(String),
@@ -253,13 +259,9 @@ impl Store {
     /// `postgres://…` (production, many workers on many machines) or
     /// `sqlite://path` (the embedded default; created when missing).
     pub async fn connect(url: &str, max_connections: u32) -> Result<Self, StoreError> {
-        let db = if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-            Db::Pg(pg::connect(url, max_connections).await?)
-        } else if url.starts_with("sqlite:") {
-            Db::Lite(lite::connect(url, max_connections).await?)
-        } else {
-            let shown = url.split('@').next_back().unwrap_or_default().to_owned();
-            return Err(StoreError::UnknownScheme(shown));
+        let db = match schema::scheme(url)? {
+            Scheme::Postgres => Db::Pg(pg::connect(url, max_connections).await?),
+            Scheme::Sqlite => Db::Lite(lite::connect(url, max_connections).await?),
         };
         Ok(Self {
             db,
@@ -314,8 +316,9 @@ impl Store {
     }
 
     /// Creates or upgrades apalis' tables, then cobro's (each with its own
-    /// migrations table so the two histories never collide).
-    pub async fn migrate(&self) -> Result<(), StoreError> {
+    /// migrations table so the two histories never collide). Returns
+    /// cobro's migrations this run applied (empty: already up to date).
+    pub async fn migrate(&self) -> Result<Vec<AppliedMigration>, StoreError> {
         match &self.db {
             Db::Pg(p) => pg::migrate(p).await,
             Db::Lite(_) => lite::migrate(&self.url).await,
@@ -662,5 +665,11 @@ impl Store {
             Db::Pg(p) => pg::ack_notice(p, id, by).await,
             Db::Lite(p) => lite::ack_notice(p, id, by).await,
         }
+    }
+}
+
+impl From<sqlx::Error> for StoreError {
+    fn from(e: sqlx::Error) -> Self {
+        StoreError::Db(e)
     }
 }

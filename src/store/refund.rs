@@ -38,8 +38,10 @@ pub enum RefundError {
     /// The key was already used for another refund or a charge.
     #[error("{0}")]
     KeyReused(String),
-    #[error("database error: {0}")]
-    Db(#[from] sqlx::Error),
+    #[error("{}", super::described(.0))]
+    /// Not a `#[source]`: the message already words the driver's error,
+    /// and a chain printed with `{:#}` would say it twice.
+    Db(sqlx::Error),
 }
 
 impl RefundError {
@@ -78,5 +80,11 @@ fn field_name(f: &str) -> &'static str {
         "idempotency_key" => "idempotency_key",
         "currency" => "currency",
         _ => "input",
+    }
+}
+
+impl From<sqlx::Error> for RefundError {
+    fn from(e: sqlx::Error) -> Self {
+        RefundError::Db(e)
     }
 }

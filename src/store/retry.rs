@@ -53,8 +53,10 @@ pub enum RetryError {
     /// declined attempt moved since it was read).
     #[error("{0}")]
     AlreadyHandled(String),
-    #[error("database error: {0}")]
-    Db(#[from] sqlx::Error),
+    #[error("{}", super::described(.0))]
+    /// Not a `#[source]`: the message already words the driver's error,
+    /// and a chain printed with `{:#}` would say it twice.
+    Db(sqlx::Error),
 }
 
 /// A store failure on a retry's road: the database's error as it is,
@@ -198,5 +200,11 @@ impl Store {
             idempotency_key: IdempotencyKey::for_retry(ns, &seen.order_id, number).uuid(),
             due_at: now.next_action_at,
         })
+    }
+}
+
+impl From<sqlx::Error> for RetryError {
+    fn from(e: sqlx::Error) -> Self {
+        RetryError::Db(e)
     }
 }

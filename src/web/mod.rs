@@ -3,7 +3,9 @@
 //!
 //! Routes, and who may call them ([`crate::http::auth`]):
 //! - `POST /webhooks/gateway`: anyone; the signature decides ([`webhooks`]).
-//! - `GET /health`: anyone; says only whether the database answers.
+//!   Without webhook secrets it is not mounted (404), logged at start-up.
+//! - `GET /health`, `GET /ready`: anyone; whether the database answers
+//!   and has the schema this binary needs ([`health`]).
 //! - `POST /charges` (`charges:write`), `GET /charges/{attempt_id}`
 //!   (`attempts:read`: the attempt, its history and lookups) ([`charges`]).
 //! - `POST /refunds` (`refunds:write`), `GET /refunds/{refund_id}`
@@ -35,8 +37,8 @@
 //! With `COBRO_INTERNAL_LISTEN` the public listener serves only the webhook
 //! receiver and `/health`, and everything else is on the internal one.
 //!
-//! Invariant: the process refuses to start without valid webhook secrets or
-//! with malformed keys; every route but the webhook receiver and `/health`
+//! Invariant: the process refuses to start with malformed webhook secrets
+//! or keys; every route but the webhook receiver and `/health`
 //! checks a credential and a scope before its handler runs; every JSON body
 //! a caller sends is refused (422 naming the field, nothing written) when
 //! it has a top-level field the route does not take ([`known_fields`]) or
@@ -50,30 +52,30 @@ mod cancel;
 mod charges;
 mod control;
 pub mod finance;
+mod health;
 mod home;
 mod html;
 mod operator;
 mod payment_method;
+mod process;
 mod refunds;
 mod webhooks;
 
-use std::net::SocketAddr;
+pub use process::{ServeArgs, run};
+
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::Context;
 use axum::extract::{DefaultBodyLimit, State};
 use axum::http::StatusCode;
 use axum::middleware::from_fn;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use clap::Args;
 use serde_json::json;
-use tracing::{info, warn};
 
 use crate::backoff::parse_duration_arg as duration;
-use crate::http::auth::{ApiKeyArgs, ApiKeys, Guard, Scope, Via};
+use crate::http::auth::{ApiKeys, Guard, Scope, Via};
 pub(crate) use crate::http::error;
 use crate::http::{json_only, json_or_nothing};
 
@@ -137,105 +139,20 @@ pub(crate) fn known_fields(v: &serde_json::Value, fields: &[&str]) -> Result<(),
         ),
     )))
 }
-use crate::http::serve::{HttpLimits, serve};
 use crate::metrics::Scraper;
 use crate::store::Store;
-use crate::webhook::{Scheme, Verifier};
+use crate::webhook::Verifier;
 
 /// The largest body of an API request (charges, refunds, finance); larger
 /// gets 413. Webhooks have their own limit (`COBRO_MAX_BODY_BYTES`).
 pub const API_BODY_LIMIT: usize = 16 * 1024;
 
-/// Every setting of `cobro serve`, as a flag or an environment variable.
-#[derive(Clone, Args)]
-pub struct ServeArgs {
-    /// Where to listen. Unset: `0.0.0.0:$PORT` when the platform sets
-    /// `PORT` (Heroku, Dokku, honcho), else `127.0.0.1:8080`.
-    #[arg(long, env = "COBRO_LISTEN")]
-    pub listen: Option<SocketAddr>,
-    /// The port a Procfile platform assigns; used only when `COBRO_LISTEN`
-    /// is unset.
-    #[arg(long, env = "PORT", hide = true)]
-    pub port: Option<u16>,
-    /// A second listener for the API, finance and metrics (e.g. on a private
-    /// network); the public one then serves only webhooks and /health.
-    #[arg(long, env = "COBRO_INTERNAL_LISTEN")]
-    pub internal_listen: Option<SocketAddr>,
-    /// `postgres://…` or `sqlite://path`.
-    #[arg(long, env = "DATABASE_URL")]
-    pub database_url: String,
-    /// Active webhook signing secrets, comma-separated (several during a
-    /// rotation). Standard Webhooks: `whsec_<base64>`; Stripe: `whsec_…`.
-    #[arg(long, env = "COBRO_WEBHOOK_SECRETS", hide_env_values = true)]
-    pub webhook_secrets: String,
-    /// `standard` (Standard Webhooks) or `stripe` (`Stripe-Signature`).
-    #[arg(long, env = "COBRO_WEBHOOK_SCHEME", default_value = "standard")]
-    pub webhook_scheme: String,
-    /// How far a webhook's timestamp may be from now, either way.
-    #[arg(long, env = "COBRO_WEBHOOK_TOLERANCE", default_value = "300s", value_parser = duration)]
-    pub webhook_tolerance: Duration,
-    /// Largest accepted webhook body; larger ones get 413.
-    #[arg(long, env = "COBRO_MAX_BODY_BYTES", default_value_t = 65_536)]
-    pub max_body_bytes: usize,
-    /// A webhook's whole body must arrive within this (a gateway sends it
-    /// at once); else 408 and the connection is closed.
-    #[arg(long, env = "COBRO_WEBHOOK_BODY_TIMEOUT", default_value = "5s", value_parser = duration)]
-    pub webhook_body_timeout: Duration,
-    /// Database gauges on `/metrics` are reused for this long.
-    #[arg(long, env = "COBRO_METRICS_CACHE", default_value = "5s", value_parser = duration)]
-    pub metrics_cache: Duration,
-    /// Who may call the API, finance and metrics routes.
-    #[command(flatten)]
-    pub api_keys: ApiKeyArgs,
-    /// Timeouts and the connection limit of every listener.
-    #[command(flatten)]
-    pub http: HttpLimits,
-    /// A decline by webhook schedules the business retry like the worker does.
-    #[command(flatten)]
-    pub retry: crate::retry::RetryArgs,
-    /// The finance pages and API.
-    #[command(flatten)]
-    pub finance: finance::FinanceArgs,
-}
-
-impl std::fmt::Debug for ServeArgs {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ServeArgs")
-            .field("listen", &self.listen_addr())
-            .field("internal_listen", &self.internal_listen)
-            .field("webhook_scheme", &self.webhook_scheme)
-            .field("webhook_secrets", &"<redacted>")
-            .field("api_keys", &self.api_keys)
-            .finish_non_exhaustive()
-    }
-}
-
-impl ServeArgs {
-    /// `COBRO_LISTEN`, else `0.0.0.0:$PORT`, else `127.0.0.1:8080`.
-    pub fn listen_addr(&self) -> SocketAddr {
-        match (self.listen, self.port) {
-            (Some(addr), _) => addr,
-            (None, Some(port)) => SocketAddr::from(([0, 0, 0, 0], port)),
-            (None, None) => SocketAddr::from(([127, 0, 0, 1], 8080)),
-        }
-    }
-
-    pub fn verifier(&self) -> anyhow::Result<Verifier> {
-        let scheme: Scheme = self
-            .webhook_scheme
-            .parse()
-            .map_err(|e| anyhow::anyhow!("COBRO_WEBHOOK_SCHEME: {e}"))?;
-        let verifier = Verifier::from_env_value(scheme, &self.webhook_secrets)
-            .map_err(|e| anyhow::anyhow!("COBRO_WEBHOOK_SECRETS: {e}"))?;
-        Ok(verifier.with_tolerance(self.webhook_tolerance))
-    }
-}
-
 /// What the routes need: built by `cobro serve` from [`ServeArgs`], or by a
 /// test or an embedding program directly.
 pub struct WebConfig {
     pub store: Store,
-    pub verifier: Verifier,
+    /// `None`: no webhook secrets; the webhook route is not mounted (404).
+    pub verifier: Option<Verifier>,
     pub keys: ApiKeys,
     pub retry: crate::retry::RetryPolicy,
     pub finance: finance::FinanceConfig,
@@ -251,7 +168,7 @@ impl WebConfig {
     pub fn new(store: Store, verifier: Verifier) -> Self {
         Self {
             store,
-            verifier,
+            verifier: Some(verifier),
             keys: ApiKeys::default(),
             retry: Default::default(),
             finance: finance::FinanceConfig::default(),
@@ -274,7 +191,8 @@ impl WebConfig {
         (public.merge(health.clone()), internal.merge(health))
     }
 
-    /// The webhook receiver; the guarded routes; `/health`.
+    /// The webhook receiver (when there are secrets); the guarded routes;
+    /// `/health` and `/ready`.
     fn parts(self) -> (Router, Router, Router) {
         let keys = Arc::new(self.keys);
         let app = Arc::new(App {
@@ -286,12 +204,14 @@ impl WebConfig {
             body_deadline: self.webhook_body_timeout,
             retry: self.retry,
         });
-        let public = Router::new()
-            .route(
+        let mut public = Router::new();
+        if app.verifier.is_some() {
+            public = public.route(
                 "/webhooks/gateway",
                 post(webhooks::receive).layer(DefaultBodyLimit::max(self.max_webhook_body)),
-            )
-            .with_state(app.clone());
+            );
+        }
+        let public = public.with_state(app.clone());
         let bearer = |scope| Guard::new(keys.clone(), scope, Via::Bearer);
         let internal = Router::new()
             .route(
@@ -341,7 +261,10 @@ impl WebConfig {
             .merge(operator::router(self.store.clone(), keys.clone()))
             .merge(finance::router(self.store, self.finance, keys.clone()))
             .layer(DefaultBodyLimit::max(API_BODY_LIMIT));
-        let health = Router::new().route("/health", get(health)).with_state(app);
+        let health = Router::new()
+            .route("/health", get(health::health))
+            .route("/ready", get(health::ready))
+            .with_state(app);
         let safe = axum::middleware::map_response(html::security_headers);
         (
             public.layer(safe.clone()),
@@ -353,7 +276,7 @@ impl WebConfig {
 
 pub(crate) struct App {
     pub(crate) store: Store,
-    pub(crate) verifier: Verifier,
+    pub(crate) verifier: Option<Verifier>,
     pub(crate) max_body: usize,
     pub(crate) body_deadline: Duration,
     pub(crate) retry: crate::retry::RetryPolicy,
@@ -363,129 +286,6 @@ pub(crate) struct App {
 
 pub(crate) type AppState = State<Arc<App>>;
 
-async fn health(State(app): AppState) -> Response {
-    match app.store.ping().await {
-        Ok(()) => Json(json!({"ok": true, "database": app.store.backend()})).into_response(),
-        Err(e) => {
-            // The error text may name hosts, users or files: logs only.
-            warn!(error = %e, "health: the database did not answer");
-            (
-                StatusCode::SERVICE_UNAVAILABLE,
-                Json(json!({"ok": false, "database": "unreachable"})),
-            )
-                .into_response()
-        }
-    }
-}
-
 async fn metrics(State(app): AppState) -> Response {
     app.scraper.response().await
-}
-
-/// Runs the web process until `shutdown` resolves.
-pub async fn run(
-    args: ServeArgs,
-    shutdown: impl Future<Output = ()> + Send + 'static,
-) -> anyhow::Result<()> {
-    let verifier = args.verifier()?;
-    let retry = args
-        .retry
-        .policy()
-        .map_err(|e| anyhow::anyhow!("COBRO_RETRY_SCHEDULE: {e}"))?;
-    let keys = args.api_keys.keys().map_err(anyhow::Error::msg)?;
-    args.http.check().map_err(anyhow::Error::msg)?;
-    if args.webhook_body_timeout.is_zero() {
-        anyhow::bail!("COBRO_WEBHOOK_BODY_TIMEOUT must be more than 0");
-    }
-    if keys.is_empty() {
-        warn!("no API keys (COBRO_API_KEYS): only the webhook receiver and /health will answer");
-    }
-    let store = Store::connect(&args.database_url, 10)
-        .await
-        .context("connecting to DATABASE_URL")?;
-    let addr = args.listen_addr();
-    let public = tokio::net::TcpListener::bind(addr)
-        .await
-        .with_context(|| format!("binding {addr}"))?;
-    let internal = match args.internal_listen {
-        Some(addr) => Some(
-            tokio::net::TcpListener::bind(addr)
-                .await
-                .with_context(|| format!("binding COBRO_INTERNAL_LISTEN {addr}"))?,
-        ),
-        None => None,
-    };
-    let cfg = WebConfig {
-        store,
-        verifier,
-        keys,
-        retry,
-        finance: args.finance.config(),
-        max_webhook_body: args.max_body_bytes,
-        webhook_body_timeout: args.webhook_body_timeout,
-        metrics_cache: args.metrics_cache,
-    };
-    info!(
-        addr = %public.local_addr()?,
-        keys = cfg.keys.len(),
-        scheme = ?cfg.verifier.scheme(),
-        "cobro web listening"
-    );
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    tokio::spawn(async move {
-        shutdown.await;
-        let _ = stop_tx.send(true);
-    });
-    let stopped = move || {
-        let mut rx = stop_rx.clone();
-        async move {
-            let _ = rx.wait_for(|s| *s).await;
-        }
-    };
-    match internal {
-        None => serve(public, cfg.router(), &args.http, stopped()).await?,
-        Some(internal) => {
-            info!(addr = %internal.local_addr()?, "API, finance and metrics on the internal listener");
-            let (public_routes, internal_routes) = cfg.split();
-            tokio::try_join!(
-                serve(public, public_routes, &args.http, stopped()),
-                serve(internal, internal_routes, &args.http, stopped()),
-            )?;
-        }
-    }
-    info!("cobro web stopped");
-    Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use clap::Parser;
-
-    #[derive(Parser)]
-    struct Cli {
-        #[command(flatten)]
-        serve: super::ServeArgs,
-    }
-
-    fn listen(args: &[&str]) -> String {
-        let mut argv = vec![
-            "cobro",
-            "--database-url",
-            "sqlite://x",
-            "--webhook-secrets",
-            "s",
-        ];
-        argv.extend_from_slice(args);
-        Cli::parse_from(argv).serve.listen_addr().to_string()
-    }
-
-    #[test]
-    fn listen_follows_cobro_listen_then_port_then_loopback() {
-        assert_eq!(listen(&[]), "127.0.0.1:8080");
-        assert_eq!(listen(&["--port", "5000"]), "0.0.0.0:5000");
-        assert_eq!(
-            listen(&["--port", "5000", "--listen", "127.0.0.1:9000"]),
-            "127.0.0.1:9000"
-        );
-    }
 }

@@ -358,9 +358,12 @@ pub fn approved_per_order(ledger: &Ledger) -> HashMap<String, usize> {
 pub fn worker_args(db_url: &str, gateway_url: &str) -> WorkerArgs {
     WorkerArgs {
         database_url: db_url.into(),
-        gateway_url: gateway_url.into(),
+        gateway_url: Some(gateway_url.into()),
         gateway_ca_file: None,
-        gateway: Default::default(),
+        gateway: cobro::gateway::GatewayChoice {
+            kind: Some(cobro::gateway::GatewayKind::Sim),
+            ..Default::default()
+        },
         concurrency: 8,
         refund_concurrency: 2,
         batch_size: 10,

@@ -258,7 +258,7 @@ impl LocalStripe {
 pub fn stripe_worker_args(db_url: &str, api_base: &str) -> WorkerArgs {
     let mut args = super::common::worker_args(db_url, "http://127.0.0.1:9");
     args.gateway = GatewayChoice {
-        kind: GatewayKind::Stripe,
+        kind: Some(GatewayKind::Stripe),
         stripe_secret_key: Some(TEST_KEY.into()),
         stripe_api_base: api_base.into(),
         stripe_off_session_retries: false,

@@ -35,6 +35,25 @@ pub enum GatewayConfigError {
     CaFile { path: PathBuf, reason: String },
     #[error("{0} is not set; COBRO_GATEWAY=stripe needs it")]
     MissingSecret(&'static str),
+    #[error(
+        "no gateway configured: set COBRO_GATEWAY=stripe with STRIPE_SECRET_KEY, or COBRO_GATEWAY=sim with GATEWAY_URL (the simulator: `cobro gateway-sim` listens on http://127.0.0.1:8089)"
+    )]
+    NotChosen,
+    #[error(
+        "COBRO_GATEWAY=sim needs GATEWAY_URL, the simulator's (or a compatible gateway's) address, e.g. http://127.0.0.1:8089 for `cobro gateway-sim`"
+    )]
+    NoSimUrl,
+    #[error(
+        "STRIPE_SECRET_KEY holds a publishable key (pk_…), which cannot charge: use the secret key (sk_live_… or sk_test_…) or a restricted key (rk_live_… or rk_test_…) from Stripe's dashboard, Developers → API keys"
+    )]
+    PublishableKey,
+    #[error(
+        "STRIPE_SECRET_KEY does not look like a Stripe secret key: expected sk_live_…, sk_test_…, rk_live_… or rk_test_… (it starts with {0:?})"
+    )]
+    NotASecretKey(String),
+    /// The Stripe API answered 401/403 to the start-up call.
+    #[error("{0}")]
+    KeyRefused(String),
     #[error("building the gateway's HTTP client: {0}")]
     Client(#[source] reqwest::Error),
 }

@@ -29,10 +29,12 @@ mod classify;
 mod list;
 mod lookup;
 mod refunds;
+mod startup;
 #[cfg(test)]
 mod tests;
 
 pub use classify::META_KEY;
+pub use startup::KeyCheck;
 
 /// The decline code cobro stores for a PaymentIntent object (a webhook's
 /// `data.object`), from its `last_payment_error`; the same class as a
@@ -74,6 +76,25 @@ impl SecretKey {
     fn expose(&self) -> &str {
         &self.0
     }
+
+    /// A secret (`sk_`) or restricted (`rk_`) key, live or test: a
+    /// publishable key (`pk_`) or anything else is refused at start-up,
+    /// naming `STRIPE_SECRET_KEY` and showing at most its first 3 characters.
+    pub fn check(&self) -> Result<(), GatewayConfigError> {
+        const ALLOWED: [&str; 4] = ["sk_live_", "sk_test_", "rk_live_", "rk_test_"];
+        let key = self.expose();
+        if key.is_empty() {
+            return Err(GatewayConfigError::MissingSecret("STRIPE_SECRET_KEY"));
+        }
+        if key.starts_with("pk_") {
+            return Err(GatewayConfigError::PublishableKey);
+        }
+        if !ALLOWED.iter().any(|p| key.starts_with(p)) {
+            let shown: String = key.chars().take(3).collect();
+            return Err(GatewayConfigError::NotASecretKey(shown));
+        }
+        Ok(())
+    }
 }
 
 impl std::fmt::Debug for SecretKey {
@@ -112,9 +133,7 @@ pub struct StripeGateway {
 impl StripeGateway {
     /// Refuses an empty key and a base URL the client could never use.
     pub fn new(cfg: StripeConfig) -> Result<Self, GatewayConfigError> {
-        if cfg.secret_key.expose().is_empty() {
-            return Err(GatewayConfigError::MissingSecret("STRIPE_SECRET_KEY"));
-        }
+        cfg.secret_key.check()?;
         let base = super::parse_base_url(&cfg.api_base)?;
         let client = client::build(
             cfg.connect_timeout,

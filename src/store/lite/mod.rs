@@ -84,7 +84,7 @@ pub(super) async fn connect(url: &str, max: u32) -> Result<SqlitePool, StoreErro
     Ok(pool_options(max).connect_with(options(url)?).await?)
 }
 
-pub(super) async fn migrate(url: &str) -> Result<(), StoreError> {
+pub(super) async fn migrate(url: &str) -> Result<Vec<super::schema::AppliedMigration>, StoreError> {
     let opts = options(url)?;
     // Held until the end of this function: concurrent migrations of one
     // file take turns.
@@ -95,11 +95,13 @@ pub(super) async fn migrate(url: &str) -> Result<(), StoreError> {
     apalis_sqlite::SqliteStorage::setup(&setup)
         .await
         .map_err(|e| StoreError::Apalis(e.to_string()))?;
-    let mut migrator = sqlx::migrate!("./migrations/sqlite");
-    migrator.dangerous_set_table_name("_cobro_migrations");
+    let before = super::schema::sqlite_applied(&setup)
+        .await?
+        .unwrap_or_default();
+    let migrator = super::schema::sqlite_migrator();
     migrator.run(&setup).await?;
     setup.close().await;
-    Ok(())
+    Ok(super::schema::newly_applied(&before, &migrator))
 }
 
 /// An exclusive lock on `<database file>.migrate-lock`, so that processes

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use sqlx::postgres::PgPoolOptions;
-use sqlx::{PgConnection, PgPool};
+use sqlx::{Connection, PgConnection, PgPool};
 use uuid::Uuid;
 
 use super::change::{Applied, Change, NoticeKind, Plan};
@@ -42,6 +42,9 @@ pub(super) async fn connect(url: &str, max: u32) -> Result<PgPool, StoreError> {
     let options = url
         .parse::<sqlx::postgres::PgConnectOptions>()?
         .options([("jit", "off")]);
+    // One direct connection first: a server that cannot be used is
+    // reported at once, with where and why, not as the pool's timeout.
+    super::schema::probe_pg(&options).await?;
     Ok(PgPoolOptions::new()
         .max_connections(max)
         .acquire_timeout(Duration::from_secs(10))
@@ -51,15 +54,30 @@ pub(super) async fn connect(url: &str, max: u32) -> Result<PgPool, StoreError> {
         .await?)
 }
 
-pub(super) async fn migrate(pool: &PgPool) -> Result<(), StoreError> {
+pub(super) async fn migrate(
+    pool: &PgPool,
+) -> Result<Vec<super::schema::AppliedMigration>, StoreError> {
+    // Concurrent runs take turns (on a connection of their own, outside
+    // the pool), so that each reports only what it applied itself.
+    let mut turn = PgConnection::connect_with(&pool.connect_options()).await?;
+    sqlx::query("SELECT pg_advisory_lock(hashtext('cobro migrate'))")
+        .execute(&mut turn)
+        .await?;
+    let applied = migrate_in_turn(pool).await;
+    let _ = turn.close().await;
+    applied
+}
+
+async fn migrate_in_turn(
+    pool: &PgPool,
+) -> Result<Vec<super::schema::AppliedMigration>, StoreError> {
     apalis_postgres::PostgresStorage::setup(pool)
         .await
         .map_err(|e| StoreError::Apalis(e.to_string()))?;
-    let mut migrator = sqlx::migrate!("./migrations/postgres");
-    migrator.create_schema("cobro");
-    migrator.dangerous_set_table_name("cobro._migrations");
+    let before = super::schema::pg_applied(pool).await?.unwrap_or_default();
+    let migrator = super::schema::pg_migrator();
     migrator.run(pool).await?;
-    Ok(())
+    Ok(super::schema::newly_applied(&before, &migrator))
 }
 
 #[derive(sqlx::FromRow)]
