@@ -53,7 +53,7 @@ fn free_port() -> u16 {
     l.local_addr().unwrap().port()
 }
 
-/// `cobro serve` with no webhook secrets and no keys on a free port,
+/// `cobro serve` with no webhook secrets and the test keys on a free port,
 /// once it answers.
 async fn serve(db_url: &str) -> (Child, String) {
     let addr = format!("127.0.0.1:{}", free_port());
@@ -62,6 +62,7 @@ async fn serve(db_url: &str) -> (Child, String) {
         .env_clear()
         .env("PATH", std::env::var("PATH").unwrap_or_default())
         .env("DATABASE_URL", db_url)
+        .env("COBRO_API_KEYS", test_keys_config())
         .env("RUST_LOG", "warn")
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -130,6 +131,24 @@ async fn a_database_never_migrated_says_run_cobro_migrate_everywhere(b: Backend)
         let reason = body["reason"].as_str().unwrap_or_default();
         assert!(reason.contains("run `cobro migrate`"), "{route}: {body}");
     }
+    // The API's own 503 names the fix too, and writes nothing.
+    let charge = reqwest::Client::new()
+        .post(format!("{url}/charges"))
+        .bearer_auth(secret("app"))
+        .header("Idempotency-Key", uuid::Uuid::new_v4().to_string())
+        .json(&serde_json::json!({"order_id": "o-1", "amount_minor": 700, "currency": "USD"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(charge.status().as_u16(), 503);
+    let body: serde_json::Value = charge.json().await.unwrap();
+    assert!(
+        body["error"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("run `cobro migrate`"),
+        "POST /charges on a never-migrated database: {body}"
+    );
     let hook = reqwest::Client::new()
         .post(format!("{url}/webhooks/gateway"))
         .header("content-type", "application/json")

@@ -189,6 +189,14 @@ pub fn described(e: &sqlx::Error) -> String {
     }
 }
 
+impl super::StoreError {
+    /// The database lacks a table, function or column this binary needs:
+    /// the fix is `cobro migrate`, not a retry.
+    pub fn is_missing_schema(&self) -> bool {
+        matches!(self, super::StoreError::Db(e) if is_missing_schema(e))
+    }
+}
+
 impl super::Store {
     /// Whether the schema is the one this binary was built for: cobro's
     /// applied migrations against the binary's ([`Readiness`]).

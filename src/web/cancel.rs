@@ -71,13 +71,11 @@ pub(super) async fn cancel(
         Err(e @ CancelError::InFlight { .. }) => {
             error(StatusCode::CONFLICT, Some("order_id"), e.to_string())
         }
-        Err(CancelError::Store(e)) => {
-            tracing::warn!(error = %e, "cancel failed");
-            error(
-                StatusCode::SERVICE_UNAVAILABLE,
-                None,
-                "the database is not available; nothing was cancelled; retry",
-            )
-        }
+        Err(CancelError::Store(e)) => super::unavailable(
+            e.is_missing_schema(),
+            "cancel failed",
+            &e,
+            "nothing was cancelled; retry",
+        ),
     }
 }

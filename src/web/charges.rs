@@ -218,14 +218,12 @@ pub(super) async fn create(
             | EnqueueError::AlreadyApproved(_)
             | EnqueueError::Held(..)),
         ) => super::conflict(e.hold(), e.to_string()),
-        Err(EnqueueError::Db(e)) => {
-            tracing::warn!(error = %e, "enqueue failed");
-            error(
-                StatusCode::SERVICE_UNAVAILABLE,
-                None,
-                "the database is not available; retry with the same key",
-            )
-        }
+        Err(EnqueueError::Db(e)) => super::unavailable(
+            crate::store::is_missing_schema(&e),
+            "enqueue failed",
+            &e,
+            "retry with the same key",
+        ),
     }
 }
 
@@ -243,13 +241,11 @@ pub(super) async fn show(State(app): AppState, Path(id): Path<String>) -> Respon
     match crate::finance::detail(&app.store, id).await {
         Ok(detail) => Json(detail).into_response(),
         Err(StoreError::NotFound(_)) => error(StatusCode::NOT_FOUND, None, "no such attempt"),
-        Err(e) => {
-            tracing::warn!(error = %e, "reading an attempt failed");
-            error(
-                StatusCode::SERVICE_UNAVAILABLE,
-                None,
-                "the database is not available; try again",
-            )
-        }
+        Err(e) => super::unavailable(
+            e.is_missing_schema(),
+            "reading an attempt failed",
+            &e,
+            "try again",
+        ),
     }
 }

@@ -78,10 +78,5 @@ async fn set(app: &super::App, caller: &Caller, paused: bool, reason: Option<&st
 }
 
 fn unavailable(e: &crate::store::StoreError) -> Response {
-    tracing::warn!(error = %e, "incident switch");
-    error(
-        StatusCode::SERVICE_UNAVAILABLE,
-        None,
-        "the database is not available; retry",
-    )
+    super::unavailable(e.is_missing_schema(), "incident switch", e, "retry")
 }

@@ -91,6 +91,28 @@ pub(crate) fn conflict(hold: Option<crate::store::Hold>, message: impl Into<Stri
     (StatusCode::CONFLICT, Json(body)).into_response()
 }
 
+/// 503 for a database failure. The driver's words (hosts, users, files)
+/// go to the log only; the caller reads `advice` ("retry with the same
+/// key", …), or, when the schema is missing or behind the binary, the fix:
+/// run `cobro migrate`.
+pub(crate) fn unavailable(
+    missing_schema: bool,
+    failed: &str,
+    e: &dyn std::fmt::Display,
+    advice: &str,
+) -> Response {
+    tracing::warn!(error = %e, "{failed}");
+    let message = if missing_schema {
+        format!(
+            "the database schema is missing or older than this cobro: {}",
+            crate::store::MIGRATE_HINT
+        )
+    } else {
+        format!("the database is not available; {advice}")
+    };
+    error(StatusCode::SERVICE_UNAVAILABLE, None, message)
+}
+
 /// A small JSON request body, read within the API limit: 413 when it is
 /// too large, 400 when it is not JSON, 422 when it has a field other than
 /// `fields` ([`known_fields`]) (the routes that take one field).

@@ -69,13 +69,11 @@ pub(super) async fn update(
             Some("payment_method"),
             reason,
         ),
-        Err(MethodUpdateError::Store(e)) => {
-            tracing::warn!(error = %e, "payment-method update failed");
-            error(
-                StatusCode::SERVICE_UNAVAILABLE,
-                None,
-                "the database is not available; nothing was changed; retry",
-            )
-        }
+        Err(MethodUpdateError::Store(e)) => super::unavailable(
+            e.is_missing_schema(),
+            "payment-method update failed",
+            &e,
+            "nothing was changed; retry",
+        ),
     }
 }

@@ -81,13 +81,11 @@ pub(super) async fn create(
         Err(RefundError::NotRefundable(m)) => error(StatusCode::CONFLICT, Some("attempt_id"), m),
         Err(RefundError::ExceedsCapture(m)) => error(StatusCode::CONFLICT, Some("amount_minor"), m),
         Err(RefundError::KeyReused(m)) => error(StatusCode::CONFLICT, Some(KEY), m),
-        Err(RefundError::Db(e)) => {
-            tracing::warn!(error = %e, "refund request failed");
-            error(
-                StatusCode::SERVICE_UNAVAILABLE,
-                None,
-                "the database is not available; retry with the same key",
-            )
-        }
+        Err(RefundError::Db(e)) => super::unavailable(
+            crate::store::is_missing_schema(&e),
+            "refund request failed",
+            &e,
+            "retry with the same key",
+        ),
     }
 }

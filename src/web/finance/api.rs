@@ -35,11 +35,11 @@ pub(super) fn bad_id() -> Response {
 }
 
 pub(super) fn unavailable(e: &StoreError) -> Response {
-    tracing::warn!(error = %e, "finance request failed");
-    error(
-        StatusCode::SERVICE_UNAVAILABLE,
-        None,
-        "the database is not available; try again",
+    crate::web::unavailable(
+        e.is_missing_schema(),
+        "finance request failed",
+        e,
+        "try again",
     )
 }
 

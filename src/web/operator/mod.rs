@@ -43,10 +43,10 @@ pub(crate) fn router(store: Store, keys: Arc<ApiKeys>) -> Router {
 
 /// The database failed: 503 without its error (hosts, users: logs only).
 fn unavailable(e: &crate::store::StoreError) -> axum::response::Response {
-    tracing::warn!(error = %e, "operator request failed");
-    super::error(
-        axum::http::StatusCode::SERVICE_UNAVAILABLE,
-        None,
-        "the database is not available; try again",
+    super::unavailable(
+        e.is_missing_schema(),
+        "operator request failed",
+        e,
+        "try again",
     )
 }
