@@ -305,6 +305,10 @@ async fn an_amount_mismatch_opens_exactly_one_case(b: Backend) {
         ),
         (&serde_json::json!(990), &serde_json::json!(1_000))
     );
+    assert_eq!(
+        case.details["reason"], "the gateway approved 9.90 EUR; our attempt is for 10.00 EUR",
+        "amounts a person reads are in major units"
+    );
     assert_rerun_opens_nothing(&db.store, &gw, &r).await;
     sim.shutdown().await;
     db.drop_db().await;

@@ -16,6 +16,7 @@ use serde_json::{Value, json};
 use uuid::Uuid;
 
 use super::{CaseKind, Finding, Window};
+use crate::domain::decimal;
 use crate::gateway::{GatewayRecord, Listed, LookupOutcome};
 use crate::state::State;
 use crate::store::Attempt;
@@ -326,7 +327,10 @@ fn amount_mismatch(g: &GatewayRecord, a: &Attempt) -> Finding {
         details: json!({
             "reason": format!(
                 "the gateway approved {} {}; our attempt is for {} {}",
-                g.amount_minor, g.currency, a.amount_minor, a.currency
+                decimal(g.amount_minor, &g.currency),
+                g.currency,
+                decimal(a.amount_minor, &a.currency),
+                a.currency
             ),
             "gateway": g,
             "ours": summary(a),

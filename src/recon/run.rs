@@ -204,7 +204,10 @@ fn evidence(g: &GatewayRecord) -> Evidence {
         elapsed_ms: 0,
         detail: Some(format!(
             "listed by the gateway as approved: {} {} {} under our key, executed {}",
-            g.id, g.amount_minor, g.currency, g.at
+            g.id,
+            crate::domain::decimal(g.amount_minor, &g.currency),
+            g.currency,
+            g.at
         )),
     }
 }
