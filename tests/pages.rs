@@ -301,6 +301,15 @@ async fn the_landing_page_asks_for_credentials_and_links_what_the_key_may_see(b:
             operator,
             "{key}"
         );
+        // The navigation follows the same rule: no link to a page that
+        // would refuse this key.
+        let nav = &body[body.find("<nav>").unwrap()..body.find("</nav>").unwrap()];
+        assert_eq!(nav.contains("href=\"/finance\""), finance, "{key}: {nav}");
+        assert_eq!(
+            nav.contains("href=\"/operator/attempts\""),
+            operator,
+            "{key}: {nav}"
+        );
     }
     // Bearer works too; a key that can see no page is told which scopes would.
     let bearer = http

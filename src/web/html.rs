@@ -18,7 +18,7 @@ use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use maud::{DOCTYPE, Markup, html};
 
-use crate::http::auth::Caller as Person;
+use crate::http::auth::{Caller as Person, Scope};
 use crate::store::{Check, Transition};
 
 /// Where the pages' one stylesheet is served.
@@ -84,7 +84,8 @@ pub(crate) fn url_encode(s: &str) -> String {
         .collect()
 }
 
-/// A whole page: `title · site`, the navigation, who is signed in, `body`.
+/// A whole page: `title · site`, the navigation (only the views this
+/// key may open, as on the landing page), who is signed in, `body`.
 pub(crate) fn shell(site: &str, title: &str, person: &Person, body: Markup) -> Markup {
     html! {
         (DOCTYPE)
@@ -96,9 +97,14 @@ pub(crate) fn shell(site: &str, title: &str, person: &Person, body: Markup) -> M
             }
             body {
                 nav {
-                    a href="/finance" { "Escalation queue" }
-                    a href="/finance/summary" { "Daily summary" }
-                    a href="/operator/attempts" { "All attempts" }
+                    a href="/" { "Home" }
+                    @if person.scopes.has(Scope::FinanceRead) {
+                        a href="/finance" { "Escalation queue" }
+                        a href="/finance/summary" { "Daily summary" }
+                    }
+                    @if person.scopes.has(Scope::AttemptsRead) {
+                        a href="/operator/attempts" { "All attempts" }
+                    }
                     span.who { "signed in as " b #person { (person.name) } }
                 }
                 h1 { (title) }
