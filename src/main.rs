@@ -58,6 +58,10 @@ pub(crate) enum Command {
         /// The gateway's opaque payment-method token (never card data).
         #[arg(long)]
         payment_method: Option<String>,
+        /// The gateway's customer the payment method is saved to (Stripe:
+        /// `cus_…`); an opaque id, never card data.
+        #[arg(long)]
+        customer: Option<String>,
         #[arg(long)]
         json: bool,
     },

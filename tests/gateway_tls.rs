@@ -239,6 +239,7 @@ fn call(order: &str) -> ChargeCall {
         amount: Amount::parse(1_000).unwrap(),
         currency: Currency::parse("USD").unwrap(),
         payment_method: None,
+        customer: None,
         gateway_ref: None,
         merchant_initiated: false,
     }

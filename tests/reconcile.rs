@@ -91,6 +91,7 @@ async fn charged(store: &Store, gw: &HttpGateway, order: &str, amount: i64) -> A
         amount: Amount::parse(amount).unwrap(),
         currency: Currency::parse("EUR").unwrap(),
         payment_method: None,
+        customer: None,
         gateway_ref: None,
         merchant_initiated: false,
     };

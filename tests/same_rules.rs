@@ -1,8 +1,8 @@
 //! One definition of valid input. The Rust parsers (`src/domain.rs`) and
 //! PostgreSQL's `cobro.enqueue_charge` accept and refuse the same strings,
 //! field by field, naming the same field with the same reason; and the
-//! order-id and payment-method rules give the same verdict for every
-//! Unicode code point. (SQLite has no stored functions: its enqueue takes a
+//! order-id, payment-method and customer rules give the same verdict for
+//! every Unicode code point. (SQLite has no stored functions: its enqueue takes a
 //! `ChargeRequest` parsed by the same Rust code.)
 
 mod common;
@@ -381,33 +381,56 @@ async fn postgres_every_code_point_gets_the_same_verdict_from_rust_and_sql() {
         rust.len()
     );
 
-    // Payment methods: "pm_" and one character. Only the accepted ones come
-    // back, and one row per reason with its count.
+    // Opaque tokens (payment methods, customers): a prefix and one
+    // character, under one rule with each field's own reasons.
+    let pm = |s: &str| {
+        cobro::domain::PaymentMethod::parse(s)
+            .err()
+            .map(|e| e.reason)
+    };
+    token_verdicts_agree(pool, "payment_method_problem", "pm_", pm).await;
+    let customer = |s: &str| cobro::domain::Customer::parse(s).err().map(|e| e.reason);
+    token_verdicts_agree(pool, "customer_problem", "cus_", customer).await;
+    db.drop_db().await;
+}
+
+/// `cobro.<sql_fn>(prefix || chr(cp))` (`payment_method_problem` or
+/// `customer_problem`) and `rust(prefix + c)` for every
+/// code point: the same reasons, the same count of each, and the same
+/// accepted characters. Only the accepted ones come back, and one row per
+/// reason with its count.
+async fn token_verdicts_agree(
+    pool: &PgPool,
+    sql_fn: &str,
+    prefix: &str,
+    rust: impl Fn(&str) -> Option<String>,
+) {
     let rows: Vec<(Option<String>, i64, Vec<i32>)> = sqlx::query_as(
         "SELECT problem, count(*), CASE WHEN problem IS NULL THEN array_agg(cp ORDER BY cp)
                                         ELSE '{}'::int[] END
-           FROM (SELECT cp, cobro.payment_method_problem('pm_' || chr(cp)) AS problem
+           FROM (SELECT cp, CASE $2 WHEN 'customer_problem'
+                                 THEN cobro.customer_problem($1 || chr(cp))
+                                 ELSE cobro.payment_method_problem($1 || chr(cp)) END AS problem
                    FROM generate_series(1, 1114111) cp
                   WHERE cp NOT BETWEEN 55296 AND 57343) t
           GROUP BY problem",
     )
+    .bind(prefix)
+    .bind(sql_fn)
     .fetch_all(pool)
     .await
     .unwrap();
-    let mut rust: BTreeMap<Option<String>, (i64, Vec<i32>)> = BTreeMap::new();
+    let mut by_rust: BTreeMap<Option<String>, (i64, Vec<i32>)> = BTreeMap::new();
     for c in every_char() {
-        let verdict = cobro::domain::PaymentMethod::parse(&format!("pm_{c}"))
-            .err()
-            .map(|e| e.reason);
-        let entry = rust.entry(verdict.clone()).or_default();
+        let verdict = rust(&format!("{prefix}{c}"));
+        let entry = by_rust.entry(verdict.clone()).or_default();
         entry.0 += 1;
         if verdict.is_none() {
             entry.1.push(u32::from(c) as i32);
         }
     }
-    let sql: BTreeMap<Option<String>, (i64, Vec<i32>)> =
+    let by_sql: BTreeMap<Option<String>, (i64, Vec<i32>)> =
         rows.into_iter().map(|(p, n, cps)| (p, (n, cps))).collect();
-    assert_eq!(rust, sql, "payment_method verdicts differ");
-    assert_eq!(rust[&None].0, 66, "A-Z a-z 0-9 _ - . :");
-    db.drop_db().await;
+    assert_eq!(by_rust, by_sql, "{sql_fn} verdicts differ");
+    assert_eq!(by_rust[&None].0, 66, "A-Z a-z 0-9 _ - . :");
 }

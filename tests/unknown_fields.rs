@@ -70,7 +70,7 @@ async fn charges_refuse_an_unknown_field_and_write_nothing(b: Backend) {
     assert_unknown(
         &got,
         "paymentMethod",
-        "order_id, amount_minor, currency, payment_method",
+        "order_id, amount_minor, currency, payment_method, customer",
     );
     assert_eq!(db.attempts().await, 0, "nothing written");
     // The key was not used: the body meant is accepted with it.

@@ -43,6 +43,9 @@ pub async fn print_status(store: &Store, attempts: &[Attempt], json: bool) -> Re
             a.gateway_charge_id.as_deref().unwrap_or("-"),
             a.decline_code.as_deref().unwrap_or("-")
         );
+        if let Some(customer) = &a.customer {
+            println!("  customer {customer}");
+        }
         if let Some(reason) = &a.cancel_reason {
             println!("  cancelled before it was sent: {reason}");
         } else if a.state == cobro::state::State::Rechazado

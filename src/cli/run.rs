@@ -39,6 +39,7 @@ pub(crate) async fn run(command: Command) -> Result<()> {
             currency,
             key,
             payment_method,
+            customer,
             json,
         } => {
             // Parse before connecting: bad input never reaches the database.
@@ -49,7 +50,8 @@ pub(crate) async fn run(command: Command) -> Result<()> {
                 key.as_deref(),
                 payment_method.as_deref(),
                 MaxAmount::CEILING,
-            )?;
+            )?
+            .with_customer(customer.as_deref())?;
             let store = Store::connect(&database_url, 2).await?;
             let out = store.enqueue(&req).await?;
             if json {

@@ -1,11 +1,12 @@
 //! Domain values parsed once at the boundary: amounts, currencies, order ids,
-//! idempotency keys and payment-method tokens.
+//! idempotency keys and opaque gateway tokens (payment methods, customers).
 //!
 //! Invariant: once a value of these types exists it is valid. Money is an
 //! integer count of minor units (`0 < amount <= AMOUNT_CEILING`), never a
-//! float; a currency is a known ISO 4217 code; a payment method is an opaque
-//! token, never card data. Every parse error names the field it came from,
-//! so a caller can tell the user exactly what to fix.
+//! float; a currency is a known ISO 4217 code; a payment method or a
+//! customer is an opaque token, never card data. Every parse error names
+//! the field it came from, so a caller can tell the user exactly what to
+//! fix.
 //!
 //! One definition of valid input: PostgreSQL's `cobro.enqueue_charge`
 //! accepts and refuses exactly what these parsers do, field by field and
@@ -254,40 +255,47 @@ fn uuid_as_postgres_reads_it(raw: &str) -> Option<Uuid> {
     (at == text.len()).then(|| Uuid::from_bytes(bytes))
 }
 
+/// The rule every opaque gateway token meets (a payment method, a
+/// customer): 1-255 characters, each an ASCII letter, digit, `_`, `-`, `.`
+/// or `:`, with fewer than 12 digits in all. A dozen digits or more may be
+/// a card number, so it is refused: cobro never stores card data. `what`
+/// names the token a caller should send instead.
+fn opaque_token(field: &'static str, raw: &str, what: &str) -> Result<String, InputError> {
+    if !(1..=255).contains(&raw.chars().count()) {
+        return Err(InputError::new(field, "must be 1-255 characters"));
+    }
+    if !raw
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.' | ':'))
+    {
+        return Err(InputError::new(
+            field,
+            "must be an opaque token of letters, digits, '_', '-', '.', ':'",
+        ));
+    }
+    // Same rule as the CHECK constraints in the migrations: a token with a
+    // dozen digits or more may be a card number (PAN), so it is refused.
+    if raw.chars().filter(char::is_ascii_digit).count() >= 12 {
+        return Err(InputError::new(
+            field,
+            format!("looks like a card number; send the gateway's {what} instead"),
+        ));
+    }
+    Ok(raw.to_owned())
+}
+
 /// An opaque payment-method token issued by the gateway (e.g. `pm_…`):
-/// 1-255 characters, each an ASCII letter, digit, `_`, `-`, `.` or `:`,
-/// with fewer than 12 digits in all. A dozen digits or more may be a card
-/// number, so it is refused: cobro never stores card data. PostgreSQL's
-/// `cobro.enqueue_charge` applies the same rule, with the same reasons.
-/// `Debug` does not print the token.
+/// the rule of every opaque token (1-255 characters of A-Z a-z 0-9 `_` `-`
+/// `.` `:`, fewer than 12 digits). PostgreSQL's `cobro.enqueue_charge`
+/// applies the same rule, with the same reasons. `Debug` does not print
+/// the token.
 #[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(transparent)]
 pub struct PaymentMethod(String);
 
 impl PaymentMethod {
     pub fn parse(raw: &str) -> Result<Self, InputError> {
-        let field = "payment_method";
-        if !(1..=255).contains(&raw.chars().count()) {
-            return Err(InputError::new(field, "must be 1-255 characters"));
-        }
-        if !raw
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.' | ':'))
-        {
-            return Err(InputError::new(
-                field,
-                "must be an opaque token of letters, digits, '_', '-', '.', ':'",
-            ));
-        }
-        // Same rule as the CHECK constraint in the migration: a token with a
-        // dozen digits or more may be a card number (PAN), so it is refused.
-        if raw.chars().filter(char::is_ascii_digit).count() >= 12 {
-            return Err(InputError::new(
-                field,
-                "looks like a card number; send the gateway's payment-method token instead",
-            ));
-        }
-        Ok(Self(raw.to_owned()))
+        opaque_token("payment_method", raw, "payment-method token").map(Self)
     }
 
     pub fn token(&self) -> &str {
@@ -301,6 +309,33 @@ impl fmt::Debug for PaymentMethod {
     }
 }
 
+/// The gateway's customer a saved payment method belongs to (Stripe: a
+/// Customer, `cus_…`): an opaque token under the same rule as
+/// [`PaymentMethod`], refused naming the field `customer`. A charge of a
+/// saved card sends it (Stripe refuses a PaymentIntent for a payment
+/// method attached to a Customer unless `customer` is given). PostgreSQL's
+/// `cobro.enqueue_charge` applies the same rule, with the same reasons.
+/// `Debug` does not print it.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Customer(String);
+
+impl Customer {
+    pub fn parse(raw: &str) -> Result<Self, InputError> {
+        opaque_token("customer", raw, "customer id").map(Self)
+    }
+
+    pub fn id(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Customer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Customer(..)")
+    }
+}
+
 /// A validated request to charge an order once.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ChargeRequest {
@@ -309,6 +344,9 @@ pub struct ChargeRequest {
     pub currency: Currency,
     pub key: IdempotencyKey,
     pub payment_method: Option<PaymentMethod>,
+    /// The gateway's customer the payment method belongs to, if it is saved
+    /// to one ([`ChargeRequest::with_customer`]).
+    pub customer: Option<Customer>,
 }
 
 impl ChargeRequest {
@@ -351,6 +389,18 @@ impl ChargeRequest {
                 None => IdempotencyKey::generate(),
             },
             payment_method: payment_method.map(PaymentMethod::parse).transpose()?,
+            customer: None,
+        })
+    }
+
+    /// The request charging a payment method saved to the gateway's
+    /// customer `customer` (checked last, after every field of
+    /// [`ChargeRequest::parse`], as `cobro.enqueue_charge` checks it);
+    /// `None` leaves it without one.
+    pub fn with_customer(self, customer: Option<&str>) -> Result<Self, InputError> {
+        Ok(Self {
+            customer: customer.map(Customer::parse).transpose()?,
+            ..self
         })
     }
 }

@@ -290,3 +290,30 @@ fn payment_method_debug_hides_the_token() {
     let pm = PaymentMethod::parse("pm_secret_token").unwrap();
     assert!(!format!("{pm:?}").contains("secret"));
 }
+
+#[test]
+fn a_customer_is_an_opaque_token_under_the_payment_methods_rule() {
+    let c = Customer::parse("cus_Q1a2B3c4D5e6").unwrap();
+    assert_eq!(c.id(), "cus_Q1a2B3c4D5e6");
+    assert!(!format!("{c:?}").contains("Q1a2"), "Debug hides it");
+    for (raw, reason) in [
+        ("", "must be 1-255 characters"),
+        ("cus 1", "must be an opaque token"),
+        ("4242424242424242", "looks like a card number"),
+        ("cus_4242-4242-4242-4242", "looks like a card number"),
+    ] {
+        let e = Customer::parse(raw).unwrap_err();
+        assert_eq!(e.field, "customer", "{raw:?}");
+        assert!(e.reason.contains(reason), "{raw:?}: {e}");
+    }
+    let req = ChargeRequest::parse("o-1", 100, "USD", None, Some("pm_x"))
+        .unwrap()
+        .with_customer(Some("cus_1"))
+        .unwrap();
+    assert_eq!(req.customer.as_ref().map(Customer::id), Some("cus_1"));
+    let e = ChargeRequest::parse("o-1", 100, "USD", None, Some("pm_x"))
+        .unwrap()
+        .with_customer(Some("5555555555554444"))
+        .unwrap_err();
+    assert_eq!(e.field, "customer");
+}

@@ -13,7 +13,9 @@ use std::time::Duration;
 
 use super::{Engine, Written, snapshot};
 use crate::breaker::Health;
-use crate::domain::{Amount, Currency, IdempotencyKey, InputError, OrderId, PaymentMethod};
+use crate::domain::{
+    Amount, Currency, Customer, IdempotencyKey, InputError, OrderId, PaymentMethod,
+};
 use crate::gateway::{ChargeCall, ChargeOutcome, Deferral, Prepared, RefundCall};
 use crate::policy::{Action, decide};
 use crate::state::Event;
@@ -377,6 +379,7 @@ fn charge_call(a: &Attempt) -> Result<ChargeCall, InputError> {
             .as_deref()
             .map(PaymentMethod::parse)
             .transpose()?,
+        customer: a.customer.as_deref().map(Customer::parse).transpose()?,
         gateway_ref: a.gateway_ref.clone(),
         merchant_initiated: a.attempt_number > 1,
     })

@@ -37,7 +37,7 @@ use futures::FutureExt;
 use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 
-use crate::domain::{Amount, Currency, IdempotencyKey, OrderId, PaymentMethod};
+use crate::domain::{Amount, Currency, Customer, IdempotencyKey, OrderId, PaymentMethod};
 
 /// What the gateway (or the network) said, kept with each state change.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -67,6 +67,9 @@ pub struct ChargeCall {
     pub amount: Amount,
     pub currency: Currency,
     pub payment_method: Option<PaymentMethod>,
+    /// The gateway's customer the payment method is saved to (Stripe:
+    /// sent as the PaymentIntent's `customer`).
+    pub customer: Option<Customer>,
     /// The object [`Gateway::prepare`] created and the attempt recorded
     /// (Stripe: the PaymentIntent to confirm); `None` for a one-step gateway.
     pub gateway_ref: Option<String>,

@@ -57,6 +57,7 @@ async fn approved_charge(gw: &HttpGateway, order: &str, amount_minor: i64) -> Te
         amount: Amount::parse(amount_minor)?,
         currency: Currency::parse("EUR")?,
         payment_method: None,
+        customer: None,
         gateway_ref: None,
         merchant_initiated: false,
     };
@@ -74,6 +75,7 @@ fn charge_call(order: &str, amount_minor: i64) -> TestResult<ChargeCall> {
         amount: Amount::parse(amount_minor)?,
         currency: Currency::parse("EUR")?,
         payment_method: None,
+        customer: None,
         gateway_ref: None,
         merchant_initiated: false,
     })

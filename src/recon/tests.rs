@@ -27,6 +27,7 @@ fn attempt(order: &str, amount: i64, state: State, gateway_id: Option<&str>) -> 
         amount_minor: amount,
         currency: "EUR".into(),
         payment_method: None,
+        customer: None,
         idempotency_key: Uuid::new_v4(),
         state,
         kind: "initial".into(),

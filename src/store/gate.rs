@@ -172,12 +172,13 @@ pub(crate) async fn worded_lite(
 /// `invalid <field>: <reason>` from a SQL function or trigger, back into
 /// an [`InputError`] naming the field.
 pub(crate) fn invalid_from_message(msg: &str) -> InputError {
-    const FIELDS: [&str; 5] = [
+    const FIELDS: [&str; 6] = [
         "order_id",
         "amount_minor",
         "currency",
         "idempotency_key",
         "payment_method",
+        "customer",
     ];
     let rest = msg.strip_prefix("invalid ").unwrap_or(msg);
     let field = FIELDS

@@ -111,6 +111,8 @@ pub struct Attempt {
     pub amount_minor: i64,
     pub currency: String,
     pub payment_method: Option<String>,
+    /// The gateway's customer the payment method belongs to (Stripe: `cus_…`).
+    pub customer: Option<String>,
     pub idempotency_key: Uuid,
     #[sqlx(try_from = "String")]
     pub state: State,

@@ -3,9 +3,9 @@
 //!
 //! Invariant: the same semantics as the library and SQL enqueue, because it
 //! calls them. The response to a create holds only what never changes for
-//! that key (attempt id, key, order, amount, currency, payment method), so a
-//! replay with the same key and body gets the original status and body back,
-//! byte for byte, with `Idempotent-Replayed: true`.
+//! that key (attempt id, key, order, amount, currency, payment method,
+//! customer), so a replay with the same key and body gets the original
+//! status and body back, byte for byte, with `Idempotent-Replayed: true`.
 
 use axum::Json;
 use axum::body::Bytes;
@@ -26,7 +26,13 @@ use crate::store::{EnqueueError, StoreError};
 pub(super) const KEY: &str = "Idempotency-Key";
 
 /// The fields `POST /charges` takes.
-const FIELDS: &[&str] = &["order_id", "amount_minor", "currency", "payment_method"];
+const FIELDS: &[&str] = &[
+    "order_id",
+    "amount_minor",
+    "currency",
+    "payment_method",
+    "customer",
+];
 
 /// What `amount_minor` must be, as every create route words it.
 pub(super) const AMOUNT: Type = Type::Integer("minor units, e.g. 1999 for 19.99 USD");
@@ -39,6 +45,10 @@ const TYPES: &[(&str, Type)] = &[
     (
         "payment_method",
         Type::Text("the gateway's payment-method token"),
+    ),
+    (
+        "customer",
+        Type::Text("the gateway's customer id the payment method is saved to"),
     ),
 ];
 
@@ -182,8 +192,9 @@ pub(super) async fn create(
         Ok(a) => a.minor(),
         Err(resp) => return *resp,
     };
-    let req = match ChargeRequest::parse(order_id, amount, currency, Some(raw_key), payment_method)
-    {
+    let req = ChargeRequest::parse(order_id, amount, currency, Some(raw_key), payment_method)
+        .and_then(|r| r.with_customer(text("customer")));
+    let req = match req {
         Ok(r) => r,
         Err(e) => {
             return error(
@@ -204,6 +215,9 @@ pub(super) async fn create(
             });
             if let Some(pm) = &req.payment_method {
                 body["payment_method"] = json!(pm.token());
+            }
+            if let Some(customer) = &req.customer {
+                body["customer"] = json!(customer.id());
             }
             created(body, format!("/charges/{}", out.attempt_id), !out.created)
         }

@@ -240,6 +240,23 @@ impl LocalStripe {
         pm["id"].as_str().expect("an id").to_owned()
     }
 
+    /// One object as localstripe holds it (`/v1/payment_intents/pi_…`).
+    pub async fn object(&self, path: &str) -> Value {
+        self.get(path, &[]).await
+    }
+
+    /// A Customer with a card of this test number attached to it, as an
+    /// app saves a card: `(cus_…, pm_…)`.
+    pub async fn customer_with_card(&self, number: &str) -> (String, String) {
+        let cus = self.post("/v1/customers", &[]).await;
+        let cus = cus["id"].as_str().expect("a customer id").to_owned();
+        let pm = self.payment_method(number).await;
+        let attach = [("customer".to_owned(), cus.clone())];
+        self.post(&format!("/v1/payment_methods/{pm}/attach"), &attach)
+            .await;
+        (cus, pm)
+    }
+
     pub async fn confirm(&self, pi: &str) -> Value {
         self.post(&format!("/v1/payment_intents/{pi}/confirm"), &[])
             .await

@@ -130,6 +130,10 @@ impl StripeGateway {
         if let Some(id) = call.attempt_id {
             form.push((format!("metadata[{META_ATTEMPT}]"), id.to_string()));
         }
+        // A payment method saved to a Customer is refused without it.
+        if let Some(customer) = &call.customer {
+            form.push(("customer".into(), customer.id().to_owned()));
+        }
         let a = match self.post("/v1/payment_intents", &key, &form).await {
             Ok(a) => a,
             Err(Transport::NotSent(k)) => {

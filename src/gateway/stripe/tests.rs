@@ -99,6 +99,7 @@ fn call(pi: Option<&str>, retry: bool) -> ChargeCall {
         amount: Amount::parse(1_999).unwrap(),
         currency: Currency::parse("EUR").unwrap(),
         payment_method: Some(PaymentMethod::parse("pm_card_visa").unwrap()),
+        customer: None,
         gateway_ref: pi.map(Into::into),
         merchant_initiated: retry,
     }

@@ -30,8 +30,9 @@ pub async fn enqueue_charge_as(
     let order = req.order_id.as_str();
     let key = req.key.uuid().hyphenated().to_string();
     let pm = req.payment_method.as_ref().map(|p| p.token());
+    let customer = req.customer.as_ref().map(|c| c.id());
     let existing = sqlx::query(
-        "SELECT id, order_id, amount_minor, currency, payment_method, state
+        "SELECT id, order_id, amount_minor, currency, payment_method, customer, state
            FROM payment_attempts WHERE idempotency_key = ?1",
     )
     .bind(&key)
@@ -44,7 +45,13 @@ pub async fn enqueue_charge_as(
             row.try_get("currency")?,
             row.try_get("payment_method")?,
         );
-        if o == order && a == req.amount.minor() && c == req.currency.code() && p.as_deref() == pm {
+        let same_customer = row.try_get::<Option<String>, _>("customer")?.as_deref() == customer;
+        if o == order
+            && a == req.amount.minor()
+            && c == req.currency.code()
+            && p.as_deref() == pm
+            && same_customer
+        {
             let id: String = row.try_get("id")?;
             let state: String = row.try_get("state")?;
             return Ok(Enqueued {
@@ -64,14 +71,14 @@ pub async fn enqueue_charge_as(
     let inserted = sqlx::query(concat!(
         "INSERT INTO payment_attempts
             (id, order_id, amount_minor, currency, payment_method, idempotency_key, state,
-             next_action_at, created_at, updated_at)
+             next_action_at, created_at, updated_at, customer)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'PENDIENTE', ",
         now_ms!(),
         ", ",
         now_ms!(),
         ", ",
         now_ms!(),
-        ") RETURNING next_action_at"
+        ", ?7) RETURNING next_action_at"
     ))
     .bind(id.hyphenated().to_string())
     .bind(order)
@@ -79,6 +86,7 @@ pub async fn enqueue_charge_as(
     .bind(req.currency.code())
     .bind(pm)
     .bind(&key)
+    .bind(customer)
     .fetch_one(&mut *conn)
     .await;
     let due: i64 = match inserted {

@@ -158,6 +158,7 @@ pub(crate) fn attempt(r: &sqlx::sqlite::SqliteRow) -> Result<Attempt, StoreError
         amount_minor: r.try_get("amount_minor")?,
         currency: r.try_get("currency")?,
         payment_method: r.try_get("payment_method")?,
+        customer: r.try_get("customer")?,
         idempotency_key: uuid(r.try_get("idempotency_key")?)?,
         state: State::from_str(&state).map_err(|e| StoreError::Corrupt(e.to_string()))?,
         kind: r.try_get("kind")?,

@@ -2,7 +2,8 @@
 //! `cobro.business_retry`, from Rust, under `BEGIN IMMEDIATE` (which locks
 //! the database for writing). The partial unique index refuses a second
 //! live attempt. The new attempt charges the order's newest payment-method
-//! update when the app gave one (see `store::payment_method`).
+//! update when the app gave one (see `store::payment_method`), and the
+//! declined attempt's customer.
 
 use sqlx::{Row, SqlitePool};
 use uuid::Uuid;
@@ -103,9 +104,9 @@ pub(crate) async fn business_retry(
     let new_id = Uuid::new_v4();
     let inserted = sqlx::query(concat!(
         "INSERT INTO payment_attempts
-            (id, order_id, amount_minor, currency, payment_method, idempotency_key, state,
-             kind, attempt_number, next_action_at, created_at, updated_at)
-         SELECT ?1, order_id, amount_minor, currency, ?5, ?2, 'PENDIENTE',
+            (id, order_id, amount_minor, currency, payment_method, customer, idempotency_key,
+             state, kind, attempt_number, next_action_at, created_at, updated_at)
+         SELECT ?1, order_id, amount_minor, currency, ?5, customer, ?2, 'PENDIENTE',
                 'business_retry', ?3, ",
         now_ms!(),
         ", ",

@@ -106,13 +106,14 @@ pub async fn enqueue_charge_as(
     actor: &str,
 ) -> Result<Enqueued, EnqueueError> {
     let row: EnqueueRow =
-        sqlx::query_as("SELECT * FROM cobro.enqueue_charge($1, $2, $3, $4, $5, $6)")
+        sqlx::query_as("SELECT * FROM cobro.enqueue_charge($1, $2, $3, $4, $5, $6, $7)")
             .bind(req.order_id.as_str())
             .bind(req.amount.minor())
             .bind(req.currency.code())
             .bind(req.key.uuid())
             .bind(req.payment_method.as_ref().map(|p| p.token()))
             .bind(actor)
+            .bind(req.customer.as_ref().map(|c| c.id()))
             .fetch_one(conn)
             .await
             .map_err(classify)?;

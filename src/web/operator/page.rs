@@ -187,6 +187,7 @@ pub(super) async fn detail(
             tr { th { "State" } td #state { (a.state) } }
             tr { th { "Idempotency key" } td { code { (a.idempotency_key) } } }
             tr { th { "Payment method (gateway token)" } td { code { (opt(&a.payment_method)) } } }
+            tr { th { "Customer (gateway id)" } td { code { (opt(&a.customer)) } } }
             tr { th { "Created / updated" } td { (time(a.created_at)) " / " (time(a.updated_at)) } }
             tr { th { "Sends / checks" } td { (a.send_count) " / " (a.check_count) } }
             tr { th { "Gateway charge" } td { (opt(&a.gateway_charge_id)) } }
