@@ -163,7 +163,7 @@ async fn form_tokens_are_bound_to_a_sign_in_and_expire(b: Backend) {
     let cookie = first.headers()["set-cookie"].to_str().unwrap().to_owned();
     assert!(cookie.starts_with("cobro_signin="), "{cookie}");
     assert!(
-        cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"),
+        cookie.contains("HttpOnly") && cookie.contains("SameSite=Lax"),
         "{cookie}"
     );
     // A page seen with the cookie does not start another sign-in.

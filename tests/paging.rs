@@ -140,6 +140,15 @@ async fn open_cases_are_paged_and_pages_stay_small(b: Backend) {
     let (status, body) = get("/finance/api/escalations?cases_after=nonsense".into()).await;
     assert_eq!(status, 422);
     assert!(body.contains("\"cases_after\""), "{body}");
+    // A well-formed cursor whose time no database can hold (about
+    // 250,000 BC; PostgreSQL stops at 4713 BC):
+    // refused like any forged one, not a 503 from PostgreSQL.
+    let far = format!("-8000000000000000000_{}", uuid::Uuid::new_v4());
+    for field in ["cases_after", "after"] {
+        let (status, body) = get(format!("/finance/api/escalations?{field}={far}")).await;
+        assert_eq!(status, 422, "{field}: {body}");
+        assert!(body.contains(&format!("\"{field}\"")), "{body}");
+    }
     web.stop().await;
     db.drop_db().await;
 }

@@ -53,17 +53,25 @@ pub fn encode_cursor(c: &QueueCursor) -> String {
     format!("{}_{}", c.created_at.timestamp_micros(), c.id)
 }
 
+/// A cursor's time: microseconds since the epoch, within years 1970 to
+/// 9999. Outside that, PostgreSQL's timestamps would refuse it (a 503
+/// for a forged cursor); no row cobro wrote is there.
+fn cursor_time(micros: &str) -> Option<chrono::DateTime<chrono::Utc>> {
+    const YEAR_10000: i64 = 253_402_300_800_000_000;
+    let m = micros.parse::<i64>().ok()?;
+    if !(0..YEAR_10000).contains(&m) {
+        return None;
+    }
+    chrono::DateTime::from_timestamp_micros(m)
+}
+
 /// A cursor made by [`encode_cursor`]; a bad one is refused naming `field`
 /// (the parameter that carried it).
 pub fn decode_cursor(s: &str, field: &'static str) -> Result<QueueCursor, InputError> {
     let bad = || InputError::new(field, "the `next` cursor of a previous page");
     let (micros, id) = s.trim().split_once('_').ok_or_else(bad)?;
     Ok(QueueCursor {
-        created_at: micros
-            .parse::<i64>()
-            .ok()
-            .and_then(chrono::DateTime::from_timestamp_micros)
-            .ok_or_else(bad)?,
+        created_at: cursor_time(micros).ok_or_else(bad)?,
         id: Uuid::try_parse(id).map_err(|_| bad())?,
     })
 }
@@ -182,11 +190,7 @@ fn decode_case_cursor(s: &str, field: &'static str) -> Result<CaseCursor, InputE
     let bad = || InputError::new(field, "the `cases_next` cursor of a previous page");
     let (micros, id) = s.trim().split_once('_').ok_or_else(bad)?;
     Ok(CaseCursor {
-        opened_at: micros
-            .parse::<i64>()
-            .ok()
-            .and_then(chrono::DateTime::from_timestamp_micros)
-            .ok_or_else(bad)?,
+        opened_at: cursor_time(micros).ok_or_else(bad)?,
         id: id.parse().map_err(|_| bad())?,
     })
 }

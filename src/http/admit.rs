@@ -34,8 +34,11 @@ pub const OVERFLOW: usize = 64;
 /// How long an overflow connection has to show its request line.
 pub const SNIFF: Duration = Duration::from_millis(500);
 
-/// The longest a probe served on an overflow connection may take.
-pub const PROBE_DEADLINE: Duration = Duration::from_secs(2);
+/// The longest a probe served on an overflow connection may take: the
+/// probe's own wait on the database (2 s, `web::health::DEADLINE`) plus a
+/// second for its head and answer, so a slow database is answered with
+/// its 503 and reason rather than a dropped connection.
+pub const PROBE_DEADLINE: Duration = Duration::from_secs(3);
 
 /// How long a refused connection is read (and discarded) after its 503, so
 /// closing with unread bytes does not reset the answer away.

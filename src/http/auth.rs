@@ -6,8 +6,11 @@
 //!
 //! A form token is bound to a sign-in and expires: Basic has no session, so
 //! the first page a browser sees gets a random sign-in nonce in a cookie
-//! ([`SIGN_IN_COOKIE`]: `HttpOnly; SameSite=Strict`, `Secure` behind an
-//! HTTPS proxy). A token is `<issued at>.<HMAC-SHA256 over the key's name,
+//! ([`SIGN_IN_COOKIE`]: `HttpOnly; SameSite=Lax`, `Secure` behind an
+//! HTTPS proxy). Lax, not Strict: a link followed from another site (an
+//! email, a chat) must carry the cookie, or that page would start a new
+//! sign-in and void the forms open in the person's other tabs; another
+//! site's POST, its frames and its subresources still carry none. A token is `<issued at>.<HMAC-SHA256 over the key's name,
 //! the nonce and the issue time, keyed by the key's stored hash>`: another
 //! site cannot make one, a token shown to another browser (or before the
 //! cookie changed) does not match, and one older than the TTL is refused.
@@ -151,7 +154,7 @@ fn new_sign_in(headers: &HeaderMap) -> (String, HeaderValue) {
         .and_then(|v| v.to_str().ok())
         .is_some_and(|p| p.trim().eq_ignore_ascii_case("https"));
     let secure = if https { "; Secure" } else { "" };
-    let cookie = format!("{SIGN_IN_COOKIE}={nonce}; Path=/; HttpOnly; SameSite=Strict{secure}");
+    let cookie = format!("{SIGN_IN_COOKIE}={nonce}; Path=/; HttpOnly; SameSite=Lax{secure}");
     let value = HeaderValue::from_str(&cookie).unwrap_or(HeaderValue::from_static(""));
     (nonce, value)
 }

@@ -41,10 +41,18 @@ pub fn scheme(url: &str) -> Result<Scheme, StoreError> {
     if url.starts_with("sqlite:") {
         return Ok(Scheme::Sqlite);
     }
+    // Only a prefix made of a scheme's characters is shown: `user:pass@…`
+    // before a later `://` (a URL missing its scheme) is not a scheme.
+    let is_scheme = |s: &str| {
+        s.chars().next().is_some_and(|c| c.is_ascii_alphabetic())
+            && s.len() <= 32
+            && s.chars()
+                .all(|c| c.is_ascii_alphanumeric() || "+.-".contains(c))
+    };
     let got = match url.split_once("://") {
-        Some((scheme, _)) => format!("{scheme}://"),
+        Some((scheme, _)) if is_scheme(scheme) => format!("{scheme}://"),
         None if url.trim().is_empty() => "an empty value".to_owned(),
-        None => "a value without a scheme".to_owned(),
+        _ => "a value without a scheme".to_owned(),
     };
     Err(StoreError::UnknownScheme(got))
 }
@@ -288,6 +296,12 @@ mod tests {
             .to_string();
         assert!(bare.ends_with("got a value without a scheme"), "{bare}");
         assert!(!bare.contains("hunter2"));
+        // A `://` later in the value (here in the password) is no scheme.
+        let later = scheme("root:hunter2://x@127.0.0.1/test")
+            .unwrap_err()
+            .to_string();
+        assert!(later.ends_with("got a value without a scheme"), "{later}");
+        assert!(!later.contains("hunter2"), "{later}");
     }
 
     #[test]

@@ -135,6 +135,9 @@ pub async fn run(
     if args.webhook_body_timeout.is_zero() {
         anyhow::bail!("COBRO_WEBHOOK_BODY_TIMEOUT must be more than 0");
     }
+    if args.finance.form_token_ttl.is_zero() {
+        anyhow::bail!("COBRO_FORM_TOKEN_TTL must be more than 0 (every form would be refused)");
+    }
     if keys.is_empty() {
         warn!(
             "no API keys (COBRO_API_KEYS): only the webhook receiver, /health and /ready will answer"
