@@ -103,8 +103,8 @@ async fn cross_site_pages_change_nothing(browser: &fantoccini::Client, db: &Test
             axum::routing::get(move || async move { axum::response::Html(html) }),
         );
     }
-    let evil = serve_router(evil, Default::default()).await;
-    let evil_site = evil.url.replacen("127.0.0.1", "localhost", 1);
+    let evil = browser::OtherSite::start(evil).await;
+    let evil_site = evil.url.clone();
     for (path, _) in &pages {
         browser.goto(&format!("{evil_site}/{path}")).await.unwrap();
         // The form posts itself; wait until the browser has left the page.
@@ -132,7 +132,7 @@ async fn cross_site_pages_change_nothing(browser: &fantoccini::Client, db: &Test
         1,
         "the case is still open"
     );
-    evil.stop().await;
+    drop(evil);
 }
 
 async fn a_finance_person_lists_opens_and_resolves_an_item_in_a_browser(b: Backend) {

@@ -83,8 +83,8 @@ async fn another_site_cannot_frame_the_finance_page(b: Backend) {
                 axum::response::Html("<!doctype html><p id=\"own\">the attacker's own page</p>")
             }),
         );
-    let attacker = serve_router(attacker, Default::default()).await;
-    let site = attacker.url.replacen("127.0.0.1", "localhost", 1);
+    let attacker = browser::OtherSite::start(attacker).await;
+    let site = attacker.url.clone();
     browser.goto(&format!("{site}/")).await.unwrap();
     let (own_url, _, own) = eventually(Duration::from_secs(10), "the frames to load", || {
         let browser = browser.clone();
@@ -106,6 +106,6 @@ async fn another_site_cannot_frame_the_finance_page(b: Backend) {
 
     browser.close().await.unwrap();
     web.stop().await;
-    attacker.stop().await;
+    drop(attacker);
     db.drop_db().await;
 }

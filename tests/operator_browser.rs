@@ -9,6 +9,7 @@
 
 #[macro_use]
 mod common;
+#[allow(dead_code)]
 #[path = "common/browser.rs"]
 mod browser;
 

@@ -95,6 +95,13 @@ fn assert_refused(reply: &str, why: &str) {
     let lower = reply.to_ascii_lowercase();
     assert!(lower.contains("\r\nretry-after: 1\r\n"), "{reply}");
     assert!(reply.contains(why), "{reply}");
+    // Hand-written, and still with every answer's safety headers.
+    assert!(lower.contains("\r\nx-frame-options: deny\r\n"), "{reply}");
+    assert!(
+        lower.contains("\r\nx-content-type-options: nosniff\r\n"),
+        "{reply}"
+    );
+    assert!(lower.contains("frame-ancestors 'none'"), "{reply}");
 }
 
 /// Opens `n` connections from 127.0.0.1 that send a request head one

@@ -201,7 +201,8 @@ async fn refuse(mut stream: TcpStream, full: Full) {
     let body = json!({ "error": message }).to_string();
     let answer = format!(
         "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n\
-         retry-after: 1\r\nconnection: close\r\ncontent-length: {}\r\n\r\n{body}",
+         retry-after: 1\r\nconnection: close\r\n{}content-length: {}\r\n\r\n{body}",
+        super::headers::RAW,
         body.len()
     );
     if stream.write_all(answer.as_bytes()).await.is_err() {

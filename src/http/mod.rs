@@ -10,6 +10,7 @@
 
 pub mod admit;
 pub mod auth;
+pub mod headers;
 pub mod keys;
 pub mod serve;
 

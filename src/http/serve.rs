@@ -117,7 +117,8 @@ pub async fn serve(
         .layer(TimeoutLayer::with_status_code(
             StatusCode::REQUEST_TIMEOUT,
             limits.request_timeout,
-        ));
+        ))
+        .layer(axum::middleware::map_response(super::headers::safe));
     let mut http = hyper::server::conn::http1::Builder::new();
     http.timer(TokioTimer::new())
         .header_read_timeout(limits.header_read_timeout)

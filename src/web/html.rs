@@ -14,7 +14,7 @@
 //! here uses `PreEscaped`; no scripts and no inline styles (the CSP allows
 //! neither): the look is one stylesheet at [`STYLESHEET_PATH`].
 
-use axum::http::{HeaderValue, header};
+use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use maud::{DOCTYPE, Markup, html};
 
@@ -45,34 +45,9 @@ pub(crate) async fn stylesheet() -> Response {
         .into_response()
 }
 
-/// The policy every response carries: nothing may frame a page, load a
-/// script, or post a form elsewhere; styles only from our stylesheet.
-pub(crate) const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; style-src 'self'; \
-     img-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'";
-
-/// Adds the page-safety headers to a response (every route: harmless on
-/// JSON, and a page can never miss them): no framing (`X-Frame-Options`
-/// and the CSP's `frame-ancestors`), no MIME sniffing, no `Referer` to
-/// another site (the queue's URLs carry order ids and cursors). Not
-/// `no-referrer`: with it Chromium sends `Origin: null` on our own forms,
-/// and the same-origin check would refuse them.
-pub(crate) async fn security_headers(mut resp: Response) -> Response {
-    let h = resp.headers_mut();
-    h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
-    h.insert(
-        header::CONTENT_SECURITY_POLICY,
-        HeaderValue::from_static(CONTENT_SECURITY_POLICY),
-    );
-    h.insert(
-        header::X_CONTENT_TYPE_OPTIONS,
-        HeaderValue::from_static("nosniff"),
-    );
-    h.insert(
-        header::REFERRER_POLICY,
-        HeaderValue::from_static("same-origin"),
-    );
-    resp
-}
+/// The page-safety headers ([`crate::http::headers`]); every route of
+/// the web process carries them, whatever listener serves it.
+pub(crate) use crate::http::headers::safe as security_headers;
 
 /// Percent-encodes a query-string value.
 pub(crate) fn url_encode(s: &str) -> String {

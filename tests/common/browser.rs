@@ -108,3 +108,27 @@ pub async fn replaced(old: &fantoccini::elements::Element) {
 pub fn signed_in(web_url: &str, name: &str) -> String {
     web_url.replacen("http://", &format!("http://{name}:{}@", secret(name)), 1)
 }
+
+/// Another site for the cross-site tests: `router` served by plain axum
+/// on `localhost` (another site than cobro's `127.0.0.1`), not by cobro's
+/// own server loop, which would give it cobro's headers (no frames, no
+/// scripts) and so refuse the attack before cobro is ever asked.
+pub struct OtherSite {
+    pub url: String,
+    task: tokio::task::JoinHandle<std::io::Result<()>>,
+}
+
+impl OtherSite {
+    pub async fn start(router: axum::Router) -> Self {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://localhost:{}", listener.local_addr().unwrap().port());
+        let task = tokio::spawn(async move { axum::serve(listener, router).await });
+        Self { url, task }
+    }
+}
+
+impl Drop for OtherSite {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
