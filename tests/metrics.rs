@@ -169,6 +169,19 @@ impl Scrape {
     }
 }
 
+/// The `cobro_*` metric names deploy/alerts.yml's expressions read.
+fn alert_metrics() -> std::collections::BTreeSet<String> {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/alerts.yml");
+    let rules = std::fs::read_to_string(path).expect("deploy/alerts.yml");
+    let mut names = std::collections::BTreeSet::new();
+    for word in rules.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')) {
+        if word.starts_with("cobro_") {
+            names.insert(word.to_owned());
+        }
+    }
+    names
+}
+
 async fn scrape(base: &str) -> Scrape {
     let resp = reqwest::Client::new()
         .get(format!("{base}/metrics"))
@@ -291,6 +304,22 @@ async fn scrapes_agree_with_the_database_and_count_every_gateway_call(b: Backend
     let web_scrape = scrape(&web.url).await;
     let worker_scrape = scrape(&format!("http://{metrics_addr}")).await;
     assert_eq!(web_scrape.database_part(), worker_scrape.database_part());
+
+    // Every metric deploy/alerts.yml reads is served by one of the two
+    // processes: an alert on a name nobody exposes would never fire.
+    let served: std::collections::BTreeSet<&str> = web_scrape
+        .types
+        .keys()
+        .chain(worker_scrape.types.keys())
+        .map(String::as_str)
+        .collect();
+    let read = alert_metrics();
+    assert!(read.len() >= 10, "the rules read {read:?}");
+    let missing: Vec<&String> = read
+        .iter()
+        .filter(|m| !served.contains(m.as_str()))
+        .collect();
+    assert!(missing.is_empty(), "alerts read unserved metrics {missing:?}");
 
     for s in [&web_scrape, &worker_scrape] {
         assert_eq!(s.get("cobro_database_up", &[]), 1.0);
