@@ -14,7 +14,6 @@ mod send;
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
 use tracing::{Instrument, debug, error, info, info_span, warn};
 use uuid::Uuid;
 
@@ -25,18 +24,14 @@ use crate::gateway::{Gateway, LookupCall, LookupOutcome};
 use crate::policy::{
     Action, LookupPlan, NotFoundRule, Snapshot, after_lookup, decide, defer_delay,
 };
-use crate::retry::{RetryPlan, RetryPolicy};
+use crate::retry::RetryPolicy;
 use crate::state::Event;
 use crate::store::{
     Applied, Attempt, Change, CheckRecord, Contradiction, Lease, NoticeKind, RetryError, Store,
     StoreError,
 };
 
-/// The wake-up job's payload: only which attempt to look at.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Wake {
-    pub attempt_id: Uuid,
-}
+pub use crate::domain::Wake;
 
 /// How a worker treats attempts.
 #[derive(Debug, Clone)]
@@ -365,7 +360,7 @@ impl Engine {
         if attempt.is_refund() {
             return None;
         }
-        retry_in(&self.cfg.retry, code, attempt.attempt_number)
+        self.cfg.retry.retry_in(code, attempt.attempt_number)
     }
 
     /// The wait before the next check. Never `None`: past the schedule's end
@@ -610,15 +605,6 @@ impl Engine {
         change.evidence = Some(evidence);
         change.add_check = Some(record);
         Ok(self.store.apply(&held, &change).await?.written())
-    }
-}
-
-/// When a declined attempt's order gets its next attempt, if ever.
-pub fn retry_in(policy: &RetryPolicy, code: &str, attempt_number: i32) -> Option<Duration> {
-    let attempt = u32::try_from(attempt_number.max(1)).unwrap_or(1);
-    match policy.after_decline(code, attempt, &mut rand::rng()) {
-        RetryPlan::RetryIn(d) => Some(d),
-        RetryPlan::Final | RetryPlan::Exhausted => None,
     }
 }
 

@@ -10,7 +10,9 @@
 //! by the same machine; the database keeps refunds within the capture.
 //!
 //! # Layout
-//! - [`domain`]: parsed boundary values (amount, currency, order id, key, token; a stranger's text made fit to store).
+//! In floors, each importing only those below it (docs/architecture.md;
+//! `tests/layers.rs` holds the code to it).
+//! - [`domain`]: parsed boundary values (amount, currency, order id, key, token; a stranger's text made fit to store), and the values several layers share (a wake-up's payload, a decline's category, reconciliation's window, finding and case kind).
 //! - [`state`]: the state machine, one pure function over (state, event).
 //! - [`backoff`]: the jittered 2-4-8-16-32 s check schedule.
 //! - [`policy`]: pure decisions (what to do with an attempt, what a lookup means).

@@ -44,6 +44,7 @@ mod recovery;
 /// and `outcome` (approved, declined, unknown, not_sent, not_executed; for
 /// lookups approved, declined, not_found, failed, not_sent, not_executed).
 pub const GATEWAY_CALLS: &str = "cobro_gateway_calls_total";
+pub const AUTH_FAILURES: &str = "cobro_gateway_auth_failures_total";
 /// Histogram: gateway call latency in seconds, by `call`.
 pub const GATEWAY_LATENCY: &str = "cobro_gateway_call_duration_seconds";
 /// Counter: lookups by key (charges and refunds) by `result`.
@@ -85,6 +86,8 @@ static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
 /// shows only the database gauges.
 pub fn install() -> &'static PrometheusHandle {
     HANDLE.get_or_init(|| {
+        // The store reports each transition-log row it writes; count it.
+        crate::store::on_transition(transition);
         let builder = PrometheusBuilder::new()
             .set_buckets_for_metric(Matcher::Full(GATEWAY_LATENCY.into()), &LATENCY_BUCKETS)
             .unwrap_or_else(|_| PrometheusBuilder::new());
@@ -168,15 +171,22 @@ fn describe() {
         ::metrics::Unit::Seconds,
         "How long this process's held-back gateway calls waited for their slot."
     );
+    describe_counter!(
+        AUTH_FAILURES,
+        "Gateway answers of 401/403 to this process: the API key is wrong or revoked."
+    );
     // Unlabelled counters appear from the first scrape, at 0.
-    for name in [RESENDS, PARKED, REWOKEN, PACED] {
+    for name in [RESENDS, PARKED, REWOKEN, PACED, AUTH_FAILURES] {
         ::metrics::counter!(name).increment(0);
     }
 }
 
 /// The gateway refused our credentials (401/403): a configuration fault.
-pub fn gateway_auth_failed() {
-    ::metrics::counter!("cobro_gateway_auth_failures_total").increment(1);
+/// Counted from the call's evidence, which the adapter marks `auth_failed`.
+fn count_auth_failure(evidence: &Evidence) {
+    if evidence.error_kind == "auth_failed" {
+        ::metrics::counter!(AUTH_FAILURES).increment(1);
+    }
 }
 
 /// Every case kind, so each series exists from the first scrape.
@@ -222,6 +232,7 @@ pub fn lookup_answered(outcome: &LookupOutcome) {
 }
 
 fn gateway_call(evidence: &Evidence, outcome: &'static str) {
+    count_auth_failure(evidence);
     let call = evidence.call.clone();
     ::metrics::counter!(GATEWAY_CALLS, "call" => call.clone(), "outcome" => outcome).increment(1);
     ::metrics::histogram!(GATEWAY_LATENCY, "call" => call).record(evidence.elapsed_ms as f64 / 1e3);
@@ -262,6 +273,7 @@ pub fn breaker_probe(outcome: &LookupOutcome) {
         LookupOutcome::Failed { .. } | LookupOutcome::Deferred { .. } => "failed",
     };
     ::metrics::counter!(PROBES, "result" => result).increment(1);
+    count_auth_failure(outcome.evidence());
 }
 
 /// A call held back `wait` for the shared rate limit.

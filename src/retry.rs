@@ -145,6 +145,17 @@ impl RetryPolicy {
             (None, _) => RetryPlan::Exhausted,
         }
     }
+
+    /// When a declined attempt's order gets its next attempt, if ever:
+    /// [`after_decline`](Self::after_decline) for a stored attempt number,
+    /// with the process' random jitter.
+    pub fn retry_in(&self, code: &str, attempt_number: i32) -> Option<Duration> {
+        let attempt = u32::try_from(attempt_number.max(1)).unwrap_or(1);
+        match self.after_decline(code, attempt, &mut rand::rng()) {
+            RetryPlan::RetryIn(d) => Some(d),
+            RetryPlan::Final | RetryPlan::Exhausted => None,
+        }
+    }
 }
 
 #[cfg(test)]

@@ -319,7 +319,10 @@ async fn scrapes_agree_with_the_database_and_count_every_gateway_call(b: Backend
         .iter()
         .filter(|m| !served.contains(m.as_str()))
         .collect();
-    assert!(missing.is_empty(), "alerts read unserved metrics {missing:?}");
+    assert!(
+        missing.is_empty(),
+        "alerts read unserved metrics {missing:?}"
+    );
 
     for s in [&web_scrape, &worker_scrape] {
         assert_eq!(s.get("cobro_database_up", &[]), 1.0);

@@ -15,7 +15,10 @@
 //! enqueue takes a [`ChargeRequest`] parsed here.
 //!
 //! Amounts and currencies are in `money.rs`; order ids, keys and tokens here;
-//! what is taken from a gateway's or a webhook's text, in [`text`].
+//! what is taken from a gateway's or a webhook's text, in [`text`]. Values
+//! several layers share sit here too, so no layer climbs to reach them: a
+//! wake-up's payload (`wake.rs`), a decline's category (`decline.rs`) and
+//! reconciliation's windows, findings and case kinds (`case.rs`).
 
 use std::fmt;
 
@@ -39,8 +42,15 @@ impl InputError {
     }
 }
 
+mod case;
+mod decline;
 mod money;
 pub mod text;
+mod wake;
+
+pub use case::{CaseKind, Finding, Window};
+pub use decline::Category;
+pub use wake::Wake;
 
 pub use money::{
     AMOUNT_CEILING, Amount, CURRENCIES, Currency, DEFAULT_MAX_AMOUNT, MAX_AMOUNT_VAR, MaxAmount,

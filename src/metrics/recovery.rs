@@ -10,7 +10,7 @@
 use std::fmt::Write as _;
 
 use super::header;
-use crate::notify::payload::Category;
+use crate::domain::Category;
 use crate::store::{RetryOutcome, RetryTally};
 
 /// Retries per class, counted per outcome in [`RetryOutcome::ALL`] order;

@@ -26,9 +26,6 @@ mod schedule;
 #[cfg(test)]
 mod tests;
 
-use serde::Serialize;
-use uuid::Uuid;
-
 pub use cli::{ReconcileCommand, run_command};
 pub use compare::{Comparison, Resolution, Verdict, compare, confirm_missing, judge};
 pub use periodic::{ReconcileArgs, STALE_AFTER, due_now, reconcile_loop, run_once};
@@ -40,60 +37,4 @@ pub const ACTOR: &str = "reconciler";
 /// The cause an auto-resolution writes in the transition log.
 pub const CAUSE: &str = "reconciliation_approved";
 
-/// What a case is about (the `recon_cases.kind` column).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum CaseKind {
-    /// Two or more approved charges at the gateway for one order.
-    DoubleCharge,
-    /// Approved at the gateway; no attempt of ours, or ours is not APROBADO.
-    UnmatchedCharge,
-    /// The same for a refund.
-    UnmatchedRefund,
-    /// APROBADO here; the gateway has no matching approved charge or refund.
-    MissingAtGateway,
-    /// Both sides approved, in a different amount or currency.
-    AmountMismatch,
-    /// The customer disputed a charge with their bank (Stripe's
-    /// `charge.dispute.created`): finance answers it with evidence.
-    Dispute,
-    /// An attempt whose wake-ups kept failing with an error that is not the
-    /// gateway's, quarantined until the case is closed (`store::poison`).
-    PoisonWakeup,
-}
-
-impl CaseKind {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            CaseKind::DoubleCharge => "double_charge",
-            CaseKind::UnmatchedCharge => "unmatched_charge",
-            CaseKind::UnmatchedRefund => "unmatched_refund",
-            CaseKind::MissingAtGateway => "missing_at_gateway",
-            CaseKind::AmountMismatch => "amount_mismatch",
-            CaseKind::Dispute => "dispute",
-            CaseKind::PoisonWakeup => "poison_wakeup",
-        }
-    }
-}
-
-impl std::fmt::Display for CaseKind {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// One discrepancy, ready to become a case.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Finding {
-    pub kind: CaseKind,
-    /// Stable across runs: `double_charge:<order>:<sorted charge ids>`,
-    /// `unmatched_charge:<charge id>`, `unmatched_refund:<refund id>`,
-    /// `missing_at_gateway:<attempt id>`, `amount_mismatch:<charge or refund id>`.
-    pub dedupe_key: String,
-    pub order_id: Option<String>,
-    pub attempt_id: Option<Uuid>,
-    /// The gateway's id(s) involved, comma-separated.
-    pub gateway_ref: Option<String>,
-    /// What each side says, for the person who resolves the case.
-    pub details: serde_json::Value,
-}
+pub use crate::domain::{CaseKind, Finding};

@@ -9,48 +9,9 @@
 use std::time::Duration;
 
 use chrono::{DateTime, NaiveDate, NaiveTime, TimeDelta, Utc};
-use serde::Serialize;
 
 use crate::domain::InputError;
-
-/// `[from, to)`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
-pub struct Window {
-    pub from: DateTime<Utc>,
-    pub to: DateTime<Utc>,
-}
-
-impl Window {
-    pub fn new(from: DateTime<Utc>, to: DateTime<Utc>) -> Result<Self, InputError> {
-        if to <= from {
-            return Err(InputError::new(
-                "to",
-                format!("must be after from ({from} .. {to} is empty)"),
-            ));
-        }
-        Ok(Self { from, to })
-    }
-
-    /// The UTC day `date`, midnight to midnight.
-    pub fn day(date: NaiveDate) -> Self {
-        let from = date.and_time(NaiveTime::MIN).and_utc();
-        Self {
-            from,
-            to: from + TimeDelta::days(1),
-        }
-    }
-
-    pub fn contains(&self, t: DateTime<Utc>) -> bool {
-        self.from <= t && t < self.to
-    }
-}
-
-impl std::fmt::Display for Window {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let fmt = "%Y-%m-%dT%H:%M:%S%.fZ";
-        write!(f, "[{}, {})", self.from.format(fmt), self.to.format(fmt))
-    }
-}
+pub use crate::domain::Window;
 
 /// A window's end as a person writes it: RFC 3339 (`2026-11-30T00:00:00Z`,
 /// any offset) or a date (`2026-11-30`, midnight UTC).

@@ -14,7 +14,7 @@ use chrono::{DateTime, Utc};
 use serde_json::json;
 
 use super::{Attempt, Store, StoreError};
-use crate::recon::{CaseKind, Finding, Window};
+use crate::domain::{CaseKind, Finding, Window};
 use crate::state::State;
 
 /// A case to open, and whether to cancel the attempt's scheduled retry.

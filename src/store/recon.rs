@@ -18,7 +18,7 @@ use uuid::Uuid;
 
 use super::{Attempt, Db, Store, StoreError, lite, pg};
 use crate::domain::InputError;
-use crate::recon::{Finding, Window};
+use crate::domain::{Finding, Window};
 
 /// One row of `recon_cases`: a discrepancy for a person to resolve.
 #[derive(Debug, Clone, PartialEq, Serialize, sqlx::FromRow)]

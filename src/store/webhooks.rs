@@ -131,7 +131,7 @@ fn change_for<'a>(
             let mut c = Change::new(Some(Event::Declined), "webhook_declined", actor);
             c.decline_code = Some(code);
             c.charge_id = charge_id.as_deref();
-            c.act_in = retry.and_then(|p| crate::engine::retry_in(p, code, seen.attempt_number));
+            c.act_in = retry.and_then(|p| p.retry_in(code, seen.attempt_number));
             c
         }
         EventOutcome::NotActionable => return Ok(None),

@@ -517,25 +517,9 @@ impl<D: WakeDb> BackendConfig for Wakes<D> {
     }
 }
 
-/// The attempt a wake-up job's payload (`engine::Wake`) names, if it names one.
-pub(crate) fn target(payload: &[u8]) -> Option<Uuid> {
-    serde_json::from_slice::<crate::engine::Wake>(payload)
-        .ok()
-        .map(|w| w.attempt_id)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_payload_names_its_attempt_or_nothing() {
-        let id = Uuid::new_v4();
-        let wake = serde_json::to_vec(&crate::engine::Wake { attempt_id: id }).unwrap();
-        assert_eq!(target(&wake), Some(id));
-        assert_eq!(target(b"{}"), None);
-        assert_eq!(target(b"not json"), None);
-    }
 
     #[test]
     fn acks_put_back_keep_their_order_before_newer_ones() {

@@ -19,7 +19,7 @@ use tokio::sync::broadcast::{self, error::RecvError};
 use tokio::sync::oneshot;
 use tracing::warn;
 
-use super::{Claims, Fetch, Notices, Outcome, Unsent, WakeConfig, WakeDb, Wakeup, target};
+use super::{Claims, Fetch, Notices, Outcome, Unsent, WakeConfig, WakeDb, Wakeup};
 use crate::store::{Applied, Attempt, ClaimPlan, Store, StoreError};
 
 /// The channel apalis' insert trigger notifies (`apalis.notify_new_jobs`:
@@ -314,7 +314,7 @@ fn wakeup(row: &PgRow) -> Result<Wakeup, sqlx::Error> {
     };
     Ok(Wakeup {
         job_id,
-        attempt_id: target(&payload),
+        attempt_id: crate::domain::Wake::target(&payload),
         seen,
         claimed: None,
     })

@@ -61,14 +61,14 @@ pub(super) fn detail_of(a: &Answer) -> Option<String> {
 }
 
 /// A 401/403: loud, since every call will fail the same way until the key
-/// is fixed. The breaker counts it as a failure and opens.
+/// is fixed. The breaker counts it as a failure and opens; the caller's
+/// metrics count it by its `auth_failed` kind.
 pub(super) fn auth_fault(call: &str, a: &Answer, started: Instant) -> Evidence {
     error!(
         call,
         status = a.code,
         "Stripe refused our API key (401/403): STRIPE_SECRET_KEY is wrong or revoked; nothing was executed, sending stops while the breaker is open"
     );
-    crate::metrics::gateway_auth_failed();
     evidence(call, Some(a.code), "auth_failed", detail_of(a), started)
 }
 

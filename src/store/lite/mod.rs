@@ -19,7 +19,7 @@ use uuid::Uuid;
 
 use super::change::{Applied, Change, NoticeKind, Plan};
 use super::{Attempt, CHARGE_QUEUE, Check, REFUND_QUEUE, StoreError, Transition};
-use crate::engine::Wake;
+use crate::domain::Wake;
 use crate::state::State;
 
 /// SQLite's clock in milliseconds (the same value within one statement).
@@ -333,7 +333,7 @@ pub(super) async fn apply_tx(
         .execute(&mut *tx)
         .await?;
         if plan.to != seen.state {
-            crate::metrics::transition(seen.state, plan.to, change.cause);
+            crate::store::observe::transition_written(seen.state, plan.to, change.cause);
         }
     }
     if let Some(kind) = plan.notice {

@@ -7,7 +7,7 @@ use sqlx::sqlite::SqliteRow;
 use sqlx::{Row, SqlitePool};
 
 use super::{attempt, json, ms, uuid};
-use crate::recon::{Finding, Window};
+use crate::domain::{Finding, Window};
 use crate::store::change::plan;
 use crate::store::contradiction::Contradiction;
 use crate::store::recon::{

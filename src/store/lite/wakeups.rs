@@ -158,7 +158,7 @@ pub(crate) async fn take(
             r.try_get::<i64, _>("priority")?,
             r.try_get::<i64, _>("run_at")?,
             r.try_get::<String, _>("id")?,
-            crate::wakeq::target(&r.try_get::<Vec<u8>, _>("job")?),
+            crate::domain::Wake::target(&r.try_get::<Vec<u8>, _>("job")?),
         ))
     })
     .collect::<Result<Vec<_>, sqlx::Error>>()?;

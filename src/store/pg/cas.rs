@@ -233,7 +233,7 @@ pub(crate) async fn move_and_log<'e, E: sqlx::PgExecutor<'e>>(
             if row.is_some()
                 && let Some((from, to)) = c.metric
             {
-                crate::metrics::transition(from, to, &c.cause);
+                crate::store::observe::transition_written(from, to, &c.cause);
             }
             row
         })

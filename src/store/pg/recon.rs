@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use sqlx::PgPool;
 
-use crate::recon::{Finding, Window};
+use crate::domain::{Finding, Window};
 use crate::store::change::plan;
 use crate::store::contradiction::Contradiction;
 use crate::store::recon::{
