@@ -17,18 +17,22 @@
 //! database (one row per gateway), so every worker agrees within one
 //! `poll`; the decisions over that row are the pure functions
 //! [`after_failure`] and [`after_answer`].
+//!
+//! # Layout
+//! - here: the settings and [`Breaker`], one process's handle on the shared row.
+//! - `decide.rs`: [`Health`] of a call and the row's pure moves.
+//! - `pace.rs`: [`Pace`], the shared rate limit toward the gateway.
 
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use chrono::{DateTime, Utc};
 use clap::Args;
 use tokio::sync::watch;
 use tracing::{info, warn};
 
 use crate::backoff::parse_duration_arg as duration;
-use crate::gateway::{ChargeOutcome, Evidence, Gateway, LookupOutcome};
-use crate::store::{BreakerEvent, BreakerRow, Store, StoreError};
+use crate::gateway::Gateway;
+use crate::store::{BreakerRow, Store, StoreError};
 
 /// The breaker's and the pace's settings (worker flags).
 #[derive(Debug, Clone, Args)]
@@ -103,128 +107,13 @@ impl BreakerArgs {
     }
 }
 
-/// What one gateway call says about the gateway as a whole.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Health {
-    /// A definite answer (approved, declined, not found): it is up.
-    Answered,
-    /// No answer: not reachable, timed out, reset, 5xx, unavailable, our
-    /// key refused, or a redirect (never followed: every call would be
-    /// redirected the same way). Carries the kind and detail for the
-    /// breaker's record.
-    Failed(String),
-    /// Neither: it answered but refused for now (429) or said something
-    /// we could not read; says nothing about an outage.
-    Neutral,
-}
+mod decide;
+mod pace;
+#[cfg(test)]
+mod tests;
 
-impl Health {
-    fn from_failure(e: &Evidence) -> Self {
-        match e.error_kind.as_str() {
-            "connect" | "timeout" | "connection_closed" | "http_5xx" | "unavailable"
-            | "auth_failed" | "redirected" => {
-                let mut what = e.error_kind.clone();
-                if let Some(d) = &e.detail {
-                    what.push_str(": ");
-                    what.extend(d.chars().take(200));
-                }
-                Health::Failed(what)
-            }
-            _ => Health::Neutral,
-        }
-    }
-
-    pub fn of_charge(o: &ChargeOutcome) -> Self {
-        match o {
-            ChargeOutcome::Approved { .. } | ChargeOutcome::Declined { .. } => Health::Answered,
-            ChargeOutcome::Refused { .. } => Health::Neutral,
-            ChargeOutcome::Unknown { evidence } | ChargeOutcome::Deferred { evidence, .. } => {
-                Self::from_failure(evidence)
-            }
-        }
-    }
-
-    pub fn of_lookup(o: &LookupOutcome) -> Self {
-        match o {
-            LookupOutcome::Approved { .. }
-            | LookupOutcome::Declined { .. }
-            | LookupOutcome::NotFound { .. } => Health::Answered,
-            LookupOutcome::Failed { evidence } | LookupOutcome::Deferred { evidence, .. } => {
-                Self::from_failure(evidence)
-            }
-        }
-    }
-}
-
-/// The breaker row after one more failed call at `now`: it opens on the
-/// `threshold`-th failure in a row (0 = never). `answered_since`: the
-/// recording process saw an answer after its last look at the row (an
-/// answer it did not write, to keep the happy path free of writes), so the
-/// failures recorded before are not "in a row" any more.
-pub fn after_failure(
-    row: &BreakerRow,
-    now: DateTime<Utc>,
-    threshold: u32,
-    probe_every: Duration,
-    what: &str,
-    answered_since: bool,
-) -> (BreakerRow, Option<BreakerEvent>) {
-    let mut r = row.clone();
-    if answered_since && !r.is_open() {
-        r.failures = 0;
-        r.failing_since = None;
-    }
-    r.failures = r.failures.saturating_add(1);
-    r.failing_since.get_or_insert(now);
-    r.last_failure = Some(what.to_owned());
-    r.last_failure_at = Some(now);
-    let opens = !r.is_open() && threshold > 0 && r.failures as u32 >= threshold;
-    if !opens {
-        return (r, None);
-    }
-    r.state = "open".into();
-    r.opened_at = Some(now);
-    r.closed_at = None;
-    r.next_probe_at = Some(now + chrono::Duration::from_std(probe_every).unwrap_or_default());
-    r.probes = 0;
-    let since = r.failing_since.unwrap_or(now);
-    let event = BreakerEvent {
-        state: "open",
-        cause: "calls_failed".into(),
-        detail: Some(format!(
-            "{} calls failed in a row since {}; last: {what}",
-            r.failures,
-            since.format("%Y-%m-%d %H:%M:%S UTC")
-        )),
-    };
-    (r, Some(event))
-}
-
-/// The breaker row after the gateway answered at `now`: failures forgotten,
-/// and closed if it was open (the paced re-wake may start).
-pub fn after_answer(row: &BreakerRow, now: DateTime<Utc>) -> (BreakerRow, Option<BreakerEvent>) {
-    let mut r = row.clone();
-    r.failures = 0;
-    r.failing_since = None;
-    r.last_answer_at = Some(now);
-    if !r.is_open() {
-        return (r, None);
-    }
-    let down = r
-        .opened_at
-        .map(|at| (now - at).num_seconds())
-        .unwrap_or_default();
-    r.state = "closed".into();
-    r.closed_at = Some(now);
-    r.next_probe_at = None;
-    r.next_rewake_at = None;
-    let event = BreakerEvent {
-        state: "closed",
-        cause: "gateway_answered".into(),
-        detail: Some(format!("open for {down} s, {} probes", r.probes)),
-    };
-    (r, Some(event))
-}
+pub use decide::{Health, after_answer, after_failure};
+pub use pace::Pace;
 
 /// This process's view of the shared breaker.
 #[derive(Debug, Clone, Copy, Default)]
@@ -436,208 +325,5 @@ impl Breaker {
             info!(woken, "re-woke parked attempts");
         }
         Ok(())
-    }
-}
-
-/// The rate limit toward the gateway, shared by every process on the
-/// database: each call first reserves a slot (one row per gateway, GCRA)
-/// and waits for it. Off when no limit is set.
-#[derive(Debug)]
-pub struct Pace {
-    store: Store,
-    gateway: String,
-    limit: Option<(Duration, u32)>,
-}
-
-impl Pace {
-    pub fn new(store: Store, gateway: &str, args: &BreakerArgs) -> Self {
-        Self {
-            store,
-            gateway: gateway.to_owned(),
-            limit: args.pace(),
-        }
-    }
-
-    /// No limit.
-    pub fn off(store: Store) -> Self {
-        Self {
-            store,
-            gateway: String::new(),
-            limit: None,
-        }
-    }
-
-    /// Whether calls are limited at all (with no limit, [`Pace::slot`]
-    /// never waits).
-    pub fn limits(&self) -> bool {
-        self.limit.is_some()
-    }
-
-    /// Waits for this process's next slot toward the gateway. A database
-    /// error waits one slot instead: the limit is kept roughly, never
-    /// turned off by an error.
-    pub async fn slot(&self) {
-        let Some((interval, burst)) = self.limit else {
-            return;
-        };
-        let wait = match self.store.pace_slot(&self.gateway, interval, burst).await {
-            Ok(wait) => wait,
-            Err(e) => {
-                warn!(error = %e, "could not reserve a gateway slot; waiting one slot");
-                interval
-            }
-        };
-        if !wait.is_zero() {
-            crate::metrics::paced(wait);
-            tokio::time::sleep(wait).await;
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use chrono::TimeZone;
-
-    use super::*;
-    use crate::gateway::Deferral;
-
-    fn at(s: u32) -> DateTime<Utc> {
-        Utc.with_ymd_and_hms(2026, 11, 30, 12, 0, s)
-            .single()
-            .unwrap()
-    }
-
-    fn failed(kind: &str) -> Evidence {
-        Evidence {
-            call: "charge".into(),
-            error_kind: kind.into(),
-            ..Evidence::default()
-        }
-    }
-
-    #[test]
-    fn it_opens_on_the_threshold_th_failure_in_a_row_and_closes_on_an_answer() {
-        let every = Duration::from_secs(5);
-        let mut row = BreakerRow::new("gw");
-        for n in 1..3 {
-            let (next, event) = after_failure(&row, at(n), 3, every, "connect", false);
-            assert!(!next.is_open() && event.is_none(), "{next:?}");
-            row = next;
-        }
-        assert_eq!(row.failing_since, Some(at(1)));
-        let (open, event) = after_failure(&row, at(3), 3, every, "timeout", false);
-        assert!(open.is_open());
-        assert_eq!(open.opened_at, Some(at(3)));
-        assert_eq!(open.next_probe_at, Some(at(8)));
-        let event = event.unwrap();
-        assert_eq!(event.state, "open");
-        assert!(event.detail.unwrap().contains("3 calls failed in a row"));
-        // More failures while open: counted, no second opening.
-        let (still, again) = after_failure(&open, at(4), 3, every, "timeout", true);
-        assert!(still.is_open() && again.is_none());
-        assert_eq!(still.opened_at, Some(at(3)));
-        let (closed, event) = after_answer(&still, at(9));
-        assert!(!closed.is_open());
-        assert_eq!((closed.failures, closed.failing_since), (0, None));
-        assert_eq!(closed.closed_at, Some(at(9)));
-        assert_eq!(closed.next_probe_at, None);
-        assert_eq!(event.unwrap().state, "closed");
-    }
-
-    #[test]
-    fn an_answer_between_failures_starts_the_count_again_and_zero_never_opens() {
-        let every = Duration::from_secs(5);
-        let row = BreakerRow::new("gw");
-        let (one, _) = after_failure(&row, at(1), 2, every, "connect", false);
-        let (reset, event) = after_answer(&one, at(2));
-        assert!(event.is_none(), "closed already: no event");
-        let (again, _) = after_failure(&reset, at(3), 2, every, "connect", false);
-        assert!(!again.is_open());
-        assert_eq!(again.failures, 1);
-        // An answer the recording process saw but did not write breaks
-        // the run too.
-        let (two, _) = after_failure(&one, at(4), 2, every, "connect", true);
-        assert!(!two.is_open());
-        assert_eq!((two.failures, two.failing_since), (1, Some(at(4))));
-        let mut off = BreakerRow::new("gw");
-        for n in 0..50 {
-            off = after_failure(&off, at(n % 60), 0, every, "connect", false).0;
-        }
-        assert!(!off.is_open());
-    }
-
-    #[test]
-    fn only_a_missing_answer_counts_as_a_failure() {
-        let deferred = |kind: &str, why| ChargeOutcome::Deferred {
-            why,
-            retry_after: None,
-            evidence: failed(kind),
-        };
-        for kind in [
-            "connect",
-            "timeout",
-            "connection_closed",
-            "http_5xx",
-            "unavailable",
-            "redirected",
-        ] {
-            let unknown = ChargeOutcome::Unknown {
-                evidence: failed(kind),
-            };
-            assert!(
-                matches!(Health::of_charge(&unknown), Health::Failed(_)),
-                "{kind}"
-            );
-            let lookup = LookupOutcome::Failed {
-                evidence: failed(kind),
-            };
-            assert!(
-                matches!(Health::of_lookup(&lookup), Health::Failed(_)),
-                "{kind}"
-            );
-        }
-        assert!(matches!(
-            Health::of_charge(&deferred("connect", Deferral::NotSent)),
-            Health::Failed(_)
-        ));
-        assert_eq!(
-            Health::of_charge(&deferred("throttled", Deferral::NotExecuted)),
-            Health::Neutral
-        );
-        // Every call would be redirected the same way: the breaker opens.
-        assert!(matches!(
-            Health::of_charge(&deferred("redirected", Deferral::NotExecuted)),
-            Health::Failed(_)
-        ));
-        for kind in ["http_4xx", "bad_body"] {
-            let odd = ChargeOutcome::Unknown {
-                evidence: failed(kind),
-            };
-            assert_eq!(Health::of_charge(&odd), Health::Neutral, "{kind}");
-        }
-        let found = LookupOutcome::NotFound {
-            evidence: failed("not_found"),
-        };
-        assert_eq!(Health::of_lookup(&found), Health::Answered);
-    }
-
-    #[test]
-    fn the_pace_is_off_by_default_and_bursts_a_tenth_of_a_second() {
-        assert_eq!(BreakerArgs::default().pace(), None);
-        let args = BreakerArgs {
-            gateway_rps: 100,
-            ..BreakerArgs::default()
-        };
-        assert_eq!(args.pace(), Some((Duration::from_millis(10), 10)));
-        let slow = BreakerArgs {
-            gateway_rps: 4,
-            ..BreakerArgs::default()
-        };
-        assert_eq!(slow.pace(), Some((Duration::from_millis(250), 1)));
-        let zero = BreakerArgs {
-            breaker_rewake_per_s: 0,
-            ..BreakerArgs::default()
-        };
-        assert!(zero.validate().is_err());
     }
 }
