@@ -47,10 +47,13 @@ enum Route {
     Post,
 }
 
+/// Status, body, `Retry-After`.
+type Queue = VecDeque<(u16, Value, Option<&'static str>)>;
+
 #[derive(Default)]
 struct Fake {
     /// Answers given first, per route, before `truth`.
-    first: Vec<(Route, VecDeque<(u16, Value, Option<&'static str>)>)>,
+    first: Vec<(Route, Queue)>,
     truth: Vec<(Route, Value)>,
     seen: Vec<Route>,
 }

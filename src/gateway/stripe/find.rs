@@ -66,10 +66,10 @@ pub(super) enum Found {
 impl StripeGateway {
     /// The PaymentIntent whose metadata carries the call's key.
     pub(super) async fn find_intent(&self, call: &LookupCall) -> Found {
-        if self.find.search {
-            if let Some(found) = self.search(call).await {
-                return found;
-            }
+        if self.find.search
+            && let Some(found) = self.search(call).await
+        {
+            return found;
         }
         self.list_for(call).await
     }
@@ -78,7 +78,7 @@ impl StripeGateway {
     async fn search(&self, call: &LookupCall) -> Option<Found> {
         let started = Instant::now();
         let ev = |kind: &str, status: Option<u16>, result: &str, detail: Option<String>| {
-            lookup_evidence("search", status, kind, result, detail, started)
+            lookup_evidence("lookup", status, kind, result, detail, started)
         };
         let key = call.key.to_string();
         let query = [
@@ -96,7 +96,7 @@ impl StripeGateway {
             return None;
         }
         if a.code != 200 {
-            return Some(Found::NoAnswer(unanswered("search", &a, started)));
+            return Some(Found::NoAnswer(unanswered("lookup", &a, started)));
         }
         let page = a
             .body
@@ -210,12 +210,13 @@ impl StripeGateway {
     }
 }
 
+/// An evidence maker: `(kind, status, lookup result, detail)`.
+pub(super) type EvidenceOf<'a> =
+    dyn Fn(&str, Option<u16>, &str, Option<String>) -> crate::gateway::Evidence + 'a;
+
 /// A lookup request that got no HTTP answer: not sent (deferred, no check)
 /// or unknown (failed).
-pub(super) fn transport_failed(
-    t: Transport,
-    ev: &dyn Fn(&str, Option<u16>, &str, Option<String>) -> crate::gateway::Evidence,
-) -> LookupOutcome {
+pub(super) fn transport_failed(t: Transport, ev: &EvidenceOf) -> LookupOutcome {
     match t {
         Transport::NotSent(k) => LookupOutcome::Deferred {
             why: Deferral::NotSent,

@@ -1,7 +1,8 @@
 //! The lookup without a recorded PaymentIntent ([`super::find`]) against a
 //! scripted server on 127.0.0.1 that answers as Stripe's search and list
 //! endpoints do: search asked when configured, its lag, a server without
-//! search, the listing's page cap, and a 429 on every lookup path.
+//! search, the listing's page cap, and a 429 on every lookup path (a
+//! refund's too).
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
@@ -336,6 +337,18 @@ async fn a_429_on_every_lookup_path_is_deferred_with_its_retry_after() {
     let got = gw.lookup(&call(key, Duration::from_secs(5))).await;
     assert!(
         matches!(&got, LookupOutcome::Deferred { retry_after: Some(d), .. } if *d == Duration::from_secs(7)),
+        "{got:?}"
+    );
+    // A refund's lookup lists the PaymentIntent's refunds: the same.
+    let (gw, _) = scripted(vec![throttled()], FindConfig::default()).await;
+    let refund = LookupCall {
+        charge_id: Some("pi_1".into()),
+        ..LookupCall::by_key(key)
+    };
+    let got = gw.lookup_refund(&refund).await;
+    assert!(
+        matches!(&got, LookupOutcome::Deferred { why: Deferral::NotExecuted, retry_after: Some(d), evidence }
+            if *d == Duration::from_secs(7) && evidence.http_status == Some(429)),
         "{got:?}"
     );
 }

@@ -128,10 +128,18 @@ impl StripeGateway {
         Err(Walk::Capped(max_pages))
     }
 
-    /// Every refund of a PaymentIntent.
-    pub(super) async fn refunds_of(&self, pi: &str) -> Result<Vec<Object>, ListError> {
+    /// Every refund of a PaymentIntent (up to the one carrying `key`).
+    pub(super) async fn refunds_of(&self, pi: &str, key: &str) -> Result<Vec<Object>, Walk> {
         let extra = [("payment_intent".to_owned(), pi.to_owned())];
-        self.all(Listed::Refunds, "/v1/refunds", &extra, None).await
+        self.walk(
+            Listed::Refunds,
+            "/v1/refunds",
+            &extra,
+            None,
+            MAX_PAGES,
+            Some(key),
+        )
+        .await
     }
 
     /// Reconciliation's window: executed charges (succeeded or failed
