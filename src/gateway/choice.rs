@@ -212,6 +212,43 @@ mod tests {
     }
 
     #[test]
+    fn lookup_settings_parse_with_their_defaults_and_a_zero_page_cap_is_refused() {
+        let d = Cli::parse_from(["x"]).g;
+        assert_eq!(
+            (d.stripe_search, d.stripe_search_lag, d.stripe_lookup_pages),
+            (false, std::time::Duration::from_secs(60), 10)
+        );
+        let set = Cli::parse_from([
+            "x",
+            "--stripe-search",
+            "true",
+            "--stripe-search-lag",
+            "90s",
+            "--stripe-lookup-pages",
+            "3",
+        ])
+        .g;
+        assert_eq!(
+            (
+                set.stripe_search,
+                set.stripe_search_lag,
+                set.stripe_lookup_pages
+            ),
+            (true, std::time::Duration::from_secs(90), 3)
+        );
+        let zero = Cli::try_parse_from(["x", "--stripe-lookup-pages", "0"]);
+        assert!(
+            zero.err()
+                .is_some_and(|e| e.to_string().contains("stripe-lookup-pages"))
+        );
+        let lag = Cli::try_parse_from(["x", "--stripe-search-lag", "soon"]);
+        assert!(
+            lag.err()
+                .is_some_and(|e| e.to_string().contains("stripe-search-lag"))
+        );
+    }
+
+    #[test]
     fn no_gateway_is_chosen_silently() {
         let err = |argv: &[&str], url: Option<&str>| {
             Cli::parse_from(argv)
