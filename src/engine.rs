@@ -625,11 +625,13 @@ pub async fn lookup_call(store: &Store, a: &Attempt) -> Result<LookupCall, Store
         (Some(charge), None) => store.load(charge).await?.0.gateway_charge_id,
         (None, None) => None,
     };
+    let last_sent = send::last_sent(store, a).await?;
     Ok(LookupCall {
         key: IdempotencyKey::from_uuid(a.idempotency_key),
         gateway_ref: a.gateway_ref.clone(),
         charge_id,
         since: Some(a.created_at),
+        last_sent,
         make_final: false,
     })
 }

@@ -258,6 +258,11 @@ pub(crate) enum Command {
         /// Print the report as JSON (no progress bars).
         #[arg(long)]
         json: bool,
+        /// One of the seed's tables beside its own figures: `a` (one buyer,
+        /// 500 USD, one lost answer), `c` (the fleet), `new-key` (a new key
+        /// on every retry); `a` and `new-key` ignore --orders and --loss.
+        #[arg(long, value_enum)]
+        scenario: Option<cobro::demo::Scenario>,
         /// `--gateway stripe --stripe-api-base URL`: the fleet through
         /// Stripe's API against that server instead of the three simulator
         /// worlds (STRIPE_SECRET_KEY; an http:// base goes through a lossy

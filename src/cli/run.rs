@@ -307,6 +307,7 @@ pub(crate) async fn run(command: Command) -> Result<()> {
             check_schedule,
             database_url,
             json,
+            scenario,
             gateway,
         } => {
             let opts = cobro::demo::DemoOptions {
@@ -319,7 +320,10 @@ pub(crate) async fn run(command: Command) -> Result<()> {
                 gateway,
             };
             let bars = (!json).then(indicatif::MultiProgress::new);
-            let report = cobro::demo::run(&opts, bars.as_ref()).await?;
+            let report = match scenario {
+                None => cobro::demo::run(&opts, bars.as_ref()).await?,
+                Some(s) => cobro::demo::run_scenario(&opts, s, bars.as_ref()).await?,
+            };
             if json {
                 println!("{}", serde_json::to_string_pretty(&report)?);
             } else {

@@ -14,9 +14,11 @@
 //! meets the same fate on its first request in every world.
 
 mod naive;
+mod scenario;
 mod stripe;
 mod table;
 
+pub use scenario::{Scenario, SeedColumn, SeedTable, run as run_scenario, seed_table};
 pub use table::render;
 
 use std::collections::HashMap;
@@ -80,11 +82,20 @@ pub struct World {
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
     pub orders: usize,
+    /// The probability a charge's answer is lost; in `--scenario a` and
+    /// `new-key`, 1: every answer to cobro's charges is lost (the naive
+    /// client's losses are scripted: its first one or two).
     pub loss: f64,
     pub seed: u64,
     pub currency: &'static str,
     pub database: String,
     pub worlds: Vec<World>,
+    /// `--scenario`: which of the seed's tables this is.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub scenario: Option<Scenario>,
+    /// `--scenario`: the seed's own figures, printed beside cobro's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lesson: Option<SeedTable>,
 }
 
 /// The fleet: `(order id, amount in minor units)`, amounts 10.00-500.00 USD.
@@ -151,12 +162,12 @@ pub async fn run(opts: &DemoOptions, progress: Option<&MultiProgress>) -> Result
         worlds.push(world?);
         return Ok(report(opts, worlds));
     }
-    let sim = start_sim(false, opts).await?;
+    let sim = start_sim(false, opts.loss, opts).await?;
     worlds.push(naive::run(&sim, &fleet, bar("naive client")).await?);
     sim.shutdown().await;
 
     for (n, idempotent) in [(2, true), (3, false)] {
-        let sim = start_sim(idempotent, opts).await?;
+        let sim = start_sim(idempotent, opts.loss, opts).await?;
         let db_url = world_db(n)?;
         let prefix = world_prefix(n);
         let label = if idempotent {
@@ -194,6 +205,8 @@ fn report(opts: &DemoOptions, worlds: Vec<World>) -> Report {
             None => "sqlite (throwaway, one file per world)".into(),
         },
         worlds,
+        scenario: None,
+        lesson: None,
     }
 }
 
@@ -208,7 +221,7 @@ fn new_bar(name: &str, len: usize) -> ProgressBar {
     bar
 }
 
-async fn start_sim(idempotent: bool, opts: &DemoOptions) -> Result<SimHandle> {
+async fn start_sim(idempotent: bool, loss: f64, opts: &DemoOptions) -> Result<SimHandle> {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .context("binding the simulator to 127.0.0.1")?;
@@ -220,7 +233,7 @@ async fn start_sim(idempotent: bool, opts: &DemoOptions) -> Result<SimHandle> {
             per_order_draws: true,
             webhooks: None,
             faults: Faults {
-                p_response_lost: opts.loss,
+                p_response_lost: loss,
                 ..Faults::default()
             },
         },

@@ -3,7 +3,7 @@
 //! Invariant: amounts are printed from integer minor units with integer
 //! arithmetic (no float ever touches money); only the percentage is a float.
 
-use super::{Report, World};
+use super::{Report, Scenario, World};
 
 /// `2569790` minor units of a 2-decimal currency -> `"$25,697.90"`.
 pub fn money(minor: impl Into<i128>) -> String {
@@ -27,14 +27,27 @@ fn count(n: impl ToString) -> String {
 }
 
 pub fn render(r: &Report) -> String {
-    let w = &r.worlds;
     let mut out = String::new();
-    out.push_str(&format!(
-        "ESCENARIO C · fleet of {} orders with lost responses\nN={} | p(response lost)={} | seed={} | database: {}\n\n",
-        r.orders, r.orders, r.loss, r.seed, r.database
-    ));
+    match (&r.scenario, &r.lesson) {
+        (Some(Scenario::A | Scenario::NewKey), Some(lesson)) => out.push_str(&format!(
+            "{} · one buyer, run on cobro's engine beside the seed's figures\n{}\n\
+             naive client: its first answers lost as the seed says | cobro: every answer to a charge lost, lookups answered | database: {}\n\n",
+            title(r.scenario),
+            lesson.setup,
+            r.database
+        )),
+        (Some(Scenario::C), Some(lesson)) => out.push_str(&format!(
+            "ESCENARIO C · fleet of {} orders with lost responses, beside the seed's figures\nN={} | p(response lost)={} | seed={} | database: {}\nseed: {}\n\n",
+            r.orders, r.orders, r.loss, r.seed, r.database, lesson.setup
+        )),
+        _ => out.push_str(&format!(
+            "ESCENARIO C · fleet of {} orders with lost responses\nN={} | p(response lost)={} | seed={} | database: {}\n\n",
+            r.orders, r.orders, r.loss, r.seed, r.database
+        )),
+    }
+    let w = &r.worlds;
     let header = |f: &dyn Fn(&World) -> String| w.iter().map(f).collect::<Vec<_>>();
-    let rows: Vec<(&str, Vec<String>)> = vec![
+    let mut rows: Vec<(&str, Vec<String>)> = vec![
         ("", header(&|x| x.name.clone())),
         ("client", header(&|x| x.client.clone())),
         ("gateway", header(&|x| x.gateway.clone())),
@@ -69,14 +82,44 @@ pub fn render(r: &Report) -> String {
             header(&|x| format!("{:.2} s", x.wall_ms as f64 / 1000.0)),
         ),
     ];
+    if let Some(lesson) = &r.lesson {
+        for c in &lesson.columns {
+            let cells = [
+                c.name.to_owned(),
+                c.client.to_owned(),
+                c.gateway.to_owned(),
+                money(lesson.intent_total_minor),
+                count(c.attempts_sent),
+                count(c.ledger_charges),
+                count(c.orders_charged_twice),
+                "-".into(),
+                money(c.total_charged_minor),
+                format!("{} ({:.1}%)", money(c.overcharge_minor), c.overcharge_pct),
+                "-".into(),
+                "-".into(),
+            ];
+            for ((_, row), cell) in rows.iter_mut().zip(cells) {
+                row.push(cell);
+            }
+        }
+    }
+    let width = if r.lesson.is_some() { 24 } else { 22 };
     for (label, cells) in rows {
         out.push_str(&format!("  {label:<32}"));
         for c in cells {
-            out.push_str(&format!("{c:>22}"));
+            out.push_str(&format!("{c:>width$}"));
         }
         out.push('\n');
     }
     out
+}
+
+fn title(s: Option<Scenario>) -> &'static str {
+    match s {
+        Some(Scenario::A) => "ESCENARIO A",
+        Some(Scenario::NewKey) => "NEW KEY ON EVERY RETRY (lesson 3)",
+        _ => "ESCENARIO C",
+    }
 }
 
 #[cfg(test)]

@@ -19,7 +19,7 @@ use crate::domain::{
 use crate::gateway::{ChargeCall, ChargeOutcome, Deferral, Prepared, RefundCall};
 use crate::policy::{Action, decide};
 use crate::state::Event;
-use crate::store::{Applied, Attempt, Change, CheckRecord, ClaimPlan, Lease, StoreError};
+use crate::store::{Applied, Attempt, Change, CheckRecord, ClaimPlan, Lease, Store, StoreError};
 
 impl Engine {
     /// What to send for `a`: its charge, or its refund of the charge it
@@ -383,4 +383,25 @@ fn charge_call(a: &Attempt) -> Result<ChargeCall, InputError> {
         gateway_ref: a.gateway_ref.clone(),
         merchant_initiated: a.attempt_number > 1,
     })
+}
+
+/// When the last send of `a` that may have created a gateway object began
+/// (its last claim to `EN_PROCESO`), for a charge with no object recorded:
+/// a lookup through an index that lags (Stripe's search) believes a "not
+/// found" only once this is old enough. `None` when there is nothing to
+/// find that way (an object recorded, a refund, never sent).
+pub(super) async fn last_sent(
+    store: &Store,
+    a: &Attempt,
+) -> Result<Option<chrono::DateTime<chrono::Utc>>, StoreError> {
+    if a.gateway_ref.is_some() || a.is_refund() || a.send_count == 0 {
+        return Ok(None);
+    }
+    Ok(store
+        .transitions(a.id)
+        .await?
+        .iter()
+        .rev()
+        .find(|t| t.to_state == crate::state::State::EnProceso.as_str())
+        .map(|t| t.at))
 }

@@ -12,7 +12,9 @@ use std::sync::Arc;
 
 use clap::{ArgAction, Args, ValueEnum};
 
-use super::stripe::{DEFAULT_API_BASE, KeyCheck, SecretKey, StripeConfig, StripeGateway};
+use super::stripe::{
+    DEFAULT_API_BASE, FindConfig, KeyCheck, SecretKey, StripeConfig, StripeGateway,
+};
 use super::{Gateway, GatewayConfigError, HttpGateway, HttpGatewayConfig, shown_url};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -43,6 +45,18 @@ pub struct GatewayChoice {
     /// compatible server without that filter (localstripe).
     #[arg(long, env = "STRIPE_CREATED_FILTER", default_value_t = true, action = ArgAction::Set)]
     pub stripe_created_filter: bool,
+    /// Find a PaymentIntent whose id was not recorded through Stripe's
+    /// search (`/v1/payment_intents/search`) before listing.
+    #[arg(long, env = "STRIPE_SEARCH", default_value_t = false, action = ArgAction::Set)]
+    pub stripe_search: bool,
+    /// How long a new PaymentIntent may stay invisible to Stripe's search:
+    /// a search's "not found" within it is not a clearance.
+    #[arg(long, env = "STRIPE_SEARCH_LAG", default_value = "60s", value_parser = crate::backoff::parse_duration_arg)]
+    pub stripe_search_lag: std::time::Duration,
+    /// The most pages (100 PaymentIntents each) a lookup lists; past it the
+    /// lookup failed (looked up again, then finance).
+    #[arg(long, env = "STRIPE_LOOKUP_PAGES", default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub stripe_lookup_pages: u32,
 }
 
 impl Default for GatewayChoice {
@@ -55,6 +69,9 @@ impl Default for GatewayChoice {
             stripe_api_base: DEFAULT_API_BASE.into(),
             stripe_off_session_retries: true,
             stripe_created_filter: true,
+            stripe_search: false,
+            stripe_search_lag: FindConfig::default().search_lag,
+            stripe_lookup_pages: FindConfig::default().max_pages as u32,
         }
     }
 }
@@ -133,6 +150,11 @@ impl GatewayChoice {
             ca_file: http.ca_file,
             off_session_retries: self.stripe_off_session_retries,
             created_filter: self.stripe_created_filter,
+            find: FindConfig {
+                search: self.stripe_search,
+                search_lag: self.stripe_search_lag,
+                max_pages: self.stripe_lookup_pages as usize,
+            },
         })
     }
 
@@ -186,6 +208,43 @@ mod tests {
         assert!(
             err.is_some_and(|e| e.contains("STRIPE_SECRET_KEY")),
             "refused at start-up"
+        );
+    }
+
+    #[test]
+    fn lookup_settings_parse_with_their_defaults_and_a_zero_page_cap_is_refused() {
+        let d = Cli::parse_from(["x"]).g;
+        assert_eq!(
+            (d.stripe_search, d.stripe_search_lag, d.stripe_lookup_pages),
+            (false, std::time::Duration::from_secs(60), 10)
+        );
+        let set = Cli::parse_from([
+            "x",
+            "--stripe-search",
+            "true",
+            "--stripe-search-lag",
+            "90s",
+            "--stripe-lookup-pages",
+            "3",
+        ])
+        .g;
+        assert_eq!(
+            (
+                set.stripe_search,
+                set.stripe_search_lag,
+                set.stripe_lookup_pages
+            ),
+            (true, std::time::Duration::from_secs(90), 3)
+        );
+        let zero = Cli::try_parse_from(["x", "--stripe-lookup-pages", "0"]);
+        assert!(
+            zero.err()
+                .is_some_and(|e| e.to_string().contains("stripe-lookup-pages"))
+        );
+        let lag = Cli::try_parse_from(["x", "--stripe-search-lag", "soon"]);
+        assert!(
+            lag.err()
+                .is_some_and(|e| e.to_string().contains("stripe-search-lag"))
         );
     }
 

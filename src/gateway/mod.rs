@@ -89,6 +89,11 @@ pub struct LookupCall {
     pub charge_id: Option<String>,
     /// When the attempt was created.
     pub since: Option<DateTime<Utc>>,
+    /// When the last request that may have created the gateway's object
+    /// started (the attempt's last claim to `EN_PROCESO`): a lookup through
+    /// an index that lags (Stripe's search) believes a "not found" only
+    /// once this is old enough. Filled only when no object was recorded.
+    pub last_sent: Option<DateTime<Utc>>,
     /// Finance asked to decline the attempt: a payment object that could
     /// still succeed (a Stripe PaymentIntent not confirmed, or waiting) is
     /// cancelled at the gateway first, so the answer is final. A one-step
@@ -104,6 +109,7 @@ impl LookupCall {
             gateway_ref: None,
             charge_id: None,
             since: None,
+            last_sent: None,
             make_final: false,
         }
     }

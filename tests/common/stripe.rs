@@ -280,6 +280,7 @@ pub fn stripe_worker_args(db_url: &str, api_base: &str) -> WorkerArgs {
         stripe_api_base: api_base.into(),
         stripe_off_session_retries: false,
         stripe_created_filter: false,
+        ..GatewayChoice::default()
     };
     args
 }

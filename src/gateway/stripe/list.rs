@@ -1,5 +1,5 @@
 //! Stripe's lists: PaymentIntents and refunds by `created` window for
-//! reconciliation, a PaymentIntent by the key in its metadata, and a
+//! reconciliation, the pages a lookup walks ([`super::find`]), and a
 //! PaymentIntent's refunds; every page, with `starting_after`.
 //!
 //! Invariant: a listing is all or nothing: a failed page fails it, and
@@ -14,14 +14,12 @@ use chrono::{DateTime, TimeZone, Utc};
 use super::StripeGateway;
 use super::classify::{self, META_ORDER, Object, Settled};
 use crate::gateway::http::Transport;
-use crate::gateway::{GatewayRecord, ListError, Listed, LookupCall};
+use crate::gateway::{GatewayRecord, ListError, Listed};
 
 const PAGE: usize = 100;
-/// A runaway listing stops here (a million objects).
+/// A runaway reconciliation listing stops here (a million objects); a
+/// lookup's listing has its own, smaller cap ([`super::FindConfig`]).
 const MAX_PAGES: usize = 10_000;
-/// How far before the attempt's creation a PaymentIntent may have been made
-/// (clock skew between us and Stripe).
-const SKEW_SECS: i64 = 300;
 
 impl StripeGateway {
     /// Every object of `path` with `from <= created < to` (seconds).
@@ -32,10 +30,34 @@ impl StripeGateway {
         extra: &[(String, String)],
         window: Option<(i64, i64)>,
     ) -> Result<Vec<Object>, ListError> {
+        self.walk(kind, path, extra, window, MAX_PAGES, None)
+            .await
+            .map_err(|w| match w {
+                Walk::NotNow { status, .. } => ListError::Status { kind, status },
+                Walk::Capped(pages) => ListError::BadPage {
+                    kind,
+                    detail: format!("more than {pages} pages"),
+                },
+                Walk::Failed(e) => e,
+            })
+    }
+
+    /// The objects of `path` in `window`, at most `max_pages` pages of
+    /// them; with `until`, it stops at the page holding the object whose
+    /// metadata carries that key (the lookup needs no more).
+    pub(super) async fn walk(
+        &self,
+        kind: Listed,
+        path: &str,
+        extra: &[(String, String)],
+        window: Option<(i64, i64)>,
+        max_pages: usize,
+        until: Option<&str>,
+    ) -> Result<Vec<Object>, Walk> {
         let server_filter = self.created_filter;
         let mut out = Vec::new();
         let mut after: Option<String> = None;
-        for _ in 0..MAX_PAGES {
+        for _ in 0..max_pages {
             let mut query: Vec<(String, String)> = extra.to_vec();
             query.push(("limit".into(), PAGE.to_string()));
             if let (true, Some((from, to))) = (server_filter, window) {
@@ -45,27 +67,32 @@ impl StripeGateway {
             if let Some(a) = &after {
                 query.push(("starting_after".into(), a.clone()));
             }
-            let answer = self
-                .get(path, &query)
-                .await
-                .map_err(|t| ListError::Transport {
+            let answer = self.get(path, &query).await.map_err(|t| {
+                Walk::Failed(ListError::Transport {
                     kind,
                     error_kind: match t {
                         Transport::NotSent(k) | Transport::Unknown(k) => k.into(),
                     },
-                })?;
-            if answer.code != 200 {
-                return Err(ListError::Status {
-                    kind,
-                    status: answer.code,
-                });
+                })
+            })?;
+            match (answer.code, answer.retry_after) {
+                (200, _) => {}
+                (429, retry_after) | (503, retry_after @ Some(_)) => {
+                    return Err(Walk::NotNow {
+                        status: answer.code,
+                        retry_after,
+                    });
+                }
+                (status, _) => return Err(Walk::Failed(ListError::Status { kind, status })),
             }
             let mut page: Page = answer
                 .body
                 .and_then(|b| serde_json::from_value(b).ok())
-                .ok_or_else(|| ListError::BadPage {
-                    kind,
-                    detail: "a page that is not a list".into(),
+                .ok_or_else(|| {
+                    Walk::Failed(ListError::BadPage {
+                        kind,
+                        detail: "a page that is not a list".into(),
+                    })
                 })?;
             // An object whose id cannot be stored fails the listing, as
             // one without an id (a page that does not parse) does.
@@ -74,56 +101,45 @@ impl StripeGateway {
                 .into_iter()
                 .map(Object::tidied)
                 .collect::<Result<_, _>>()
-                .map_err(|note| ListError::BadPage {
-                    kind,
-                    detail: format!("a listed object's {note}"),
+                .map_err(|note| {
+                    Walk::Failed(ListError::BadPage {
+                        kind,
+                        detail: format!("a listed object's {note}"),
+                    })
                 })?;
             let last = page.data.last().map(|o| o.id.clone());
             if page.has_more && (last.is_none() || last == after) {
-                return Err(ListError::BadPage {
+                return Err(Walk::Failed(ListError::BadPage {
                     kind,
                     detail: "pages do not move on".into(),
-                });
+                }));
             }
+            let before = out.len();
             out.extend(page.data.into_iter().filter(|o| match window {
                 Some((from, to)) => o.created.is_some_and(|c| from <= c && c < to),
                 None => true,
             }));
-            if !page.has_more {
+            let found = until.is_some_and(|k| out[before..].iter().any(|o| o.key() == Some(k)));
+            if !page.has_more || found {
                 return Ok(out);
             }
             after = last;
         }
-        Err(ListError::BadPage {
-            kind,
-            detail: format!("more than {MAX_PAGES} pages"),
-        })
+        Err(Walk::Capped(max_pages))
     }
 
-    /// The PaymentIntent whose metadata carries the call's key, among those
-    /// created since the attempt began.
-    pub(super) async fn find_intent(&self, call: &LookupCall) -> Result<Option<String>, ListError> {
-        let from = call.since.map_or(0, |s| s.timestamp() - SKEW_SECS);
-        let to = Utc::now().timestamp() + SKEW_SECS;
-        let key = call.key.to_string();
-        let all = self
-            .all(
-                Listed::Charges,
-                "/v1/payment_intents",
-                &[],
-                Some((from, to)),
-            )
-            .await?;
-        Ok(all
-            .into_iter()
-            .find(|o| o.key() == Some(key.as_str()))
-            .map(|o| o.id))
-    }
-
-    /// Every refund of a PaymentIntent.
-    pub(super) async fn refunds_of(&self, pi: &str) -> Result<Vec<Object>, ListError> {
+    /// Every refund of a PaymentIntent (up to the one carrying `key`).
+    pub(super) async fn refunds_of(&self, pi: &str, key: &str) -> Result<Vec<Object>, Walk> {
         let extra = [("payment_intent".to_owned(), pi.to_owned())];
-        self.all(Listed::Refunds, "/v1/refunds", &extra, None).await
+        self.walk(
+            Listed::Refunds,
+            "/v1/refunds",
+            &extra,
+            None,
+            MAX_PAGES,
+            Some(key),
+        )
+        .await
     }
 
     /// Reconciliation's window: executed charges (succeeded or failed
@@ -152,12 +168,25 @@ impl StripeGateway {
     }
 }
 
+/// Why a walk through a list's pages ended without the list.
+pub(super) enum Walk {
+    /// A 429, or a 503 with `Retry-After`: that page was not served, for now.
+    NotNow {
+        status: u16,
+        retry_after: Option<std::time::Duration>,
+    },
+    /// The page cap was reached with pages left.
+    Capped(usize),
+    Failed(ListError),
+}
+
+/// A list's page, or a search's (the same `data` and `has_more`).
 #[derive(serde::Deserialize)]
-struct Page {
+pub(super) struct Page {
     #[serde(default)]
-    data: Vec<Object>,
+    pub(super) data: Vec<Object>,
     #[serde(default)]
-    has_more: bool,
+    pub(super) has_more: bool,
 }
 
 /// One listed object as reconciliation reads it; `None` for what was not

@@ -6,6 +6,7 @@ use std::time::Instant;
 
 use super::calls::{Refusal, auth_fault, detail_of, parse, refusal};
 use super::classify::{self, Settled, error_of};
+use super::find::{Found, transport_failed, unanswered};
 use super::{StripeGateway, lookup_evidence};
 use crate::domain::IdempotencyKey;
 use crate::gateway::http::Transport;
@@ -40,44 +41,10 @@ impl StripeGateway {
         }
         let a = match self.get(&format!("/v1/payment_intents/{pi}"), &[]).await {
             Ok(a) => a,
-            Err(Transport::NotSent(k)) => {
-                return LookupOutcome::Deferred {
-                    why: Deferral::NotSent,
-                    retry_after: None,
-                    evidence: ev(k, None, "not_sent", None),
-                };
-            }
-            Err(Transport::Unknown(k)) => {
-                return LookupOutcome::Failed {
-                    evidence: ev(k, None, "failed", None),
-                };
-            }
+            Err(t) => return transport_failed(t, &ev),
         };
         if a.code != 200 {
-            return match refusal("lookup", &a) {
-                // No answer: failed, never "not found".
-                Refusal::Redirect(r) => LookupOutcome::Failed {
-                    evidence: ev("redirected", Some(a.code), "failed", Some(r.detail)),
-                },
-                Refusal::Auth => LookupOutcome::Deferred {
-                    why: Deferral::NotExecuted,
-                    retry_after: None,
-                    evidence: auth_fault("lookup", &a, started),
-                },
-                Refusal::NotNow => LookupOutcome::Deferred {
-                    why: Deferral::NotExecuted,
-                    retry_after: a.retry_after,
-                    evidence: ev("throttled", Some(a.code), "not_executed", detail_of(&a)),
-                },
-                _ => LookupOutcome::Failed {
-                    evidence: ev(
-                        &format!("http_{}", a.code),
-                        Some(a.code),
-                        "failed",
-                        detail_of(&a),
-                    ),
-                },
-            };
+            return unanswered("lookup", &a, started);
         }
         let Some(obj) = parse(&a) else {
             return LookupOutcome::Failed {
@@ -177,34 +144,25 @@ impl StripeGateway {
 
     /// A lookup: by the recorded PaymentIntent, or, with none recorded (a
     /// worker vanished between the create and its record), by the key in
-    /// the metadata of the PaymentIntents created since the attempt began.
+    /// its metadata ([`super::find`]: searched, or listed within a cap).
     pub(super) async fn look_up(&self, call: &LookupCall) -> LookupOutcome {
         if let Some(pi) = &call.gateway_ref {
             return self.intent(pi, call.key, call.make_final).await;
         }
         let started = Instant::now();
         match self.find_intent(call).await {
-            Ok(Some(pi)) => self.intent(&pi, call.key, call.make_final).await,
-            Ok(None) => LookupOutcome::NotFound {
+            Found::Intent(pi) => self.intent(&pi, call.key, call.make_final).await,
+            Found::Absent(how) => LookupOutcome::NotFound {
                 evidence: lookup_evidence(
                     "lookup",
                     Some(200),
                     "not_found",
                     "not_found",
-                    Some("no PaymentIntent carries this key".into()),
+                    Some(how),
                     started,
                 ),
             },
-            Err(e) => LookupOutcome::Failed {
-                evidence: lookup_evidence(
-                    "lookup",
-                    None,
-                    "listing_failed",
-                    "failed",
-                    Some(e.to_string()),
-                    started,
-                ),
-            },
+            Found::NoAnswer(outcome) => outcome,
         }
     }
 

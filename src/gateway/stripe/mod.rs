@@ -26,6 +26,9 @@
 
 mod calls;
 mod classify;
+mod find;
+#[cfg(test)]
+mod find_tests;
 mod list;
 mod lookup;
 mod refunds;
@@ -34,6 +37,7 @@ mod startup;
 mod tests;
 
 pub use classify::META_KEY;
+pub use find::FindConfig;
 pub use startup::KeyCheck;
 
 /// The decline code cobro stores for a PaymentIntent object (a webhook's
@@ -120,6 +124,8 @@ pub struct StripeConfig {
     /// Send the `created` window to list endpoints (Stripe has it; a
     /// compatible server without it is listed in full, filtered here).
     pub created_filter: bool,
+    /// How a lookup without a recorded PaymentIntent finds one.
+    pub find: FindConfig,
 }
 
 pub struct StripeGateway {
@@ -128,6 +134,7 @@ pub struct StripeGateway {
     client: reqwest::Client,
     off_session_retries: bool,
     created_filter: bool,
+    find: FindConfig,
 }
 
 impl StripeGateway {
@@ -146,6 +153,7 @@ impl StripeGateway {
             client,
             off_session_retries: cfg.off_session_retries,
             created_filter: cfg.created_filter,
+            find: cfg.find,
         })
     }
 

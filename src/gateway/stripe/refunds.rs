@@ -8,6 +8,7 @@ use super::calls::{
     Refusal, auth_fault, detail_of, not_now, parse, redirected, refusal, unanswered_send,
 };
 use super::classify::{self, META_KEY, META_ORDER, Object};
+use super::list::Walk;
 use super::{StripeGateway, evidence, lookup_evidence};
 use crate::gateway::{ChargeOutcome, Deferral, Evidence, LookupCall, LookupOutcome, RefundCall};
 
@@ -84,7 +85,7 @@ impl StripeGateway {
             };
         };
         let key = call.key.to_string();
-        match self.refunds_of(pi).await {
+        match self.refunds_of(pi, &key).await {
             Ok(refunds) => match refunds.into_iter().find(|r| r.key() == Some(key.as_str())) {
                 Some(r) => match refund_outcome(r, ev("ok", "", None)) {
                     ChargeOutcome::Approved {
@@ -120,7 +121,27 @@ impl StripeGateway {
                     evidence: ev("not_found", "not_found", None),
                 },
             },
-            Err(e) => LookupOutcome::Failed {
+            // A page refused for now (429, 503 with `Retry-After`): not a
+            // check; looked up again later.
+            Err(Walk::NotNow {
+                status,
+                retry_after,
+            }) => LookupOutcome::Deferred {
+                why: Deferral::NotExecuted,
+                retry_after,
+                evidence: Evidence {
+                    http_status: Some(status),
+                    ..ev("throttled", "not_executed", None)
+                },
+            },
+            Err(Walk::Capped(n)) => LookupOutcome::Failed {
+                evidence: ev(
+                    "listing_capped",
+                    "failed",
+                    Some(format!("more than {n} pages")),
+                ),
+            },
+            Err(Walk::Failed(e)) => LookupOutcome::Failed {
                 evidence: ev("listing_failed", "failed", Some(e.to_string())),
             },
         }

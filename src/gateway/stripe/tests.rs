@@ -81,6 +81,7 @@ impl Fake {
             ca_file: None,
             off_session_retries: true,
             created_filter: true,
+            find: FindConfig::default(),
         })
         .unwrap();
         Self { script, gw }
@@ -343,6 +344,7 @@ async fn a_redirect_is_never_followed_and_never_a_decline() {
         ca_file: None,
         off_session_retries: true,
         created_filter: true,
+        find: FindConfig::default(),
     })
     .unwrap();
 
@@ -475,6 +477,7 @@ async fn throttled_processing_and_not_confirmed_read_as_they_should() {
         gateway_ref: Some("pi_7".into()),
         charge_id: None,
         since: None,
+        last_sent: None,
         make_final: false,
     };
     assert!(
@@ -588,6 +591,7 @@ fn the_secret_key_never_shows() {
         ca_file: None,
         off_session_retries: true,
         created_filter: true,
+        find: FindConfig::default(),
     };
     assert!(!format!("{cfg:?}").contains("51Habc"));
 }
@@ -602,6 +606,7 @@ fn an_empty_key_is_refused_at_start_up() {
         ca_file: None,
         off_session_retries: true,
         created_filter: true,
+        find: FindConfig::default(),
     };
     let err = StripeGateway::new(cfg).err().map(|e| e.to_string());
     assert!(err.is_some_and(|e| e.contains("STRIPE_SECRET_KEY")));
