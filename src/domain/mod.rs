@@ -40,6 +40,7 @@ impl InputError {
 }
 
 mod money;
+pub mod settlement;
 pub mod text;
 
 pub use money::{

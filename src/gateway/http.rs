@@ -29,7 +29,7 @@ use tracing::warn;
 
 use super::{
     ChargeCall, ChargeOutcome, Deferral, Evidence, Gateway, GatewayRecord, ListError, Listed,
-    LookupCall, LookupOutcome, RefundCall,
+    LookupCall, LookupOutcome, RefundCall, settlement,
 };
 use crate::domain::IdempotencyKey;
 use crate::domain::text::{self, Kind};
@@ -631,5 +631,60 @@ impl Gateway for HttpGateway {
         to: DateTime<Utc>,
     ) -> BoxFuture<'a, Result<Vec<GatewayRecord>, ListError>> {
         self.list_all(kind, from, to).boxed()
+    }
+
+    fn settlement<'a>(
+        &'a self,
+        from: DateTime<Utc>,
+        to: DateTime<Utc>,
+    ) -> BoxFuture<'a, Result<settlement::Settlement, settlement::SettleError>> {
+        // The simulator honours `created[gte]`/`created[lt]`.
+        async move { settlement::read(self, from, to, true).await }.boxed()
+    }
+}
+
+/// The largest page body read from the gateway (bytes).
+const MAX_PAGE_BYTES: usize = 8 << 20;
+
+impl settlement::PageSource for HttpGateway {
+    fn fetch<'a>(
+        &'a self,
+        path: &'a str,
+        query: Vec<(String, String)>,
+    ) -> BoxFuture<'a, Result<settlement::PageAnswer, String>> {
+        async move {
+            let resp = self
+                .client
+                .get(format!("{}{path}", self.base))
+                .query(&query)
+                .send()
+                .await
+                .map_err(|e| transport_kind(&e).to_owned())?;
+            let code = resp.status().as_u16();
+            let retry_after = resp
+                .headers()
+                .get(reqwest::header::RETRY_AFTER)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| retry_after(v, Utc::now()));
+            if resp
+                .content_length()
+                .is_some_and(|n| n > MAX_PAGE_BYTES as u64)
+            {
+                return Err("a page larger than 8 MiB".to_owned());
+            }
+            let bytes = resp
+                .bytes()
+                .await
+                .map_err(|e| transport_kind(&e).to_owned())?;
+            if bytes.len() > MAX_PAGE_BYTES {
+                return Err("a page larger than 8 MiB".to_owned());
+            }
+            Ok(settlement::PageAnswer {
+                code,
+                retry_after,
+                body: serde_json::from_slice(&bytes).ok(),
+            })
+        }
+        .boxed()
     }
 }

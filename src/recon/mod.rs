@@ -16,13 +16,16 @@
 //! - [`run`]: one run: list → load ours → compare → confirm → resolve → record.
 //! - [`periodic`]: the worker's daily and intraday loop with a database claim
 //!   per window.
-//! - [`cli`]: `cobro reconcile --from --to`.
+//! - [`cli`]: `cobro reconcile --from --to [--settlement]`.
+//! - [`settle`]: the settlement check (approved here → settled at the
+//!   gateway, with the contract's fee; payouts add up).
 
 mod cli;
 mod compare;
 mod periodic;
 mod run;
 mod schedule;
+pub mod settle;
 #[cfg(test)]
 mod tests;
 
@@ -60,6 +63,13 @@ pub enum CaseKind {
     /// An attempt whose wake-ups kept failing with an error that is not the
     /// gateway's, quarantined until the case is closed (`store::poison`).
     PoisonWakeup,
+    /// APROBADO here; no settled balance transaction at the gateway after
+    /// `COBRO_SETTLEMENT_DELAY` ([`settle`]).
+    Unsettled,
+    /// Settled with a fee other than the contract's (`COBRO_SETTLEMENT_FEE`).
+    FeeMismatch,
+    /// A payout whose amount is not the net of the lines it carried.
+    PayoutMismatch,
 }
 
 impl CaseKind {
@@ -72,6 +82,9 @@ impl CaseKind {
             CaseKind::AmountMismatch => "amount_mismatch",
             CaseKind::Dispute => "dispute",
             CaseKind::PoisonWakeup => "poison_wakeup",
+            CaseKind::Unsettled => "unsettled",
+            CaseKind::FeeMismatch => "fee_mismatch",
+            CaseKind::PayoutMismatch => "payout_mismatch",
         }
     }
 }
