@@ -85,10 +85,16 @@ impl FeeRule {
                 ),
             )
         };
+        if raw.is_empty() {
+            return Err(bad());
+        }
         let (pct, fixed) = match raw.split_once('+') {
             Some((p, f)) => (p.trim(), f.trim()),
             None => (raw, ""),
         };
+        if pct.is_empty() && fixed.is_empty() {
+            return Err(bad());
+        }
         let bps = if pct.is_empty() {
             0
         } else {
@@ -182,7 +188,7 @@ mod tests {
                 "{raw} {gross}"
             );
         }
-        for bad in ["", "2.9", "2.999%", "x%+1", "101%", "2%+-1", "2%+1.5"] {
+        for bad in ["", "+", "2.9", "2.999%", "x%+1", "101%", "2%+-1", "2%+1.5"] {
             let e = FeeRule::parse(bad).unwrap_err();
             assert_eq!(e.field, "COBRO_SETTLEMENT_FEE", "{bad}");
         }

@@ -122,7 +122,7 @@ pub(crate) async fn read(
             detail: "a payout without a valid created time".into(),
         })?;
         // Stripe lists a payout's lines only for automatic payouts.
-        if !p.automatic || !(from <= at && at < to) {
+        if !(p.automatic && from <= at && at < to) {
             continue;
         }
         let id = checked_id(&p.id).map_err(|detail| SettleError::BadPage {

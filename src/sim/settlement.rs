@@ -29,6 +29,7 @@ use super::{
     faults::Faults,
     ledger::LedgerEntry,
     limit::{throttle, too_many_requests},
+    parse::{Invalid, invalid},
     server::{AppState, bad_request, unavailable},
 };
 
@@ -93,7 +94,7 @@ pub(crate) struct TxnQuery {
 /// The balance transaction of an approved charge, `None` when the faults say it is never
 /// settled.
 fn txn(f: &Faults, e: &LedgerEntry) -> Option<Txn> {
-    let nth = |every: u64| every > 0 && e.seq % every == 0;
+    let nth = |every: u64| every > 0 && e.seq.is_multiple_of(every);
     if e.status != "approved" || nth(f.unsettled_every) {
         return None;
     }
@@ -120,26 +121,34 @@ fn txn(f: &Faults, e: &LedgerEntry) -> Option<Txn> {
     })
 }
 
-fn secs(field: &'static str, raw: Option<String>) -> Result<Option<i64>, Response> {
+fn secs(field: &'static str, raw: Option<String>) -> Result<Option<i64>, Invalid> {
     raw.map(|s| {
         s.trim()
             .parse::<i64>()
-            .map_err(|_| bad_request(field, &format!("{field} must be Unix seconds")))
+            .map_err(|_| invalid(field, format!("{field} must be Unix seconds")))
     })
     .transpose()
 }
 
-fn limit(raw: Option<String>) -> Result<usize, Response> {
-    match raw {
-        None => Ok(MAX_LIMIT),
+/// `created[gte]`, `created[lt]` and `limit`, each mistake naming its field.
+fn bounds(q: &mut TxnQuery) -> Result<(Option<i64>, Option<i64>, usize), Invalid> {
+    let limit = match q.limit.take() {
+        None => MAX_LIMIT,
         Some(r) => match r.trim().parse::<usize>() {
-            Ok(n) if (1..=MAX_LIMIT).contains(&n) => Ok(n),
-            _ => Err(bad_request(
-                "limit",
-                &format!("limit must be an integer from 1 to {MAX_LIMIT}"),
-            )),
+            Ok(n) if (1..=MAX_LIMIT).contains(&n) => n,
+            _ => {
+                return Err(invalid(
+                    "limit",
+                    format!("limit must be an integer from 1 to {MAX_LIMIT}"),
+                ));
+            }
         },
-    }
+    };
+    Ok((
+        secs("created[gte]", q.gte.take())?,
+        secs("created[lt]", q.lt.take())?,
+        limit,
+    ))
 }
 
 /// Rate limit and outage, as every listing.
@@ -177,18 +186,14 @@ fn page<T: Serialize>(
 
 pub(crate) async fn list_balance(
     State(app): State<AppState>,
-    Query(q): Query<TxnQuery>,
+    Query(mut q): Query<TxnQuery>,
 ) -> Response {
     if let Some(refused) = admitted(&app) {
         return refused;
     }
-    let (gte, lt, limit) = match (
-        secs("created[gte]", q.gte),
-        secs("created[lt]", q.lt),
-        limit(q.limit),
-    ) {
-        (Ok(g), Ok(l), Ok(n)) => (g, l, n),
-        (Err(r), _, _) | (_, Err(r), _) | (_, _, Err(r)) => return r,
+    let (gte, lt, limit) = match bounds(&mut q) {
+        Ok(b) => b,
+        Err(e) => return bad_request(e.field, &e.message),
     };
     let items: Vec<(String, Txn)> = app.with(|s| {
         s.books
@@ -208,18 +213,14 @@ pub(crate) async fn list_balance(
 
 pub(crate) async fn list_payouts(
     State(app): State<AppState>,
-    Query(q): Query<TxnQuery>,
+    Query(mut q): Query<TxnQuery>,
 ) -> Response {
     if let Some(refused) = admitted(&app) {
         return refused;
     }
-    let (gte, lt, limit) = match (
-        secs("created[gte]", q.gte),
-        secs("created[lt]", q.lt),
-        limit(q.limit),
-    ) {
-        (Ok(g), Ok(l), Ok(n)) => (g, l, n),
-        (Err(r), _, _) | (_, Err(r), _) | (_, _, Err(r)) => return r,
+    let (gte, lt, limit) = match bounds(&mut q) {
+        Ok(b) => b,
+        Err(e) => return bad_request(e.field, &e.message),
     };
     let items: Vec<(String, Payout)> = app.with(|s| {
         s.payouts
