@@ -14,7 +14,7 @@ mod common;
 use std::time::Duration;
 
 use chrono::{TimeDelta, Utc};
-use cobro::domain::settlement::FeeRule;
+use cobro::domain::settlement::{FeeRule, SettledCharge};
 use cobro::domain::{Amount, ChargeRequest, Currency, IdempotencyKey, OrderId};
 use cobro::gateway::{ChargeCall, ChargeOutcome, Gateway, HttpGateway, HttpGatewayConfig};
 use cobro::recon::settle::{SettleReport, SettlementArgs, settle};
@@ -29,6 +29,7 @@ on_both_backends!(
     a_fee_other_than_the_contracts_opens_one_fee_mismatch,
     a_payout_that_does_not_add_up_opens_one_payout_mismatch,
     a_throttled_listing_defers_the_run_and_writes_nothing,
+    the_database_keeps_a_settlement_to_an_approved_charge_written_once,
 );
 
 fn gateway(sim_url: &str) -> HttpGateway {
@@ -323,6 +324,68 @@ async fn a_throttled_listing_defers_the_run_and_writes_nothing(b: Backend) {
     assert!(err.is_deferred(), "{err:?}");
     assert!(db.store.all_cases().await.unwrap().is_empty());
     assert!(db.store.settlements(w.from, w.to).await.unwrap().is_empty());
+    sim.shutdown().await;
+    db.drop_db().await;
+}
+
+/// The rule is the database's, not the check's: any door that writes a
+/// settlement goes through it.
+async fn the_database_keeps_a_settlement_to_an_approved_charge_written_once(b: Backend) {
+    let db = TestDb::new(b).await;
+    let sim = start_sim(true, faults()).await;
+    let gw = gateway(&sim.url());
+    let a = charged(&db.store, &gw, "guard-1", 1_000).await;
+    let req = ChargeRequest::parse("guard-2", 1_000, "EUR", None, None).unwrap();
+    let pending = db.store.enqueue(&req).await.unwrap().attempt_id;
+    let row = |attempt_id, gross_minor: i64, fee_minor: i64| SettledCharge {
+        attempt_id,
+        order_id: String::new(),
+        gateway_charge_id: String::new(),
+        balance_txn: format!("txn_{attempt_id}"),
+        gross_minor,
+        fee_minor,
+        net_minor: gross_minor - fee_minor,
+        currency: "EUR".into(),
+        payout: None,
+        settled_at: Utc::now(),
+    };
+    // Not APROBADO; another amount than the charge's: refused, nothing written.
+    assert!(
+        db.store
+            .record_settlements(&[row(pending, 1_000, 59)])
+            .await
+            .is_err()
+    );
+    assert!(
+        db.store
+            .record_settlements(&[row(a.id, 999, 59)])
+            .await
+            .is_err()
+    );
+    assert_eq!(
+        db.store
+            .record_settlements(&[row(a.id, 1_000, 59)])
+            .await
+            .unwrap(),
+        1
+    );
+    // Written once: a later run's other figures are not taken; a payout is
+    // filled in once.
+    let mut later = row(a.id, 1_000, 59);
+    later.payout = Some("po_1".into());
+    assert_eq!(db.store.record_settlements(&[later]).await.unwrap(), 0);
+    let w = around_now();
+    let rows = db.store.settlements(w.from, w.to).await.unwrap();
+    assert_eq!(rows.len(), 1);
+    assert_eq!(
+        (rows[0].fee_minor, rows[0].payout.as_deref()),
+        (59, Some("po_1"))
+    );
+    let mut other = row(a.id, 1_000, 59);
+    other.payout = Some("po_2".into());
+    db.store.record_settlements(&[other]).await.unwrap();
+    let rows = db.store.settlements(w.from, w.to).await.unwrap();
+    assert_eq!(rows[0].payout.as_deref(), Some("po_1"), "kept");
     sim.shutdown().await;
     db.drop_db().await;
 }
