@@ -289,6 +289,44 @@ async fn a_payout_that_does_not_add_up_opens_one_payout_mismatch(b: Backend) {
     );
     let again = run(&db.store, &gw, Duration::from_secs(3600)).await;
     assert_eq!((again.opened, again.already_open), (0, 1));
+
+    // Finance downloads them: signed in, a CSV; a bad window names its field.
+    let verifier = cobro::webhook::Verifier::from_env_value(
+        cobro::webhook::Scheme::StandardWebhooks,
+        &test_secret(),
+    )
+    .unwrap();
+    let web = start_web(&db.store, verifier).await;
+    let http = reqwest::Client::new();
+    let url = format!("{}/finance/settlements.csv", web.url);
+    let resp = http
+        .get(&url)
+        .basic_auth("ana", Some(secret("ana")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    assert!(
+        resp.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/csv")
+    );
+    let text = resp.text().await.unwrap();
+    assert_eq!(text.matches(&payout).count(), 2, "{text}");
+    assert!(
+        text.contains(",EUR,30.00,1.17,28.83,3000,117,2883,"),
+        "{text}"
+    );
+    let bad = http
+        .get(format!("{url}?to=yesterday"))
+        .basic_auth("ana", Some(secret("ana")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(bad.status(), 422);
+    assert!(bad.text().await.unwrap().contains("\"to\""));
+    assert_eq!(http.get(&url).send().await.unwrap().status(), 401);
     sim.shutdown().await;
     db.drop_db().await;
 }
