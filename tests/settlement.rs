@@ -30,6 +30,7 @@ on_both_backends!(
     a_payout_that_does_not_add_up_opens_one_payout_mismatch,
     a_throttled_listing_defers_the_run_and_writes_nothing,
     the_database_keeps_a_settlement_to_an_approved_charge_written_once,
+    the_worker_checks_the_day_now_delay_old_once_under_its_own_claim,
 );
 
 fn gateway(sim_url: &str) -> HttpGateway {
@@ -424,6 +425,53 @@ async fn the_database_keeps_a_settlement_to_an_approved_charge_written_once(b: B
     db.store.record_settlements(&[other]).await.unwrap();
     let rows = db.store.settlements(w.from, w.to).await.unwrap();
     assert_eq!(rows[0].payout.as_deref(), Some("po_1"), "kept");
+    sim.shutdown().await;
+    db.drop_db().await;
+}
+
+/// The worker's daily close runs the settlement check of the day whose
+/// charges are now `COBRO_SETTLEMENT_DELAY` old, once, under a claim of
+/// its own (`[day, day end + delay)`, a window no charge run uses).
+async fn the_worker_checks_the_day_now_delay_old_once_under_its_own_claim(b: Backend) {
+    let db = TestDb::new(b).await;
+    let sim = start_sim(true, faults()).await;
+    let mut worker = worker_args(&db.url, &sim.url());
+    worker.reconcile = cobro::recon::ReconcileArgs {
+        reconcile_at: cobro::recon::ReconcileAt::parse("00:00").unwrap(),
+        settlement_check: true,
+        settlement: args(Duration::from_secs(1)),
+        ..cobro::recon::ReconcileArgs::off()
+    };
+    let started = Utc::now();
+    let w = spawn_worker(worker);
+    let run = eventually(Duration::from_secs(30), "a settlement run", || async {
+        let runs = db.store.recon_runs().await.unwrap();
+        runs.into_iter().find(|r| {
+            r.report
+                .as_ref()
+                .is_some_and(|j| j["check"] == "settlement")
+        })
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    w.stop().await;
+    assert_eq!(run.outcome.as_deref(), Some("ok"), "{run:#?}");
+    let (day, claim) = cobro::recon::settle::due(started, Duration::from_secs(1));
+    assert_eq!((run.window_from, run.window_to), (claim.from, claim.to));
+    assert_eq!(
+        run.window_to - run.window_from,
+        TimeDelta::days(1) + TimeDelta::seconds(1)
+    );
+    assert_eq!(
+        run.report.unwrap()["window"]["from"],
+        serde_json::json!(day.from)
+    );
+    let runs = db.store.recon_runs().await.unwrap();
+    assert_eq!(
+        runs.len(),
+        2,
+        "the daily close and the settlement check, once each: {runs:#?}"
+    );
     sim.shutdown().await;
     db.drop_db().await;
 }
