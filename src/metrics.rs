@@ -190,7 +190,7 @@ fn count_auth_failure(evidence: &Evidence) {
 }
 
 /// Every case kind, so each series exists from the first scrape.
-const CASE_KINDS: [&str; 7] = [
+const CASE_KINDS: [&str; 10] = [
     "double_charge",
     "unmatched_charge",
     "unmatched_refund",
@@ -198,6 +198,9 @@ const CASE_KINDS: [&str; 7] = [
     "amount_mismatch",
     "dispute",
     "poison_wakeup",
+    "unsettled",
+    "fee_mismatch",
+    "payout_mismatch",
 ];
 
 /// A verified webhook stored, by what it did (`applied`, `noop`,

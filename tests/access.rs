@@ -303,6 +303,7 @@ async fn every_route_needs_a_credential_with_its_scope(b: Backend) {
         ),
         get("/finance/summary".into(), "ana", "app", true),
         get("/finance/escalations.csv".into(), "ana", "app", true),
+        get("/finance/settlements.csv".into(), "ana", "app", true),
         post_form(
             format!("/finance/attempts/{}/resolve", review_form.id),
             vec![

@@ -66,6 +66,7 @@ async fn a_double_charge_is_found_the_same_day_and_its_duplicate_refunded_once(b
         reconcile_at: ReconcileAt::Off,
         reconcile_retry: INTERVAL,
         reconcile_intraday: Intraday::Every(INTERVAL),
+        ..ReconcileArgs::off()
     };
     let worker = spawn_worker(args);
     let order = "order-same-day";

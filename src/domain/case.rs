@@ -74,6 +74,13 @@ pub enum CaseKind {
     /// An attempt whose wake-ups kept failing with an error that is not the
     /// gateway's, quarantined until the case is closed (`store::poison`).
     PoisonWakeup,
+    /// APROBADO here; no settled balance transaction at the gateway after
+    /// `COBRO_SETTLEMENT_DELAY` (`recon::settle`).
+    Unsettled,
+    /// Settled with a fee other than the contract's (`COBRO_SETTLEMENT_FEE`).
+    FeeMismatch,
+    /// A payout whose amount is not the net of the lines it carried.
+    PayoutMismatch,
 }
 
 impl CaseKind {
@@ -86,6 +93,9 @@ impl CaseKind {
             CaseKind::AmountMismatch => "amount_mismatch",
             CaseKind::Dispute => "dispute",
             CaseKind::PoisonWakeup => "poison_wakeup",
+            CaseKind::Unsettled => "unsettled",
+            CaseKind::FeeMismatch => "fee_mismatch",
+            CaseKind::PayoutMismatch => "payout_mismatch",
         }
     }
 }

@@ -45,6 +45,7 @@ impl InputError {
 mod case;
 mod decline;
 mod money;
+pub mod settlement;
 pub mod text;
 mod wake;
 

@@ -9,6 +9,7 @@
 //! streamed.
 
 use crate::domain::decimal;
+use crate::domain::settlement::SettledCharge;
 use crate::store::Escalated;
 
 use super::last_evidence;
@@ -69,6 +70,50 @@ pub fn csv_rows(items: &[Escalated]) -> String {
                 kind.unwrap_or_default(),
                 lookup.unwrap_or_default(),
                 a.version.to_string(),
+            ],
+        );
+    }
+    out
+}
+
+const SETTLED_HEADER: [&str; 13] = [
+    "attempt_id",
+    "order_id",
+    "gateway_charge_id",
+    "balance_txn",
+    "currency",
+    "gross",
+    "fee",
+    "net",
+    "gross_minor",
+    "fee_minor",
+    "net_minor",
+    "payout",
+    "settled_at",
+];
+
+/// Settled charges as CSV (header first): gross, the gateway's fee and net,
+/// as decimals and in minor units.
+pub fn settlements_csv(rows: &[SettledCharge]) -> String {
+    let mut out = String::new();
+    push_row(&mut out, SETTLED_HEADER.iter().map(|h| (*h).to_owned()));
+    for r in rows {
+        push_row(
+            &mut out,
+            [
+                r.attempt_id.to_string(),
+                r.order_id.clone(),
+                r.gateway_charge_id.clone(),
+                r.balance_txn.clone(),
+                r.currency.clone(),
+                decimal(r.gross_minor, &r.currency),
+                decimal(r.fee_minor, &r.currency),
+                decimal(r.net_minor, &r.currency),
+                r.gross_minor.to_string(),
+                r.fee_minor.to_string(),
+                r.net_minor.to_string(),
+                r.payout.clone().unwrap_or_default(),
+                r.settled_at.format("%Y-%m-%dT%H:%M:%SZ").to_string(),
             ],
         );
     }

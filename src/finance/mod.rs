@@ -12,13 +12,13 @@ mod csv;
 mod pages;
 mod summary;
 
-pub use csv::{csv_header, csv_rows, to_csv};
+pub use csv::{csv_header, csv_rows, settlements_csv, to_csv};
 pub(crate) use pages::for_each_page;
 pub use pages::{
     CasesPage, DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, PageRequest, QueueError, QueuePage, cases_page,
     decode_cursor, encode_cursor, open_cases, queue, queue_page,
 };
-pub use summary::{Summary, summarize};
+pub use summary::{SettledLine, Summary, summarize};
 
 use std::time::Duration;
 

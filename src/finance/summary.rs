@@ -27,6 +27,22 @@ pub struct Summary {
     pub oldest: Vec<Item>,
     /// Reconciliation cases not yet resolved.
     pub open_cases: usize,
+    /// Settled charges per currency (the settlement check's record).
+    pub settled: Vec<SettledLine>,
+}
+
+/// Settled charges of one currency: gross, the gateway's fees, net.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SettledLine {
+    pub currency: String,
+    pub count: i64,
+    pub gross_minor: i64,
+    pub fee_minor: i64,
+    pub net_minor: i64,
+    /// The same, as decimals in the currency's scale.
+    pub gross: String,
+    pub fee: String,
+    pub net: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -156,6 +172,21 @@ pub async fn summarize(
         },
         oldest,
         open_cases,
+        settled: store
+            .settlement_totals()
+            .await?
+            .into_iter()
+            .map(|t| SettledLine {
+                gross: decimal(t.gross_minor, &t.currency),
+                fee: decimal(t.fee_minor, &t.currency),
+                net: decimal(t.net_minor, &t.currency),
+                currency: t.currency,
+                count: t.count,
+                gross_minor: t.gross_minor,
+                fee_minor: t.fee_minor,
+                net_minor: t.net_minor,
+            })
+            .collect(),
     })
 }
 
@@ -203,6 +234,16 @@ impl Summary {
                 out,
                 "  {:<11} {:<6} {}  {:>7} attempts  {:>16}",
                 l.state, l.kind, l.currency, l.count, l.amount
+            );
+        }
+        if !self.settled.is_empty() {
+            let _ = writeln!(out, "\nSettled at the gateway (gross - fee = net):");
+        }
+        for l in &self.settled {
+            let _ = writeln!(
+                out,
+                "  {:>7} charges  {} {} - {} {} = {} {}",
+                l.count, l.gross, l.currency, l.fee, l.currency, l.net, l.currency
             );
         }
         out

@@ -29,7 +29,7 @@ use tracing::warn;
 
 use super::{
     ChargeCall, ChargeOutcome, Deferral, Evidence, Gateway, GatewayRecord, ListError, Listed,
-    LookupCall, LookupOutcome, RefundCall,
+    LookupCall, LookupOutcome, RefundCall, settlement,
 };
 use crate::domain::IdempotencyKey;
 use crate::domain::text::{self, Kind};
@@ -631,5 +631,14 @@ impl Gateway for HttpGateway {
         to: DateTime<Utc>,
     ) -> BoxFuture<'a, Result<Vec<GatewayRecord>, ListError>> {
         self.list_all(kind, from, to).boxed()
+    }
+
+    fn settlement<'a>(
+        &'a self,
+        from: DateTime<Utc>,
+        to: DateTime<Utc>,
+    ) -> BoxFuture<'a, Result<settlement::Settlement, settlement::SettleError>> {
+        // The simulator honours `created[gte]`/`created[lt]`.
+        async move { settlement::read(self, from, to, true).await }.boxed()
     }
 }

@@ -21,6 +21,7 @@ mod http;
 #[cfg(test)]
 mod list_tests;
 mod record;
+pub mod settlement;
 pub mod stripe;
 #[cfg(test)]
 mod tests;
@@ -28,6 +29,7 @@ mod tests;
 pub use choice::{GatewayChoice, GatewayKind};
 pub use http::{GatewayConfigError, HttpGateway, HttpGatewayConfig, parse_base_url, shown_url};
 pub use record::{GatewayRecord, ListError, Listed};
+pub use settlement::{SettleError, Settlement};
 pub use stripe::{StripeConfig, StripeGateway};
 
 use std::time::Duration;
@@ -288,4 +290,12 @@ pub trait Gateway: Send + Sync {
         from: DateTime<Utc>,
         to: DateTime<Utc>,
     ) -> BoxFuture<'a, Result<Vec<GatewayRecord>, ListError>>;
+    /// What the gateway settled in `[from, to)`: its balance transactions
+    /// of charges (gross, fee, net) and its automatic payouts with their
+    /// lines ([`settlement`]). All or nothing, as [`Gateway::list`].
+    fn settlement<'a>(
+        &'a self,
+        from: DateTime<Utc>,
+        to: DateTime<Utc>,
+    ) -> BoxFuture<'a, Result<Settlement, SettleError>>;
 }

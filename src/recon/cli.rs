@@ -47,6 +47,12 @@ pub struct ReconcileCommand {
     pub gateway_connect_timeout: Duration,
     #[arg(long, env = "COBRO_GATEWAY_TIMEOUT", default_value = "10s", value_parser = duration)]
     pub gateway_timeout: Duration,
+    /// Check the settlement of the window's APROBADO charges (the gateway's
+    /// balance transactions and payouts) instead of its charges and refunds.
+    #[arg(long)]
+    pub settlement: bool,
+    #[command(flatten)]
+    pub settlement_args: super::settle::SettlementArgs,
     /// Print the report as JSON.
     #[arg(long)]
     pub json: bool,
@@ -64,6 +70,27 @@ pub async fn run_command(cmd: ReconcileCommand) -> anyhow::Result<()> {
     let store = Store::connect(&cmd.database_url, 2)
         .await
         .context("connecting to DATABASE_URL")?;
+    if cmd.settlement {
+        let now = store.now().await?;
+        let delay = chrono::TimeDelta::from_std(cmd.settlement_args.settlement_delay)?;
+        let list_to = (window.to + delay).min(now).max(window.to);
+        let report = super::settle::settle(
+            &store,
+            gateway.as_ref(),
+            &window,
+            list_to,
+            &cmd.settlement_args,
+        )
+        .await
+        .with_context(|| format!("settlement check of {window} failed"))?;
+        if cmd.json {
+            println!("{}", serde_json::to_string_pretty(&report)?);
+        } else {
+            print!("{}", report.render());
+        }
+        store.close().await;
+        return Ok(());
+    }
     let report = reconcile(&store, gateway.as_ref(), &window)
         .await
         .with_context(|| format!("reconciliation of {window} failed"))?;

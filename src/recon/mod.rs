@@ -16,13 +16,16 @@
 //! - [`run`]: one run: list → load ours → compare → confirm → resolve → record.
 //! - [`periodic`]: the worker's daily and intraday loop with a database claim
 //!   per window.
-//! - [`cli`]: `cobro reconcile --from --to`.
+//! - [`cli`]: `cobro reconcile --from --to [--settlement]`.
+//! - [`settle`]: the settlement check (approved here → settled at the
+//!   gateway, with the contract's fee; payouts add up).
 
 mod cli;
 mod compare;
 mod periodic;
 mod run;
 mod schedule;
+pub mod settle;
 #[cfg(test)]
 mod tests;
 

@@ -25,6 +25,7 @@ use tokio::sync::watch;
 use tracing::{info, warn};
 
 use super::schedule::{Intraday, intraday_window};
+use super::settle::SettlementArgs;
 use super::{ReconcileAt, Window, due_window, reconcile};
 use crate::backoff::parse_duration_arg as duration;
 use crate::gateway::Gateway;
@@ -51,6 +52,20 @@ pub struct ReconcileArgs {
     /// detection of double charges), or `off`.
     #[arg(long, env = "COBRO_RECONCILE_INTRADAY", default_value = "10m", value_parser = Intraday::parse)]
     pub reconcile_intraday: Intraday,
+    /// `daily`: with the daily close, check the settlement of the day whose
+    /// charges are now `COBRO_SETTLEMENT_DELAY` old (`off`: never).
+    #[arg(long, env = "COBRO_SETTLEMENT_CHECK", default_value = "daily", value_parser = parse_check)]
+    pub settlement_check: bool,
+    #[command(flatten)]
+    pub settlement: SettlementArgs,
+}
+
+fn parse_check(raw: &str) -> Result<bool, String> {
+    match raw.trim().to_ascii_lowercase().as_str() {
+        "daily" => Ok(true),
+        "off" => Ok(false),
+        _ => Err(format!("{raw:?} is neither daily nor off")),
+    }
 }
 
 impl ReconcileArgs {
@@ -60,6 +75,11 @@ impl ReconcileArgs {
             reconcile_at: ReconcileAt::Off,
             reconcile_retry: Duration::from_secs(900),
             reconcile_intraday: Intraday::Off,
+            settlement_check: false,
+            settlement: SettlementArgs {
+                settlement_delay: Duration::from_secs(7 * 86_400),
+                settlement_fee: crate::domain::settlement::FeeRule::Off,
+            },
         }
     }
 }
@@ -107,6 +127,16 @@ pub async fn reconcile_loop(
                     args.reconcile_retry,
                 )
                 .await?;
+                if args.settlement_check {
+                    super::settle::run_due(
+                        &store,
+                        gateway.as_ref(),
+                        &args.settlement,
+                        &worker,
+                        args.reconcile_retry,
+                    )
+                    .await?;
+                }
             }
             if let Some(every) = intraday {
                 let window = intraday_window(store.now().await?, every);

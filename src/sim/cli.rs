@@ -106,6 +106,23 @@ pub struct SimArgs {
     /// must exceed --refuse-for-ms).
     #[arg(long, default_value_t = 0)]
     pub refuse_every_ms: u64,
+    /// Settlement: each charge's fee in hundredths of a percent of its gross (290 = 2.9 %).
+    #[arg(long, default_value_t = 0)]
+    pub settle_fee_bps: u32,
+    /// Settlement: each charge's fixed fee, in minor units.
+    #[arg(long, default_value_t = 0)]
+    pub settle_fee_fixed_minor: i64,
+    /// Settlement fault: every Nth approved charge is never settled (0 = none).
+    #[arg(long, default_value_t = 0)]
+    pub unsettled_every: u64,
+    /// Settlement fault: every Nth approved charge gets --fee-off-minor more fee (0 = none).
+    #[arg(long, default_value_t = 0)]
+    pub fee_off_every: u64,
+    #[arg(long, default_value_t = 0, allow_hyphen_values = true)]
+    pub fee_off_minor: i64,
+    /// Settlement fault: each payout pays this much more (or less) than its lines' net.
+    #[arg(long, default_value_t = 0, allow_hyphen_values = true)]
+    pub payout_off_minor: i64,
     /// Draw faults per order (seed, order id, request number) instead of in arrival order.
     #[arg(long)]
     pub per_order_draws: bool,
@@ -182,6 +199,12 @@ impl SimArgs {
                 refuse_at_ms: self.refuse_at_ms,
                 refuse_for_ms: self.refuse_for_ms,
                 refuse_every_ms: self.refuse_every_ms,
+                settle_fee_bps: self.settle_fee_bps,
+                settle_fee_fixed_minor: self.settle_fee_fixed_minor,
+                unsettled_every: self.unsettled_every,
+                fee_off_every: self.fee_off_every,
+                fee_off_minor: self.fee_off_minor,
+                payout_off_minor: self.payout_off_minor,
             },
         };
         config

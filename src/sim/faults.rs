@@ -81,6 +81,21 @@ pub struct Faults {
     /// A new window starts this many ms after the previous one started (more than
     /// `refuse_for_ms`); 0 means a single window.
     pub refuse_every_ms: u64,
+    /// Settlement (`GET /v1/balance_transactions`): the fee of every charge, in hundredths
+    /// of a percent of its gross (290 = 2.9 %), rounded half up...
+    pub settle_fee_bps: u32,
+    /// ...plus this many minor units.
+    pub settle_fee_fixed_minor: i64,
+    /// Every `unsettled_every`-th approved charge (by sequence number) is never settled: no
+    /// balance transaction. 0 means none.
+    pub unsettled_every: u64,
+    /// Every `fee_off_every`-th approved charge is settled with `fee_off_minor` more fee
+    /// than the rule above. 0 means none.
+    pub fee_off_every: u64,
+    pub fee_off_minor: i64,
+    /// Each payout (`POST /control/payout`) pays this much more (or less) than the net of
+    /// the lines it carries.
+    pub payout_off_minor: i64,
 }
 
 /// When the simulator refuses connections, as offsets from when the faults took effect.
@@ -210,6 +225,18 @@ impl Faults {
                 message: format!(
                     "a merchant advice code is two characters like \"03\", got {mac:?}"
                 ),
+            });
+        }
+        if self.settle_fee_bps > 10_000 {
+            return Err(InvalidFaults {
+                field: "settle_fee_bps",
+                message: "settle_fee_bps must be 0-10000 (0-100 %)".to_owned(),
+            });
+        }
+        if self.settle_fee_fixed_minor < 0 {
+            return Err(InvalidFaults {
+                field: "settle_fee_fixed_minor",
+                message: "settle_fee_fixed_minor must be >= 0".to_owned(),
             });
         }
         if self.decline_codes.iter().any(|c| c.trim().is_empty()) {

@@ -46,6 +46,7 @@ mod proxy;
 mod refunds;
 mod refuse;
 mod server;
+mod settlement;
 #[cfg(test)]
 mod tests;
 mod upstream;

@@ -35,6 +35,7 @@ use super::{
     proxy::{self, ProxyStats},
     refunds::{create_refund, lookup_refund},
     refuse::{Network, refuse},
+    settlement,
     upstream::Proxy,
 };
 
@@ -54,6 +55,8 @@ pub(crate) struct Inner {
     pub(crate) refusals_since: Instant,
     /// What proxy mode did (all zero otherwise).
     pub(crate) proxy_stats: ProxyStats,
+    /// The payouts `POST /control/payout` made.
+    pub(crate) payouts: super::settlement::Payouts,
 }
 
 #[derive(Debug)]
@@ -90,6 +93,7 @@ impl AppState {
                 bucket: Bucket::default(),
                 refusals_since: Instant::now(),
                 proxy_stats: ProxyStats::default(),
+                payouts: Default::default(),
             }),
             network,
             faults_replaced: Notify::new(),
@@ -152,7 +156,10 @@ pub(crate) fn router(state: AppState) -> Router {
             .route("/v1/charges", post(create_charge).get(list_charges))
             .route("/v1/charges/{key}", get(lookup_charge))
             .route("/v1/refunds", post(create_refund).get(list_refunds))
-            .route("/v1/refunds/{key}", get(lookup_refund)),
+            .route("/v1/refunds/{key}", get(lookup_refund))
+            .route("/v1/balance_transactions", get(settlement::list_balance))
+            .route("/v1/balance/history", get(settlement::list_balance))
+            .route("/v1/payouts", get(settlement::list_payouts)),
     };
     payments
         .route("/ledger", get(get_ledger))
@@ -160,6 +167,7 @@ pub(crate) fn router(state: AppState) -> Router {
         .route("/control/reset", post(reset))
         .route("/control/inject", post(inject))
         .route("/control/refuse", post(refuse))
+        .route("/control/payout", post(settlement::pay_out))
         .route("/health", get(health))
         .fallback(not_found)
         .with_state(state)
@@ -223,6 +231,7 @@ async fn reset(State(app): State<AppState>) -> Response {
         s.books.reset();
         s.order_requests.clear();
         s.proxy_stats = ProxyStats::default();
+        s.payouts.reset();
     });
     Json(json!({ "ok": true })).into_response()
 }

@@ -33,6 +33,7 @@ mod retry;
 mod review;
 mod schema;
 mod settings;
+mod settlement;
 mod webhooks;
 
 pub use breaker::{BreakerEvent, BreakerRow, GatewayHealth};
@@ -59,6 +60,7 @@ pub use retention::{PURGE_BATCH, Purged};
 pub use retry::{Retried, RetryError, RetryRequested};
 pub use schema::{AppliedMigration, MIGRATE_HINT, Readiness, Scheme, described, is_missing_schema};
 pub use settings::Settings;
+pub use settlement::SettlementTotal;
 pub use webhooks::{EventOutcome, IncomingEvent, WebhookResult};
 
 use std::time::Duration;

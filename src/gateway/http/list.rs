@@ -1,6 +1,8 @@
 //! The HTTP adapter's listing: `GET /v1/charges` and `GET /v1/refunds` with
 //! `from`, `to`, `limit` and `starting_after`, page after page until
-//! `has_more` is false.
+//! `has_more` is false; and the page source the settlement reader pages
+//! with (`GET /v1/balance_transactions`, `GET /v1/payouts`, bodies of at
+//! most 8 MiB).
 //!
 //! Invariant: every page goes through the same client (connect and request
 //! timeouts) as charges; the first page that fails fails the listing, and a
@@ -10,10 +12,13 @@
 //! bounded ([`crate::domain::text`]).
 
 use chrono::{DateTime, SecondsFormat, Utc};
+use futures::FutureExt;
+use futures::future::BoxFuture;
 use serde::Deserialize;
 
 use super::{HttpGateway, Resource, transport_kind};
 use crate::domain::text::{self, Kind};
+use crate::gateway::settlement::{PageAnswer, PageSource};
 use crate::gateway::{GatewayRecord, ListError, Listed};
 
 /// Records asked for per page (the simulator's default; its maximum is 1000).
@@ -158,6 +163,52 @@ fn record(kind: Listed, item: Item) -> Result<GatewayRecord, ListError> {
         charge_id,
         at: item.at,
     })
+}
+
+/// The largest page body read from the gateway (bytes).
+const MAX_PAGE_BYTES: usize = 8 << 20;
+
+impl PageSource for HttpGateway {
+    fn fetch<'a>(
+        &'a self,
+        path: &'a str,
+        query: Vec<(String, String)>,
+    ) -> BoxFuture<'a, Result<PageAnswer, String>> {
+        async move {
+            let resp = self
+                .client
+                .get(format!("{}{path}", self.base))
+                .query(&query)
+                .send()
+                .await
+                .map_err(|e| transport_kind(&e).to_owned())?;
+            let code = resp.status().as_u16();
+            let retry_after = resp
+                .headers()
+                .get(reqwest::header::RETRY_AFTER)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| super::retry_after(v, Utc::now()));
+            if resp
+                .content_length()
+                .is_some_and(|n| n > MAX_PAGE_BYTES as u64)
+            {
+                return Err("a page larger than 8 MiB".to_owned());
+            }
+            let bytes = resp
+                .bytes()
+                .await
+                .map_err(|e| transport_kind(&e).to_owned())?;
+            if bytes.len() > MAX_PAGE_BYTES {
+                return Err("a page larger than 8 MiB".to_owned());
+            }
+            Ok(PageAnswer {
+                code,
+                retry_after,
+                body: serde_json::from_slice(&bytes).ok(),
+            })
+        }
+        .boxed()
+    }
 }
 
 #[cfg(test)]

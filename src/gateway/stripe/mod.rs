@@ -291,4 +291,33 @@ impl Gateway for StripeGateway {
     ) -> BoxFuture<'a, Result<Vec<GatewayRecord>, ListError>> {
         self.list_window(kind, from, to).boxed()
     }
+
+    fn settlement<'a>(
+        &'a self,
+        from: DateTime<Utc>,
+        to: DateTime<Utc>,
+    ) -> BoxFuture<'a, Result<crate::gateway::Settlement, crate::gateway::SettleError>> {
+        async move { crate::gateway::settlement::read(self, from, to, self.created_filter).await }
+            .boxed()
+    }
+}
+
+impl crate::gateway::settlement::PageSource for StripeGateway {
+    fn fetch<'a>(
+        &'a self,
+        path: &'a str,
+        query: Vec<(String, String)>,
+    ) -> BoxFuture<'a, Result<crate::gateway::settlement::PageAnswer, String>> {
+        async move {
+            let answer = self.get(path, &query).await.map_err(|t| match t {
+                Transport::NotSent(k) | Transport::Unknown(k) => k.to_owned(),
+            })?;
+            Ok(crate::gateway::settlement::PageAnswer {
+                code: answer.code,
+                retry_after: answer.retry_after,
+                body: answer.body,
+            })
+        }
+        .boxed()
+    }
 }

@@ -20,6 +20,7 @@ mod cases;
 mod detail;
 mod gateway;
 mod page;
+mod settled;
 
 pub(crate) use gateway::{banner, pause_banner};
 
@@ -101,7 +102,8 @@ pub fn router(store: Store, cfg: FinanceConfig, keys: Arc<ApiKeys>) -> Router {
             page.clone().on(get(detail::detail)),
         )
         .route("/finance/summary", page.clone().on(get(page::summary)))
-        .route("/finance/escalations.csv", page.on(get(api::csv)))
+        .route("/finance/escalations.csv", page.clone().on(get(api::csv)))
+        .route("/finance/settlements.csv", page.on(get(settled::csv)))
         .route(
             "/finance/attempts/{id}/resolve",
             form.clone()
