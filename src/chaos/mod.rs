@@ -13,9 +13,13 @@
 //! and counted (`unexpected_exits`), so a crash loop shows in the report.
 
 pub mod check;
+mod orders;
+mod outage;
 mod procs;
 mod report;
 
+use orders::{enqueue_all, live, read_back};
+use outage::{set_outage, time_unparking};
 use procs::{Procs, spawn_sim};
 pub use report::render;
 
@@ -27,13 +31,10 @@ use clap::Args;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
-use sqlx::{Connection, PgConnection, PgPool, Row};
+use sqlx::{Connection, PgConnection};
 use tokio::process::Command;
 use tracing::{info, warn};
-use uuid::Uuid;
 
-use crate::domain::{ChargeRequest, IdempotencyKey};
-use crate::state::State;
 use crate::store::Store;
 
 #[derive(Debug, Clone, Args)]
@@ -433,191 +434,4 @@ pub async fn run(args: &ChaosArgs) -> Result<Outcome> {
         gateway,
         report,
     })
-}
-
-/// From the end of the outage: how many attempts were parked, and how long
-/// until none is (the breaker's probe, then its paced re-wake).
-async fn time_unparking(url: String) -> Result<(i64, f64)> {
-    let start = Instant::now();
-    let pool = sqlx::postgres::PgPoolOptions::new()
-        .max_connections(1)
-        .connect(&url)
-        .await?;
-    let parked = || async {
-        sqlx::query_scalar::<_, i64>(
-            "SELECT count(*) FROM cobro.payment_attempts WHERE parked_since IS NOT NULL",
-        )
-        .fetch_one(&pool)
-        .await
-    };
-    let first = parked().await.unwrap_or_default();
-    // A database restart may interrupt a read: keep asking.
-    while parked().await.map_or(true, |n| n > 0) {
-        if start.elapsed() > Duration::from_secs(1800) {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    pool.close().await;
-    Ok((first, start.elapsed().as_secs_f64()))
-}
-
-/// Turns the simulator's 503 outage on or off, keeping its other faults;
-/// tried again for a while when the simulator is refusing connections (a
-/// refusal window may overlap the outage).
-async fn set_outage(sim_url: &str, on: bool) -> Result<()> {
-    let mut tries = 0;
-    loop {
-        match try_set_outage(sim_url, on).await {
-            Ok(()) => return Ok(()),
-            Err(e) if tries < 300 => {
-                tries += 1;
-                if tries == 1 {
-                    warn!(error = %e, "could not reach the simulator's controls; trying again");
-                }
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-            Err(e) => return Err(e),
-        }
-    }
-}
-
-async fn try_set_outage(sim_url: &str, on: bool) -> Result<()> {
-    let client = reqwest::Client::new();
-    let mut faults: crate::sim::Faults = client
-        .get(format!("{sim_url}/control/faults"))
-        .send()
-        .await?
-        .json()
-        .await?;
-    faults.outage = on;
-    let put = client
-        .put(format!("{sim_url}/control/faults"))
-        .json(&faults)
-        .send()
-        .await?;
-    if !put.status().is_success() {
-        bail!("PUT /control/faults: {}", put.status());
-    }
-    Ok(())
-}
-
-/// Half through the SQL function (as an app in another language would, in
-/// its own transaction), half through the library. A database error (the
-/// restart) is retried with the SAME key: the enqueue is idempotent.
-async fn enqueue_all(
-    url: String,
-    orders: Vec<String>,
-    amounts: Vec<i64>,
-    gap: Duration,
-) -> Result<usize> {
-    let started = Instant::now();
-    let mut retried = 0;
-    let store = loop {
-        match Store::connect(&url, 2).await {
-            Ok(store) => break store,
-            Err(e) if retried < 60 => {
-                retried += 1;
-                warn!(error = %e, "connecting to enqueue failed; retrying");
-                tokio::time::sleep(Duration::from_millis(500)).await;
-            }
-            Err(e) => return Err(e.into()),
-        }
-    };
-    for (i, (order, amount)) in orders.iter().zip(amounts).enumerate() {
-        // Paced from the start, so a slow enqueue catches up.
-        let due = gap * u32::try_from(i).unwrap_or(u32::MAX);
-        if let Some(wait) = due.checked_sub(started.elapsed()) {
-            tokio::time::sleep(wait).await;
-        }
-        let key = IdempotencyKey::generate();
-        loop {
-            let done = if i % 2 == 0 {
-                let pool = store.pg_pool().context("PostgreSQL only")?;
-                sqlx::query("SELECT * FROM cobro.enqueue_charge($1, $2, 'USD', $3, 'pm_chaos')")
-                    .bind(order)
-                    .bind(amount)
-                    .bind(key.uuid())
-                    .execute(pool)
-                    .await
-                    .map(|_| ())
-                    .map_err(anyhow::Error::from)
-            } else {
-                let req = ChargeRequest::parse(
-                    order,
-                    amount,
-                    "USD",
-                    Some(&key.to_string()),
-                    Some("pm_chaos"),
-                )?;
-                store
-                    .enqueue(&req)
-                    .await
-                    .map(|_| ())
-                    .map_err(anyhow::Error::from)
-            };
-            match done {
-                Ok(()) => break,
-                Err(e) => {
-                    retried += 1;
-                    warn!(%order, error = %e, "enqueue failed; retrying with the same key");
-                    tokio::time::sleep(Duration::from_millis(500)).await;
-                }
-            }
-        }
-    }
-    store.close().await;
-    Ok(retried)
-}
-
-async fn live(pool: &PgPool) -> Result<i64> {
-    Ok(sqlx::query_scalar(
-        "SELECT count(*) FROM cobro.payment_attempts
-          WHERE state IN ('PENDIENTE', 'EN_PROCESO', 'DESCONOCIDO')
-             OR (state = 'RECHAZADO' AND next_action_at IS NOT NULL)",
-    )
-    .fetch_one(pool)
-    .await?)
-}
-
-async fn read_back(pool: &PgPool, store: &Store) -> Result<(Vec<check::AttemptFacts>, Vec<i64>)> {
-    let rows = sqlx::query(
-        "SELECT id, order_id, idempotency_key, state, amount_minor, gateway_charge_id
-           FROM cobro.payment_attempts ORDER BY created_at, id",
-    )
-    .fetch_all(pool)
-    .await?;
-    let mut out = Vec::with_capacity(rows.len());
-    for r in rows {
-        let id: Uuid = r.try_get("id")?;
-        let state: String = r.try_get("state")?;
-        let log = store
-            .transitions(id)
-            .await?
-            .into_iter()
-            .map(|t| (t.from_state, t.to_state, t.cause, t.at))
-            .collect();
-        let checks = store
-            .checks(id)
-            .await?
-            .into_iter()
-            .map(|c| (c.lookup_result, c.started_at))
-            .collect();
-        out.push(check::AttemptFacts {
-            id,
-            order_id: r.try_get("order_id")?,
-            key: r.try_get("idempotency_key")?,
-            state: state.parse::<State>()?,
-            amount_minor: r.try_get("amount_minor")?,
-            gateway_charge_id: r.try_get("gateway_charge_id")?,
-            log,
-            checks,
-        });
-    }
-    let lateness: Vec<i64> = sqlx::query_scalar(
-        "SELECT (extract(epoch FROM started_at - scheduled_at) * 1000)::bigint FROM cobro.attempt_checks",
-    )
-    .fetch_all(pool)
-    .await?;
-    Ok((out, lateness))
 }
