@@ -390,7 +390,7 @@ pub fn worker_args(db_url: &str, gateway_url: &str) -> WorkerArgs {
             retry_schedule: "1d,3d,7d".into(),
             retry_jitter: 0.2,
             max_attempts: 4,
-            retry_card_cap: cobro::retry::DEFAULT_CARD_CAP,
+            caps: Default::default(),
         },
         // The breaker as in production, its timings scaled down.
         breaker: cobro::breaker::BreakerArgs {
