@@ -40,7 +40,16 @@ pub struct RetryArgs {
     pub max_attempts: u32,
     #[command(flatten)]
     pub caps: CardCapArgs,
+    /// A card its network updated (account updater webhook) gets its
+    /// scheduled business retry this soon, never earlier than the card
+    /// network's advice allows, never later than scheduled.
+    #[arg(long, env = "COBRO_CARD_UPDATED_RETRY_DELAY", default_value = "15m",
+          value_parser = crate::backoff::parse_duration_arg)]
+    pub card_updated_retry_delay: Duration,
 }
+
+/// How soon a retry of an updated card runs, unless configured.
+pub const DEFAULT_CARD_UPDATED_RETRY_DELAY: Duration = Duration::from_secs(15 * 60);
 
 /// The card networks' caps on business retries of one payment method,
 /// across orders (the worker's retries and finance's manual ones). cobro
@@ -99,7 +108,10 @@ impl RetryArgs {
             self.retry_jitter,
             self.max_attempts,
         )
-        .map(|p| p.with_card_caps(self.caps.caps()))
+        .map(|p| {
+            p.with_card_caps(self.caps.caps())
+                .with_card_updated_delay(self.card_updated_retry_delay)
+        })
     }
 }
 
@@ -109,6 +121,7 @@ pub struct RetryPolicy {
     schedule: CheckSchedule,
     max_attempts: u32,
     card_caps: CardCaps,
+    card_updated_delay: Duration,
 }
 
 impl Default for RetryPolicy {
@@ -145,6 +158,7 @@ impl RetryPolicy {
             schedule: CheckSchedule::parse(schedule, jitter)?,
             max_attempts: max_attempts.max(1),
             card_caps: CardCapArgs::default().caps(),
+            card_updated_delay: DEFAULT_CARD_UPDATED_RETRY_DELAY,
         })
     }
 
@@ -152,6 +166,16 @@ impl RetryPolicy {
     pub fn with_card_caps(mut self, caps: CardCaps) -> Self {
         self.card_caps = caps;
         self
+    }
+
+    /// How soon a scheduled retry of a card its network updated runs.
+    pub fn with_card_updated_delay(mut self, delay: Duration) -> Self {
+        self.card_updated_delay = delay;
+        self
+    }
+
+    pub fn card_updated_delay(&self) -> Duration {
+        self.card_updated_delay
     }
 
     pub fn max_attempts(&self) -> u32 {

@@ -11,6 +11,7 @@
 mod breaker;
 mod cancel;
 pub(crate) mod caps;
+mod card_updated;
 mod change;
 mod contradiction;
 mod duplicate;

@@ -391,6 +391,7 @@ pub fn worker_args(db_url: &str, gateway_url: &str) -> WorkerArgs {
             retry_jitter: 0.2,
             max_attempts: 4,
             caps: Default::default(),
+            card_updated_retry_delay: cobro::retry::DEFAULT_CARD_UPDATED_RETRY_DELAY,
         },
         // The breaker as in production, its timings scaled down.
         breaker: cobro::breaker::BreakerArgs {
