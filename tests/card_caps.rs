@@ -18,6 +18,7 @@ use serde_json::{Value, json};
 on_both_backends!(
     mastercard_refuses_the_eleventh_retry_in_a_day_and_the_thirty_sixth_in_thirty_days,
     a_manual_retry_at_a_cap_needs_an_override_with_a_reason,
+    the_command_line_retry_honours_the_caps_unless_overridden,
 );
 
 /// The caps of a default deployment (Visa 15/30 d, Mastercard 10/24 h and
@@ -249,4 +250,68 @@ async fn retry_of(
     let resp = req.send().await.unwrap();
     let status = resp.status().as_u16();
     (status, resp.json::<Value>().await.unwrap())
+}
+
+fn cobro(db: &TestDb, args: &[&str]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_cobro"))
+        .args(args)
+        .env("DATABASE_URL", &db.url)
+        .env("RUST_LOG", "warn")
+        .env_remove("COBRO_RETRY_CARD_CAP")
+        .env_remove("COBRO_RETRY_MC_CAP_24H")
+        .env_remove("COBRO_RETRY_MC_CAP_30D")
+        .output()
+        .expect("run cobro")
+}
+
+/// `cobro retry`, the same door by shell: refused at a cap naming it and
+/// the flag; an empty reason refused naming the field; with a reason the
+/// request is accepted and the reason kept in the log.
+async fn the_command_line_retry_honours_the_caps_unless_overridden(b: Backend) {
+    let db = TestDb::new(b).await;
+    retries(&db, "pm_cli", 0, 10, default_caps()).await;
+    let a = declined_on(&db.store, "cli-capped", "pm_cli").await;
+    let id = a.id.to_string();
+    let base = [
+        "retry",
+        "--attempt",
+        id.as_str(),
+        "--actor",
+        "ana",
+        "--json",
+    ];
+    let before = db.store.transitions(a.id).await.unwrap().len();
+
+    let out = cobro(&db, &base);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("COBRO_RETRY_MC_CAP_24H=10") && err.contains("--override-reason"),
+        "{err}"
+    );
+    let out = cobro(&db, &[&base[..], &["--override-reason", "  "]].concat());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("override_reason"),
+        "{err}"
+    );
+    assert_eq!(db.store.transitions(a.id).await.unwrap().len(), before);
+
+    let why = "finance call 2026-12-03: customer asked";
+    let out = cobro(&db, &[&base[..], &["--override-reason", why]].concat());
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["cap_override"], why);
+    let log = db.store.transitions(a.id).await.unwrap();
+    let last = log.last().unwrap();
+    assert_eq!(
+        (last.actor.as_str(), last.error_kind.as_deref()),
+        ("manual:ana", Some("cap_override"))
+    );
+    assert_eq!(last.evidence.as_ref().unwrap()["detail"], why);
+    db.drop_db().await;
 }
