@@ -14,8 +14,8 @@ use std::time::Duration;
 use rand::Rng;
 
 use crate::backoff::{CheckSchedule, ScheduleError};
+use crate::domain::CardCaps;
 use crate::gateway::advice::{Advice, parse_stored};
-use crate::store::CardCaps;
 
 /// Decline codes worth retrying days later, by default (money may arrive,
 /// the issuer may come back). Everything else is final.

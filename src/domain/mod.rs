@@ -15,7 +15,9 @@
 //! enqueue takes a [`ChargeRequest`] parsed here.
 //!
 //! Amounts and currencies are in `money.rs`; order ids, keys and tokens here;
-//! what is taken from a gateway's or a webhook's text, in [`text`].
+//! what is taken from a gateway's or a webhook's text, in [`text`]; the
+//! card networks' retry caps and finance's override reason in
+//! [`card_caps`].
 
 use std::fmt;
 
@@ -39,9 +41,11 @@ impl InputError {
     }
 }
 
+pub mod card_caps;
 mod money;
 pub mod text;
 
+pub use card_caps::{BadOverrideReason, CardCaps, OverrideReason};
 pub use money::{
     AMOUNT_CEILING, Amount, CURRENCIES, Currency, DEFAULT_MAX_AMOUNT, MAX_AMOUNT_VAR, MaxAmount,
     decimal, parse_max_amount_arg,
