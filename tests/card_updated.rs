@@ -21,6 +21,7 @@ use serde_json::{Value, json};
 on_both_backends!(
     an_account_updater_event_pulls_the_retry_forward_in_both_formats,
     the_network_advice_and_the_schedule_bound_the_pull,
+    the_simulator_sends_the_card_update_itself,
 );
 
 const DELAY: Duration = Duration::from_secs(120);
@@ -265,6 +266,81 @@ async fn the_network_advice_and_the_schedule_bound_the_pull(b: Backend) {
     .await;
     assert_eq!(reply["outcome"]["result"], "ignored", "{reply}");
     assert!(due_in(&db.store, &never).await > 86_400);
+    web.stop().await;
+    db.drop_db().await;
+}
+
+/// The simulator's own account updater: `POST /control/card-updated` makes
+/// it send the signed `payment_method.updated`, which moves the retry.
+async fn the_simulator_sends_the_card_update_itself(b: Backend) {
+    let db = TestDb::new(b).await;
+    let secret = test_secret();
+    let v = Verifier::from_env_value(Scheme::StandardWebhooks, &secret).unwrap();
+    let web = web_with(&db.store, v.clone()).await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let sim = cobro::sim::spawn(
+        listener,
+        cobro::sim::SimConfig {
+            idempotent: true,
+            seed: 5,
+            faults: cobro::sim::Faults::default(),
+            per_order_draws: false,
+            webhooks: Some(cobro::sim::WebhookTarget {
+                url: format!("{}/webhooks/gateway", web.url),
+                signer: v,
+                copies: 2,
+                delay_ms: 0,
+                jitter_ms: 50,
+            }),
+        },
+    )
+    .await
+    .unwrap();
+    let three_days = Duration::from_secs(3 * 86_400);
+    let a = declined(
+        &db.store,
+        "upd-by-sim",
+        "pm_sim_upd",
+        "insufficient_funds",
+        three_days,
+    )
+    .await;
+    let http = reqwest::Client::new();
+    let bad = http
+        .post(format!("{}/control/card-updated", sim.url()))
+        .json(&json!({}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(bad.status(), 400);
+    let ok = http
+        .post(format!("{}/control/card-updated", sim.url()))
+        .json(&json!({"payment_method": "pm_sim_upd"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(ok.status(), 200);
+    eventually(Duration::from_secs(10), "the retry pulled forward", || {
+        let store = db.store.clone();
+        let a = a.clone();
+        async move { (due_in(&store, &a).await <= 125).then_some(()) }
+    })
+    .await;
+    // Both copies delivered: one moved the retry, the other was a duplicate.
+    eventually(Duration::from_secs(10), "two deliveries", || async {
+        (ledger(&sim.url()).await.stats.webhooks_delivered == 2).then_some(())
+    })
+    .await;
+    let moves = db
+        .store
+        .transitions(a.id)
+        .await
+        .unwrap()
+        .iter()
+        .filter(|t| t.cause == "card_updated")
+        .count();
+    assert_eq!(moves, 1);
+    sim.shutdown().await;
     web.stop().await;
     db.drop_db().await;
 }
