@@ -466,14 +466,22 @@ impl Engine {
             .business_retry_capped(
                 seen.id,
                 self.cfg.retry.max_attempts(),
-                self.cfg.retry.card_cap(),
+                self.cfg.retry.card_caps(),
                 &self.actor,
                 Some(seen.version),
             )
             .await
         {
             Ok(new) => {
-                info!(retry = %new.attempt_id, number = new.attempt_number, "business retry created");
+                match &new.cap_override {
+                    Some(reason) => warn!(
+                        retry = %new.attempt_id, number = new.attempt_number, cap_override = %reason,
+                        "business retry created past the card networks' caps: finance overrode them"
+                    ),
+                    None => {
+                        info!(retry = %new.attempt_id, number = new.attempt_number, "business retry created")
+                    }
+                }
                 return Ok(());
             }
             Err(RetryError::Db(e)) => return Err(StoreError::Db(e)),

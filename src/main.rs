@@ -89,7 +89,9 @@ pub(crate) enum Command {
     /// due now. A worker looks it up at the gateway first, then creates a NEW
     /// attempt with a NEW (derived) key through the same guards as an
     /// automatic retry. Refused at once while the database's charge rule
-    /// holds the order (approved, live, an open case, a do-not-charge cancel).
+    /// holds the order (approved, live, an open case, a do-not-charge cancel),
+    /// or while the card is at a card network's cap unless
+    /// --override-reason says why it may be passed (kept in the log).
     Retry {
         #[arg(long, env = "DATABASE_URL")]
         database_url: String,
@@ -99,6 +101,12 @@ pub(crate) enum Command {
         /// Who asks (kept in the transition log).
         #[arg(long)]
         actor: String,
+        /// Pass the card networks' caps, for this reason (required to
+        /// override; kept in the attempt's log and shown on it).
+        #[arg(long)]
+        override_reason: Option<String>,
+        #[command(flatten)]
+        caps: cobro::retry::CardCapArgs,
         #[arg(long)]
         json: bool,
     },

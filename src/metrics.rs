@@ -38,6 +38,7 @@ use crate::http::serve::HttpLimits;
 use crate::state::State;
 use crate::store::{Gauges, Store};
 
+pub mod card_updated;
 mod recovery;
 
 /// Counter: gateway calls by `call` (charge, lookup, refund, refund_lookup)
@@ -123,6 +124,7 @@ fn spawn_upkeep(handle: PrometheusHandle) {
 
 fn describe() {
     use ::metrics::{describe_counter, describe_histogram};
+    card_updated::describe();
     describe_counter!(
         GATEWAY_CALLS,
         "Gateway calls made by this process, by call and outcome."

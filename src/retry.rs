@@ -14,6 +14,7 @@ use std::time::Duration;
 use rand::Rng;
 
 use crate::backoff::{CheckSchedule, ScheduleError};
+use crate::domain::CardCaps;
 use crate::gateway::advice::{Advice, parse_stored};
 
 /// Decline codes worth retrying days later, by default (money may arrive,
@@ -37,14 +38,67 @@ pub struct RetryArgs {
     /// Attempts per order, the first one included.
     #[arg(long, env = "COBRO_MAX_ATTEMPTS", default_value_t = 4)]
     pub max_attempts: u32,
+    #[command(flatten)]
+    pub caps: CardCapArgs,
+    /// A card its network updated (account updater webhook) gets its
+    /// scheduled business retry this soon, never earlier than the card
+    /// network's advice allows, never later than scheduled.
+    #[arg(long, env = "COBRO_CARD_UPDATED_RETRY_DELAY", default_value = "15m",
+          value_parser = crate::backoff::parse_duration_arg)]
+    pub card_updated_retry_delay: Duration,
+}
+
+/// How soon a retry of an updated card runs, unless configured.
+pub const DEFAULT_CARD_UPDATED_RETRY_DELAY: Duration = Duration::from_secs(15 * 60);
+
+/// The card networks' caps on business retries of one payment method,
+/// across orders (the worker's retries and finance's manual ones). cobro
+/// does not know a card's brand, so every cap applies to every card.
+#[derive(Debug, Clone, clap::Args)]
+pub struct CardCapArgs {
     /// Business retries of one payment method in a rolling 30 days, across
     /// orders (Visa allows 15); the next is refused. 0 = no cap.
     #[arg(long, env = "COBRO_RETRY_CARD_CAP", default_value_t = DEFAULT_CARD_CAP)]
     pub retry_card_cap: u32,
+    /// Business retries of one payment method in a rolling 24 hours
+    /// (Mastercard allows 10). 0 = no cap.
+    #[arg(long, env = "COBRO_RETRY_MC_CAP_24H", default_value_t = DEFAULT_MC_CAP_24H)]
+    pub retry_mc_cap_24h: u32,
+    /// Business retries of one payment method in a rolling 30 days
+    /// (Mastercard allows 35). 0 = no cap.
+    #[arg(long, env = "COBRO_RETRY_MC_CAP_30D", default_value_t = DEFAULT_MC_CAP_30D)]
+    pub retry_mc_cap_30d: u32,
+}
+
+impl Default for CardCapArgs {
+    fn default() -> Self {
+        Self {
+            retry_card_cap: DEFAULT_CARD_CAP,
+            retry_mc_cap_24h: DEFAULT_MC_CAP_24H,
+            retry_mc_cap_30d: DEFAULT_MC_CAP_30D,
+        }
+    }
+}
+
+impl CardCapArgs {
+    /// The caps as the store's rule takes them (0 = no cap).
+    pub fn caps(&self) -> CardCaps {
+        let cap = |c: u32| (c > 0).then_some(c);
+        CardCaps {
+            visa_30d: cap(self.retry_card_cap),
+            mastercard_24h: cap(self.retry_mc_cap_24h),
+            mastercard_30d: cap(self.retry_mc_cap_30d),
+        }
+    }
 }
 
 /// Visa's limit: at most 15 retries of one card in 30 days.
 pub const DEFAULT_CARD_CAP: u32 = 15;
+/// Mastercard's limits: at most 10 retries of one card in 24 hours and 35
+/// in 30 days (Mastercard's excessive-retry rule, as processors document
+/// it: see the README's "Business retries").
+pub const DEFAULT_MC_CAP_24H: u32 = 10;
+pub const DEFAULT_MC_CAP_30D: u32 = 35;
 
 impl RetryArgs {
     pub fn policy(&self) -> Result<RetryPolicy, ScheduleError> {
@@ -54,7 +108,10 @@ impl RetryArgs {
             self.retry_jitter,
             self.max_attempts,
         )
-        .map(|p| p.with_card_cap(self.retry_card_cap))
+        .map(|p| {
+            p.with_card_caps(self.caps.caps())
+                .with_card_updated_delay(self.card_updated_retry_delay)
+        })
     }
 }
 
@@ -63,7 +120,8 @@ pub struct RetryPolicy {
     retryable: BTreeSet<String>,
     schedule: CheckSchedule,
     max_attempts: u32,
-    card_cap: u32,
+    card_caps: CardCaps,
+    card_updated_delay: Duration,
 }
 
 impl Default for RetryPolicy {
@@ -99,23 +157,34 @@ impl RetryPolicy {
                 .collect(),
             schedule: CheckSchedule::parse(schedule, jitter)?,
             max_attempts: max_attempts.max(1),
-            card_cap: DEFAULT_CARD_CAP,
+            card_caps: CardCapArgs::default().caps(),
+            card_updated_delay: DEFAULT_CARD_UPDATED_RETRY_DELAY,
         })
     }
 
-    /// Business retries allowed per payment method in 30 days (0 = no cap).
-    pub fn with_card_cap(mut self, cap: u32) -> Self {
-        self.card_cap = cap;
+    /// The card networks' caps on retries of one payment method.
+    pub fn with_card_caps(mut self, caps: CardCaps) -> Self {
+        self.card_caps = caps;
         self
+    }
+
+    /// How soon a scheduled retry of a card its network updated runs.
+    pub fn with_card_updated_delay(mut self, delay: Duration) -> Self {
+        self.card_updated_delay = delay;
+        self
+    }
+
+    pub fn card_updated_delay(&self) -> Duration {
+        self.card_updated_delay
     }
 
     pub fn max_attempts(&self) -> u32 {
         self.max_attempts
     }
 
-    /// `None` when there is no cap.
-    pub fn card_cap(&self) -> Option<u32> {
-        (self.card_cap > 0).then_some(self.card_cap)
+    /// The card networks' caps (each `None` when there is none).
+    pub fn card_caps(&self) -> CardCaps {
+        self.card_caps
     }
 
     /// Whether a stored decline code may be retried: its gateway code is in

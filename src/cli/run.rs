@@ -94,11 +94,23 @@ pub(crate) async fn run(command: Command) -> Result<()> {
             database_url,
             attempt,
             actor,
+            override_reason,
+            caps,
             json,
         } => {
+            let cap_override = override_reason
+                .as_deref()
+                .map(cobro::store::OverrideReason::parse)
+                .transpose()?;
             let store = Store::connect(&database_url, 2).await?;
             let who = format!("manual:{actor}");
-            let asked = store.request_retry(attempt, &who).await?;
+            let asked = store
+                .request_retry(attempt, &who, caps.caps(), cap_override.as_ref())
+                .await?;
+            if let Some(reason) = &asked.cap_override {
+                tracing::warn!(%attempt, actor = %who, cap_override = %reason,
+                    "the card networks' caps overridden for a manual retry");
+            }
             if json {
                 println!("{}", serde_json::to_string_pretty(&asked)?);
             } else {

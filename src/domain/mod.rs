@@ -18,7 +18,8 @@
 //! what is taken from a gateway's or a webhook's text, in [`text`]. Values
 //! several layers share sit here too, so no layer climbs to reach them: a
 //! wake-up's payload (`wake.rs`), a decline's category (`decline.rs`) and
-//! reconciliation's windows, findings and case kinds (`case.rs`).
+//! reconciliation's windows, findings and case kinds (`case.rs`); the card
+//! networks' retry caps and finance's override reason in [`card_caps`].
 
 use std::fmt;
 
@@ -42,6 +43,7 @@ impl InputError {
     }
 }
 
+pub mod card_caps;
 mod case;
 mod decline;
 mod money;
@@ -53,6 +55,7 @@ pub use case::{CaseKind, Finding, Window};
 pub use decline::Category;
 pub use wake::Wake;
 
+pub use card_caps::{BadOverrideReason, CardCaps, OverrideReason};
 pub use money::{
     AMOUNT_CEILING, Amount, CURRENCIES, Currency, DEFAULT_MAX_AMOUNT, MAX_AMOUNT_VAR, MaxAmount,
     decimal, parse_max_amount_arg,

@@ -168,6 +168,7 @@ pub(crate) fn router(state: AppState) -> Router {
         .route("/control/inject", post(inject))
         .route("/control/refuse", post(refuse))
         .route("/control/payout", post(settlement::pay_out))
+        .route("/control/card-updated", post(card_updated))
         .route("/health", get(health))
         .fallback(not_found)
         .with_state(state)
@@ -233,6 +234,24 @@ async fn reset(State(app): State<AppState>) -> Response {
         s.proxy_stats = ProxyStats::default();
         s.payouts.reset();
     });
+    Json(json!({ "ok": true })).into_response()
+}
+
+/// The card network updated the card behind `{"payment_method": "pm_…"}`
+/// (its account updater): a signed `payment_method.updated` is sent to the
+/// webhook receiver. 409 when webhooks are off.
+async fn card_updated(State(app): State<AppState>, body: Bytes) -> Response {
+    let token = serde_json::from_slice::<serde_json::Value>(&body)
+        .ok()
+        .and_then(|v| v.get("payment_method")?.as_str().map(str::to_owned));
+    let Some(token) = token.filter(|t| crate::domain::text::id(t).is_ok()) else {
+        return bad_request("payment_method", "a payment method token is required");
+    };
+    let Some(outbox) = &app.0.outbox else {
+        return error(StatusCode::CONFLICT, "webhooks are off (no --webhook-url)");
+    };
+    info!(payment_method = %token, "sim: card updated; webhook queued");
+    outbox.emit_card_updated(&token);
     Json(json!({ "ok": true })).into_response()
 }
 

@@ -1,4 +1,5 @@
-//! The simulator's webhook sender: for every charge it executes, an event
+//! The simulator's webhook sender: for every charge it executes (and every
+//! card update asked for on `POST /control/card-updated`), an event
 //! signed with the Standard Webhooks scheme (or Stripe's, as the signer says)
 //! is POSTed to a configured URL, with seeded knobs for duplicates (each
 //! event N times), reordering (a random extra delay per copy) and delay.
@@ -41,9 +42,19 @@ pub(crate) struct Counters {
     pub(crate) failed: AtomicU64,
 }
 
+/// What the simulator tells the receiver about.
+#[derive(Debug, Clone)]
+pub(crate) enum Outgoing {
+    /// An executed charge: `charge.succeeded` / `charge.failed`.
+    Charge(ChargeResult),
+    /// The card network updated the card behind this token (its account
+    /// updater): `payment_method.updated`.
+    CardUpdated(String),
+}
+
 #[derive(Debug)]
 pub(crate) struct Outbox {
-    tx: mpsc::UnboundedSender<ChargeResult>,
+    tx: mpsc::UnboundedSender<Outgoing>,
     pub(crate) counters: Arc<Counters>,
 }
 
@@ -57,7 +68,13 @@ impl Outbox {
     }
 
     pub(crate) fn emit(&self, result: &ChargeResult) {
-        let _ = self.tx.send(result.clone());
+        let _ = self.tx.send(Outgoing::Charge(result.clone()));
+    }
+
+    pub(crate) fn emit_card_updated(&self, payment_method: &str) {
+        let _ = self
+            .tx
+            .send(Outgoing::CardUpdated(payment_method.to_owned()));
     }
 }
 
@@ -86,10 +103,22 @@ pub(crate) fn event_body(result: &ChargeResult) -> (String, Vec<u8>) {
     (id, body.to_string().into_bytes())
 }
 
+/// The simulator's account-updater event.
+pub(crate) fn card_updated_body(payment_method: &str) -> (String, Vec<u8>) {
+    let id = format!("evt_{}", uuid::Uuid::new_v4().simple());
+    let body = json!({
+        "id": id,
+        "type": crate::webhook::event::CARD_UPDATED,
+        "created": chrono::Utc::now().timestamp(),
+        "data": { "payment_method": payment_method }
+    });
+    (id, body.to_string().into_bytes())
+}
+
 async fn deliver_all(
     target: WebhookTarget,
     seed: u64,
-    mut rx: mpsc::UnboundedReceiver<ChargeResult>,
+    mut rx: mpsc::UnboundedReceiver<Outgoing>,
     counters: Arc<Counters>,
 ) {
     let client = match reqwest::Client::builder()
@@ -104,8 +133,11 @@ async fn deliver_all(
     };
     let mut rng = StdRng::seed_from_u64(seed ^ 0x5EED_0F3E_7E00);
     let target = Arc::new(target);
-    while let Some(result) = rx.recv().await {
-        let (id, body) = event_body(&result);
+    while let Some(out) = rx.recv().await {
+        let (id, body) = match &out {
+            Outgoing::Charge(result) => event_body(result),
+            Outgoing::CardUpdated(token) => card_updated_body(token),
+        };
         let body = Arc::new(body);
         for _ in 0..target.copies.max(1) {
             let wait = target.delay_ms + rng.random_range(0..=target.jitter_ms);

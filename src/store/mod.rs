@@ -10,6 +10,8 @@
 
 mod breaker;
 mod cancel;
+pub(crate) mod caps;
+mod card_updated;
 mod change;
 mod contradiction;
 mod duplicate;
@@ -38,6 +40,7 @@ mod webhooks;
 
 pub use breaker::{BreakerEvent, BreakerRow, GatewayHealth};
 pub use cancel::{CancelError, CancelReason, Cancelled};
+pub use caps::{BadOverrideReason, CardCaps, MAX_OVERRIDE_REASON, OverrideReason};
 pub use change::{Applied, Change, CheckRecord, Lease, NoticeKind};
 pub use contradiction::Contradiction;
 pub use enqueue::{EnqueueError, Enqueued};
@@ -598,18 +601,26 @@ impl Store {
         actor: &str,
         expected_version: Option<i64>,
     ) -> Result<Retried, RetryError> {
-        self.business_retry_capped(attempt_id, max_attempts, None, actor, expected_version)
-            .await
+        self.business_retry_capped(
+            attempt_id,
+            max_attempts,
+            CardCaps::NONE,
+            actor,
+            expected_version,
+        )
+        .await
     }
 
     /// [`Store::business_retry`], refused (`RetryError::CardCap`) when the
-    /// payment method already had `card_cap` business retries in the last
-    /// 30 days, across orders (the card network's rule).
+    /// payment method already had one of `caps`' number of business
+    /// retries in its window, across orders (the card networks' rules),
+    /// unless finance recorded an override with its reason
+    /// ([`Store::request_retry`]).
     pub async fn business_retry_capped(
         &self,
         attempt_id: Uuid,
         max_attempts: u32,
-        card_cap: Option<u32>,
+        caps: CardCaps,
         actor: &str,
         expected_version: Option<i64>,
     ) -> Result<Retried, RetryError> {
@@ -620,11 +631,12 @@ impl Store {
             Self::network_advice(&a)?;
         }
         let max = i32::try_from(max_attempts).unwrap_or(i32::MAX);
-        let cap = card_cap.map(|c| i32::try_from(c).unwrap_or(i32::MAX));
         match &self.db {
-            Db::Pg(p) => pg::business_retry(p, attempt_id, max, actor, expected_version, cap).await,
+            Db::Pg(p) => {
+                pg::business_retry(p, attempt_id, max, actor, expected_version, caps).await
+            }
             Db::Lite(p) => {
-                lite::retry::business_retry(p, attempt_id, max, actor, expected_version, cap).await
+                lite::retry::business_retry(p, attempt_id, max, actor, expected_version, caps).await
             }
         }
     }

@@ -16,6 +16,9 @@ pub struct Retried {
     pub attempt_id: Uuid,
     pub idempotency_key: Uuid,
     pub attempt_number: i32,
+    /// Finance's reason for passing the card networks' caps, when it gave
+    /// one (the new attempt's log row carries it too).
+    pub cap_override: Option<String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -33,8 +36,10 @@ pub enum RetryError {
     AlreadyRetrying(String),
     #[error("{0}")]
     MaxAttempts(String),
-    /// The payment method has had its card network's number of business
-    /// retries in 30 days (`COBRO_RETRY_CARD_CAP`).
+    /// The payment method has had a card network's number of business
+    /// retries in its window (`COBRO_RETRY_CARD_CAP`,
+    /// `COBRO_RETRY_MC_CAP_24H`, `COBRO_RETRY_MC_CAP_30D`); the message
+    /// names the cap and how finance overrides it.
     #[error("{0}")]
     CardCap(String),
     /// The card network (or the gateway) advised never to try this card
@@ -114,6 +119,8 @@ pub struct RetryRequested {
     pub attempt_number: i32,
     pub idempotency_key: Uuid,
     pub due_at: Option<DateTime<Utc>>,
+    /// The reason finance gave to pass the card networks' caps, if any.
+    pub cap_override: Option<String>,
 }
 
 impl Store {
@@ -137,14 +144,19 @@ impl Store {
 
     /// A person asks for a business retry of the declined attempt
     /// `attempt_id`, as `actor`: refused now if the database's charge rule
-    /// holds the order (or the network advised against it); otherwise its
+    /// holds the order, the network advised against it, or the card is at
+    /// one of `caps` and no `cap_override` reason is given; otherwise its
     /// retry is due now and woken (a logged change of the declined
-    /// attempt), and a worker checks the gateway before it creates the new
-    /// attempt. Automatic and manual retries take the same road.
+    /// attempt, whose evidence carries the override's reason), and a worker
+    /// checks the gateway before it creates the new attempt. Automatic and
+    /// manual retries take the same road; the database's rule skips the
+    /// caps only for a retry whose newest request recorded an override.
     pub async fn request_retry(
         &self,
         attempt_id: Uuid,
         actor: &str,
+        caps: super::CardCaps,
+        cap_override: Option<&super::OverrideReason>,
     ) -> Result<RetryRequested, RetryError> {
         let seen = match self.load(attempt_id).await {
             Ok((a, _)) => a,
@@ -164,12 +176,22 @@ impl Store {
         }
         Self::network_advice(&seen)?;
         self.charge_hold(&seen).await?;
+        if cap_override.is_none() {
+            self.check_retry_caps(attempt_id, caps).await?;
+        }
+        let why = cap_override.map(|r| crate::gateway::Evidence {
+            call: "retry_requested".into(),
+            error_kind: "cap_override".into(),
+            detail: Some(r.as_str().to_owned()),
+            ..Default::default()
+        });
         let mut due = Change::new(
             Some(crate::state::Event::RetryNow),
             "retry_requested",
             actor,
         );
         due.act_in = Some(std::time::Duration::ZERO);
+        due.evidence = why.as_ref();
         let now = match self.apply(&seen, &due).await {
             Ok(Applied::Moved(now)) => now,
             Ok(Applied::Lost) => {
@@ -199,6 +221,7 @@ impl Store {
             attempt_number: number,
             idempotency_key: IdempotencyKey::for_retry(ns, &seen.order_id, number).uuid(),
             due_at: now.next_action_at,
+            cap_override: cap_override.map(|r| r.as_str().to_owned()),
         })
     }
 }

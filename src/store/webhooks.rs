@@ -26,6 +26,12 @@ pub enum EventOutcome {
         code: String,
         charge_id: Option<String>,
     },
+    /// The card network updated this payment method (account updater): a
+    /// scheduled business retry of it is pulled forward
+    /// ([`super::card_updated`]).
+    CardUpdated {
+        payment_method: String,
+    },
     /// A type cobro does not act on: stored and acknowledged.
     NotActionable,
 }
@@ -49,7 +55,7 @@ impl IncomingEvent {
         match &self.outcome {
             EventOutcome::Approved { charge_id } => Some(charge_id),
             EventOutcome::Declined { charge_id, .. } => charge_id.as_deref(),
-            EventOutcome::NotActionable => None,
+            EventOutcome::CardUpdated { .. } | EventOutcome::NotActionable => None,
         }
     }
 }
@@ -62,6 +68,11 @@ pub enum WebhookResult {
     Applied {
         attempt_id: Uuid,
         to: State,
+    },
+    /// A card updated by its network: these scheduled retries of it were
+    /// pulled forward.
+    Rescheduled {
+        attempt_ids: Vec<Uuid>,
     },
     /// Not valid from the attempt's state: recorded, nothing changed.
     Noop {
@@ -76,7 +87,7 @@ pub enum WebhookResult {
 impl WebhookResult {
     pub(crate) fn outcome_column(&self) -> &'static str {
         match self {
-            WebhookResult::Applied { .. } => "applied",
+            WebhookResult::Applied { .. } | WebhookResult::Rescheduled { .. } => "applied",
             WebhookResult::Noop { .. } => "noop",
             WebhookResult::Unmatched => "unmatched",
             WebhookResult::Duplicate | WebhookResult::Ignored => "ignored",
@@ -104,6 +115,7 @@ pub(crate) fn evidence(ev: &IncomingEvent) -> Evidence {
             match ev.outcome {
                 EventOutcome::Approved { .. } => "approved",
                 EventOutcome::Declined { .. } => "declined",
+                EventOutcome::CardUpdated { .. } => "card_updated",
                 EventOutcome::NotActionable => "none",
             }
             .into(),
@@ -134,7 +146,8 @@ fn change_for<'a>(
             c.act_in = retry.and_then(|p| p.retry_in(code, seen.attempt_number));
             c
         }
-        EventOutcome::NotActionable => return Ok(None),
+        // Handled by the backends before an attempt is looked up by key.
+        EventOutcome::CardUpdated { .. } | EventOutcome::NotActionable => return Ok(None),
     };
     change.evidence = Some(evidence);
     let p = plan(seen, &change)?;
@@ -184,7 +197,7 @@ pub(crate) fn contradiction(seen: &Attempt, ev: &IncomingEvent) -> Option<Contra
             Contradiction::approved(seen, charge_id, &source, now)
         }
         EventOutcome::Declined { code, .. } => Contradiction::declined(seen, code, &source, now),
-        EventOutcome::NotActionable => None,
+        EventOutcome::CardUpdated { .. } | EventOutcome::NotActionable => None,
     }
 }
 

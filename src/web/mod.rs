@@ -224,7 +224,7 @@ impl WebConfig {
             verifier: self.verifier,
             max_body: self.max_webhook_body,
             body_deadline: self.webhook_body_timeout,
-            retry: self.retry,
+            retry: self.retry.clone(),
         });
         let mut public = Router::new();
         if app.verifier.is_some() {
@@ -281,7 +281,15 @@ impl WebConfig {
             .route("/", get(home::landing).with_state(keys.clone()))
             .route(html::STYLESHEET_PATH, get(html::stylesheet))
             .merge(operator::router(self.store.clone(), keys.clone()))
-            .merge(finance::router(self.store, self.finance, keys.clone()))
+            .merge(finance::router(
+                self.store,
+                finance::FinanceConfig {
+                    // Finance's manual retry honours the worker's caps.
+                    card_caps: self.retry.card_caps(),
+                    ..self.finance
+                },
+                keys.clone(),
+            ))
             .layer(DefaultBodyLimit::max(API_BODY_LIMIT));
         let health = Router::new()
             .route("/health", get(health::health))

@@ -185,6 +185,13 @@ pub(super) async fn receive(State(app): AppState, req: Request) -> Response {
     match app.store.record_webhook(&event, Some(&app.retry)).await {
         Ok(result) => {
             info!(event = %event.event_id, kind = %event.event_type, ?result, "webhook");
+            if let crate::store::WebhookResult::Rescheduled { attempt_ids } = &result {
+                crate::metrics::card_updated::retries_pulled_forward(attempt_ids.len());
+                for id in attempt_ids {
+                    info!(event = %event.event_id, attempt = %id, cause = "card_updated",
+                        "the card was updated: its scheduled business retry pulled forward");
+                }
+            }
             crate::metrics::webhook_received(match &result {
                 crate::store::WebhookResult::Duplicate => "duplicate",
                 other => other.outcome_column(),

@@ -8,8 +8,13 @@
 //!           "decline_code": null}}
 //! ```
 //!
+//! The simulator's `payment_method.updated` carries `data.payment_method`;
+//! it (and Stripe's `payment_method.automatically_updated` /
+//! `payment_method.updated`, the PaymentMethod in `data.object`) pulls a
+//! scheduled retry of that card forward (`store::card_updated`).
+//!
 //! Invariant: an event that parses is stored whatever its type; only
-//! `charge.succeeded` and `charge.failed` move an attempt. Every text taken
+//! `charge.succeeded` and `charge.failed` move an attempt's state. Every text taken
 //! out of an event goes through [`crate::domain::text`]: JSON may carry a
 //! NUL (`\u0000`) that PostgreSQL's `text` cannot hold, and any length. Ids
 //! (the event's, the charge's, the PaymentIntent's) are kept as they are or
@@ -28,6 +33,9 @@ use crate::store::{EventOutcome, IncomingEvent};
 
 pub const CHARGE_SUCCEEDED: &str = "charge.succeeded";
 pub const CHARGE_FAILED: &str = "charge.failed";
+/// The simulator's account-updater event: `data.payment_method` is the
+/// token whose card the network replaced.
+pub const CARD_UPDATED: &str = "payment_method.updated";
 
 /// The JSON a gateway (or the simulator) sends.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -78,6 +86,17 @@ pub fn parse(body: &[u8]) -> Result<IncomingEvent, MalformedEvent> {
             event_type: ev.kind,
             key,
             outcome,
+            payload: String::from_utf8_lossy(body).into_owned(),
+        });
+    }
+    if ev.kind == CARD_UPDATED {
+        let payment_method = id_of(ev.data.get("payment_method"), "data.payment_method")?
+            .ok_or_else(|| MalformedEvent(format!("{CARD_UPDATED} without data.payment_method")))?;
+        return Ok(IncomingEvent {
+            event_id: ev.id,
+            event_type: ev.kind,
+            key: None,
+            outcome: EventOutcome::CardUpdated { payment_method },
             payload: String::from_utf8_lossy(body).into_owned(),
         });
     }
@@ -157,6 +176,10 @@ fn stripe_outcome(
             code: crate::gateway::stripe::decline_code_of(object),
             charge_id: Some(need_id()?),
         },
+        // The account updater replaced the card behind this PaymentMethod.
+        STRIPE_PM_AUTO_UPDATED | STRIPE_PM_UPDATED => EventOutcome::CardUpdated {
+            payment_method: need_id()?,
+        },
         // Only `succeeded` settles a refund; `pending` may still fail.
         STRIPE_REFUND_CREATED | STRIPE_REFUND_UPDATED => match status {
             Some("succeeded") => EventOutcome::Approved {
@@ -178,6 +201,8 @@ pub const STRIPE_PI_FAILED: &str = "payment_intent.payment_failed";
 pub const STRIPE_REFUND_CREATED: &str = "refund.created";
 pub const STRIPE_REFUND_UPDATED: &str = "refund.updated";
 pub const STRIPE_DISPUTE_CREATED: &str = "charge.dispute.created";
+pub const STRIPE_PM_AUTO_UPDATED: &str = "payment_method.automatically_updated";
+pub const STRIPE_PM_UPDATED: &str = "payment_method.updated";
 
 #[cfg(test)]
 mod tests {

@@ -390,7 +390,8 @@ pub fn worker_args(db_url: &str, gateway_url: &str) -> WorkerArgs {
             retry_schedule: "1d,3d,7d".into(),
             retry_jitter: 0.2,
             max_attempts: 4,
-            retry_card_cap: cobro::retry::DEFAULT_CARD_CAP,
+            caps: Default::default(),
+            card_updated_retry_delay: cobro::retry::DEFAULT_CARD_UPDATED_RETRY_DELAY,
         },
         // The breaker as in production, its timings scaled down.
         breaker: cobro::breaker::BreakerArgs {

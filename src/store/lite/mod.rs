@@ -39,6 +39,7 @@ macro_rules! now_us {
 }
 
 pub(crate) mod breaker;
+pub(crate) mod caps;
 pub(crate) mod enqueue;
 pub(crate) mod escalation;
 pub(crate) mod listing;

@@ -3,13 +3,15 @@
 //! the database for writing). The partial unique index refuses a second
 //! live attempt. The new attempt charges the order's newest payment-method
 //! update when the app gave one (see `store::payment_method`), and the
-//! declined attempt's customer.
+//! declined attempt's customer. The card networks' caps are
+//! [`super::caps`]'s, skipped only by finance's recorded override.
 
 use sqlx::{Row, SqlitePool};
 use uuid::Uuid;
 
 use super::{ms, push_wake};
 use crate::domain::IdempotencyKey;
+use crate::store::caps::CardCaps;
 use crate::store::retry::{Retried, RetryError};
 
 pub(crate) async fn business_retry(
@@ -18,7 +20,7 @@ pub(crate) async fn business_retry(
     max_attempts: i32,
     actor: &str,
     expected_version: Option<i64>,
-    card_cap: Option<i32>,
+    caps: CardCaps,
 ) -> Result<Retried, RetryError> {
     let id = attempt_id.hyphenated().to_string();
     let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
@@ -77,23 +79,12 @@ pub(crate) async fn business_retry(
         Some((_, token)) => Some(token.clone()),
         None => old.try_get("payment_method")?,
     };
-    // The card network's cap on retries of one card, across orders; the
-    // write lock (BEGIN IMMEDIATE) serialises the count and the insert.
-    if let (Some(cap), Some(method)) = (card_cap.filter(|c| *c > 0), &method) {
-        let retries: i64 = sqlx::query_scalar(concat!(
-            "SELECT count(*) FROM payment_attempts
-              WHERE payment_method = ?1 AND kind = 'business_retry' AND created_at > ",
-            now_ms!(),
-            " - 30 * 86400000"
-        ))
-        .bind(method)
-        .fetch_one(&mut *tx)
-        .await?;
-        if retries >= i64::from(cap) {
-            return Err(RetryError::CardCap(format!(
-                "the payment method of order {order} has had {retries} business retries in the last 30 days, the card network's limit (COBRO_RETRY_CARD_CAP={cap}): no further retry"
-            )));
-        }
+    // The card networks' caps on retries of one card, across orders,
+    // unless finance recorded an override; the write lock (BEGIN
+    // IMMEDIATE) serialises the count and the insert.
+    let cap_override = super::caps::override_reason(&mut tx, &id).await?;
+    if cap_override.is_none() {
+        super::caps::check(&mut tx, method.as_deref(), &order, caps).await?;
     }
     let namespace: String = sqlx::query_scalar("SELECT key_namespace FROM settings")
         .fetch_one(&mut *tx)
@@ -154,8 +145,13 @@ pub(crate) async fn business_retry(
     sqlx::query(concat!(
         "INSERT INTO attempt_transitions (attempt_id, from_state, to_state, cause, actor, evidence, at)
          VALUES (?1, NULL, 'PENDIENTE', 'business_retry', ?2,
-                 CASE WHEN ?4 IS NULL THEN json_object('retry_of', ?3)
-                      ELSE json_object('retry_of', ?3, 'payment_method_update', ?4) END, ",
+                 json_patch(json_object('retry_of', ?3),
+                            json_patch(CASE WHEN ?4 IS NULL THEN '{}'
+                                            ELSE json_object('payment_method_update', ?4) END,
+                                       CASE WHEN ?5 IS NULL THEN '{}'
+                                            ELSE json_object('cap_override', ?5, 'detail',
+                                                 'card-network caps overridden by finance: ' || ?5)
+                                       END)), ",
         now_ms!(),
         ")"
     ))
@@ -163,6 +159,7 @@ pub(crate) async fn business_retry(
     .bind(actor)
     .bind(&id)
     .bind(update.as_ref().map(|(n, _)| *n))
+    .bind(&cap_override)
     .execute(&mut *tx)
     .await?;
     push_wake(&mut tx, new_id, ms(due), 0)
@@ -173,5 +170,6 @@ pub(crate) async fn business_retry(
         attempt_id: new_id,
         idempotency_key: key,
         attempt_number: (n + 1) as i32,
+        cap_override,
     })
 }

@@ -2,13 +2,15 @@
 //! transaction runs under `BEGIN IMMEDIATE`, which locks the database for
 //! writing: the attempt cannot change between the read and the write.
 
-use sqlx::{Row, SqlitePool};
+use sqlx::{Row, SqliteConnection, SqlitePool};
 
 use super::{apply_tx, attempt};
-use crate::store::StoreError;
+use crate::store::card_updated;
 use crate::store::webhooks::{
-    Decision, IncomingEvent, Rejected, WebhookResult, after_apply, contradiction, decide, evidence,
+    Decision, EventOutcome, IncomingEvent, Rejected, WebhookResult, after_apply, contradiction,
+    decide, evidence,
 };
+use crate::store::{Applied, StoreError};
 
 pub(crate) async fn record(
     pool: &SqlitePool,
@@ -32,6 +34,17 @@ pub(crate) async fn record(
     if inserted.rows_affected() == 0 {
         tx.commit().await?;
         return Ok(WebhookResult::Duplicate);
+    }
+    if let EventOutcome::CardUpdated { payment_method } = &ev.outcome {
+        let (result, detail) = card_updated(&mut tx, ev, payment_method, retry).await?;
+        sqlx::query("UPDATE webhook_events SET outcome = ?2, detail = ?3 WHERE event_id = ?1")
+            .bind(&ev.event_id)
+            .bind(result.outcome_column())
+            .bind(detail)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        return Ok(result);
     }
     let seen = match &key {
         Some(key) => sqlx::query("SELECT * FROM payment_attempts WHERE idempotency_key = ?1")
@@ -75,6 +88,53 @@ pub(crate) async fn record(
     .await?;
     tx.commit().await?;
     Ok(result)
+}
+
+/// The scheduled retries that charge `payment_method` (the write lock is
+/// held), each pulled forward when that moves it earlier ([`card_updated`]).
+async fn card_updated(
+    tx: &mut SqliteConnection,
+    ev: &IncomingEvent,
+    payment_method: &str,
+    retry: Option<&crate::retry::RetryPolicy>,
+) -> Result<(WebhookResult, Option<String>), StoreError> {
+    let Some(policy) = retry else {
+        return Ok(card_updated::result(Vec::new()));
+    };
+    let due = sqlx::query(
+        "SELECT a.* FROM payment_attempts a
+          WHERE a.state = 'RECHAZADO' AND a.kind <> 'refund' AND a.next_action_at IS NOT NULL
+            AND coalesce((SELECT u.payment_method FROM payment_method_updates u
+                           WHERE u.order_id = a.order_id ORDER BY u.id DESC LIMIT 1),
+                         a.payment_method) = ?1
+          ORDER BY a.id",
+    )
+    .bind(payment_method)
+    .fetch_all(&mut *tx)
+    .await?
+    .iter()
+    .map(attempt)
+    .collect::<Result<Vec<_>, _>>()?;
+    let actor = format!("webhook:{}", ev.event_id);
+    let now: i64 = sqlx::query_scalar(concat!("SELECT ", now_ms!()))
+        .fetch_one(&mut *tx)
+        .await?;
+    let now = super::ms(now);
+    let mut moved = Vec::new();
+    for seen in &due {
+        let Some(act_in) = card_updated::pulled_forward(seen, now, policy.card_updated_delay())
+        else {
+            continue;
+        };
+        let why = card_updated::evidence(ev, seen, act_in);
+        let Ok((change, plan)) = card_updated::change(seen, act_in, &actor, &why) else {
+            continue;
+        };
+        if let Applied::Moved(_) = apply_tx(&mut *tx, seen, &change, &plan).await? {
+            moved.push(seen.id);
+        }
+    }
+    Ok(card_updated::result(moved))
 }
 
 pub(crate) async fn record_rejected(pool: &SqlitePool, r: &Rejected<'_>) -> Result<(), StoreError> {

@@ -436,24 +436,28 @@ pub(super) async fn business_retry(
     max_attempts: i32,
     actor: &str,
     expected_version: Option<i64>,
-    card_cap: Option<i32>,
+    caps: super::CardCaps,
 ) -> Result<super::retry::Retried, super::retry::RetryError> {
     use super::retry::{Retried, RetryError};
-    let row: Result<(Uuid, Uuid, i32), sqlx::Error> =
+    let [visa, mc_day, mc_month] = caps.sql();
+    let row: Result<(Uuid, Uuid, i32, Option<String>), sqlx::Error> =
         // The key is NULL: the function derives it (cobro.retry_key).
-        sqlx::query_as("SELECT * FROM cobro.business_retry($1, NULL, $2, $3, $4, $5)")
+        sqlx::query_as("SELECT * FROM cobro.business_retry($1, NULL, $2, $3, $4, $5, $6, $7)")
             .bind(attempt_id)
             .bind(max_attempts)
             .bind(actor)
             .bind(expected_version)
-            .bind(card_cap)
+            .bind(visa)
+            .bind(mc_day)
+            .bind(mc_month)
             .fetch_one(pool)
             .await;
     match row {
-        Ok((attempt_id, idempotency_key, attempt_number)) => Ok(Retried {
+        Ok((attempt_id, idempotency_key, attempt_number, cap_override)) => Ok(Retried {
             attempt_id,
             idempotency_key,
             attempt_number,
+            cap_override,
         }),
         Err(e) => {
             if let Some(refused) = RetryError::from_rule(&e) {

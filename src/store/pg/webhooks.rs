@@ -1,10 +1,13 @@
 //! PostgreSQL SQL for gateway webhooks (see `store::webhooks`).
 
-use sqlx::PgPool;
+use sqlx::{PgConnection, PgPool};
 
 use super::apply_tx;
+use crate::store::Applied;
+use crate::store::card_updated;
 use crate::store::webhooks::{
-    Decision, IncomingEvent, Rejected, WebhookResult, after_apply, contradiction, decide, evidence,
+    Decision, EventOutcome, IncomingEvent, Rejected, WebhookResult, after_apply, contradiction,
+    decide, evidence,
 };
 use crate::store::{Attempt, StoreError};
 
@@ -30,6 +33,19 @@ pub(crate) async fn record(
     if inserted.is_none() {
         tx.commit().await?;
         return Ok(WebhookResult::Duplicate);
+    }
+    if let EventOutcome::CardUpdated { payment_method } = &ev.outcome {
+        let (result, detail) = card_updated(&mut tx, ev, payment_method, retry).await?;
+        sqlx::query(
+            "UPDATE cobro.webhook_events SET outcome = $2, detail = $3 WHERE event_id = $1",
+        )
+        .bind(&ev.event_id)
+        .bind(result.outcome_column())
+        .bind(detail)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        return Ok(result);
     }
     let seen: Option<Attempt> = match ev.key {
         Some(key) => {
@@ -76,6 +92,49 @@ pub(crate) async fn record(
     .await?;
     tx.commit().await?;
     Ok(result)
+}
+
+/// The scheduled retries that charge `payment_method`, locked, each
+/// pulled forward when that moves it earlier ([`card_updated`]).
+async fn card_updated(
+    tx: &mut PgConnection,
+    ev: &IncomingEvent,
+    payment_method: &str,
+    retry: Option<&crate::retry::RetryPolicy>,
+) -> Result<(WebhookResult, Option<String>), StoreError> {
+    let Some(policy) = retry else {
+        return Ok(card_updated::result(Vec::new()));
+    };
+    let due: Vec<Attempt> = sqlx::query_as(
+        "SELECT a.* FROM cobro.payment_attempts a
+          WHERE a.state = 'RECHAZADO' AND a.kind <> 'refund' AND a.next_action_at IS NOT NULL
+            AND coalesce((SELECT u.payment_method FROM cobro.payment_method_updates u
+                           WHERE u.order_id = a.order_id ORDER BY u.id DESC LIMIT 1),
+                         a.payment_method) = $1
+          ORDER BY a.id FOR UPDATE OF a",
+    )
+    .bind(payment_method)
+    .fetch_all(&mut *tx)
+    .await?;
+    let actor = format!("webhook:{}", ev.event_id);
+    let now: chrono::DateTime<chrono::Utc> = sqlx::query_scalar("SELECT now()")
+        .fetch_one(&mut *tx)
+        .await?;
+    let mut moved = Vec::new();
+    for seen in &due {
+        let Some(act_in) = card_updated::pulled_forward(seen, now, policy.card_updated_delay())
+        else {
+            continue;
+        };
+        let why = card_updated::evidence(ev, seen, act_in);
+        let Ok((change, plan)) = card_updated::change(seen, act_in, &actor, &why) else {
+            continue;
+        };
+        if let Applied::Moved(_) = apply_tx(&mut *tx, seen, &change, &plan).await? {
+            moved.push(seen.id);
+        }
+    }
+    Ok(card_updated::result(moved))
 }
 
 pub(crate) async fn record_rejected(pool: &PgPool, r: &Rejected<'_>) -> Result<(), StoreError> {

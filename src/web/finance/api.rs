@@ -24,9 +24,10 @@ use crate::finance::{
     self, Filter, PageRequest, QueueError, Resolution, ResolveError, ResolveRequest,
 };
 use crate::http::auth::Caller as Person;
-use crate::http::{Type, no_fields, typed};
+use crate::http::{Type, typed};
 use crate::store::{
-    CaseError, Escalated, QueueCursor, QueueQuery, RefundError, RetryError, Store, StoreError,
+    CaseError, Escalated, OverrideReason, QueueCursor, QueueQuery, RefundError, RetryError, Store,
+    StoreError,
 };
 use crate::web::{conflict, error, known_fields};
 
@@ -455,8 +456,11 @@ pub(super) fn resolve_error(e: ResolveError) -> Response {
 /// retry is due now; a worker looks the attempt up at the gateway and
 /// creates the new attempt (a NEW derived key) through the same guards as
 /// an automatic retry. Refused at once (409 with `"reason"`) while the
-/// database's charge rule holds the order. It takes no body
-/// ([`crate::http::json_or_nothing`], [`no_fields`]).
+/// database's charge rule holds the order, or (409 naming the cap and
+/// the override) while the card is at a card network's cap. The body is
+/// empty or `{"override_reason": "..."}`: finance's explicit override of
+/// the caps, kept in the attempt's log, logged, and shown on the attempt;
+/// an empty reason is refused (422 naming `override_reason`).
 pub(super) async fn retry(
     State(fin): FinanceState,
     Extension(person): Extension<Person>,
@@ -466,16 +470,59 @@ pub(super) async fn retry(
     let Ok(id) = Uuid::try_parse(&id) else {
         return bad_id();
     };
-    if let Err(refused) = no_fields(&body) {
-        return *refused;
-    }
+    let field = OverrideReason::FIELD;
+    let cap_override = if body.iter().all(u8::is_ascii_whitespace) {
+        None
+    } else {
+        let types = [(
+            field,
+            Type::Text("why the card networks' caps may be passed"),
+        )];
+        let parsed: Result<RetryBody, _> = body_as(
+            &body,
+            &[field],
+            &types,
+            "{\"override_reason\": \"...\"} or no body",
+            None,
+        );
+        match parsed {
+            Err(refused) => return *refused,
+            Ok(RetryBody {
+                override_reason: None,
+            }) => None,
+            Ok(RetryBody {
+                override_reason: Some(raw),
+            }) => match OverrideReason::parse(&raw) {
+                Ok(r) => Some(r),
+                Err(e) => {
+                    return error(StatusCode::UNPROCESSABLE_ENTITY, Some(field), e.to_string());
+                }
+            },
+        }
+    };
     let actor = format!("finance:{}", person.name);
-    match fin.store.request_retry(id, &actor).await {
-        Ok(r) => (StatusCode::ACCEPTED, Json(r)).into_response(),
+    let asked = fin
+        .store
+        .request_retry(id, &actor, fin.cfg.card_caps, cap_override.as_ref())
+        .await;
+    match asked {
+        Ok(r) => {
+            if let Some(reason) = &r.cap_override {
+                tracing::warn!(attempt = %id, %actor, cap_override = %reason,
+                    "finance overrode the card networks' caps for a manual retry");
+            }
+            (StatusCode::ACCEPTED, Json(r)).into_response()
+        }
         Err(RetryError::NotFound(m)) => error(StatusCode::NOT_FOUND, Some("id"), m),
         Err(RetryError::Db(e)) => unavailable(&StoreError::Db(e)),
         Err(refused) => conflict(refused.hold(), refused.to_string()),
     }
+}
+
+/// The body of `POST /finance/api/attempts/{id}/retry`.
+#[derive(Deserialize)]
+struct RetryBody {
+    override_reason: Option<String>,
 }
 
 pub(super) async fn summary(State(fin): FinanceState) -> Response {

@@ -57,6 +57,9 @@ pub struct FinanceConfig {
     pub stale_after: Duration,
     /// How long a form token is accepted after its page was rendered.
     pub form_token_ttl: Duration,
+    /// The card networks' caps a manual retry honours unless finance gives
+    /// an override reason (`cobro serve` takes them from its retry settings).
+    pub card_caps: crate::store::CardCaps,
 }
 
 /// How long a form stays good unless `COBRO_FORM_TOKEN_TTL` says otherwise.
@@ -67,6 +70,7 @@ impl Default for FinanceConfig {
         Self {
             stale_after: Duration::from_secs(3600),
             form_token_ttl: DEFAULT_FORM_TOKEN_TTL,
+            card_caps: crate::retry::CardCapArgs::default().caps(),
         }
     }
 }
@@ -76,6 +80,7 @@ impl FinanceArgs {
         FinanceConfig {
             stale_after: self.stale_after,
             form_token_ttl: self.form_token_ttl,
+            ..Default::default()
         }
     }
 }
