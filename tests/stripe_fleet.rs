@@ -15,7 +15,7 @@ mod common;
 use std::collections::HashMap;
 use std::time::Duration;
 
-use cobro::domain::{Amount, ChargeRequest, IdempotencyKey};
+use cobro::domain::{Amount, ChargeRequest, IdempotencyKey, PaymentMethod};
 use cobro::sim::{Faults, ProxyStats, SimConfig, SimHandle, Upstream};
 use cobro::state::State;
 use common::*;
@@ -26,6 +26,7 @@ mod stripe_support;
 
 on_both_backends!(
     the_fleet_through_a_lossy_proxy_charges_no_order_twice,
+    saved_cards_and_their_retries_through_a_lossy_proxy_are_charged_once_with_their_customer,
     a_refund_whose_answer_is_lost_is_one_refund,
 );
 
@@ -205,6 +206,150 @@ async fn the_fleet_through_a_lossy_proxy_charges_no_order_twice(b: Backend) {
     assert!(
         confirms_unknown > 0 && settled_by_lookup > 0,
         "a lost confirm was exercised"
+    );
+    db.drop_db().await;
+}
+
+/// Saved cards, as merchants who retry payments keep them: each order's
+/// card is attached to a Customer at localstripe, and cobro charges it with
+/// that Customer through the lossy proxy. A quarter of the cards decline;
+/// the app saves a good card to the same Customer (`POST
+/// /orders/{id}/payment-method`'s store call) and finance retries the order
+/// (a business retry: new attempt, new key, off-session). Counted at
+/// localstripe: every order exactly one succeeded PaymentIntent, carrying
+/// the order's Customer, whatever answers the proxy lost.
+async fn saved_cards_and_their_retries_through_a_lossy_proxy_are_charged_once_with_their_customer(
+    b: Backend,
+) {
+    if !localstripe_installed(
+        "saved_cards_and_their_retries_through_a_lossy_proxy_are_charged_once_with_their_customer",
+    ) {
+        return;
+    }
+    init_logs();
+    let orders = match b {
+        Backend::Postgres => 120,
+        Backend::Sqlite => 60,
+    };
+    let db = TestDb::new(b).await;
+    let stripe = LocalStripe::start().await;
+    let proxy = start_proxy(
+        &stripe.url,
+        20261212,
+        Faults {
+            p_response_lost: 0.10,
+            p_timeout_after_charge: 0.05,
+            hold_ms: 2_500,
+            ..Faults::default()
+        },
+    )
+    .await;
+    let mut args = stripe_worker_args(&db.url, &proxy.url());
+    args.concurrency = 16;
+    // Real Stripe takes `off_session=true` on confirm, and cobro sends it
+    // for business retries (src/gateway/stripe/tests.rs checks the form);
+    // localstripe refuses any confirm parameter ("Unexpected off_session"),
+    // so this run leaves it off.
+    args.gateway.stripe_off_session_retries = false;
+    // localstripe declines with `card_declined`: retried here, but not
+    // before finance asks (the schedule's first delay is a day).
+    args.retry.retryable_declines = format!("{},card_declined", cobro::retry::DEFAULT_RETRYABLE);
+    let worker = spawn_worker(args);
+
+    // order -> (customer, first attempt, declines at first)
+    let mut ours: HashMap<String, (String, uuid::Uuid, bool)> = HashMap::new();
+    for i in 0..orders {
+        let declines = i % 4 == 1;
+        // localstripe attaches 4000000000000341 and declines charging it.
+        let number = if declines {
+            "4000000000000341"
+        } else {
+            "4242424242424242"
+        };
+        let (cus, pm) = stripe.customer_with_card(number).await;
+        let order = format!("saved-{i:04}");
+        let req = ChargeRequest::parse(&order, 1_000 + i as i64 * 13, "EUR", None, Some(&pm))
+            .unwrap()
+            .with_customer(Some(&cus))
+            .unwrap();
+        let id = db.store.enqueue(&req).await.unwrap().attempt_id;
+        ours.insert(order, (cus, id, declines));
+    }
+    let long = Duration::from_secs(300);
+    let mut retries = Vec::new();
+    for (order, (cus, first, declines)) in &ours {
+        if !*declines {
+            continue;
+        }
+        let declined = settled(&db.store, *first, State::Rechazado, long).await;
+        assert_eq!(declined.decline_code.as_deref(), Some("card_declined"));
+        // The customer saves a new card; the app hands it to cobro.
+        let good = stripe.payment_method("4242424242424242").await;
+        stripe.attach(&good, cus).await;
+        let token = PaymentMethod::parse(&good).unwrap();
+        db.store
+            .update_payment_method(order, &token, "test")
+            .await
+            .unwrap();
+        let retried = db
+            .store
+            .business_retry(*first, 3, "finance", None)
+            .await
+            .unwrap();
+        retries.push((order.clone(), retried.attempt_id));
+    }
+    for (order, (cus, first, declines)) in &ours {
+        let end = if *declines { None } else { Some(*first) };
+        if let Some(id) = end {
+            let a = settled(&db.store, id, State::Aprobado, long).await;
+            assert_eq!(a.customer.as_deref(), Some(cus.as_str()), "{order}");
+        }
+    }
+    for (order, id) in &retries {
+        let a = settled(&db.store, *id, State::Aprobado, long).await;
+        assert_eq!(a.kind, "business_retry", "{order}");
+        assert_eq!(
+            a.customer.as_deref(),
+            Some(ours[order].0.as_str()),
+            "{order}: the retry keeps its Customer"
+        );
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    worker.stop().await;
+
+    let intents = stripe.intents().await;
+    let mut succeeded: HashMap<String, Vec<&Intent>> = HashMap::new();
+    for pi in intents.iter().filter(|p| p.status == "succeeded") {
+        let order = pi.order.clone().expect("cobro's metadata");
+        succeeded.entry(order).or_default().push(pi);
+    }
+    for (order, (cus, _, _)) in &ours {
+        let charged = succeeded.get(order).map_or(&[][..], Vec::as_slice);
+        assert_eq!(
+            charged.len(),
+            1,
+            "{order}: one succeeded PaymentIntent at localstripe"
+        );
+        assert_eq!(
+            charged[0].customer.as_deref(),
+            Some(cus.as_str()),
+            "{order}: the succeeded PaymentIntent carries the order's Customer"
+        );
+    }
+    let stats = proxy_stats(&proxy.url()).await;
+    let unknown = with_cause(&db, "gateway_unknown").await;
+    eprintln!(
+        "saved cards ({b:?}): {orders} orders, {} business retries, one succeeded PaymentIntent \
+         each with its Customer; proxy lost {} answers and held {} past the timeout; {unknown} \
+         sends DESCONOCIDO",
+        retries.len(),
+        stats.response_lost_after_upstream,
+        stats.timeout_after_upstream,
+    );
+    assert!(!retries.is_empty());
+    assert!(
+        stats.response_lost_after_upstream + stats.timeout_after_upstream > 0,
+        "the proxy lost answers"
     );
     db.drop_db().await;
 }

@@ -38,6 +38,8 @@ pub struct Intent {
     pub currency: String,
     pub key: Option<String>,
     pub order: Option<String>,
+    /// The Customer it charged (`cus_…`), if any.
+    pub customer: Option<String>,
 }
 
 /// Whether localstripe is installed. Without it the test is skipped and
@@ -164,6 +166,7 @@ impl LocalStripe {
                 currency: o["currency"].as_str().unwrap_or_default().to_owned(),
                 key: o["metadata"]["cobro_key"].as_str().map(str::to_owned),
                 order: o["metadata"]["cobro_order"].as_str().map(str::to_owned),
+                customer: o["customer"].as_str().map(str::to_owned),
             })
             .collect()
     }
@@ -251,10 +254,15 @@ impl LocalStripe {
         let cus = self.post("/v1/customers", &[]).await;
         let cus = cus["id"].as_str().expect("a customer id").to_owned();
         let pm = self.payment_method(number).await;
-        let attach = [("customer".to_owned(), cus.clone())];
-        self.post(&format!("/v1/payment_methods/{pm}/attach"), &attach)
-            .await;
+        self.attach(&pm, &cus).await;
         (cus, pm)
+    }
+
+    /// Saves a PaymentMethod to a Customer (`/v1/payment_methods/…/attach`).
+    pub async fn attach(&self, pm: &str, customer: &str) {
+        let form = [("customer".to_owned(), customer.to_owned())];
+        self.post(&format!("/v1/payment_methods/{pm}/attach"), &form)
+            .await;
     }
 
     pub async fn confirm(&self, pi: &str) -> Value {
