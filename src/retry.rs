@@ -52,8 +52,9 @@ pub struct RetryArgs {
 pub const DEFAULT_CARD_UPDATED_RETRY_DELAY: Duration = Duration::from_secs(15 * 60);
 
 /// The card networks' caps on business retries of one payment method,
-/// across orders (the worker's retries and finance's manual ones). cobro
-/// does not know a card's brand, so every cap applies to every card.
+/// across orders (the worker's retries and finance's manual ones). Each
+/// network's caps apply to its own cards, by the brand the gateway
+/// reported; a card of unknown brand gets every cap.
 #[derive(Debug, Clone, clap::Args)]
 pub struct CardCapArgs {
     /// Business retries of one payment method in a rolling 30 days, across

@@ -4,10 +4,15 @@
 -- 1. cobro.check_card_caps: the caps as one small function, so the next
 --    change to them is one diff (issue 30 item 4). Visa: at most
 --    p_visa_30d retries of one card in 30 days; Mastercard: at most
---    p_mc_24h in 24 hours and p_mc_30d in 30 days. cobro does not record
---    the card's brand, so every cap applies to every card (the strictest
---    caps that apply to an unknown brand: a wrong guess only retries less).
+--    p_mc_24h in 24 hours and p_mc_30d in 30 days. Each network's caps
+--    apply to its own cards, by the brand cobro.card_brand finds; a card
+--    whose brand is unknown (never reported, or another network) gets
+--    every cap, the strictest choice (a wrong guess only retries less).
 --    Refused with CB007, naming the cap, its setting, and the override.
+--    cobro.card_brand: the brand the newest transition that reported one
+--    says (the transition log's evidence `card_brand`, allow-listed by
+--    cobro before it is written), among the attempts charged to that
+--    payment method; NULL when no answer ever said it. No new column.
 -- 2. cobro.retry_cap_override: the reason finance recorded with its newest
 --    request to retry a declined attempt (the append-only log's
 --    `retry_requested` row with error_kind `cap_override`), or NULL.
@@ -17,6 +22,19 @@
 --    only when finance recorded an override; the new attempt's log row
 --    carries the reason. The old six-argument function is dropped (its
 --    return type changes: it also returns the override).
+
+CREATE INDEX payment_attempts_method ON cobro.payment_attempts (payment_method)
+    WHERE payment_method IS NOT NULL;
+
+CREATE FUNCTION cobro.card_brand(p_method text) RETURNS text
+LANGUAGE sql STABLE AS $$
+    SELECT lower(t.evidence->>'card_brand')
+      FROM cobro.payment_attempts a
+      JOIN cobro.attempt_transitions t ON t.attempt_id = a.id
+     WHERE a.payment_method = p_method
+       AND t.evidence->>'card_brand' IS NOT NULL
+     ORDER BY t.id DESC LIMIT 1
+$$;
 
 CREATE FUNCTION cobro.check_card_caps(
     p_method   text,
@@ -29,6 +47,8 @@ LANGUAGE plpgsql AS $$
 DECLARE
     v_day   bigint;
     v_month bigint;
+    v_brand text;
+    v_all   text := '';
     v_how   constant text := 'finance may override it with a reason (finance API: POST /finance/api/attempts/<id>/retry with {"override_reason": "..."}; CLI: cobro retry --override-reason)';
 BEGIN
     IF p_method IS NULL THEN
@@ -36,22 +56,32 @@ BEGIN
     END IF;
     -- Serialises retries of one payment method (count, then insert).
     PERFORM pg_advisory_xact_lock(hashtext('cobro.card_retries:' || p_method));
+    v_brand := cobro.card_brand(p_method);
+    -- Only the card's own network's caps; an unknown brand gets them all.
+    IF v_brand = 'visa' THEN
+        p_mc_24h := NULL;
+        p_mc_30d := NULL;
+    ELSIF v_brand = 'mastercard' THEN
+        p_visa_30d := NULL;
+    ELSE
+        v_all := ' (the card''s brand is unknown: every network''s caps apply)';
+    END IF;
     SELECT count(*) FILTER (WHERE a.created_at > now() - interval '24 hours'), count(*)
       INTO v_day, v_month
       FROM cobro.payment_attempts a
      WHERE a.payment_method = p_method AND a.kind = 'business_retry'
        AND a.created_at > now() - interval '30 days';
     IF p_mc_24h IS NOT NULL AND p_mc_24h > 0 AND v_day >= p_mc_24h THEN
-        RAISE EXCEPTION 'the payment method of order % has had % business retries in the last 24 hours, Mastercard''s limit (COBRO_RETRY_MC_CAP_24H=%): no further retry; %',
-            p_order, v_day, p_mc_24h, v_how USING ERRCODE = 'CB007';
+        RAISE EXCEPTION 'the payment method of order % has had % business retries in the last 24 hours, Mastercard''s limit (COBRO_RETRY_MC_CAP_24H=%)%: no further retry; %',
+            p_order, v_day, p_mc_24h, v_all, v_how USING ERRCODE = 'CB007';
     END IF;
     IF p_visa_30d IS NOT NULL AND p_visa_30d > 0 AND v_month >= p_visa_30d THEN
-        RAISE EXCEPTION 'the payment method of order % has had % business retries in the last 30 days, the card network''s limit (COBRO_RETRY_CARD_CAP=%): no further retry; %',
-            p_order, v_month, p_visa_30d, v_how USING ERRCODE = 'CB007';
+        RAISE EXCEPTION 'the payment method of order % has had % business retries in the last 30 days, Visa''s limit (COBRO_RETRY_CARD_CAP=%)%: no further retry; %',
+            p_order, v_month, p_visa_30d, v_all, v_how USING ERRCODE = 'CB007';
     END IF;
     IF p_mc_30d IS NOT NULL AND p_mc_30d > 0 AND v_month >= p_mc_30d THEN
-        RAISE EXCEPTION 'the payment method of order % has had % business retries in the last 30 days, Mastercard''s limit (COBRO_RETRY_MC_CAP_30D=%): no further retry; %',
-            p_order, v_month, p_mc_30d, v_how USING ERRCODE = 'CB007';
+        RAISE EXCEPTION 'the payment method of order % has had % business retries in the last 30 days, Mastercard''s limit (COBRO_RETRY_MC_CAP_30D=%)%: no further retry; %',
+            p_order, v_month, p_mc_30d, v_all, v_how USING ERRCODE = 'CB007';
     END IF;
 END;
 $$;

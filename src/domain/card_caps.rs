@@ -6,10 +6,11 @@
 //! [`MAX_OVERRIDE_REASON`] characters and free of control characters; a
 //! refusal names the field `override_reason`. A cap of 0 is no cap.
 
-/// The caps a business retry must respect; `None` (or 0) is no cap.
-/// cobro does not record a card's brand, so every cap applies to every
-/// card: for an unknown brand the strictest caps that apply are all of
-/// them (a wrong guess then only retries less, never more).
+/// The caps a business retry must respect; `None` (or 0) is no cap. Each
+/// applies to its own network's cards only, by the brand the gateway last
+/// reported for the card ([`card_brand`]); for a card whose brand is
+/// unknown (never reported, or another network) every cap applies, the
+/// strictest choice (a wrong guess then only retries less, never more).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct CardCaps {
     /// Visa: retries of one card in 30 days (`COBRO_RETRY_CARD_CAP`).
@@ -48,6 +49,40 @@ impl CardCaps {
             int(self.mastercard_30d),
         ]
     }
+}
+
+/// The card networks cobro recognises in a gateway's answer, lowercase.
+pub const CARD_BRANDS: [&str; 8] = [
+    "visa",
+    "mastercard",
+    "amex",
+    "discover",
+    "diners",
+    "jcb",
+    "unionpay",
+    "cartes_bancaires",
+];
+
+/// A card's brand as a gateway reported it (Stripe's `card.brand`, the
+/// simulator's `card_brand`), allow-listed: one of [`CARD_BRANDS`], matched
+/// exactly (after trimming, case-insensitive); anything else, a stranger's
+/// text, is `None` (an unknown brand).
+pub fn card_brand(raw: &str) -> Option<&'static str> {
+    let raw = raw.trim();
+    if raw.len() > 32 {
+        return None;
+    }
+    CARD_BRANDS
+        .into_iter()
+        .find(|b| b.eq_ignore_ascii_case(raw))
+}
+
+/// [`card_brand`] out of a JSON value: a string that names a known brand,
+/// else `None` (never a failed parse of the answer around it).
+pub fn card_brand_in(v: Option<&serde_json::Value>) -> Option<String> {
+    v.and_then(serde_json::Value::as_str)
+        .and_then(card_brand)
+        .map(str::to_owned)
 }
 
 /// Why finance retries a card past its networks' caps: required, kept in
@@ -122,6 +157,27 @@ mod tests {
             OverrideReason::parse("  padded ").unwrap().as_str(),
             "padded"
         );
+    }
+
+    #[test]
+    fn a_brand_is_allow_listed() {
+        for (raw, want) in [
+            ("visa", Some("visa")),
+            ("Mastercard", Some("mastercard")),
+            (" amex ", Some("amex")),
+            ("", None),
+            ("maestro", None),
+            ("visa\0", None),
+            ("visa; DROP TABLE", None),
+            (&"visa".repeat(20), None),
+        ] {
+            assert_eq!(card_brand(raw), want, "{raw:?}");
+        }
+        let json = serde_json::json!({"a": "mastercard", "b": 7, "c": "<b>"});
+        assert_eq!(card_brand_in(json.get("a")).as_deref(), Some("mastercard"));
+        assert_eq!(card_brand_in(json.get("b")), None);
+        assert_eq!(card_brand_in(json.get("c")), None);
+        assert_eq!(card_brand_in(json.get("missing")), None);
     }
 
     #[test]

@@ -145,9 +145,19 @@ struct Reply {
     network_decline_code: Option<String>,
     #[serde(default)]
     error: Option<String>,
+    /// The card's network, allow-listed as it is parsed (a junk value is
+    /// `None`, never a failed parse).
+    #[serde(default, deserialize_with = "brand")]
+    card_brand: Option<String>,
     /// Why an id of the answer was dropped as unusable ([`text::id`]).
     #[serde(skip)]
     unusable: Option<String>,
+}
+
+/// The simulator's `card_brand`, allow-listed ([`crate::domain::card_caps::card_brand`]).
+fn brand<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    let raw: Option<serde_json::Value> = Option::deserialize(d)?;
+    Ok(crate::domain::card_caps::card_brand_in(raw.as_ref()))
 }
 
 impl Reply {
@@ -314,7 +324,10 @@ fn classify_create(resource: Resource, answer: Answer, started: Instant) -> Char
             match resource.take_id(&mut r) {
                 Some(charge_id) => ChargeOutcome::Approved {
                     charge_id,
-                    evidence: ev("ok", None),
+                    evidence: Evidence {
+                        card_brand: r.card_brand.take(),
+                        ..ev("ok", None)
+                    },
                 },
                 // No id, or one that cannot be stored: an approval we
                 // cannot record is not one (looked up, then finance).
@@ -324,7 +337,10 @@ fn classify_create(resource: Resource, answer: Answer, started: Instant) -> Char
         (402, Some(mut r)) => ChargeOutcome::Declined {
             charge_id: resource.take_id(&mut r),
             code: r.decline(),
-            evidence: ev("declined", r.unusable),
+            evidence: Evidence {
+                card_brand: r.card_brand.take(),
+                ..ev("declined", r.unusable)
+            },
         },
         (408 | 409 | 425, r) => ChargeOutcome::Unknown {
             evidence: ev("http_4xx_retryable", r.and_then(|r| r.error)),
@@ -409,6 +425,7 @@ fn classify_lookup(resource: Resource, answer: Answer, started: Instant) -> Look
                     charge_id,
                     evidence: Evidence {
                         detail: r.unusable,
+                        card_brand: r.card_brand,
                         ..ev("ok", "declined")
                     },
                 },
@@ -591,6 +608,7 @@ fn evidence(
         lookup_result: None,
         elapsed_ms: started.elapsed().as_millis() as u64,
         detail: detail.map(|d| text::stored(&d, Kind::Message)),
+        card_brand: None,
     }
 }
 

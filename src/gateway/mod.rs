@@ -57,6 +57,11 @@ pub struct Evidence {
     pub elapsed_ms: u64,
     /// A short human-readable detail (never a secret, never card data).
     pub detail: Option<String>,
+    /// The card's network as the gateway reported it, allow-listed
+    /// ([`crate::domain::card_caps::card_brand`]); it decides which
+    /// network's retry caps apply to the card.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub card_brand: Option<String>,
 }
 
 /// One charge request, always with the attempt's own key.

@@ -209,6 +209,7 @@ fn evidence(g: &GatewayRecord) -> Evidence {
             g.currency,
             g.at
         )),
+        card_brand: None,
     }
 }
 

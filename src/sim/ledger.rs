@@ -45,6 +45,10 @@ pub struct ChargeResult {
     /// advice code), as Stripe gives it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub network_advice_code: Option<String>,
+    /// The card's network, as the simulator reads it from the test token
+    /// ([`card_brand_of`]); absent for any other token.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub card_brand: Option<String>,
     pub idempotency_key: String,
     pub order_id: String,
     pub amount_minor: i64,
@@ -88,6 +92,7 @@ impl LedgerEntry {
             status: self.status.clone(),
             decline_code: self.decline_code.clone(),
             network_advice_code: self.network_advice_code.clone(),
+            card_brand: self.payment_method.as_deref().and_then(card_brand_of),
             idempotency_key: self.idempotency_key.clone(),
             order_id: self.order_id.clone(),
             amount_minor: self.amount_minor,
@@ -105,6 +110,22 @@ impl LedgerEntry {
             && self.amount_minor == body.amount_minor
             && self.currency == body.currency
     }
+}
+
+/// The brand the simulator reports for a payment-method token, as
+/// Stripe's test tokens name it: `pm_card_<brand>` or
+/// `pm_card_<brand>_<anything>` (`pm_card_mastercard`,
+/// `pm_card_visa_debit`) with a brand cobro knows
+/// ([`crate::domain::card_caps::CARD_BRANDS`]); any other token has none.
+pub fn card_brand_of(token: &str) -> Option<String> {
+    let rest = token.strip_prefix("pm_card_")?;
+    crate::domain::card_caps::CARD_BRANDS
+        .into_iter()
+        .find(|b| {
+            rest.strip_prefix(b)
+                .is_some_and(|tail| tail.is_empty() || tail.starts_with('_'))
+        })
+        .map(str::to_owned)
 }
 
 /// Body of `POST /v1/refunds`.

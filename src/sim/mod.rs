@@ -13,7 +13,9 @@
 //!   `idempotency_key_reused` (key seen with other parameters) or `idempotency_key_in_use`
 //!   (its first request still executing, record-on-complete), 429 `rate_limited` with
 //!   `Retry-After`, 503 outage/injected (with `Retry-After` for `p_503_retry_after`), or the
-//!   connection dropped (faults) or refused (refusal window).
+//!   connection dropped (faults) or refused (refusal window). Both answers carry
+//!   `card_brand` when the token is a brand's test token (`pm_card_mastercard`,
+//!   `pm_card_visa`, ...; see [`card_brand_of`]).
 //! - `GET /v1/charges/{key}`: 200 [`ChargeResult`] of the first entry with that key, 404
 //!   (also while it is still executing, record-on-complete), 429, 503.
 //! - `POST /v1/refunds` (header `Idempotency-Key: <uuid>`, body [`RefundBody`]): the same
@@ -62,7 +64,7 @@ pub use faults::{DEFAULT_DECLINE_CODE, DEFAULT_HOLD_MS, Faults, InvalidFaults};
 pub use ledger::{
     AMOUNT_EXCEEDS_CHARGE, APPROVED, CHARGE_NOT_APPROVED, CHARGE_NOT_FOUND, CURRENCY_MISMATCH,
     ChargeBody, ChargeResult, DECLINED, Injection, Ledger, LedgerEntry, ListPage, RefundBody,
-    RefundEntry, RefundResult, Stats,
+    RefundEntry, RefundResult, Stats, card_brand_of,
 };
 pub use listing::{DEFAULT_LIST_LIMIT, MAX_LIST_LIMIT};
 pub use parse::IDEMPOTENCY_KEY_HEADER;

@@ -4,7 +4,10 @@
 //! Invariant: one rule at every door. PostgreSQL keeps it in
 //! `cobro.check_card_caps` (called by `cobro.business_retry` and, before a
 //! person's request is accepted, by `cobro.check_retry_caps`); SQLite runs
-//! the same steps from Rust ([`super::lite::caps`]). The caps are skipped
+//! the same steps from Rust ([`super::lite::caps`]). Each network's caps
+//! apply to its own cards, by the brand the gateway last reported for the
+//! card (the transition log's `card_brand` evidence); an unknown brand gets
+//! every cap. The caps are skipped
 //! only when finance's newest request to retry the declined attempt
 //! recorded an [`OverrideReason`] in the append-only log; the new attempt's
 //! log row then carries that reason. The types are the domain's

@@ -122,6 +122,7 @@ pub(crate) fn evidence(ev: &IncomingEvent) -> Evidence {
         ),
         elapsed_ms: 0,
         detail: Some(format!("{} {}", ev.event_type, ev.event_id)),
+        card_brand: None,
     }
 }
 

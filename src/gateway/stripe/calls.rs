@@ -188,7 +188,10 @@ impl StripeGateway {
             Refusal::Card(e) => ChargeOutcome::Declined {
                 code: classify::decline_code(&e),
                 charge_id: None,
-                evidence: ev("declined", Some(a.code), Some(classify::codes(&e))),
+                evidence: Evidence {
+                    card_brand: e.card_brand.clone(),
+                    ..ev("declined", Some(a.code), Some(classify::codes(&e)))
+                },
             },
             // Refused as a request: the PaymentIntent does not exist.
             Refusal::Invalid(e) => ChargeOutcome::Declined {
@@ -271,7 +274,10 @@ impl StripeGateway {
             Refusal::Card(e) => ChargeOutcome::Declined {
                 code: classify::decline_code(&e),
                 charge_id: Some(pi.to_owned()),
-                evidence: ev("declined", Some(a.code), Some(classify::codes(&e))),
+                evidence: Evidence {
+                    card_brand: e.card_brand.clone(),
+                    ..ev("declined", Some(a.code), Some(classify::codes(&e)))
+                },
             },
             // Already confirmed (`payment_intent_unexpected_state`), or a
             // server's bare 400: never "create another"; read it now.
@@ -321,6 +327,10 @@ impl StripeGateway {
         obj: &Object,
         ev: Evidence,
     ) -> ChargeOutcome {
+        let ev = Evidence {
+            card_brand: obj.card_brand(),
+            ..ev
+        };
         match classify::settle(obj) {
             Settled::Succeeded => ChargeOutcome::Approved {
                 charge_id: obj.id.clone(),

@@ -19,6 +19,7 @@ use std::collections::HashMap;
 use serde::Deserialize;
 use serde_json::Value;
 
+use crate::domain::card_caps::card_brand_in;
 use crate::domain::text::{self, Kind};
 
 /// Stripe's error object (`{"error": {…}}`), the fields cobro reads.
@@ -40,6 +41,10 @@ pub(super) struct StripeError {
     pub message: Option<String>,
     #[serde(default)]
     pub param: Option<String>,
+    /// The card's network, from the error's `payment_method.card.brand`
+    /// (allow-listed; never the card's other data).
+    #[serde(default, rename = "payment_method", deserialize_with = "method_brand")]
+    pub card_brand: Option<String>,
 }
 
 /// A PaymentIntent or a Refund: the fields cobro reads.
@@ -66,6 +71,38 @@ pub(super) struct Object {
     pub failure_reason: Option<String>,
     #[serde(default)]
     pub cancellation_reason: Option<String>,
+    /// The card's network, from the expanded `latest_charge`'s
+    /// `payment_method_details.card.brand` (allow-listed).
+    #[serde(default, rename = "latest_charge", deserialize_with = "charge_brand")]
+    pub charge_brand: Option<String>,
+}
+
+/// `payment_method.card.brand`, allow-listed; anything else (a bare id, a
+/// number, an unknown brand) is `None`, never a failed parse.
+fn method_brand<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    let raw: Option<Value> = Option::deserialize(d)?;
+    Ok(card_brand_in(
+        raw.as_ref().and_then(|v| v.pointer("/card/brand")),
+    ))
+}
+
+/// A charge's `payment_method_details.card.brand`, allow-listed.
+fn charge_brand<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    let raw: Option<Value> = Option::deserialize(d)?;
+    Ok(card_brand_in(raw.as_ref().and_then(|v| {
+        v.pointer("/payment_method_details/card/brand")
+    })))
+}
+
+impl Object {
+    /// The card's network as this PaymentIntent tells it: its last error's
+    /// payment method, else its expanded latest charge.
+    pub fn card_brand(&self) -> Option<String> {
+        self.last_payment_error
+            .as_ref()
+            .and_then(|e| e.card_brand.clone())
+            .or_else(|| self.charge_brand.clone())
+    }
 }
 
 /// Metadata values are strings at Stripe; anything else is dropped, never
@@ -299,6 +336,7 @@ mod tests {
             payment_intent: None,
             failure_reason: None,
             cancellation_reason: None,
+            charge_brand: None,
         }
     }
 
@@ -382,6 +420,49 @@ mod tests {
         ] {
             assert!(s.contains(part), "{s} lacks {part}");
         }
+    }
+
+    #[test]
+    fn the_card_brand_comes_from_the_answer_and_junk_is_none() {
+        let body = serde_json::json!({"error": {
+            "type": "card_error", "code": "card_declined", "decline_code": "insufficient_funds",
+            "payment_method": {"id": "pm_1", "card": {"brand": "mastercard", "last4": "4444"}}}});
+        let e = error_of(Some(&body)).unwrap();
+        assert_eq!(e.card_brand.as_deref(), Some("mastercard"));
+        assert_eq!(
+            decline_code(&e),
+            "insufficient_funds",
+            "the rest still parses"
+        );
+        for junk in [
+            serde_json::json!("pm_1"),
+            serde_json::json!({"card": {"brand": "mastercard\u{0}"}}),
+            serde_json::json!({"card": {"brand": "<script>"}}),
+            serde_json::json!({"card": {"brand": 5}}),
+            serde_json::json!({"card": "visa"}),
+            serde_json::json!(null),
+        ] {
+            let body = serde_json::json!({"error": {"type": "card_error", "payment_method": junk}});
+            let e = error_of(Some(&body)).expect("a junk brand never fails the error");
+            assert_eq!(e.card_brand, None, "{junk}");
+            assert_eq!(e.kind.as_deref(), Some("card_error"));
+        }
+        let pi: Object = serde_json::from_value(serde_json::json!({
+            "id": "pi_1", "status": "requires_payment_method",
+            "last_payment_error": {"code": "card_declined",
+                                   "payment_method": {"card": {"brand": "visa"}}}}))
+        .unwrap();
+        assert_eq!(pi.card_brand().as_deref(), Some("visa"));
+        let charged: Object = serde_json::from_value(serde_json::json!({
+            "id": "pi_2", "status": "succeeded",
+            "latest_charge": {"id": "ch_1", "payment_method_details": {"card": {"brand": "amex"}}}}))
+        .unwrap();
+        assert_eq!(charged.card_brand().as_deref(), Some("amex"));
+        let bare: Object = serde_json::from_value(
+            serde_json::json!({"id": "pi_3", "status": "succeeded", "latest_charge": "ch_1"}),
+        )
+        .unwrap();
+        assert_eq!(bare.card_brand(), None);
     }
 
     #[test]

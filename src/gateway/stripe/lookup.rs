@@ -10,7 +10,7 @@ use super::find::{Found, transport_failed, unanswered};
 use super::{StripeGateway, lookup_evidence};
 use crate::domain::IdempotencyKey;
 use crate::gateway::http::Transport;
-use crate::gateway::{Deferral, LookupCall, LookupOutcome};
+use crate::gateway::{Deferral, Evidence, LookupCall, LookupOutcome};
 
 impl StripeGateway {
     /// `GET /v1/payment_intents/{id}`: the strongly consistent answer.
@@ -69,8 +69,11 @@ impl StripeGateway {
             },
             Settled::Failed { code, detail } => LookupOutcome::Declined {
                 code,
+                evidence: Evidence {
+                    card_brand: obj.card_brand(),
+                    ..ev("ok", Some(200), "declined", Some(detail))
+                },
                 charge_id: Some(obj.id),
-                evidence: ev("ok", Some(200), "declined", Some(detail)),
             },
             // Finance asked to decline it: what could still succeed is
             // cancelled first, and only a cancel Stripe confirms declines.

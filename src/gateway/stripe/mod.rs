@@ -237,6 +237,7 @@ fn evidence(
         lookup_result: None,
         elapsed_ms: started.elapsed().as_millis() as u64,
         detail: detail.map(|d| crate::domain::text::stored(&d, crate::domain::text::Kind::Message)),
+        card_brand: None,
     }
 }
 

@@ -1,7 +1,9 @@
 //! The card networks' caps on SQLite: the steps of PostgreSQL's
 //! `cobro.check_card_caps`, `cobro.retry_cap_override` and
-//! `cobro.check_retry_caps`, from Rust. Callers hold the write lock
-//! (`BEGIN IMMEDIATE`), which serialises the count and the insert.
+//! `cobro.check_retry_caps`, from Rust, with `cobro.card_brand` (only the
+//! card's own network's caps; an unknown brand gets every cap). Callers
+//! hold the write lock (`BEGIN IMMEDIATE`), which serialises the count and
+//! the insert.
 
 use sqlx::{Sqlite, SqlitePool, Transaction};
 use uuid::Uuid;
@@ -23,9 +25,16 @@ pub(crate) async fn check(
     let Some(method) = method else {
         return Ok(());
     };
-    let [visa, mc_day, mc_month] = caps.sql();
+    let [mut visa, mut mc_day, mut mc_month] = caps.sql();
     if visa.is_none() && mc_day.is_none() && mc_month.is_none() {
         return Ok(());
+    }
+    // Only the card's own network's caps; an unknown brand gets them all.
+    let mut all = "";
+    match card_brand(tx, method).await?.as_deref() {
+        Some("visa") => (mc_day, mc_month) = (None, None),
+        Some("mastercard") => visa = None,
+        _ => all = " (the card's brand is unknown: every network's caps apply)",
     }
     let (day, month): (i64, i64) = sqlx::query_as(concat!(
         "SELECT coalesce(sum(created_at > ",
@@ -41,7 +50,7 @@ pub(crate) async fn check(
     let over = |cap: Option<i32>, n: i64| cap.is_some_and(|c| n >= i64::from(c));
     let refuse = |n: i64, window: &str, whose: &str, setting: &str, cap: Option<i32>| {
         Err(RetryError::CardCap(format!(
-            "the payment method of order {order} has had {n} business retries in the last {window}, {whose} limit ({setting}={}): no further retry; {HOW}",
+            "the payment method of order {order} has had {n} business retries in the last {window}, {whose} limit ({setting}={}){all}: no further retry; {HOW}",
             cap.unwrap_or_default()
         )))
     };
@@ -55,13 +64,7 @@ pub(crate) async fn check(
         );
     }
     if over(visa, month) {
-        return refuse(
-            month,
-            "30 days",
-            "the card network's",
-            "COBRO_RETRY_CARD_CAP",
-            visa,
-        );
+        return refuse(month, "30 days", "Visa's", "COBRO_RETRY_CARD_CAP", visa);
     }
     if over(mc_month, month) {
         return refuse(
@@ -73,6 +76,25 @@ pub(crate) async fn check(
         );
     }
     Ok(())
+}
+
+/// The brand the newest transition that reported one says, among the
+/// attempts charged to `method` (PostgreSQL's `cobro.card_brand`).
+async fn card_brand(
+    tx: &mut Transaction<'_, Sqlite>,
+    method: &str,
+) -> Result<Option<String>, RetryError> {
+    let brand: Option<(Option<String>,)> = sqlx::query_as(
+        "SELECT lower(json_extract(t.evidence, '$.card_brand'))
+           FROM payment_attempts a JOIN attempt_transitions t ON t.attempt_id = a.id
+          WHERE a.payment_method = ?1
+            AND json_extract(t.evidence, '$.card_brand') IS NOT NULL
+          ORDER BY t.id DESC LIMIT 1",
+    )
+    .bind(method)
+    .fetch_optional(&mut **tx)
+    .await?;
+    Ok(brand.and_then(|(b,)| b))
 }
 
 /// The reason finance recorded with its newest request to retry
