@@ -155,7 +155,8 @@ def wait_settled(attempt_id):
             check(True, f"settled: {attempt['state']} (history: "
                   + " -> ".join(t["to_state"] for t in body["transitions"]) + ")")
             return attempt
-        check(time.monotonic() < deadline, f"settled within 30 s (still {attempt['state']})")
+        if time.monotonic() > deadline:
+            check(False, f"settled within 30 s (still {attempt['state']})")
         time.sleep(0.5)
 
 
