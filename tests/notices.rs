@@ -14,7 +14,7 @@ mod common;
 #[path = "common/declines.rs"]
 mod declines;
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
@@ -22,6 +22,7 @@ use cobro::domain::ChargeRequest;
 use cobro::sim::Faults;
 use cobro::store::Notice;
 use cobro::webhook::{Scheme, Verifier};
+use common::python;
 use common::*;
 use declines::*;
 use serde_json::{Value, json};
@@ -32,21 +33,12 @@ on_both_backends!(
 );
 
 fn python_library_available() -> bool {
-    let ok = Command::new("python3")
-        .args(["-c", "import standardwebhooks"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !ok {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "CI is set and the Python package standardwebhooks is missing (.ci/run installs it)"
-        );
-        let _ = writeln!(
-            std::io::stderr(),
-            "SKIPPED notices: python3 with `standardwebhooks` not found (pip install standardwebhooks)"
-        );
-    }
-    ok
+    python::python_with("standardwebhooks", "notices").is_some()
+}
+
+/// The interpreter that imports `standardwebhooks` (after [`python_library_available`]).
+fn py() -> std::path::PathBuf {
+    python::python_with("standardwebhooks", "notices").expect("python_library_available() first")
 }
 
 /// The receiver process; killed when dropped.
@@ -64,7 +56,7 @@ impl Drop for Receiver {
 
 fn start_receiver(secret: &str, plan: &Value) -> Receiver {
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/notice_receiver.py");
-    let mut child = Command::new("python3")
+    let mut child = Command::new(py())
         .arg(script)
         .env("NOTICE_SECRET", secret)
         .env("NOTICE_PLAN", plan.to_string())

@@ -12,12 +12,12 @@
 #[macro_use]
 mod common;
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use cobro::state::State;
+use common::python;
 use common::*;
 use uuid::Uuid;
 
@@ -60,21 +60,12 @@ fn path_with_binaries() -> String {
 }
 
 fn honcho_available() -> bool {
-    let ok = Command::new("python3")
-        .args(["-m", "honcho", "version"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !ok {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "CI is set and honcho is missing (.ci/run installs it: python3 -m pip install honcho)"
-        );
-        let _ = writeln!(
-            std::io::stderr(),
-            "SKIPPED procfile: honcho not found (python3 -m pip install honcho)"
-        );
-    }
-    ok
+    python::python_with("honcho", "procfile").is_some()
+}
+
+/// The interpreter that imports `honcho` (after [`honcho_available`]).
+fn py() -> std::path::PathBuf {
+    python::python_with("honcho", "procfile").expect("honcho_available() first")
 }
 
 /// A base port for honcho: it gives the n-th process type `base + 100 * n`;
@@ -157,7 +148,7 @@ fn honcho_start(db_url: &str, gateway_url: &str, base_port: u16) -> Honcho {
     let out = std::env::temp_dir().join(format!("cobro-honcho-{}.log", Uuid::new_v4().simple()));
     let no_env_file = out.with_extension("env-none");
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let child = Command::new("python3")
+    let child = Command::new(py())
         .args(["-m", "honcho", "start", "--no-colour", "-f"])
         .arg(procfile())
         .arg("-d")

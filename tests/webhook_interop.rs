@@ -11,6 +11,7 @@ use std::process::{Command, Stdio};
 use cobro::domain::ChargeRequest;
 use cobro::state::State;
 use cobro::webhook::{Scheme, Verifier};
+use common::python;
 use common::*;
 use serde_json::{Value, json};
 
@@ -33,7 +34,7 @@ print("verified")
 "#;
 
 fn python(script: &str, args: &[&str], stdin: &str) -> Option<std::process::Output> {
-    let mut child = Command::new("python3")
+    let mut child = Command::new(py())
         .arg("-c")
         .arg(script)
         .args(args)
@@ -47,21 +48,13 @@ fn python(script: &str, args: &[&str], stdin: &str) -> Option<std::process::Outp
 }
 
 fn python_library_available() -> bool {
-    let ok = Command::new("python3")
-        .args(["-c", "import standardwebhooks"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !ok {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "CI is set and the Python package standardwebhooks is missing (.ci/run installs it)"
-        );
-        let _ = writeln!(
-            std::io::stderr(),
-            "SKIPPED webhook_interop: python3 with `standardwebhooks` not found (pip install standardwebhooks)"
-        );
-    }
-    ok
+    python::python_with("standardwebhooks", "webhook_interop").is_some()
+}
+
+/// The interpreter that imports `standardwebhooks` (after [`python_library_available`]).
+fn py() -> std::path::PathBuf {
+    python::python_with("standardwebhooks", "webhook_interop")
+        .expect("python_library_available() first")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -226,12 +226,14 @@ def notice_for(attempt_id)
 end
 
 server = TCPServer.new("127.0.0.1", NOTICE_PORT)
-Thread.new { loop { Thread.new(server.accept) { |s| receive(s) } } }
+acceptor = Thread.new { loop { Thread.new(server.accept) { |s| receive(s) } } }
 in_one_transaction
 attempt_id = over_http
 attempt = wait_settled(attempt_id)
 # examples/run's simulator declines every charge, so a notice must follow.
 check(attempt["state"] == "RECHAZADO", "declined by examples/run's simulator, as set up")
 notice_for(attempt_id)
+acceptor.kill
+acceptor.join
 server.close
 puts "ruby example: all checks passed"

@@ -36,12 +36,13 @@ fn with_database(url: &str, db: &str) -> String {
 
 pub use cobro::store::Backend;
 
+pub mod python;
+
 /// Whether a PostgreSQL test must be skipped: only when PostgreSQL is not
 /// reachable AND `CI` is unset (a newcomer without PostgreSQL still runs
 /// the SQLite suite). With `CI` set an unreachable PostgreSQL is a failure.
 /// The skip notice bypasses the test harness' output capture on purpose.
 pub fn skip_postgres(test: &str) -> bool {
-    use std::io::Write;
     static READY: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     let url = admin_url();
     let ready = *READY.get_or_init(|| {
@@ -74,9 +75,10 @@ pub fn skip_postgres(test: &str) -> bool {
             "CI is set and PostgreSQL is not reachable at {url}: the PostgreSQL suite must run on CI"
         );
     }
-    let _ = writeln!(
-        std::io::stderr(),
-        "SKIPPED postgres::{test}: PostgreSQL not reachable at {url} (set TEST_DATABASE_URL; CI fails instead)"
+    python::skipped(
+        &format!("postgres::{test}"),
+        &format!("PostgreSQL not reachable at {url}"),
+        "a PostgreSQL 13+ reachable at TEST_DATABASE_URL (README: Quick start)",
     );
     true
 }

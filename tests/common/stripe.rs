@@ -42,25 +42,11 @@ pub struct Intent {
     pub customer: Option<String>,
 }
 
-/// Whether localstripe is installed. Without it the test is skipped and
-/// says so, unless `CI` is set: then it fails (`.ci/run` installs it).
+/// Whether localstripe can run (from the system's python3, or installed
+/// into `target/pyenv` on first use). Without it the test is skipped and
+/// recorded, unless `CI` is set: then it fails.
 pub fn localstripe_installed(test: &str) -> bool {
-    use std::io::Write;
-    let ok = Command::new("python3")
-        .args(["-c", "import localstripe"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !ok {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "CI is set and the Python package localstripe is missing (.ci/run installs it)"
-        );
-        let _ = writeln!(
-            std::io::stderr(),
-            "SKIPPED {test}: python3 with `localstripe` not found (pip install localstripe)"
-        );
-    }
-    ok
+    super::common::python::python_with("localstripe", test).is_some()
 }
 
 fn free_port() -> u16 {
@@ -74,7 +60,9 @@ impl LocalStripe {
     pub async fn start() -> Self {
         let port = free_port();
         let script = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/localstripe/serve");
-        let child = Command::new("python3")
+        let python = super::common::python::python_with("localstripe", "localstripe")
+            .expect("localstripe_installed() before LocalStripe::start()");
+        let child = Command::new(python)
             .arg(script)
             .arg(port.to_string())
             .stdout(Stdio::null())
