@@ -15,6 +15,7 @@ use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
 use super::{Db, Store, StoreError};
+use super::{Notice, lite, pg};
 
 /// A claimed notice with what its payload needs from its attempt.
 #[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
@@ -151,5 +152,24 @@ impl Store {
             Db::Lite(p) => super::lite::notices::record(p, n, &row).await?,
         };
         Ok(done == 1)
+    }
+}
+
+impl Store {
+    /// The outbox: notices, oldest first (only unacknowledged ones when asked).
+    pub async fn notices(&self, unacked_only: bool) -> Result<Vec<Notice>, StoreError> {
+        match &self.db {
+            Db::Pg(p) => pg::notices(p, unacked_only).await,
+            Db::Lite(p) => lite::notices(p, unacked_only).await,
+        }
+    }
+
+    /// Acknowledges a notice; `false` when it was already acknowledged or
+    /// does not exist.
+    pub async fn ack_notice(&self, id: i64, by: &str) -> Result<bool, StoreError> {
+        match &self.db {
+            Db::Pg(p) => pg::ack_notice(p, id, by).await,
+            Db::Lite(p) => lite::ack_notice(p, id, by).await,
+        }
     }
 }

@@ -9,6 +9,7 @@
 use serde::Serialize;
 use uuid::Uuid;
 
+use super::{Attempt, Db, Store, StoreError, lite, pg};
 use crate::domain::InputError;
 use crate::state::State;
 
@@ -86,5 +87,34 @@ fn field_name(f: &str) -> &'static str {
 impl From<sqlx::Error> for RefundError {
     fn from(e: sqlx::Error) -> Self {
         RefundError::Db(e)
+    }
+}
+
+impl Store {
+    /// Asks for a refund of `amount` of the APROBADO charge `attempt_id`
+    /// with the refund's own `key` (a retry with the same key and amount
+    /// returns the same refund). The database refuses a refund of anything
+    /// else, or one that would take the refunds that have not failed past
+    /// the captured amount, even under concurrent requests.
+    pub async fn request_refund(
+        &self,
+        attempt_id: Uuid,
+        amount: crate::domain::Amount,
+        key: crate::domain::IdempotencyKey,
+        actor: &str,
+    ) -> Result<Refunded, RefundError> {
+        let (amount, key) = (amount.minor(), key.uuid());
+        match &self.db {
+            Db::Pg(p) => pg::request_refund(p, attempt_id, amount, key, actor).await,
+            Db::Lite(p) => lite::refund::request_refund(p, attempt_id, amount, key, actor).await,
+        }
+    }
+
+    /// The refunds of a charge attempt, oldest first.
+    pub async fn refunds_of(&self, attempt_id: Uuid) -> Result<Vec<Attempt>, StoreError> {
+        match &self.db {
+            Db::Pg(p) => pg::refunds_of(p, attempt_id).await,
+            Db::Lite(p) => lite::refunds_of(p, attempt_id).await,
+        }
     }
 }

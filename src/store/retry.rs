@@ -8,6 +8,7 @@ use serde::Serialize;
 use uuid::Uuid;
 
 use super::{Applied, Change, Store};
+use super::{CardCaps, Db, lite, pg};
 use crate::domain::IdempotencyKey;
 use crate::state::State;
 
@@ -229,5 +230,63 @@ impl Store {
 impl From<sqlx::Error> for RetryError {
     fn from(e: sqlx::Error) -> Self {
         RetryError::Db(e)
+    }
+}
+
+impl Store {
+    /// A business retry: a NEW attempt with a NEW key for the order of the
+    /// declined attempt `attempt_id`, only if the database's charge rule
+    /// lets the order be charged (`Hold`) and it has had fewer than
+    /// `max_attempts` attempts. The key is derived from the deployment's
+    /// namespace, the order and the attempt number
+    /// ([`IdempotencyKey::for_retry`](crate::domain::IdempotencyKey::for_retry)),
+    /// so a retry created twice carries one key.
+    /// `expected_version`: the scheduler's view of the declined attempt (its
+    /// retry must still be pending at that version); `None` for finance.
+    pub async fn business_retry(
+        &self,
+        attempt_id: Uuid,
+        max_attempts: u32,
+        actor: &str,
+        expected_version: Option<i64>,
+    ) -> Result<Retried, RetryError> {
+        self.business_retry_capped(
+            attempt_id,
+            max_attempts,
+            CardCaps::NONE,
+            actor,
+            expected_version,
+        )
+        .await
+    }
+
+    /// [`Store::business_retry`], refused (`RetryError::CardCap`) when the
+    /// payment method already had one of `caps`' number of business
+    /// retries in its window, across orders (the card networks' rules),
+    /// unless finance recorded an override with its reason
+    /// ([`Store::request_retry`]).
+    pub async fn business_retry_capped(
+        &self,
+        attempt_id: Uuid,
+        max_attempts: u32,
+        caps: CardCaps,
+        actor: &str,
+        expected_version: Option<i64>,
+    ) -> Result<Retried, RetryError> {
+        // The network's "do not try again" binds a retry finance asked for
+        // too. (A declined attempt's code never changes; an unknown id is
+        // left for the database to report.)
+        if let Ok((a, _)) = self.load(attempt_id).await {
+            Self::network_advice(&a)?;
+        }
+        let max = i32::try_from(max_attempts).unwrap_or(i32::MAX);
+        match &self.db {
+            Db::Pg(p) => {
+                pg::business_retry(p, attempt_id, max, actor, expected_version, caps).await
+            }
+            Db::Lite(p) => {
+                lite::retry::business_retry(p, attempt_id, max, actor, expected_version, caps).await
+            }
+        }
     }
 }

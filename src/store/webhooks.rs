@@ -12,6 +12,7 @@ use uuid::Uuid;
 use super::Attempt;
 use super::change::{Applied, Change, Plan, plan};
 use super::contradiction::Contradiction;
+use super::{Db, Store, StoreError, lite, pg};
 use crate::gateway::Evidence;
 use crate::retry::RetryPolicy;
 use crate::state::{Event, InvalidTransition, State};
@@ -234,6 +235,64 @@ impl super::Store {
         match &self.db {
             super::Db::Pg(p) => super::pg::webhooks::by_gateway_ref(p, gateway_ref).await,
             super::Db::Lite(p) => super::lite::webhooks::by_gateway_ref(p, gateway_ref).await,
+        }
+    }
+}
+
+impl Store {
+    /// Stores a verified gateway event once and applies what it says to its
+    /// attempt, in one transaction (see `store::webhooks`).
+    /// A decline schedules the order's business retry per `retry`.
+    pub async fn record_webhook(
+        &self,
+        ev: &IncomingEvent,
+        retry: Option<&crate::retry::RetryPolicy>,
+    ) -> Result<WebhookResult, StoreError> {
+        match &self.db {
+            Db::Pg(p) => pg::webhooks::record(p, ev, retry).await,
+            Db::Lite(p) => lite::webhooks::record(p, ev, retry).await,
+        }
+    }
+
+    /// Records a rejected delivery (reason, safe headers, size) as the
+    /// sample of its reason for `minute` (Unix minutes): a second one for
+    /// the same reason and minute, from any process, is not stored.
+    pub async fn record_rejected_webhook(
+        &self,
+        reason: &str,
+        detail: Option<&str>,
+        headers: &serde_json::Value,
+        body_size: usize,
+        minute: i64,
+    ) -> Result<(), StoreError> {
+        // A detail may quote the sender's bytes; PostgreSQL text holds no NUL.
+        let detail = detail.map(|d| d.replace('\0', "\\u0000"));
+        let row = Rejected {
+            reason,
+            detail: detail.as_deref(),
+            headers,
+            body_size,
+            minute,
+        };
+        match &self.db {
+            Db::Pg(p) => pg::webhooks::record_rejected(p, &row).await,
+            Db::Lite(p) => lite::webhooks::record_rejected(p, &row).await,
+        }
+    }
+
+    /// (accepted events, rejected deliveries) stored so far.
+    pub async fn webhook_counts(&self) -> Result<(i64, i64), StoreError> {
+        match &self.db {
+            Db::Pg(p) => pg::webhooks::counts(p).await,
+            Db::Lite(p) => lite::webhooks::counts(p).await,
+        }
+    }
+
+    /// The reasons of every rejected delivery, oldest first.
+    pub async fn rejected_webhook_reasons(&self) -> Result<Vec<String>, StoreError> {
+        match &self.db {
+            Db::Pg(p) => pg::webhooks::rejected_reasons(p).await,
+            Db::Lite(p) => lite::webhooks::rejected_reasons(p).await,
         }
     }
 }
