@@ -9,7 +9,7 @@
 
 use std::fmt::Write as _;
 
-use super::header;
+use super::truths::header;
 use crate::domain::Category;
 use crate::store::{RetryOutcome, RetryTally};
 
