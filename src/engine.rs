@@ -8,6 +8,8 @@
 //! cannot charge twice (the gateway only ever sees the attempt's own key, and
 //! only the lease holder sends).
 
+mod check;
+mod retry;
 mod review;
 mod send;
 
@@ -21,15 +23,10 @@ use crate::backoff::CheckSchedule;
 use crate::breaker::{Breaker, Health, Pace};
 use crate::domain::IdempotencyKey;
 use crate::gateway::{Gateway, LookupCall, LookupOutcome};
-use crate::policy::{
-    Action, LookupPlan, NotFoundRule, Snapshot, after_lookup, decide, defer_delay,
-};
+use crate::policy::{Action, NotFoundRule, Snapshot, decide, defer_delay};
 use crate::retry::RetryPolicy;
 use crate::state::Event;
-use crate::store::{
-    Applied, Attempt, Change, CheckRecord, Contradiction, Lease, NoticeKind, RetryError, Store,
-    StoreError,
-};
+use crate::store::{Applied, Attempt, Change, Store, StoreError};
 
 pub use crate::domain::Wake;
 
@@ -410,209 +407,6 @@ impl Engine {
             info!(holder = ?seen.lease_owner, "lease expired: outcome unknown");
         }
         Ok(written)
-    }
-
-    /// `RECHAZADO` with a retry due: a new attempt with a new key, if the
-    /// database agrees (nothing approved, nothing live, under the maximum).
-    async fn business_retry(&self, seen: &Attempt) -> Result<(), StoreError> {
-        // Before a new key charges the order again, ask the gateway once
-        // about the declined attempt: a decline we recorded may be
-        // contradicted by what the gateway actually did. Asked in a way
-        // valid now: by key within the key's lifetime, by the recorded
-        // gateway object (a PaymentIntent id) past it, else in the
-        // gateway's listing. A "not found" for an expired key clears
-        // nothing.
-        self.slot().await;
-        let key_age = (chrono::Utc::now() - seen.created_at)
-            .to_std()
-            .unwrap_or_default();
-        let outcome = if key_age < self.cfg.key_lifetime || seen.gateway_ref.is_some() {
-            let call = lookup_call(&self.store, seen).await?;
-            self.gateway.lookup(&call).await
-        } else {
-            let log = self.store.transitions(seen.id).await?;
-            self.listed(seen, &log).await
-        };
-        crate::metrics::lookup_answered(&outcome);
-        let down = self.observe(Health::of_lookup(&outcome)).await;
-        match &outcome {
-            LookupOutcome::Approved { charge_id, .. } => {
-                let source = "the lookup before its business retry";
-                if let Some(c) =
-                    Contradiction::approved(seen, charge_id, source, chrono::Utc::now())
-                {
-                    warn!(%charge_id, "the gateway approved a charge we hold as declined: case opened, no retry");
-                    self.store.contradicted(seen, &c, &self.actor).await?;
-                }
-                return Ok(());
-            }
-            LookupOutcome::Failed { .. } | LookupOutcome::Deferred { .. } => {
-                // No answer: never charge again on a guess; ask again later.
-                let retry_after = match &outcome {
-                    LookupOutcome::Deferred { retry_after, .. } => *retry_after,
-                    _ => None,
-                };
-                let mut later = Change::new(None, "retry_postponed_no_lookup", &self.actor);
-                later.act_in = Some(self.defer_in(retry_after));
-                later.evidence = Some(outcome.evidence());
-                later.park = down;
-                self.store.apply(seen, &later).await?;
-                return Ok(());
-            }
-            LookupOutcome::Declined { .. } | LookupOutcome::NotFound { .. } => {}
-        }
-        let refused = match self
-            .store
-            .business_retry_capped(
-                seen.id,
-                self.cfg.retry.max_attempts(),
-                self.cfg.retry.card_caps(),
-                &self.actor,
-                Some(seen.version),
-            )
-            .await
-        {
-            Ok(new) => {
-                match &new.cap_override {
-                    Some(reason) => warn!(
-                        retry = %new.attempt_id, number = new.attempt_number, cap_override = %reason,
-                        "business retry created past the card networks' caps: finance overrode them"
-                    ),
-                    None => {
-                        info!(retry = %new.attempt_id, number = new.attempt_number, "business retry created")
-                    }
-                }
-                return Ok(());
-            }
-            Err(RetryError::Db(e)) => return Err(StoreError::Db(e)),
-            Err(RetryError::AlreadyHandled(_)) => return Ok(()), // another worker did it
-            Err(refused) => refused,
-        };
-        // Already retried, approved meanwhile, or out of attempts: this
-        // attempt's retry is over either way; clear its schedule. Out of
-        // attempts, the customer is told the payment failed.
-        info!(reason = %refused, "business retry not created");
-        let why = crate::gateway::Evidence {
-            call: "business_retry".into(),
-            error_kind: match refused {
-                RetryError::MaxAttempts(_) => "max_attempts",
-                RetryError::CardCap(_) => "card_cap",
-                RetryError::Held(hold, _) => hold.as_str(),
-                _ => "not_retried",
-            }
-            .into(),
-            detail: Some(refused.to_string()),
-            ..Default::default()
-        };
-        let mut clear = Change::new(None, "retry_refused", &self.actor);
-        clear.evidence = Some(&why);
-        if matches!(refused, RetryError::MaxAttempts(_) | RetryError::CardCap(_)) {
-            clear.notice = Some(NoticeKind::PaymentFailed);
-        }
-        self.store.apply(seen, &clear).await?;
-        Ok(())
-    }
-
-    /// `DESCONOCIDO`: take the lease, look the charge up by key, act on it.
-    async fn check(&self, seen: &Attempt) -> Result<Written, StoreError> {
-        let scheduled_at = seen.next_action_at.unwrap_or(seen.updated_at);
-        self.slot().await;
-        let mut take = Change::new(None, "check", &self.actor);
-        take.lease = Lease::Take {
-            owner: &self.cfg.worker_name,
-            ttl: self.cfg.lease_ttl,
-        };
-        let Applied::Moved(held) = self.store.apply(seen, &take).await? else {
-            return Ok(None);
-        };
-        let record = CheckRecord {
-            scheduled_at,
-            started_at: held.updated_at,
-        };
-        let Some(outcome) = self
-            .lookup_or_park(&held, "lookup_parked_gateway_unreachable", false)
-            .await?
-        else {
-            return Ok(None);
-        };
-        let checks_done = held.check_count as u32 + 1;
-        let key_age = (held.updated_at - held.created_at)
-            .to_std()
-            .unwrap_or_default();
-        let since_send = self.since_last_send(&held, &outcome).await?;
-        let plan = after_lookup(
-            &outcome,
-            checks_done,
-            key_age,
-            self.cfg.key_lifetime,
-            &self.cfg.schedule,
-            since_send,
-            self.cfg.not_found,
-        );
-        info!(check = checks_done, ?plan, "looked up");
-        let evidence = outcome.evidence();
-        if let (LookupPlan::Defer, LookupOutcome::Deferred { retry_after, .. }) = (plan, &outcome) {
-            // Not a check: the count stays, the lookup is simply later.
-            let mut later = Change::new(None, "lookup_deferred", &self.actor);
-            later.act_in = Some(self.defer_in(*retry_after));
-            later.evidence = Some(evidence);
-            return Ok(self.store.apply(&held, &later).await?.written());
-        }
-        let mut change = match (plan, &outcome) {
-            // Not found, but sending is paused: the check counts, and the
-            // attempt waits, parked, to be looked up again on resume.
-            (LookupPlan::Apply(Event::Resend), _) if self.held_back(&held) => {
-                let mut c = Change::new(None, "lookup_not_found_sending_paused", &self.actor);
-                c.park = true;
-                c
-            }
-            (LookupPlan::Apply(Event::Resend), _) => {
-                return self
-                    .send(
-                        &held,
-                        Event::Resend,
-                        "lookup_not_found",
-                        Some((record, evidence)),
-                    )
-                    .await;
-            }
-            (LookupPlan::Apply(event), LookupOutcome::Approved { charge_id, .. }) => {
-                let mut c = Change::new(Some(event), "lookup_approved", &self.actor);
-                c.charge_id = Some(charge_id);
-                c
-            }
-            (
-                LookupPlan::Apply(event),
-                LookupOutcome::Declined {
-                    code, charge_id, ..
-                },
-            ) => {
-                let mut c = Change::new(Some(event), "lookup_declined", &self.actor);
-                c.decline_code = Some(code);
-                c.charge_id = charge_id.as_deref();
-                c.act_in = self.retry_after(&held, code);
-                c
-            }
-            (LookupPlan::Apply(event @ Event::KeyExpired), _) => {
-                self.to_review(event, "key_expired_not_found")
-            }
-            (LookupPlan::Apply(event), _) => self.to_review(event, "checks_exhausted"),
-            (LookupPlan::CheckAgain | LookupPlan::Defer, _) => {
-                let mut c = Change::new(None, "lookup_failed", &self.actor);
-                c.act_in = self.next_check_in(checks_done as i32);
-                c
-            }
-            (LookupPlan::CheckAfter(at_least), _) => {
-                let mut c = Change::new(None, "lookup_not_found_too_soon", &self.actor);
-                c.act_in = self
-                    .next_check_in(checks_done as i32)
-                    .map(|d| d.max(at_least));
-                c
-            }
-        };
-        change.evidence = Some(evidence);
-        change.add_check = Some(record);
-        Ok(self.store.apply(&held, &change).await?.written())
     }
 }
 
