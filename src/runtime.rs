@@ -671,6 +671,29 @@ mod tests {
     }
 
     #[test]
+    fn the_settlement_check_flag_takes_daily_or_off() {
+        assert!(parse(&[]).reconcile.settlement_check);
+        assert!(
+            !parse(&["--settlement-check", "off"])
+                .reconcile
+                .settlement_check
+        );
+        assert!(
+            parse(&["--settlement-check", "daily"])
+                .reconcile
+                .settlement_check
+        );
+        let mut argv = vec!["cobro-worker", "--database-url", "sqlite://unused.db"];
+        argv.extend([
+            "--gateway-url",
+            "http://127.0.0.1:8089",
+            "--settlement-check",
+            "weekly",
+        ]);
+        assert!(Cli::try_parse_from(argv).is_err());
+    }
+
+    #[test]
     fn group_commit_is_on_unless_turned_off() {
         assert!(parse(&[]).group_commit);
         assert!(!parse(&["--group-commit", "false"]).group_commit);
