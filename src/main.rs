@@ -1,6 +1,6 @@
 //! `cobro`: the command-line tool: migrate the database, enqueue a charge,
 //! request a refund, show an attempt's state and history, reconcile a window
-//! with the gateway, run the gateway simulator.
+//! with the gateway, run the gateway simulator, print the reference pages.
 
 use std::process::ExitCode;
 
@@ -263,6 +263,14 @@ pub(crate) enum Command {
     Chaos(cobro::chaos::ChaosArgs),
     /// Run the gateway simulator (a real HTTP server with its own ledger).
     GatewaySim(cobro::sim::SimArgs),
+    /// Print a reference page as Markdown, made from the definitions of
+    /// these commands: `cobro reference settings` (every environment
+    /// variable and flag, per process) or `cobro reference cli` (every
+    /// command). docs/src/reference/ holds the pages it printed.
+    Reference {
+        #[command(subcommand)]
+        page: cli::reference::ReferencePage,
+    },
     /// A side-by-side demonstration on the real engine: a naive client (it
     /// retries a lost response without a stable key) and cobro charge the
     /// same orders against the same simulated faults; the report counts what
