@@ -284,7 +284,7 @@ fn settings() -> String {
          table of each. A setting that applies to a command's subcommands too is listed once, \
          under that command. A setting left out of `--help` (because a hosting platform \
          sets it, not you) is marked so.\n\n\
-         Durations are written like `500ms`, `30s`, `5m`, `1h`. \
+         Durations are written like `500ms`, `30s`, `5m`, `1h`, `2d`. \
          [The command-line reference](cli.md) has every command's flags, settings or not.\n",
     );
 
