@@ -1,6 +1,6 @@
 //! `cobro`: the command-line tool: migrate the database, enqueue a charge,
 //! request a refund, show an attempt's state and history, reconcile a window
-//! with the gateway, run the gateway simulator.
+//! with the gateway, run the gateway simulator, print the reference pages.
 
 use std::process::ExitCode;
 
@@ -28,6 +28,7 @@ struct Cli {
 pub(crate) enum Command {
     /// Create or upgrade the database schema (apalis' and cobro's).
     Migrate {
+        /// The database: `postgres://…` or `sqlite://path`.
         #[arg(long, env = "DATABASE_URL")]
         database_url: String,
         /// Set the largest `amount_minor` every door accepts (POST /charges,
@@ -41,6 +42,7 @@ pub(crate) enum Command {
     },
     /// Record a charge attempt with its idempotency key and wake a worker.
     Enqueue {
+        /// The database: `postgres://…` or `sqlite://path`.
         #[arg(long, env = "DATABASE_URL")]
         database_url: String,
         /// The app's order id.
@@ -62,6 +64,7 @@ pub(crate) enum Command {
         /// `cus_…`); an opaque id, never card data.
         #[arg(long)]
         customer: Option<String>,
+        /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
     },
@@ -69,12 +72,16 @@ pub(crate) enum Command {
     /// neither --order nor --attempt, the whole system: attempts per state,
     /// the gateway's breaker and the attempts waiting for it.
     Status {
+        /// The database: `postgres://…` or `sqlite://path`.
         #[arg(long, env = "DATABASE_URL")]
         database_url: String,
+        /// An order id: that order's attempts.
         #[arg(long = "order", conflicts_with = "attempt")]
         order_id: Option<String>,
+        /// One attempt's id.
         #[arg(long)]
         attempt: Option<Uuid>,
+        /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
         /// Redraw every --interval until Ctrl-C (on a terminal, in place;
@@ -93,6 +100,7 @@ pub(crate) enum Command {
     /// or while the card is at a card network's cap unless
     /// --override-reason says why it may be passed (kept in the log).
     Retry {
+        /// The database: `postgres://…` or `sqlite://path`.
         #[arg(long, env = "DATABASE_URL")]
         database_url: String,
         /// The declined attempt.
@@ -107,6 +115,7 @@ pub(crate) enum Command {
         override_reason: Option<String>,
         #[command(flatten)]
         caps: cobro::retry::CardCapArgs,
+        /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
     },
@@ -114,6 +123,7 @@ pub(crate) enum Command {
     /// sent by a worker with the same unknown/lookup/escalation handling as
     /// a charge. The same key again returns the same refund.
     Refund {
+        /// The database: `postgres://…` or `sqlite://path`.
         #[arg(long, env = "DATABASE_URL")]
         database_url: String,
         /// The APROBADO charge attempt to refund.
@@ -129,6 +139,7 @@ pub(crate) enum Command {
         /// Who asks (kept in the transition log).
         #[arg(long, default_value = "cli")]
         actor: String,
+        /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
     },
@@ -137,6 +148,7 @@ pub(crate) enum Command {
     /// are dropped, with the reason and who in the log. Refused, with
     /// nothing cancelled, while an attempt may have reached the gateway.
     Cancel {
+        /// The database: `postgres://…` or `sqlite://path`.
         #[arg(long, env = "DATABASE_URL")]
         database_url: String,
         #[arg(long)]
@@ -148,6 +160,7 @@ pub(crate) enum Command {
         /// Who asks (kept in the transition log).
         #[arg(long, default_value = "cli")]
         actor: String,
+        /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
     },
@@ -155,6 +168,7 @@ pub(crate) enum Command {
     /// (within a second); lookups, refunds and the review janitor go on,
     /// and attempts due meanwhile wait, parked.
     Pause {
+        /// The database: `postgres://…` or `sqlite://path`.
         #[arg(long, env = "DATABASE_URL")]
         database_url: String,
         /// Why (shown on finance's page and in `cobro status`).
@@ -166,6 +180,7 @@ pub(crate) enum Command {
     /// Turn the incident switch off: sending resumes, and what waited is
     /// re-woken a few per second.
     Resume {
+        /// The database: `postgres://…` or `sqlite://path`.
         #[arg(long, env = "DATABASE_URL")]
         database_url: String,
         #[arg(long, default_value = "cli")]
@@ -174,6 +189,7 @@ pub(crate) enum Command {
     /// A new payment-method token for the order's next business retry
     /// (only while its latest attempt is declined with a retry pending).
     PaymentMethod {
+        /// The database: `postgres://…` or `sqlite://path`.
         #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
         database_url: String,
         #[arg(long)]
@@ -186,6 +202,7 @@ pub(crate) enum Command {
     },
     /// The customer-notice outbox: list notices, or acknowledge one.
     Notices {
+        /// The database: `postgres://…` or `sqlite://path`.
         #[arg(long, env = "DATABASE_URL")]
         database_url: String,
         /// Include acknowledged notices.
@@ -197,12 +214,14 @@ pub(crate) enum Command {
         /// Who acknowledges.
         #[arg(long)]
         by: Option<String>,
+        /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
     },
     /// Finance's escalation queue: attempts in EN_REVISION and stale
     /// DESCONOCIDO ones; list, show, resolve, summarize.
     Escalations {
+        /// The database: `postgres://…` or `sqlite://path`.
         #[arg(long, env = "DATABASE_URL", global = true, hide_env_values = true)]
         database_url: Option<String>,
         /// A DESCONOCIDO attempt older than this reaches finance.
@@ -234,6 +253,7 @@ pub(crate) enum Command {
         /// finance:read, finance:write, metrics:read.
         #[arg(long)]
         scopes: String,
+        /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
     },
@@ -243,15 +263,26 @@ pub(crate) enum Command {
     Chaos(cobro::chaos::ChaosArgs),
     /// Run the gateway simulator (a real HTTP server with its own ledger).
     GatewaySim(cobro::sim::SimArgs),
-    /// The seed's fleet experiment on the real engine: a naive client and
-    /// cobro, side by side, on the same seeded faults.
+    /// Print a reference page as Markdown, made from the definitions of
+    /// these commands: `cobro reference settings` (every environment
+    /// variable and flag, per process) or `cobro reference cli` (every
+    /// command). docs/src/reference/ holds the pages it printed.
+    Reference {
+        #[command(subcommand)]
+        page: cli::reference::ReferencePage,
+    },
+    /// A side-by-side demonstration on the real engine: a naive client (it
+    /// retries a lost response without a stable key) and cobro charge the
+    /// same orders against the same simulated faults; the report counts what
+    /// each charged.
     Demo {
-        /// Orders in the fleet (amounts seeded between 10.00 and 500.00).
+        /// Orders to charge (amounts drawn between 10.00 and 500.00).
         #[arg(long, default_value_t = 1000)]
         orders: usize,
         /// Probability that the gateway's response is lost after charging.
         #[arg(long, default_value_t = 0.15)]
         loss: f64,
+        /// Seed of the simulated faults: the same seed gives the same run.
         #[arg(long, default_value_t = 42)]
         seed: u64,
         /// cobro workers per world (in this process).
@@ -266,9 +297,10 @@ pub(crate) enum Command {
         /// Print the report as JSON (no progress bars).
         #[arg(long)]
         json: bool,
-        /// One of the seed's tables beside its own figures: `a` (one buyer,
-        /// 500 USD, one lost answer), `c` (the fleet), `new-key` (a new key
-        /// on every retry); `a` and `new-key` ignore --orders and --loss.
+        /// A worked example, printed beside the reference figures it is
+        /// compared with: `a` (one buyer, 500 USD, one lost answer), `c`
+        /// (1,000 orders), `new-key` (a new key on every retry); `a` and
+        /// `new-key` ignore --orders and --loss.
         #[arg(long, value_enum)]
         scenario: Option<cobro::demo::Scenario>,
         /// `--gateway stripe --stripe-api-base URL`: the fleet through

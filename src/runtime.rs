@@ -31,6 +31,19 @@ use crate::wakeq::{Acks, LiteDb, Outcome, PgDb, WakeConfig, WakeDb, Wakes, Wakeu
 /// The default pool of an SQLite worker process (`WorkerArgs::connections`).
 pub const SQLITE_CONNECTIONS: u32 = 4;
 
+/// The `cobro-worker` command line (`workers/main.rs` parses it; `cobro
+/// reference` prints it).
+#[derive(clap::Parser)]
+#[command(
+    name = "cobro-worker",
+    version,
+    about = "cobro's worker process: charges attempts, never twice"
+)]
+pub struct WorkerCli {
+    #[command(flatten)]
+    pub worker: WorkerArgs,
+}
+
 /// Every setting of `cobro-worker`, as a flag or an environment variable.
 /// `Debug` leaves out the database URL (it may hold a password).
 #[derive(Clone, Args)]
@@ -103,6 +116,9 @@ pub struct WorkerArgs {
     /// (expired leases are re-woken at once).
     #[arg(long, env = "COBRO_SWEEP_GRACE", default_value = "30s", value_parser = duration)]
     pub sweep_grace: Duration,
+    /// How long opening a connection to the gateway may take; a connection
+    /// not opened in time means the request was not sent (it is sent again
+    /// later with the same key).
     #[arg(long, env = "COBRO_GATEWAY_CONNECT_TIMEOUT", default_value = "2s", value_parser = duration)]
     pub gateway_connect_timeout: Duration,
     /// How long (±50 %) to wait before sending again, with the same key, a
@@ -668,6 +684,29 @@ mod tests {
         let err = parse(&["--db-connections", "1"]).validate().unwrap_err();
         assert!(matches!(err, ConfigError::TooFewConnections));
         assert!(err.to_string().contains("COBRO_DB_CONNECTIONS"), "{err}");
+    }
+
+    #[test]
+    fn the_settlement_check_flag_takes_daily_or_off() {
+        assert!(parse(&[]).reconcile.settlement_check);
+        assert!(
+            !parse(&["--settlement-check", "off"])
+                .reconcile
+                .settlement_check
+        );
+        assert!(
+            parse(&["--settlement-check", "daily"])
+                .reconcile
+                .settlement_check
+        );
+        let mut argv = vec!["cobro-worker", "--database-url", "sqlite://unused.db"];
+        argv.extend([
+            "--gateway-url",
+            "http://127.0.0.1:8089",
+            "--settlement-check",
+            "weekly",
+        ]);
+        assert!(Cli::try_parse_from(argv).is_err());
     }
 
     #[test]

@@ -67,6 +67,7 @@ pub struct ChaosArgs {
     /// the restarts away from anything else using PostgreSQL.
     #[arg(long, default_value = "main")]
     pub pg_cluster: String,
+    /// The run's seed: a failure prints it, and the same seed replays the run.
     #[arg(long, default_value_t = 7)]
     pub seed: u64,
     /// Give up waiting for the queue to drain after this long.
@@ -98,7 +99,7 @@ pub struct ChaosArgs {
     #[arg(long, default_value_t = 0)]
     pub record_on_complete_ms: u64,
     /// The gateway honours no idempotency key (a replay charges again; the
-    /// seed's memoryless server), and the workers are told so
+    /// like a gateway without idempotency support), and the workers are told so
     /// (`COBRO_GATEWAY_IDEMPOTENT=false`, with `COBRO_GATEWAY_MAX_PROCESSING`
     /// the longest a charge can take there: a held reply plus the
     /// record-on-complete time, plus a margin).
@@ -108,6 +109,7 @@ pub struct ChaosArgs {
     /// through the disruptions (0s: as fast as possible).
     #[arg(long, default_value = "0s", value_parser = crate::backoff::parse_duration_arg)]
     pub enqueue_over: Duration,
+    /// Print JSON instead of text.
     #[arg(long)]
     pub json: bool,
 }

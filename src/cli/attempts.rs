@@ -24,10 +24,12 @@ pub struct AttemptsArgs {
 enum AttemptsCommand {
     /// One attempt: its facts, its full transition history and its lookups.
     Show {
+        /// The database: `postgres://…` or `sqlite://path`.
         #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
         database_url: Option<String>,
         /// The attempt's id.
         id: Uuid,
+        /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
     },
@@ -35,6 +37,7 @@ enum AttemptsCommand {
 
 #[derive(Args)]
 struct SearchArgs {
+    /// The database: `postgres://…` or `sqlite://path`.
     #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
     database_url: Option<String>,
     /// An order id (exact).
@@ -61,6 +64,7 @@ struct SearchArgs {
     /// The cursor printed at the end of the previous page.
     #[arg(long)]
     cursor: Option<String>,
+    /// Print JSON instead of text.
     #[arg(long)]
     json: bool,
 }

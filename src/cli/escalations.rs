@@ -24,6 +24,7 @@ pub enum EscalationCommand {
         /// Every page at once.
         #[arg(long)]
         all: bool,
+        /// Print JSON instead of text.
         #[arg(long, conflicts_with = "csv")]
         json: bool,
         /// CSV for a spreadsheet (decimal amounts, ISO timestamps).
@@ -32,8 +33,10 @@ pub enum EscalationCommand {
     },
     /// One attempt with its evidence and full history.
     Show {
+        /// The attempt's id.
         #[arg(long)]
         attempt: Uuid,
+        /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
     },
@@ -41,6 +44,7 @@ pub enum EscalationCommand {
     /// (with a code) or check again now. Give the version you looked at:
     /// if the attempt moved since, nothing is written.
     Resolve {
+        /// The attempt's id.
         #[arg(long)]
         attempt: Uuid,
         /// The attempt's version as shown by `list` or `show`.
@@ -73,6 +77,7 @@ pub enum EscalationCommand {
         /// Why (e.g. "the gateway's incident is over").
         #[arg(long)]
         note: String,
+        /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
     },
@@ -102,6 +107,7 @@ pub enum EscalationCommand {
     },
     /// The daily summary: counts and amounts by state and age, oldest items.
     Summary {
+        /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
     },
@@ -119,6 +125,7 @@ pub struct FilterArgs {
     /// EN_REVISION or DESCONOCIDO.
     #[arg(long)]
     pub state: Option<String>,
+    /// Only attempts in this currency (ISO 4217 code, e.g. USD).
     #[arg(long)]
     pub currency: Option<String>,
     /// charge or refund.

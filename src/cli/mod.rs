@@ -1,8 +1,10 @@
 //! Pieces of the `cobro` command line that are more than a call: the
-//! status printout, the attempts (operator view) and escalations subcommands.
+//! status printout, the attempts (operator view) and escalations subcommands,
+//! the reference pages.
 
 pub mod attempts;
 pub mod escalations;
+pub mod reference;
 pub mod run;
 pub mod watch;
 

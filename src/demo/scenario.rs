@@ -30,7 +30,7 @@ use crate::sim::{Faults, SimHandle};
 pub enum Scenario {
     /// One buyer, 500 USD, the first response lost, one retry.
     A,
-    /// The fleet of 1,000 orders, 15% of responses lost (the default demo).
+    /// 1,000 orders, 15% of responses lost (the default demo).
     C,
     /// 500 USD, two responses lost, a new key on every retry.
     NewKey,

@@ -26,6 +26,7 @@ fn when(s: &str) -> Result<DateTime<Utc>, String> {
 /// gateway shows approved under their key.
 #[derive(Debug, Clone, Args)]
 pub struct ReconcileCommand {
+    /// The database: `postgres://…` or `sqlite://path`.
     #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
     pub database_url: String,
     /// The simulator's (or a compatible gateway's) base URL: `http://…` or
@@ -43,8 +44,10 @@ pub struct ReconcileCommand {
     /// End of the window, excluded: RFC 3339 or YYYY-MM-DD (midnight UTC).
     #[arg(long, value_parser = when)]
     pub to: DateTime<Utc>,
+    /// How long opening a connection to the gateway may take.
     #[arg(long, env = "COBRO_GATEWAY_CONNECT_TIMEOUT", default_value = "2s", value_parser = duration)]
     pub gateway_connect_timeout: Duration,
+    /// How long one request to the gateway may take, connect to answer.
     #[arg(long, env = "COBRO_GATEWAY_TIMEOUT", default_value = "10s", value_parser = duration)]
     pub gateway_timeout: Duration,
     /// Check the settlement of the window's APROBADO charges (the gateway's

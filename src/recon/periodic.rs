@@ -54,7 +54,7 @@ pub struct ReconcileArgs {
     pub reconcile_intraday: Intraday,
     /// `daily`: with the daily close, check the settlement of the day whose
     /// charges are now `COBRO_SETTLEMENT_DELAY` old (`off`: never).
-    #[arg(long, env = "COBRO_SETTLEMENT_CHECK", default_value = "daily", value_parser = parse_check)]
+    #[arg(long, env = "COBRO_SETTLEMENT_CHECK", default_value = "daily", value_parser = parse_check, action = clap::ArgAction::Set)]
     pub settlement_check: bool,
     #[command(flatten)]
     pub settlement: SettlementArgs,
