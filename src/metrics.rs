@@ -37,6 +37,7 @@ use crate::state::State;
 
 pub mod card_updated;
 mod recovery;
+mod text;
 mod truths;
 
 pub use truths::{GAUGE_TTL, Scraper};

@@ -9,7 +9,7 @@
 
 use std::fmt::Write as _;
 
-use super::truths::header;
+use super::text::header;
 use crate::domain::Category;
 use crate::store::{RetryOutcome, RetryTally};
 

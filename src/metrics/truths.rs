@@ -12,6 +12,7 @@ use axum::http::header::CONTENT_TYPE;
 use axum::response::{IntoResponse, Response};
 use tracing::warn;
 
+use super::text::{escape, gauge, header};
 use super::{CONTENT_TYPE_TEXT, install, recovery};
 use crate::state::State;
 use crate::store::{Gauges, Store};
@@ -235,26 +236,6 @@ fn render_gauges(out: &mut String, g: &Gauges) {
         f64::from(u8::from(g.sending_paused)),
     );
     recovery::render(out, &g.business_retries);
-}
-
-pub(super) fn header(out: &mut String, name: &str, help: &str) {
-    if !out.is_empty() && !out.ends_with("\n\n") {
-        out.push('\n');
-    }
-    let _ = writeln!(out, "# HELP {name} {help}");
-    let _ = writeln!(out, "# TYPE {name} gauge");
-}
-
-fn gauge(out: &mut String, name: &str, help: &str, value: f64) {
-    header(out, name, help);
-    let _ = writeln!(out, "{name} {value}");
-}
-
-/// A label value in the text format: backslash, quote and newline escaped.
-fn escape(v: &str) -> String {
-    v.replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
 }
 
 #[cfg(test)]
