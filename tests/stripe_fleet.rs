@@ -87,20 +87,19 @@ async fn with_cause(db: &TestDb, cause: &str) -> i64 {
     db.scalar(pg, lite).await
 }
 
-async fn the_fleet_through_a_lossy_proxy_charges_no_order_twice(b: Backend) {
-    if !localstripe_installed("the_fleet_through_a_lossy_proxy_charges_no_order_twice") {
-        return;
-    }
-    init_logs();
-    let orders = match b {
-        Backend::Postgres => 1_000,
-        Backend::Sqlite => 300,
-    };
+/// A fresh database, localstripe, and the simulator as a lossy proxy in
+/// front of it (10 % of the answers lost after Stripe executed, 5 % held
+/// past the client's timeout), with worker settings that charge through it
+/// 16 at a time.
+async fn lossy_fleet(
+    b: Backend,
+    seed: u64,
+) -> (TestDb, LocalStripe, SimHandle, cobro::runtime::WorkerArgs) {
     let db = TestDb::new(b).await;
     let stripe = LocalStripe::start().await;
     let proxy = start_proxy(
         &stripe.url,
-        20261203,
+        seed,
         Faults {
             p_response_lost: 0.10,
             p_timeout_after_charge: 0.05,
@@ -111,6 +110,19 @@ async fn the_fleet_through_a_lossy_proxy_charges_no_order_twice(b: Backend) {
     .await;
     let mut args = stripe_worker_args(&db.url, &proxy.url());
     args.concurrency = 16;
+    (db, stripe, proxy, args)
+}
+
+async fn the_fleet_through_a_lossy_proxy_charges_no_order_twice(b: Backend) {
+    if !localstripe_installed("the_fleet_through_a_lossy_proxy_charges_no_order_twice") {
+        return;
+    }
+    init_logs();
+    let orders = match b {
+        Backend::Postgres => 1_000,
+        Backend::Sqlite => 300,
+    };
+    let (db, stripe, proxy, args) = lossy_fleet(b, 20261203).await;
     let worker = spawn_worker(args);
     let mut ours: HashMap<String, (uuid::Uuid, i64, bool)> = HashMap::new();
     for i in 0..orders {
@@ -231,21 +243,7 @@ async fn saved_cards_and_their_retries_through_a_lossy_proxy_are_charged_once_wi
         Backend::Postgres => 120,
         Backend::Sqlite => 60,
     };
-    let db = TestDb::new(b).await;
-    let stripe = LocalStripe::start().await;
-    let proxy = start_proxy(
-        &stripe.url,
-        20261212,
-        Faults {
-            p_response_lost: 0.10,
-            p_timeout_after_charge: 0.05,
-            hold_ms: 2_500,
-            ..Faults::default()
-        },
-    )
-    .await;
-    let mut args = stripe_worker_args(&db.url, &proxy.url());
-    args.concurrency = 16;
+    let (db, stripe, proxy, mut args) = lossy_fleet(b, 20261212).await;
     // Real Stripe takes `off_session=true` on confirm, and cobro sends it
     // for business retries (src/gateway/stripe/tests.rs checks the form);
     // localstripe refuses any confirm parameter ("Unexpected off_session"),
