@@ -68,19 +68,6 @@ async fn retries(store: &Store, card: &str, from: usize, n: usize) {
     }
 }
 
-/// Moves every attempt of `card` two days into the past.
-async fn two_days_ago(db: &TestDb, card: &str) {
-    db.exec(
-        "UPDATE cobro.payment_attempts SET created_at = created_at - interval '2 days'
-          WHERE payment_method = $1",
-        "UPDATE payment_attempts SET created_at = created_at - 2 * 86400000
-          WHERE payment_method = ?1",
-        &[card],
-    )
-    .await
-    .unwrap();
-}
-
 /// The refusal of the retry of `a`, as text; panics if it went through.
 async fn refused(store: &Store, a: &Attempt) -> String {
     let e = store

@@ -47,19 +47,6 @@ async fn retries(db: &TestDb, card: &str, from: usize, n: usize, caps: CardCaps)
     }
 }
 
-/// Moves every attempt of `card` two days into the past.
-async fn two_days_ago(db: &TestDb, card: &str) {
-    db.exec(
-        "UPDATE cobro.payment_attempts SET created_at = created_at - interval '2 days'
-          WHERE payment_method = $1",
-        "UPDATE payment_attempts SET created_at = created_at - 2 * 86400000
-          WHERE payment_method = ?1",
-        &[card],
-    )
-    .await
-    .unwrap();
-}
-
 async fn mastercard_refuses_the_eleventh_retry_in_a_day_and_the_thirty_sixth_in_thirty_days(
     b: Backend,
 ) {

@@ -11,8 +11,8 @@ mod common;
 use std::time::Duration;
 
 use chrono::{TimeDelta, Utc};
-use cobro::domain::{Amount, ChargeRequest, Currency, IdempotencyKey, OrderId};
-use cobro::gateway::{ChargeCall, ChargeOutcome, Gateway, HttpGateway, HttpGatewayConfig};
+use cobro::domain::{Amount, ChargeRequest, IdempotencyKey};
+use cobro::gateway::{HttpGateway, HttpGatewayConfig};
 use cobro::recon::{CaseKind, ReconError, Report, Window, reconcile};
 use cobro::sim::{Faults, Injection, LedgerEntry, RefundEntry};
 use cobro::state::{Event, State};
@@ -77,28 +77,6 @@ async fn pending(store: &Store, order: &str, amount: i64) -> Attempt {
     let req = ChargeRequest::parse(order, amount, "EUR", None, None).unwrap();
     let id = store.enqueue(&req).await.unwrap().attempt_id;
     store.load(id).await.unwrap().0
-}
-
-/// A charge sent to the simulator with its own key and recorded APROBADO,
-/// as a worker would (without one).
-async fn charged(store: &Store, gw: &HttpGateway, order: &str, amount: i64) -> Attempt {
-    let a = pending(store, order, amount).await;
-    let a = step(store, &a, Event::Claim, None).await;
-    let call = ChargeCall {
-        key: IdempotencyKey::from_uuid(a.idempotency_key),
-        attempt_id: None,
-        order_id: OrderId::parse(order).unwrap(),
-        amount: Amount::parse(amount).unwrap(),
-        currency: Currency::parse("EUR").unwrap(),
-        payment_method: None,
-        customer: None,
-        gateway_ref: None,
-        merchant_initiated: false,
-    };
-    let ChargeOutcome::Approved { charge_id, .. } = gw.charge(&call).await else {
-        panic!("the simulator declined a fault-free charge");
-    };
-    step(store, &a, Event::Approved, Some(&charge_id)).await
 }
 
 /// `POST /control/inject`: a charge or refund the gateway made outside cobro.

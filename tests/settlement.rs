@@ -14,14 +14,13 @@ mod common;
 use std::time::Duration;
 
 use chrono::{TimeDelta, Utc};
+use cobro::domain::ChargeRequest;
 use cobro::domain::settlement::{FeeRule, SettledCharge};
-use cobro::domain::{Amount, ChargeRequest, Currency, IdempotencyKey, OrderId};
-use cobro::gateway::{ChargeCall, ChargeOutcome, Gateway, HttpGateway, HttpGatewayConfig};
+use cobro::gateway::{HttpGateway, HttpGatewayConfig};
 use cobro::recon::settle::{SettleReport, SettlementArgs, settle};
 use cobro::recon::{CaseKind, Window};
 use cobro::sim::{Faults, Injection, LedgerEntry};
-use cobro::state::Event;
-use cobro::store::{Attempt, CaseStatus, Store};
+use cobro::store::{CaseStatus, Store};
 use common::*;
 
 on_both_backends!(
@@ -77,29 +76,6 @@ fn opened(r: &SettleReport) -> Vec<CaseKind> {
         .filter(|c| c.status == CaseStatus::New)
         .map(|c| c.kind)
         .collect()
-}
-
-/// A charge sent to the simulator with its own key and recorded APROBADO.
-async fn charged(store: &Store, gw: &HttpGateway, order: &str, amount: i64) -> Attempt {
-    let req = ChargeRequest::parse(order, amount, "EUR", None, None).unwrap();
-    let id = store.enqueue(&req).await.unwrap().attempt_id;
-    let a = store.load(id).await.unwrap().0;
-    let a = step(store, &a, Event::Claim, None).await;
-    let call = ChargeCall {
-        key: IdempotencyKey::from_uuid(a.idempotency_key),
-        attempt_id: None,
-        order_id: OrderId::parse(order).unwrap(),
-        amount: Amount::parse(amount).unwrap(),
-        currency: Currency::parse("EUR").unwrap(),
-        payment_method: None,
-        customer: None,
-        gateway_ref: None,
-        merchant_initiated: false,
-    };
-    let ChargeOutcome::Approved { charge_id, .. } = gw.charge(&call).await else {
-        panic!("the simulator declined a fault-free charge");
-    };
-    step(store, &a, Event::Approved, Some(&charge_id)).await
 }
 
 async fn post(sim_url: &str, path: &str, body: Option<&Injection>) -> serde_json::Value {

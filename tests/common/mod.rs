@@ -731,3 +731,50 @@ pub async fn declined_with_retry(
     assert!(a.next_action_at.is_some(), "a retry is scheduled");
     *a
 }
+
+/// A charge of `amount` EUR for `order` sent to the simulator behind `gw`
+/// with its own key and recorded APROBADO, as a worker would (without
+/// one): what the reconciliation and settlement tests compare against.
+pub async fn charged(
+    store: &Store,
+    gw: &cobro::gateway::HttpGateway,
+    order: &str,
+    amount: i64,
+) -> cobro::store::Attempt {
+    use cobro::domain::{Amount, ChargeRequest, Currency, IdempotencyKey, OrderId};
+    use cobro::gateway::{ChargeCall, ChargeOutcome, Gateway};
+    use cobro::state::Event;
+    let req = ChargeRequest::parse(order, amount, "EUR", None, None).unwrap();
+    let id = store.enqueue(&req).await.unwrap().attempt_id;
+    let a = store.load(id).await.unwrap().0;
+    let a = step(store, &a, Event::Claim, None).await;
+    let call = ChargeCall {
+        key: IdempotencyKey::from_uuid(a.idempotency_key),
+        attempt_id: None,
+        order_id: OrderId::parse(order).unwrap(),
+        amount: Amount::parse(amount).unwrap(),
+        currency: Currency::parse("EUR").unwrap(),
+        payment_method: None,
+        customer: None,
+        gateway_ref: None,
+        merchant_initiated: false,
+    };
+    let ChargeOutcome::Approved { charge_id, .. } = gw.charge(&call).await else {
+        panic!("the simulator declined a fault-free charge");
+    };
+    step(store, &a, Event::Approved, Some(&charge_id)).await
+}
+
+/// Moves every attempt charged to the payment method `card` two days into
+/// the past (the card networks' 24-hour window is behind them).
+pub async fn two_days_ago(db: &TestDb, card: &str) {
+    db.exec(
+        "UPDATE cobro.payment_attempts SET created_at = created_at - interval '2 days'
+          WHERE payment_method = $1",
+        "UPDATE payment_attempts SET created_at = created_at - 2 * 86400000
+          WHERE payment_method = ?1",
+        &[card],
+    )
+    .await
+    .unwrap();
+}
