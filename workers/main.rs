@@ -1,6 +1,6 @@
 //! `cobro-worker`: the worker process. Any number of them, on any number of
 //! machines, share one PostgreSQL. Configuration: flags or environment
-//! variables (see `cobro-worker --help` and the README).
+//! variables (see `cobro-worker --help` and `docs/src/operations/configuration.md`).
 
 use clap::Parser;
 
