@@ -236,7 +236,7 @@ pub(crate) enum Command {
     /// with its history and lookups.
     Attempts(cli::attempts::AttemptsArgs),
     /// Compare the gateway's charges and refunds of a window with ours and
-    /// open a case once per discrepancy (see README, Daily reconciliation).
+    /// open a case once per discrepancy (see docs/src/guides/reconciliation.md).
     Reconcile(cobro::recon::ReconcileCommand),
     /// Run the web process: gateway webhooks, the HTTP API, finance,
     /// metrics, health.

@@ -97,7 +97,7 @@ impl CardCapArgs {
 pub const DEFAULT_CARD_CAP: u32 = 15;
 /// Mastercard's limits: at most 10 retries of one card in 24 hours and 35
 /// in 30 days (Mastercard's excessive-retry rule, as processors document
-/// it: see the README's "Business retries").
+/// it: see `docs/src/guides/business-retries.md`).
 pub const DEFAULT_MC_CAP_24H: u32 = 10;
 pub const DEFAULT_MC_CAP_30D: u32 = 35;
 

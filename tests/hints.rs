@@ -1,8 +1,9 @@
 //! Every `cobro …` command a person is told to run exists: each one named
 //! (in backticks) in `cobro --help`, every subcommand's `--help`,
 //! `cobro-worker --help`, the source's messages and docs (which become
-//! help texts and error hints) and the README is run with `--help`, which
-//! must succeed. (`cobro api-key new`, once named by two hints, fails.)
+//! help texts and error hints), the README and every page of the book
+//! (`docs/src/**/*.md`) is run with `--help`, which must succeed.
+//! (`cobro api-key new`, once named by two hints, fails.)
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -81,15 +82,24 @@ fn mentioned(text: &str, into: &mut BTreeSet<Vec<String>>) {
     }
 }
 
-fn sources(dir: &Path, into: &mut BTreeSet<Vec<String>>) {
+/// Every file under `dir` whose extension is `ext`, read for commands;
+/// returns how many files were read.
+fn files(dir: &Path, ext: &str, into: &mut BTreeSet<Vec<String>>) -> usize {
+    let mut read = 0;
     for entry in std::fs::read_dir(dir).unwrap() {
         let path = entry.unwrap().path();
         if path.is_dir() {
-            sources(&path, into);
-        } else if path.extension().is_some_and(|e| e == "rs") {
+            read += files(&path, ext, into);
+        } else if path.extension().is_some_and(|e| e == ext) {
             mentioned(&std::fs::read_to_string(&path).unwrap(), into);
+            read += 1;
         }
     }
+    read
+}
+
+fn sources(dir: &Path, into: &mut BTreeSet<Vec<String>>) {
+    files(dir, "rs", into);
 }
 
 #[test]
@@ -106,6 +116,8 @@ fn every_command_a_hint_names_exists() {
         &std::fs::read_to_string(root.join("README.md")).unwrap(),
         &mut named,
     );
+    let pages = files(&root.join("docs/src"), "md", &mut named);
+    assert!(pages > 20, "the book's pages are read: {pages}");
     let path = |p: &[&str]| p.iter().map(|w| (*w).to_owned()).collect::<Vec<_>>();
     assert!(
         from_help.contains(&path(&["cobro", "api-key"]))

@@ -2,7 +2,7 @@
 //! and what the business-retry metrics group by, defined once here so
 //! neither layer reaches into the other.
 //!
-//! The categories (README, "Customer notices"):
+//! The categories (`docs/src/guides/notices.md`, "Delivered to the app"):
 //!
 //! | category | decline codes | a new card helps |
 //! |---|---|---|

@@ -1,8 +1,8 @@
 //! Card-network advice on a decline, read as what a business retry may do,
 //! and how it is kept in the stored decline code.
 //!
-//! The networks' rules (documented in the README's "Card-network retry
-//! rules"):
+//! The networks' rules (documented in `docs/src/guides/business-retries.md`,
+//! "Card-network retry rules"):
 //! - **Mastercard merchant advice codes** (`network_advice_code`): 03 "do
 //!   not try again" and 21 "payment cancelled" forbid any retry; 24-30 say
 //!   "retry after" 1 h, 24 h, 2, 4, 6, 8, 10 days.
