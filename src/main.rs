@@ -263,6 +263,9 @@ pub(crate) enum Command {
     Chaos(cobro::chaos::ChaosArgs),
     /// Run the gateway simulator (a real HTTP server with its own ledger).
     GatewaySim(cobro::sim::SimArgs),
+    /// Print the OpenAPI 3.1 document of the web process's HTTP API (JSON),
+    /// the same that `cobro serve` answers at `GET /openapi.json`.
+    Openapi,
     /// Print a reference page as Markdown, made from the definitions of
     /// these commands: `cobro reference settings` (every environment
     /// variable and flag, per process) or `cobro reference cli` (every

@@ -290,6 +290,9 @@ pub(crate) async fn run(command: Command) -> Result<()> {
                 println!("COBRO_API_KEYS entry (the secret's SHA-256): {entry}");
             }
         }
+        Command::Openapi => {
+            println!("{}", cobro::web::openapi_document());
+        }
         Command::Reference { page } => {
             print!("{}", super::reference::render(&page));
         }

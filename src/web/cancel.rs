@@ -19,6 +19,29 @@ use crate::http::auth::Caller;
 use crate::http::{Type, typed};
 use crate::store::{CancelError, CancelReason};
 
+#[utoipa::path(
+    post,
+    path = "/orders/{order_id}/cancel",
+    tag = "orders",
+    description = "Cancel what was not sent for an order: a PENDIENTE (waiting) attempt stops; one already with the gateway is not touched. Needs an API key with `charges:write` (Bearer).",
+    request_body = crate::web::openapi::CancelBody,
+    params(
+        ("order_id" = String, Path, description = "Your order's id.")
+    ),
+    responses(
+        (status = 200, description = "What was cancelled, or that there was nothing to cancel.", body = crate::web::openapi::Answer),
+        (status = 400, description = "The body is not JSON.", body = crate::web::openapi::ErrorBody),
+        (status = 401, description = "No credential, a wrong one, or the wrong scheme (`WWW-Authenticate` says which).", body = crate::web::openapi::ErrorBody),
+        (status = 403, description = "The key lacks the scope `charges:write`.", body = crate::web::openapi::ErrorBody),
+        (status = 404, description = "No such order.", body = crate::web::openapi::ErrorBody),
+        (status = 409, description = "The order cannot be cancelled (e.g. already approved).", body = crate::web::openapi::ErrorBody),
+        (status = 413, description = "The body is larger than the API's limit (16 KiB).", body = crate::web::openapi::ErrorBody),
+        (status = 415, description = "The body is not `application/json`.", body = crate::web::openapi::ErrorBody),
+        (status = 422, description = "`reason` is missing or not one of the reasons, or an unknown field.", body = crate::web::openapi::ErrorBody),
+        (status = 503, description = "The database is not available (or its schema is missing or behind: run `cobro migrate`).", body = crate::web::openapi::ErrorBody)
+    ),
+    security(("api_key" = ["charges:write"]))
+)]
 pub(super) async fn cancel(
     State(app): AppState,
     Extension(caller): Extension<Caller>,

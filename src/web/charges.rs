@@ -156,6 +156,28 @@ pub(super) fn created(body: Value, location: String, replayed: bool) -> Response
     resp
 }
 
+#[utoipa::path(
+    post,
+    path = "/charges",
+    tag = "charges",
+    description = "Enqueue a charge. The `Idempotency-Key` header (a UUID) makes a retry of this request safe: the same key and body get the first answer back with `Idempotent-Replayed: true`. Needs an API key with `charges:write` (Bearer).",
+    request_body = crate::web::openapi::ChargeBody,
+    params(
+        ("Idempotency-Key" = String, Header, description = "A UUID you choose per charge; the same key and body replay the first answer.")
+    ),
+    responses(
+        (status = 201, description = "Enqueued (or replayed); `Location` is the attempt.", body = crate::web::openapi::ChargeCreated),
+        (status = 400, description = "The `Idempotency-Key` header is missing or not a UUID, or the body is not JSON.", body = crate::web::openapi::ErrorBody),
+        (status = 401, description = "No credential, a wrong one, or the wrong scheme (`WWW-Authenticate` says which).", body = crate::web::openapi::ErrorBody),
+        (status = 403, description = "The key lacks the scope `charges:write`.", body = crate::web::openapi::ErrorBody),
+        (status = 409, description = "The key was used for another body, or the database's charge rule refused the order (`reason`: approved, live_attempt, open_case, cancelled).", body = crate::web::openapi::ErrorBody),
+        (status = 413, description = "The body is larger than the API's limit (16 KiB).", body = crate::web::openapi::ErrorBody),
+        (status = 415, description = "The body is not `application/json`.", body = crate::web::openapi::ErrorBody),
+        (status = 422, description = "A field is missing, of the wrong type, unknown, or out of range (`field` names it).", body = crate::web::openapi::ErrorBody),
+        (status = 503, description = "The database is not available (or its schema is missing or behind: run `cobro migrate`).", body = crate::web::openapi::ErrorBody)
+    ),
+    security(("api_key" = ["charges:write"]))
+)]
 pub(super) async fn create(
     State(app): AppState,
     Extension(caller): Extension<Caller>,
@@ -244,6 +266,24 @@ pub(super) async fn create(
 /// `GET /charges/{attempt_id}`, `GET /refunds/{refund_id}`, `GET
 /// /attempts/{attempt_id}`: the attempt, its full transition history, its
 /// lookups and, for a refund, the charge it refunds ([`crate::finance::detail`]).
+#[utoipa::path(
+    get,
+    path = "/charges/{attempt_id}",
+    tag = "charges",
+    description = "One attempt with its state, history and gateway lookups. Needs an API key with `attempts:read` (Bearer).",
+    params(
+        ("attempt_id" = String, Path, description = "The attempt's UUID.")
+    ),
+    responses(
+        (status = 200, description = "The attempt, its history and its lookups.", body = crate::web::openapi::AttemptView),
+        (status = 400, description = "`attempt_id` is not a UUID.", body = crate::web::openapi::ErrorBody),
+        (status = 401, description = "No credential, a wrong one, or the wrong scheme (`WWW-Authenticate` says which).", body = crate::web::openapi::ErrorBody),
+        (status = 403, description = "The key lacks the scope `attempts:read`.", body = crate::web::openapi::ErrorBody),
+        (status = 404, description = "No such attempt.", body = crate::web::openapi::ErrorBody),
+        (status = 503, description = "The database is not available (or its schema is missing or behind: run `cobro migrate`).", body = crate::web::openapi::ErrorBody)
+    ),
+    security(("api_key" = ["attempts:read"]))
+)]
 pub(super) async fn show(State(app): AppState, Path(id): Path<String>) -> Response {
     let Ok(id) = Uuid::try_parse(&id) else {
         return error(
@@ -262,4 +302,50 @@ pub(super) async fn show(State(app): AppState, Path(id): Path<String>) -> Respon
             "try again",
         ),
     }
+}
+
+/// `GET /attempts/{attempt_id}`: the same answer as `GET /charges/{attempt_id}`.
+#[utoipa::path(
+    get,
+    path = "/attempts/{attempt_id}",
+    tag = "operator",
+    description = "One attempt with its state, history and gateway lookups (the same answer as `GET /charges/{attempt_id}`). Needs an API key with `attempts:read` (Bearer).",
+    params(
+        ("attempt_id" = String, Path, description = "The attempt's UUID.")
+    ),
+    responses(
+        (status = 200, description = "The attempt, its history and its lookups.", body = crate::web::openapi::AttemptView),
+        (status = 400, description = "`attempt_id` is not a UUID.", body = crate::web::openapi::ErrorBody),
+        (status = 401, description = "No credential, a wrong one, or the wrong scheme (`WWW-Authenticate` says which).", body = crate::web::openapi::ErrorBody),
+        (status = 403, description = "The key lacks the scope `attempts:read`.", body = crate::web::openapi::ErrorBody),
+        (status = 404, description = "No such attempt.", body = crate::web::openapi::ErrorBody),
+        (status = 503, description = "The database is not available (or its schema is missing or behind: run `cobro migrate`).", body = crate::web::openapi::ErrorBody)
+    ),
+    security(("api_key" = ["attempts:read"]))
+)]
+pub(super) async fn show_attempt(app: AppState, id: Path<String>) -> Response {
+    show(app, id).await
+}
+
+/// `GET /refunds/{refund_id}`: a refund is an attempt; the same answer.
+#[utoipa::path(
+    get,
+    path = "/refunds/{refund_id}",
+    tag = "refunds",
+    description = "A refund (an attempt of kind refund) with its state, history and gateway lookups. Needs an API key with `attempts:read` (Bearer).",
+    params(
+        ("refund_id" = String, Path, description = "The refund's UUID.")
+    ),
+    responses(
+        (status = 200, description = "The attempt, its history and its lookups.", body = crate::web::openapi::AttemptView),
+        (status = 400, description = "`refund_id` is not a UUID.", body = crate::web::openapi::ErrorBody),
+        (status = 401, description = "No credential, a wrong one, or the wrong scheme (`WWW-Authenticate` says which).", body = crate::web::openapi::ErrorBody),
+        (status = 403, description = "The key lacks the scope `attempts:read`.", body = crate::web::openapi::ErrorBody),
+        (status = 404, description = "No such attempt.", body = crate::web::openapi::ErrorBody),
+        (status = 503, description = "The database is not available (or its schema is missing or behind: run `cobro migrate`).", body = crate::web::openapi::ErrorBody)
+    ),
+    security(("api_key" = ["attempts:read"]))
+)]
+pub(super) async fn show_refund(app: AppState, id: Path<String>) -> Response {
+    show(app, id).await
 }

@@ -21,6 +21,24 @@ use super::{AppState, error};
 use crate::http::auth::Caller;
 use crate::http::{Type, no_fields, typed};
 
+#[utoipa::path(
+    post,
+    path = "/control/pause",
+    tag = "control",
+    description = "Pause sending to the gateway (the incident switch), with a reason everyone sees. Needs an API key with `finance:write` (Bearer).",
+    request_body = crate::web::openapi::PauseBody,
+    responses(
+        (status = 200, description = "Sending is paused.", body = crate::web::openapi::PauseState),
+        (status = 400, description = "The body is not JSON.", body = crate::web::openapi::ErrorBody),
+        (status = 401, description = "No credential, a wrong one, or the wrong scheme (`WWW-Authenticate` says which).", body = crate::web::openapi::ErrorBody),
+        (status = 403, description = "The key lacks the scope `finance:write`.", body = crate::web::openapi::ErrorBody),
+        (status = 413, description = "The body is larger than the API's limit (16 KiB).", body = crate::web::openapi::ErrorBody),
+        (status = 415, description = "The body is not `application/json`.", body = crate::web::openapi::ErrorBody),
+        (status = 422, description = "`reason` is missing or empty, or an unknown field.", body = crate::web::openapi::ErrorBody),
+        (status = 503, description = "The database is not available (or its schema is missing or behind: run `cobro migrate`).", body = crate::web::openapi::ErrorBody)
+    ),
+    security(("api_key" = ["finance:write"]))
+)]
 pub(super) async fn pause(
     State(app): AppState,
     Extension(caller): Extension<Caller>,
@@ -44,6 +62,22 @@ pub(super) async fn pause(
     set(&app, &caller, true, Some(&reason)).await
 }
 
+#[utoipa::path(
+    post,
+    path = "/control/resume",
+    tag = "control",
+    description = "Resume sending. The body is empty or `{}`. Needs an API key with `finance:write` (Bearer).",
+    responses(
+        (status = 200, description = "Sending resumed.", body = crate::web::openapi::PauseState),
+        (status = 401, description = "No credential, a wrong one, or the wrong scheme (`WWW-Authenticate` says which).", body = crate::web::openapi::ErrorBody),
+        (status = 403, description = "The key lacks the scope `finance:write`.", body = crate::web::openapi::ErrorBody),
+        (status = 413, description = "The body is larger than the API's limit (16 KiB).", body = crate::web::openapi::ErrorBody),
+        (status = 415, description = "The body is not `application/json`.", body = crate::web::openapi::ErrorBody),
+        (status = 422, description = "The body has a field (none is taken).", body = crate::web::openapi::ErrorBody),
+        (status = 503, description = "The database is not available (or its schema is missing or behind: run `cobro migrate`).", body = crate::web::openapi::ErrorBody)
+    ),
+    security(("api_key" = ["finance:write"]))
+)]
 pub(super) async fn resume(
     State(app): AppState,
     Extension(caller): Extension<Caller>,
@@ -58,6 +92,19 @@ pub(super) async fn resume(
     set(&app, &caller, false, None).await
 }
 
+#[utoipa::path(
+    get,
+    path = "/control/pause",
+    tag = "control",
+    description = "Whether sending is paused, by whom and why. Needs an API key with `finance:write` (Bearer).",
+    responses(
+        (status = 200, description = "The switch.", body = crate::web::openapi::PauseState),
+        (status = 401, description = "No credential, a wrong one, or the wrong scheme (`WWW-Authenticate` says which).", body = crate::web::openapi::ErrorBody),
+        (status = 403, description = "The key lacks the scope `finance:write`.", body = crate::web::openapi::ErrorBody),
+        (status = 503, description = "The database is not available (or its schema is missing or behind: run `cobro migrate`).", body = crate::web::openapi::ErrorBody)
+    ),
+    security(("api_key" = ["finance:write"]))
+)]
 pub(super) async fn show(State(app): AppState) -> Response {
     match app.store.pause_state().await {
         Ok(s) => Json(json!({ "paused": s.as_ref().is_some_and(|s| s.paused), "switch": s }))

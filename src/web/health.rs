@@ -52,6 +52,17 @@ fn unavailable(body: serde_json::Value) -> Response {
     (StatusCode::SERVICE_UNAVAILABLE, Json(body)).into_response()
 }
 
+#[utoipa::path(
+    get,
+    path = "/health",
+    tag = "operations",
+    description = "Liveness: 200 while the database answers and has a schema; answered even past the connection limit. No credential.",
+    responses(
+        (status = 200, description = "The database answers.", body = crate::web::openapi::Health),
+        (status = 503, description = "The database is unreachable, or was never migrated (`reason` names `cobro migrate`).", body = crate::web::openapi::Health)
+    ),
+    security(())
+)]
 pub(super) async fn health(State(app): AppState) -> Response {
     let backend = app.store.backend();
     match look(&app.store).await {
@@ -65,6 +76,17 @@ pub(super) async fn health(State(app): AppState) -> Response {
     }
 }
 
+#[utoipa::path(
+    get,
+    path = "/ready",
+    tag = "operations",
+    description = "Readiness, for a load balancer: 200 only when the database answers and has every migration of this binary; at most 2 s; answered even past the connection limit. No credential.",
+    responses(
+        (status = 200, description = "Ready.", body = crate::web::openapi::Health),
+        (status = 503, description = "Not ready: `reason` says why.", body = crate::web::openapi::Health)
+    ),
+    security(())
+)]
 pub(super) async fn ready(State(app): AppState) -> Response {
     match look(&app.store).await {
         Seen::Schema(r) => match r.problem() {

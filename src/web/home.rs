@@ -16,6 +16,18 @@ use maud::html;
 use super::html::shell;
 use crate::http::auth::{ApiKeys, Scope, Via};
 
+#[utoipa::path(
+    get,
+    path = "/",
+    tag = "pages",
+    description = "A signed-in landing page linking the pages the key may see. Needs `finance:read` or `attempts:read`: the browser's sign-in (Basic) or an API key (Bearer).",
+    responses(
+        (status = 200, description = "The page.", content_type = "text/html"),
+        (status = 401, description = "No credential (with the Basic challenge) or a wrong one.", body = crate::web::openapi::ErrorBody),
+        (status = 403, description = "The key has neither `finance:read` nor `attempts:read`.", body = crate::web::openapi::ErrorBody)
+    ),
+    security(("sign_in" = ["finance:read", "attempts:read"]), ("api_key" = ["finance:read", "attempts:read"]))
+)]
 pub(crate) async fn landing(State(keys): State<Arc<ApiKeys>>, req: Request) -> Response {
     let Ok(person) = keys.authenticate(req.headers(), Via::Either) else {
         let mut resp = super::error(

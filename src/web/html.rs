@@ -34,6 +34,16 @@ label{display:block;margin:.3rem 0}input[type=text],textarea{width:18rem}nav a{m
 
 /// `GET /assets/cobro.css`: the pages' look (a file, so the CSP needs no
 /// `'unsafe-inline'`).
+#[utoipa::path(
+    get,
+    path = "/assets/cobro.css",
+    tag = "pages",
+    description = "The pages' stylesheet. No credential.",
+    responses(
+        (status = 200, description = "The stylesheet.", content_type = "text/css")
+    ),
+    security(())
+)]
 pub(crate) async fn stylesheet() -> Response {
     (
         [

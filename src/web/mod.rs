@@ -55,12 +55,14 @@ pub mod finance;
 mod health;
 mod home;
 mod html;
+mod openapi;
 mod operator;
 mod payment_method;
 mod process;
 mod refunds;
 mod webhooks;
 
+pub use openapi::document as openapi_document;
 pub use process::{ServeArgs, run};
 
 use std::sync::Arc;
@@ -246,7 +248,7 @@ impl WebConfig {
             )
             .route(
                 "/attempts/{attempt_id}",
-                bearer(Scope::AttemptsRead).on(get(charges::show)),
+                bearer(Scope::AttemptsRead).on(get(charges::show_attempt)),
             )
             .route(
                 "/refunds",
@@ -254,7 +256,7 @@ impl WebConfig {
             )
             .route(
                 "/refunds/{refund_id}",
-                bearer(Scope::AttemptsRead).on(get(charges::show)),
+                bearer(Scope::AttemptsRead).on(get(charges::show_refund)),
             )
             .route(
                 "/orders/{order_id}/cancel",
@@ -294,6 +296,7 @@ impl WebConfig {
         let health = Router::new()
             .route("/health", get(health::health))
             .route("/ready", get(health::ready))
+            .route("/openapi.json", get(openapi::openapi_json))
             .with_state(app);
         let safe = axum::middleware::map_response(html::security_headers);
         (
@@ -316,6 +319,18 @@ pub(crate) struct App {
 
 pub(crate) type AppState = State<Arc<App>>;
 
+#[utoipa::path(
+    get,
+    path = "/metrics",
+    tag = "operations",
+    description = "Prometheus metrics, in the text exposition format. Needs an API key with `metrics:read` (Bearer).",
+    responses(
+        (status = 200, description = "The metrics.", content_type = "text/plain; version=0.0.4"),
+        (status = 401, description = "No credential, a wrong one, or the wrong scheme (`WWW-Authenticate` says which).", body = crate::web::openapi::ErrorBody),
+        (status = 403, description = "The key lacks the scope `metrics:read`.", body = crate::web::openapi::ErrorBody)
+    ),
+    security(("api_key" = ["metrics:read"]))
+)]
 async fn metrics(State(app): AppState) -> Response {
     app.scraper.response().await
 }

@@ -21,6 +21,29 @@ use crate::http::auth::Caller;
 use crate::http::{Type, typed};
 use crate::store::RefundError;
 
+#[utoipa::path(
+    post,
+    path = "/refunds",
+    tag = "refunds",
+    description = "Ask for a refund of an APROBADO (approved) charge, with an `Idempotency-Key` header (a UUID). Needs an API key with `refunds:write` (Bearer).",
+    request_body = crate::web::openapi::RefundBody,
+    params(
+        ("Idempotency-Key" = String, Header, description = "A UUID you choose per charge; the same key and body replay the first answer.")
+    ),
+    responses(
+        (status = 201, description = "Enqueued (or replayed); `Location` is the refund.", body = crate::web::openapi::RefundCreated),
+        (status = 400, description = "The `Idempotency-Key` header is missing or not a UUID, or the body is not JSON.", body = crate::web::openapi::ErrorBody),
+        (status = 401, description = "No credential, a wrong one, or the wrong scheme (`WWW-Authenticate` says which).", body = crate::web::openapi::ErrorBody),
+        (status = 403, description = "The key lacks the scope `refunds:write`.", body = crate::web::openapi::ErrorBody),
+        (status = 404, description = "No such charge attempt.", body = crate::web::openapi::ErrorBody),
+        (status = 409, description = "The charge is not refundable, the amount exceeds what was captured, or the key was used for another body.", body = crate::web::openapi::ErrorBody),
+        (status = 413, description = "The body is larger than the API's limit (16 KiB).", body = crate::web::openapi::ErrorBody),
+        (status = 415, description = "The body is not `application/json`.", body = crate::web::openapi::ErrorBody),
+        (status = 422, description = "A field is missing, of the wrong type, unknown, or out of range (`field` names it).", body = crate::web::openapi::ErrorBody),
+        (status = 503, description = "The database is not available (or its schema is missing or behind: run `cobro migrate`).", body = crate::web::openapi::ErrorBody)
+    ),
+    security(("api_key" = ["refunds:write"]))
+)]
 pub(super) async fn create(
     State(app): AppState,
     Extension(caller): Extension<Caller>,

@@ -71,6 +71,24 @@ impl RejectSampler {
     }
 }
 
+#[utoipa::path(
+    post,
+    path = "/webhooks/gateway",
+    tag = "gateway",
+    description = "The gateway's webhook receiver: the event is verified by its signature (the webhook secrets), not by an API key. Mounted only when webhook secrets are set (else 404).",
+    request_body(description = "The gateway's signed event (JSON).", content_type = "application/json"),
+    responses(
+        (status = 200, description = "Verified and recorded (or already known)."),
+        (status = 400, description = "A signature header is missing or malformed, or the event is not one cobro reads."),
+        (status = 401, description = "The signature does not verify."),
+        (status = 404, description = "No webhook secrets are set: the receiver is not mounted."),
+        (status = 408, description = "The body took too long to arrive."),
+        (status = 413, description = "The body is larger than `COBRO_MAX_BODY_BYTES`."),
+        (status = 415, description = "The body is not JSON."),
+        (status = 503, description = "Nothing was stored (the database did not answer): the gateway retries.")
+    ),
+    security(())
+)]
 pub(super) async fn receive(State(app): AppState, req: Request) -> Response {
     let headers = req.headers().clone();
     let reject = |status: StatusCode, reason: &'static str, detail: String, size: usize| {

@@ -46,8 +46,9 @@ pub(super) fn unavailable(e: &StoreError) -> Response {
 
 /// The query string of the queue's list: its filters and its page. (Not
 /// `#[serde(flatten)]`: a query string's numbers would not parse through it.)
-#[derive(Deserialize)]
-pub(super) struct ListParams {
+#[derive(Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+pub(in crate::web) struct ListParams {
     state: Option<String>,
     currency: Option<String>,
     kind: Option<String>,
@@ -83,7 +84,24 @@ impl ListParams {
 /// and the next page's cursor; one page of the open reconciliation cases
 /// (`?cases_limit=`, `?cases_after=<cases_next>`), with their total. Both
 /// pages are bounded ([`finance::MAX_PAGE_SIZE`]).
-pub(super) async fn list(State(fin): FinanceState, Query(p): Query<ListParams>) -> Response {
+#[utoipa::path(
+    get,
+    path = "/finance/api/escalations",
+    tag = "finance",
+    description = "A page of the escalation queue (`items`, `total`, `next`) and of the open reconciliation cases (`cases`, `cases_total`, `cases_next`). Needs an API key with `finance:read` (Bearer).",
+    params(
+        ListParams
+    ),
+    responses(
+        (status = 200, description = "The queue.", body = crate::web::openapi::Answer),
+        (status = 422, description = "A filter or cursor is malformed.", body = crate::web::openapi::ErrorBody),
+        (status = 401, description = "No credential, a wrong one, or the wrong scheme (`WWW-Authenticate` says which).", body = crate::web::openapi::ErrorBody),
+        (status = 403, description = "The key lacks the scope `finance:read`.", body = crate::web::openapi::ErrorBody),
+        (status = 503, description = "The database is not available (or its schema is missing or behind: run `cobro migrate`).", body = crate::web::openapi::ErrorBody)
+    ),
+    security(("api_key" = ["finance:read"]))
+)]
+pub(in crate::web) async fn list(State(fin): FinanceState, Query(p): Query<ListParams>) -> Response {
     let (filter, page, cases) = p.split();
     let page = match finance::queue_page(&fin.store, fin.cfg.stale_after, &filter, &page).await {
         Ok(page) => page,
@@ -163,7 +181,25 @@ struct CheckNowBody {
 
 /// Bulk "check again now": the janitor's next check of every attempt in
 /// review the filters select is pulled to now, as the signed-in person.
-pub(super) async fn check_now(
+#[utoipa::path(
+    post,
+    path = "/finance/api/check-now",
+    tag = "finance",
+    description = "Bulk check now: the next gateway lookup of every attempt in review that the filters select is pulled to now. Needs an API key with `finance:write` (Bearer).",
+    request_body = crate::web::openapi::CheckNowBody,
+    responses(
+        (status = 200, description = "How many were scheduled.", body = crate::web::openapi::Answer),
+        (status = 400, description = "The body is not JSON.", body = crate::web::openapi::ErrorBody),
+        (status = 422, description = "A filter is malformed, or an unknown field.", body = crate::web::openapi::ErrorBody),
+        (status = 401, description = "No credential, a wrong one, or the wrong scheme (`WWW-Authenticate` says which).", body = crate::web::openapi::ErrorBody),
+        (status = 403, description = "The key lacks the scope `finance:write`.", body = crate::web::openapi::ErrorBody),
+        (status = 413, description = "The body is larger than the API's limit (16 KiB).", body = crate::web::openapi::ErrorBody),
+        (status = 415, description = "The body is not `application/json`.", body = crate::web::openapi::ErrorBody),
+        (status = 503, description = "The database is not available (or its schema is missing or behind: run `cobro migrate`).", body = crate::web::openapi::ErrorBody)
+    ),
+    security(("api_key" = ["finance:write"]))
+)]
+pub(in crate::web) async fn check_now(
     State(fin): FinanceState,
     Extension(person): Extension<Person>,
     body: Bytes,
@@ -188,14 +224,37 @@ pub(super) async fn check_now(
     }
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 struct CaseBody {
     #[serde(default)]
     note: String,
 }
 
 /// Closes a reconciliation case, as the signed-in person, with a note.
-pub(super) async fn resolve_case(
+#[utoipa::path(
+    post,
+    path = "/finance/api/cases/{id}/resolve",
+    tag = "finance",
+    description = "Close a reconciliation case, with an optional note. The body may be empty. Needs an API key with `finance:write` (Bearer).",
+    request_body = CaseBody,
+    params(
+        ("id" = i64, Path, description = "The reconciliation case's number.")
+    ),
+    responses(
+        (status = 200, description = "The case, closed.", body = crate::web::openapi::Answer),
+        (status = 400, description = "The body is not JSON.", body = crate::web::openapi::ErrorBody),
+        (status = 404, description = "No such case.", body = crate::web::openapi::ErrorBody),
+        (status = 409, description = "The case is already closed.", body = crate::web::openapi::ErrorBody),
+        (status = 422, description = "The note is of the wrong type, or an unknown field.", body = crate::web::openapi::ErrorBody),
+        (status = 401, description = "No credential, a wrong one, or the wrong scheme (`WWW-Authenticate` says which).", body = crate::web::openapi::ErrorBody),
+        (status = 403, description = "The key lacks the scope `finance:write`.", body = crate::web::openapi::ErrorBody),
+        (status = 413, description = "The body is larger than the API's limit (16 KiB).", body = crate::web::openapi::ErrorBody),
+        (status = 415, description = "The body is not `application/json`.", body = crate::web::openapi::ErrorBody),
+        (status = 503, description = "The database is not available (or its schema is missing or behind: run `cobro migrate`).", body = crate::web::openapi::ErrorBody)
+    ),
+    security(("api_key" = ["finance:write"]))
+)]
+pub(in crate::web) async fn resolve_case(
     State(fin): FinanceState,
     Extension(person): Extension<Person>,
     Path(id): Path<i64>,
@@ -218,7 +277,7 @@ pub(super) async fn resolve_case(
     }
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 struct DuplicateBody {
     charge_id: String,
 }
@@ -226,7 +285,31 @@ struct DuplicateBody {
 /// Refunds a gateway-side duplicate of a `double_charge` case, approved by
 /// the signed-in person: 201 with the refund, 200 with the one already
 /// asked for.
-pub(super) async fn refund_duplicate(
+#[utoipa::path(
+    post,
+    path = "/finance/api/cases/{id}/refund-duplicate",
+    tag = "finance",
+    description = "Refund a gateway-side duplicate of a double-charge case. Needs an API key with `finance:write` (Bearer).",
+    request_body = DuplicateBody,
+    params(
+        ("id" = i64, Path, description = "The reconciliation case's number.")
+    ),
+    responses(
+        (status = 201, description = "The refund was asked for.", body = crate::web::openapi::Answer),
+        (status = 200, description = "The same refund was already asked for.", body = crate::web::openapi::Answer),
+        (status = 400, description = "The body is not JSON.", body = crate::web::openapi::ErrorBody),
+        (status = 404, description = "No such case.", body = crate::web::openapi::ErrorBody),
+        (status = 409, description = "The charge is not this case's duplicate, or not refundable.", body = crate::web::openapi::ErrorBody),
+        (status = 422, description = "`charge_id` is missing or of the wrong type, or an unknown field.", body = crate::web::openapi::ErrorBody),
+        (status = 401, description = "No credential, a wrong one, or the wrong scheme (`WWW-Authenticate` says which).", body = crate::web::openapi::ErrorBody),
+        (status = 403, description = "The key lacks the scope `finance:write`.", body = crate::web::openapi::ErrorBody),
+        (status = 413, description = "The body is larger than the API's limit (16 KiB).", body = crate::web::openapi::ErrorBody),
+        (status = 415, description = "The body is not `application/json`.", body = crate::web::openapi::ErrorBody),
+        (status = 503, description = "The database is not available (or its schema is missing or behind: run `cobro migrate`).", body = crate::web::openapi::ErrorBody)
+    ),
+    security(("api_key" = ["finance:write"]))
+)]
+pub(in crate::web) async fn refund_duplicate(
     State(fin): FinanceState,
     Extension(person): Extension<Person>,
     Path(id): Path<i64>,
@@ -329,7 +412,27 @@ impl Export {
 /// its keyset cursor and written out as it goes, so the web process holds
 /// one page whatever the queue's size. A bad filter is a 422 and an
 /// unreachable database a 503 (the first page is read before answering).
-pub(super) async fn csv(State(fin): FinanceState, Query(filter): Query<Filter>) -> Response {
+#[utoipa::path(
+    get,
+    path = "/finance/escalations.csv",
+    tag = "finance",
+    description = "The escalation queue, with the same filters as the page, as CSV. Needs `finance:read`: the browser's sign-in (Basic) or an API key (Bearer).",
+    params(
+        ("state" = Option<String>, Query, description = "A state, e.g. EN_REVISION (in review)."),
+        ("currency" = Option<String>, Query, description = "An ISO 4217 code, e.g. USD."),
+        ("kind" = Option<String>, Query, description = "initial, retry or refund."),
+        ("min_age_secs" = Option<i64>, Query, description = "Only attempts at least this old, in seconds.")
+    ),
+    responses(
+        (status = 200, description = "The queue as CSV.", content_type = "text/csv"),
+        (status = 422, description = "A filter is malformed.", body = crate::web::openapi::ErrorBody),
+        (status = 401, description = "No credential, a wrong one, or the wrong scheme (`WWW-Authenticate` says which).", body = crate::web::openapi::ErrorBody),
+        (status = 403, description = "The key lacks the scope `finance:read`.", body = crate::web::openapi::ErrorBody),
+        (status = 503, description = "The database is not available (or its schema is missing or behind: run `cobro migrate`).", body = crate::web::openapi::ErrorBody)
+    ),
+    security(("api_key" = ["finance:read"]), ("sign_in" = ["finance:read"]))
+)]
+pub(in crate::web) async fn csv(State(fin): FinanceState, Query(filter): Query<Filter>) -> Response {
     let q = match filter.query(fin.cfg.stale_after) {
         Ok(q) => q,
         Err(e) => return queue_error(e.into()),
@@ -365,7 +468,25 @@ pub(super) async fn csv(State(fin): FinanceState, Query(filter): Query<Filter>) 
         .into_response()
 }
 
-pub(super) async fn detail(State(fin): FinanceState, Path(id): Path<String>) -> Response {
+#[utoipa::path(
+    get,
+    path = "/finance/api/attempts/{id}",
+    tag = "finance",
+    description = "One attempt with its history and lookups. Needs an API key with `finance:read` (Bearer).",
+    params(
+        ("id" = String, Path, description = "The attempt's UUID.")
+    ),
+    responses(
+        (status = 200, description = "The attempt.", body = crate::web::openapi::AttemptView),
+        (status = 400, description = "`id` is not a UUID.", body = crate::web::openapi::ErrorBody),
+        (status = 404, description = "No such attempt.", body = crate::web::openapi::ErrorBody),
+        (status = 401, description = "No credential, a wrong one, or the wrong scheme (`WWW-Authenticate` says which).", body = crate::web::openapi::ErrorBody),
+        (status = 403, description = "The key lacks the scope `finance:read`.", body = crate::web::openapi::ErrorBody),
+        (status = 503, description = "The database is not available (or its schema is missing or behind: run `cobro migrate`).", body = crate::web::openapi::ErrorBody)
+    ),
+    security(("api_key" = ["finance:read"]))
+)]
+pub(in crate::web) async fn detail(State(fin): FinanceState, Path(id): Path<String>) -> Response {
     let Ok(id) = Uuid::try_parse(&id) else {
         return bad_id();
     };
@@ -385,7 +506,31 @@ struct ResolveBody {
     resolution: Resolution,
 }
 
-pub(super) async fn resolve(
+#[utoipa::path(
+    post,
+    path = "/finance/api/attempts/{id}/resolve",
+    tag = "finance",
+    description = "Resolve an attempt in review: approve (with the gateway's charge id), decline (with a code) or check now, at the version you saw. Needs an API key with `finance:write` (Bearer).",
+    request_body = crate::web::openapi::ResolveBody,
+    params(
+        ("id" = String, Path, description = "The attempt's UUID.")
+    ),
+    responses(
+        (status = 200, description = "Resolved: the attempt now.", body = crate::web::openapi::Answer),
+        (status = 202, description = "A decline was asked for; the attempt stays EN_REVISION (in review) until the gateway is final.", body = crate::web::openapi::Answer),
+        (status = 400, description = "`id` is not a UUID, or the body is not JSON.", body = crate::web::openapi::ErrorBody),
+        (status = 404, description = "No such attempt.", body = crate::web::openapi::ErrorBody),
+        (status = 409, description = "The attempt moved since `version`, or is already settled.", body = crate::web::openapi::ErrorBody),
+        (status = 422, description = "A field is missing, of the wrong type, or unknown.", body = crate::web::openapi::ErrorBody),
+        (status = 401, description = "No credential, a wrong one, or the wrong scheme (`WWW-Authenticate` says which).", body = crate::web::openapi::ErrorBody),
+        (status = 403, description = "The key lacks the scope `finance:write`.", body = crate::web::openapi::ErrorBody),
+        (status = 413, description = "The body is larger than the API's limit (16 KiB).", body = crate::web::openapi::ErrorBody),
+        (status = 415, description = "The body is not `application/json`.", body = crate::web::openapi::ErrorBody),
+        (status = 503, description = "The database is not available (or its schema is missing or behind: run `cobro migrate`).", body = crate::web::openapi::ErrorBody)
+    ),
+    security(("api_key" = ["finance:write"]))
+)]
+pub(in crate::web) async fn resolve(
     State(fin): FinanceState,
     Extension(person): Extension<Person>,
     Path(id): Path<String>,
@@ -461,7 +606,30 @@ pub(super) fn resolve_error(e: ResolveError) -> Response {
 /// empty or `{"override_reason": "..."}`: finance's explicit override of
 /// the caps, kept in the attempt's log, logged, and shown on the attempt;
 /// an empty reason is refused (422 naming `override_reason`).
-pub(super) async fn retry(
+#[utoipa::path(
+    post,
+    path = "/finance/api/attempts/{id}/retry",
+    tag = "finance",
+    description = "A manual retry of a declined attempt: a new attempt with a new derived key, within the card networks' caps unless `override_reason` is given. The body may be empty. Needs an API key with `finance:write` (Bearer).",
+    request_body = RetryBody,
+    params(
+        ("id" = String, Path, description = "The attempt's UUID.")
+    ),
+    responses(
+        (status = 202, description = "The new attempt was enqueued.", body = crate::web::openapi::Answer),
+        (status = 400, description = "`id` is not a UUID, or the body is not JSON.", body = crate::web::openapi::ErrorBody),
+        (status = 404, description = "No such attempt.", body = crate::web::openapi::ErrorBody),
+        (status = 409, description = "Refused by the database's charge rule or the caps (`reason` says which).", body = crate::web::openapi::ErrorBody),
+        (status = 422, description = "`override_reason` is empty or of the wrong type, or an unknown field.", body = crate::web::openapi::ErrorBody),
+        (status = 401, description = "No credential, a wrong one, or the wrong scheme (`WWW-Authenticate` says which).", body = crate::web::openapi::ErrorBody),
+        (status = 403, description = "The key lacks the scope `finance:write`.", body = crate::web::openapi::ErrorBody),
+        (status = 413, description = "The body is larger than the API's limit (16 KiB).", body = crate::web::openapi::ErrorBody),
+        (status = 415, description = "The body is not `application/json`.", body = crate::web::openapi::ErrorBody),
+        (status = 503, description = "The database is not available (or its schema is missing or behind: run `cobro migrate`).", body = crate::web::openapi::ErrorBody)
+    ),
+    security(("api_key" = ["finance:write"]))
+)]
+pub(in crate::web) async fn retry(
     State(fin): FinanceState,
     Extension(person): Extension<Person>,
     Path(id): Path<String>,
@@ -520,12 +688,25 @@ pub(super) async fn retry(
 }
 
 /// The body of `POST /finance/api/attempts/{id}/retry`.
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 struct RetryBody {
     override_reason: Option<String>,
 }
 
-pub(super) async fn summary(State(fin): FinanceState) -> Response {
+#[utoipa::path(
+    get,
+    path = "/finance/api/summary",
+    tag = "finance",
+    description = "The daily summary: counts and amounts per state and currency. Needs an API key with `finance:read` (Bearer).",
+    responses(
+        (status = 200, description = "The summary.", body = crate::web::openapi::Answer),
+        (status = 401, description = "No credential, a wrong one, or the wrong scheme (`WWW-Authenticate` says which).", body = crate::web::openapi::ErrorBody),
+        (status = 403, description = "The key lacks the scope `finance:read`.", body = crate::web::openapi::ErrorBody),
+        (status = 503, description = "The database is not available (or its schema is missing or behind: run `cobro migrate`).", body = crate::web::openapi::ErrorBody)
+    ),
+    security(("api_key" = ["finance:read"]))
+)]
+pub(in crate::web) async fn summary(State(fin): FinanceState) -> Response {
     match finance::summarize(&fin.store, fin.cfg.stale_after, chrono::Utc::now()).await {
         Ok(s) => Json(s).into_response(),
         Err(e) => unavailable(&e),

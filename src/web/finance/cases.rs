@@ -100,14 +100,34 @@ fn duplicate_forms(c: &crate::store::ReconCase, token: &str) -> Markup {
     }
 }
 
-#[derive(Debug, Deserialize)]
-pub(super) struct DuplicateForm {
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+pub(in crate::web) struct DuplicateForm {
     form_token: String,
     charge_id: String,
 }
 
 /// Refunds a duplicate from the page, approved by the signed-in person.
-pub(super) async fn refund_duplicate(
+#[utoipa::path(
+    post,
+    path = "/finance/cases/{id}/refund-duplicate",
+    tag = "finance",
+    description = "The queue page's form refunding a gateway-side duplicate of a double-charge case. Needs `finance:write` by the browser's sign-in (Basic), the page's form token (of this sign-in, not expired) and a same-origin request.",
+    request_body(content = DuplicateForm, content_type = "application/x-www-form-urlencoded"),
+    params(
+        ("id" = i64, Path, description = "The reconciliation case's number.")
+    ),
+    responses(
+        (status = 303, description = "Refund asked for: back to the page."),
+        (status = 401, description = "No credential, a wrong one, or the wrong scheme (`WWW-Authenticate` says which).", body = crate::web::openapi::ErrorBody),
+        (status = 403, description = "The key lacks `finance:write`, the request is not same-origin, or the form token is stale or not of this sign-in (nothing changed)."),
+        (status = 404, description = "No such attempt or case.", content_type = "text/html"),
+        (status = 409, description = "Refused: it moved since the page was drawn, or is already settled.", content_type = "text/html"),
+        (status = 422, description = "A field is missing or invalid (the page says which).", content_type = "text/html"),
+        (status = 503, description = "The database is not available (or its schema is missing or behind: run `cobro migrate`).", body = crate::web::openapi::ErrorBody)
+    ),
+    security(("sign_in" = ["finance:write"]))
+)]
+pub(in crate::web) async fn refund_duplicate(
     State(fin): FinanceState,
     Extension(person): Extension<Person>,
     Path(id): Path<i64>,
@@ -138,14 +158,34 @@ pub(super) async fn refund_duplicate(
     }
 }
 
-#[derive(Debug, Deserialize)]
-pub(super) struct CaseForm {
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+pub(in crate::web) struct CaseForm {
     form_token: String,
     #[serde(default)]
     note: String,
 }
 
-pub(super) async fn resolve(
+#[utoipa::path(
+    post,
+    path = "/finance/cases/{id}/resolve",
+    tag = "finance",
+    description = "The queue page's form closing a reconciliation case, with a note. Needs `finance:write` by the browser's sign-in (Basic), the page's form token (of this sign-in, not expired) and a same-origin request.",
+    request_body(content = CaseForm, content_type = "application/x-www-form-urlencoded"),
+    params(
+        ("id" = i64, Path, description = "The reconciliation case's number.")
+    ),
+    responses(
+        (status = 303, description = "Closed: back to the page."),
+        (status = 401, description = "No credential, a wrong one, or the wrong scheme (`WWW-Authenticate` says which).", body = crate::web::openapi::ErrorBody),
+        (status = 403, description = "The key lacks `finance:write`, the request is not same-origin, or the form token is stale or not of this sign-in (nothing changed)."),
+        (status = 404, description = "No such attempt or case.", content_type = "text/html"),
+        (status = 409, description = "Refused: it moved since the page was drawn, or is already settled.", content_type = "text/html"),
+        (status = 422, description = "A field is missing or invalid (the page says which).", content_type = "text/html"),
+        (status = 503, description = "The database is not available (or its schema is missing or behind: run `cobro migrate`).", body = crate::web::openapi::ErrorBody)
+    ),
+    security(("sign_in" = ["finance:write"]))
+)]
+pub(in crate::web) async fn resolve(
     State(fin): FinanceState,
     Extension(person): Extension<Person>,
     Path(id): Path<i64>,

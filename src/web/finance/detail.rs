@@ -22,7 +22,25 @@ use crate::state::State as AttemptState;
 use crate::store::StoreError;
 use crate::web::html::{checks, history};
 
-pub(super) async fn detail(
+#[utoipa::path(
+    get,
+    path = "/finance/attempts/{id}",
+    tag = "finance",
+    description = "One attempt in finance's view, as a page with its resolve form. Needs `finance:read`: the browser's sign-in (Basic) or an API key (Bearer).",
+    params(
+        ("id" = String, Path, description = "The attempt's UUID.")
+    ),
+    responses(
+        (status = 200, description = "The page.", content_type = "text/html"),
+        (status = 400, description = "`id` is not a UUID.", body = crate::web::openapi::ErrorBody),
+        (status = 404, description = "No such attempt.", content_type = "text/html"),
+        (status = 401, description = "No credential, a wrong one, or the wrong scheme (`WWW-Authenticate` says which).", body = crate::web::openapi::ErrorBody),
+        (status = 403, description = "The key lacks the scope `finance:read`.", body = crate::web::openapi::ErrorBody),
+        (status = 503, description = "The database is not available (or its schema is missing or behind: run `cobro migrate`).", body = crate::web::openapi::ErrorBody)
+    ),
+    security(("api_key" = ["finance:read"]), ("sign_in" = ["finance:read"]))
+)]
+pub(in crate::web) async fn detail(
     State(fin): FinanceState,
     Extension(person): Extension<Person>,
     Path(id): Path<String>,
@@ -141,8 +159,8 @@ fn forms(token: &str, id: Uuid, version: i64) -> Markup {
     }
 }
 
-#[derive(Debug, Deserialize)]
-pub(super) struct ResolveForm {
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+pub(in crate::web) struct ResolveForm {
     action: String,
     version: i64,
     form_token: String,
@@ -152,7 +170,28 @@ pub(super) struct ResolveForm {
     code: Option<String>,
 }
 
-pub(super) async fn resolve(
+#[utoipa::path(
+    post,
+    path = "/finance/attempts/{id}/resolve",
+    tag = "finance",
+    description = "The attempt page's resolve form: approve (with the gateway's charge id), decline (with a code) or check now. Needs `finance:write` by the browser's sign-in (Basic), the page's form token (of this sign-in, not expired) and a same-origin request.",
+    request_body(content = ResolveForm, content_type = "application/x-www-form-urlencoded"),
+    params(
+        ("id" = String, Path, description = "The attempt's UUID.")
+    ),
+    responses(
+        (status = 303, description = "Resolved: back to the page."),
+        (status = 401, description = "No credential, a wrong one, or the wrong scheme (`WWW-Authenticate` says which).", body = crate::web::openapi::ErrorBody),
+        (status = 403, description = "The key lacks `finance:write`, the request is not same-origin, or the form token is stale or not of this sign-in (nothing changed)."),
+        (status = 404, description = "No such attempt or case.", content_type = "text/html"),
+        (status = 409, description = "Refused: it moved since the page was drawn, or is already settled.", content_type = "text/html"),
+        (status = 422, description = "A field is missing or invalid (the page says which).", content_type = "text/html"),
+        (status = 503, description = "The database is not available (or its schema is missing or behind: run `cobro migrate`).", body = crate::web::openapi::ErrorBody),
+        (status = 400, description = "`id` is not a UUID.", body = crate::web::openapi::ErrorBody)
+    ),
+    security(("sign_in" = ["finance:write"]))
+)]
+pub(in crate::web) async fn resolve(
     State(fin): FinanceState,
     Extension(person): Extension<Person>,
     Path(id): Path<String>,

@@ -15,12 +15,12 @@
 //! [`crate::finance`] with the authenticated key's name (never a name from
 //! the request body).
 
-mod api;
-mod cases;
-mod detail;
-mod gateway;
-mod page;
-mod settled;
+pub(super) mod api;
+pub(super) mod cases;
+pub(super) mod detail;
+pub(super) mod gateway;
+pub(super) mod page;
+pub(super) mod settled;
 
 pub(crate) use gateway::{banner, pause_banner};
 

@@ -53,8 +53,9 @@ pub(super) fn refused_form(person: &Person, token: &str, ttl: Duration) -> Optio
     Some((StatusCode::FORBIDDEN, page("Refused", person, body)).into_response())
 }
 
-#[derive(Debug, Default, Deserialize)]
-pub(super) struct ListQuery {
+#[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+pub(in crate::web) struct ListQuery {
     state: Option<String>,
     currency: Option<String>,
     kind: Option<String>,
@@ -101,7 +102,24 @@ impl ListQuery {
     }
 }
 
-pub(super) async fn list(
+#[utoipa::path(
+    get,
+    path = "/finance",
+    tag = "finance",
+    description = "Finance's escalation queue and open reconciliation cases, as a page with forms. Needs `finance:read`: the browser's sign-in (Basic) or an API key (Bearer).",
+    params(
+        ListQuery
+    ),
+    responses(
+        (status = 200, description = "The page.", content_type = "text/html"),
+        (status = 422, description = "A filter is malformed (the page says which).", content_type = "text/html"),
+        (status = 401, description = "No credential, a wrong one, or the wrong scheme (`WWW-Authenticate` says which).", body = crate::web::openapi::ErrorBody),
+        (status = 403, description = "The key lacks the scope `finance:read`.", body = crate::web::openapi::ErrorBody),
+        (status = 503, description = "The database is not available (or its schema is missing or behind: run `cobro migrate`).", body = crate::web::openapi::ErrorBody)
+    ),
+    security(("api_key" = ["finance:read"]), ("sign_in" = ["finance:read"]))
+)]
+pub(in crate::web) async fn list(
     State(fin): FinanceState,
     Extension(person): Extension<Person>,
     Query(q): Query<ListQuery>,
@@ -223,8 +241,8 @@ fn bulk_form(token: &str, q: &ListQuery) -> Markup {
     }
 }
 
-#[derive(Debug, Deserialize)]
-pub(super) struct CheckNowForm {
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+pub(in crate::web) struct CheckNowForm {
     form_token: String,
     #[serde(default)]
     note: String,
@@ -236,7 +254,24 @@ pub(super) struct CheckNowForm {
 
 /// The bulk "check again now" form: same token and same-origin checks as
 /// a resolution, the signed-in person as actor.
-pub(super) async fn check_now(
+#[utoipa::path(
+    post,
+    path = "/finance/check-now",
+    tag = "finance",
+    description = "The queue page's bulk form: the next gateway lookup of every attempt in review that the filters select is pulled to now. Needs `finance:write` by the browser's sign-in (Basic), the page's form token (of this sign-in, not expired) and a same-origin request.",
+    request_body(content = CheckNowForm, content_type = "application/x-www-form-urlencoded"),
+    responses(
+        (status = 303, description = "Scheduled: back to the page."),
+        (status = 401, description = "No credential, a wrong one, or the wrong scheme (`WWW-Authenticate` says which).", body = crate::web::openapi::ErrorBody),
+        (status = 403, description = "The key lacks `finance:write`, the request is not same-origin, or the form token is stale or not of this sign-in (nothing changed)."),
+        (status = 404, description = "No such attempt or case.", content_type = "text/html"),
+        (status = 409, description = "Refused: it moved since the page was drawn, or is already settled.", content_type = "text/html"),
+        (status = 422, description = "A field is missing or invalid (the page says which).", content_type = "text/html"),
+        (status = 503, description = "The database is not available (or its schema is missing or behind: run `cobro migrate`).", body = crate::web::openapi::ErrorBody)
+    ),
+    security(("sign_in" = ["finance:write"]))
+)]
+pub(in crate::web) async fn check_now(
     State(fin): FinanceState,
     Extension(person): Extension<Person>,
     Form(form): Form<CheckNowForm>,
@@ -338,7 +373,20 @@ fn age(secs: i64) -> String {
     }
 }
 
-pub(super) async fn summary(
+#[utoipa::path(
+    get,
+    path = "/finance/summary",
+    tag = "finance",
+    description = "The daily summary, as a page. Needs `finance:read`: the browser's sign-in (Basic) or an API key (Bearer).",
+    responses(
+        (status = 200, description = "The page.", content_type = "text/html"),
+        (status = 401, description = "No credential, a wrong one, or the wrong scheme (`WWW-Authenticate` says which).", body = crate::web::openapi::ErrorBody),
+        (status = 403, description = "The key lacks the scope `finance:read`.", body = crate::web::openapi::ErrorBody),
+        (status = 503, description = "The database is not available (or its schema is missing or behind: run `cobro migrate`).", body = crate::web::openapi::ErrorBody)
+    ),
+    security(("api_key" = ["finance:read"]), ("sign_in" = ["finance:read"]))
+)]
+pub(in crate::web) async fn summary(
     State(fin): FinanceState,
     Extension(person): Extension<Person>,
 ) -> Response {

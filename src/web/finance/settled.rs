@@ -16,13 +16,31 @@ use super::FinanceState;
 use super::api::unavailable;
 use crate::web::error;
 
-#[derive(Deserialize)]
-pub(super) struct Params {
+#[derive(Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+pub(in crate::web) struct Params {
     from: Option<String>,
     to: Option<String>,
 }
 
-pub(super) async fn csv(State(fin): FinanceState, Query(p): Query<Params>) -> Response {
+#[utoipa::path(
+    get,
+    path = "/finance/settlements.csv",
+    tag = "finance",
+    description = "What the gateway settled between `from` and `to`, as CSV. Needs `finance:read`: the browser's sign-in (Basic) or an API key (Bearer).",
+    params(
+        Params
+    ),
+    responses(
+        (status = 200, description = "The settlements as CSV.", content_type = "text/csv"),
+        (status = 422, description = "`from` or `to` is malformed, or `to` is before `from`.", body = crate::web::openapi::ErrorBody),
+        (status = 401, description = "No credential, a wrong one, or the wrong scheme (`WWW-Authenticate` says which).", body = crate::web::openapi::ErrorBody),
+        (status = 403, description = "The key lacks the scope `finance:read`.", body = crate::web::openapi::ErrorBody),
+        (status = 503, description = "The database is not available (or its schema is missing or behind: run `cobro migrate`).", body = crate::web::openapi::ErrorBody)
+    ),
+    security(("api_key" = ["finance:read"]), ("sign_in" = ["finance:read"]))
+)]
+pub(in crate::web) async fn csv(State(fin): FinanceState, Query(p): Query<Params>) -> Response {
     let when = |field: &'static str, raw: Option<String>, default| match raw {
         None => Ok(default),
         Some(r) => crate::recon::parse_when(&r).map_err(|e| (field, e.reason)),

@@ -10,7 +10,31 @@ use super::OperatorState;
 use crate::operator::{self, Search, SearchError};
 use crate::web::error;
 
-pub(super) async fn list(
+#[utoipa::path(
+    get,
+    path = "/attempts",
+    tag = "operator",
+    description = "Search every attempt: a page of `items` and a `next_cursor` (null on the last page). Needs an API key with `attempts:read` (Bearer).",
+    params(
+        ("order_id" = Option<String>, Query, description = "Only this order's attempts."),
+        ("key" = Option<String>, Query, description = "Only the attempt with this idempotency key."),
+        ("state" = Option<String>, Query, description = "Only attempts in this state (PENDIENTE, EN_PROCESO, DESCONOCIDO, APROBADO, RECHAZADO, EN_REVISION)."),
+        ("kind" = Option<String>, Query, description = "initial, retry or refund."),
+        ("from" = Option<String>, Query, description = "Created at or after (RFC 3339 or a date)."),
+        ("to" = Option<String>, Query, description = "Created before (RFC 3339 or a date)."),
+        ("cursor" = Option<String>, Query, description = "The previous page's `next_cursor`."),
+        ("limit" = Option<String>, Query, description = "Attempts per page (bounded).")
+    ),
+    responses(
+        (status = 200, description = "A page of attempts.", body = crate::web::openapi::Answer),
+        (status = 400, description = "A parameter is malformed (`field` names it).", body = crate::web::openapi::ErrorBody),
+        (status = 401, description = "No credential, a wrong one, or the wrong scheme (`WWW-Authenticate` says which).", body = crate::web::openapi::ErrorBody),
+        (status = 403, description = "The key lacks the scope `attempts:read`.", body = crate::web::openapi::ErrorBody),
+        (status = 503, description = "The database is not available (or its schema is missing or behind: run `cobro migrate`).", body = crate::web::openapi::ErrorBody)
+    ),
+    security(("api_key" = ["attempts:read"]))
+)]
+pub(in crate::web) async fn list(
     State(op): OperatorState,
     Query(pairs): Query<Vec<(String, String)>>,
 ) -> Response {

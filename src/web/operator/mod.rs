@@ -11,8 +11,8 @@
 //! Invariant: read-only; every page shows the incident switch's banner
 //! while sending is paused.
 
-mod api;
-mod page;
+pub(super) mod api;
+pub(super) mod page;
 
 use std::sync::Arc;
 

@@ -31,7 +31,31 @@ fn time(t: chrono::DateTime<chrono::Utc>) -> String {
     t.format("%Y-%m-%dT%H:%M:%SZ").to_string()
 }
 
-pub(super) async fn list(
+#[utoipa::path(
+    get,
+    path = "/operator/attempts",
+    tag = "operator",
+    description = "The operator view's search, as a page. Needs `attempts:read`: the browser's sign-in (Basic) or an API key (Bearer).",
+    params(
+        ("order_id" = Option<String>, Query, description = "Only this order's attempts."),
+        ("key" = Option<String>, Query, description = "Only the attempt with this idempotency key."),
+        ("state" = Option<String>, Query, description = "Only attempts in this state (PENDIENTE, EN_PROCESO, DESCONOCIDO, APROBADO, RECHAZADO, EN_REVISION)."),
+        ("kind" = Option<String>, Query, description = "initial, retry or refund."),
+        ("from" = Option<String>, Query, description = "Created at or after (RFC 3339 or a date)."),
+        ("to" = Option<String>, Query, description = "Created before (RFC 3339 or a date)."),
+        ("cursor" = Option<String>, Query, description = "The previous page's `next_cursor`."),
+        ("limit" = Option<String>, Query, description = "Attempts per page (bounded).")
+    ),
+    responses(
+        (status = 200, description = "The page.", content_type = "text/html"),
+        (status = 400, description = "A parameter is malformed (the page says which).", content_type = "text/html"),
+        (status = 401, description = "No credential, a wrong one, or the wrong scheme (`WWW-Authenticate` says which).", body = crate::web::openapi::ErrorBody),
+        (status = 403, description = "The key lacks the scope `attempts:read`.", body = crate::web::openapi::ErrorBody),
+        (status = 503, description = "The database is not available (or its schema is missing or behind: run `cobro migrate`).", body = crate::web::openapi::ErrorBody)
+    ),
+    security(("api_key" = ["attempts:read"]), ("sign_in" = ["attempts:read"]))
+)]
+pub(in crate::web) async fn list(
     State(op): OperatorState,
     Extension(person): Extension<Person>,
     Query(pairs): Query<Vec<(String, String)>>,
@@ -149,7 +173,25 @@ fn table(found: &AttemptsPage, s: &Search) -> Markup {
     }
 }
 
-pub(super) async fn detail(
+#[utoipa::path(
+    get,
+    path = "/operator/attempts/{id}",
+    tag = "operator",
+    description = "One attempt, as a page. Needs `attempts:read`: the browser's sign-in (Basic) or an API key (Bearer).",
+    params(
+        ("id" = String, Path, description = "The attempt's UUID.")
+    ),
+    responses(
+        (status = 200, description = "The page.", content_type = "text/html"),
+        (status = 400, description = "`id` is not a UUID.", body = crate::web::openapi::ErrorBody),
+        (status = 404, description = "No such attempt.", content_type = "text/html"),
+        (status = 401, description = "No credential, a wrong one, or the wrong scheme (`WWW-Authenticate` says which).", body = crate::web::openapi::ErrorBody),
+        (status = 403, description = "The key lacks the scope `attempts:read`.", body = crate::web::openapi::ErrorBody),
+        (status = 503, description = "The database is not available (or its schema is missing or behind: run `cobro migrate`).", body = crate::web::openapi::ErrorBody)
+    ),
+    security(("api_key" = ["attempts:read"]), ("sign_in" = ["attempts:read"]))
+)]
+pub(in crate::web) async fn detail(
     State(op): OperatorState,
     Extension(person): Extension<Person>,
     Path(id): Path<String>,

@@ -1,0 +1,292 @@
+//! The OpenAPI 3.1 document of the web process, served at
+//! `GET /openapi.json` and printed by `cobro openapi`.
+//!
+//! Each route's operation is the `#[utoipa::path]` on its own handler (the
+//! method, the path, the statuses the handler returns, the credential and
+//! scope); this file gathers them into one document and holds the schemas
+//! of the JSON bodies that the handlers read field by field from a
+//! `serde_json::Value` (they check each field themselves so a refusal
+//! names it), so there is no struct of theirs to derive a schema from.
+//!
+//! Invariant: every route of [`super::WebConfig::router`] is in the
+//! document and the document names no other (`tests/openapi.rs` reads the
+//! router's source and fails on a difference either way). The document
+//! holds no data: it is the same for every deployment of one version.
+
+use axum::http::header;
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
+use utoipa::{Modify, OpenApi, ToSchema};
+
+/// The document.
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "cobro",
+        description = "The HTTP API of `cobro serve`: enqueue charges and refunds, read attempts, \
+            cancel orders, pause sending, finance's escalation queue and pages, metrics and health. \
+            Every route but the webhook receiver, `/health`, `/ready` and `/openapi.json` needs an \
+            API key (`COBRO_API_KEYS`) with the scope its description names.",
+        license(name = "MIT OR Apache-2.0", identifier = "MIT OR Apache-2.0"),
+    ),
+    paths(
+        super::webhooks::receive,
+        super::health::health,
+        super::health::ready,
+        openapi_json,
+        super::charges::create,
+        super::charges::show,
+        super::charges::show_attempt,
+        super::refunds::create,
+        super::charges::show_refund,
+        super::cancel::cancel,
+        super::payment_method::update,
+        super::control::pause,
+        super::control::show,
+        super::control::resume,
+        super::metrics,
+        super::home::landing,
+        super::html::stylesheet,
+        super::operator::api::list,
+        super::operator::page::list,
+        super::operator::page::detail,
+        super::finance::page::list,
+        super::finance::detail::detail,
+        super::finance::page::summary,
+        super::finance::api::csv,
+        super::finance::settled::csv,
+        super::finance::detail::resolve,
+        super::finance::cases::resolve,
+        super::finance::cases::refund_duplicate,
+        super::finance::page::check_now,
+        super::finance::api::list,
+        super::finance::api::detail,
+        super::finance::api::summary,
+        super::finance::api::resolve,
+        super::finance::api::retry,
+        super::finance::api::check_now,
+        super::finance::api::resolve_case,
+        super::finance::api::refund_duplicate,
+    ),
+    modifiers(&Credentials),
+    tags(
+        (name = "charges", description = "Enqueue a charge and read its attempt."),
+        (name = "refunds", description = "Ask for a refund of an approved charge."),
+        (name = "orders", description = "Cancel what was not sent; a new payment method."),
+        (name = "control", description = "The incident switch: pause and resume sending."),
+        (name = "operator", description = "Every attempt, searched, as JSON and as pages."),
+        (name = "finance", description = "Finance's escalation queue: JSON API, pages, forms and CSV exports."),
+        (name = "gateway", description = "The gateway's webhooks."),
+        (name = "operations", description = "Health, readiness, metrics and this document."),
+        (name = "pages", description = "The landing page and the pages' stylesheet."),
+    )
+)]
+pub struct ApiDoc;
+
+/// The document as JSON text (pretty), with this binary's version.
+pub fn document() -> String {
+    let mut doc = ApiDoc::openapi();
+    doc.info.version = env!("CARGO_PKG_VERSION").to_owned();
+    doc.to_pretty_json()
+        .expect("the OpenAPI document serialises to JSON")
+}
+
+/// `GET /openapi.json`: this document. Public: it holds no data.
+#[utoipa::path(
+    get,
+    path = "/openapi.json",
+    tag = "operations",
+    responses((status = 200, description = "This document (OpenAPI 3.1).", content_type = "application/json")),
+    security(())
+)]
+pub(super) async fn openapi_json() -> Response {
+    (
+        [(header::CONTENT_TYPE, "application/json")],
+        document(),
+    )
+        .into_response()
+}
+
+/// The credentials: an API key as a Bearer token (`COBRO_API_KEYS`), or the
+/// browser's sign-in (HTTP Basic with the key's name and secret), which the
+/// pages and forms take.
+struct Credentials;
+
+impl Modify for Credentials {
+    fn modify(&self, doc: &mut utoipa::openapi::OpenApi) {
+        let components = doc.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "api_key",
+            SecurityScheme::Http(
+                Http::builder()
+                    .scheme(HttpAuthScheme::Bearer)
+                    .description(Some(
+                        "An API key's secret (`Authorization: Bearer <secret>`); \
+                         the key needs the scope each route names.",
+                    ))
+                    .build(),
+            ),
+        );
+        components.add_security_scheme(
+            "sign_in",
+            SecurityScheme::Http(
+                Http::builder()
+                    .scheme(HttpAuthScheme::Basic)
+                    .description(Some(
+                        "The browser's sign-in: an API key's name and secret by HTTP Basic. \
+                         The first page sets a sign-in cookie; a form also needs its form \
+                         token (bound to that cookie, expiring after COBRO_FORM_TOKEN_TTL) \
+                         and a same-origin request.",
+                    ))
+                    .build(),
+            ),
+        );
+    }
+}
+
+/// Every refusal: what is wrong, and the field or header it is about.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct ErrorBody {
+    /// What is wrong, in words.
+    error: String,
+    /// The field or header the refusal is about, when one is.
+    field: Option<String>,
+    /// On a 409 from the database's charge rule: which part refused
+    /// (`approved`, `live_attempt`, `open_case`, `cancelled`).
+    reason: Option<String>,
+}
+
+/// The body of `POST /charges` (with an `Idempotency-Key` header, a UUID).
+/// Any other field is refused (422 naming it).
+#[derive(Serialize, ToSchema)]
+pub(crate) struct ChargeBody {
+    /// Your order's id.
+    order_id: String,
+    /// The amount in minor units (1999 = 19.99 USD), a whole number from 1
+    /// to the deployment's maximum.
+    amount_minor: i64,
+    /// An ISO 4217 code, e.g. "USD".
+    currency: String,
+    /// The gateway's payment-method token.
+    payment_method: Option<String>,
+    /// The gateway's customer id the payment method is saved to.
+    customer: Option<String>,
+}
+
+/// The answer to `POST /charges`: only what never changes for the key, so
+/// a replay gets the same body (with `Idempotent-Replayed: true`).
+#[derive(Serialize, ToSchema)]
+pub(crate) struct ChargeCreated {
+    attempt_id: uuid::Uuid,
+    idempotency_key: String,
+    order_id: String,
+    amount_minor: i64,
+    currency: String,
+    payment_method: Option<String>,
+    customer: Option<String>,
+}
+
+/// One attempt with its history and the gateway lookups made for it: its
+/// state (PENDIENTE, EN_PROCESO, DESCONOCIDO, APROBADO, RECHAZADO,
+/// EN_REVISION), amount, order, key and every transition.
+#[derive(Serialize, ToSchema)]
+#[schema(value_type = Object)]
+pub(crate) struct AttemptView(serde_json::Value);
+
+/// The body of `POST /refunds` (with an `Idempotency-Key` header, a UUID).
+#[derive(Serialize, ToSchema)]
+pub(crate) struct RefundBody {
+    /// The UUID of the APROBADO (approved) charge attempt to refund.
+    attempt_id: uuid::Uuid,
+    /// The amount to refund in minor units, at most what was captured.
+    amount_minor: i64,
+}
+
+/// The answer to `POST /refunds`.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct RefundCreated {
+    refund_id: uuid::Uuid,
+    idempotency_key: String,
+    attempt_id: uuid::Uuid,
+    amount_minor: i64,
+}
+
+/// The body of `POST /orders/{order_id}/cancel`.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct CancelBody {
+    /// paid_by_other_means, customer_request, fraud_suspected,
+    /// duplicate_order or other.
+    reason: String,
+}
+
+/// The body of `POST /orders/{order_id}/payment-method`.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct PaymentMethodBody {
+    /// The gateway's new payment-method token for the order's next retry.
+    payment_method: String,
+}
+
+/// The body of `POST /control/pause`.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct PauseBody {
+    /// Why sending is paused, shown to everyone who looks.
+    reason: String,
+}
+
+/// The incident switch: whether sending is paused, and who set it, when
+/// and why (`switch`, null when never set).
+#[derive(Serialize, ToSchema)]
+pub(crate) struct PauseState {
+    paused: bool,
+    #[schema(value_type = Option<Object>)]
+    switch: Option<serde_json::Value>,
+}
+
+/// The answer of `GET /health` and `GET /ready`.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct Health {
+    /// Whether the database answers (and, for `/ready`, has every
+    /// migration of this binary).
+    ok: bool,
+    /// `/health`: the backend (`postgres`, `sqlite`), or `unreachable`.
+    database: Option<String>,
+    /// Why not, e.g. "run `cobro migrate` with the same DATABASE_URL".
+    reason: Option<String>,
+}
+
+/// A JSON object whose fields the route's description names (finance's
+/// queue, an attempt's detail, a summary, a search page, a case, a refund).
+#[derive(Serialize, ToSchema)]
+#[schema(value_type = Object)]
+pub(crate) struct Answer(serde_json::Value);
+
+/// The body of `POST /finance/api/attempts/{id}/resolve`: `charge_id` with
+/// `approve`, `code` with `decline`, neither with `check_now`.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct ResolveBody {
+    /// approve, decline or check_now.
+    action: String,
+    /// The attempt's version you saw (409 if it moved since).
+    version: i64,
+    note: Option<String>,
+    /// The gateway's charge id (approve).
+    charge_id: Option<String>,
+    /// The gateway's decline code (decline).
+    code: Option<String>,
+}
+
+/// The body of `POST /finance/api/check-now`: the queue's filters and a
+/// note.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct CheckNowBody {
+    note: String,
+    /// A state, e.g. "EN_REVISION" (in review).
+    state: Option<String>,
+    /// An ISO 4217 code, e.g. "USD".
+    currency: Option<String>,
+    /// initial, retry or refund.
+    kind: Option<String>,
+    /// Only attempts at least this old, in seconds.
+    min_age_secs: Option<i64>,
+}
