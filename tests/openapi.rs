@@ -1,0 +1,222 @@
+//! The OpenAPI document (`GET /openapi.json`, `cobro openapi`) names
+//! exactly the routes the web process serves: every `.route(…)` of
+//! `src/web/` (read from the source, with its methods) is in the document,
+//! and the document names no other; and the running web process answers
+//! every (path, method) the document names, and 405 to the methods it
+//! does not name.
+
+#[macro_use]
+mod common;
+
+use std::collections::BTreeSet;
+use std::path::Path;
+
+use cobro::store::Backend;
+use cobro::webhook::{Scheme, Verifier};
+use common::*;
+use serde_json::Value;
+
+const METHODS: [&str; 5] = ["get", "post", "put", "patch", "delete"];
+
+type Routes = BTreeSet<(String, String)>;
+
+/// Every (path, method) of the document.
+fn documented() -> Routes {
+    let doc: Value = serde_json::from_str(&cobro::web::openapi_document()).unwrap();
+    assert_eq!(doc["openapi"], "3.1.0");
+    assert_eq!(doc["info"]["title"], "cobro");
+    assert_eq!(doc["info"]["version"], env!("CARGO_PKG_VERSION"));
+    let mut out = Routes::new();
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        for method in item.as_object().unwrap().keys() {
+            if METHODS.contains(&method.as_str()) {
+                out.insert((path.clone(), method.clone()));
+            }
+        }
+    }
+    out
+}
+
+/// Every (path, method) that a `.route(path, …)` in `src/web/` mounts:
+/// the path is a string literal or a `const` of `src/web/`; the methods
+/// are the `get(`, `post(`, `.put(`, … calls inside the route's arguments.
+fn routed() -> Routes {
+    let mut files = Vec::new();
+    rust_files(Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/src/web")), &mut files);
+    let sources: Vec<(String, String)> = files
+        .iter()
+        .map(|f| {
+            let text = std::fs::read_to_string(f).unwrap();
+            // Comments do not mount routes.
+            let code: Vec<&str> = text
+                .lines()
+                .map(|l| l.split("//").next().unwrap_or(""))
+                .collect();
+            (f.display().to_string(), code.join("\n"))
+        })
+        .collect();
+    let mut out = Routes::new();
+    for (file, code) in &sources {
+        let mut rest = code.as_str();
+        while let Some(at) = rest.find(".route(") {
+            let args = balanced(&rest[at + ".route(".len()..]);
+            rest = &rest[at + ".route(".len() + args.len()..];
+            let first = args.split(',').next().unwrap().trim();
+            let path = if let Some(lit) = first.strip_prefix('"') {
+                lit.trim_end_matches('"').to_owned()
+            } else {
+                let name = first.rsplit("::").next().unwrap();
+                constant(&sources, name)
+                    .unwrap_or_else(|| panic!("{file}: no const {name} for a route's path"))
+            };
+            assert!(
+                !args.contains("any("),
+                "{file}: {path} is routed for any method; the document must list them"
+            );
+            let mut methods = 0;
+            for m in METHODS {
+                if calls(args, m) {
+                    out.insert((path.clone(), m.to_owned()));
+                    methods += 1;
+                }
+            }
+            assert!(methods > 0, "{file}: no method found for the route {path}");
+        }
+    }
+    out
+}
+
+fn rust_files(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let p = entry.unwrap().path();
+        if p.is_dir() {
+            rust_files(&p, out);
+        } else if p.extension().is_some_and(|e| e == "rs") {
+            out.push(p);
+        }
+    }
+}
+
+/// The text up to the parenthesis that closes the one just opened.
+fn balanced(s: &str) -> &str {
+    let mut depth = 1;
+    let mut in_str = false;
+    for (i, c) in s.char_indices() {
+        match c {
+            '"' => in_str = !in_str,
+            '(' if !in_str => depth += 1,
+            ')' if !in_str => {
+                depth -= 1;
+                if depth == 0 {
+                    return &s[..i];
+                }
+            }
+            _ => {}
+        }
+    }
+    panic!("unbalanced .route(")
+}
+
+/// Whether `args` calls `method(` as a word (`get(`, `.get(`), not as the
+/// end of another name (`budget(`).
+fn calls(args: &str, method: &str) -> bool {
+    let pat = format!("{method}(");
+    args.match_indices(&pat).any(|(i, _)| {
+        !args[..i]
+            .chars()
+            .next_back()
+            .is_some_and(|c| c.is_alphanumeric() || c == '_')
+    })
+}
+
+/// The value of `const NAME: &str = "…";` in one of the sources.
+fn constant(sources: &[(String, String)], name: &str) -> Option<String> {
+    let decl = format!("const {name}: &str = \"");
+    sources.iter().find_map(|(_, code)| {
+        let at = code.find(&decl)? + decl.len();
+        Some(code[at..].split('"').next()?.to_owned())
+    })
+}
+
+#[test]
+fn the_document_names_exactly_the_routes_of_the_router() {
+    let doc = documented();
+    let src = routed();
+    // The scanner found the router: a scanner that found nothing would
+    // make the comparison below pass on an empty document.
+    assert!(src.len() >= 30, "only {} routes read from src/web", src.len());
+    assert!(src.contains(&("/charges".into(), "post".into())));
+    assert!(src.contains(&("/control/pause".into(), "get".into())));
+    let missing: Vec<_> = src.difference(&doc).collect();
+    let extra: Vec<_> = doc.difference(&src).collect();
+    assert!(
+        missing.is_empty() && extra.is_empty(),
+        "routes of the router missing from the OpenAPI document: {missing:?}; \
+         routes in the document the router does not serve: {extra:?}"
+    );
+    println!("{} routes, in the router and the document", src.len());
+}
+
+/// `{name}` → a value its handler can parse (the route must match, whatever
+/// the handler answers after).
+fn concrete(path: &str) -> String {
+    path.split('/')
+        .map(|seg| match seg {
+            "{id}" if path.starts_with("/finance/cases/") || path.contains("/api/cases/") => "1",
+            s if s.starts_with('{') => "00000000-0000-4000-8000-000000000000",
+            s => s,
+        })
+        .collect::<Vec<_>>()
+        .join("/")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_web_process_answers_what_the_document_names_and_nothing_else() {
+    let db = TestDb::new(Backend::Sqlite).await;
+    let v = Verifier::from_env_value(Scheme::StandardWebhooks, &test_secret()).unwrap();
+    let web = start_web(&db.store, v).await;
+    let http = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let doc = documented();
+    let paths: BTreeSet<&String> = doc.iter().map(|(p, _)| p).collect();
+    for path in paths {
+        let url = format!("{}{}", web.url, concrete(path));
+        for m in METHODS {
+            let method = reqwest::Method::from_bytes(m.to_uppercase().as_bytes()).unwrap();
+            let status = http
+                .request(method, &url)
+                .header("content-type", "application/json")
+                .body("{}")
+                .send()
+                .await
+                .unwrap()
+                .status();
+            if doc.contains(&(path.clone(), m.to_owned())) {
+                assert!(
+                    status != 404 && status != 405,
+                    "{m} {path}: documented, but the web process answers {status}"
+                );
+            } else {
+                assert_eq!(status, 405, "{m} {path}: not documented, but answered");
+            }
+        }
+    }
+    // Served without a credential, the same document `cobro openapi` prints.
+    let served = http
+        .get(format!("{}/openapi.json", web.url))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(served.status(), 200);
+    assert!(
+        served.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("application/json")
+    );
+    assert_eq!(served.text().await.unwrap(), cobro::web::openapi_document());
+    web.stop().await;
+    db.drop_db().await;
+}
