@@ -159,6 +159,7 @@ pub(super) fn created(body: Value, location: String, replayed: bool) -> Response
 #[utoipa::path(
     post,
     path = "/charges",
+    operation_id = "post_charges",
     tag = "charges",
     description = "Enqueue a charge. The `Idempotency-Key` header (a UUID) makes a retry of this request safe: the same key and body get the first answer back with `Idempotent-Replayed: true`. Needs an API key with `charges:write` (Bearer).",
     request_body = crate::web::openapi::ChargeBody,
@@ -269,6 +270,7 @@ pub(super) async fn create(
 #[utoipa::path(
     get,
     path = "/charges/{attempt_id}",
+    operation_id = "get_charges_attempt_id",
     tag = "charges",
     description = "One attempt with its state, history and gateway lookups. Needs an API key with `attempts:read` (Bearer).",
     params(
@@ -308,6 +310,7 @@ pub(super) async fn show(State(app): AppState, Path(id): Path<String>) -> Respon
 #[utoipa::path(
     get,
     path = "/attempts/{attempt_id}",
+    operation_id = "get_attempts_attempt_id",
     tag = "operator",
     description = "One attempt with its state, history and gateway lookups (the same answer as `GET /charges/{attempt_id}`). Needs an API key with `attempts:read` (Bearer).",
     params(
@@ -331,6 +334,7 @@ pub(super) async fn show_attempt(app: AppState, id: Path<String>) -> Response {
 #[utoipa::path(
     get,
     path = "/refunds/{refund_id}",
+    operation_id = "get_refunds_refund_id",
     tag = "refunds",
     description = "A refund (an attempt of kind refund) with its state, history and gateway lookups. Needs an API key with `attempts:read` (Bearer).",
     params(

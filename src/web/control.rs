@@ -24,6 +24,7 @@ use crate::http::{Type, no_fields, typed};
 #[utoipa::path(
     post,
     path = "/control/pause",
+    operation_id = "post_control_pause",
     tag = "control",
     description = "Pause sending to the gateway (the incident switch), with a reason everyone sees. Needs an API key with `finance:write` (Bearer).",
     request_body = crate::web::openapi::PauseBody,
@@ -65,6 +66,7 @@ pub(super) async fn pause(
 #[utoipa::path(
     post,
     path = "/control/resume",
+    operation_id = "post_control_resume",
     tag = "control",
     description = "Resume sending. The body is empty or `{}`. Needs an API key with `finance:write` (Bearer).",
     responses(
@@ -95,6 +97,7 @@ pub(super) async fn resume(
 #[utoipa::path(
     get,
     path = "/control/pause",
+    operation_id = "get_control_pause",
     tag = "control",
     description = "Whether sending is paused, by whom and why. Needs an API key with `finance:write` (Bearer).",
     responses(

@@ -37,6 +37,7 @@ label{display:block;margin:.3rem 0}input[type=text],textarea{width:18rem}nav a{m
 #[utoipa::path(
     get,
     path = "/assets/cobro.css",
+    operation_id = "get_assets_cobro_css",
     tag = "pages",
     description = "The pages' stylesheet. No credential.",
     responses(

@@ -322,6 +322,7 @@ pub(crate) type AppState = State<Arc<App>>;
 #[utoipa::path(
     get,
     path = "/metrics",
+    operation_id = "get_metrics",
     tag = "operations",
     description = "Prometheus metrics, in the text exposition format. Needs an API key with `metrics:read` (Bearer).",
     responses(

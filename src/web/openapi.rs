@@ -96,6 +96,7 @@ pub fn document() -> String {
 #[utoipa::path(
     get,
     path = "/openapi.json",
+    operation_id = "get_openapi_json",
     tag = "operations",
     responses((status = 200, description = "This document (OpenAPI 3.1).", content_type = "application/json")),
     security(())

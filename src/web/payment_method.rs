@@ -24,6 +24,7 @@ use crate::store::MethodUpdateError;
 #[utoipa::path(
     post,
     path = "/orders/{order_id}/payment-method",
+    operation_id = "post_orders_order_id_payment_method",
     tag = "orders",
     description = "A new payment-method token for the order's next business retry. Needs an API key with `charges:write` (Bearer).",
     request_body = crate::web::openapi::PaymentMethodBody,

@@ -87,6 +87,7 @@ impl ListParams {
 #[utoipa::path(
     get,
     path = "/finance/api/escalations",
+    operation_id = "get_finance_api_escalations",
     tag = "finance",
     description = "A page of the escalation queue (`items`, `total`, `next`) and of the open reconciliation cases (`cases`, `cases_total`, `cases_next`). Needs an API key with `finance:read` (Bearer).",
     params(
@@ -184,6 +185,7 @@ struct CheckNowBody {
 #[utoipa::path(
     post,
     path = "/finance/api/check-now",
+    operation_id = "post_finance_api_check_now",
     tag = "finance",
     description = "Bulk check now: the next gateway lookup of every attempt in review that the filters select is pulled to now. Needs an API key with `finance:write` (Bearer).",
     request_body = crate::web::openapi::CheckNowBody,
@@ -234,6 +236,7 @@ struct CaseBody {
 #[utoipa::path(
     post,
     path = "/finance/api/cases/{id}/resolve",
+    operation_id = "post_finance_api_cases_id_resolve",
     tag = "finance",
     description = "Close a reconciliation case, with an optional note. The body may be empty. Needs an API key with `finance:write` (Bearer).",
     request_body = CaseBody,
@@ -288,6 +291,7 @@ struct DuplicateBody {
 #[utoipa::path(
     post,
     path = "/finance/api/cases/{id}/refund-duplicate",
+    operation_id = "post_finance_api_cases_id_refund_duplicate",
     tag = "finance",
     description = "Refund a gateway-side duplicate of a double-charge case. Needs an API key with `finance:write` (Bearer).",
     request_body = DuplicateBody,
@@ -415,6 +419,7 @@ impl Export {
 #[utoipa::path(
     get,
     path = "/finance/escalations.csv",
+    operation_id = "get_finance_escalations_csv",
     tag = "finance",
     description = "The escalation queue, with the same filters as the page, as CSV. Needs `finance:read`: the browser's sign-in (Basic) or an API key (Bearer).",
     params(
@@ -471,6 +476,7 @@ pub(in crate::web) async fn csv(State(fin): FinanceState, Query(filter): Query<F
 #[utoipa::path(
     get,
     path = "/finance/api/attempts/{id}",
+    operation_id = "get_finance_api_attempts_id",
     tag = "finance",
     description = "One attempt with its history and lookups. Needs an API key with `finance:read` (Bearer).",
     params(
@@ -509,6 +515,7 @@ struct ResolveBody {
 #[utoipa::path(
     post,
     path = "/finance/api/attempts/{id}/resolve",
+    operation_id = "post_finance_api_attempts_id_resolve",
     tag = "finance",
     description = "Resolve an attempt in review: approve (with the gateway's charge id), decline (with a code) or check now, at the version you saw. Needs an API key with `finance:write` (Bearer).",
     request_body = crate::web::openapi::ResolveBody,
@@ -609,6 +616,7 @@ pub(super) fn resolve_error(e: ResolveError) -> Response {
 #[utoipa::path(
     post,
     path = "/finance/api/attempts/{id}/retry",
+    operation_id = "post_finance_api_attempts_id_retry",
     tag = "finance",
     description = "A manual retry of a declined attempt: a new attempt with a new derived key, within the card networks' caps unless `override_reason` is given. The body may be empty. Needs an API key with `finance:write` (Bearer).",
     request_body = RetryBody,
@@ -696,6 +704,7 @@ struct RetryBody {
 #[utoipa::path(
     get,
     path = "/finance/api/summary",
+    operation_id = "get_finance_api_summary",
     tag = "finance",
     description = "The daily summary: counts and amounts per state and currency. Needs an API key with `finance:read` (Bearer).",
     responses(

@@ -110,6 +110,7 @@ pub(in crate::web) struct DuplicateForm {
 #[utoipa::path(
     post,
     path = "/finance/cases/{id}/refund-duplicate",
+    operation_id = "post_finance_cases_id_refund_duplicate",
     tag = "finance",
     description = "The queue page's form refunding a gateway-side duplicate of a double-charge case. Needs `finance:write` by the browser's sign-in (Basic), the page's form token (of this sign-in, not expired) and a same-origin request.",
     request_body(content = DuplicateForm, content_type = "application/x-www-form-urlencoded"),
@@ -168,6 +169,7 @@ pub(in crate::web) struct CaseForm {
 #[utoipa::path(
     post,
     path = "/finance/cases/{id}/resolve",
+    operation_id = "post_finance_cases_id_resolve",
     tag = "finance",
     description = "The queue page's form closing a reconciliation case, with a note. Needs `finance:write` by the browser's sign-in (Basic), the page's form token (of this sign-in, not expired) and a same-origin request.",
     request_body(content = CaseForm, content_type = "application/x-www-form-urlencoded"),

@@ -105,6 +105,7 @@ impl ListQuery {
 #[utoipa::path(
     get,
     path = "/finance",
+    operation_id = "get_finance",
     tag = "finance",
     description = "Finance's escalation queue and open reconciliation cases, as a page with forms. Needs `finance:read`: the browser's sign-in (Basic) or an API key (Bearer).",
     params(
@@ -257,6 +258,7 @@ pub(in crate::web) struct CheckNowForm {
 #[utoipa::path(
     post,
     path = "/finance/check-now",
+    operation_id = "post_finance_check_now",
     tag = "finance",
     description = "The queue page's bulk form: the next gateway lookup of every attempt in review that the filters select is pulled to now. Needs `finance:write` by the browser's sign-in (Basic), the page's form token (of this sign-in, not expired) and a same-origin request.",
     request_body(content = CheckNowForm, content_type = "application/x-www-form-urlencoded"),
@@ -376,6 +378,7 @@ fn age(secs: i64) -> String {
 #[utoipa::path(
     get,
     path = "/finance/summary",
+    operation_id = "get_finance_summary",
     tag = "finance",
     description = "The daily summary, as a page. Needs `finance:read`: the browser's sign-in (Basic) or an API key (Bearer).",
     responses(

@@ -26,6 +26,7 @@ pub(in crate::web) struct Params {
 #[utoipa::path(
     get,
     path = "/finance/settlements.csv",
+    operation_id = "get_finance_settlements_csv",
     tag = "finance",
     description = "What the gateway settled between `from` and `to`, as CSV. Needs `finance:read`: the browser's sign-in (Basic) or an API key (Bearer).",
     params(

@@ -13,6 +13,7 @@ use crate::web::error;
 #[utoipa::path(
     get,
     path = "/attempts",
+    operation_id = "get_attempts",
     tag = "operator",
     description = "Search every attempt: a page of `items` and a `next_cursor` (null on the last page). Needs an API key with `attempts:read` (Bearer).",
     params(

@@ -34,6 +34,7 @@ fn time(t: chrono::DateTime<chrono::Utc>) -> String {
 #[utoipa::path(
     get,
     path = "/operator/attempts",
+    operation_id = "get_operator_attempts",
     tag = "operator",
     description = "The operator view's search, as a page. Needs `attempts:read`: the browser's sign-in (Basic) or an API key (Bearer).",
     params(
@@ -176,6 +177,7 @@ fn table(found: &AttemptsPage, s: &Search) -> Markup {
 #[utoipa::path(
     get,
     path = "/operator/attempts/{id}",
+    operation_id = "get_operator_attempts_id",
     tag = "operator",
     description = "One attempt, as a page. Needs `attempts:read`: the browser's sign-in (Basic) or an API key (Bearer).",
     params(
