@@ -2,8 +2,9 @@
 //! backends: every route × {no credential, a bad one, a key without the
 //! scope, the right key} → 401 / 401 / 403 / 2xx, with nothing changed by a
 //! refused request; the "agent" key of seed 003 (read scopes only) lists
-//! the queue and gets the summary, and gets 403 on every write; the key's
-//! name is the actor in the log; a cross-site post (a browser's form:
+//! the queue and gets the summary, and gets 403 on every write; the
+//! webhook receiver, `/health` and `/openapi.json` need no credential; the
+//! key's name is the actor in the log; a cross-site post (a browser's form:
 //! `text/plain`, another `Origin`, its cached Basic sign-in) changes nothing.
 
 #[macro_use]
@@ -696,6 +697,15 @@ async fn only_the_webhook_receiver_and_health_are_open(b: Backend) {
         .await
         .unwrap();
     assert_eq!(health.status(), 200);
+    // The OpenAPI document is public: it holds no data.
+    let doc = http
+        .get(format!("{}/openapi.json", web.url))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(doc.status(), 200);
+    let doc: Value = doc.json().await.unwrap();
+    assert_eq!(doc["openapi"], "3.1.0");
     // The receiver answers a stranger, and the signature decides.
     let hook = http
         .post(format!("{}/webhooks/gateway", web.url))
@@ -729,6 +739,13 @@ async fn only_the_webhook_receiver_and_health_are_open(b: Backend) {
             "{err}"
         );
     }
+    // With no keys, the document is still served.
+    let doc = http
+        .get(format!("{}/openapi.json", bare.url))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(doc.status(), 200);
     bare.stop().await;
     web.stop().await;
     db.drop_db().await;

@@ -42,7 +42,10 @@ fn documented() -> Routes {
 /// are the `get(`, `post(`, `.put(`, … calls inside the route's arguments.
 fn routed() -> Routes {
     let mut files = Vec::new();
-    rust_files(Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/src/web")), &mut files);
+    rust_files(
+        Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/src/web")),
+        &mut files,
+    );
     let sources: Vec<(String, String)> = files
         .iter()
         .map(|f| {
@@ -144,7 +147,11 @@ fn the_document_names_exactly_the_routes_of_the_router() {
     let src = routed();
     // The scanner found the router: a scanner that found nothing would
     // make the comparison below pass on an empty document.
-    assert!(src.len() >= 30, "only {} routes read from src/web", src.len());
+    assert!(
+        src.len() >= 30,
+        "only {} routes read from src/web",
+        src.len()
+    );
     assert!(src.contains(&("/charges".into(), "post".into())));
     assert!(src.contains(&("/control/pause".into(), "get".into())));
     let missing: Vec<_> = src.difference(&doc).collect();

@@ -23,6 +23,7 @@ use crate::store::{CancelError, CancelReason};
     post,
     path = "/orders/{order_id}/cancel",
     operation_id = "post_orders_order_id_cancel",
+    summary = "Cancel an order's unsent attempts",
     tag = "orders",
     description = "Cancel what was not sent for an order: a PENDIENTE (waiting) attempt stops; one already with the gateway is not touched. Needs an API key with `charges:write` (Bearer).",
     request_body = crate::web::openapi::CancelBody,

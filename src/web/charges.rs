@@ -160,6 +160,7 @@ pub(super) fn created(body: Value, location: String, replayed: bool) -> Response
     post,
     path = "/charges",
     operation_id = "post_charges",
+    summary = "Enqueue a charge",
     tag = "charges",
     description = "Enqueue a charge. The `Idempotency-Key` header (a UUID) makes a retry of this request safe: the same key and body get the first answer back with `Idempotent-Replayed: true`. Needs an API key with `charges:write` (Bearer).",
     request_body = crate::web::openapi::ChargeBody,
@@ -271,6 +272,7 @@ pub(super) async fn create(
     get,
     path = "/charges/{attempt_id}",
     operation_id = "get_charges_attempt_id",
+    summary = "Read a charge attempt",
     tag = "charges",
     description = "One attempt with its state, history and gateway lookups. Needs an API key with `attempts:read` (Bearer).",
     params(
@@ -311,6 +313,7 @@ pub(super) async fn show(State(app): AppState, Path(id): Path<String>) -> Respon
     get,
     path = "/attempts/{attempt_id}",
     operation_id = "get_attempts_attempt_id",
+    summary = "Read an attempt",
     tag = "operator",
     description = "One attempt with its state, history and gateway lookups (the same answer as `GET /charges/{attempt_id}`). Needs an API key with `attempts:read` (Bearer).",
     params(
@@ -335,6 +338,7 @@ pub(super) async fn show_attempt(app: AppState, id: Path<String>) -> Response {
     get,
     path = "/refunds/{refund_id}",
     operation_id = "get_refunds_refund_id",
+    summary = "Read a refund",
     tag = "refunds",
     description = "A refund (an attempt of kind refund) with its state, history and gateway lookups. Needs an API key with `attempts:read` (Bearer).",
     params(

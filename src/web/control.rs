@@ -25,6 +25,7 @@ use crate::http::{Type, no_fields, typed};
     post,
     path = "/control/pause",
     operation_id = "post_control_pause",
+    summary = "Pause sending",
     tag = "control",
     description = "Pause sending to the gateway (the incident switch), with a reason everyone sees. Needs an API key with `finance:write` (Bearer).",
     request_body = crate::web::openapi::PauseBody,
@@ -67,6 +68,7 @@ pub(super) async fn pause(
     post,
     path = "/control/resume",
     operation_id = "post_control_resume",
+    summary = "Resume sending",
     tag = "control",
     description = "Resume sending. The body is empty or `{}`. Needs an API key with `finance:write` (Bearer).",
     responses(
@@ -98,6 +100,7 @@ pub(super) async fn resume(
     get,
     path = "/control/pause",
     operation_id = "get_control_pause",
+    summary = "Read the incident switch",
     tag = "control",
     description = "Whether sending is paused, by whom and why. Needs an API key with `finance:write` (Bearer).",
     responses(

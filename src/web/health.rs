@@ -56,6 +56,7 @@ fn unavailable(body: serde_json::Value) -> Response {
     get,
     path = "/health",
     operation_id = "get_health",
+    summary = "Liveness",
     tag = "operations",
     description = "Liveness: 200 while the database answers and has a schema; answered even past the connection limit. No credential.",
     responses(
@@ -81,6 +82,7 @@ pub(super) async fn health(State(app): AppState) -> Response {
     get,
     path = "/ready",
     operation_id = "get_ready",
+    summary = "Readiness",
     tag = "operations",
     description = "Readiness, for a load balancer: 200 only when the database answers and has every migration of this binary; at most 2 s; answered even past the connection limit. No credential.",
     responses(

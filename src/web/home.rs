@@ -20,6 +20,7 @@ use crate::http::auth::{ApiKeys, Scope, Via};
     get,
     path = "/",
     operation_id = "get_root",
+    summary = "Landing page",
     tag = "pages",
     description = "A signed-in landing page linking the pages the key may see. Needs `finance:read` or `attempts:read`: the browser's sign-in (Basic) or an API key (Bearer).",
     responses(

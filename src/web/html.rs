@@ -38,6 +38,7 @@ label{display:block;margin:.3rem 0}input[type=text],textarea{width:18rem}nav a{m
     get,
     path = "/assets/cobro.css",
     operation_id = "get_assets_cobro_css",
+    summary = "The pages' stylesheet",
     tag = "pages",
     description = "The pages' stylesheet. No credential.",
     responses(

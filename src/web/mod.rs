@@ -6,6 +6,8 @@
 //!   Without webhook secrets it is not mounted (404), logged at start-up.
 //! - `GET /health`, `GET /ready`: anyone; whether the database answers
 //!   and has the schema this binary needs ([`health`]).
+//! - `GET /openapi.json`: anyone; the OpenAPI 3.1 document of these
+//!   routes, mounted beside `/health` on every listener ([`openapi`]).
 //! - `POST /charges` (`charges:write`), `GET /charges/{attempt_id}`
 //!   (`attempts:read`: the attempt, its history and lookups) ([`charges`]).
 //! - `POST /refunds` (`refunds:write`), `GET /refunds/{refund_id}`
@@ -35,11 +37,12 @@
 //! - `GET /metrics` (`metrics:read`) ([`crate::metrics`]).
 //!
 //! With `COBRO_INTERNAL_LISTEN` the public listener serves only the webhook
-//! receiver and `/health`, and everything else is on the internal one.
+//! receiver, `/health`, `/ready` and `/openapi.json`, and everything else
+//! is on the internal one.
 //!
 //! Invariant: the process refuses to start with malformed webhook secrets
-//! or keys; every route but the webhook receiver and `/health`
-//! checks a credential and a scope before its handler runs; every JSON body
+//! or keys; every route but the webhook receiver, `/health`, `/ready`
+//! and `/openapi.json` checks a credential and a scope before its handler runs; every JSON body
 //! a caller sends is refused (422 naming the field, nothing written) when
 //! it has a top-level field the route does not take ([`known_fields`]) or
 //! a field of the wrong JSON type (422 naming the field and the type,
@@ -216,7 +219,7 @@ impl WebConfig {
     }
 
     /// The webhook receiver (when there are secrets); the guarded routes;
-    /// `/health` and `/ready`.
+    /// `/health`, `/ready` and `/openapi.json`.
     fn parts(self) -> (Router, Router, Router) {
         let keys = Arc::new(self.keys);
         let app = Arc::new(App {
@@ -323,6 +326,7 @@ pub(crate) type AppState = State<Arc<App>>;
     get,
     path = "/metrics",
     operation_id = "get_metrics",
+    summary = "Prometheus metrics",
     tag = "operations",
     description = "Prometheus metrics, in the text exposition format. Needs an API key with `metrics:read` (Bearer).",
     responses(

@@ -97,16 +97,13 @@ pub fn document() -> String {
     get,
     path = "/openapi.json",
     operation_id = "get_openapi_json",
+    summary = "This OpenAPI document",
     tag = "operations",
     responses((status = 200, description = "This document (OpenAPI 3.1).", content_type = "application/json")),
     security(())
 )]
 pub(super) async fn openapi_json() -> Response {
-    (
-        [(header::CONTENT_TYPE, "application/json")],
-        document(),
-    )
-        .into_response()
+    ([(header::CONTENT_TYPE, "application/json")], document()).into_response()
 }
 
 /// The credentials: an API key as a Bearer token (`COBRO_API_KEYS`), or the

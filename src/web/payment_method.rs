@@ -25,6 +25,7 @@ use crate::store::MethodUpdateError;
     post,
     path = "/orders/{order_id}/payment-method",
     operation_id = "post_orders_order_id_payment_method",
+    summary = "Set a new payment method for the next retry",
     tag = "orders",
     description = "A new payment-method token for the order's next business retry. Needs an API key with `charges:write` (Bearer).",
     request_body = crate::web::openapi::PaymentMethodBody,

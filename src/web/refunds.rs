@@ -25,6 +25,7 @@ use crate::store::RefundError;
     post,
     path = "/refunds",
     operation_id = "post_refunds",
+    summary = "Ask for a refund",
     tag = "refunds",
     description = "Ask for a refund of an APROBADO (approved) charge, with an `Idempotency-Key` header (a UUID). Needs an API key with `refunds:write` (Bearer).",
     request_body = crate::web::openapi::RefundBody,

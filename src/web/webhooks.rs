@@ -75,6 +75,7 @@ impl RejectSampler {
     post,
     path = "/webhooks/gateway",
     operation_id = "post_webhooks_gateway",
+    summary = "Receive a gateway webhook",
     tag = "gateway",
     description = "The gateway's webhook receiver: the event is verified by its signature (the webhook secrets), not by an API key. Mounted only when webhook secrets are set (else 404).",
     request_body(description = "The gateway's signed event (JSON).", content_type = "application/json"),

@@ -88,6 +88,7 @@ impl ListParams {
     get,
     path = "/finance/api/escalations",
     operation_id = "get_finance_api_escalations",
+    summary = "Escalation queue",
     tag = "finance",
     description = "A page of the escalation queue (`items`, `total`, `next`) and of the open reconciliation cases (`cases`, `cases_total`, `cases_next`). Needs an API key with `finance:read` (Bearer).",
     params(
@@ -102,7 +103,10 @@ impl ListParams {
     ),
     security(("api_key" = ["finance:read"]))
 )]
-pub(in crate::web) async fn list(State(fin): FinanceState, Query(p): Query<ListParams>) -> Response {
+pub(in crate::web) async fn list(
+    State(fin): FinanceState,
+    Query(p): Query<ListParams>,
+) -> Response {
     let (filter, page, cases) = p.split();
     let page = match finance::queue_page(&fin.store, fin.cfg.stale_after, &filter, &page).await {
         Ok(page) => page,
@@ -186,6 +190,7 @@ struct CheckNowBody {
     post,
     path = "/finance/api/check-now",
     operation_id = "post_finance_api_check_now",
+    summary = "Check again now, in bulk",
     tag = "finance",
     description = "Bulk check now: the next gateway lookup of every attempt in review that the filters select is pulled to now. Needs an API key with `finance:write` (Bearer).",
     request_body = crate::web::openapi::CheckNowBody,
@@ -237,6 +242,7 @@ struct CaseBody {
     post,
     path = "/finance/api/cases/{id}/resolve",
     operation_id = "post_finance_api_cases_id_resolve",
+    summary = "Close a reconciliation case",
     tag = "finance",
     description = "Close a reconciliation case, with an optional note. The body may be empty. Needs an API key with `finance:write` (Bearer).",
     request_body = CaseBody,
@@ -292,6 +298,7 @@ struct DuplicateBody {
     post,
     path = "/finance/api/cases/{id}/refund-duplicate",
     operation_id = "post_finance_api_cases_id_refund_duplicate",
+    summary = "Refund a duplicate charge",
     tag = "finance",
     description = "Refund a gateway-side duplicate of a double-charge case. Needs an API key with `finance:write` (Bearer).",
     request_body = DuplicateBody,
@@ -420,6 +427,7 @@ impl Export {
     get,
     path = "/finance/escalations.csv",
     operation_id = "get_finance_escalations_csv",
+    summary = "Escalation queue (CSV)",
     tag = "finance",
     description = "The escalation queue, with the same filters as the page, as CSV. Needs `finance:read`: the browser's sign-in (Basic) or an API key (Bearer).",
     params(
@@ -437,7 +445,10 @@ impl Export {
     ),
     security(("api_key" = ["finance:read"]), ("sign_in" = ["finance:read"]))
 )]
-pub(in crate::web) async fn csv(State(fin): FinanceState, Query(filter): Query<Filter>) -> Response {
+pub(in crate::web) async fn csv(
+    State(fin): FinanceState,
+    Query(filter): Query<Filter>,
+) -> Response {
     let q = match filter.query(fin.cfg.stale_after) {
         Ok(q) => q,
         Err(e) => return queue_error(e.into()),
@@ -477,6 +488,7 @@ pub(in crate::web) async fn csv(State(fin): FinanceState, Query(filter): Query<F
     get,
     path = "/finance/api/attempts/{id}",
     operation_id = "get_finance_api_attempts_id",
+    summary = "One attempt in finance's view",
     tag = "finance",
     description = "One attempt with its history and lookups. Needs an API key with `finance:read` (Bearer).",
     params(
@@ -516,6 +528,7 @@ struct ResolveBody {
     post,
     path = "/finance/api/attempts/{id}/resolve",
     operation_id = "post_finance_api_attempts_id_resolve",
+    summary = "Resolve an attempt",
     tag = "finance",
     description = "Resolve an attempt in review: approve (with the gateway's charge id), decline (with a code) or check now, at the version you saw. Needs an API key with `finance:write` (Bearer).",
     request_body = crate::web::openapi::ResolveBody,
@@ -617,6 +630,7 @@ pub(super) fn resolve_error(e: ResolveError) -> Response {
     post,
     path = "/finance/api/attempts/{id}/retry",
     operation_id = "post_finance_api_attempts_id_retry",
+    summary = "Retry a declined attempt",
     tag = "finance",
     description = "A manual retry of a declined attempt: a new attempt with a new derived key, within the card networks' caps unless `override_reason` is given. The body may be empty. Needs an API key with `finance:write` (Bearer).",
     request_body = RetryBody,
@@ -705,6 +719,7 @@ struct RetryBody {
     get,
     path = "/finance/api/summary",
     operation_id = "get_finance_api_summary",
+    summary = "Daily summary",
     tag = "finance",
     description = "The daily summary: counts and amounts per state and currency. Needs an API key with `finance:read` (Bearer).",
     responses(

@@ -26,6 +26,7 @@ use crate::web::html::{checks, history};
     get,
     path = "/finance/attempts/{id}",
     operation_id = "get_finance_attempts_id",
+    summary = "One attempt in finance's view (page)",
     tag = "finance",
     description = "One attempt in finance's view, as a page with its resolve form. Needs `finance:read`: the browser's sign-in (Basic) or an API key (Bearer).",
     params(
@@ -175,6 +176,7 @@ pub(in crate::web) struct ResolveForm {
     post,
     path = "/finance/attempts/{id}/resolve",
     operation_id = "post_finance_attempts_id_resolve",
+    summary = "Resolve an attempt (form)",
     tag = "finance",
     description = "The attempt page's resolve form: approve (with the gateway's charge id), decline (with a code) or check now. Needs `finance:write` by the browser's sign-in (Basic), the page's form token (of this sign-in, not expired) and a same-origin request.",
     request_body(content = ResolveForm, content_type = "application/x-www-form-urlencoded"),

@@ -106,6 +106,7 @@ impl ListQuery {
     get,
     path = "/finance",
     operation_id = "get_finance",
+    summary = "Escalation queue (page)",
     tag = "finance",
     description = "Finance's escalation queue and open reconciliation cases, as a page with forms. Needs `finance:read`: the browser's sign-in (Basic) or an API key (Bearer).",
     params(
@@ -259,6 +260,7 @@ pub(in crate::web) struct CheckNowForm {
     post,
     path = "/finance/check-now",
     operation_id = "post_finance_check_now",
+    summary = "Check again now, in bulk (form)",
     tag = "finance",
     description = "The queue page's bulk form: the next gateway lookup of every attempt in review that the filters select is pulled to now. Needs `finance:write` by the browser's sign-in (Basic), the page's form token (of this sign-in, not expired) and a same-origin request.",
     request_body(content = CheckNowForm, content_type = "application/x-www-form-urlencoded"),
@@ -379,6 +381,7 @@ fn age(secs: i64) -> String {
     get,
     path = "/finance/summary",
     operation_id = "get_finance_summary",
+    summary = "Daily summary (page)",
     tag = "finance",
     description = "The daily summary, as a page. Needs `finance:read`: the browser's sign-in (Basic) or an API key (Bearer).",
     responses(

@@ -27,6 +27,7 @@ pub(in crate::web) struct Params {
     get,
     path = "/finance/settlements.csv",
     operation_id = "get_finance_settlements_csv",
+    summary = "Settlements (CSV)",
     tag = "finance",
     description = "What the gateway settled between `from` and `to`, as CSV. Needs `finance:read`: the browser's sign-in (Basic) or an API key (Bearer).",
     params(

@@ -14,6 +14,7 @@ use crate::web::error;
     get,
     path = "/attempts",
     operation_id = "get_attempts",
+    summary = "Search attempts",
     tag = "operator",
     description = "Search every attempt: a page of `items` and a `next_cursor` (null on the last page). Needs an API key with `attempts:read` (Bearer).",
     params(

@@ -35,6 +35,7 @@ fn time(t: chrono::DateTime<chrono::Utc>) -> String {
     get,
     path = "/operator/attempts",
     operation_id = "get_operator_attempts",
+    summary = "Search attempts (page)",
     tag = "operator",
     description = "The operator view's search, as a page. Needs `attempts:read`: the browser's sign-in (Basic) or an API key (Bearer).",
     params(
@@ -178,6 +179,7 @@ fn table(found: &AttemptsPage, s: &Search) -> Markup {
     get,
     path = "/operator/attempts/{id}",
     operation_id = "get_operator_attempts_id",
+    summary = "One attempt (page)",
     tag = "operator",
     description = "One attempt, as a page. Needs `attempts:read`: the browser's sign-in (Basic) or an API key (Bearer).",
     params(
