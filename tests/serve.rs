@@ -90,7 +90,8 @@ async fn the_public_listener_serves_only_webhooks_and_health(b: Backend) {
             .json(&charge)
             .send()
     };
-    // Public: the receiver (the signature decides) and /health, nothing else.
+    // Public: the receiver (the signature decides), /health, /ready and
+    // /openapi.json, nothing else.
     assert_eq!(post_charge(&public).await.unwrap().status(), 404);
     for path in ["/finance", "/finance/api/summary", "/metrics"] {
         let resp = http
@@ -108,6 +109,15 @@ async fn the_public_listener_serves_only_webhooks_and_health(b: Backend) {
         .await
         .unwrap();
     assert_eq!(hook.status(), 400, "unsigned");
+    // The OpenAPI document is on both, like /health, without a credential.
+    for base in [&public, &internal] {
+        let doc = http
+            .get(format!("{base}/openapi.json"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(doc.status(), 200, "/openapi.json on {base}");
+    }
     // Internal: the API with its keys.
     assert_eq!(post_charge(&internal).await.unwrap().status(), 201);
     let metrics = http
