@@ -241,7 +241,7 @@ fn moved(now: &Attempt, looked_at: i64) -> ResolveError {
 
 /// One attempt with everything finance needs to decide: the attempt, its
 /// full transition history and its lookups.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct Detail {
     pub attempt: Attempt,
     pub transitions: Vec<Transition>,

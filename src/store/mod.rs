@@ -111,7 +111,7 @@ pub enum StoreError {
 }
 
 /// One charge attempt, as stored.
-#[derive(Debug, Clone, PartialEq, Serialize, sqlx::FromRow)]
+#[derive(Debug, Clone, PartialEq, Serialize, sqlx::FromRow, utoipa::ToSchema)]
 pub struct Attempt {
     pub id: Uuid,
     pub order_id: String,
@@ -136,6 +136,7 @@ pub struct Attempt {
     pub lease_owner: Option<String>,
     pub lease_expires_at: Option<DateTime<Utc>>,
     pub version: i64,
+    #[schema(value_type = Option<Object>)]
     pub last_evidence: Option<serde_json::Value>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
@@ -160,7 +161,7 @@ impl Attempt {
 }
 
 /// One row of the append-only transition log.
-#[derive(Debug, Clone, PartialEq, Serialize, sqlx::FromRow)]
+#[derive(Debug, Clone, PartialEq, Serialize, sqlx::FromRow, utoipa::ToSchema)]
 pub struct Transition {
     pub id: i64,
     pub attempt_id: Uuid,
@@ -171,12 +172,13 @@ pub struct Transition {
     pub http_status: Option<i32>,
     pub error_kind: Option<String>,
     pub lookup_result: Option<String>,
+    #[schema(value_type = Option<Object>)]
     pub evidence: Option<serde_json::Value>,
     pub at: DateTime<Utc>,
 }
 
 /// One lookup of an attempt in `DESCONOCIDO`.
-#[derive(Debug, Clone, PartialEq, Serialize, sqlx::FromRow)]
+#[derive(Debug, Clone, PartialEq, Serialize, sqlx::FromRow, utoipa::ToSchema)]
 pub struct Check {
     pub attempt_id: Uuid,
     pub check_number: i32,

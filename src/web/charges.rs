@@ -279,7 +279,7 @@ pub(super) async fn create(
         ("attempt_id" = String, Path, description = "The attempt's UUID.")
     ),
     responses(
-        (status = 200, description = "The attempt, its history and its lookups.", body = crate::web::openapi::AttemptView),
+        (status = 200, description = "The attempt, its history and its lookups.", body = crate::finance::Detail),
         (status = 400, description = "`attempt_id` is not a UUID.", body = crate::web::openapi::ErrorBody),
         (status = 401, description = "No credential, a wrong one, or the wrong scheme (`WWW-Authenticate` says which).", body = crate::web::openapi::ErrorBody),
         (status = 403, description = "The key lacks the scope `attempts:read`.", body = crate::web::openapi::ErrorBody),
@@ -320,7 +320,7 @@ pub(super) async fn show(State(app): AppState, Path(id): Path<String>) -> Respon
         ("attempt_id" = String, Path, description = "The attempt's UUID.")
     ),
     responses(
-        (status = 200, description = "The attempt, its history and its lookups.", body = crate::web::openapi::AttemptView),
+        (status = 200, description = "The attempt, its history and its lookups.", body = crate::finance::Detail),
         (status = 400, description = "`attempt_id` is not a UUID.", body = crate::web::openapi::ErrorBody),
         (status = 401, description = "No credential, a wrong one, or the wrong scheme (`WWW-Authenticate` says which).", body = crate::web::openapi::ErrorBody),
         (status = 403, description = "The key lacks the scope `attempts:read`.", body = crate::web::openapi::ErrorBody),
@@ -345,7 +345,7 @@ pub(super) async fn show_attempt(app: AppState, id: Path<String>) -> Response {
         ("refund_id" = String, Path, description = "The refund's UUID.")
     ),
     responses(
-        (status = 200, description = "The attempt, its history and its lookups.", body = crate::web::openapi::AttemptView),
+        (status = 200, description = "The attempt, its history and its lookups.", body = crate::finance::Detail),
         (status = 400, description = "`refund_id` is not a UUID.", body = crate::web::openapi::ErrorBody),
         (status = 401, description = "No credential, a wrong one, or the wrong scheme (`WWW-Authenticate` says which).", body = crate::web::openapi::ErrorBody),
         (status = 403, description = "The key lacks the scope `attempts:read`.", body = crate::web::openapi::ErrorBody),

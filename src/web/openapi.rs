@@ -185,13 +185,6 @@ pub(crate) struct ChargeCreated {
     customer: Option<String>,
 }
 
-/// One attempt with its history and the gateway lookups made for it: its
-/// state (PENDIENTE, EN_PROCESO, DESCONOCIDO, APROBADO, RECHAZADO,
-/// EN_REVISION), amount, order, key and every transition.
-#[derive(Serialize, ToSchema)]
-#[schema(value_type = Object)]
-pub(crate) struct AttemptView(serde_json::Value);
-
 /// The body of `POST /refunds` (with an `Idempotency-Key` header, a UUID).
 #[derive(Serialize, ToSchema)]
 pub(crate) struct RefundBody {

@@ -495,7 +495,7 @@ pub(in crate::web) async fn csv(
         ("id" = String, Path, description = "The attempt's UUID.")
     ),
     responses(
-        (status = 200, description = "The attempt.", body = crate::web::openapi::AttemptView),
+        (status = 200, description = "The attempt.", body = crate::finance::Detail),
         (status = 400, description = "`id` is not a UUID.", body = crate::web::openapi::ErrorBody),
         (status = 404, description = "No such attempt.", body = crate::web::openapi::ErrorBody),
         (status = 401, description = "No credential, a wrong one, or the wrong scheme (`WWW-Authenticate` says which).", body = crate::web::openapi::ErrorBody),
