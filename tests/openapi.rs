@@ -3,7 +3,8 @@
 //! `src/web/` (read from the source, with its methods) is in the document,
 //! and the document names no other; and the running web process answers
 //! every (path, method) the document names, and 405 to the methods it
-//! does not name.
+//! does not name; a charge, its attempt, a refusal and the health check
+//! answer with the fields their schemas name.
 
 #[macro_use]
 mod common;
@@ -224,6 +225,82 @@ async fn the_web_process_answers_what_the_document_names_and_nothing_else() {
             .starts_with("application/json")
     );
     assert_eq!(served.text().await.unwrap(), cobro::web::openapi_document());
+
+    // The answers have the documented fields: a charge, its attempt, a
+    // refusal, the health check.
+    let doc: Value = serde_json::from_str(&cobro::web::openapi_document()).unwrap();
+    let created = http
+        .post(format!("{}/charges", web.url))
+        .bearer_auth(secret("app"))
+        .header("Idempotency-Key", "0b6f2c1e-9a4d-4e7b-8c3f-5d2a1b0e9f87")
+        .json(&serde_json::json!({
+            "order_id": "doc-1", "amount_minor": 1999, "currency": "USD",
+            "payment_method": "pm_card_visa"
+        }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(created.status(), 201);
+    let created: Value = created.json().await.unwrap();
+    fits(&doc, "ChargeCreated", &created);
+    let attempt: Value = http
+        .get(format!(
+            "{}/charges/{}",
+            web.url,
+            created["attempt_id"].as_str().unwrap()
+        ))
+        .bearer_auth(secret("app"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    fits(&doc, "Detail", &attempt);
+    fits(&doc, "Attempt", &attempt["attempt"]);
+    assert_eq!(attempt["attempt"]["state"], "PENDIENTE");
+    let refused = http
+        .post(format!("{}/charges", web.url))
+        .bearer_auth(secret("app"))
+        .header("Idempotency-Key", "0b6f2c1e-9a4d-4e7b-8c3f-5d2a1b0e9f88")
+        .json(&serde_json::json!({"order_id": "doc-2", "currency": "USD"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), 422);
+    fits(&doc, "ErrorBody", &refused.json().await.unwrap());
+    let health: Value = http
+        .get(format!("{}/health", web.url))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    fits(&doc, "Health", &health);
     web.stop().await;
     db.drop_db().await;
+}
+
+/// `value` has every field the schema `name` requires, and none it does not
+/// name.
+fn fits(doc: &Value, name: &str, value: &Value) {
+    let schema = &doc["components"]["schemas"][name];
+    let props = schema["properties"].as_object().unwrap();
+    let fields = value
+        .as_object()
+        .unwrap_or_else(|| panic!("{name}: {value}"));
+    for k in fields.keys() {
+        assert!(
+            props.contains_key(k),
+            "{name}: the answer has {k:?}, the schema does not"
+        );
+    }
+    for k in schema["required"].as_array().into_iter().flatten() {
+        let k = k.as_str().unwrap();
+        assert!(
+            fields.contains_key(k),
+            "{name}: the schema requires {k:?}, the answer lacks it: {value}"
+        );
+    }
 }
