@@ -1,4 +1,6 @@
-//! The finance JSON API and the CSV export (streamed a page at a time).
+//! The finance JSON API (the queue, an attempt, the summary, resolve, retry,
+//! check now); the cases' actions are in [`super::case_api`], the CSV
+//! export in [`super::export`].
 //!
 //! Invariant: thin: parse, call [`crate::finance`], map its errors to HTTP
 //! statuses with the field they concern (422 bad input, 404 unknown, 409
@@ -10,11 +12,10 @@
 //! type, where serde's message would name neither), then parsed.
 
 use axum::Json;
-use axum::body::{Body, Bytes};
+use axum::body::Bytes;
 use axum::extract::{Extension, Path, Query, State};
-use axum::http::{StatusCode, header};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use futures::StreamExt;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use uuid::Uuid;
@@ -25,10 +26,7 @@ use crate::finance::{
 };
 use crate::http::auth::Caller as Person;
 use crate::http::{Type, typed};
-use crate::store::{
-    CaseError, Escalated, OverrideReason, QueueCursor, QueueQuery, RefundError, RetryError, Store,
-    StoreError,
-};
+use crate::store::{OverrideReason, RetryError, StoreError};
 use crate::web::{conflict, error, known_fields};
 
 pub(super) fn bad_id() -> Response {
@@ -141,7 +139,7 @@ pub(super) fn queue_error(e: QueueError) -> Response {
 /// The body as `T`, or the finished 422: not JSON, a field other than
 /// `fields`, a field not of its type in `types`, or not the shape
 /// `expected` shows (naming `field`, when the route has one to name).
-fn body_as<T: serde::de::DeserializeOwned>(
+pub(super) fn body_as<T: serde::de::DeserializeOwned>(
     body: &[u8],
     fields: &[&str],
     types: &[(&str, Type)],
@@ -165,7 +163,7 @@ fn body_as<T: serde::de::DeserializeOwned>(
 const CHECK_NOW_FIELDS: &[&str] = &["note", "state", "currency", "kind", "min_age_secs"];
 
 /// A note, as every finance action takes it.
-const NOTE: (&str, Type) = ("note", Type::Text("what you checked and why"));
+pub(super) const NOTE: (&str, Type) = ("note", Type::Text("what you checked and why"));
 
 /// The types of the fields of `POST /finance/api/check-now`.
 const CHECK_NOW_TYPES: &[(&str, Type)] = &[
@@ -229,259 +227,6 @@ pub(in crate::web) async fn check_now(
         Ok(done) => Json(done).into_response(),
         Err(e) => queue_error(e),
     }
-}
-
-#[derive(Deserialize, utoipa::ToSchema)]
-struct CaseBody {
-    #[serde(default)]
-    note: String,
-}
-
-/// Closes a reconciliation case, as the signed-in person, with a note.
-#[utoipa::path(
-    post,
-    path = "/finance/api/cases/{id}/resolve",
-    operation_id = "post_finance_api_cases_id_resolve",
-    summary = "Close a reconciliation case",
-    tag = "finance",
-    description = "Close a reconciliation case, with an optional note. The body may be empty. Needs an API key with `finance:write` (Bearer).",
-    request_body = CaseBody,
-    params(
-        ("id" = i64, Path, description = "The reconciliation case's number.")
-    ),
-    responses(
-        (status = 200, description = "The case, closed.", body = crate::web::openapi::Answer),
-        (status = 400, description = "The body is not JSON.", body = crate::web::openapi::ErrorBody),
-        (status = 404, description = "No such case.", body = crate::web::openapi::ErrorBody),
-        (status = 409, description = "The case is already closed.", body = crate::web::openapi::ErrorBody),
-        (status = 422, description = "The note is of the wrong type, or an unknown field.", body = crate::web::openapi::ErrorBody),
-        (status = 401, description = "No credential, a wrong one, or the wrong scheme (`WWW-Authenticate` says which).", body = crate::web::openapi::ErrorBody),
-        (status = 403, description = "The key lacks the scope `finance:write`.", body = crate::web::openapi::ErrorBody),
-        (status = 413, description = "The body is larger than the API's limit (16 KiB).", body = crate::web::openapi::ErrorBody),
-        (status = 415, description = "The body is not `application/json`.", body = crate::web::openapi::ErrorBody),
-        (status = 503, description = "The database is not available (or its schema is missing or behind: run `cobro migrate`).", body = crate::web::openapi::ErrorBody)
-    ),
-    security(("api_key" = ["finance:write"]))
-)]
-pub(in crate::web) async fn resolve_case(
-    State(fin): FinanceState,
-    Extension(person): Extension<Person>,
-    Path(id): Path<i64>,
-    body: Bytes,
-) -> Response {
-    // The note is optional, and so is the body (empty); anything else must
-    // be a JSON object with at most a note, a string.
-    let note = if body.iter().all(u8::is_ascii_whitespace) {
-        String::new()
-    } else {
-        let expected = r#"{"note": "…"}"#;
-        match body_as::<CaseBody>(&body, &["note"], &[NOTE], expected, None) {
-            Ok(b) => b.note,
-            Err(refused) => return *refused,
-        }
-    };
-    match finance::resolve_case(&fin.store, id, &person.name, &note).await {
-        Ok(case) => Json(case).into_response(),
-        Err(e) => case_error(e),
-    }
-}
-
-#[derive(Deserialize, utoipa::ToSchema)]
-struct DuplicateBody {
-    charge_id: String,
-}
-
-/// Refunds a gateway-side duplicate of a `double_charge` case, approved by
-/// the signed-in person: 201 with the refund, 200 with the one already
-/// asked for.
-#[utoipa::path(
-    post,
-    path = "/finance/api/cases/{id}/refund-duplicate",
-    operation_id = "post_finance_api_cases_id_refund_duplicate",
-    summary = "Refund a duplicate charge",
-    tag = "finance",
-    description = "Refund a gateway-side duplicate of a double-charge case. Needs an API key with `finance:write` (Bearer).",
-    request_body = DuplicateBody,
-    params(
-        ("id" = i64, Path, description = "The reconciliation case's number.")
-    ),
-    responses(
-        (status = 201, description = "The refund was asked for.", body = crate::web::openapi::Answer),
-        (status = 200, description = "The same refund was already asked for.", body = crate::web::openapi::Answer),
-        (status = 400, description = "The body is not JSON.", body = crate::web::openapi::ErrorBody),
-        (status = 404, description = "No such case.", body = crate::web::openapi::ErrorBody),
-        (status = 409, description = "The charge is not this case's duplicate, or not refundable.", body = crate::web::openapi::ErrorBody),
-        (status = 422, description = "`charge_id` is missing or of the wrong type, or an unknown field.", body = crate::web::openapi::ErrorBody),
-        (status = 401, description = "No credential, a wrong one, or the wrong scheme (`WWW-Authenticate` says which).", body = crate::web::openapi::ErrorBody),
-        (status = 403, description = "The key lacks the scope `finance:write`.", body = crate::web::openapi::ErrorBody),
-        (status = 413, description = "The body is larger than the API's limit (16 KiB).", body = crate::web::openapi::ErrorBody),
-        (status = 415, description = "The body is not `application/json`.", body = crate::web::openapi::ErrorBody),
-        (status = 503, description = "The database is not available (or its schema is missing or behind: run `cobro migrate`).", body = crate::web::openapi::ErrorBody)
-    ),
-    security(("api_key" = ["finance:write"]))
-)]
-pub(in crate::web) async fn refund_duplicate(
-    State(fin): FinanceState,
-    Extension(person): Extension<Person>,
-    Path(id): Path<i64>,
-    body: Bytes,
-) -> Response {
-    let expected = r#"{"charge_id": "<the duplicate's gateway id>"}"#;
-    let types = [("charge_id", Type::Text("the duplicate's gateway charge id"))];
-    let body = match body_as::<DuplicateBody>(
-        &body,
-        &["charge_id"],
-        &types,
-        expected,
-        Some("charge_id"),
-    ) {
-        Ok(b) => b,
-        Err(refused) => return *refused,
-    };
-    match fin
-        .store
-        .refund_duplicate(id, &body.charge_id, &person.name)
-        .await
-    {
-        Ok(r) if r.created => (StatusCode::CREATED, Json(r)).into_response(),
-        Ok(r) => Json(r).into_response(),
-        Err(e) => duplicate_error(e),
-    }
-}
-
-pub(super) fn duplicate_error(e: RefundError) -> Response {
-    match e {
-        RefundError::Invalid(e) => error(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            Some(e.field),
-            e.to_string(),
-        ),
-        RefundError::NotFound(m) => error(StatusCode::NOT_FOUND, Some("id"), m),
-        RefundError::Db(e) => unavailable(&StoreError::Db(e)),
-        other => error(StatusCode::CONFLICT, Some("charge_id"), other.to_string()),
-    }
-}
-
-pub(super) fn case_error(e: CaseError) -> Response {
-    match e {
-        CaseError::Invalid(e) => error(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            Some(if e.field == "resolution_note" {
-                "note"
-            } else {
-                e.field
-            }),
-            e.to_string(),
-        ),
-        CaseError::NotFound(_) => error(StatusCode::NOT_FOUND, Some("id"), e.to_string()),
-        CaseError::AlreadyResolved { .. } => error(StatusCode::CONFLICT, None, e.to_string()),
-        CaseError::Store(e) => unavailable(&e),
-    }
-}
-
-/// Rows the CSV export reads from the database at a time.
-const CSV_PAGE: i64 = 1000;
-
-/// What the streamed CSV export still has to read.
-struct Export {
-    store: Store,
-    q: QueueQuery,
-    /// Where the next page starts; `None` once the last one was sent.
-    next: Option<QueueCursor>,
-    /// The first page, read before the response started.
-    first: Option<Vec<Escalated>>,
-}
-
-impl Export {
-    /// The next piece of the body: the rows of one page.
-    async fn piece(mut self) -> Option<(std::io::Result<Bytes>, Self)> {
-        let items = match self.first.take() {
-            Some(items) => items,
-            None => {
-                let after = self.next?;
-                match self.store.escalated_page(&self.q, after, CSV_PAGE).await {
-                    Ok(items) => items,
-                    Err(e) => {
-                        // The status is sent: cutting the body short is
-                        // how the client learns the export is incomplete.
-                        tracing::warn!(error = %e, "CSV export stopped: the database failed");
-                        self.next = None;
-                        let cut = std::io::Error::other("the database failed mid-export");
-                        return Some((Err(cut), self));
-                    }
-                }
-            }
-        };
-        self.next = (items.len() as i64 == CSV_PAGE)
-            .then(|| items.last().map(|e| QueueCursor::after(&e.attempt)))
-            .flatten();
-        Some((Ok(Bytes::from(finance::csv_rows(&items))), self))
-    }
-}
-
-/// The queue as CSV, streamed: read from the database a page at a time by
-/// its keyset cursor and written out as it goes, so the web process holds
-/// one page whatever the queue's size. A bad filter is a 422 and an
-/// unreachable database a 503 (the first page is read before answering).
-#[utoipa::path(
-    get,
-    path = "/finance/escalations.csv",
-    operation_id = "get_finance_escalations_csv",
-    summary = "Escalation queue (CSV)",
-    tag = "finance",
-    description = "The escalation queue, with the same filters as the page, as CSV. Needs `finance:read`: the browser's sign-in (Basic) or an API key (Bearer).",
-    params(
-        ("state" = Option<String>, Query, description = "A state, e.g. EN_REVISION (in review)."),
-        ("currency" = Option<String>, Query, description = "An ISO 4217 code, e.g. USD."),
-        ("kind" = Option<String>, Query, description = "initial, retry or refund."),
-        ("min_age_secs" = Option<i64>, Query, description = "Only attempts at least this old, in seconds.")
-    ),
-    responses(
-        (status = 200, description = "The queue as CSV.", content_type = "text/csv"),
-        (status = 422, description = "A filter is malformed.", body = crate::web::openapi::ErrorBody),
-        (status = 401, description = "No credential, a wrong one, or the wrong scheme (`WWW-Authenticate` says which).", body = crate::web::openapi::ErrorBody),
-        (status = 403, description = "The key lacks the scope `finance:read`.", body = crate::web::openapi::ErrorBody),
-        (status = 503, description = "The database is not available (or its schema is missing or behind: run `cobro migrate`).", body = crate::web::openapi::ErrorBody)
-    ),
-    security(("api_key" = ["finance:read"]), ("sign_in" = ["finance:read"]))
-)]
-pub(in crate::web) async fn csv(
-    State(fin): FinanceState,
-    Query(filter): Query<Filter>,
-) -> Response {
-    let q = match filter.query(fin.cfg.stale_after) {
-        Ok(q) => q,
-        Err(e) => return queue_error(e.into()),
-    };
-    let first = match fin
-        .store
-        .escalated_page(&q, QueueCursor::start(), CSV_PAGE)
-        .await
-    {
-        Ok(items) => items,
-        Err(e) => return unavailable(&e),
-    };
-    let export = Export {
-        store: fin.store.clone(),
-        q,
-        next: None,
-        first: Some(first),
-    };
-    let header = Bytes::from(finance::csv_header());
-    let rows = futures::stream::unfold(export, Export::piece);
-    let body = futures::stream::once(async { Ok(header) }).chain(rows);
-    let name = format!(
-        "attachment; filename=\"cobro-escalations-{}.csv\"",
-        chrono::Utc::now().format("%Y-%m-%d")
-    );
-    (
-        [
-            (header::CONTENT_TYPE, "text/csv; charset=utf-8".to_owned()),
-            (header::CONTENT_DISPOSITION, name),
-        ],
-        Body::from_stream(body),
-    )
-        .into_response()
 }
 
 #[utoipa::path(

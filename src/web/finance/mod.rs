@@ -16,8 +16,10 @@
 //! the request body).
 
 pub(super) mod api;
+pub(super) mod case_api;
 pub(super) mod cases;
 pub(super) mod detail;
+pub(super) mod export;
 pub(super) mod gateway;
 pub(super) mod page;
 pub(super) mod settled;
@@ -107,7 +109,10 @@ pub fn router(store: Store, cfg: FinanceConfig, keys: Arc<ApiKeys>) -> Router {
             page.clone().on(get(detail::detail)),
         )
         .route("/finance/summary", page.clone().on(get(page::summary)))
-        .route("/finance/escalations.csv", page.clone().on(get(api::csv)))
+        .route(
+            "/finance/escalations.csv",
+            page.clone().on(get(export::csv)),
+        )
         .route("/finance/settlements.csv", page.on(get(settled::csv)))
         .route(
             "/finance/attempts/{id}/resolve",
@@ -156,11 +161,11 @@ pub fn router(store: Store, cfg: FinanceConfig, keys: Arc<ApiKeys>) -> Router {
             "/finance/api/cases/{id}/resolve",
             write
                 .clone()
-                .on(post(api::resolve_case).layer(middleware::from_fn(json_only))),
+                .on(post(case_api::resolve_case).layer(middleware::from_fn(json_only))),
         )
         .route(
             "/finance/api/cases/{id}/refund-duplicate",
-            write.on(post(api::refund_duplicate).layer(middleware::from_fn(json_only))),
+            write.on(post(case_api::refund_duplicate).layer(middleware::from_fn(json_only))),
         )
         .with_state(state)
 }

@@ -1,0 +1,167 @@
+//! Finance's JSON actions on reconciliation cases: close a case with a
+//! note, or refund the duplicate charge a `double_charge` case found (with
+//! its own key, so asking twice is one refund). Thin like the rest of the
+//! API ([`super::api`]): parse, call [`crate::finance`], map its errors.
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::{Extension, Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+
+use super::FinanceState;
+use super::api::{NOTE, body_as, unavailable};
+use crate::finance;
+use crate::http::Type;
+use crate::http::auth::Caller as Person;
+use crate::store::{CaseError, RefundError, StoreError};
+use crate::web::error;
+
+#[derive(Deserialize, utoipa::ToSchema)]
+struct CaseBody {
+    #[serde(default)]
+    note: String,
+}
+
+/// Closes a reconciliation case, as the signed-in person, with a note.
+#[utoipa::path(
+    post,
+    path = "/finance/api/cases/{id}/resolve",
+    operation_id = "post_finance_api_cases_id_resolve",
+    summary = "Close a reconciliation case",
+    tag = "finance",
+    description = "Close a reconciliation case, with an optional note. The body may be empty. Needs an API key with `finance:write` (Bearer).",
+    request_body = CaseBody,
+    params(
+        ("id" = i64, Path, description = "The reconciliation case's number.")
+    ),
+    responses(
+        (status = 200, description = "The case, closed.", body = crate::web::openapi::Answer),
+        (status = 400, description = "The body is not JSON.", body = crate::web::openapi::ErrorBody),
+        (status = 404, description = "No such case.", body = crate::web::openapi::ErrorBody),
+        (status = 409, description = "The case is already closed.", body = crate::web::openapi::ErrorBody),
+        (status = 422, description = "The note is of the wrong type, or an unknown field.", body = crate::web::openapi::ErrorBody),
+        (status = 401, description = "No credential, a wrong one, or the wrong scheme (`WWW-Authenticate` says which).", body = crate::web::openapi::ErrorBody),
+        (status = 403, description = "The key lacks the scope `finance:write`.", body = crate::web::openapi::ErrorBody),
+        (status = 413, description = "The body is larger than the API's limit (16 KiB).", body = crate::web::openapi::ErrorBody),
+        (status = 415, description = "The body is not `application/json`.", body = crate::web::openapi::ErrorBody),
+        (status = 503, description = "The database is not available (or its schema is missing or behind: run `cobro migrate`).", body = crate::web::openapi::ErrorBody)
+    ),
+    security(("api_key" = ["finance:write"]))
+)]
+pub(in crate::web) async fn resolve_case(
+    State(fin): FinanceState,
+    Extension(person): Extension<Person>,
+    Path(id): Path<i64>,
+    body: Bytes,
+) -> Response {
+    // The note is optional, and so is the body (empty); anything else must
+    // be a JSON object with at most a note, a string.
+    let note = if body.iter().all(u8::is_ascii_whitespace) {
+        String::new()
+    } else {
+        let expected = r#"{"note": "…"}"#;
+        match body_as::<CaseBody>(&body, &["note"], &[NOTE], expected, None) {
+            Ok(b) => b.note,
+            Err(refused) => return *refused,
+        }
+    };
+    match finance::resolve_case(&fin.store, id, &person.name, &note).await {
+        Ok(case) => Json(case).into_response(),
+        Err(e) => case_error(e),
+    }
+}
+
+#[derive(Deserialize, utoipa::ToSchema)]
+struct DuplicateBody {
+    charge_id: String,
+}
+
+/// Refunds a gateway-side duplicate of a `double_charge` case, approved by
+/// the signed-in person: 201 with the refund, 200 with the one already
+/// asked for.
+#[utoipa::path(
+    post,
+    path = "/finance/api/cases/{id}/refund-duplicate",
+    operation_id = "post_finance_api_cases_id_refund_duplicate",
+    summary = "Refund a duplicate charge",
+    tag = "finance",
+    description = "Refund a gateway-side duplicate of a double-charge case. Needs an API key with `finance:write` (Bearer).",
+    request_body = DuplicateBody,
+    params(
+        ("id" = i64, Path, description = "The reconciliation case's number.")
+    ),
+    responses(
+        (status = 201, description = "The refund was asked for.", body = crate::web::openapi::Answer),
+        (status = 200, description = "The same refund was already asked for.", body = crate::web::openapi::Answer),
+        (status = 400, description = "The body is not JSON.", body = crate::web::openapi::ErrorBody),
+        (status = 404, description = "No such case.", body = crate::web::openapi::ErrorBody),
+        (status = 409, description = "The charge is not this case's duplicate, or not refundable.", body = crate::web::openapi::ErrorBody),
+        (status = 422, description = "`charge_id` is missing or of the wrong type, or an unknown field.", body = crate::web::openapi::ErrorBody),
+        (status = 401, description = "No credential, a wrong one, or the wrong scheme (`WWW-Authenticate` says which).", body = crate::web::openapi::ErrorBody),
+        (status = 403, description = "The key lacks the scope `finance:write`.", body = crate::web::openapi::ErrorBody),
+        (status = 413, description = "The body is larger than the API's limit (16 KiB).", body = crate::web::openapi::ErrorBody),
+        (status = 415, description = "The body is not `application/json`.", body = crate::web::openapi::ErrorBody),
+        (status = 503, description = "The database is not available (or its schema is missing or behind: run `cobro migrate`).", body = crate::web::openapi::ErrorBody)
+    ),
+    security(("api_key" = ["finance:write"]))
+)]
+pub(in crate::web) async fn refund_duplicate(
+    State(fin): FinanceState,
+    Extension(person): Extension<Person>,
+    Path(id): Path<i64>,
+    body: Bytes,
+) -> Response {
+    let expected = r#"{"charge_id": "<the duplicate's gateway id>"}"#;
+    let types = [("charge_id", Type::Text("the duplicate's gateway charge id"))];
+    let body = match body_as::<DuplicateBody>(
+        &body,
+        &["charge_id"],
+        &types,
+        expected,
+        Some("charge_id"),
+    ) {
+        Ok(b) => b,
+        Err(refused) => return *refused,
+    };
+    match fin
+        .store
+        .refund_duplicate(id, &body.charge_id, &person.name)
+        .await
+    {
+        Ok(r) if r.created => (StatusCode::CREATED, Json(r)).into_response(),
+        Ok(r) => Json(r).into_response(),
+        Err(e) => duplicate_error(e),
+    }
+}
+
+pub(super) fn duplicate_error(e: RefundError) -> Response {
+    match e {
+        RefundError::Invalid(e) => error(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            Some(e.field),
+            e.to_string(),
+        ),
+        RefundError::NotFound(m) => error(StatusCode::NOT_FOUND, Some("id"), m),
+        RefundError::Db(e) => unavailable(&StoreError::Db(e)),
+        other => error(StatusCode::CONFLICT, Some("charge_id"), other.to_string()),
+    }
+}
+
+pub(super) fn case_error(e: CaseError) -> Response {
+    match e {
+        CaseError::Invalid(e) => error(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            Some(if e.field == "resolution_note" {
+                "note"
+            } else {
+                e.field
+            }),
+            e.to_string(),
+        ),
+        CaseError::NotFound(_) => error(StatusCode::NOT_FOUND, Some("id"), e.to_string()),
+        CaseError::AlreadyResolved { .. } => error(StatusCode::CONFLICT, None, e.to_string()),
+        CaseError::Store(e) => unavailable(&e),
+    }
+}
