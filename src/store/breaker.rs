@@ -111,10 +111,18 @@ impl Store {
     where
         F: FnOnce(&BreakerRow, DateTime<Utc>) -> (BreakerRow, Option<BreakerEvent>) + Send,
     {
-        match &self.db {
-            Db::Pg(p) => pg::breaker::update(p, gateway, actor, f).await,
-            Db::Lite(p) => lite::breaker::update(p, gateway, actor, f).await,
+        let mut tx = self.begin_write().await?;
+        let row = tx.breaker_locked(gateway).await?;
+        let now = tx.now().await?;
+        let (new, event) = f(&row, now);
+        if new != row {
+            tx.breaker_write(gateway, &new).await?;
         }
+        if let Some(ev) = event {
+            tx.breaker_event(gateway, &ev, actor, now).await?;
+        }
+        tx.commit().await?;
+        Ok(new)
     }
 
     /// Takes the open breaker's next probe: `true` for exactly one caller

@@ -5,9 +5,9 @@
 //! `max(now + COBRO_CARD_UPDATED_RETRY_DELAY, the earliest time the card
 //! network's advice allows)`, never later than it was scheduled.
 //!
-//! Invariant: pure decisions shared by both backends (the backends hold
-//! only the SQL that finds the retries, in the webhook's transaction, rows
-//! locked); only the retry's time changes, through the state machine's
+//! Invariant: the decisions and the flow ([`pull_forward`]) are shared by
+//! both backends, which hold only the SQL that finds the retries, in the
+//! webhook's transaction, rows locked (`store::tx`); only the retry's time changes, through the state machine's
 //! `RetryNow` on a `RECHAZADO` attempt, logged as `card_updated` with the
 //! event as evidence. Nothing else about the attempt changes.
 
@@ -16,11 +16,13 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
-use super::Attempt;
-use super::change::{Change, Plan, plan};
+use super::change::{Applied, Change, Plan, plan};
+use super::tx::Tx;
 use super::webhooks::{IncomingEvent, WebhookResult};
+use super::{Attempt, StoreError};
 use crate::gateway::Evidence;
 use crate::gateway::advice::{Advice, parse_stored};
+use crate::retry::RetryPolicy;
 use crate::state::{Event, InvalidTransition, State};
 
 /// How soon after the decline the network's advice lets `seen` be retried
@@ -39,11 +41,7 @@ fn not_before(seen: &Attempt) -> Option<DateTime<Utc>> {
 /// The new delay of `seen`'s scheduled retry, when pulling it forward
 /// moves it earlier: `None` for anything but a declined charge with a
 /// retry scheduled, one the advice forbids, or one already due sooner.
-pub(crate) fn pulled_forward(
-    seen: &Attempt,
-    now: DateTime<Utc>,
-    delay: Duration,
-) -> Option<Duration> {
+fn pulled_forward(seen: &Attempt, now: DateTime<Utc>, delay: Duration) -> Option<Duration> {
     let due = seen.next_action_at?;
     if seen.state != State::Rechazado || seen.is_refund() {
         return None;
@@ -54,7 +52,7 @@ pub(crate) fn pulled_forward(
 }
 
 /// The evidence the move leaves in the transition log.
-pub(crate) fn evidence(ev: &IncomingEvent, seen: &Attempt, act_in: Duration) -> Evidence {
+fn evidence(ev: &IncomingEvent, seen: &Attempt, act_in: Duration) -> Evidence {
     Evidence {
         call: "webhook".into(),
         error_kind: "card_updated".into(),
@@ -73,7 +71,7 @@ pub(crate) fn evidence(ev: &IncomingEvent, seen: &Attempt, act_in: Duration) -> 
 }
 
 /// The write: the retry due in `act_in`, nothing else.
-pub(crate) fn change<'a>(
+fn change<'a>(
     seen: &Attempt,
     act_in: Duration,
     actor: &'a str,
@@ -84,6 +82,34 @@ pub(crate) fn change<'a>(
     c.evidence = Some(evidence);
     let p = plan(seen, &c)?;
     Ok((c, p))
+}
+
+/// Pulls forward, inside the webhook's transaction, each scheduled retry
+/// that charges `payment_method` (rows locked) when that moves it earlier;
+/// the retries it moved.
+pub(crate) async fn pull_forward(
+    tx: &mut Tx,
+    ev: &IncomingEvent,
+    payment_method: &str,
+    policy: &RetryPolicy,
+    actor: &str,
+) -> Result<Vec<Uuid>, StoreError> {
+    let due = tx.retries_charging(payment_method).await?;
+    let now = tx.now().await?;
+    let mut moved = Vec::new();
+    for seen in &due {
+        let Some(act_in) = pulled_forward(seen, now, policy.card_updated_delay()) else {
+            continue;
+        };
+        let why = evidence(ev, seen, act_in);
+        let Ok((change, plan)) = change(seen, act_in, actor, &why) else {
+            continue;
+        };
+        if let Applied::Moved(_) = tx.apply(seen, &change, &plan).await? {
+            moved.push(seen.id);
+        }
+    }
+    Ok(moved)
 }
 
 /// What the event did: the retries it moved, or nothing.

@@ -13,6 +13,8 @@
 use chrono::{DateTime, Utc};
 use serde_json::json;
 
+use super::change::{Change, plan};
+use super::tx::Tx;
 use super::{Attempt, Store, StoreError};
 use crate::domain::{CaseKind, Finding, Window};
 use crate::state::State;
@@ -133,18 +135,32 @@ impl Store {
         c: &Contradiction,
         actor: &str,
     ) -> Result<(), StoreError> {
-        match &self.db {
-            super::Db::Pg(p) => {
-                let mut tx = p.begin().await?;
-                super::pg::recon::contradicted_tx(&mut tx, seen, c, actor).await?;
-                tx.commit().await?;
-            }
-            super::Db::Lite(p) => {
-                let mut tx = p.begin_with("BEGIN IMMEDIATE").await?;
-                super::lite::recon::contradicted_tx(&mut tx, seen, c, actor).await?;
-                tx.commit().await?;
-            }
-        }
-        Ok(())
+        let mut tx = self.begin_write().await?;
+        contradicted_in(&mut tx, seen, c, actor).await?;
+        tx.commit().await
     }
+}
+
+/// The case of a contradiction and, if asked, the cancellation of the
+/// attempt's scheduled business retry and the mark on a failed refund,
+/// inside the caller's transaction (a webhook's, or its own).
+pub(crate) async fn contradicted_in(
+    tx: &mut Tx,
+    seen: &Attempt,
+    c: &Contradiction,
+    actor: &str,
+) -> Result<(), StoreError> {
+    tx.open_case(&c.window, &c.finding).await?;
+    if c.cancel_retry {
+        let change = Change::new(None, "retry_cancelled_contradicted", actor);
+        let plan = plan(seen, &change).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+        tx.apply(seen, &change, &plan).await?;
+    }
+    if c.refund_failed {
+        // Fenced like every write: on the version seen, a settled refund
+        // not marked yet. Lost: it moved meanwhile; the case is open anyway.
+        tx.mark_refund_failed(seen, actor, &c.finding.details)
+            .await?;
+    }
+    Ok(())
 }

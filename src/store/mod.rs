@@ -36,6 +36,7 @@ mod review;
 mod schema;
 mod settings;
 mod settlement;
+mod tx;
 mod webhooks;
 
 pub use breaker::{BreakerEvent, BreakerRow, GatewayHealth};

@@ -166,10 +166,13 @@ impl Store {
         window: &Window,
         findings: &[Finding],
     ) -> Result<Vec<CaseWrite>, StoreError> {
-        match &self.db {
-            Db::Pg(p) => pg::recon::record_cases(p, window, findings).await,
-            Db::Lite(p) => lite::recon::record_cases(p, window, findings).await,
+        let mut tx = self.begin_write().await?;
+        let mut out = Vec::with_capacity(findings.len());
+        for f in findings {
+            out.push(tx.open_case(window, f).await?);
         }
+        tx.commit().await?;
+        Ok(out)
     }
 
     /// The escalation queue's reconciliation cases: unresolved, oldest first.

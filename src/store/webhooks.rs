@@ -12,7 +12,8 @@ use uuid::Uuid;
 use super::Attempt;
 use super::change::{Applied, Change, Plan, plan};
 use super::contradiction::Contradiction;
-use super::{Db, Store, StoreError, lite, pg};
+use super::tx::Tx;
+use super::{Db, Store, StoreError, card_updated, lite, pg};
 use crate::gateway::Evidence;
 use crate::retry::RetryPolicy;
 use crate::state::{Event, InvalidTransition, State};
@@ -107,7 +108,7 @@ pub(crate) struct Rejected<'a> {
 }
 
 /// The evidence a webhook leaves in the transition log.
-pub(crate) fn evidence(ev: &IncomingEvent) -> Evidence {
+fn evidence(ev: &IncomingEvent) -> Evidence {
     Evidence {
         call: "webhook".into(),
         http_status: None,
@@ -157,12 +158,12 @@ fn change_for<'a>(
 }
 
 /// What to do with a stored, new event, given its attempt (if any).
-pub(crate) enum Decision<'a> {
+enum Decision<'a> {
     Done(WebhookResult, Option<String>),
     Apply(&'a Attempt, Box<(Change<'a>, Plan<'a>)>),
 }
 
-pub(crate) fn decide<'a>(
+fn decide<'a>(
     seen: Option<&'a Attempt>,
     ev: &'a IncomingEvent,
     actor: &'a str,
@@ -191,7 +192,7 @@ pub(crate) fn decide<'a>(
 
 /// The case an event opens when it contradicts an attempt we hold as
 /// settled (approved after `RECHAZADO`, declined after `APROBADO`).
-pub(crate) fn contradiction(seen: &Attempt, ev: &IncomingEvent) -> Option<Contradiction> {
+fn contradiction(seen: &Attempt, ev: &IncomingEvent) -> Option<Contradiction> {
     let source = format!("webhook {} ({})", ev.event_id, ev.event_type);
     let now = chrono::Utc::now();
     match &ev.outcome {
@@ -205,7 +206,7 @@ pub(crate) fn contradiction(seen: &Attempt, ev: &IncomingEvent) -> Option<Contra
 
 /// The result of applying an event's change (the row is locked, so losing
 /// the compare-and-set should not happen; if it does, it is a no-op).
-pub(crate) fn after_apply(seen: &Attempt, applied: Applied) -> (WebhookResult, Option<String>) {
+fn after_apply(seen: &Attempt, applied: Applied) -> (WebhookResult, Option<String>) {
     match applied {
         Applied::Moved(now) => (
             WebhookResult::Applied {
@@ -222,6 +223,60 @@ pub(crate) fn after_apply(seen: &Attempt, applied: Applied) -> (WebhookResult, O
             Some("the attempt moved meanwhile".into()),
         ),
     }
+}
+
+/// A webhook's flow inside its transaction: store the event once, find its
+/// attempt (locked), decide, apply, and record the outcome on the event.
+async fn record_in(
+    tx: &mut Tx,
+    ev: &IncomingEvent,
+    retry: Option<&RetryPolicy>,
+) -> Result<WebhookResult, StoreError> {
+    if !tx.insert_event(ev).await? {
+        return Ok(WebhookResult::Duplicate);
+    }
+    let actor = format!("webhook:{}", ev.event_id);
+    if let EventOutcome::CardUpdated { payment_method } = &ev.outcome {
+        let moved = match retry {
+            Some(policy) => {
+                card_updated::pull_forward(tx, ev, payment_method, policy, &actor).await?
+            }
+            None => Vec::new(),
+        };
+        let (result, detail) = card_updated::result(moved);
+        tx.set_event_outcome(&ev.event_id, result.outcome_column(), detail, None)
+            .await?;
+        return Ok(result);
+    }
+    let seen = match ev.key {
+        Some(key) => tx.attempt_by_key(key).await?,
+        None => None,
+    };
+    let ev_evidence = evidence(ev);
+    let (result, detail) = match decide(seen.as_ref(), ev, &actor, &ev_evidence, retry) {
+        // News the state machine refuses may contradict what we hold as
+        // settled: that opens a case (and cancels a scheduled retry) here,
+        // in the webhook's transaction, instead of vanishing.
+        Decision::Done(result @ WebhookResult::Noop { .. }, detail) => {
+            match seen.as_ref().and_then(|a| Some((a, contradiction(a, ev)?))) {
+                Some((a, c)) => {
+                    super::contradiction::contradicted_in(tx, a, &c, &actor).await?;
+                    let said = detail.unwrap_or_default();
+                    (result, Some(format!("{said}; contradicts it: case opened")))
+                }
+                None => (result, detail),
+            }
+        }
+        Decision::Done(result, detail) => (result, detail),
+        Decision::Apply(seen, write) => {
+            let (change, plan) = *write;
+            after_apply(seen, tx.apply(seen, &change, &plan).await?)
+        }
+    };
+    let attempt = seen.as_ref().map(|a| a.id);
+    tx.set_event_outcome(&ev.event_id, result.outcome_column(), detail, attempt)
+        .await?;
+    Ok(result)
 }
 
 impl super::Store {
@@ -248,10 +303,10 @@ impl Store {
         ev: &IncomingEvent,
         retry: Option<&crate::retry::RetryPolicy>,
     ) -> Result<WebhookResult, StoreError> {
-        match &self.db {
-            Db::Pg(p) => pg::webhooks::record(p, ev, retry).await,
-            Db::Lite(p) => lite::webhooks::record(p, ev, retry).await,
-        }
+        let mut tx = self.begin_write().await?;
+        let result = record_in(&mut tx, ev, retry).await?;
+        tx.commit().await?;
+        Ok(result)
     }
 
     /// Records a rejected delivery (reason, safe headers, size) as the

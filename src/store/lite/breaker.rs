@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use sqlx::sqlite::SqliteRow;
-use sqlx::{Row, SqlitePool};
+use sqlx::{Row, SqliteConnection, SqlitePool};
 
 use super::{ms, push_wake, uuid};
 use crate::state::State;
@@ -50,69 +50,72 @@ pub(crate) async fn get(
         .transpose()
 }
 
-pub(crate) async fn update<F>(
-    pool: &SqlitePool,
+/// The gateway's row, created if missing (the transaction holds the
+/// write lock).
+pub(crate) async fn locked(
+    tx: &mut SqliteConnection,
     gateway: &str,
-    actor: &str,
-    f: F,
-) -> Result<BreakerRow, StoreError>
-where
-    F: FnOnce(&BreakerRow, DateTime<Utc>) -> (BreakerRow, Option<BreakerEvent>),
-{
-    let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
+) -> Result<BreakerRow, StoreError> {
     sqlx::query("INSERT INTO gateway_breakers (gateway) VALUES (?1) ON CONFLICT DO NOTHING")
         .bind(gateway)
         .execute(&mut *tx)
         .await?;
-    let found = sqlx::query(concat!(
-        "SELECT *, ",
-        now_ms!(),
-        " AS db_now FROM gateway_breakers WHERE gateway = ?1"
-    ))
+    let found = sqlx::query("SELECT * FROM gateway_breakers WHERE gateway = ?1")
+        .bind(gateway)
+        .fetch_one(&mut *tx)
+        .await?;
+    row(&found)
+}
+
+pub(crate) async fn write(
+    tx: &mut SqliteConnection,
+    gateway: &str,
+    new: &BreakerRow,
+) -> Result<(), StoreError> {
+    sqlx::query(
+        "UPDATE gateway_breakers SET
+            state = ?2, failures = ?3, failing_since = ?4, last_failure = ?5,
+            last_failure_at = ?6, last_answer_at = ?7, opened_at = ?8, closed_at = ?9,
+            next_probe_at = ?10, probes = ?11, next_rewake_at = ?12
+          WHERE gateway = ?1",
+    )
     .bind(gateway)
-    .fetch_one(&mut *tx)
+    .bind(&new.state)
+    .bind(new.failures)
+    .bind(millis(new.failing_since))
+    .bind(&new.last_failure)
+    .bind(millis(new.last_failure_at))
+    .bind(millis(new.last_answer_at))
+    .bind(millis(new.opened_at))
+    .bind(millis(new.closed_at))
+    .bind(millis(new.next_probe_at))
+    .bind(new.probes)
+    .bind(millis(new.next_rewake_at))
+    .execute(&mut *tx)
     .await?;
-    let (old, now) = (row(&found)?, ms(found.try_get("db_now")?));
-    let (new, event) = f(&old, now);
-    if new != old {
-        sqlx::query(
-            "UPDATE gateway_breakers SET
-                state = ?2, failures = ?3, failing_since = ?4, last_failure = ?5,
-                last_failure_at = ?6, last_answer_at = ?7, opened_at = ?8, closed_at = ?9,
-                next_probe_at = ?10, probes = ?11, next_rewake_at = ?12
-              WHERE gateway = ?1",
-        )
-        .bind(gateway)
-        .bind(&new.state)
-        .bind(new.failures)
-        .bind(millis(new.failing_since))
-        .bind(&new.last_failure)
-        .bind(millis(new.last_failure_at))
-        .bind(millis(new.last_answer_at))
-        .bind(millis(new.opened_at))
-        .bind(millis(new.closed_at))
-        .bind(millis(new.next_probe_at))
-        .bind(new.probes)
-        .bind(millis(new.next_rewake_at))
-        .execute(&mut *tx)
-        .await?;
-    }
-    if let Some(ev) = event {
-        sqlx::query(
-            "INSERT INTO gateway_breaker_events (gateway, state, cause, actor, detail, at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-        )
-        .bind(gateway)
-        .bind(ev.state)
-        .bind(&ev.cause)
-        .bind(actor)
-        .bind(&ev.detail)
-        .bind(now.timestamp_millis())
-        .execute(&mut *tx)
-        .await?;
-    }
-    tx.commit().await?;
-    Ok(new)
+    Ok(())
+}
+
+pub(crate) async fn log_event(
+    tx: &mut SqliteConnection,
+    gateway: &str,
+    ev: &BreakerEvent,
+    actor: &str,
+    at: DateTime<Utc>,
+) -> Result<(), StoreError> {
+    sqlx::query(
+        "INSERT INTO gateway_breaker_events (gateway, state, cause, actor, detail, at)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+    )
+    .bind(gateway)
+    .bind(ev.state)
+    .bind(&ev.cause)
+    .bind(actor)
+    .bind(&ev.detail)
+    .bind(at.timestamp_millis())
+    .execute(&mut *tx)
+    .await?;
+    Ok(())
 }
 
 pub(crate) async fn claim_probe(

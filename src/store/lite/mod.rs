@@ -240,6 +240,13 @@ pub(super) async fn now(pool: &SqlitePool) -> Result<DateTime<Utc>, StoreError> 
     Ok(ms(at))
 }
 
+pub(super) async fn now_tx(tx: &mut SqliteConnection) -> Result<DateTime<Utc>, StoreError> {
+    let at: i64 = sqlx::query_scalar(concat!("SELECT ", now_ms!()))
+        .fetch_one(tx)
+        .await?;
+    Ok(ms(at))
+}
+
 pub(super) async fn apply(
     pool: &SqlitePool,
     seen: &Attempt,

@@ -8,12 +8,10 @@ use sqlx::{Row, SqlitePool};
 
 use super::{attempt, json, ms, uuid};
 use crate::domain::{Finding, Window};
-use crate::store::change::plan;
-use crate::store::contradiction::Contradiction;
 use crate::store::recon::{
     CaseCursor, CaseStatus, CaseWrite, ReconCase, ReconRun, ReconScope, RunClaim,
 };
-use crate::store::{Attempt, Change, StoreError};
+use crate::store::{Attempt, StoreError};
 
 fn json_list<T: serde::Serialize>(items: &[T]) -> Result<String, StoreError> {
     serde_json::to_string(items).map_err(|e| StoreError::Corrupt(e.to_string()))
@@ -45,20 +43,6 @@ pub(crate) async fn attempts(
     .fetch_all(pool)
     .await?;
     rows.iter().map(attempt).collect()
-}
-
-pub(crate) async fn record_cases(
-    pool: &SqlitePool,
-    window: &Window,
-    findings: &[Finding],
-) -> Result<Vec<CaseWrite>, StoreError> {
-    let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
-    let mut out = Vec::with_capacity(findings.len());
-    for f in findings {
-        out.push(case_tx(&mut tx, window, f).await?);
-    }
-    tx.commit().await?;
-    Ok(out)
 }
 
 /// Opens the case of `f` unless its dedupe key exists, inside the caller's
@@ -275,48 +259,41 @@ pub(crate) async fn runs(pool: &SqlitePool) -> Result<Vec<ReconRun>, StoreError>
         .collect()
 }
 
-/// The case of a contradiction and, if asked, the cancellation of the
-/// attempt's scheduled business retry, inside the caller's transaction.
-pub(crate) async fn contradicted_tx(
+/// Marks a settled refund as failed after its success, on the version
+/// seen, and logs it; false when it moved meanwhile.
+pub(crate) async fn mark_refund_failed(
     tx: &mut sqlx::SqliteConnection,
     seen: &Attempt,
-    c: &Contradiction,
     actor: &str,
-) -> Result<(), StoreError> {
-    case_tx(&mut *tx, &c.window, &c.finding).await?;
-    if c.cancel_retry {
-        let change = Change::new(None, "retry_cancelled_contradicted", actor);
-        let plan = plan(seen, &change).map_err(|e| StoreError::Corrupt(e.to_string()))?;
-        super::apply_tx(&mut *tx, seen, &change, &plan).await?;
+    details: &serde_json::Value,
+) -> Result<bool, StoreError> {
+    let id = seen.id.hyphenated().to_string();
+    let marked = sqlx::query(concat!(
+        "UPDATE payment_attempts SET refund_failed_at = ",
+        now_ms!(),
+        ", version = version + 1, updated_at = ",
+        now_ms!(),
+        " WHERE id = ?1 AND version = ?2 AND state = 'APROBADO' AND kind = 'refund'
+            AND refund_failed_at IS NULL"
+    ))
+    .bind(&id)
+    .bind(seen.version)
+    .execute(&mut *tx)
+    .await?;
+    if marked.rows_affected() == 0 {
+        return Ok(false);
     }
-    if c.refund_failed {
-        // Fenced like every write (see the PostgreSQL twin).
-        let marked = sqlx::query(concat!(
-            "UPDATE payment_attempts SET refund_failed_at = ",
-            now_ms!(),
-            ", version = version + 1, updated_at = ",
-            now_ms!(),
-            " WHERE id = ?1 AND version = ?2 AND state = 'APROBADO' AND kind = 'refund'
-                AND refund_failed_at IS NULL"
-        ))
-        .bind(seen.id.hyphenated().to_string())
-        .bind(seen.version)
-        .execute(&mut *tx)
-        .await?;
-        if marked.rows_affected() == 1 {
-            sqlx::query(concat!(
-                "INSERT INTO attempt_transitions
-                    (attempt_id, from_state, to_state, cause, actor, evidence, at)
-                 VALUES (?1, 'APROBADO', 'APROBADO', 'refund_failed_after_success', ?2, ?3, ",
-                now_ms!(),
-                ")"
-            ))
-            .bind(seen.id.hyphenated().to_string())
-            .bind(actor)
-            .bind(c.finding.details.to_string())
-            .execute(&mut *tx)
-            .await?;
-        }
-    }
-    Ok(())
+    sqlx::query(concat!(
+        "INSERT INTO attempt_transitions
+            (attempt_id, from_state, to_state, cause, actor, evidence, at)
+         VALUES (?1, 'APROBADO', 'APROBADO', 'refund_failed_after_success', ?2, ?3, ",
+        now_ms!(),
+        ")"
+    ))
+    .bind(&id)
+    .bind(actor)
+    .bind(details.to_string())
+    .execute(&mut *tx)
+    .await?;
+    Ok(true)
 }

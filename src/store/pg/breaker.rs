@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use sqlx::PgPool;
+use sqlx::{PgConnection, PgPool};
 
 use crate::store::StoreError;
 use crate::store::breaker::{BreakerEvent, BreakerRow, GatewayHealth};
@@ -18,67 +18,70 @@ pub(crate) async fn get(pool: &PgPool, gateway: &str) -> Result<Option<BreakerRo
     )
 }
 
-pub(crate) async fn update<F>(
-    pool: &PgPool,
-    gateway: &str,
-    actor: &str,
-    f: F,
-) -> Result<BreakerRow, StoreError>
-where
-    F: FnOnce(&BreakerRow, DateTime<Utc>) -> (BreakerRow, Option<BreakerEvent>),
-{
-    let mut tx = pool.begin().await?;
+/// The gateway's row, created if missing, locked (`FOR UPDATE`) until the
+/// transaction ends.
+pub(crate) async fn locked(tx: &mut PgConnection, gateway: &str) -> Result<BreakerRow, StoreError> {
     sqlx::query("INSERT INTO cobro.gateway_breakers (gateway) VALUES ($1) ON CONFLICT DO NOTHING")
         .bind(gateway)
         .execute(&mut *tx)
         .await?;
-    let row: BreakerRow =
+    Ok(
         sqlx::query_as("SELECT * FROM cobro.gateway_breakers WHERE gateway = $1 FOR UPDATE")
             .bind(gateway)
             .fetch_one(&mut *tx)
-            .await?;
-    let now: DateTime<Utc> = sqlx::query_scalar("SELECT now()")
-        .fetch_one(&mut *tx)
-        .await?;
-    let (new, event) = f(&row, now);
-    if new != row {
-        sqlx::query(
-            "UPDATE cobro.gateway_breakers SET
-                state = $2, failures = $3, failing_since = $4, last_failure = $5,
-                last_failure_at = $6, last_answer_at = $7, opened_at = $8, closed_at = $9,
-                next_probe_at = $10, probes = $11, next_rewake_at = $12
-              WHERE gateway = $1",
-        )
-        .bind(gateway)
-        .bind(&new.state)
-        .bind(new.failures)
-        .bind(new.failing_since)
-        .bind(&new.last_failure)
-        .bind(new.last_failure_at)
-        .bind(new.last_answer_at)
-        .bind(new.opened_at)
-        .bind(new.closed_at)
-        .bind(new.next_probe_at)
-        .bind(new.probes)
-        .bind(new.next_rewake_at)
-        .execute(&mut *tx)
-        .await?;
-    }
-    if let Some(ev) = event {
-        sqlx::query(
-            "INSERT INTO cobro.gateway_breaker_events (gateway, state, cause, actor, detail)
-             VALUES ($1, $2, $3, $4, $5)",
-        )
-        .bind(gateway)
-        .bind(ev.state)
-        .bind(&ev.cause)
-        .bind(actor)
-        .bind(&ev.detail)
-        .execute(&mut *tx)
-        .await?;
-    }
-    tx.commit().await?;
-    Ok(new)
+            .await?,
+    )
+}
+
+pub(crate) async fn write(
+    tx: &mut PgConnection,
+    gateway: &str,
+    new: &BreakerRow,
+) -> Result<(), StoreError> {
+    sqlx::query(
+        "UPDATE cobro.gateway_breakers SET
+            state = $2, failures = $3, failing_since = $4, last_failure = $5,
+            last_failure_at = $6, last_answer_at = $7, opened_at = $8, closed_at = $9,
+            next_probe_at = $10, probes = $11, next_rewake_at = $12
+          WHERE gateway = $1",
+    )
+    .bind(gateway)
+    .bind(&new.state)
+    .bind(new.failures)
+    .bind(new.failing_since)
+    .bind(&new.last_failure)
+    .bind(new.last_failure_at)
+    .bind(new.last_answer_at)
+    .bind(new.opened_at)
+    .bind(new.closed_at)
+    .bind(new.next_probe_at)
+    .bind(new.probes)
+    .bind(new.next_rewake_at)
+    .execute(&mut *tx)
+    .await?;
+    Ok(())
+}
+
+pub(crate) async fn log_event(
+    tx: &mut PgConnection,
+    gateway: &str,
+    ev: &BreakerEvent,
+    actor: &str,
+    at: DateTime<Utc>,
+) -> Result<(), StoreError> {
+    sqlx::query(
+        "INSERT INTO cobro.gateway_breaker_events (gateway, state, cause, actor, detail, at)
+         VALUES ($1, $2, $3, $4, $5, $6)",
+    )
+    .bind(gateway)
+    .bind(ev.state)
+    .bind(&ev.cause)
+    .bind(actor)
+    .bind(&ev.detail)
+    .bind(at)
+    .execute(&mut *tx)
+    .await?;
+    Ok(())
 }
 
 pub(crate) async fn claim_probe(

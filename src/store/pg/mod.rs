@@ -167,6 +167,11 @@ pub(super) async fn now(pool: &PgPool) -> Result<DateTime<Utc>, StoreError> {
     Ok(sqlx::query_scalar("SELECT now()").fetch_one(pool).await?)
 }
 
+/// The transaction's clock (`now()` is its start).
+pub(super) async fn now_tx(tx: &mut PgConnection) -> Result<DateTime<Utc>, StoreError> {
+    Ok(sqlx::query_scalar("SELECT now()").fetch_one(tx).await?)
+}
+
 pub(super) async fn apply(
     pool: &PgPool,
     group: Option<&cas::GroupCommit>,

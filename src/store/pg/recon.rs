@@ -5,12 +5,10 @@ use std::time::Duration;
 use sqlx::PgPool;
 
 use crate::domain::{Finding, Window};
-use crate::store::change::plan;
-use crate::store::contradiction::Contradiction;
 use crate::store::recon::{
     CaseCursor, CaseStatus, CaseWrite, ReconCase, ReconRun, ReconScope, RunClaim,
 };
-use crate::store::{Attempt, Change, StoreError};
+use crate::store::{Attempt, StoreError};
 
 pub(crate) async fn attempts(
     pool: &PgPool,
@@ -35,20 +33,6 @@ pub(crate) async fn attempts(
     .bind(&scope.orders)
     .fetch_all(pool)
     .await?)
-}
-
-pub(crate) async fn record_cases(
-    pool: &PgPool,
-    window: &Window,
-    findings: &[Finding],
-) -> Result<Vec<CaseWrite>, StoreError> {
-    let mut tx = pool.begin().await?;
-    let mut out = Vec::with_capacity(findings.len());
-    for f in findings {
-        out.push(case_tx(&mut tx, window, f).await?);
-    }
-    tx.commit().await?;
-    Ok(out)
 }
 
 /// Opens the case of `f` unless its dedupe key exists, inside the caller's
@@ -218,45 +202,36 @@ pub(crate) async fn runs(pool: &PgPool) -> Result<Vec<ReconRun>, StoreError> {
     .await?)
 }
 
-/// The case of a contradiction and, if asked, the cancellation of the
-/// attempt's scheduled business retry, inside the caller's transaction.
-pub(crate) async fn contradicted_tx(
+/// Marks a settled refund as failed after its success, on the version
+/// seen, and logs it; false when it moved meanwhile.
+pub(crate) async fn mark_refund_failed(
     tx: &mut sqlx::PgConnection,
     seen: &Attempt,
-    c: &Contradiction,
     actor: &str,
-) -> Result<(), StoreError> {
-    case_tx(&mut *tx, &c.window, &c.finding).await?;
-    if c.cancel_retry {
-        let change = Change::new(None, "retry_cancelled_contradicted", actor);
-        let plan = plan(seen, &change).map_err(|e| StoreError::Corrupt(e.to_string()))?;
-        super::apply_tx(&mut *tx, seen, &change, &plan).await?;
+    details: &serde_json::Value,
+) -> Result<bool, StoreError> {
+    let marked = sqlx::query(
+        "UPDATE cobro.payment_attempts
+            SET refund_failed_at = now(), version = version + 1, updated_at = now()
+          WHERE id = $1 AND version = $2 AND state = 'APROBADO' AND kind = 'refund'
+            AND refund_failed_at IS NULL",
+    )
+    .bind(seen.id)
+    .bind(seen.version)
+    .execute(&mut *tx)
+    .await?;
+    if marked.rows_affected() == 0 {
+        return Ok(false);
     }
-    if c.refund_failed {
-        // Fenced like every write: on the version seen, a settled refund
-        // not marked yet. Lost: it moved meanwhile; the case is open anyway.
-        let marked = sqlx::query(
-            "UPDATE cobro.payment_attempts
-                SET refund_failed_at = now(), version = version + 1, updated_at = now()
-              WHERE id = $1 AND version = $2 AND state = 'APROBADO' AND kind = 'refund'
-                AND refund_failed_at IS NULL",
-        )
-        .bind(seen.id)
-        .bind(seen.version)
-        .execute(&mut *tx)
-        .await?;
-        if marked.rows_affected() == 1 {
-            sqlx::query(
-                "INSERT INTO cobro.attempt_transitions
-                    (attempt_id, from_state, to_state, cause, actor, evidence)
-                 VALUES ($1, 'APROBADO', 'APROBADO', 'refund_failed_after_success', $2, $3)",
-            )
-            .bind(seen.id)
-            .bind(actor)
-            .bind(&c.finding.details)
-            .execute(&mut *tx)
-            .await?;
-        }
-    }
-    Ok(())
+    sqlx::query(
+        "INSERT INTO cobro.attempt_transitions
+            (attempt_id, from_state, to_state, cause, actor, evidence)
+         VALUES ($1, 'APROBADO', 'APROBADO', 'refund_failed_after_success', $2, $3)",
+    )
+    .bind(seen.id)
+    .bind(actor)
+    .bind(details)
+    .execute(&mut *tx)
+    .await?;
+    Ok(true)
 }

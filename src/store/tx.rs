@@ -1,0 +1,160 @@
+//! One write transaction on either backend, for the flows that are the same
+//! on both: a webhook's (store the event once, find its attempt, decide,
+//! apply), a contradiction's (open the case, cancel the retry, mark the
+//! refund), a reconciliation's batch of cases. The flow is written once,
+//! over [`Tx`]; each backend holds only the SQL of each step, in
+//! `pg/*.rs` and `lite/*.rs`.
+//!
+//! Why the backends still differ under it, in one line each:
+//! - Locking: PostgreSQL locks the rows a step reads (`FOR UPDATE`); SQLite
+//!   has no row locks, so its transaction starts with `BEGIN IMMEDIATE`,
+//!   which takes the database's write lock before the first read.
+//! - Values: PostgreSQL stores uuid and timestamptz; SQLite stores text
+//!   and milliseconds since the epoch, so each backend maps its own rows.
+//!
+//! Invariant: every step runs inside the one transaction [`Store::begin_write`]
+//! opened; nothing is visible to another process until [`Tx::commit`], and
+//! dropping a `Tx` without committing rolls it all back.
+
+use chrono::{DateTime, Utc};
+use sqlx::{Postgres, Sqlite, Transaction};
+use uuid::Uuid;
+
+use super::breaker::{BreakerEvent, BreakerRow};
+use super::change::{Applied, Change, Plan};
+use super::webhooks::IncomingEvent;
+use super::{Attempt, CaseWrite, Db, Store, StoreError, lite, pg};
+use crate::domain::{Finding, Window};
+
+/// An open write transaction.
+pub(crate) enum Tx {
+    Pg(Transaction<'static, Postgres>),
+    Lite(Transaction<'static, Sqlite>),
+}
+
+/// Runs the backend's own step: `on!(tx, webhooks::insert_event(ev))` calls
+/// `pg::webhooks::insert_event(conn, ev)` or `lite::webhooks::…`.
+macro_rules! on {
+    ($tx:expr, $($step:ident)::+ ( $($arg:expr),* $(,)? )) => {
+        match $tx {
+            Tx::Pg(t) => pg::$($step)::+(t, $($arg),*).await,
+            Tx::Lite(t) => lite::$($step)::+(t, $($arg),*).await,
+        }
+    };
+}
+
+impl Store {
+    /// Opens a write transaction (see the module's note on locking).
+    pub(crate) async fn begin_write(&self) -> Result<Tx, StoreError> {
+        Ok(match &self.db {
+            Db::Pg(p) => Tx::Pg(p.begin().await?),
+            Db::Lite(p) => Tx::Lite(p.begin_with("BEGIN IMMEDIATE").await?),
+        })
+    }
+}
+
+impl Tx {
+    pub(crate) async fn commit(self) -> Result<(), StoreError> {
+        match self {
+            Tx::Pg(t) => t.commit().await?,
+            Tx::Lite(t) => t.commit().await?,
+        }
+        Ok(())
+    }
+
+    /// The database's clock.
+    pub(crate) async fn now(&mut self) -> Result<DateTime<Utc>, StoreError> {
+        on!(self, now_tx())
+    }
+
+    /// Moves `seen` as `plan` says, fenced on its version, and logs it.
+    pub(crate) async fn apply(
+        &mut self,
+        seen: &Attempt,
+        change: &Change<'_>,
+        plan: &Plan<'_>,
+    ) -> Result<Applied, StoreError> {
+        on!(self, apply_tx(seen, change, plan))
+    }
+
+    /// Opens the case of `f` unless its dedupe key exists.
+    pub(crate) async fn open_case(
+        &mut self,
+        window: &Window,
+        f: &Finding,
+    ) -> Result<CaseWrite, StoreError> {
+        on!(self, recon::case_tx(window, f))
+    }
+
+    /// Marks a settled refund as failed after its success (on the version
+    /// seen) and logs it; false when the refund moved meanwhile.
+    pub(crate) async fn mark_refund_failed(
+        &mut self,
+        seen: &Attempt,
+        actor: &str,
+        details: &serde_json::Value,
+    ) -> Result<bool, StoreError> {
+        on!(self, recon::mark_refund_failed(seen, actor, details))
+    }
+
+    /// Stores a new event as `ignored`; false when its id is stored already.
+    pub(crate) async fn insert_event(&mut self, ev: &IncomingEvent) -> Result<bool, StoreError> {
+        on!(self, webhooks::insert_event(ev))
+    }
+
+    /// The stored event's outcome, detail and attempt.
+    pub(crate) async fn set_event_outcome(
+        &mut self,
+        event_id: &str,
+        outcome: &str,
+        detail: Option<String>,
+        attempt: Option<Uuid>,
+    ) -> Result<(), StoreError> {
+        on!(
+            self,
+            webhooks::set_outcome(event_id, outcome, detail, attempt)
+        )
+    }
+
+    /// The attempt with this idempotency key, locked until the end.
+    pub(crate) async fn attempt_by_key(
+        &mut self,
+        key: Uuid,
+    ) -> Result<Option<Attempt>, StoreError> {
+        on!(self, webhooks::attempt_by_key(key))
+    }
+
+    /// The scheduled business retries that will charge `payment_method`
+    /// (the order's newest payment-method update, else the attempt's own),
+    /// locked until the end.
+    pub(crate) async fn retries_charging(
+        &mut self,
+        payment_method: &str,
+    ) -> Result<Vec<Attempt>, StoreError> {
+        on!(self, webhooks::retries_charging(payment_method))
+    }
+
+    /// The gateway's breaker row, created if missing, locked until the end.
+    pub(crate) async fn breaker_locked(&mut self, gateway: &str) -> Result<BreakerRow, StoreError> {
+        on!(self, breaker::locked(gateway))
+    }
+
+    pub(crate) async fn breaker_write(
+        &mut self,
+        gateway: &str,
+        new: &BreakerRow,
+    ) -> Result<(), StoreError> {
+        on!(self, breaker::write(gateway, new))
+    }
+
+    /// Appends `ev` to the breaker's log.
+    pub(crate) async fn breaker_event(
+        &mut self,
+        gateway: &str,
+        ev: &BreakerEvent,
+        actor: &str,
+        at: DateTime<Utc>,
+    ) -> Result<(), StoreError> {
+        on!(self, breaker::log_event(gateway, ev, actor, at))
+    }
+}
