@@ -93,10 +93,7 @@ impl GatewayHealth {
 impl Store {
     /// The breaker row of `gateway`, if it was ever written.
     pub async fn breaker(&self, gateway: &str) -> Result<Option<BreakerRow>, StoreError> {
-        match &self.db {
-            Db::Pg(p) => pg::breaker::get(p, gateway).await,
-            Db::Lite(p) => lite::breaker::get(p, gateway).await,
-        }
+        on_db!(self, breaker::get(gateway))
     }
 
     /// Locks the breaker row of `gateway` (created closed if missing) and
@@ -128,10 +125,7 @@ impl Store {
     /// Takes the open breaker's next probe: `true` for exactly one caller
     /// per `next_probe_at`, which then moves `every` ahead.
     pub async fn claim_probe(&self, gateway: &str, every: Duration) -> Result<bool, StoreError> {
-        match &self.db {
-            Db::Pg(p) => pg::breaker::claim_probe(p, gateway, every).await,
-            Db::Lite(p) => lite::breaker::claim_probe(p, gateway, every).await,
-        }
+        on_db!(self, breaker::claim_probe(gateway, every))
     }
 
     /// While `gateway`'s breaker is closed (or was never written), takes
@@ -145,18 +139,12 @@ impl Store {
         batch: u32,
         turn: Duration,
     ) -> Result<u64, StoreError> {
-        match &self.db {
-            Db::Pg(p) => pg::breaker::rewake(p, gateway, batch, turn).await,
-            Db::Lite(p) => lite::breaker::rewake(p, gateway, batch, turn).await,
-        }
+        on_db!(self, breaker::rewake(gateway, batch, turn))
     }
 
     /// Every breaker and the parked attempts.
     pub async fn gateway_health(&self) -> Result<GatewayHealth, StoreError> {
-        match &self.db {
-            Db::Pg(p) => pg::breaker::health(p).await,
-            Db::Lite(p) => lite::breaker::health(p).await,
-        }
+        on_db!(self, breaker::health())
     }
 
     /// The breaker's openings and closings, oldest first.
@@ -164,10 +152,7 @@ impl Store {
         &self,
         gateway: &str,
     ) -> Result<Vec<(String, String, DateTime<Utc>)>, StoreError> {
-        match &self.db {
-            Db::Pg(p) => pg::breaker::events(p, gateway).await,
-            Db::Lite(p) => lite::breaker::events(p, gateway).await,
-        }
+        on_db!(self, breaker::events(gateway))
     }
 
     /// Reserves the next request slot toward `gateway` under a limit of one

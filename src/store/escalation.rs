@@ -13,7 +13,7 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 use uuid::Uuid;
 
-use super::{Attempt, Db, Store, StoreError, lite, pg};
+use super::{Attempt, Store, StoreError};
 use crate::state::State;
 
 /// One attempt that needs a person.
@@ -107,10 +107,7 @@ impl Store {
     /// Counts and amounts of every attempt per (state, kind, currency),
     /// ordered by those three.
     pub async fn totals_by_state(&self) -> Result<Vec<Totals>, StoreError> {
-        match &self.db {
-            Db::Pg(p) => pg::escalation::totals(p).await,
-            Db::Lite(p) => lite::escalation::totals(p).await,
-        }
+        on_db!(self, escalation::totals())
     }
 
     /// One page of the queue: the attempts `q` selects that come after
@@ -121,17 +118,11 @@ impl Store {
         after: QueueCursor,
         limit: i64,
     ) -> Result<Vec<Escalated>, StoreError> {
-        match &self.db {
-            Db::Pg(p) => pg::escalation::page(p, q, after, limit).await,
-            Db::Lite(p) => lite::escalation::page(p, q, after, limit).await,
-        }
+        on_db!(self, escalation::page(q, after, limit))
     }
 
     /// How many attempts `q` selects (all of them, not a page).
     pub async fn escalated_count(&self, q: &QueueQuery) -> Result<i64, StoreError> {
-        match &self.db {
-            Db::Pg(p) => pg::escalation::count(p, q).await,
-            Db::Lite(p) => lite::escalation::count(p, q).await,
-        }
+        on_db!(self, escalation::count(q))
     }
 }

@@ -15,7 +15,7 @@
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
-use super::{Attempt, Db, QueueCursor, Store, StoreError, lite, pg};
+use super::{Attempt, QueueCursor, Store, StoreError};
 use crate::state::State;
 
 /// What kind of attempt, as stored in `payment_attempts.kind`, plus
@@ -134,9 +134,6 @@ impl Store {
         limit: i64,
     ) -> Result<Vec<Attempt>, StoreError> {
         let bounds = filter.bounds(after);
-        match &self.db {
-            Db::Pg(p) => pg::listing::page(p, filter, &bounds, limit).await,
-            Db::Lite(p) => lite::listing::page(p, filter, &bounds, limit).await,
-        }
+        on_db!(self, listing::page(filter, &bounds, limit))
     }
 }

@@ -1,5 +1,8 @@
 //! The store: every SQL statement cobro runs lives under `src/store/`, one
-//! module per backend (`pg.rs` for PostgreSQL, `lite.rs` for SQLite).
+//! module per backend (`pg/` for PostgreSQL, `lite/` for SQLite). The
+//! `Store` methods are the backend-neutral API; a method whose two
+//! backends differ only in SQL is one line, [`on_db!`]; a flow of several
+//! steps inside one transaction is written once over `tx::Tx`.
 //!
 //! Invariant: every write to an attempt is a compare-and-set on its `version`
 //! (the fencing token) and expected state; zero rows is "someone else won",
@@ -7,6 +10,19 @@
 //! transition-log row (and the wake-up job it schedules) commit together.
 //! What to write is decided once in [`change`]; the backends differ only in
 //! SQL. Bound parameters only; no SQL is built with `format!`.
+
+/// Calls the backend's own function with its pool:
+/// `on_db!(self, recon::cases(open_only))` is
+/// `pg::recon::cases(pool, open_only).await` on PostgreSQL and
+/// `lite::recon::cases(pool, open_only).await` on SQLite.
+macro_rules! on_db {
+    ($store:expr, $($step:ident)::+ ( $($arg:expr),* $(,)? )) => {
+        match &$store.db {
+            $crate::store::Db::Pg(p) => $crate::store::pg::$($step)::+(p, $($arg),*).await,
+            $crate::store::Db::Lite(p) => $crate::store::lite::$($step)::+(p, $($arg),*).await,
+        }
+    };
+}
 
 mod breaker;
 mod cancel;
@@ -379,10 +395,7 @@ impl Store {
     /// in cobro is measured by (workers on many machines share it; their
     /// own clocks may drift).
     pub async fn now(&self) -> Result<DateTime<Utc>, StoreError> {
-        match &self.db {
-            Db::Pg(p) => pg::now(p).await,
-            Db::Lite(p) => lite::now(p).await,
-        }
+        on_db!(self, now())
     }
 
     /// The compare-and-set write. See the module docs.
@@ -457,31 +470,19 @@ impl Store {
         every: Duration,
         limit: i64,
     ) -> Result<u64, StoreError> {
-        match &self.db {
-            Db::Pg(p) => pg::sweep(p, grace, every, limit).await,
-            Db::Lite(p) => lite::sweep(p, grace, every, limit).await,
-        }
+        on_db!(self, sweep(grace, every, limit))
     }
 
     pub async fn attempts_for_order(&self, order_id: &str) -> Result<Vec<Attempt>, StoreError> {
-        match &self.db {
-            Db::Pg(p) => pg::attempts_for_order(p, order_id).await,
-            Db::Lite(p) => lite::attempts_for_order(p, order_id).await,
-        }
+        on_db!(self, attempts_for_order(order_id))
     }
 
     pub async fn transitions(&self, attempt_id: Uuid) -> Result<Vec<Transition>, StoreError> {
-        match &self.db {
-            Db::Pg(p) => pg::transitions(p, attempt_id).await,
-            Db::Lite(p) => lite::transitions(p, attempt_id).await,
-        }
+        on_db!(self, transitions(attempt_id))
     }
 
     pub async fn checks(&self, attempt_id: Uuid) -> Result<Vec<Check>, StoreError> {
-        match &self.db {
-            Db::Pg(p) => pg::checks(p, attempt_id).await,
-            Db::Lite(p) => lite::checks(p, attempt_id).await,
-        }
+        on_db!(self, checks(attempt_id))
     }
 
     /// Counts of attempts per state.
@@ -509,18 +510,12 @@ impl Store {
 
     /// Wake-up jobs not yet finished (pending, queued or running).
     pub async fn open_wakeups(&self) -> Result<i64, StoreError> {
-        match &self.db {
-            Db::Pg(p) => pg::open_wakeups(p).await,
-            Db::Lite(p) => lite::open_wakeups(p).await,
-        }
+        on_db!(self, open_wakeups())
     }
 
     /// Transition-log rows in the whole database.
     pub async fn transition_rows(&self) -> Result<i64, StoreError> {
-        match &self.db {
-            Db::Pg(p) => pg::transition_rows(p).await,
-            Db::Lite(p) => lite::transition_rows(p).await,
-        }
+        on_db!(self, transition_rows())
     }
 
     /// Checks the database answers (for `/health`).

@@ -14,8 +14,8 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
+use super::Notice;
 use super::{Db, Store, StoreError};
-use super::{Notice, lite, pg};
 
 /// A claimed notice with what its payload needs from its attempt.
 #[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
@@ -158,18 +158,12 @@ impl Store {
 impl Store {
     /// The outbox: notices, oldest first (only unacknowledged ones when asked).
     pub async fn notices(&self, unacked_only: bool) -> Result<Vec<Notice>, StoreError> {
-        match &self.db {
-            Db::Pg(p) => pg::notices(p, unacked_only).await,
-            Db::Lite(p) => lite::notices(p, unacked_only).await,
-        }
+        on_db!(self, notices(unacked_only))
     }
 
     /// Acknowledges a notice; `false` when it was already acknowledged or
     /// does not exist.
     pub async fn ack_notice(&self, id: i64, by: &str) -> Result<bool, StoreError> {
-        match &self.db {
-            Db::Pg(p) => pg::ack_notice(p, id, by).await,
-            Db::Lite(p) => lite::ack_notice(p, id, by).await,
-        }
+        on_db!(self, ack_notice(id, by))
     }
 }

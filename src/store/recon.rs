@@ -153,10 +153,7 @@ impl Store {
         window: &Window,
         scope: &ReconScope,
     ) -> Result<Vec<Attempt>, StoreError> {
-        match &self.db {
-            Db::Pg(p) => pg::recon::attempts(p, window, scope).await,
-            Db::Lite(p) => lite::recon::attempts(p, window, scope).await,
-        }
+        on_db!(self, recon::attempts(window, scope))
     }
 
     /// Opens a case for each finding whose dedupe key is new, in one
@@ -177,10 +174,7 @@ impl Store {
 
     /// The escalation queue's reconciliation cases: unresolved, oldest first.
     pub async fn open_cases(&self) -> Result<Vec<ReconCase>, StoreError> {
-        match &self.db {
-            Db::Pg(p) => pg::recon::cases(p, true).await,
-            Db::Lite(p) => lite::recon::cases(p, true).await,
-        }
+        on_db!(self, recon::cases(true))
     }
 
     /// One page of the open cases, oldest first (then by id), right after
@@ -190,33 +184,21 @@ impl Store {
         after: Option<CaseCursor>,
         limit: i64,
     ) -> Result<Vec<ReconCase>, StoreError> {
-        match &self.db {
-            Db::Pg(p) => pg::recon::open_page(p, after, limit).await,
-            Db::Lite(p) => lite::recon::open_page(p, after, limit).await,
-        }
+        on_db!(self, recon::open_page(after, limit))
     }
 
     /// How many cases are open (a SQL count, not a list).
     pub async fn open_cases_count(&self) -> Result<i64, StoreError> {
-        match &self.db {
-            Db::Pg(p) => pg::recon::open_count(p).await,
-            Db::Lite(p) => lite::recon::open_count(p).await,
-        }
+        on_db!(self, recon::open_count())
     }
 
     /// Every reconciliation case, resolved or not, oldest first.
     pub async fn all_cases(&self) -> Result<Vec<ReconCase>, StoreError> {
-        match &self.db {
-            Db::Pg(p) => pg::recon::cases(p, false).await,
-            Db::Lite(p) => lite::recon::cases(p, false).await,
-        }
+        on_db!(self, recon::cases(false))
     }
 
     pub async fn recon_case(&self, id: i64) -> Result<Option<ReconCase>, StoreError> {
-        match &self.db {
-            Db::Pg(p) => pg::recon::case(p, id).await,
-            Db::Lite(p) => lite::recon::case(p, id).await,
-        }
+        on_db!(self, recon::case(id))
     }
 
     /// Resolves an open case once, with who and a note (both required).
@@ -262,10 +244,7 @@ impl Store {
         retry_after: Duration,
         stale_after: Duration,
     ) -> Result<Option<RunClaim>, StoreError> {
-        match &self.db {
-            Db::Pg(p) => pg::recon::claim(p, window, by, retry_after, stale_after).await,
-            Db::Lite(p) => lite::recon::claim(p, window, by, retry_after, stale_after).await,
-        }
+        on_db!(self, recon::claim(window, by, retry_after, stale_after))
     }
 
     /// Records how a claimed run ended; `false` when the claim was taken
@@ -277,17 +256,11 @@ impl Store {
         report: &serde_json::Value,
     ) -> Result<bool, StoreError> {
         let outcome = if ok { "ok" } else { "failed" };
-        match &self.db {
-            Db::Pg(p) => pg::recon::finish(p, claim, outcome, report).await,
-            Db::Lite(p) => lite::recon::finish(p, claim, outcome, report).await,
-        }
+        on_db!(self, recon::finish(claim, outcome, report))
     }
 
     /// Every run claimed so far, oldest window first.
     pub async fn recon_runs(&self) -> Result<Vec<ReconRun>, StoreError> {
-        match &self.db {
-            Db::Pg(p) => pg::recon::runs(p).await,
-            Db::Lite(p) => lite::recon::runs(p).await,
-        }
+        on_db!(self, recon::runs())
     }
 }

@@ -112,9 +112,6 @@ impl Store {
 
     /// The refunds of a charge attempt, oldest first.
     pub async fn refunds_of(&self, attempt_id: Uuid) -> Result<Vec<Attempt>, StoreError> {
-        match &self.db {
-            Db::Pg(p) => pg::refunds_of(p, attempt_id).await,
-            Db::Lite(p) => lite::refunds_of(p, attempt_id).await,
-        }
+        on_db!(self, refunds_of(attempt_id))
     }
 }

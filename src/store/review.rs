@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use super::{Db, Store, StoreError, lite, pg};
+use super::{Store, StoreError};
 
 impl Store {
     /// Re-creates wake-ups for `EN_REVISION` attempts whose check is due:
@@ -20,9 +20,6 @@ impl Store {
         every: Duration,
         limit: i64,
     ) -> Result<u64, StoreError> {
-        match &self.db {
-            Db::Pg(p) => pg::review::sweep(p, grace, every, limit).await,
-            Db::Lite(p) => lite::review::sweep(p, grace, every, limit).await,
-        }
+        on_db!(self, review::sweep(grace, every, limit))
     }
 }

@@ -13,7 +13,7 @@ use super::Attempt;
 use super::change::{Applied, Change, Plan, plan};
 use super::contradiction::Contradiction;
 use super::tx::Tx;
-use super::{Db, Store, StoreError, card_updated, lite, pg};
+use super::{Store, StoreError, card_updated};
 use crate::gateway::Evidence;
 use crate::retry::RetryPolicy;
 use crate::state::{Event, InvalidTransition, State};
@@ -287,10 +287,7 @@ impl super::Store {
         &self,
         gateway_ref: &str,
     ) -> Result<Option<Attempt>, super::StoreError> {
-        match &self.db {
-            super::Db::Pg(p) => super::pg::webhooks::by_gateway_ref(p, gateway_ref).await,
-            super::Db::Lite(p) => super::lite::webhooks::by_gateway_ref(p, gateway_ref).await,
-        }
+        on_db!(self, webhooks::by_gateway_ref(gateway_ref))
     }
 }
 
@@ -329,25 +326,16 @@ impl Store {
             body_size,
             minute,
         };
-        match &self.db {
-            Db::Pg(p) => pg::webhooks::record_rejected(p, &row).await,
-            Db::Lite(p) => lite::webhooks::record_rejected(p, &row).await,
-        }
+        on_db!(self, webhooks::record_rejected(&row))
     }
 
     /// (accepted events, rejected deliveries) stored so far.
     pub async fn webhook_counts(&self) -> Result<(i64, i64), StoreError> {
-        match &self.db {
-            Db::Pg(p) => pg::webhooks::counts(p).await,
-            Db::Lite(p) => lite::webhooks::counts(p).await,
-        }
+        on_db!(self, webhooks::counts())
     }
 
     /// The reasons of every rejected delivery, oldest first.
     pub async fn rejected_webhook_reasons(&self) -> Result<Vec<String>, StoreError> {
-        match &self.db {
-            Db::Pg(p) => pg::webhooks::rejected_reasons(p).await,
-            Db::Lite(p) => lite::webhooks::rejected_reasons(p).await,
-        }
+        on_db!(self, webhooks::rejected_reasons())
     }
 }
