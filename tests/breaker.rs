@@ -118,15 +118,7 @@ async fn an_outage_longer_than_the_schedule_parks_attempts_and_resumes_them_pace
     )
     .unwrap();
     let web = start_web(&db.store, verifier).await;
-    let page = reqwest::Client::new()
-        .get(format!("{}/finance", web.url))
-        .basic_auth("ana", Some(secret("ana")))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let page = get_text(&format!("{}/finance", web.url), As::Basic("ana")).await;
     assert!(
         page.contains(&format!(
             "unreachable since {}",

@@ -38,10 +38,8 @@ async fn web(db: &TestDb) -> Web {
 }
 
 async fn paying_by_transfer_cancels_the_scheduled_retry_and_nothing_more_is_charged(b: Backend) {
-    init_logs();
-    let db = TestDb::new(b).await;
-    let sim = start_sim(
-        true,
+    let (db, sim, worker) = rig(
+        b,
         Faults {
             p_decline: 1.0,
             decline_codes: vec!["insufficient_funds".into()],
@@ -49,7 +47,6 @@ async fn paying_by_transfer_cancels_the_scheduled_retry_and_nothing_more_is_char
         },
     )
     .await;
-    let worker = spawn_worker(worker_args(&db.url, &sim.url()));
     let web = web(&db).await;
     let req = ChargeRequest::parse("transfer-1", 7_500, "USD", None, None).unwrap();
     let first = db.store.enqueue(&req).await.unwrap().attempt_id;

@@ -85,15 +85,7 @@ async fn due_in(store: &Store, a: &Attempt) -> i64 {
 }
 
 async fn metric(web: &Web) -> f64 {
-    let text = reqwest::Client::new()
-        .get(format!("{}/metrics", web.url))
-        .bearer_auth(secret("prom"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = web.metrics().await;
     text.lines()
         .filter(|l| l.starts_with("cobro_card_updated_retries_total"))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())

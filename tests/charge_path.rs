@@ -35,17 +35,14 @@ async fn enqueue(store: &Store, order: &str, amount: i64) -> Uuid {
 }
 
 async fn seed_test_1_connection_cut_after_the_charge_is_resolved_by_lookup(b: Backend) {
-    init_logs();
-    let db = TestDb::new(b).await;
-    let sim = start_sim(
-        true,
+    let (db, sim, worker) = rig(
+        b,
         Faults {
             p_response_lost: 1.0,
             ..Faults::default()
         },
     )
     .await;
-    let worker = spawn_worker(worker_args(&db.url, &sim.url()));
     let id = enqueue(&db.store, "order-cut", 25_000).await;
 
     let a = settled(&db.store, id, State::Aprobado, Duration::from_secs(20)).await;
@@ -68,16 +65,12 @@ async fn seed_test_1_connection_cut_after_the_charge_is_resolved_by_lookup(b: Ba
     );
     assert_eq!(l.entries[0].idempotency_key, a.idempotency_key.to_string());
 
-    worker.stop().await;
-    sim.shutdown().await;
-    db.drop_db().await;
+    finish(worker, sim, db).await;
 }
 
 async fn a_lost_request_is_looked_up_then_resent_with_the_same_key(b: Backend) {
-    init_logs();
-    let db = TestDb::new(b).await;
-    let sim = start_sim(
-        true,
+    let (db, sim, worker) = rig(
+        b,
         Faults {
             p_request_lost: 1.0,
             hold_ms: 2_500, // longer than the worker's 1.5 s request timeout
@@ -85,7 +78,6 @@ async fn a_lost_request_is_looked_up_then_resent_with_the_same_key(b: Backend) {
         },
     )
     .await;
-    let worker = spawn_worker(worker_args(&db.url, &sim.url()));
     let id = enqueue(&db.store, "order-lost", 4_200).await;
 
     settled(&db.store, id, State::Desconocido, Duration::from_secs(10)).await;
@@ -116,9 +108,7 @@ async fn a_lost_request_is_looked_up_then_resent_with_the_same_key(b: Backend) {
         "same key"
     );
 
-    worker.stop().await;
-    sim.shutdown().await;
-    db.drop_db().await;
+    finish(worker, sim, db).await;
 }
 
 async fn lookups_that_keep_failing_give_exactly_five_checks_on_time_then_review(b: Backend) {
@@ -182,16 +172,12 @@ async fn lookups_that_keep_failing_give_exactly_five_checks_on_time_then_review(
     assert_eq!((l.entries.len(), l.stats.charge_requests), (1, 1));
     assert_eq!(l.stats.lookup_requests, 5);
 
-    worker.stop().await;
-    sim.shutdown().await;
-    db.drop_db().await;
+    finish(worker, sim, db).await;
 }
 
 async fn a_decline_is_final_for_the_attempt_and_a_5xx_is_unknown(b: Backend) {
-    init_logs();
-    let db = TestDb::new(b).await;
-    let sim = start_sim(
-        true,
+    let (db, sim, worker) = rig(
+        b,
         Faults {
             p_decline: 1.0,
             decline_codes: vec!["insufficient_funds".into()],
@@ -199,7 +185,6 @@ async fn a_decline_is_final_for_the_attempt_and_a_5xx_is_unknown(b: Backend) {
         },
     )
     .await;
-    let worker = spawn_worker(worker_args(&db.url, &sim.url()));
     let declined = enqueue(&db.store, "order-poor", 1_000).await;
     let a = settled(
         &db.store,
@@ -231,9 +216,7 @@ async fn a_decline_is_final_for_the_attempt_and_a_5xx_is_unknown(b: Backend) {
     let l = ledger(&sim.url()).await;
     assert_eq!(approved_per_order(&l).get("order-5xx"), Some(&1));
 
-    worker.stop().await;
-    sim.shutdown().await;
-    db.drop_db().await;
+    finish(worker, sim, db).await;
 }
 
 async fn duplicated_wake_ups_and_racing_workers_charge_once(b: Backend) {
@@ -365,9 +348,7 @@ async fn a_lost_wake_up_is_recreated_by_the_sweeper(b: Backend) {
     let a = settled(&db.store, id, State::Aprobado, Duration::from_secs(15)).await;
     assert_eq!(a.send_count, 1);
     assert_eq!(ledger(&sim.url()).await.entries.len(), 1);
-    worker.stop().await;
-    sim.shutdown().await;
-    db.drop_db().await;
+    finish(worker, sim, db).await;
 }
 
 async fn a_wake_up_late_behind_a_backlog_is_not_duplicated_by_the_sweeper(b: Backend) {
@@ -454,9 +435,7 @@ async fn a_gateway_that_keeps_losing_requests_ends_in_review_not_in_a_loop(b: Ba
     );
     let l = ledger(&sim.url()).await;
     assert_eq!((l.entries.len() as u64, l.stats.charge_requests), (0, 5));
-    worker.stop().await;
-    sim.shutdown().await;
-    db.drop_db().await;
+    finish(worker, sim, db).await;
 }
 
 /// The stall's regression test (BENCHMARKS.md, "The stall"): wake-ups that
@@ -496,9 +475,7 @@ async fn wake_ups_due_later_are_found_by_a_poll_shorter_than_a_fetch(b: Backend)
     }
     let l = ledger(&sim.url()).await;
     assert_eq!(l.entries.len(), 100, "each order charged once");
-    worker.stop().await;
-    sim.shutdown().await;
-    db.drop_db().await;
+    finish(worker, sim, db).await;
 }
 
 /// A process restarted under the same name (a container's hostname and
@@ -542,7 +519,5 @@ async fn a_worker_restarted_under_its_name_takes_back_what_it_left_running(b: Ba
     let a = settled(&db.store, id, State::Aprobado, Duration::from_secs(5)).await;
     assert_eq!(a.send_count, 1);
     assert_eq!(ledger(&sim.url()).await.entries.len(), 1);
-    worker.stop().await;
-    sim.shutdown().await;
-    db.drop_db().await;
+    finish(worker, sim, db).await;
 }

@@ -3,7 +3,7 @@
 #[macro_use]
 mod common;
 
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use common::*;
@@ -15,19 +15,6 @@ on_both_backends!(
     finance_works_the_escalation_queue_from_the_command_line,
     finance_pages_the_queue_and_checks_again_now_from_the_command_line,
 );
-
-fn cobro(db_url: &str, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_cobro"))
-        .args(args)
-        .env("DATABASE_URL", db_url)
-        .env("RUST_LOG", "warn")
-        .output()
-        .expect("run cobro")
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
 
 async fn migrate_enqueue_and_status_from_the_command_line(b: Backend) {
     let db = TestDb::new(b).await;

@@ -160,7 +160,5 @@ async fn the_lookup_before_a_business_retry_stops_it_when_the_gateway_approved(b
             .unwrap()
             .contains("before its business retry")
     );
-    worker.stop().await;
-    sim.shutdown().await;
-    db.drop_db().await;
+    finish(worker, sim, db).await;
 }

@@ -8,7 +8,6 @@
 #[macro_use]
 mod common;
 
-use std::process::{Command, Output};
 use std::time::Duration;
 
 use cobro::domain::{ChargeRequest, Customer};
@@ -90,15 +89,7 @@ async fn post_charges_stores_and_shows_the_customer_and_refuses_card_data(b: Bac
     );
 
     let id = created["attempt_id"].as_str().unwrap();
-    let shown: Value = reqwest::Client::new()
-        .get(format!("{}/charges/{id}", web.url))
-        .bearer_auth(secret("agent"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let shown: Value = get_json(&format!("{}/charges/{id}", web.url), As::Bearer("agent")).await;
     assert_eq!(shown["attempt"]["customer"], "cus_Saved1", "{shown}");
     assert_eq!(shown["attempt"]["payment_method"], "pm_card_visa");
 
@@ -180,15 +171,6 @@ async fn the_database_refuses_a_customer_that_looks_like_card_data(b: Backend) {
     let shown = db.store.load(id.parse().unwrap()).await.unwrap().0;
     assert_eq!(shown.customer.as_deref(), Some("cus_ok"));
     db.drop_db().await;
-}
-
-fn cobro(db_url: &str, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_cobro"))
-        .args(args)
-        .env("DATABASE_URL", db_url)
-        .env("RUST_LOG", "warn")
-        .output()
-        .expect("run cobro")
 }
 
 async fn the_cli_takes_customer_and_status_shows_it(b: Backend) {

@@ -84,9 +84,7 @@ async fn a_refused_connection_waits_and_sends_again_with_the_same_key(b: Backend
     let ledger = ledger(&sim.url()).await;
     assert_eq!(ledger.entries.len(), 1, "charged once");
     assert_eq!(ledger.entries[0].idempotency_key, req.key.to_string());
-    worker.stop().await;
-    sim.shutdown().await;
-    db.drop_db().await;
+    finish(worker, sim, db).await;
 }
 
 async fn a_lookup_that_cannot_reach_the_gateway_spends_no_check(b: Backend) {
@@ -127,9 +125,7 @@ async fn a_lookup_that_cannot_reach_the_gateway_spends_no_check(b: Backend) {
         "one lookup, no resend"
     );
     assert_eq!(ledger(&sim.url()).await.entries.len(), 1, "charged once");
-    worker.stop().await;
-    sim.shutdown().await;
-    db.drop_db().await;
+    finish(worker, sim, db).await;
 }
 
 async fn a_throttling_gateway_spends_no_check_and_charges_each_order_once(b: Backend) {
@@ -175,7 +171,5 @@ async fn a_throttling_gateway_spends_no_check_and_charges_each_order_once(b: Bac
         "30 charges at 5/s: {deferred} sends deferred by 429, {} throttled",
         ledger.stats.throttled
     );
-    worker.stop().await;
-    sim.shutdown().await;
-    db.drop_db().await;
+    finish(worker, sim, db).await;
 }

@@ -53,9 +53,7 @@ async fn a_real_worker_claims_a_lone_charge_in_its_fetch() {
     .await
     .unwrap();
     assert!(same, "claimed in the fetch's transaction");
-    worker.stop().await;
-    sim.shutdown().await;
-    db.drop_db().await;
+    finish(worker, sim, db).await;
 }
 
 async fn enqueue(store: &Store, order: &str) -> Uuid {
@@ -238,9 +236,7 @@ async fn a_charge_claimed_by_a_fetch_that_never_handed_it_out_is_resolved_by_its
     );
     let l = ledger(&sim.url()).await;
     assert_eq!(l.entries.len(), 1, "charged once");
-    worker.stop().await;
-    sim.shutdown().await;
-    db.drop_db().await;
+    finish(worker, sim, db).await;
 }
 
 /// Sending is paused between the fetch that claimed a charge and its

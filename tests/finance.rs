@@ -244,9 +244,7 @@ async fn check_again_now_takes_a_fresh_lookup_through_a_real_worker(b: Backend) 
     );
     assert_eq!(log[log.len() - 2].actor, "finance:ana");
     assert_eq!(ledger(&sim.url()).await.entries.len(), 1, "charged once");
-    worker.stop().await;
-    sim.shutdown().await;
-    db.drop_db().await;
+    finish(worker, sim, db).await;
 }
 
 /// The web process with the finance routes and the test keys.
@@ -396,12 +394,11 @@ async fn the_csv_export_opens_cleanly_in_a_spreadsheet(b: Backend) {
     in_review(&db.store, "fin, with comma", 1_999, "JPY").await;
     in_review(&db.store, "fin-kwd", 1_999, "KWD").await;
     let web = finance_web(&db.store).await;
-    let resp = reqwest::Client::new()
-        .get(format!("{}/finance/escalations.csv", web.url))
-        .basic_auth("ana", Some(secret("ana")))
-        .send()
-        .await
-        .unwrap();
+    let resp = get_as(
+        &format!("{}/finance/escalations.csv", web.url),
+        As::Basic("ana"),
+    )
+    .await;
     assert_eq!(resp.status(), 200);
     assert!(
         resp.headers()["content-type"]

@@ -37,15 +37,11 @@ async fn cross_site_pages_change_nothing(browser: &fantoccini::Client, db: &Test
     .await
     .unwrap();
     let case = db.store.open_cases().await.unwrap()[0].id;
-    let page = reqwest::Client::new()
-        .get(format!("{}/finance/attempts/{}", web.url, victim.id))
-        .basic_auth("ana", Some(secret("ana")))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let page = get_text(
+        &format!("{}/finance/attempts/{}", web.url, victim.id),
+        As::Basic("ana"),
+    )
+    .await;
     let at = page.find("name=\"form_token\" value=\"").unwrap() + 25;
     let token = page[at..at + page[at..].find('"').unwrap()].to_owned();
     let target = &web.url;

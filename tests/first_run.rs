@@ -29,10 +29,6 @@ fn cobro(db_url: &str, args: &[&str]) -> Output {
         .expect("run cobro")
 }
 
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
-
 /// A user error: exit 1, one line on stderr starting `error: `, no
 /// backtrace although `RUST_BACKTRACE=1`; returns that line.
 fn one_line_error(out: &Output) -> String {

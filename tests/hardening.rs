@@ -236,15 +236,7 @@ async fn oversized_bodies_get_413_on_every_route(b: Backend) {
 
 /// The values of the samples on `/metrics` whose line starts with `prefix`.
 async fn metric(web: &Web, prefix: &str) -> Vec<f64> {
-    let text = reqwest::Client::new()
-        .get(format!("{}/metrics", web.url))
-        .bearer_auth(secret("prom"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = web.metrics().await;
     text.lines()
         .filter(|l| l.starts_with(prefix))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())

@@ -77,15 +77,7 @@ async fn a_replay_gets_the_original_response_and_a_changed_body_gets_409(b: Back
 
     // The attempt is visible over HTTP with its history.
     let id = first["attempt_id"].as_str().unwrap();
-    let shown: Value = reqwest::Client::new()
-        .get(format!("{}/charges/{id}", web.url))
-        .bearer_auth(secret("agent"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let shown: Value = get_json(&format!("{}/charges/{id}", web.url), As::Bearer("agent")).await;
     assert_eq!(shown["attempt"]["state"], "PENDIENTE");
     assert_eq!(shown["transitions"][0]["cause"], "enqueued");
     assert_eq!(db.attempts().await, 1);

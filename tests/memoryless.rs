@@ -58,9 +58,7 @@ async fn charge_once_through(b: Backend, idempotent: bool, order: &str) -> (usiz
         .into_iter()
         .map(|t| t.cause)
         .collect();
-    worker.stop().await;
-    sim.shutdown().await;
-    db.drop_db().await;
+    finish(worker, sim, db).await;
     (charges, causes)
 }
 

@@ -440,9 +440,7 @@ async fn scrapes_agree_with_the_database_and_count_every_gateway_call(b: Backend
     }
 
     web.stop().await;
-    worker.stop().await;
-    sim.shutdown().await;
-    db.drop_db().await;
+    finish(worker, sim, db).await;
 }
 
 async fn double_approved_orders_and_open_cases_are_counted_from_the_rows(b: Backend) {

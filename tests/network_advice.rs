@@ -39,10 +39,7 @@ async fn declined(store: &Store, order: &str) -> (Attempt, chrono::DateTime<chro
 }
 
 async fn the_networks_advice_decides_the_business_retry(b: Backend) {
-    init_logs();
-    let db = TestDb::new(b).await;
-    let sim = start_sim(true, declining_with("03")).await;
-    let worker = spawn_worker(worker_args(&db.url, &sim.url()));
+    let (db, sim, worker) = rig(b, declining_with("03")).await;
 
     // "Do not try again": insufficient_funds alone would be retried in a day.
     let (a, _) = declined(&db.store, "advice-03").await;
@@ -90,7 +87,5 @@ async fn the_networks_advice_decides_the_business_retry(b: Backend) {
         "{scheduled:?}"
     );
 
-    worker.stop().await;
-    sim.shutdown().await;
-    db.drop_db().await;
+    finish(worker, sim, db).await;
 }

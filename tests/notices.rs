@@ -91,15 +91,7 @@ fn notice_of<'a>(all: &'a [Notice], order: &str, kind: &str) -> &'a Notice {
 }
 
 async fn metric(web: &Web, name: &str) -> f64 {
-    let text = reqwest::Client::new()
-        .get(format!("{}/metrics", web.url))
-        .bearer_auth(secret("prom"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = web.metrics().await;
     text.lines()
         .find_map(|l| l.strip_prefix(&format!("{name} ")))
         .unwrap_or_else(|| panic!("{name} in\n{text}"))

@@ -74,7 +74,5 @@ async fn one_listener_per_process_wakes_both_queues() {
         )
         .await;
     }
-    worker.stop().await;
-    sim.shutdown().await;
-    db.drop_db().await;
+    finish(worker, sim, db).await;
 }

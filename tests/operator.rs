@@ -131,12 +131,7 @@ async fn the_api_searches_pages_and_refuses_bad_parameters(b: Backend) {
     assert_eq!(status, 403, "finance:read is not attempts:read: {body}");
     let (status, _) = get(&web, "/attempts", Some("agent")).await;
     assert_eq!(status, 200);
-    let basic = reqwest::Client::new()
-        .get(format!("{}/attempts", web.url))
-        .basic_auth("agent", Some(secret("agent")))
-        .send()
-        .await
-        .unwrap();
+    let basic = get_as(&format!("{}/attempts", web.url), As::Basic("agent")).await;
     assert_eq!(basic.status(), 401, "the API takes only Bearer");
 
     // One attempt: its history and lookups, the same at both addresses.

@@ -7,26 +7,11 @@ mod common;
 #[path = "common/operator_seed.rs"]
 mod operator_seed;
 
-use std::process::{Command, Output};
-
 use common::*;
 use operator_seed::{ids, seed};
 use serde_json::Value;
 
 on_both_backends!(the_cli_lists_pages_and_shows_an_attempt,);
-
-fn cobro(db_url: &str, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_cobro"))
-        .args(args)
-        .env("DATABASE_URL", db_url)
-        .env("RUST_LOG", "warn")
-        .output()
-        .expect("run cobro")
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
 
 async fn the_cli_lists_pages_and_shows_an_attempt(b: Backend) {
     let s = seed(b).await;

@@ -112,15 +112,7 @@ async fn pausing_stops_new_charges_lookups_go_on_and_resume_sends_once(b: Backen
     );
 
     // Everyone can see it.
-    let page = reqwest::Client::new()
-        .get(format!("{}/finance", web.url))
-        .basic_auth("ana", Some(secret("ana")))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let page = get_text(&format!("{}/finance", web.url), As::Basic("ana")).await;
     assert!(
         page.contains("id=\"paused\"") && page.contains("INC-7"),
         "the banner on finance's page"
@@ -129,26 +121,10 @@ async fn pausing_stops_new_charges_lookups_go_on_and_resume_sends_once(b: Backen
         "/finance/summary".to_owned(),
         format!("/finance/attempts/{fresh}"),
     ] {
-        let other = reqwest::Client::new()
-            .get(format!("{}{path}", web.url))
-            .basic_auth("ana", Some(secret("ana")))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
+        let other = get_text(&format!("{}{path}", web.url), As::Basic("ana")).await;
         assert!(other.contains("id=\"paused\""), "the banner on {path}");
     }
-    let metrics = reqwest::Client::new()
-        .get(format!("{}/metrics", web.url))
-        .bearer_auth(secret("prom"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = web.metrics().await;
     assert!(
         metrics.lines().any(|l| l == "cobro_sending_paused 1"),
         "the gauge"

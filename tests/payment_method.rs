@@ -33,10 +33,7 @@ async fn post_method(web: &Web, key: &str, order: &str, body: Value) -> (u16, Va
 }
 
 async fn the_next_retry_charges_the_new_payment_method_and_refusals_name_the_field(b: Backend) {
-    init_logs();
-    let db = TestDb::new(b).await;
-    let sim = start_sim(true, Faults::default()).await;
-    let worker = spawn_worker(worker_args(&db.url, &sim.url()));
+    let (db, sim, worker) = rig(b, Faults::default()).await;
     let web = start_web(
         &db.store,
         Verifier::from_env_value(Scheme::StandardWebhooks, &test_secret()).unwrap(),

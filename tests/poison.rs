@@ -151,7 +151,5 @@ async fn a_poison_wake_up_is_quarantined_to_finance_and_released_by_closing_its_
         1
     );
 
-    worker.stop().await;
-    sim.shutdown().await;
-    db.drop_db().await;
+    finish(worker, sim, db).await;
 }

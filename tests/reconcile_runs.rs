@@ -268,10 +268,6 @@ fn cobro(db_url: &str, sim_url: &str, args: &[&str]) -> Output {
         .expect("run cobro")
 }
 
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
-
 async fn reconcile_from_the_command_line(b: Backend) {
     let db = TestDb::new(b).await;
     let sim = start_sim(true, Faults::default()).await;

@@ -237,10 +237,7 @@ async fn the_database_refuses_an_over_refund_written_by_hand(b: Backend) {
 }
 
 async fn a_lost_refund_response_is_looked_up_and_refunded_once(b: Backend) {
-    init_logs();
-    let db = TestDb::new(b).await;
-    let sim = start_sim(true, Faults::default()).await;
-    let worker = spawn_worker(worker_args(&db.url, &sim.url()));
+    let (db, sim, worker) = rig(b, Faults::default()).await;
     let charge = pending_charge(&db.store, "r-lost", 2_500).await;
     let charge = settled(
         &db.store,
@@ -304,16 +301,11 @@ async fn a_lost_refund_response_is_looked_up_and_refunded_once(b: Backend) {
         db.store.notices(false).await.unwrap().is_empty(),
         "refunds write no customer notices"
     );
-    worker.stop().await;
-    sim.shutdown().await;
-    db.drop_db().await;
+    finish(worker, sim, db).await;
 }
 
 async fn a_lost_refund_request_is_resent_with_the_same_key(b: Backend) {
-    init_logs();
-    let db = TestDb::new(b).await;
-    let sim = start_sim(true, Faults::default()).await;
-    let worker = spawn_worker(worker_args(&db.url, &sim.url()));
+    let (db, sim, worker) = rig(b, Faults::default()).await;
     let charge = pending_charge(&db.store, "r-resend", 2_500).await;
     let charge = settled(
         &db.store,
@@ -370,9 +362,7 @@ async fn a_lost_refund_request_is_resent_with_the_same_key(b: Backend) {
         l.refunds[0].idempotency_key,
         asked.idempotency_key.to_string()
     );
-    worker.stop().await;
-    sim.shutdown().await;
-    db.drop_db().await;
+    finish(worker, sim, db).await;
 }
 
 async fn refunds_over_http_with_an_idempotency_key(b: Backend) {

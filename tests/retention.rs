@@ -258,10 +258,7 @@ fn args_ok(retention: &str) {
 /// Finished wake-ups (apalis' `jobs`) go after `COBRO_JOB_RETENTION`; a
 /// wake-up still due stays, and the attempts keep everything.
 async fn finished_wake_up_jobs_are_purged_and_live_ones_kept(b: Backend) {
-    init_logs();
-    let db = TestDb::new(b).await;
-    let sim = start_sim(true, cobro::sim::Faults::default()).await;
-    let worker = spawn_worker(worker_args(&db.url, &sim.url()));
+    let (db, _sim, worker) = rig(b, cobro::sim::Faults::default()).await;
     let mut ids = Vec::new();
     for i in 0..5 {
         let req = cobro::domain::ChargeRequest::parse(&format!("jobs-{i}"), 100, "EUR", None, None)

@@ -169,10 +169,8 @@ async fn the_maximum_number_of_attempts_is_respected(b: Backend) {
 }
 
 async fn a_retryable_decline_is_retried_later_with_a_new_key_and_a_final_one_never(b: Backend) {
-    init_logs();
-    let db = TestDb::new(b).await;
-    let sim = start_sim(
-        true,
+    let (db, sim, worker) = rig(
+        b,
         Faults {
             p_decline: 1.0,
             decline_codes: vec!["insufficient_funds".into()],
@@ -180,7 +178,6 @@ async fn a_retryable_decline_is_retried_later_with_a_new_key_and_a_final_one_nev
         },
     )
     .await;
-    let worker = spawn_worker(worker_args(&db.url, &sim.url()));
     let req = ChargeRequest::parse("later-1", 7_500, "USD", None, None).unwrap();
     let first = db.store.enqueue(&req).await.unwrap().attempt_id;
     let a = eventually(Duration::from_secs(10), "the decline", || async {
@@ -263,9 +260,7 @@ async fn a_retryable_decline_is_retried_later_with_a_new_key_and_a_final_one_nev
         a.next_action_at, None,
         "nothing scheduled after a final decline"
     );
-    worker.stop().await;
-    sim.shutdown().await;
-    db.drop_db().await;
+    finish(worker, sim, db).await;
 }
 
 async fn notices_are_written_with_their_cause_and_acknowledged_once(b: Backend) {

@@ -216,7 +216,5 @@ async fn a_double_charge_is_found_the_same_day_and_its_duplicate_refunded_once(b
     assert_eq!(n, 1);
 
     web.stop().await;
-    worker.stop().await;
-    sim.shutdown().await;
-    db.drop_db().await;
+    finish(worker, sim, db).await;
 }

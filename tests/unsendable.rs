@@ -128,9 +128,7 @@ async fn a_pending_row_the_parser_refuses_goes_to_finance_unsent(b: Backend) {
     assert_eq!(a.send_count, 0);
     assert!(db.store.checks(id).await.unwrap().is_empty());
 
-    worker.stop().await;
-    sim.shutdown().await;
-    db.drop_db().await;
+    finish(worker, sim, db).await;
 }
 
 async fn an_unknown_row_the_parser_refuses_is_looked_up_then_goes_to_finance_unsent(b: Backend) {
@@ -158,7 +156,5 @@ async fn an_unknown_row_the_parser_refuses_is_looked_up_then_goes_to_finance_uns
     assert_eq!(checks[0].lookup_result, "not_found");
     assert_eq!(ledger(&sim.url()).await.stats.lookup_requests, 1);
 
-    worker.stop().await;
-    sim.shutdown().await;
-    db.drop_db().await;
+    finish(worker, sim, db).await;
 }

@@ -36,7 +36,14 @@ fn with_database(url: &str, db: &str) -> String {
 
 pub use cobro::store::Backend;
 
+pub mod cli;
+pub mod http;
 pub mod python;
+
+#[allow(unused_imports)]
+pub use cli::*;
+#[allow(unused_imports)]
+pub use http::*;
 
 /// Whether a PostgreSQL test must be skipped: only when PostgreSQL is not
 /// reachable AND `CI` is unset (a newcomer without PostgreSQL still runs
@@ -436,6 +443,24 @@ impl InProcessWorker {
             .expect("worker exits cleanly");
         println!("worker stopped in {:?}", started.elapsed());
     }
+}
+
+/// A database, the simulator (idempotent, with `faults`) and one
+/// in-process worker with [`worker_args`]: where most scenarios start.
+pub async fn rig(b: Backend, faults: Faults) -> (TestDb, SimHandle, InProcessWorker) {
+    init_logs();
+    let db = TestDb::new(b).await;
+    let sim = start_sim(true, faults).await;
+    let worker = spawn_worker(worker_args(&db.url, &sim.url()));
+    (db, sim, worker)
+}
+
+/// Stops the worker and the simulator, then drops the database (a test
+/// that panics before this keeps its database for a look).
+pub async fn finish(worker: InProcessWorker, sim: SimHandle, db: TestDb) {
+    worker.stop().await;
+    sim.shutdown().await;
+    db.drop_db().await;
 }
 
 /// Polls `cond` every 50 ms until it returns `Some`, or panics after `limit`.

@@ -1,0 +1,67 @@
+//! The web process as a client sees it: one GET or POST with a credential
+//! of [`super::TEST_KEYS`], its answer read whole. A failed request panics
+//! naming the URL.
+
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use super::secret;
+
+/// Who is asking: a person signed in with a password (HTTP Basic, as a
+/// browser does) or a program with its API key (Bearer).
+#[derive(Clone, Copy)]
+pub enum As<'a> {
+    Basic(&'a str),
+    Bearer(&'a str),
+}
+
+fn with(req: reqwest::RequestBuilder, who: As<'_>) -> reqwest::RequestBuilder {
+    match who {
+        As::Basic(name) => req.basic_auth(name, Some(secret(name))),
+        As::Bearer(name) => req.bearer_auth(secret(name)),
+    }
+}
+
+/// GET `url` as `who`; the answer as sent.
+pub async fn get_as(url: &str, who: As<'_>) -> reqwest::Response {
+    with(reqwest::Client::new().get(url), who)
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("GET {url}: {e}"))
+}
+
+/// GET `url` as `who`; the body as text, whatever the status.
+pub async fn get_text(url: &str, who: As<'_>) -> String {
+    get_as(url, who)
+        .await
+        .text()
+        .await
+        .unwrap_or_else(|e| panic!("GET {url}: body: {e}"))
+}
+
+/// GET `url` as `who`; the body as JSON, whatever the status.
+pub async fn get_json<T: DeserializeOwned>(url: &str, who: As<'_>) -> T {
+    get_as(url, who)
+        .await
+        .json()
+        .await
+        .unwrap_or_else(|e| panic!("GET {url}: JSON body: {e}"))
+}
+
+/// POST `body` as JSON to `url` as `who`; the status and the JSON answer
+/// (`null` when the answer is not JSON).
+pub async fn post_json(url: &str, who: As<'_>, body: &Value) -> (u16, Value) {
+    let r = with(reqwest::Client::new().post(url), who)
+        .json(body)
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("POST {url}: {e}"));
+    (r.status().as_u16(), r.json().await.unwrap_or_default())
+}
+
+impl super::Web {
+    /// `/metrics` as Prometheus scrapes it (the `prom` key).
+    pub async fn metrics(&self) -> String {
+        get_text(&format!("{}/metrics", self.url), As::Bearer("prom")).await
+    }
+}
