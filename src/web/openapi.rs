@@ -246,12 +246,6 @@ pub(crate) struct Health {
     reason: Option<String>,
 }
 
-/// A JSON object whose fields the route's description names (finance's
-/// queue, an attempt's detail, a summary, a search page, a case, a refund).
-#[derive(Serialize, ToSchema)]
-#[schema(value_type = Object)]
-pub(crate) struct Answer(serde_json::Value);
-
 /// The body of `POST /finance/api/attempts/{id}/resolve`: `charge_id` with
 /// `approve`, `code` with `decline`, neither with `check_now`.
 #[derive(Serialize, ToSchema)]

@@ -33,7 +33,7 @@ use crate::store::MethodUpdateError;
         ("order_id" = String, Path, description = "Your order's id.")
     ),
     responses(
-        (status = 200, description = "The order's next retry will use the new token.", body = crate::web::openapi::Answer),
+        (status = 200, description = "The order's next retry will use the new token.", body = crate::store::MethodUpdated),
         (status = 400, description = "The body is not JSON.", body = crate::web::openapi::ErrorBody),
         (status = 401, description = "No credential, a wrong one, or the wrong scheme (`WWW-Authenticate` says which).", body = crate::web::openapi::ErrorBody),
         (status = 403, description = "The key lacks the scope `charges:write`.", body = crate::web::openapi::ErrorBody),

@@ -37,7 +37,7 @@ struct CaseBody {
         ("id" = i64, Path, description = "The reconciliation case's number.")
     ),
     responses(
-        (status = 200, description = "The case, closed.", body = crate::web::openapi::Answer),
+        (status = 200, description = "The case, closed.", body = crate::store::ReconCase),
         (status = 400, description = "The body is not JSON.", body = crate::web::openapi::ErrorBody),
         (status = 404, description = "No such case.", body = crate::web::openapi::ErrorBody),
         (status = 409, description = "The case is already closed.", body = crate::web::openapi::ErrorBody),
@@ -93,8 +93,8 @@ struct DuplicateBody {
         ("id" = i64, Path, description = "The reconciliation case's number.")
     ),
     responses(
-        (status = 201, description = "The refund was asked for.", body = crate::web::openapi::Answer),
-        (status = 200, description = "The same refund was already asked for.", body = crate::web::openapi::Answer),
+        (status = 201, description = "The refund was asked for.", body = crate::store::Refunded),
+        (status = 200, description = "The same refund was already asked for.", body = crate::store::Refunded),
         (status = 400, description = "The body is not JSON.", body = crate::web::openapi::ErrorBody),
         (status = 404, description = "No such case.", body = crate::web::openapi::ErrorBody),
         (status = 409, description = "The charge is not this case's duplicate, or not refundable.", body = crate::web::openapi::ErrorBody),
