@@ -479,6 +479,8 @@ pub(in crate::web) async fn retry(
 /// The body of `POST /finance/api/attempts/{id}/retry`.
 #[derive(Deserialize, utoipa::ToSchema)]
 struct RetryBody {
+    /// Why the card networks' caps may be passed (kept in the attempt's log).
+    #[schema(example = "the customer confirmed by phone; the bank lifted the block")]
     override_reason: Option<String>,
 }
 

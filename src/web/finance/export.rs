@@ -64,9 +64,9 @@ impl Export {
     tag = "finance",
     description = "The escalation queue, with the same filters as the page, as CSV. Needs `finance:read`: the browser's sign-in (Basic) or an API key (Bearer).",
     params(
-        ("state" = Option<String>, Query, description = "A state, e.g. EN_REVISION (in review)."),
+        ("state" = Option<String>, Query, description = "EN_REVISION (in review) or DESCONOCIDO (in doubt)."),
         ("currency" = Option<String>, Query, description = "An ISO 4217 code, e.g. USD."),
-        ("kind" = Option<String>, Query, description = "initial, retry or refund."),
+        ("kind" = Option<String>, Query, description = "charge or refund."),
         ("min_age_secs" = Option<i64>, Query, description = "Only attempts at least this old, in seconds.")
     ),
     responses(
