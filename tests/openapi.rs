@@ -181,6 +181,38 @@ fn concrete(path: &str) -> String {
         .join("/")
 }
 
+/// A route's 403 (shared by the routes of one scope) names the scope its
+/// `security` asks for.
+#[test]
+fn each_403_names_the_scope_the_route_needs() {
+    let doc: Value = serde_json::from_str(&cobro::web::openapi_document()).unwrap();
+    let mut checked = 0;
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        for (method, op) in item.as_object().unwrap() {
+            let Some(forbidden) = op["responses"]["403"]["description"].as_str() else {
+                continue;
+            };
+            let needs: Vec<&str> = op["security"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .flat_map(|s| s.as_object().unwrap().values())
+                .flat_map(|scopes| scopes.as_array().unwrap())
+                .map(|s| s.as_str().unwrap())
+                .collect();
+            assert!(!needs.is_empty(), "{method} {path}: a 403 but no scope");
+            for scope in &needs {
+                assert!(
+                    forbidden.contains(&format!("`{scope}`")),
+                    "{method} {path} needs {scope}, its 403 says: {forbidden}"
+                );
+            }
+            checked += 1;
+        }
+    }
+    assert!(checked >= 25, "only {checked} routes with a 403");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_web_process_answers_what_the_document_names_and_nothing_else() {
     let db = TestDb::new(Backend::Sqlite).await;

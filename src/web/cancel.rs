@@ -34,14 +34,12 @@ use crate::store::{CancelError, CancelReason, Cancelled};
     responses(
         (status = 200, description = "What was cancelled, or that there was nothing to cancel.", body = CancelAnswer),
         (status = 400, description = "The body is not JSON.", body = crate::web::openapi::ErrorBody),
-        (status = 401, description = "No credential, a wrong one, or the wrong scheme (`WWW-Authenticate` says which).", body = crate::web::openapi::ErrorBody),
-        (status = 403, description = "The key lacks the scope `charges:write`.", body = crate::web::openapi::ErrorBody),
         (status = 404, description = "No such order.", body = crate::web::openapi::ErrorBody),
         (status = 409, description = "The order cannot be cancelled (e.g. already approved).", body = crate::web::openapi::ErrorBody),
-        (status = 413, description = "The body is larger than the API's limit (16 KiB).", body = crate::web::openapi::ErrorBody),
-        (status = 415, description = "The body is not `application/json`.", body = crate::web::openapi::ErrorBody),
         (status = 422, description = "`reason` is missing or not one of the reasons, or an unknown field.", body = crate::web::openapi::ErrorBody),
-        (status = 503, description = "The database is not available (or its schema is missing or behind: run `cobro migrate`).", body = crate::web::openapi::ErrorBody)
+        crate::web::openapi::scope::ChargesWrite,
+        crate::web::openapi::JsonBodyRefusals,
+        crate::web::openapi::Unavailable
     ),
     security(("api_key" = ["charges:write"]))
 )]

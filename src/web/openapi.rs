@@ -9,7 +9,11 @@
 //! names it), so there is no struct of theirs to derive a schema from.
 //! Every property of those request bodies has an example: `tests/openapi.rs`
 //! posts them to the running handlers, which must take the schema's names
-//! and refuse a body without a required one.
+//! and refuse a body without a required one. It also holds the answers many
+//! routes share, which a route's `responses(...)` names as one type
+//! ([`utoipa::IntoResponses`]): the 401 and 403 of each scope
+//! ([`scope`]), the 413 and 415 of a JSON body, the database's 503 and the
+//! refusals of a page's form.
 //!
 //! Invariant: every route of [`super::WebConfig::router`] is in the
 //! document and the document names no other (`tests/openapi.rs` reads the
@@ -20,7 +24,7 @@ use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
-use utoipa::{Modify, OpenApi, ToSchema};
+use utoipa::{IntoResponses, Modify, OpenApi, ToSchema};
 
 /// The document.
 #[derive(OpenApi)]
@@ -323,4 +327,94 @@ pub(crate) struct CheckNowBody {
     /// Only attempts at least this old, in seconds.
     #[schema(example = 3600)]
     min_age_secs: Option<i64>,
+}
+
+/// The 503 of every route that reads or writes the database.
+#[derive(IntoResponses)]
+#[response(
+    status = 503,
+    description = "The database is not available (or its schema is missing or behind: run `cobro migrate`)."
+)]
+#[expect(dead_code, reason = "only its description and schema are used")]
+pub(crate) struct Unavailable(ErrorBody);
+
+/// The 413 and 415 of every route that takes a JSON body.
+#[derive(IntoResponses)]
+#[expect(dead_code, reason = "only its descriptions and schemas are used")]
+pub(crate) enum JsonBodyRefusals {
+    #[response(
+        status = 413,
+        description = "The body is larger than the API's limit (16 KiB)."
+    )]
+    TooLarge(ErrorBody),
+    #[response(status = 415, description = "The body is not `application/json`.")]
+    NotJson(ErrorBody),
+}
+
+/// The refusals of a page's form (the browser's sign-in, the form token,
+/// a same-origin request), and its answers as a page when it is refused.
+#[derive(IntoResponses)]
+#[expect(dead_code, reason = "only its descriptions and schemas are used")]
+pub(crate) enum FormRefusals {
+    #[response(status = 401, description = UNAUTHORIZED)]
+    Unauthorized(ErrorBody),
+    #[response(
+        status = 403,
+        description = "The key lacks `finance:write`, the request is not same-origin, or the form token is stale or not of this sign-in (nothing changed)."
+    )]
+    Forbidden,
+    #[response(
+        status = 404,
+        description = "No such attempt or case.",
+        content_type = "text/html"
+    )]
+    NotFound,
+    #[response(
+        status = 409,
+        description = "Refused: it moved since the page was drawn, or is already settled.",
+        content_type = "text/html"
+    )]
+    Conflict,
+    #[response(
+        status = 422,
+        description = "A field is missing or invalid (the page says which).",
+        content_type = "text/html"
+    )]
+    Invalid,
+}
+
+/// The 401 of every route that takes an API key or the browser's sign-in.
+const UNAUTHORIZED: &str =
+    "No credential, a wrong one, or the wrong scheme (`WWW-Authenticate` says which).";
+
+/// A route's 401 and 403, per the scope it needs: `responses(...,
+/// scope::FinanceRead)`.
+pub(crate) mod scope {
+    use super::{ErrorBody, UNAUTHORIZED};
+
+    macro_rules! scopes {
+        ($($name:ident = $scope:literal),* $(,)?) => {$(
+            #[doc = concat!("401, and 403 for a key without `", $scope, "`.")]
+            #[derive(utoipa::IntoResponses)]
+            #[expect(dead_code, reason = "only its descriptions and schemas are used")]
+            pub(crate) enum $name {
+                #[response(status = 401, description = UNAUTHORIZED)]
+                Unauthorized(ErrorBody),
+                #[response(
+                    status = 403,
+                    description = concat!("The key lacks the scope `", $scope, "`.")
+                )]
+                Forbidden(ErrorBody),
+            }
+        )*};
+    }
+
+    scopes!(
+        ChargesWrite = "charges:write",
+        RefundsWrite = "refunds:write",
+        AttemptsRead = "attempts:read",
+        FinanceRead = "finance:read",
+        FinanceWrite = "finance:write",
+        MetricsRead = "metrics:read",
+    );
 }

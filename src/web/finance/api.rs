@@ -95,9 +95,8 @@ impl ListParams {
     responses(
         (status = 200, description = "The queue.", body = EscalationsPage),
         (status = 422, description = "A filter or cursor is malformed.", body = crate::web::openapi::ErrorBody),
-        (status = 401, description = "No credential, a wrong one, or the wrong scheme (`WWW-Authenticate` says which).", body = crate::web::openapi::ErrorBody),
-        (status = 403, description = "The key lacks the scope `finance:read`.", body = crate::web::openapi::ErrorBody),
-        (status = 503, description = "The database is not available (or its schema is missing or behind: run `cobro migrate`).", body = crate::web::openapi::ErrorBody)
+        crate::web::openapi::scope::FinanceRead,
+        crate::web::openapi::Unavailable
     ),
     security(("api_key" = ["finance:read"]))
 )]
@@ -218,11 +217,9 @@ struct CheckNowBody {
         (status = 200, description = "How many were scheduled.", body = crate::finance::BulkCheck),
         (status = 400, description = "The body is not JSON.", body = crate::web::openapi::ErrorBody),
         (status = 422, description = "A filter is malformed, or an unknown field.", body = crate::web::openapi::ErrorBody),
-        (status = 401, description = "No credential, a wrong one, or the wrong scheme (`WWW-Authenticate` says which).", body = crate::web::openapi::ErrorBody),
-        (status = 403, description = "The key lacks the scope `finance:write`.", body = crate::web::openapi::ErrorBody),
-        (status = 413, description = "The body is larger than the API's limit (16 KiB).", body = crate::web::openapi::ErrorBody),
-        (status = 415, description = "The body is not `application/json`.", body = crate::web::openapi::ErrorBody),
-        (status = 503, description = "The database is not available (or its schema is missing or behind: run `cobro migrate`).", body = crate::web::openapi::ErrorBody)
+        crate::web::openapi::scope::FinanceWrite,
+        crate::web::openapi::JsonBodyRefusals,
+        crate::web::openapi::Unavailable
     ),
     security(("api_key" = ["finance:write"]))
 )]
@@ -265,9 +262,8 @@ pub(in crate::web) async fn check_now(
         (status = 200, description = "The attempt.", body = crate::finance::Detail),
         (status = 400, description = "`id` is not a UUID.", body = crate::web::openapi::ErrorBody),
         (status = 404, description = "No such attempt.", body = crate::web::openapi::ErrorBody),
-        (status = 401, description = "No credential, a wrong one, or the wrong scheme (`WWW-Authenticate` says which).", body = crate::web::openapi::ErrorBody),
-        (status = 403, description = "The key lacks the scope `finance:read`.", body = crate::web::openapi::ErrorBody),
-        (status = 503, description = "The database is not available (or its schema is missing or behind: run `cobro migrate`).", body = crate::web::openapi::ErrorBody)
+        crate::web::openapi::scope::FinanceRead,
+        crate::web::openapi::Unavailable
     ),
     security(("api_key" = ["finance:read"]))
 )]
@@ -309,11 +305,9 @@ struct ResolveBody {
         (status = 404, description = "No such attempt.", body = crate::web::openapi::ErrorBody),
         (status = 409, description = "The attempt moved since `version`, or is already settled.", body = crate::web::openapi::ErrorBody),
         (status = 422, description = "A field is missing, of the wrong type, or unknown.", body = crate::web::openapi::ErrorBody),
-        (status = 401, description = "No credential, a wrong one, or the wrong scheme (`WWW-Authenticate` says which).", body = crate::web::openapi::ErrorBody),
-        (status = 403, description = "The key lacks the scope `finance:write`.", body = crate::web::openapi::ErrorBody),
-        (status = 413, description = "The body is larger than the API's limit (16 KiB).", body = crate::web::openapi::ErrorBody),
-        (status = 415, description = "The body is not `application/json`.", body = crate::web::openapi::ErrorBody),
-        (status = 503, description = "The database is not available (or its schema is missing or behind: run `cobro migrate`).", body = crate::web::openapi::ErrorBody)
+        crate::web::openapi::scope::FinanceWrite,
+        crate::web::openapi::JsonBodyRefusals,
+        crate::web::openapi::Unavailable
     ),
     security(("api_key" = ["finance:write"]))
 )]
@@ -410,11 +404,9 @@ pub(super) fn resolve_error(e: ResolveError) -> Response {
         (status = 404, description = "No such attempt.", body = crate::web::openapi::ErrorBody),
         (status = 409, description = "Refused by the database's charge rule or the caps (`reason` says which).", body = crate::web::openapi::ErrorBody),
         (status = 422, description = "`override_reason` is empty or of the wrong type, or an unknown field.", body = crate::web::openapi::ErrorBody),
-        (status = 401, description = "No credential, a wrong one, or the wrong scheme (`WWW-Authenticate` says which).", body = crate::web::openapi::ErrorBody),
-        (status = 403, description = "The key lacks the scope `finance:write`.", body = crate::web::openapi::ErrorBody),
-        (status = 413, description = "The body is larger than the API's limit (16 KiB).", body = crate::web::openapi::ErrorBody),
-        (status = 415, description = "The body is not `application/json`.", body = crate::web::openapi::ErrorBody),
-        (status = 503, description = "The database is not available (or its schema is missing or behind: run `cobro migrate`).", body = crate::web::openapi::ErrorBody)
+        crate::web::openapi::scope::FinanceWrite,
+        crate::web::openapi::JsonBodyRefusals,
+        crate::web::openapi::Unavailable
     ),
     security(("api_key" = ["finance:write"]))
 )]
@@ -493,9 +485,8 @@ struct RetryBody {
     description = "The daily summary: counts and amounts per state and currency. Needs an API key with `finance:read` (Bearer).",
     responses(
         (status = 200, description = "The summary.", body = crate::finance::Summary),
-        (status = 401, description = "No credential, a wrong one, or the wrong scheme (`WWW-Authenticate` says which).", body = crate::web::openapi::ErrorBody),
-        (status = 403, description = "The key lacks the scope `finance:read`.", body = crate::web::openapi::ErrorBody),
-        (status = 503, description = "The database is not available (or its schema is missing or behind: run `cobro migrate`).", body = crate::web::openapi::ErrorBody)
+        crate::web::openapi::scope::FinanceRead,
+        crate::web::openapi::Unavailable
     ),
     security(("api_key" = ["finance:read"]))
 )]

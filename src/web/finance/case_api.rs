@@ -46,11 +46,9 @@ struct CaseBody {
         (status = 404, description = "No such case.", body = crate::web::openapi::ErrorBody),
         (status = 409, description = "The case is already closed.", body = crate::web::openapi::ErrorBody),
         (status = 422, description = "The note is missing, empty or of the wrong type, or an unknown field.", body = crate::web::openapi::ErrorBody),
-        (status = 401, description = "No credential, a wrong one, or the wrong scheme (`WWW-Authenticate` says which).", body = crate::web::openapi::ErrorBody),
-        (status = 403, description = "The key lacks the scope `finance:write`.", body = crate::web::openapi::ErrorBody),
-        (status = 413, description = "The body is larger than the API's limit (16 KiB).", body = crate::web::openapi::ErrorBody),
-        (status = 415, description = "The body is not `application/json`.", body = crate::web::openapi::ErrorBody),
-        (status = 503, description = "The database is not available (or its schema is missing or behind: run `cobro migrate`).", body = crate::web::openapi::ErrorBody)
+        crate::web::openapi::scope::FinanceWrite,
+        crate::web::openapi::JsonBodyRefusals,
+        crate::web::openapi::Unavailable
     ),
     security(("api_key" = ["finance:write"]))
 )]
@@ -107,11 +105,9 @@ struct DuplicateBody {
         (status = 404, description = "No such case.", body = crate::web::openapi::ErrorBody),
         (status = 409, description = "The charge is not this case's duplicate, or not refundable.", body = crate::web::openapi::ErrorBody),
         (status = 422, description = "`charge_id` is missing or of the wrong type, or an unknown field.", body = crate::web::openapi::ErrorBody),
-        (status = 401, description = "No credential, a wrong one, or the wrong scheme (`WWW-Authenticate` says which).", body = crate::web::openapi::ErrorBody),
-        (status = 403, description = "The key lacks the scope `finance:write`.", body = crate::web::openapi::ErrorBody),
-        (status = 413, description = "The body is larger than the API's limit (16 KiB).", body = crate::web::openapi::ErrorBody),
-        (status = 415, description = "The body is not `application/json`.", body = crate::web::openapi::ErrorBody),
-        (status = 503, description = "The database is not available (or its schema is missing or behind: run `cobro migrate`).", body = crate::web::openapi::ErrorBody)
+        crate::web::openapi::scope::FinanceWrite,
+        crate::web::openapi::JsonBodyRefusals,
+        crate::web::openapi::Unavailable
     ),
     security(("api_key" = ["finance:write"]))
 )]

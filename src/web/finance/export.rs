@@ -72,9 +72,8 @@ impl Export {
     responses(
         (status = 200, description = "The queue as CSV.", content_type = "text/csv"),
         (status = 422, description = "A filter is malformed.", body = crate::web::openapi::ErrorBody),
-        (status = 401, description = "No credential, a wrong one, or the wrong scheme (`WWW-Authenticate` says which).", body = crate::web::openapi::ErrorBody),
-        (status = 403, description = "The key lacks the scope `finance:read`.", body = crate::web::openapi::ErrorBody),
-        (status = 503, description = "The database is not available (or its schema is missing or behind: run `cobro migrate`).", body = crate::web::openapi::ErrorBody)
+        crate::web::openapi::scope::FinanceRead,
+        crate::web::openapi::Unavailable
     ),
     security(("api_key" = ["finance:read"]), ("sign_in" = ["finance:read"]))
 )]
