@@ -3,8 +3,9 @@
 //! `src/web/` (read from the source, with its methods) is in the document,
 //! and the document names no other; and the running web process answers
 //! every (path, method) the document names, and 405 to the methods it
-//! does not name; a charge, its attempt, a refusal and the health check
-//! answer with the fields their schemas name; and every JSON request body
+//! does not name; a charge, its attempt, a refusal, the health check, a
+//! search, finance's queue and summary and a cancel answer with the fields
+//! their schemas name; and every JSON request body
 //! the document names is the one its handler reads (its properties taken,
 //! each required one refused when missing, any other refused), on both
 //! backends.
@@ -313,6 +314,42 @@ async fn the_web_process_answers_what_the_document_names_and_nothing_else() {
         .await
         .unwrap();
     fits(&doc, "Health", &health);
+
+    // The typed answers: a search, finance's queue and summary, a cancel
+    // and a cancel with nothing left (with `detail`).
+    let get = |path: &str, key: &str| {
+        let req = http
+            .get(format!("{}{path}", web.url))
+            .bearer_auth(secret(key));
+        async move {
+            let resp = req.send().await.unwrap();
+            assert_eq!(resp.status(), 200);
+            resp.json::<Value>().await.unwrap()
+        }
+    };
+    let page = get("/attempts?order_id=doc-1", "app").await;
+    fits(&doc, "AttemptsPage", &page);
+    fits(&doc, "Attempt", &page["items"][0]);
+    fits(
+        &doc,
+        "EscalationsPage",
+        &get("/finance/api/escalations", "ana").await,
+    );
+    fits(&doc, "Summary", &get("/finance/api/summary", "ana").await);
+    for detail in [None, Some("nothing left to cancel")] {
+        let cancelled: Value = http
+            .post(format!("{}/orders/doc-1/cancel", web.url))
+            .bearer_auth(secret("app"))
+            .json(&serde_json::json!({"reason": "customer_request"}))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        fits(&doc, "CancelAnswer", &cancelled);
+        assert_eq!(cancelled["detail"].as_str(), detail, "{cancelled}");
+    }
     web.stop().await;
     db.drop_db().await;
 }
