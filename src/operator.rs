@@ -202,7 +202,7 @@ fn time(s: &str, field: &'static str, end: bool) -> Result<DateTime<Utc>, InputE
 }
 
 /// One page of the search.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct AttemptsPage {
     /// Newest first.
     pub items: Vec<Attempt>,

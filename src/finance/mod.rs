@@ -328,7 +328,7 @@ impl Filter {
 }
 
 /// What a bulk "check again now" did.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct BulkCheck {
     /// Attempts in review whose next automatic check is now.
     pub scheduled: u64,

@@ -15,7 +15,9 @@ use serde::Serialize;
 use crate::domain::decimal;
 use crate::store::{QueueQuery, Store, StoreError};
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+/// Finance's daily summary: every attempt by state, the escalation queue,
+/// its oldest items, the open cases and the settled charges.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct Summary {
     pub generated_at: DateTime<Utc>,
     pub stale_after_secs: u64,
@@ -32,7 +34,7 @@ pub struct Summary {
 }
 
 /// Settled charges of one currency: gross, the gateway's fees, net.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct SettledLine {
     pub currency: String,
     pub count: i64,
@@ -45,7 +47,9 @@ pub struct SettledLine {
     pub net: String,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+/// Every attempt of one state, kind and currency: how many, how much.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+#[schema(as = SummaryLine)]
 pub struct Line {
     pub state: String,
     pub kind: String,
@@ -57,7 +61,9 @@ pub struct Line {
     pub amount: String,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+/// The escalation queue in numbers.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+#[schema(as = SummaryQueue)]
 pub struct Queue {
     pub en_revision: usize,
     pub stale_desconocido: usize,
@@ -67,7 +73,9 @@ pub struct Queue {
     pub amounts: Vec<(String, String)>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+/// One item of the queue, as the summary lists it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+#[schema(as = SummaryItem)]
 pub struct Item {
     pub attempt_id: uuid::Uuid,
     pub order_id: String,

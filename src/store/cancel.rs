@@ -75,7 +75,7 @@ impl CancelReason {
 }
 
 /// What a cancel did.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct Cancelled {
     pub order_id: String,
     /// `PENDIENTE` attempts now `RECHAZADO`.

@@ -17,7 +17,7 @@ use super::{Attempt, Store, StoreError};
 use crate::state::State;
 
 /// One attempt that needs a person.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct Escalated {
     #[serde(flatten)]
     pub attempt: Attempt,

@@ -23,7 +23,7 @@ use crate::domain::PaymentMethod;
 use crate::state::State;
 
 /// What an accepted update says.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct MethodUpdated {
     pub update_id: i64,
     pub order_id: String,

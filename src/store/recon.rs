@@ -21,7 +21,7 @@ use crate::domain::InputError;
 use crate::domain::{Finding, Window};
 
 /// One row of `recon_cases`: a discrepancy for a person to resolve.
-#[derive(Debug, Clone, PartialEq, Serialize, sqlx::FromRow)]
+#[derive(Debug, Clone, PartialEq, Serialize, sqlx::FromRow, utoipa::ToSchema)]
 pub struct ReconCase {
     pub id: i64,
     /// `double_charge`, `unmatched_charge`, `unmatched_refund`,
@@ -33,6 +33,7 @@ pub struct ReconCase {
     /// The gateway's charge or refund id(s) involved, comma-separated.
     pub gateway_ref: Option<String>,
     /// What each side says (amounts in minor units, states, ids).
+    #[schema(value_type = Object)]
     pub details: serde_json::Value,
     pub window_from: DateTime<Utc>,
     pub window_to: DateTime<Utc>,

@@ -13,7 +13,8 @@ use super::{Attempt, Db, Store, StoreError, lite, pg};
 use crate::domain::InputError;
 use crate::state::State;
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+/// A refund asked for: its id, its key and its state.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct Refunded {
     pub refund_id: Uuid,
     pub idempotency_key: Uuid,

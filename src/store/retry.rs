@@ -111,7 +111,7 @@ impl RetryError {
 /// attempt up at the gateway (as before every business retry) and creates
 /// the new attempt, with the key below, if the database's rule still
 /// allows it then.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct RetryRequested {
     /// The declined attempt whose retry is due, and its order.
     pub retry_of: Uuid,

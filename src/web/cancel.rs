@@ -12,12 +12,13 @@ use axum::extract::rejection::BytesRejection;
 use axum::extract::{Extension, Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
+use serde::Serialize;
 use serde_json::{Value, json};
 
 use super::{AppState, error};
 use crate::http::auth::Caller;
 use crate::http::{Type, typed};
-use crate::store::{CancelError, CancelReason};
+use crate::store::{CancelError, CancelReason, Cancelled};
 
 #[utoipa::path(
     post,
@@ -31,16 +32,14 @@ use crate::store::{CancelError, CancelReason};
         ("order_id" = String, Path, description = "Your order's id.")
     ),
     responses(
-        (status = 200, description = "What was cancelled, or that there was nothing to cancel.", body = crate::web::openapi::Answer),
+        (status = 200, description = "What was cancelled, or that there was nothing to cancel.", body = CancelAnswer),
         (status = 400, description = "The body is not JSON.", body = crate::web::openapi::ErrorBody),
-        (status = 401, description = "No credential, a wrong one, or the wrong scheme (`WWW-Authenticate` says which).", body = crate::web::openapi::ErrorBody),
-        (status = 403, description = "The key lacks the scope `charges:write`.", body = crate::web::openapi::ErrorBody),
         (status = 404, description = "No such order.", body = crate::web::openapi::ErrorBody),
         (status = 409, description = "The order cannot be cancelled (e.g. already approved).", body = crate::web::openapi::ErrorBody),
-        (status = 413, description = "The body is larger than the API's limit (16 KiB).", body = crate::web::openapi::ErrorBody),
-        (status = 415, description = "The body is not `application/json`.", body = crate::web::openapi::ErrorBody),
         (status = 422, description = "`reason` is missing or not one of the reasons, or an unknown field.", body = crate::web::openapi::ErrorBody),
-        (status = 503, description = "The database is not available (or its schema is missing or behind: run `cobro migrate`).", body = crate::web::openapi::ErrorBody)
+        crate::web::openapi::scope::ChargesWrite,
+        crate::web::openapi::JsonBodyRefusals,
+        crate::web::openapi::Unavailable
     ),
     security(("api_key" = ["charges:write"]))
 )]
@@ -79,17 +78,15 @@ pub(super) async fn cancel(
         .cancel_order(&order_id, reason, &caller.actor())
         .await
     {
-        Ok(done) => (StatusCode::OK, Json(json!(done))).into_response(),
-        Err(CancelError::NothingToCancel(_)) => (
-            StatusCode::OK,
-            Json(json!({
-                "order_id": order_id,
-                "attempts_cancelled": [],
-                "retries_stopped": [],
-                "detail": "nothing left to cancel",
-            })),
-        )
-            .into_response(),
+        Ok(done) => answer(done, None),
+        Err(CancelError::NothingToCancel(_)) => answer(
+            Cancelled {
+                order_id,
+                attempts_cancelled: Vec::new(),
+                retries_stopped: Vec::new(),
+            },
+            Some("nothing left to cancel"),
+        ),
         Err(e @ CancelError::NotFound(_)) => {
             error(StatusCode::NOT_FOUND, Some("order_id"), e.to_string())
         }
@@ -103,4 +100,21 @@ pub(super) async fn cancel(
             "nothing was cancelled; retry",
         ),
     }
+}
+
+/// The answer of a cancel: what it did, and `detail` when there was nothing
+/// left to cancel (both lists empty).
+#[derive(Serialize, utoipa::ToSchema)]
+pub(super) struct CancelAnswer {
+    #[serde(flatten)]
+    done: Cancelled,
+    /// "nothing left to cancel", when so; absent otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    detail: Option<&'static str>,
+}
+
+/// 200 with what was cancelled (through a JSON value, as before: its
+/// fields in alphabetical order).
+fn answer(done: Cancelled, detail: Option<&'static str>) -> Response {
+    (StatusCode::OK, Json(json!(CancelAnswer { done, detail }))).into_response()
 }

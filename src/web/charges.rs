@@ -170,13 +170,11 @@ pub(super) fn created(body: Value, location: String, replayed: bool) -> Response
     responses(
         (status = 201, description = "Enqueued (or replayed); `Location` is the attempt.", body = crate::web::openapi::ChargeCreated),
         (status = 400, description = "The `Idempotency-Key` header is missing or not a UUID, or the body is not JSON.", body = crate::web::openapi::ErrorBody),
-        (status = 401, description = "No credential, a wrong one, or the wrong scheme (`WWW-Authenticate` says which).", body = crate::web::openapi::ErrorBody),
-        (status = 403, description = "The key lacks the scope `charges:write`.", body = crate::web::openapi::ErrorBody),
         (status = 409, description = "The key was used for another body, or the database's charge rule refused the order (`reason`: approved, live_attempt, open_case, cancelled).", body = crate::web::openapi::ErrorBody),
-        (status = 413, description = "The body is larger than the API's limit (16 KiB).", body = crate::web::openapi::ErrorBody),
-        (status = 415, description = "The body is not `application/json`.", body = crate::web::openapi::ErrorBody),
         (status = 422, description = "A field is missing, of the wrong type, unknown, or out of range (`field` names it).", body = crate::web::openapi::ErrorBody),
-        (status = 503, description = "The database is not available (or its schema is missing or behind: run `cobro migrate`).", body = crate::web::openapi::ErrorBody)
+        crate::web::openapi::scope::ChargesWrite,
+        crate::web::openapi::JsonBodyRefusals,
+        crate::web::openapi::Unavailable
     ),
     security(("api_key" = ["charges:write"]))
 )]
@@ -281,10 +279,9 @@ pub(super) async fn create(
     responses(
         (status = 200, description = "The attempt, its history and its lookups.", body = crate::finance::Detail),
         (status = 400, description = "`attempt_id` is not a UUID.", body = crate::web::openapi::ErrorBody),
-        (status = 401, description = "No credential, a wrong one, or the wrong scheme (`WWW-Authenticate` says which).", body = crate::web::openapi::ErrorBody),
-        (status = 403, description = "The key lacks the scope `attempts:read`.", body = crate::web::openapi::ErrorBody),
         (status = 404, description = "No such attempt.", body = crate::web::openapi::ErrorBody),
-        (status = 503, description = "The database is not available (or its schema is missing or behind: run `cobro migrate`).", body = crate::web::openapi::ErrorBody)
+        crate::web::openapi::scope::AttemptsRead,
+        crate::web::openapi::Unavailable
     ),
     security(("api_key" = ["attempts:read"]))
 )]
@@ -322,10 +319,9 @@ pub(super) async fn show(State(app): AppState, Path(id): Path<String>) -> Respon
     responses(
         (status = 200, description = "The attempt, its history and its lookups.", body = crate::finance::Detail),
         (status = 400, description = "`attempt_id` is not a UUID.", body = crate::web::openapi::ErrorBody),
-        (status = 401, description = "No credential, a wrong one, or the wrong scheme (`WWW-Authenticate` says which).", body = crate::web::openapi::ErrorBody),
-        (status = 403, description = "The key lacks the scope `attempts:read`.", body = crate::web::openapi::ErrorBody),
         (status = 404, description = "No such attempt.", body = crate::web::openapi::ErrorBody),
-        (status = 503, description = "The database is not available (or its schema is missing or behind: run `cobro migrate`).", body = crate::web::openapi::ErrorBody)
+        crate::web::openapi::scope::AttemptsRead,
+        crate::web::openapi::Unavailable
     ),
     security(("api_key" = ["attempts:read"]))
 )]
@@ -347,10 +343,9 @@ pub(super) async fn show_attempt(app: AppState, id: Path<String>) -> Response {
     responses(
         (status = 200, description = "The attempt, its history and its lookups.", body = crate::finance::Detail),
         (status = 400, description = "`refund_id` is not a UUID.", body = crate::web::openapi::ErrorBody),
-        (status = 401, description = "No credential, a wrong one, or the wrong scheme (`WWW-Authenticate` says which).", body = crate::web::openapi::ErrorBody),
-        (status = 403, description = "The key lacks the scope `attempts:read`.", body = crate::web::openapi::ErrorBody),
         (status = 404, description = "No such attempt.", body = crate::web::openapi::ErrorBody),
-        (status = 503, description = "The database is not available (or its schema is missing or behind: run `cobro migrate`).", body = crate::web::openapi::ErrorBody)
+        crate::web::openapi::scope::AttemptsRead,
+        crate::web::openapi::Unavailable
     ),
     security(("api_key" = ["attempts:read"]))
 )]

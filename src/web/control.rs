@@ -32,12 +32,10 @@ use crate::http::{Type, no_fields, typed};
     responses(
         (status = 200, description = "Sending is paused.", body = crate::web::openapi::PauseState),
         (status = 400, description = "The body is not JSON.", body = crate::web::openapi::ErrorBody),
-        (status = 401, description = "No credential, a wrong one, or the wrong scheme (`WWW-Authenticate` says which).", body = crate::web::openapi::ErrorBody),
-        (status = 403, description = "The key lacks the scope `finance:write`.", body = crate::web::openapi::ErrorBody),
-        (status = 413, description = "The body is larger than the API's limit (16 KiB).", body = crate::web::openapi::ErrorBody),
-        (status = 415, description = "The body is not `application/json`.", body = crate::web::openapi::ErrorBody),
         (status = 422, description = "`reason` is missing or empty, or an unknown field.", body = crate::web::openapi::ErrorBody),
-        (status = 503, description = "The database is not available (or its schema is missing or behind: run `cobro migrate`).", body = crate::web::openapi::ErrorBody)
+        crate::web::openapi::scope::FinanceWrite,
+        crate::web::openapi::JsonBodyRefusals,
+        crate::web::openapi::Unavailable
     ),
     security(("api_key" = ["finance:write"]))
 )]
@@ -73,12 +71,10 @@ pub(super) async fn pause(
     description = "Resume sending. The body is empty or `{}`. Needs an API key with `finance:write` (Bearer).",
     responses(
         (status = 200, description = "Sending resumed.", body = crate::web::openapi::PauseState),
-        (status = 401, description = "No credential, a wrong one, or the wrong scheme (`WWW-Authenticate` says which).", body = crate::web::openapi::ErrorBody),
-        (status = 403, description = "The key lacks the scope `finance:write`.", body = crate::web::openapi::ErrorBody),
-        (status = 413, description = "The body is larger than the API's limit (16 KiB).", body = crate::web::openapi::ErrorBody),
-        (status = 415, description = "The body is not `application/json`.", body = crate::web::openapi::ErrorBody),
         (status = 422, description = "The body has a field (none is taken).", body = crate::web::openapi::ErrorBody),
-        (status = 503, description = "The database is not available (or its schema is missing or behind: run `cobro migrate`).", body = crate::web::openapi::ErrorBody)
+        crate::web::openapi::scope::FinanceWrite,
+        crate::web::openapi::JsonBodyRefusals,
+        crate::web::openapi::Unavailable
     ),
     security(("api_key" = ["finance:write"]))
 )]
@@ -105,9 +101,8 @@ pub(super) async fn resume(
     description = "Whether sending is paused, by whom and why. Needs an API key with `finance:write` (Bearer).",
     responses(
         (status = 200, description = "The switch.", body = crate::web::openapi::PauseState),
-        (status = 401, description = "No credential, a wrong one, or the wrong scheme (`WWW-Authenticate` says which).", body = crate::web::openapi::ErrorBody),
-        (status = 403, description = "The key lacks the scope `finance:write`.", body = crate::web::openapi::ErrorBody),
-        (status = 503, description = "The database is not available (or its schema is missing or behind: run `cobro migrate`).", body = crate::web::openapi::ErrorBody)
+        crate::web::openapi::scope::FinanceWrite,
+        crate::web::openapi::Unavailable
     ),
     security(("api_key" = ["finance:write"]))
 )]

@@ -331,8 +331,7 @@ pub(crate) type AppState = State<Arc<App>>;
     description = "Prometheus metrics, in the text exposition format. Needs an API key with `metrics:read` (Bearer).",
     responses(
         (status = 200, description = "The metrics.", content_type = "text/plain; version=0.0.4"),
-        (status = 401, description = "No credential, a wrong one, or the wrong scheme (`WWW-Authenticate` says which).", body = crate::web::openapi::ErrorBody),
-        (status = 403, description = "The key lacks the scope `metrics:read`.", body = crate::web::openapi::ErrorBody)
+        crate::web::openapi::scope::MetricsRead
     ),
     security(("api_key" = ["metrics:read"]))
 )]

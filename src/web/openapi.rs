@@ -7,6 +7,13 @@
 //! of the JSON bodies that the handlers read field by field from a
 //! `serde_json::Value` (they check each field themselves so a refusal
 //! names it), so there is no struct of theirs to derive a schema from.
+//! Every property of those request bodies has an example: `tests/openapi.rs`
+//! posts them to the running handlers, which must take the schema's names
+//! and refuse a body without a required one. It also holds the answers many
+//! routes share, which a route's `responses(...)` names as one type
+//! ([`utoipa::IntoResponses`]): the 401 and 403 of each scope
+//! ([`scope`]), the 413 and 415 of a JSON body, the database's 503 and the
+//! refusals of a page's form.
 //!
 //! Invariant: every route of [`super::WebConfig::router`] is in the
 //! document and the document names no other (`tests/openapi.rs` reads the
@@ -17,7 +24,7 @@ use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
-use utoipa::{Modify, OpenApi, ToSchema};
+use utoipa::{IntoResponses, Modify, OpenApi, ToSchema};
 
 /// The document.
 #[derive(OpenApi)]
@@ -160,15 +167,20 @@ pub(crate) struct ErrorBody {
 #[derive(Serialize, ToSchema)]
 pub(crate) struct ChargeBody {
     /// Your order's id.
+    #[schema(example = "order-1042")]
     order_id: String,
     /// The amount in minor units (1999 = 19.99 USD), a whole number from 1
     /// to the deployment's maximum.
+    #[schema(example = 1999)]
     amount_minor: i64,
     /// An ISO 4217 code, e.g. "USD".
+    #[schema(example = "USD")]
     currency: String,
     /// The gateway's payment-method token.
+    #[schema(example = "pm_card_visa")]
     payment_method: Option<String>,
     /// The gateway's customer id the payment method is saved to.
+    #[schema(example = "cus_PbWrDbHw2gZJ6x")]
     customer: Option<String>,
 }
 
@@ -189,8 +201,10 @@ pub(crate) struct ChargeCreated {
 #[derive(Serialize, ToSchema)]
 pub(crate) struct RefundBody {
     /// The UUID of the APROBADO (approved) charge attempt to refund.
+    #[schema(example = "5b1f0f6e-2c1a-4d8e-9a57-0c3e7d2b4f10")]
     attempt_id: uuid::Uuid,
     /// The amount to refund in minor units, at most what was captured.
+    #[schema(example = 500)]
     amount_minor: i64,
 }
 
@@ -208,6 +222,7 @@ pub(crate) struct RefundCreated {
 pub(crate) struct CancelBody {
     /// paid_by_other_means, customer_request, fraud_suspected,
     /// duplicate_order or other.
+    #[schema(example = "customer_request")]
     reason: String,
 }
 
@@ -215,6 +230,7 @@ pub(crate) struct CancelBody {
 #[derive(Serialize, ToSchema)]
 pub(crate) struct PaymentMethodBody {
     /// The gateway's new payment-method token for the order's next retry.
+    #[schema(example = "pm_card_mastercard")]
     payment_method: String,
 }
 
@@ -222,6 +238,7 @@ pub(crate) struct PaymentMethodBody {
 #[derive(Serialize, ToSchema)]
 pub(crate) struct PauseBody {
     /// Why sending is paused, shown to everyone who looks.
+    #[schema(example = "the gateway answers 5xx; we are looking into it")]
     reason: String,
 }
 
@@ -246,38 +263,158 @@ pub(crate) struct Health {
     reason: Option<String>,
 }
 
-/// A JSON object whose fields the route's description names (finance's
-/// queue, an attempt's detail, a summary, a search page, a case, a refund).
+/// The body of `POST /finance/api/attempts/{id}/resolve`, by its `action`:
+/// `approve` with `charge_id`, `decline` with `code`, `check_now` with
+/// neither (any other field is refused, 422 naming it); each at the
+/// attempt's `version` you saw (409 if it moved since), with a note (1-2000
+/// characters).
 #[derive(Serialize, ToSchema)]
-#[schema(value_type = Object)]
-pub(crate) struct Answer(serde_json::Value);
-
-/// The body of `POST /finance/api/attempts/{id}/resolve`: `charge_id` with
-/// `approve`, `code` with `decline`, neither with `check_now`.
-#[derive(Serialize, ToSchema)]
-pub(crate) struct ResolveBody {
-    /// approve, decline or check_now.
-    action: String,
-    /// The attempt's version you saw (409 if it moved since).
-    version: i64,
-    note: Option<String>,
-    /// The gateway's charge id (approve).
-    charge_id: Option<String>,
-    /// The gateway's decline code (decline).
-    code: Option<String>,
+#[serde(tag = "action", rename_all = "snake_case")]
+#[expect(
+    dead_code,
+    reason = "only its schema is used: the handler reads the body field by field"
+)]
+pub(crate) enum ResolveBody {
+    /// The gateway did charge (or refund): its id, as you found it.
+    Approve {
+        #[schema(example = 3)]
+        version: i64,
+        /// What you checked and why.
+        #[schema(example = "found in the gateway's dashboard")]
+        note: String,
+        /// The gateway's charge id.
+        #[schema(example = "ch_3PqR8sLkdIwHu7ix1a2b3c4d")]
+        charge_id: String,
+    },
+    /// The gateway did not: a decline code for the record.
+    Decline {
+        #[schema(example = 3)]
+        version: i64,
+        /// What you checked and why.
+        #[schema(example = "the gateway has no charge for this key")]
+        note: String,
+        /// The gateway's decline code.
+        #[schema(example = "card_declined")]
+        code: String,
+    },
+    /// Look it up again now (no state is decided).
+    CheckNow {
+        #[schema(example = 3)]
+        version: i64,
+        /// What you checked and why.
+        #[schema(example = "the gateway's incident is over")]
+        note: String,
+    },
 }
 
 /// The body of `POST /finance/api/check-now`: the queue's filters and a
 /// note.
 #[derive(Serialize, ToSchema)]
 pub(crate) struct CheckNowBody {
+    /// What you checked and why.
+    #[schema(example = "the gateway's incident is over")]
     note: String,
-    /// A state, e.g. "EN_REVISION" (in review).
+    /// EN_REVISION (in review) or DESCONOCIDO (in doubt: those are
+    /// counted, not touched).
+    #[schema(example = "EN_REVISION")]
     state: Option<String>,
     /// An ISO 4217 code, e.g. "USD".
+    #[schema(example = "USD")]
     currency: Option<String>,
-    /// initial, retry or refund.
+    /// charge or refund.
+    #[schema(example = "charge")]
     kind: Option<String>,
     /// Only attempts at least this old, in seconds.
+    #[schema(example = 3600)]
     min_age_secs: Option<i64>,
+}
+
+/// The 503 of every route that reads or writes the database.
+#[derive(IntoResponses)]
+#[response(
+    status = 503,
+    description = "The database is not available (or its schema is missing or behind: run `cobro migrate`)."
+)]
+#[expect(dead_code, reason = "only its description and schema are used")]
+pub(crate) struct Unavailable(ErrorBody);
+
+/// The 413 and 415 of every route that takes a JSON body.
+#[derive(IntoResponses)]
+#[expect(dead_code, reason = "only its descriptions and schemas are used")]
+pub(crate) enum JsonBodyRefusals {
+    #[response(
+        status = 413,
+        description = "The body is larger than the API's limit (16 KiB)."
+    )]
+    TooLarge(ErrorBody),
+    #[response(status = 415, description = "The body is not `application/json`.")]
+    NotJson(ErrorBody),
+}
+
+/// The refusals of a page's form (the browser's sign-in, the form token,
+/// a same-origin request), and its answers as a page when it is refused.
+#[derive(IntoResponses)]
+#[expect(dead_code, reason = "only its descriptions and schemas are used")]
+pub(crate) enum FormRefusals {
+    #[response(status = 401, description = UNAUTHORIZED)]
+    Unauthorized(ErrorBody),
+    #[response(
+        status = 403,
+        description = "The key lacks `finance:write`, the request is not same-origin, or the form token is stale or not of this sign-in (nothing changed)."
+    )]
+    Forbidden,
+    #[response(
+        status = 404,
+        description = "No such attempt or case.",
+        content_type = "text/html"
+    )]
+    NotFound,
+    #[response(
+        status = 409,
+        description = "Refused: it moved since the page was drawn, or is already settled.",
+        content_type = "text/html"
+    )]
+    Conflict,
+    #[response(
+        status = 422,
+        description = "A field is missing or invalid (the page says which).",
+        content_type = "text/html"
+    )]
+    Invalid,
+}
+
+/// The 401 of every route that takes an API key or the browser's sign-in.
+const UNAUTHORIZED: &str =
+    "No credential, a wrong one, or the wrong scheme (`WWW-Authenticate` says which).";
+
+/// A route's 401 and 403, per the scope it needs: `responses(...,
+/// scope::FinanceRead)`.
+pub(crate) mod scope {
+    use super::{ErrorBody, UNAUTHORIZED};
+
+    macro_rules! scopes {
+        ($($name:ident = $scope:literal),* $(,)?) => {$(
+            #[doc = concat!("401, and 403 for a key without `", $scope, "`.")]
+            #[derive(utoipa::IntoResponses)]
+            #[expect(dead_code, reason = "only its descriptions and schemas are used")]
+            pub(crate) enum $name {
+                #[response(status = 401, description = UNAUTHORIZED)]
+                Unauthorized(ErrorBody),
+                #[response(
+                    status = 403,
+                    description = concat!("The key lacks the scope `", $scope, "`.")
+                )]
+                Forbidden(ErrorBody),
+            }
+        )*};
+    }
+
+    scopes!(
+        ChargesWrite = "charges:write",
+        RefundsWrite = "refunds:write",
+        AttemptsRead = "attempts:read",
+        FinanceRead = "finance:read",
+        FinanceWrite = "finance:write",
+        MetricsRead = "metrics:read",
+    );
 }

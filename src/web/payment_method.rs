@@ -33,16 +33,14 @@ use crate::store::MethodUpdateError;
         ("order_id" = String, Path, description = "Your order's id.")
     ),
     responses(
-        (status = 200, description = "The order's next retry will use the new token.", body = crate::web::openapi::Answer),
+        (status = 200, description = "The order's next retry will use the new token.", body = crate::store::MethodUpdated),
         (status = 400, description = "The body is not JSON.", body = crate::web::openapi::ErrorBody),
-        (status = 401, description = "No credential, a wrong one, or the wrong scheme (`WWW-Authenticate` says which).", body = crate::web::openapi::ErrorBody),
-        (status = 403, description = "The key lacks the scope `charges:write`.", body = crate::web::openapi::ErrorBody),
         (status = 404, description = "No such order.", body = crate::web::openapi::ErrorBody),
         (status = 409, description = "The order is already approved or has no retry pending.", body = crate::web::openapi::ErrorBody),
-        (status = 413, description = "The body is larger than the API's limit (16 KiB).", body = crate::web::openapi::ErrorBody),
-        (status = 415, description = "The body is not `application/json`.", body = crate::web::openapi::ErrorBody),
         (status = 422, description = "`payment_method` is missing or malformed, or an unknown field.", body = crate::web::openapi::ErrorBody),
-        (status = 503, description = "The database is not available (or its schema is missing or behind: run `cobro migrate`).", body = crate::web::openapi::ErrorBody)
+        crate::web::openapi::scope::ChargesWrite,
+        crate::web::openapi::JsonBodyRefusals,
+        crate::web::openapi::Unavailable
     ),
     security(("api_key" = ["charges:write"]))
 )]

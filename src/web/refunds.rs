@@ -35,14 +35,12 @@ use crate::store::RefundError;
     responses(
         (status = 201, description = "Enqueued (or replayed); `Location` is the refund.", body = crate::web::openapi::RefundCreated),
         (status = 400, description = "The `Idempotency-Key` header is missing or not a UUID, or the body is not JSON.", body = crate::web::openapi::ErrorBody),
-        (status = 401, description = "No credential, a wrong one, or the wrong scheme (`WWW-Authenticate` says which).", body = crate::web::openapi::ErrorBody),
-        (status = 403, description = "The key lacks the scope `refunds:write`.", body = crate::web::openapi::ErrorBody),
         (status = 404, description = "No such charge attempt.", body = crate::web::openapi::ErrorBody),
         (status = 409, description = "The charge is not refundable, the amount exceeds what was captured, or the key was used for another body.", body = crate::web::openapi::ErrorBody),
-        (status = 413, description = "The body is larger than the API's limit (16 KiB).", body = crate::web::openapi::ErrorBody),
-        (status = 415, description = "The body is not `application/json`.", body = crate::web::openapi::ErrorBody),
         (status = 422, description = "A field is missing, of the wrong type, unknown, or out of range (`field` names it).", body = crate::web::openapi::ErrorBody),
-        (status = 503, description = "The database is not available (or its schema is missing or behind: run `cobro migrate`).", body = crate::web::openapi::ErrorBody)
+        crate::web::openapi::scope::RefundsWrite,
+        crate::web::openapi::JsonBodyRefusals,
+        crate::web::openapi::Unavailable
     ),
     security(("api_key" = ["refunds:write"]))
 )]

@@ -16,7 +16,7 @@ use axum::body::Bytes;
 use axum::extract::{Extension, Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use uuid::Uuid;
 
@@ -26,7 +26,7 @@ use crate::finance::{
 };
 use crate::http::auth::Caller as Person;
 use crate::http::{Type, typed};
-use crate::store::{OverrideReason, RetryError, StoreError};
+use crate::store::{Escalated, OverrideReason, ReconCase, RetryError, StoreError};
 use crate::web::{conflict, error, known_fields};
 
 pub(super) fn bad_id() -> Response {
@@ -93,11 +93,10 @@ impl ListParams {
         ListParams
     ),
     responses(
-        (status = 200, description = "The queue.", body = crate::web::openapi::Answer),
+        (status = 200, description = "The queue.", body = EscalationsPage),
         (status = 422, description = "A filter or cursor is malformed.", body = crate::web::openapi::ErrorBody),
-        (status = 401, description = "No credential, a wrong one, or the wrong scheme (`WWW-Authenticate` says which).", body = crate::web::openapi::ErrorBody),
-        (status = 403, description = "The key lacks the scope `finance:read`.", body = crate::web::openapi::ErrorBody),
-        (status = 503, description = "The database is not available (or its schema is missing or behind: run `cobro migrate`).", body = crate::web::openapi::ErrorBody)
+        crate::web::openapi::scope::FinanceRead,
+        crate::web::openapi::Unavailable
     ),
     security(("api_key" = ["finance:read"]))
 )]
@@ -111,18 +110,40 @@ pub(in crate::web) async fn list(
         Err(e) => return queue_error(e),
     };
     match finance::cases_page(&fin.store, &cases, "cases_after").await {
-        Ok(cases) => Json(json!({
-            "stale_after_secs": fin.cfg.stale_after.as_secs(),
-            "items": page.items,
-            "total": page.total,
-            "next": page.next,
-            "cases": cases.items,
-            "cases_total": cases.total,
-            "cases_next": cases.next,
+        // Through a JSON value, as before: its fields in alphabetical order.
+        Ok(cases) => Json(json!(EscalationsPage {
+            stale_after_secs: fin.cfg.stale_after.as_secs(),
+            items: page.items,
+            total: page.total,
+            next: page.next,
+            cases: cases.items,
+            cases_total: cases.total,
+            cases_next: cases.next,
         }))
         .into_response(),
         Err(e) => queue_error(e),
     }
+}
+
+/// The answer of `GET /finance/api/escalations`: a page of the queue and a
+/// page of the open reconciliation cases, each with its total and the
+/// cursor of its next page (null on the last).
+#[derive(Serialize, utoipa::ToSchema)]
+pub(in crate::web) struct EscalationsPage {
+    /// A `DESCONOCIDO` attempt is in the queue once this old.
+    stale_after_secs: u64,
+    /// Oldest first.
+    items: Vec<Escalated>,
+    /// Every item the filters select, on all pages.
+    total: i64,
+    /// `?after=` for the next page.
+    next: Option<String>,
+    /// Open reconciliation cases, oldest first.
+    cases: Vec<ReconCase>,
+    /// Every open case, on all pages.
+    cases_total: i64,
+    /// `?cases_after=` for the next page of cases.
+    cases_next: Option<String>,
 }
 
 pub(super) fn queue_error(e: QueueError) -> Response {
@@ -193,14 +214,12 @@ struct CheckNowBody {
     description = "Bulk check now: the next gateway lookup of every attempt in review that the filters select is pulled to now. Needs an API key with `finance:write` (Bearer).",
     request_body = crate::web::openapi::CheckNowBody,
     responses(
-        (status = 200, description = "How many were scheduled.", body = crate::web::openapi::Answer),
+        (status = 200, description = "How many were scheduled.", body = crate::finance::BulkCheck),
         (status = 400, description = "The body is not JSON.", body = crate::web::openapi::ErrorBody),
         (status = 422, description = "A filter is malformed, or an unknown field.", body = crate::web::openapi::ErrorBody),
-        (status = 401, description = "No credential, a wrong one, or the wrong scheme (`WWW-Authenticate` says which).", body = crate::web::openapi::ErrorBody),
-        (status = 403, description = "The key lacks the scope `finance:write`.", body = crate::web::openapi::ErrorBody),
-        (status = 413, description = "The body is larger than the API's limit (16 KiB).", body = crate::web::openapi::ErrorBody),
-        (status = 415, description = "The body is not `application/json`.", body = crate::web::openapi::ErrorBody),
-        (status = 503, description = "The database is not available (or its schema is missing or behind: run `cobro migrate`).", body = crate::web::openapi::ErrorBody)
+        crate::web::openapi::scope::FinanceWrite,
+        crate::web::openapi::JsonBodyRefusals,
+        crate::web::openapi::Unavailable
     ),
     security(("api_key" = ["finance:write"]))
 )]
@@ -243,9 +262,8 @@ pub(in crate::web) async fn check_now(
         (status = 200, description = "The attempt.", body = crate::finance::Detail),
         (status = 400, description = "`id` is not a UUID.", body = crate::web::openapi::ErrorBody),
         (status = 404, description = "No such attempt.", body = crate::web::openapi::ErrorBody),
-        (status = 401, description = "No credential, a wrong one, or the wrong scheme (`WWW-Authenticate` says which).", body = crate::web::openapi::ErrorBody),
-        (status = 403, description = "The key lacks the scope `finance:read`.", body = crate::web::openapi::ErrorBody),
-        (status = 503, description = "The database is not available (or its schema is missing or behind: run `cobro migrate`).", body = crate::web::openapi::ErrorBody)
+        crate::web::openapi::scope::FinanceRead,
+        crate::web::openapi::Unavailable
     ),
     security(("api_key" = ["finance:read"]))
 )]
@@ -281,17 +299,15 @@ struct ResolveBody {
         ("id" = String, Path, description = "The attempt's UUID.")
     ),
     responses(
-        (status = 200, description = "Resolved: the attempt now.", body = crate::web::openapi::Answer),
-        (status = 202, description = "A decline was asked for; the attempt stays EN_REVISION (in review) until the gateway is final.", body = crate::web::openapi::Answer),
+        (status = 200, description = "Resolved: the attempt now.", body = crate::store::Attempt),
+        (status = 202, description = "A decline was asked for; the attempt stays EN_REVISION (in review) until the gateway is final.", body = crate::store::Attempt),
         (status = 400, description = "`id` is not a UUID, or the body is not JSON.", body = crate::web::openapi::ErrorBody),
         (status = 404, description = "No such attempt.", body = crate::web::openapi::ErrorBody),
         (status = 409, description = "The attempt moved since `version`, or is already settled.", body = crate::web::openapi::ErrorBody),
         (status = 422, description = "A field is missing, of the wrong type, or unknown.", body = crate::web::openapi::ErrorBody),
-        (status = 401, description = "No credential, a wrong one, or the wrong scheme (`WWW-Authenticate` says which).", body = crate::web::openapi::ErrorBody),
-        (status = 403, description = "The key lacks the scope `finance:write`.", body = crate::web::openapi::ErrorBody),
-        (status = 413, description = "The body is larger than the API's limit (16 KiB).", body = crate::web::openapi::ErrorBody),
-        (status = 415, description = "The body is not `application/json`.", body = crate::web::openapi::ErrorBody),
-        (status = 503, description = "The database is not available (or its schema is missing or behind: run `cobro migrate`).", body = crate::web::openapi::ErrorBody)
+        crate::web::openapi::scope::FinanceWrite,
+        crate::web::openapi::JsonBodyRefusals,
+        crate::web::openapi::Unavailable
     ),
     security(("api_key" = ["finance:write"]))
 )]
@@ -383,16 +399,14 @@ pub(super) fn resolve_error(e: ResolveError) -> Response {
         ("id" = String, Path, description = "The attempt's UUID.")
     ),
     responses(
-        (status = 202, description = "The new attempt was enqueued.", body = crate::web::openapi::Answer),
+        (status = 202, description = "The new attempt was enqueued.", body = crate::store::RetryRequested),
         (status = 400, description = "`id` is not a UUID, or the body is not JSON.", body = crate::web::openapi::ErrorBody),
         (status = 404, description = "No such attempt.", body = crate::web::openapi::ErrorBody),
         (status = 409, description = "Refused by the database's charge rule or the caps (`reason` says which).", body = crate::web::openapi::ErrorBody),
         (status = 422, description = "`override_reason` is empty or of the wrong type, or an unknown field.", body = crate::web::openapi::ErrorBody),
-        (status = 401, description = "No credential, a wrong one, or the wrong scheme (`WWW-Authenticate` says which).", body = crate::web::openapi::ErrorBody),
-        (status = 403, description = "The key lacks the scope `finance:write`.", body = crate::web::openapi::ErrorBody),
-        (status = 413, description = "The body is larger than the API's limit (16 KiB).", body = crate::web::openapi::ErrorBody),
-        (status = 415, description = "The body is not `application/json`.", body = crate::web::openapi::ErrorBody),
-        (status = 503, description = "The database is not available (or its schema is missing or behind: run `cobro migrate`).", body = crate::web::openapi::ErrorBody)
+        crate::web::openapi::scope::FinanceWrite,
+        crate::web::openapi::JsonBodyRefusals,
+        crate::web::openapi::Unavailable
     ),
     security(("api_key" = ["finance:write"]))
 )]
@@ -457,6 +471,8 @@ pub(in crate::web) async fn retry(
 /// The body of `POST /finance/api/attempts/{id}/retry`.
 #[derive(Deserialize, utoipa::ToSchema)]
 struct RetryBody {
+    /// Why the card networks' caps may be passed (kept in the attempt's log).
+    #[schema(example = "the customer confirmed by phone; the bank lifted the block")]
     override_reason: Option<String>,
 }
 
@@ -468,10 +484,9 @@ struct RetryBody {
     tag = "finance",
     description = "The daily summary: counts and amounts per state and currency. Needs an API key with `finance:read` (Bearer).",
     responses(
-        (status = 200, description = "The summary.", body = crate::web::openapi::Answer),
-        (status = 401, description = "No credential, a wrong one, or the wrong scheme (`WWW-Authenticate` says which).", body = crate::web::openapi::ErrorBody),
-        (status = 403, description = "The key lacks the scope `finance:read`.", body = crate::web::openapi::ErrorBody),
-        (status = 503, description = "The database is not available (or its schema is missing or behind: run `cobro migrate`).", body = crate::web::openapi::ErrorBody)
+        (status = 200, description = "The summary.", body = crate::finance::Summary),
+        crate::web::openapi::scope::FinanceRead,
+        crate::web::openapi::Unavailable
     ),
     security(("api_key" = ["finance:read"]))
 )]

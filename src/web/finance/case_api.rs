@@ -18,9 +18,13 @@ use crate::http::auth::Caller as Person;
 use crate::store::{CaseError, RefundError, StoreError};
 use crate::web::error;
 
+/// The body of `POST /finance/api/cases/{id}/resolve`.
 #[derive(Deserialize, utoipa::ToSchema)]
 struct CaseBody {
+    /// What you found (1-2000 characters). Required: a body without it, or
+    /// none, is refused naming `note`.
     #[serde(default)]
+    #[schema(required = true, example = "the duplicate was refunded at the gateway")]
     note: String,
 }
 
@@ -31,22 +35,20 @@ struct CaseBody {
     operation_id = "post_finance_api_cases_id_resolve",
     summary = "Close a reconciliation case",
     tag = "finance",
-    description = "Close a reconciliation case, with an optional note. The body may be empty. Needs an API key with `finance:write` (Bearer).",
+    description = "Close a reconciliation case, with a note (required: what you found). Needs an API key with `finance:write` (Bearer).",
     request_body = CaseBody,
     params(
         ("id" = i64, Path, description = "The reconciliation case's number.")
     ),
     responses(
-        (status = 200, description = "The case, closed.", body = crate::web::openapi::Answer),
+        (status = 200, description = "The case, closed.", body = crate::store::ReconCase),
         (status = 400, description = "The body is not JSON.", body = crate::web::openapi::ErrorBody),
         (status = 404, description = "No such case.", body = crate::web::openapi::ErrorBody),
         (status = 409, description = "The case is already closed.", body = crate::web::openapi::ErrorBody),
-        (status = 422, description = "The note is of the wrong type, or an unknown field.", body = crate::web::openapi::ErrorBody),
-        (status = 401, description = "No credential, a wrong one, or the wrong scheme (`WWW-Authenticate` says which).", body = crate::web::openapi::ErrorBody),
-        (status = 403, description = "The key lacks the scope `finance:write`.", body = crate::web::openapi::ErrorBody),
-        (status = 413, description = "The body is larger than the API's limit (16 KiB).", body = crate::web::openapi::ErrorBody),
-        (status = 415, description = "The body is not `application/json`.", body = crate::web::openapi::ErrorBody),
-        (status = 503, description = "The database is not available (or its schema is missing or behind: run `cobro migrate`).", body = crate::web::openapi::ErrorBody)
+        (status = 422, description = "The note is missing, empty or of the wrong type, or an unknown field.", body = crate::web::openapi::ErrorBody),
+        crate::web::openapi::scope::FinanceWrite,
+        crate::web::openapi::JsonBodyRefusals,
+        crate::web::openapi::Unavailable
     ),
     security(("api_key" = ["finance:write"]))
 )]
@@ -56,8 +58,9 @@ pub(in crate::web) async fn resolve_case(
     Path(id): Path<i64>,
     body: Bytes,
 ) -> Response {
-    // The note is optional, and so is the body (empty); anything else must
-    // be a JSON object with at most a note, a string.
+    // An empty body, or one without a note, is read as an empty note, which
+    // `finance::resolve_case` refuses naming `note`; anything else must be a
+    // JSON object with at most a note, a string.
     let note = if body.iter().all(u8::is_ascii_whitespace) {
         String::new()
     } else {
@@ -73,8 +76,11 @@ pub(in crate::web) async fn resolve_case(
     }
 }
 
+/// The body of `POST /finance/api/cases/{id}/refund-duplicate`.
 #[derive(Deserialize, utoipa::ToSchema)]
 struct DuplicateBody {
+    /// The duplicate's gateway charge id (one of the case's).
+    #[schema(example = "ch_3PqR8sLkdIwHu7ix5e6f7g8h")]
     charge_id: String,
 }
 
@@ -93,17 +99,15 @@ struct DuplicateBody {
         ("id" = i64, Path, description = "The reconciliation case's number.")
     ),
     responses(
-        (status = 201, description = "The refund was asked for.", body = crate::web::openapi::Answer),
-        (status = 200, description = "The same refund was already asked for.", body = crate::web::openapi::Answer),
+        (status = 201, description = "The refund was asked for.", body = crate::store::Refunded),
+        (status = 200, description = "The same refund was already asked for.", body = crate::store::Refunded),
         (status = 400, description = "The body is not JSON.", body = crate::web::openapi::ErrorBody),
         (status = 404, description = "No such case.", body = crate::web::openapi::ErrorBody),
         (status = 409, description = "The charge is not this case's duplicate, or not refundable.", body = crate::web::openapi::ErrorBody),
         (status = 422, description = "`charge_id` is missing or of the wrong type, or an unknown field.", body = crate::web::openapi::ErrorBody),
-        (status = 401, description = "No credential, a wrong one, or the wrong scheme (`WWW-Authenticate` says which).", body = crate::web::openapi::ErrorBody),
-        (status = 403, description = "The key lacks the scope `finance:write`.", body = crate::web::openapi::ErrorBody),
-        (status = 413, description = "The body is larger than the API's limit (16 KiB).", body = crate::web::openapi::ErrorBody),
-        (status = 415, description = "The body is not `application/json`.", body = crate::web::openapi::ErrorBody),
-        (status = 503, description = "The database is not available (or its schema is missing or behind: run `cobro migrate`).", body = crate::web::openapi::ErrorBody)
+        crate::web::openapi::scope::FinanceWrite,
+        crate::web::openapi::JsonBodyRefusals,
+        crate::web::openapi::Unavailable
     ),
     security(("api_key" = ["finance:write"]))
 )]

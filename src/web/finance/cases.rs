@@ -120,12 +120,8 @@ pub(in crate::web) struct DuplicateForm {
     ),
     responses(
         (status = 303, description = "Refund asked for: back to the page."),
-        (status = 401, description = "No credential, a wrong one, or the wrong scheme (`WWW-Authenticate` says which).", body = crate::web::openapi::ErrorBody),
-        (status = 403, description = "The key lacks `finance:write`, the request is not same-origin, or the form token is stale or not of this sign-in (nothing changed)."),
-        (status = 404, description = "No such attempt or case.", content_type = "text/html"),
-        (status = 409, description = "Refused: it moved since the page was drawn, or is already settled.", content_type = "text/html"),
-        (status = 422, description = "A field is missing or invalid (the page says which).", content_type = "text/html"),
-        (status = 503, description = "The database is not available (or its schema is missing or behind: run `cobro migrate`).", body = crate::web::openapi::ErrorBody)
+        crate::web::openapi::FormRefusals,
+        crate::web::openapi::Unavailable
     ),
     security(("sign_in" = ["finance:write"]))
 )]
@@ -180,12 +176,8 @@ pub(in crate::web) struct CaseForm {
     ),
     responses(
         (status = 303, description = "Closed: back to the page."),
-        (status = 401, description = "No credential, a wrong one, or the wrong scheme (`WWW-Authenticate` says which).", body = crate::web::openapi::ErrorBody),
-        (status = 403, description = "The key lacks `finance:write`, the request is not same-origin, or the form token is stale or not of this sign-in (nothing changed)."),
-        (status = 404, description = "No such attempt or case.", content_type = "text/html"),
-        (status = 409, description = "Refused: it moved since the page was drawn, or is already settled.", content_type = "text/html"),
-        (status = 422, description = "A field is missing or invalid (the page says which).", content_type = "text/html"),
-        (status = 503, description = "The database is not available (or its schema is missing or behind: run `cobro migrate`).", body = crate::web::openapi::ErrorBody)
+        crate::web::openapi::FormRefusals,
+        crate::web::openapi::Unavailable
     ),
     security(("sign_in" = ["finance:write"]))
 )]

@@ -36,9 +36,8 @@ use crate::web::html::{checks, history};
         (status = 200, description = "The page.", content_type = "text/html"),
         (status = 400, description = "`id` is not a UUID.", body = crate::web::openapi::ErrorBody),
         (status = 404, description = "No such attempt.", content_type = "text/html"),
-        (status = 401, description = "No credential, a wrong one, or the wrong scheme (`WWW-Authenticate` says which).", body = crate::web::openapi::ErrorBody),
-        (status = 403, description = "The key lacks the scope `finance:read`.", body = crate::web::openapi::ErrorBody),
-        (status = 503, description = "The database is not available (or its schema is missing or behind: run `cobro migrate`).", body = crate::web::openapi::ErrorBody)
+        crate::web::openapi::scope::FinanceRead,
+        crate::web::openapi::Unavailable
     ),
     security(("api_key" = ["finance:read"]), ("sign_in" = ["finance:read"]))
 )]
@@ -185,13 +184,9 @@ pub(in crate::web) struct ResolveForm {
     ),
     responses(
         (status = 303, description = "Resolved: back to the page."),
-        (status = 401, description = "No credential, a wrong one, or the wrong scheme (`WWW-Authenticate` says which).", body = crate::web::openapi::ErrorBody),
-        (status = 403, description = "The key lacks `finance:write`, the request is not same-origin, or the form token is stale or not of this sign-in (nothing changed)."),
-        (status = 404, description = "No such attempt or case.", content_type = "text/html"),
-        (status = 409, description = "Refused: it moved since the page was drawn, or is already settled.", content_type = "text/html"),
-        (status = 422, description = "A field is missing or invalid (the page says which).", content_type = "text/html"),
-        (status = 503, description = "The database is not available (or its schema is missing or behind: run `cobro migrate`).", body = crate::web::openapi::ErrorBody),
-        (status = 400, description = "`id` is not a UUID.", body = crate::web::openapi::ErrorBody)
+        (status = 400, description = "`id` is not a UUID.", body = crate::web::openapi::ErrorBody),
+        crate::web::openapi::FormRefusals,
+        crate::web::openapi::Unavailable
     ),
     security(("sign_in" = ["finance:write"]))
 )]

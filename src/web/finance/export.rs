@@ -64,17 +64,16 @@ impl Export {
     tag = "finance",
     description = "The escalation queue, with the same filters as the page, as CSV. Needs `finance:read`: the browser's sign-in (Basic) or an API key (Bearer).",
     params(
-        ("state" = Option<String>, Query, description = "A state, e.g. EN_REVISION (in review)."),
+        ("state" = Option<String>, Query, description = "EN_REVISION (in review) or DESCONOCIDO (in doubt)."),
         ("currency" = Option<String>, Query, description = "An ISO 4217 code, e.g. USD."),
-        ("kind" = Option<String>, Query, description = "initial, retry or refund."),
+        ("kind" = Option<String>, Query, description = "charge or refund."),
         ("min_age_secs" = Option<i64>, Query, description = "Only attempts at least this old, in seconds.")
     ),
     responses(
         (status = 200, description = "The queue as CSV.", content_type = "text/csv"),
         (status = 422, description = "A filter is malformed.", body = crate::web::openapi::ErrorBody),
-        (status = 401, description = "No credential, a wrong one, or the wrong scheme (`WWW-Authenticate` says which).", body = crate::web::openapi::ErrorBody),
-        (status = 403, description = "The key lacks the scope `finance:read`.", body = crate::web::openapi::ErrorBody),
-        (status = 503, description = "The database is not available (or its schema is missing or behind: run `cobro migrate`).", body = crate::web::openapi::ErrorBody)
+        crate::web::openapi::scope::FinanceRead,
+        crate::web::openapi::Unavailable
     ),
     security(("api_key" = ["finance:read"]), ("sign_in" = ["finance:read"]))
 )]

@@ -115,9 +115,8 @@ impl ListQuery {
     responses(
         (status = 200, description = "The page.", content_type = "text/html"),
         (status = 422, description = "A filter is malformed (the page says which).", content_type = "text/html"),
-        (status = 401, description = "No credential, a wrong one, or the wrong scheme (`WWW-Authenticate` says which).", body = crate::web::openapi::ErrorBody),
-        (status = 403, description = "The key lacks the scope `finance:read`.", body = crate::web::openapi::ErrorBody),
-        (status = 503, description = "The database is not available (or its schema is missing or behind: run `cobro migrate`).", body = crate::web::openapi::ErrorBody)
+        crate::web::openapi::scope::FinanceRead,
+        crate::web::openapi::Unavailable
     ),
     security(("api_key" = ["finance:read"]), ("sign_in" = ["finance:read"]))
 )]
@@ -266,12 +265,8 @@ pub(in crate::web) struct CheckNowForm {
     request_body(content = CheckNowForm, content_type = "application/x-www-form-urlencoded"),
     responses(
         (status = 303, description = "Scheduled: back to the page."),
-        (status = 401, description = "No credential, a wrong one, or the wrong scheme (`WWW-Authenticate` says which).", body = crate::web::openapi::ErrorBody),
-        (status = 403, description = "The key lacks `finance:write`, the request is not same-origin, or the form token is stale or not of this sign-in (nothing changed)."),
-        (status = 404, description = "No such attempt or case.", content_type = "text/html"),
-        (status = 409, description = "Refused: it moved since the page was drawn, or is already settled.", content_type = "text/html"),
-        (status = 422, description = "A field is missing or invalid (the page says which).", content_type = "text/html"),
-        (status = 503, description = "The database is not available (or its schema is missing or behind: run `cobro migrate`).", body = crate::web::openapi::ErrorBody)
+        crate::web::openapi::FormRefusals,
+        crate::web::openapi::Unavailable
     ),
     security(("sign_in" = ["finance:write"]))
 )]
@@ -386,9 +381,8 @@ fn age(secs: i64) -> String {
     description = "The daily summary, as a page. Needs `finance:read`: the browser's sign-in (Basic) or an API key (Bearer).",
     responses(
         (status = 200, description = "The page.", content_type = "text/html"),
-        (status = 401, description = "No credential, a wrong one, or the wrong scheme (`WWW-Authenticate` says which).", body = crate::web::openapi::ErrorBody),
-        (status = 403, description = "The key lacks the scope `finance:read`.", body = crate::web::openapi::ErrorBody),
-        (status = 503, description = "The database is not available (or its schema is missing or behind: run `cobro migrate`).", body = crate::web::openapi::ErrorBody)
+        crate::web::openapi::scope::FinanceRead,
+        crate::web::openapi::Unavailable
     ),
     security(("api_key" = ["finance:read"]), ("sign_in" = ["finance:read"]))
 )]

@@ -28,11 +28,10 @@ use crate::web::error;
         ("limit" = Option<String>, Query, description = "Attempts per page (bounded).")
     ),
     responses(
-        (status = 200, description = "A page of attempts.", body = crate::web::openapi::Answer),
+        (status = 200, description = "A page of attempts.", body = crate::operator::AttemptsPage),
         (status = 400, description = "A parameter is malformed (`field` names it).", body = crate::web::openapi::ErrorBody),
-        (status = 401, description = "No credential, a wrong one, or the wrong scheme (`WWW-Authenticate` says which).", body = crate::web::openapi::ErrorBody),
-        (status = 403, description = "The key lacks the scope `attempts:read`.", body = crate::web::openapi::ErrorBody),
-        (status = 503, description = "The database is not available (or its schema is missing or behind: run `cobro migrate`).", body = crate::web::openapi::ErrorBody)
+        crate::web::openapi::scope::AttemptsRead,
+        crate::web::openapi::Unavailable
     ),
     security(("api_key" = ["attempts:read"]))
 )]

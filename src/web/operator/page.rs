@@ -51,9 +51,8 @@ fn time(t: chrono::DateTime<chrono::Utc>) -> String {
     responses(
         (status = 200, description = "The page.", content_type = "text/html"),
         (status = 400, description = "A parameter is malformed (the page says which).", content_type = "text/html"),
-        (status = 401, description = "No credential, a wrong one, or the wrong scheme (`WWW-Authenticate` says which).", body = crate::web::openapi::ErrorBody),
-        (status = 403, description = "The key lacks the scope `attempts:read`.", body = crate::web::openapi::ErrorBody),
-        (status = 503, description = "The database is not available (or its schema is missing or behind: run `cobro migrate`).", body = crate::web::openapi::ErrorBody)
+        crate::web::openapi::scope::AttemptsRead,
+        crate::web::openapi::Unavailable
     ),
     security(("api_key" = ["attempts:read"]), ("sign_in" = ["attempts:read"]))
 )]
@@ -189,9 +188,8 @@ fn table(found: &AttemptsPage, s: &Search) -> Markup {
         (status = 200, description = "The page.", content_type = "text/html"),
         (status = 400, description = "`id` is not a UUID.", body = crate::web::openapi::ErrorBody),
         (status = 404, description = "No such attempt.", content_type = "text/html"),
-        (status = 401, description = "No credential, a wrong one, or the wrong scheme (`WWW-Authenticate` says which).", body = crate::web::openapi::ErrorBody),
-        (status = 403, description = "The key lacks the scope `attempts:read`.", body = crate::web::openapi::ErrorBody),
-        (status = 503, description = "The database is not available (or its schema is missing or behind: run `cobro migrate`).", body = crate::web::openapi::ErrorBody)
+        crate::web::openapi::scope::AttemptsRead,
+        crate::web::openapi::Unavailable
     ),
     security(("api_key" = ["attempts:read"]), ("sign_in" = ["attempts:read"]))
 )]
