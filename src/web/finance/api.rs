@@ -191,7 +191,7 @@ const CHECK_NOW_TYPES: &[(&str, Type)] = &[
     NOTE,
     ("state", Type::Text("a state, e.g. \"EN_REVISION\"")),
     ("currency", Type::Text("an ISO 4217 code, e.g. \"USD\"")),
-    ("kind", Type::Text("initial, retry or refund")),
+    ("kind", Type::Text("charge or refund")),
     ("min_age_secs", Type::Integer("seconds")),
 ];
 

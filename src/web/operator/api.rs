@@ -21,7 +21,7 @@ use crate::web::error;
         ("order_id" = Option<String>, Query, description = "Only this order's attempts."),
         ("key" = Option<String>, Query, description = "Only the attempt with this idempotency key."),
         ("state" = Option<String>, Query, description = "Only attempts in this state (PENDIENTE, EN_PROCESO, DESCONOCIDO, APROBADO, RECHAZADO, EN_REVISION)."),
-        ("kind" = Option<String>, Query, description = "initial, retry or refund."),
+        ("kind" = Option<String>, Query, description = "initial, business_retry, refund or charge (initial and business_retry together)."),
         ("from" = Option<String>, Query, description = "Created at or after (RFC 3339 or a date)."),
         ("to" = Option<String>, Query, description = "Created before (RFC 3339 or a date)."),
         ("cursor" = Option<String>, Query, description = "The previous page's `next_cursor`."),
