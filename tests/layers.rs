@@ -10,6 +10,11 @@
 //! doc links are not imports). Test modules (`tests.rs`, `*_tests.rs`) may
 //! use anything, as tests do (the gateway's tests start the simulator). The
 //! binary (`main.rs`, `cli/`) is the top floor and is not read.
+//!
+//! The database's big rules are made of helpers
+//! (migrations/postgres/20261215000001_rule_helpers.sql): a later migration
+//! changes a decision by redefining its helper, not the whole rule, so the
+//! next change is one small diff and not a copy of the rule.
 
 use std::path::{Path, PathBuf};
 
@@ -210,4 +215,51 @@ fn the_table_matches_the_documented_layers() {
             "docs/architecture.md lists `{module}` on floor {floor}"
         );
     }
+}
+
+/// The rules whose bodies are made of helpers since `RULES_SPLIT`.
+const RULES: [&str; 3] = [
+    "cobro.enqueue_charge",
+    "cobro.business_retry",
+    "cobro.guard_refund",
+];
+const RULES_SPLIT: &str = "20261215000001";
+
+#[test]
+fn no_migration_after_the_split_redefines_a_big_rule_whole() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("migrations/postgres");
+    let mut seen_split = false;
+    let mut offences = Vec::new();
+    let mut names: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort();
+    for name in &names {
+        let sql = std::fs::read_to_string(dir.join(name))
+            .unwrap()
+            .to_lowercase();
+        let redefined: Vec<&str> = RULES
+            .iter()
+            .copied()
+            .filter(|rule| sql.contains(&format!("function {rule}(")))
+            .collect();
+        if name.starts_with(RULES_SPLIT) {
+            seen_split = true;
+            assert_eq!(
+                redefined,
+                RULES.to_vec(),
+                "{name} defines the three rules from their helpers"
+            );
+        } else if name.as_str() > RULES_SPLIT {
+            offences.extend(redefined.iter().map(|rule| format!("{name}: {rule}")));
+        }
+    }
+    assert!(seen_split, "the split migration {RULES_SPLIT}_* exists");
+    assert!(
+        offences.is_empty(),
+        "a migration after {RULES_SPLIT} redefines a whole rule; redefine the helper \
+         that holds the decision (cobro.same_charge, cobro.retry_number, cobro.retry_method, \
+         cobro.insert_retry, cobro.refunded_of) or add a new helper the rule calls: {offences:?}"
+    );
 }
