@@ -69,9 +69,7 @@ fn outage() -> Faults {
 const OUTAGE_PAST_SCHEDULE: Duration = Duration::from_secs(10);
 
 async fn an_outage_longer_than_the_schedule_parks_attempts_and_resumes_them_paced(b: Backend) {
-    init_logs();
-    let db = TestDb::new(b).await;
-    let sim = start_sim(true, outage()).await;
+    let (db, sim) = db_and_sim(b, outage()).await;
     let mut args = worker_args(&db.url, &sim.url());
     args.breaker.breaker_failures = 3;
     args.breaker.breaker_rewake_per_s = 4;
@@ -204,9 +202,7 @@ async fn an_outage_longer_than_the_schedule_parks_attempts_and_resumes_them_pace
 }
 
 async fn without_the_breaker_the_same_outage_sends_attempts_to_finance(b: Backend) {
-    init_logs();
-    let db = TestDb::new(b).await;
-    let sim = start_sim(true, outage()).await;
+    let (db, sim) = db_and_sim(b, outage()).await;
     let mut args = worker_args(&db.url, &sim.url());
     args.breaker.breaker_failures = 0;
     let worker = spawn_worker(args);
@@ -241,9 +237,7 @@ fn throttling() -> Faults {
 const LOAD: usize = 40;
 
 async fn two_workers_share_one_rate_limit_and_are_never_throttled(b: Backend) {
-    init_logs();
-    let db = TestDb::new(b).await;
-    let sim = start_sim(true, throttling()).await;
+    let (db, sim) = db_and_sim(b, throttling()).await;
     let ids = enqueue(&db, "paced", LOAD).await;
     let started = Instant::now();
     let workers: Vec<_> = (0..2)
@@ -276,9 +270,7 @@ async fn two_workers_share_one_rate_limit_and_are_never_throttled(b: Backend) {
 }
 
 async fn without_the_limit_the_same_load_is_throttled(b: Backend) {
-    init_logs();
-    let db = TestDb::new(b).await;
-    let sim = start_sim(true, throttling()).await;
+    let (db, sim) = db_and_sim(b, throttling()).await;
     let ids = enqueue(&db, "unpaced", LOAD).await;
     let workers: Vec<_> = (0..2)
         .map(|_| spawn_worker(worker_args(&db.url, &sim.url())))

@@ -112,10 +112,8 @@ async fn a_lost_request_is_looked_up_then_resent_with_the_same_key(b: Backend) {
 }
 
 async fn lookups_that_keep_failing_give_exactly_five_checks_on_time_then_review(b: Backend) {
-    init_logs();
-    let db = TestDb::new(b).await;
-    let sim = start_sim(
-        true,
+    let (db, sim) = db_and_sim(
+        b,
         Faults {
             p_response_lost: 1.0,
             p_lookup_fail: 1.0,
@@ -220,10 +218,8 @@ async fn a_decline_is_final_for_the_attempt_and_a_5xx_is_unknown(b: Backend) {
 }
 
 async fn duplicated_wake_ups_and_racing_workers_charge_once(b: Backend) {
-    init_logs();
-    let db = TestDb::new(b).await;
-    let sim = start_sim(
-        true,
+    let (db, sim) = db_and_sim(
+        b,
         Faults {
             latency_ms: 200, // keep the first sender on the wire while the others arrive
             ..Faults::default()
@@ -292,9 +288,7 @@ async fn duplicated_wake_ups_and_racing_workers_charge_once(b: Backend) {
 }
 
 async fn an_old_key_is_never_resent(b: Backend) {
-    init_logs();
-    let db = TestDb::new(b).await;
-    let sim = start_sim(true, Faults::default()).await;
+    let (db, sim) = db_and_sim(b, Faults::default()).await;
     let id = enqueue(&db.store, "order-old", 3_000).await;
     // The attempt was sent two days ago, and nobody knows what happened.
     let a = db.store.load(id).await.unwrap().0;
@@ -329,9 +323,7 @@ async fn an_old_key_is_never_resent(b: Backend) {
 }
 
 async fn a_lost_wake_up_is_recreated_by_the_sweeper(b: Backend) {
-    init_logs();
-    let db = TestDb::new(b).await;
-    let sim = start_sim(true, Faults::default()).await;
+    let (db, sim) = db_and_sim(b, Faults::default()).await;
     let id = enqueue(&db.store, "order-lost-job", 2_500).await;
     // The queue loses the job (as if deleted by hand or failed for good).
     let deleted = db
@@ -404,12 +396,10 @@ async fn a_wake_up_late_behind_a_backlog_is_not_duplicated_by_the_sweeper(b: Bac
 }
 
 async fn a_gateway_that_keeps_losing_requests_ends_in_review_not_in_a_loop(b: Backend) {
-    init_logs();
-    let db = TestDb::new(b).await;
     // Every charge request is lost (never executed, the client times out)
     // and every lookup truthfully says "not found".
-    let sim = start_sim(
-        true,
+    let (db, sim) = db_and_sim(
+        b,
         Faults {
             p_request_lost: 1.0,
             hold_ms: 1_300,
@@ -446,9 +436,7 @@ async fn a_gateway_that_keeps_losing_requests_ends_in_review_not_in_a_loop(b: Ba
 /// lost that wake-up, and a worker whose next fetch came back empty slept
 /// until something else woke it. cobro's backend re-arms its own timer.
 async fn wake_ups_due_later_are_found_by_a_poll_shorter_than_a_fetch(b: Backend) {
-    init_logs();
-    let db = TestDb::new(b).await;
-    let sim = start_sim(true, Faults::default()).await;
+    let (db, sim) = db_and_sim(b, Faults::default()).await;
     let mut ids = Vec::new();
     for i in 0..100 {
         ids.push(enqueue(&db.store, &format!("order-later-{i}"), 1_000 + i).await);
@@ -484,9 +472,7 @@ async fn wake_ups_due_later_are_found_by_a_poll_shorter_than_a_fetch(b: Backend)
 /// puts them back at registration, so the charge goes on at once, not only
 /// when the sweeper's grace runs out (ten minutes here).
 async fn a_worker_restarted_under_its_name_takes_back_what_it_left_running(b: Backend) {
-    init_logs();
-    let db = TestDb::new(b).await;
-    let sim = start_sim(true, Faults::default()).await;
+    let (db, sim) = db_and_sim(b, Faults::default()).await;
     let id = enqueue(&db.store, "order-restarted", 4_200).await;
     let name = format!("restarted-{}", Uuid::new_v4().simple());
     // The charge queue's apalis worker is named `<name>-<restarts>`.

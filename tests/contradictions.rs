@@ -116,9 +116,7 @@ async fn a_late_decline_of_an_approved_charge_opens_a_case(b: Backend) {
 }
 
 async fn the_lookup_before_a_business_retry_stops_it_when_the_gateway_approved(b: Backend) {
-    init_logs();
-    let db = TestDb::new(b).await;
-    let sim = start_sim(true, Faults::default()).await;
+    let (db, sim) = db_and_sim(b, Faults::default()).await;
     // We hold the attempt as declined (say a proxy's 400 was read as a
     // refusal), but the gateway executed it: its books have an approved
     // charge under the attempt's key.

@@ -88,11 +88,9 @@ async fn a_refused_connection_waits_and_sends_again_with_the_same_key(b: Backend
 }
 
 async fn a_lookup_that_cannot_reach_the_gateway_spends_no_check(b: Backend) {
-    init_logs();
-    let db = TestDb::new(b).await;
     // The answer to the charge is lost after the gateway charged: unknown.
-    let sim = start_sim(
-        true,
+    let (db, sim) = db_and_sim(
+        b,
         Faults {
             p_response_lost: 1.0,
             ..Faults::default()
@@ -129,10 +127,8 @@ async fn a_lookup_that_cannot_reach_the_gateway_spends_no_check(b: Backend) {
 }
 
 async fn a_throttling_gateway_spends_no_check_and_charges_each_order_once(b: Backend) {
-    init_logs();
-    let db = TestDb::new(b).await;
-    let sim = start_sim(
-        true,
+    let (db, sim) = db_and_sim(
+        b,
         Faults {
             rate_limit_per_s: 5.0,
             rate_limit_burst: 5,

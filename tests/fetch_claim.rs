@@ -113,9 +113,7 @@ async fn causes(store: &Store, id: Uuid) -> Vec<(String, String)> {
 /// claimed by its handler; each order is charged once, and every log reads
 /// as a handler's claim would.
 async fn a_fetch_claims_due_charges_up_to_its_free_handlers_and_they_are_sent_once(b: Backend) {
-    init_logs();
-    let db = TestDb::new(b).await;
-    let sim = start_sim(true, Faults::default()).await;
+    let (db, sim) = db_and_sim(b, Faults::default()).await;
     let ids = [
         enqueue(&db.store, "order-claim-1").await,
         enqueue(&db.store, "order-claim-2").await,
@@ -174,9 +172,7 @@ async fn a_fetch_claims_due_charges_up_to_its_free_handlers_and_they_are_sent_on
 /// While sending is paused, the fetch claims nothing: the handler parks
 /// the charge as before, and nothing reaches the gateway.
 async fn a_fetch_leaves_the_claim_to_the_handler_while_sending_is_paused(b: Backend) {
-    init_logs();
-    let db = TestDb::new(b).await;
-    let sim = start_sim(true, Faults::default()).await;
+    let (db, sim) = db_and_sim(b, Faults::default()).await;
     let id = enqueue(&db.store, "order-paused").await;
     db.store
         .set_sending_paused(true, "test", Some("incident"))
@@ -207,9 +203,7 @@ async fn a_fetch_leaves_the_claim_to_the_handler_while_sending_is_paused(b: Back
 /// live worker marks the attempt `DESCONOCIDO`, looks it up by its key,
 /// finds nothing, and sends it with the same key; charged once.
 async fn a_charge_claimed_by_a_fetch_that_never_handed_it_out_is_resolved_by_its_lease(b: Backend) {
-    init_logs();
-    let db = TestDb::new(b).await;
-    let sim = start_sim(true, Faults::default()).await;
+    let (db, sim) = db_and_sim(b, Faults::default()).await;
     let id = enqueue(&db.store, "order-claimed-lost").await;
     let gone = Arc::new(engine(&db.store, &sim.url(), "gone"));
     let got = fetch(&db.store, "gone-fetch", gone, 8).await;
@@ -243,9 +237,7 @@ async fn a_charge_claimed_by_a_fetch_that_never_handed_it_out_is_resolved_by_its
 /// handler: the handler gives the claim back unsent (`PENDIENTE`, parked,
 /// as a handler parks a charge while paused); nothing reaches the gateway.
 async fn a_claim_is_given_back_unsent_when_sending_was_paused_after_the_fetch(b: Backend) {
-    init_logs();
-    let db = TestDb::new(b).await;
-    let sim = start_sim(true, Faults::default()).await;
+    let (db, sim) = db_and_sim(b, Faults::default()).await;
     let id = enqueue(&db.store, "order-paused-late").await;
     let pause = Arc::new(cobro::pause::Pause::new(db.store.clone()));
     let engine = Arc::new(engine(&db.store, &sim.url(), "paused-late").with_pause(pause.clone()));
@@ -284,9 +276,7 @@ async fn a_claim_is_given_back_unsent_when_sending_was_paused_after_the_fetch(b:
 /// `CLAIM_FRESH` is given back and claimed again by its handler, so the
 /// log's claim is the send's; charged once.
 async fn a_claim_handled_late_is_given_back_and_claimed_again(b: Backend) {
-    init_logs();
-    let db = TestDb::new(b).await;
-    let sim = start_sim(true, Faults::default()).await;
+    let (db, sim) = db_and_sim(b, Faults::default()).await;
     let id = enqueue(&db.store, "order-late-handler").await;
     let engine = Arc::new(engine(&db.store, &sim.url(), "late"));
     let got = fetch(&db.store, "late-fetch", engine.clone(), 8).await;
@@ -321,9 +311,7 @@ async fn a_claim_handled_late_is_given_back_and_claimed_again(b: Backend) {
 /// its own) and acknowledges the old wake-up; the next worker sends it
 /// once, without waiting for a lease to expire.
 async fn a_claim_given_back_at_shutdown_is_sent_once_by_the_next_worker(b: Backend) {
-    init_logs();
-    let db = TestDb::new(b).await;
-    let sim = start_sim(true, Faults::default()).await;
+    let (db, sim) = db_and_sim(b, Faults::default()).await;
     let id = enqueue(&db.store, "order-shutdown").await;
     let leaving = Arc::new(engine(&db.store, &sim.url(), "leaving"));
     let worker = "leaving-fetch";

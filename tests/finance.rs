@@ -193,11 +193,9 @@ async fn an_escalated_attempt_shows_its_evidence_and_is_resolved_once(b: Backend
 }
 
 async fn check_again_now_takes_a_fresh_lookup_through_a_real_worker(b: Backend) {
-    init_logs();
-    let db = TestDb::new(b).await;
     // Charged, answer lost, and every lookup fails: the checks run out.
-    let sim = start_sim(
-        true,
+    let (db, sim) = db_and_sim(
+        b,
         Faults {
             p_response_lost: 1.0,
             p_lookup_fail: 1.0,

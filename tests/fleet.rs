@@ -17,10 +17,8 @@ use rand::{Rng, SeedableRng};
 on_both_backends!(a_thousand_orders_with_15_percent_lost_responses_are_charged_exactly_once,);
 
 async fn a_thousand_orders_with_15_percent_lost_responses_are_charged_exactly_once(b: Backend) {
-    init_logs();
-    let db = TestDb::new(b).await;
-    let sim = start_sim(
-        true,
+    let (db, sim) = db_and_sim(
+        b,
         Faults {
             p_response_lost: 0.15,
             ..Faults::default()

@@ -216,9 +216,7 @@ async fn web_for(store: &Store) -> Web {
 }
 
 async fn scrapes_agree_with_the_database_and_count_every_gateway_call(b: Backend) {
-    init_logs();
-    let db = TestDb::new(b).await;
-    let sim = start_sim(true, Faults::default()).await;
+    let (db, sim) = db_and_sim(b, Faults::default()).await;
     let mut args = worker_args(&db.url, &sim.url());
     let metrics_addr = free_port();
     args.metrics_addr = Some(metrics_addr);

@@ -33,12 +33,10 @@ async fn post(
 }
 
 async fn pausing_stops_new_charges_lookups_go_on_and_resume_sends_once(b: Backend) {
-    init_logs();
-    let db = TestDb::new(b).await;
     // Every answer is lost after the charge: an attempt goes DESCONOCIDO
     // and its lookup (2 s later) finds the charge.
-    let sim = start_sim(
-        true,
+    let (db, sim) = db_and_sim(
+        b,
         Faults {
             p_response_lost: 1.0,
             ..Faults::default()

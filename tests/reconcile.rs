@@ -108,9 +108,7 @@ fn charge_injection(order: &str, amount: i64, key: Option<uuid::Uuid>) -> Inject
 }
 
 async fn a_clean_window_opens_nothing_and_a_rerun_nothing_new(b: Backend) {
-    init_logs();
-    let db = TestDb::new(b).await;
-    let sim = start_sim(true, Faults::default()).await;
+    let (db, sim) = db_and_sim(b, Faults::default()).await;
     let gw = gateway(&sim.url());
     // The real path: a worker charges three orders and refunds one.
     let worker = spawn_worker(worker_args(&db.url, &sim.url()));

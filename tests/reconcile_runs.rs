@@ -196,9 +196,7 @@ async fn a_window_is_claimed_once_retried_after_failure_and_taken_over_when_stal
 }
 
 async fn two_workers_run_the_daily_window_once(b: Backend) {
-    init_logs();
-    let db = TestDb::new(b).await;
-    let sim = start_sim(true, Faults::default()).await;
+    let (db, sim) = db_and_sim(b, Faults::default()).await;
     let daily = |name: &str| {
         let mut args = worker_args(&db.url, &sim.url());
         args.worker_name = Some(name.into());

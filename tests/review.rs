@@ -58,9 +58,7 @@ fn fast_review_worker(db: &TestDb, sim_url: &str) -> InProcessWorker {
 /// Charged at the gateway, answer lost, lookups failing: in review; then
 /// the janitor looks (and fails) at least once; the gateway answers again.
 async fn reviewed_then_gateway_answers(b: Backend, faults: Faults) -> (TestDb, Uuid, Attempt) {
-    init_logs();
-    let db = TestDb::new(b).await;
-    let sim = start_sim(true, faults).await;
+    let (db, sim) = db_and_sim(b, faults).await;
     let worker = fast_review_worker(&db, &sim.url());
     let id = enqueue(&db.store, "rev-order").await;
     let review = settled(&db.store, id, State::EnRevision, Duration::from_secs(15)).await;
@@ -201,10 +199,8 @@ async fn until_due(store: &Store, id: Uuid) {
 }
 
 async fn not_found_stays_in_review_and_the_next_check_follows_the_schedule(b: Backend) {
-    init_logs();
-    let db = TestDb::new(b).await;
-    let sim = start_sim(
-        true,
+    let (db, sim) = db_and_sim(
+        b,
         Faults {
             p_lookup_fail: 1.0,
             ..Faults::default()
@@ -285,11 +281,9 @@ async fn not_found_stays_in_review_and_the_next_check_follows_the_schedule(b: Ba
 }
 
 async fn past_the_key_lifetime_the_janitor_reads_the_listing_and_never_resends(b: Backend) {
-    init_logs();
-    let db = TestDb::new(b).await;
     // Charged, answer lost; every lookup by key fails. The listing works.
-    let sim = start_sim(
-        true,
+    let (db, sim) = db_and_sim(
+        b,
         Faults {
             p_response_lost: 1.0,
             p_lookup_fail: 1.0,

@@ -58,9 +58,7 @@ async fn double_charge_case(store: &Store, order: &str) -> Option<ReconCase> {
 }
 
 async fn a_double_charge_is_found_the_same_day_and_its_duplicate_refunded_once(b: Backend) {
-    init_logs();
-    let db = TestDb::new(b).await;
-    let sim = start_sim(true, Faults::default()).await;
+    let (db, sim) = db_and_sim(b, Faults::default()).await;
     let mut args = worker_args(&db.url, &sim.url());
     args.reconcile = ReconcileArgs {
         reconcile_at: ReconcileAt::Off,

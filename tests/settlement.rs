@@ -95,11 +95,9 @@ async fn post(sim_url: &str, path: &str, body: Option<&Injection>) -> serde_json
 }
 
 async fn a_never_settled_charge_opens_one_unsettled_case_once_the_delay_has_passed(b: Backend) {
-    init_logs();
-    let db = TestDb::new(b).await;
     // Every third approved charge of the gateway is never settled.
-    let sim = start_sim(
-        true,
+    let (db, sim) = db_and_sim(
+        b,
         Faults {
             unsettled_every: 3,
             ..faults()

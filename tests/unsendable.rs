@@ -107,9 +107,7 @@ async fn assert_in_review_unsent(
 }
 
 async fn a_pending_row_the_parser_refuses_goes_to_finance_unsent(b: Backend) {
-    init_logs();
-    let db = TestDb::new(b).await;
-    let sim = start_sim(true, Default::default()).await;
+    let (db, sim) = db_and_sim(b, Default::default()).await;
     // U+00A0 at the end: the old SQL function's btrim() kept it, the parser
     // refuses it; it used to stay PENDIENTE for ever, holding its order.
     let id = insert_by_hand(&db, "o-nbsp\u{00A0}", "PENDIENTE").await;
@@ -132,9 +130,7 @@ async fn a_pending_row_the_parser_refuses_goes_to_finance_unsent(b: Backend) {
 }
 
 async fn an_unknown_row_the_parser_refuses_is_looked_up_then_goes_to_finance_unsent(b: Backend) {
-    init_logs();
-    let db = TestDb::new(b).await;
-    let sim = start_sim(true, Default::default()).await;
+    let (db, sim) = db_and_sim(b, Default::default()).await;
     // Sent by an older version, outcome unknown: the lookup finds nothing,
     // and a re-send is impossible, so finance decides.
     let id = insert_by_hand(&db, "o-\u{FEFF}bom", "DESCONOCIDO").await;

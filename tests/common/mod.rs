@@ -448,11 +448,18 @@ impl InProcessWorker {
 /// A database, the simulator (idempotent, with `faults`) and one
 /// in-process worker with [`worker_args`]: where most scenarios start.
 pub async fn rig(b: Backend, faults: Faults) -> (TestDb, SimHandle, InProcessWorker) {
+    let (db, sim) = db_and_sim(b, faults).await;
+    let worker = spawn_worker(worker_args(&db.url, &sim.url()));
+    (db, sim, worker)
+}
+
+/// A database and the simulator (idempotent, with `faults`), for a test
+/// that sets its worker up itself.
+pub async fn db_and_sim(b: Backend, faults: Faults) -> (TestDb, SimHandle) {
     init_logs();
     let db = TestDb::new(b).await;
     let sim = start_sim(true, faults).await;
-    let worker = spawn_worker(worker_args(&db.url, &sim.url()));
-    (db, sim, worker)
+    (db, sim)
 }
 
 /// Stops the worker and the simulator, then drops the database (a test
