@@ -1,9 +1,9 @@
 //! One write transaction on either backend, for the flows that are the same
 //! on both: a webhook's (store the event once, find its attempt, decide,
 //! apply), a contradiction's (open the case, cancel the retry, mark the
-//! refund), a reconciliation's batch of cases. The flow is written once,
-//! over [`Tx`]; each backend holds only the SQL of each step, in
-//! `pg/*.rs` and `lite/*.rs`.
+//! refund), a reconciliation's batch of cases, a batch of settled charges,
+//! the breaker's update. The flow is written once, over [`Tx`]; each
+//! backend holds only the SQL of each step, in `pg/*.rs` and `lite/*.rs`.
 //!
 //! Why the backends still differ under it, in one line each:
 //! - Locking: PostgreSQL locks the rows a step reads (`FOR UPDATE`); SQLite
@@ -156,5 +156,13 @@ impl Tx {
         at: DateTime<Utc>,
     ) -> Result<(), StoreError> {
         on!(self, breaker::log_event(gateway, ev, actor, at))
+    }
+
+    /// Records one settled charge; true when it is new.
+    pub(crate) async fn record_settlement(
+        &mut self,
+        r: &crate::domain::settlement::SettledCharge,
+    ) -> Result<bool, StoreError> {
+        on!(self, settlement::insert(r))
     }
 }

@@ -52,6 +52,7 @@ pub(crate) mod refund;
 pub(crate) mod retention;
 pub(crate) mod retry;
 pub(crate) mod review;
+pub(crate) mod settlement;
 pub(crate) mod wakeups;
 pub(crate) mod webhooks;
 

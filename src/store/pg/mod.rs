@@ -26,6 +26,7 @@ pub(crate) mod metrics;
 pub(crate) mod recon;
 pub(crate) mod retention;
 pub(crate) mod review;
+pub(crate) mod settlement;
 pub(crate) mod webhooks;
 
 pub(super) async fn connect(url: &str, max: u32) -> Result<PgPool, StoreError> {
