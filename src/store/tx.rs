@@ -165,4 +165,14 @@ impl Tx {
     ) -> Result<bool, StoreError> {
         on!(self, settlement::insert(r))
     }
+
+    /// Sets the incident switch and appends the change to its history.
+    pub(crate) async fn set_pause(
+        &mut self,
+        paused: bool,
+        actor: &str,
+        reason: Option<&str>,
+    ) -> Result<(), StoreError> {
+        on!(self, pause::set(paused, actor, reason))
+    }
 }

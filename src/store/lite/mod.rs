@@ -45,6 +45,7 @@ pub(crate) mod escalation;
 pub(crate) mod listing;
 pub(crate) mod metrics;
 pub(crate) mod notices;
+pub(crate) mod pause;
 pub(crate) mod payment_method;
 pub(crate) mod poison;
 pub(crate) mod recon;

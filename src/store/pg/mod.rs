@@ -23,6 +23,7 @@ pub(crate) mod cas;
 pub(crate) mod escalation;
 pub(crate) mod listing;
 pub(crate) mod metrics;
+pub(crate) mod pause;
 pub(crate) mod recon;
 pub(crate) mod retention;
 pub(crate) mod review;
