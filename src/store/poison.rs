@@ -15,7 +15,7 @@ use chrono::{DateTime, Utc};
 use serde_json::json;
 use uuid::Uuid;
 
-use super::{Db, Store, StoreError};
+use super::{Store, StoreError};
 
 /// Failures further apart than this do not add up.
 pub const FAILURE_WINDOW: chrono::TimeDelta = chrono::TimeDelta::hours(1);
@@ -89,10 +89,28 @@ impl Store {
         after: u32,
     ) -> Result<WakeFailure, StoreError> {
         let error = cut(error);
-        match &self.db {
-            Db::Pg(p) => pg_record(p, attempt_id, &error, after).await,
-            Db::Lite(p) => super::lite::poison::record(p, attempt_id, &error, after).await,
+        let mut tx = self.begin_write().await?;
+        let now = tx.now().await?;
+        let (seen, old_case) = tx.poison_seen(attempt_id).await?.unzip();
+        let n = next(seen, now, after);
+        let mut case_id = if n.keep_case {
+            old_case.flatten()
+        } else {
+            None
+        };
+        let mut opened = None;
+        if n.quarantine {
+            let id = tx.poison_case(attempt_id, &error, &n, now).await?;
+            case_id = Some(id);
+            opened = Some(id);
         }
+        tx.poison_write(attempt_id, &error, &n, now, case_id)
+            .await?;
+        tx.commit().await?;
+        Ok(WakeFailure {
+            failures: n.failures,
+            quarantined: opened,
+        })
     }
 }
 
@@ -108,95 +126,6 @@ pub(crate) fn details(error: &str, n: &Next, state: &str) -> serde_json::Value {
         "failures": n.failures,
         "state": state,
     })
-}
-
-async fn pg_record(
-    pool: &sqlx::PgPool,
-    attempt_id: Uuid,
-    error: &str,
-    after: u32,
-) -> Result<WakeFailure, StoreError> {
-    let mut tx = pool.begin().await?;
-    let now: DateTime<Utc> = sqlx::query_scalar("SELECT now()")
-        .fetch_one(&mut *tx)
-        .await?;
-    type Row = (i32, DateTime<Utc>, DateTime<Utc>, Option<i64>, Option<bool>);
-    let row: Option<Row> = sqlx::query_as(
-        "SELECT w.failures, w.first_failed_at, w.last_failed_at, w.case_id, c.resolved_at IS NULL
-           FROM cobro.wake_failures w LEFT JOIN cobro.recon_cases c ON c.id = w.case_id
-          WHERE w.attempt_id = $1 FOR UPDATE OF w",
-    )
-    .bind(attempt_id)
-    .fetch_optional(&mut *tx)
-    .await?;
-    let seen = row.map(|(failures, first, last, case, open)| Seen {
-        failures,
-        first_failed_at: first,
-        last_failed_at: last,
-        quarantined: case.is_some() && open == Some(true),
-        released: case.is_some() && open != Some(true),
-    });
-    let n = next(seen, now, after);
-    let mut case_id = if n.keep_case {
-        row.and_then(|r| r.3)
-    } else {
-        None
-    };
-    let mut opened = None;
-    if n.quarantine {
-        let id: i64 = sqlx::query_scalar(
-            "INSERT INTO cobro.recon_cases
-                (kind, dedupe_key, order_id, attempt_id, details, window_from, window_to)
-             SELECT 'poison_wakeup', 'poison_wakeup:' || a.id || ':' || $2, a.order_id, a.id,
-                    $3, $4, $5
-               FROM cobro.payment_attempts a WHERE a.id = $1
-             RETURNING id",
-        )
-        .bind(attempt_id)
-        .bind(n.first_failed_at.timestamp_millis().to_string())
-        .bind(details(error, &n, &state_pg(&mut tx, attempt_id).await?))
-        .bind(n.first_failed_at)
-        .bind(now.max(n.first_failed_at + chrono::TimeDelta::milliseconds(1)))
-        .fetch_one(&mut *tx)
-        .await?;
-        case_id = Some(id);
-        opened = Some(id);
-    }
-    sqlx::query(
-        "INSERT INTO cobro.wake_failures
-            (attempt_id, failures, first_failed_at, last_failed_at, last_error, case_id)
-         VALUES ($1, $2, $3, $4, $5, $6)
-         ON CONFLICT (attempt_id) DO UPDATE SET
-            failures = EXCLUDED.failures, first_failed_at = EXCLUDED.first_failed_at,
-            last_failed_at = EXCLUDED.last_failed_at, last_error = EXCLUDED.last_error,
-            case_id = EXCLUDED.case_id",
-    )
-    .bind(attempt_id)
-    .bind(n.failures)
-    .bind(n.first_failed_at)
-    .bind(now)
-    .bind(error)
-    .bind(case_id)
-    .execute(&mut *tx)
-    .await?;
-    tx.commit().await?;
-    Ok(WakeFailure {
-        failures: n.failures,
-        quarantined: opened,
-    })
-}
-
-async fn state_pg(
-    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
-    attempt_id: Uuid,
-) -> Result<String, StoreError> {
-    Ok(
-        sqlx::query_scalar("SELECT state FROM cobro.payment_attempts WHERE id = $1")
-            .bind(attempt_id)
-            .fetch_optional(&mut **tx)
-            .await?
-            .unwrap_or_default(),
-    )
 }
 
 impl StoreError {

@@ -2,7 +2,7 @@
 //! on both: a webhook's (store the event once, find its attempt, decide,
 //! apply), a contradiction's (open the case, cancel the retry, mark the
 //! refund), a reconciliation's batch of cases, a batch of settled charges,
-//! the breaker's update. The flow is written once, over [`Tx`]; each
+//! the breaker's update, a failed wake-up counted. The flow is written once, over [`Tx`]; each
 //! backend holds only the SQL of each step, in `pg/*.rs` and `lite/*.rs`.
 //!
 //! Why the backends still differ under it, in one line each:
@@ -22,6 +22,7 @@ use uuid::Uuid;
 
 use super::breaker::{BreakerEvent, BreakerRow};
 use super::change::{Applied, Change, Plan};
+use super::poison::{Next, Seen};
 use super::webhooks::IncomingEvent;
 use super::{Attempt, CaseWrite, Db, Store, StoreError, lite, pg};
 use crate::domain::{Finding, Window};
@@ -174,5 +175,36 @@ impl Tx {
         reason: Option<&str>,
     ) -> Result<(), StoreError> {
         on!(self, pause::set(paused, actor, reason))
+    }
+
+    /// What is known of the attempt's failed wake-ups (locked), and its case.
+    pub(crate) async fn poison_seen(
+        &mut self,
+        attempt_id: Uuid,
+    ) -> Result<Option<(Seen, Option<i64>)>, StoreError> {
+        on!(self, poison::seen(attempt_id))
+    }
+
+    /// Opens the attempt's `poison_wakeup` case; its id.
+    pub(crate) async fn poison_case(
+        &mut self,
+        attempt_id: Uuid,
+        error: &str,
+        n: &Next,
+        now: DateTime<Utc>,
+    ) -> Result<i64, StoreError> {
+        on!(self, poison::open_case(attempt_id, error, n, now))
+    }
+
+    /// The attempt's failure count, last error and case.
+    pub(crate) async fn poison_write(
+        &mut self,
+        attempt_id: Uuid,
+        error: &str,
+        n: &Next,
+        now: DateTime<Utc>,
+        case_id: Option<i64>,
+    ) -> Result<(), StoreError> {
+        on!(self, poison::write(attempt_id, error, n, now, case_id))
     }
 }

@@ -24,6 +24,7 @@ pub(crate) mod escalation;
 pub(crate) mod listing;
 pub(crate) mod metrics;
 pub(crate) mod pause;
+pub(crate) mod poison;
 pub(crate) mod recon;
 pub(crate) mod retention;
 pub(crate) mod review;
