@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 use uuid::Uuid;
 
 use super::refund::{RefundError, Refunded};
-use super::{Attempt, Db, Store};
+use super::{Attempt, Store};
 use crate::domain::{Amount, InputError};
 use crate::state::State;
 
@@ -134,93 +134,48 @@ impl Store {
         if by.is_empty() || by.chars().count() > 200 {
             return Err(InputError::new("approved_by", "must be 1-200 characters").into());
         }
-        match &self.db {
-            Db::Pg(p) => pg_refund_duplicate(p, case_id, charge_id, by).await,
-            Db::Lite(p) => super::lite::refund::refund_duplicate(p, case_id, charge_id, by).await,
+        let mut tx = self.begin_write().await?;
+        let Some(case) = tx.case_view(case_id).await? else {
+            return Err(RefundError::NotFound(format!("no case with id {case_id}")));
+        };
+        let dup = duplicate_in_case(case_id, &case, charge_id)?;
+        if let Some(r) = tx.refund_of_gateway(charge_id).await? {
+            return Ok(already(&r));
         }
+        let charges = tx.approved_charges(&dup.order_id).await?;
+        let anchor = anchor(&dup.order_id, &charges, charge_id)?;
+        let new = NewRefund {
+            id: Uuid::new_v4(),
+            key: Uuid::new_v4(),
+            dup: &dup,
+            anchor: anchor.id,
+            charge_id,
+            actor: format!("finance:{by}"),
+            evidence: evidence(case_id, charge_id, anchor, by),
+        };
+        tx.insert_duplicate_refund(&new).await?;
+        tx.commit().await?;
+        Ok(Refunded {
+            refund_id: new.id,
+            idempotency_key: new.key,
+            state: State::Pendiente,
+            created: true,
+        })
     }
 }
 
-async fn pg_refund_duplicate(
-    pool: &sqlx::PgPool,
-    case_id: i64,
-    charge_id: &str,
-    by: &str,
-) -> Result<Refunded, RefundError> {
-    let mut tx = pool.begin().await?;
-    let row: Option<(String, Option<String>, bool, Value)> = sqlx::query_as(
-        "SELECT kind, order_id, resolved_at IS NOT NULL, details
-           FROM cobro.recon_cases WHERE id = $1 FOR UPDATE",
-    )
-    .bind(case_id)
-    .fetch_optional(&mut *tx)
-    .await?;
-    let Some((kind, order_id, resolved, details)) = row else {
-        return Err(RefundError::NotFound(format!("no case with id {case_id}")));
-    };
-    let case = CaseView {
-        kind,
-        order_id,
-        resolved,
-        details,
-    };
-    let dup = duplicate_in_case(case_id, &case, charge_id)?;
-    let existing: Option<Attempt> = sqlx::query_as(
-        "SELECT * FROM cobro.payment_attempts
-          WHERE refund_of_gateway = $1 AND state <> 'RECHAZADO'",
-    )
-    .bind(charge_id)
-    .fetch_optional(&mut *tx)
-    .await?;
-    if let Some(r) = existing {
-        return Ok(already(&r));
-    }
-    let charges: Vec<Attempt> = sqlx::query_as(
-        "SELECT * FROM cobro.payment_attempts
-          WHERE order_id = $1 AND kind <> 'refund' AND state = 'APROBADO' FOR UPDATE",
-    )
-    .bind(&dup.order_id)
-    .fetch_all(&mut *tx)
-    .await?;
-    let anchor = anchor(&dup.order_id, &charges, charge_id)?;
-    let (id, key) = (Uuid::new_v4(), Uuid::new_v4());
-    sqlx::query(
-        "INSERT INTO cobro.payment_attempts
-            (id, order_id, amount_minor, currency, idempotency_key, state, kind, refund_of,
-             refund_of_gateway, next_action_at)
-         VALUES ($1, $2, $3, $4, $5, 'PENDIENTE', 'refund', $6, $7, now())",
-    )
-    .bind(id)
-    .bind(&dup.order_id)
-    .bind(dup.amount_minor)
-    .bind(&dup.currency)
-    .bind(key)
-    .bind(anchor.id)
-    .bind(charge_id)
-    .execute(&mut *tx)
-    .await
-    .map_err(RefundError::from_db)?;
-    sqlx::query(
-        "INSERT INTO cobro.attempt_transitions (attempt_id, from_state, to_state, cause, actor, evidence)
-         VALUES ($1, NULL, 'PENDIENTE', $2, $3, $4)",
-    )
-    .bind(id)
-    .bind(CAUSE)
-    .bind(format!("finance:{by}"))
-    .bind(evidence(case_id, charge_id, anchor, by))
-    .execute(&mut *tx)
-    .await?;
-    sqlx::query("SELECT cobro.wake($1, now())")
-        .bind(id)
-        .execute(&mut *tx)
-        .await?;
-    tx.commit().await?;
-    Ok(Refunded {
-        refund_id: id,
-        idempotency_key: key,
-        state: State::Pendiente,
-        created: true,
-    })
+/// The refund of a duplicate, as each backend inserts it (with its first
+/// transition-log row and its wake-up).
+pub(crate) struct NewRefund<'a> {
+    pub id: Uuid,
+    pub key: Uuid,
+    pub dup: &'a Duplicate,
+    /// The order's own APROBADO charge (`refund_of`).
+    pub anchor: Uuid,
+    /// The duplicate's gateway id (`refund_of_gateway`).
+    pub charge_id: &'a str,
+    pub actor: String,
+    pub evidence: Value,
 }
 
 /// The refund already asked for this duplicate.

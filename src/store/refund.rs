@@ -91,6 +91,17 @@ impl From<sqlx::Error> for RefundError {
     }
 }
 
+/// A store step's failure inside a refund's transaction: the driver's
+/// error as it is, anything else (a corrupt row) worded as the driver's.
+impl From<StoreError> for RefundError {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::Db(e) => RefundError::Db(e),
+            other => RefundError::Db(sqlx::Error::Protocol(other.to_string())),
+        }
+    }
+}
+
 impl Store {
     /// Asks for a refund of `amount` of the APROBADO charge `attempt_id`
     /// with the refund's own `key` (a retry with the same key and amount

@@ -2,7 +2,7 @@
 //! on both: a webhook's (store the event once, find its attempt, decide,
 //! apply), a contradiction's (open the case, cancel the retry, mark the
 //! refund), a reconciliation's batch of cases, a batch of settled charges,
-//! the breaker's update, a failed wake-up counted. The flow is written once, over [`Tx`]; each
+//! the breaker's update, a failed wake-up counted, a duplicate's refund. The flow is written once, over [`Tx`]; each
 //! backend holds only the SQL of each step, in `pg/*.rs` and `lite/*.rs`.
 //!
 //! Why the backends still differ under it, in one line each:
@@ -22,7 +22,9 @@ use uuid::Uuid;
 
 use super::breaker::{BreakerEvent, BreakerRow};
 use super::change::{Applied, Change, Plan};
+use super::duplicate::{CaseView, NewRefund};
 use super::poison::{Next, Seen};
+use super::refund::RefundError;
 use super::webhooks::IncomingEvent;
 use super::{Attempt, CaseWrite, Db, Store, StoreError, lite, pg};
 use crate::domain::{Finding, Window};
@@ -206,5 +208,35 @@ impl Tx {
         case_id: Option<i64>,
     ) -> Result<(), StoreError> {
         on!(self, poison::write(attempt_id, error, n, now, case_id))
+    }
+
+    /// A reconciliation case as the duplicate's refund reads it, locked.
+    pub(crate) async fn case_view(&mut self, case_id: i64) -> Result<Option<CaseView>, StoreError> {
+        on!(self, duplicate::case_view(case_id))
+    }
+
+    /// The refund of gateway charge `charge_id` already asked for, unless
+    /// declined.
+    pub(crate) async fn refund_of_gateway(
+        &mut self,
+        charge_id: &str,
+    ) -> Result<Option<Attempt>, StoreError> {
+        on!(self, duplicate::refund_of_gateway(charge_id))
+    }
+
+    /// The order's APROBADO charges, locked.
+    pub(crate) async fn approved_charges(
+        &mut self,
+        order_id: &str,
+    ) -> Result<Vec<Attempt>, StoreError> {
+        on!(self, duplicate::approved_charges(order_id))
+    }
+
+    /// A duplicate's refund, its log row and its wake-up.
+    pub(crate) async fn insert_duplicate_refund(
+        &mut self,
+        r: &NewRefund<'_>,
+    ) -> Result<(), RefundError> {
+        on!(self, duplicate::insert(r))
     }
 }

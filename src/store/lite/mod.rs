@@ -40,6 +40,7 @@ macro_rules! now_us {
 
 pub(crate) mod breaker;
 pub(crate) mod caps;
+pub(crate) mod duplicate;
 pub(crate) mod enqueue;
 pub(crate) mod escalation;
 pub(crate) mod listing;

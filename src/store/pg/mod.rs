@@ -20,6 +20,7 @@ use crate::domain::{ChargeRequest, IdempotencyKey};
 
 pub(crate) mod breaker;
 pub(crate) mod cas;
+pub(crate) mod duplicate;
 pub(crate) mod escalation;
 pub(crate) mod listing;
 pub(crate) mod metrics;
