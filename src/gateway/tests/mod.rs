@@ -58,17 +58,7 @@ async fn ledger(sim: &SimHandle) -> TestResult<Ledger> {
 
 /// Charges `amount_minor` EUR through the adapter and returns the gateway's charge id.
 async fn approved_charge(gw: &HttpGateway, order: &str, amount_minor: i64) -> TestResult<String> {
-    let call = ChargeCall {
-        key: IdempotencyKey::generate(),
-        attempt_id: None,
-        order_id: OrderId::parse(order)?,
-        amount: Amount::parse(amount_minor)?,
-        currency: Currency::parse("EUR")?,
-        payment_method: None,
-        customer: None,
-        gateway_ref: None,
-        merchant_initiated: false,
-    };
+    let call = charge_call(order, amount_minor)?;
     match gw.charge(&call).await {
         ChargeOutcome::Approved { charge_id, .. } => Ok(charge_id),
         other => Err(format!("charge not approved: {other:?}").into()),

@@ -85,23 +85,31 @@ impl Fake {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
         tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-        let gw = StripeGateway::new(StripeConfig {
-            api_base: url,
-            secret_key: SecretKey::new("sk_test_scripted_0123"),
-            connect_timeout: Duration::from_millis(500),
-            request_timeout: Duration::from_secs(2),
-            ca_file: None,
-            off_session_retries: true,
-            created_filter: true,
-            find: FindConfig::default(),
-        })
-        .unwrap();
-        Self { script, gw }
+        Self {
+            script,
+            gw: scripted_gateway(url),
+        }
     }
 
     fn seen(&self) -> Vec<Seen> {
         self.script.lock().unwrap().seen.clone()
     }
+}
+
+/// The adapter against a scripted server at `url`, with the key the tests
+/// look for in the `Authorization` header.
+fn scripted_gateway(url: String) -> StripeGateway {
+    StripeGateway::new(StripeConfig {
+        api_base: url,
+        secret_key: SecretKey::new("sk_test_scripted_0123"),
+        connect_timeout: Duration::from_millis(500),
+        request_timeout: Duration::from_secs(2),
+        ca_file: None,
+        off_session_retries: true,
+        created_filter: true,
+        find: FindConfig::default(),
+    })
+    .unwrap()
 }
 
 fn call(pi: Option<&str>, retry: bool) -> ChargeCall {

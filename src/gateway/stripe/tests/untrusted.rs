@@ -89,17 +89,7 @@ async fn a_redirect_is_never_followed_and_never_a_decline() {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    let gw = StripeGateway::new(StripeConfig {
-        api_base: url,
-        secret_key: SecretKey::new("sk_test_scripted_0123"),
-        connect_timeout: Duration::from_millis(500),
-        request_timeout: Duration::from_secs(2),
-        ca_file: None,
-        off_session_retries: true,
-        created_filter: true,
-        find: FindConfig::default(),
-    })
-    .unwrap();
+    let gw = scripted_gateway(url);
 
     let c = call(Some("pi_7"), false);
     let confirm = gw.charge(&c).await;
