@@ -30,12 +30,7 @@ async fn start_sim() -> TestResult<SimHandle> {
 }
 
 fn gateway(sim: &SimHandle) -> TestResult<HttpGateway> {
-    Ok(HttpGateway::new(HttpGatewayConfig {
-        base_url: sim.url(),
-        connect_timeout: Duration::from_millis(500),
-        request_timeout: Duration::from_millis(1500),
-        ca_file: None,
-    })?)
+    gateway_at(&sim.url())
 }
 
 async fn set_faults(sim: &SimHandle, faults: &Faults) -> TestResult {
