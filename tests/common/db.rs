@@ -4,11 +4,12 @@
 //! dropped when the test passes; and the SQL a test runs on it, written
 //! once per backend.
 
+use std::path::PathBuf;
+
+use cobro::store::{Backend, Store};
 use sqlx::Connection;
 use sqlx::postgres::PgConnection;
 use uuid::Uuid;
-
-use cobro::store::{Backend, Store};
 
 use super::admin_url;
 
@@ -19,12 +20,20 @@ fn with_database(url: &str, db: &str) -> String {
     format!("{base}/{db}")
 }
 
+/// A fresh temp directory for the SQLite database `name`: the URL of its
+/// file, and the directory.
+fn sqlite_dir(name: &str) -> (String, PathBuf) {
+    let dir = std::env::temp_dir().join(name);
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    (format!("sqlite://{}", dir.join("cobro.db").display()), dir)
+}
+
 pub struct TestDb {
     pub backend: Backend,
     pub name: String,
     pub url: String,
     pub store: Store,
-    dir: Option<std::path::PathBuf>,
+    dir: Option<PathBuf>,
 }
 
 impl TestDb {
@@ -56,24 +65,11 @@ impl TestDb {
                 (with_database(&admin, &name), None)
             }
             Backend::Sqlite => {
-                let dir = std::env::temp_dir().join(&name);
-                std::fs::create_dir_all(&dir).expect("temp dir");
-                (
-                    format!("sqlite://{}", dir.join("cobro.db").display()),
-                    Some(dir),
-                )
+                let (url, dir) = sqlite_dir(&name);
+                (url, Some(dir))
             }
         };
-        let store = Store::connect(&url, 10)
-            .await
-            .expect("connect test database");
-        TestDb {
-            backend,
-            name,
-            url,
-            store,
-            dir,
-        }
+        TestDb::connect(backend, name, url, dir).await
     }
 
     /// A migrated database to copy fresh ones from ([`TestDb::copy_of`]),
@@ -112,25 +108,27 @@ impl TestDb {
                     .dir
                     .as_ref()
                     .expect("a SQLite test database has a dir");
-                let dir = std::env::temp_dir().join(&name);
-                std::fs::create_dir_all(&dir).expect("temp dir");
+                let (url, dir) = sqlite_dir(&name);
                 for file in ["cobro.db", "cobro.db-wal"] {
                     if from.join(file).exists() {
                         std::fs::copy(from.join(file), dir.join(file))
                             .expect("copy the template database");
                     }
                 }
-                (
-                    format!("sqlite://{}", dir.join("cobro.db").display()),
-                    Some(dir),
-                )
+                (url, Some(dir))
             }
         };
+        TestDb::connect(template.backend, name, url, dir).await
+    }
+
+    /// The test database `name` at `url` (its SQLite directory `dir`),
+    /// connected.
+    async fn connect(backend: Backend, name: String, url: String, dir: Option<PathBuf>) -> TestDb {
         let store = Store::connect(&url, 10)
             .await
             .expect("connect test database");
         TestDb {
-            backend: template.backend,
+            backend,
             name,
             url,
             store,
