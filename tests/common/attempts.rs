@@ -1,0 +1,202 @@
+//! Attempts moved by hand, as a worker would move them, through the
+//! store's compare-and-set writer: one event at a time (with or without the
+//! gateway's evidence), to `EN_REVISION`, declined with a retry scheduled,
+//! charged at the simulator and recorded; and what a test reads back (the
+//! states an attempt went through, waiting for one).
+
+use std::time::Duration;
+
+use cobro::store::Store;
+use uuid::Uuid;
+
+use super::{TestDb, eventually};
+
+/// Moves `a` with `event` through the store's compare-and-set writer, as a
+/// worker would: a Claim takes a 30 s lease; `detail` is the gateway's
+/// charge id for Approved (default `ch_test`) or the decline code for
+/// Declined. Panics if the write loses (no test races itself).
+pub async fn step(
+    store: &Store,
+    a: &cobro::store::Attempt,
+    event: cobro::state::Event,
+    detail: Option<&str>,
+) -> cobro::store::Attempt {
+    step_change(store, a, event, detail, None).await
+}
+
+/// [`step`] with the gateway evidence the write records.
+pub async fn step_with_evidence(
+    store: &Store,
+    a: &cobro::store::Attempt,
+    event: cobro::state::Event,
+    evidence: &cobro::gateway::Evidence,
+) -> cobro::store::Attempt {
+    step_change(store, a, event, None, Some(evidence)).await
+}
+
+async fn step_change(
+    store: &Store,
+    a: &cobro::store::Attempt,
+    event: cobro::state::Event,
+    detail: Option<&str>,
+    evidence: Option<&cobro::gateway::Evidence>,
+) -> cobro::store::Attempt {
+    use cobro::state::Event;
+    use cobro::store::{Applied, Change, Lease};
+    let mut c = Change::new(Some(event), "test", "worker:test");
+    c.evidence = evidence;
+    match event {
+        Event::Claim => {
+            c.lease = Lease::Take {
+                owner: "test",
+                ttl: Duration::from_secs(30),
+            }
+        }
+        Event::Approved => c.charge_id = Some(detail.unwrap_or("ch_test")),
+        Event::Declined => c.decline_code = detail,
+        _ => {}
+    }
+    match store.apply(a, &c).await.unwrap() {
+        Applied::Moved(now) => *now,
+        Applied::Lost => panic!("lost a race nobody runs"),
+    }
+}
+
+/// The states attempt `id` went through, from its transition log.
+pub async fn path(store: &Store, id: Uuid) -> Vec<String> {
+    store
+        .transitions(id)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|t| t.to_state)
+        .collect()
+}
+
+/// Waits (up to `limit`) for attempt `id` to reach `want`.
+pub async fn settled(
+    store: &Store,
+    id: Uuid,
+    want: cobro::state::State,
+    limit: Duration,
+) -> cobro::store::Attempt {
+    eventually(limit, &format!("attempt {id} to reach {want}"), || async {
+        let (a, _) = store.load(id).await.unwrap();
+        (a.state == want).then_some(a)
+    })
+    .await
+}
+
+/// A charge for `order` (49.90 EUR) moved to `EN_REVISION` as a worker
+/// would: claimed, an unknown outcome (HTTP 503), then a failed lookup
+/// (recorded as a check) that exhausts the checks.
+pub async fn in_review(store: &Store, order: &str) -> cobro::store::Attempt {
+    use cobro::state::Event;
+    use cobro::store::{Applied, Change, CheckRecord, Lease};
+    let req = cobro::domain::ChargeRequest::parse(order, 4_990, "EUR", None, None).unwrap();
+    let id = store.enqueue(&req).await.unwrap().attempt_id;
+    let mut a = store.load(id).await.unwrap().0;
+    for event in [Event::Claim, Event::Unknown, Event::ChecksExhausted] {
+        let mut c = Change::new(Some(event), "test", "worker:test");
+        let ev = cobro::gateway::Evidence {
+            call: "lookup".into(),
+            http_status: Some(503),
+            error_kind: "http_5xx".into(),
+            lookup_result: Some("failed".into()),
+            ..Default::default()
+        };
+        c.evidence = Some(&ev);
+        match event {
+            Event::Claim => {
+                c.lease = Lease::Take {
+                    owner: "test",
+                    ttl: Duration::from_secs(30),
+                }
+            }
+            Event::ChecksExhausted => {
+                let now = chrono::Utc::now();
+                c.add_check = Some(CheckRecord {
+                    scheduled_at: now,
+                    started_at: now,
+                });
+            }
+            _ => {}
+        }
+        a = match store.apply(&a, &c).await.unwrap() {
+            Applied::Moved(now) => *now,
+            Applied::Lost => panic!("lost a race nobody runs"),
+        };
+    }
+    a
+}
+
+/// A charge declined with `insufficient_funds` (3 000 USD minor units, on
+/// `pm_x`), its business retry scheduled `retry_in` from now, as the worker
+/// leaves it.
+pub async fn declined_with_retry(
+    store: &Store,
+    order: &str,
+    retry_in: Duration,
+) -> cobro::store::Attempt {
+    use cobro::state::Event;
+    use cobro::store::{Applied, Change};
+    let req = cobro::domain::ChargeRequest::parse(order, 3_000, "USD", None, Some("pm_x")).unwrap();
+    let id = store.enqueue(&req).await.unwrap().attempt_id;
+    let a = store.load(id).await.unwrap().0;
+    let a = step(store, &a, Event::Claim, None).await;
+    let mut decline = Change::new(Some(Event::Declined), "gateway_declined", "worker:test");
+    decline.decline_code = Some("insufficient_funds");
+    decline.act_in = Some(retry_in);
+    let Applied::Moved(a) = store.apply(&a, &decline).await.unwrap() else {
+        panic!("not declined");
+    };
+    assert!(a.next_action_at.is_some(), "a retry is scheduled");
+    *a
+}
+
+/// A charge of `amount` EUR for `order` sent to the simulator behind `gw`
+/// with its own key and recorded APROBADO, as a worker would (without
+/// one): what the reconciliation and settlement tests compare against.
+pub async fn charged(
+    store: &Store,
+    gw: &cobro::gateway::HttpGateway,
+    order: &str,
+    amount: i64,
+) -> cobro::store::Attempt {
+    use cobro::domain::{Amount, ChargeRequest, Currency, IdempotencyKey, OrderId};
+    use cobro::gateway::{ChargeCall, ChargeOutcome, Gateway};
+    use cobro::state::Event;
+    let req = ChargeRequest::parse(order, amount, "EUR", None, None).unwrap();
+    let id = store.enqueue(&req).await.unwrap().attempt_id;
+    let a = store.load(id).await.unwrap().0;
+    let a = step(store, &a, Event::Claim, None).await;
+    let call = ChargeCall {
+        key: IdempotencyKey::from_uuid(a.idempotency_key),
+        attempt_id: None,
+        order_id: OrderId::parse(order).unwrap(),
+        amount: Amount::parse(amount).unwrap(),
+        currency: Currency::parse("EUR").unwrap(),
+        payment_method: None,
+        customer: None,
+        gateway_ref: None,
+        merchant_initiated: false,
+    };
+    let ChargeOutcome::Approved { charge_id, .. } = gw.charge(&call).await else {
+        panic!("the simulator declined a fault-free charge");
+    };
+    step(store, &a, Event::Approved, Some(&charge_id)).await
+}
+
+/// Moves every attempt charged to the payment method `card` two days into
+/// the past (the card networks' 24-hour window is behind them).
+pub async fn two_days_ago(db: &TestDb, card: &str) {
+    db.exec(
+        "UPDATE cobro.payment_attempts SET created_at = created_at - interval '2 days'
+          WHERE payment_method = $1",
+        "UPDATE payment_attempts SET created_at = created_at - 2 * 86400000
+          WHERE payment_method = ?1",
+        &[card],
+    )
+    .await
+    .unwrap();
+}

@@ -1,0 +1,57 @@
+//! The gateway simulator as a real HTTP server on 127.0.0.1, and what a
+//! test asks it over HTTP: its ledger, new faults, the approved charges
+//! per order.
+
+use std::collections::HashMap;
+
+use cobro::sim::{Faults, Ledger, SimConfig, SimHandle};
+
+pub async fn start_sim(idempotent: bool, faults: Faults) -> SimHandle {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind sim");
+    cobro::sim::spawn(
+        listener,
+        SimConfig {
+            per_order_draws: false,
+            webhooks: None,
+            idempotent,
+            seed: 7,
+            faults,
+        },
+    )
+    .await
+    .expect("start gateway simulator")
+}
+
+pub async fn ledger(sim_url: &str) -> Ledger {
+    reqwest::get(format!("{sim_url}/ledger"))
+        .await
+        .expect("GET /ledger")
+        .json()
+        .await
+        .expect("ledger json")
+}
+
+pub async fn set_faults(sim_url: &str, faults: &Faults) {
+    let resp = reqwest::Client::new()
+        .put(format!("{sim_url}/control/faults"))
+        .json(faults)
+        .send()
+        .await
+        .expect("PUT /control/faults");
+    assert!(
+        resp.status().is_success(),
+        "PUT /control/faults: {}",
+        resp.status()
+    );
+}
+
+/// Approved charges per order in the gateway's ledger.
+pub fn approved_per_order(ledger: &Ledger) -> HashMap<String, usize> {
+    let mut m = HashMap::new();
+    for e in ledger.entries.iter().filter(|e| e.status == "approved") {
+        *m.entry(e.order_id.clone()).or_insert(0) += 1;
+    }
+    m
+}

@@ -1,0 +1,152 @@
+//! A worker for a test: its settings scaled down ([`worker_args`]), one
+//! running in this process until stopped, the usual database + simulator
+//! (+ worker) rig and its finish, and an engine to drive by hand.
+
+use std::time::{Duration, Instant};
+
+use cobro::runtime::WorkerArgs;
+use cobro::sim::{Faults, SimHandle};
+use cobro::store::{Backend, Store};
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+use uuid::Uuid;
+
+use super::{TestDb, init_logs, start_sim};
+
+/// Worker settings scaled down for tests: the check schedule is the real
+/// 2-4-8-16-32 shape times 0.1, timeouts are short, the lease is 3 s.
+pub fn worker_args(db_url: &str, gateway_url: &str) -> WorkerArgs {
+    WorkerArgs {
+        database_url: db_url.into(),
+        gateway_url: Some(gateway_url.into()),
+        gateway_ca_file: None,
+        gateway: cobro::gateway::GatewayChoice {
+            kind: Some(cobro::gateway::GatewayKind::Sim),
+            ..Default::default()
+        },
+        concurrency: 8,
+        refund_concurrency: 2,
+        batch_size: 10,
+        group_commit: true,
+        db_connections: None,
+        lease_ttl: Duration::from_secs(3),
+        check_schedule: "200ms,400ms,800ms,1600ms,3200ms".into(),
+        check_jitter: 0.5,
+        review_schedule: "5m,15m,1h,4h,12h,24h".into(),
+        key_lifetime: Duration::from_secs(86_400),
+        poll_interval: Duration::from_millis(500),
+        missed_heartbeats: 20,
+        sweep_interval: Duration::from_millis(500),
+        sweep_grace: Duration::from_secs(2),
+        gateway_connect_timeout: Duration::from_millis(500),
+        gateway_timeout: Duration::from_millis(1500),
+        defer_backoff: Duration::from_millis(300),
+        gateway_idempotent: true,
+        gateway_max_processing: Duration::from_secs(60),
+        worker_name: Some(format!("test-{}", Uuid::new_v4().simple())),
+        poison_after: cobro::engine::DEFAULT_POISON_AFTER,
+        retry: cobro::retry::RetryArgs {
+            retryable_declines: cobro::retry::DEFAULT_RETRYABLE.into(),
+            retry_schedule: "1d,3d,7d".into(),
+            retry_jitter: 0.2,
+            max_attempts: 4,
+            caps: Default::default(),
+            card_updated_retry_delay: cobro::retry::DEFAULT_CARD_UPDATED_RETRY_DELAY,
+        },
+        // The breaker as in production, its timings scaled down.
+        breaker: cobro::breaker::BreakerArgs {
+            breaker_probe_every: Duration::from_millis(300),
+            breaker_poll: Duration::from_millis(100),
+            breaker_rewake_per_s: 50,
+            ..Default::default()
+        },
+        metrics_addr: None,
+        metrics_cache: Duration::ZERO,
+        api_keys: Default::default(),
+        retention: Default::default(),
+        reconcile: cobro::recon::ReconcileArgs::off(),
+        notify: Default::default(),
+    }
+}
+
+/// A worker running in this process until [`InProcessWorker::stop`].
+pub struct InProcessWorker {
+    stop: oneshot::Sender<()>,
+    task: JoinHandle<anyhow::Result<()>>,
+}
+
+pub fn spawn_worker(args: WorkerArgs) -> InProcessWorker {
+    let (stop, rx) = oneshot::channel::<()>();
+    let task = tokio::spawn(cobro::runtime::run(args, async move {
+        let _ = rx.await;
+    }));
+    InProcessWorker { stop, task }
+}
+
+impl InProcessWorker {
+    pub async fn stop(self) {
+        let started = Instant::now();
+        let _ = self.stop.send(());
+        tokio::time::timeout(Duration::from_secs(20), self.task)
+            .await
+            .expect("worker stops within 20 s")
+            .expect("worker task")
+            .expect("worker exits cleanly");
+        println!("worker stopped in {:?}", started.elapsed());
+    }
+}
+
+/// A database, the simulator (idempotent, with `faults`) and one
+/// in-process worker with [`worker_args`]: where most scenarios start.
+pub async fn rig(b: Backend, faults: Faults) -> (TestDb, SimHandle, InProcessWorker) {
+    let (db, sim) = db_and_sim(b, faults).await;
+    let worker = spawn_worker(worker_args(&db.url, &sim.url()));
+    (db, sim, worker)
+}
+
+/// A database and the simulator (idempotent, with `faults`), for a test
+/// that sets its worker up itself.
+pub async fn db_and_sim(b: Backend, faults: Faults) -> (TestDb, SimHandle) {
+    init_logs();
+    let db = TestDb::new(b).await;
+    let sim = start_sim(true, faults).await;
+    (db, sim)
+}
+
+/// Stops the worker and the simulator, then drops the database (a test
+/// that panics before this keeps its database for a look).
+pub async fn finish(worker: InProcessWorker, sim: SimHandle, db: TestDb) {
+    worker.stop().await;
+    sim.shutdown().await;
+    db.drop_db().await;
+}
+
+/// An engine named `name` on the simulator at `gateway_url`, with the
+/// test timings (3 s lease, check schedule scaled to a tenth).
+pub fn engine(store: &Store, gateway_url: &str, name: &str) -> cobro::engine::Engine {
+    use cobro::gateway::{HttpGateway, HttpGatewayConfig};
+    let gateway = HttpGateway::new(HttpGatewayConfig {
+        base_url: gateway_url.into(),
+        connect_timeout: Duration::from_millis(500),
+        request_timeout: Duration::from_millis(1500),
+        ca_file: None,
+    })
+    .unwrap();
+    cobro::engine::Engine::new(
+        store.clone(),
+        std::sync::Arc::new(gateway),
+        cobro::engine::EngineConfig {
+            worker_name: name.into(),
+            lease_ttl: Duration::from_secs(3),
+            schedule: cobro::backoff::CheckSchedule::default().scaled(0.1),
+            key_lifetime: Duration::from_secs(86_400),
+            retry: Default::default(),
+            defer_backoff: Duration::from_millis(300),
+            not_found: cobro::policy::NotFoundRule {
+                gateway_idempotent: true,
+                max_processing: Duration::from_secs(60),
+            },
+            review: Default::default(),
+        },
+    )
+}

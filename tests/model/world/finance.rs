@@ -1,0 +1,195 @@
+//! Finance's side of a case, honest: it decides an attempt in doubt by what
+//! the gateway's ledger shows, asks for a declined charge's retry, and
+//! closes a case only after refunding at the gateway what the case says
+//! was charged and we do not hold as charged.
+
+use cobro::state::State;
+use serde_json::json;
+
+use super::super::common;
+use super::super::steps::ORDERS;
+use super::{World, answer, label};
+
+impl World {
+    /// Finance decides the order's attempt in doubt by the gateway's ledger.
+    pub(super) async fn resolve(&mut self, order: u8, check_now: bool) -> String {
+        let Some(a) = self
+            .candidates(order, |a| {
+                matches!(a.state, State::Desconocido | State::EnRevision)
+            })
+            .await
+            .into_iter()
+            .next()
+        else {
+            return "nothing in doubt".into();
+        };
+        let ledger = self.ledger().await;
+        let key = a.idempotency_key.to_string();
+        // What the gateway's dashboard shows under the attempt's key:
+        // approved (with its id), declined, or nothing.
+        let (approved, declined) = if a.is_refund() {
+            let mut there = ledger.refunds.iter().filter(|r| r.idempotency_key == key);
+            let approved = there
+                .clone()
+                .find(|r| r.is_approved())
+                .map(|r| r.refund_id.clone());
+            (approved, there.any(|r| !r.is_approved()))
+        } else {
+            let approved = ledger
+                .entries_for_key(&key)
+                .find(|e| e.is_approved())
+                .map(|e| e.charge_id.clone());
+            (
+                approved,
+                ledger.entries_for_key(&key).any(|e| !e.is_approved()),
+            )
+        };
+        let version = a.version;
+        let body = match (check_now, approved) {
+            (false, Some(id)) => json!({"action": "approve", "version": version,
+                                        "charge_id": id, "note": "model: seen in the dashboard"}),
+            // A charge the gateway never executed is not charged: declined.
+            // A refund is the customer's money: finance does not turn one
+            // down that the gateway did not decline; it has it looked up
+            // again (and re-sent when not found).
+            (false, None) if declined || !a.is_refund() => {
+                json!({"action": "decline", "version": version,
+                       "code": "not_at_gateway", "note": "model: not in the dashboard"})
+            }
+            _ => json!({"action": "check_now", "version": version, "note": "model: look again"}),
+        };
+        let resp = self
+            .http
+            .post(format!(
+                "{}/finance/api/attempts/{}/resolve",
+                self.web.url, a.id
+            ))
+            .bearer_auth(common::secret("ana"))
+            .json(&body)
+            .send()
+            .await
+            .expect("POST /finance/api/attempts/{id}/resolve");
+        // 202: a decline asked for (a payment object that may still succeed).
+        let (status, reply) = answer(resp, &[200, 202, 404, 409, 422]).await;
+        let what = body["action"].as_str().unwrap_or("");
+        match status {
+            200 => format!("{what} {} {}: now {}", label(&a), a.state, reply["state"]),
+            _ => format!("{what} {}: {status} {}", label(&a), reply["error"]),
+        }
+    }
+
+    pub(super) async fn finance_retry(&mut self, order: u8, pick: u8) -> String {
+        let declined = self
+            .candidates(order, |a| !a.is_refund() && a.state == State::Rechazado)
+            .await;
+        if declined.is_empty() {
+            return "no declined charge".into();
+        }
+        let a = &declined[usize::from(pick) % declined.len()];
+        let resp = self
+            .http
+            .post(format!(
+                "{}/finance/api/attempts/{}/retry",
+                self.web.url, a.id
+            ))
+            .bearer_auth(common::secret("luis"))
+            .json(&json!({}))
+            .send()
+            .await
+            .expect("POST /finance/api/attempts/{id}/retry");
+        // 202: the declined attempt's retry is due now; a worker step looks
+        // it up and makes the new attempt (if the rule still allows it).
+        let (status, reply) = answer(resp, &[202, 404, 409, 422]).await;
+        match status {
+            202 => format!(
+                "retry of {}: 202 requested, number {} key {}",
+                label(a),
+                reply["attempt_number"],
+                reply["idempotency_key"]
+                    .as_str()
+                    .map_or("?".into(), |s| s[..8].to_owned())
+            ),
+            _ => format!("retry of {}: {status} {}", label(a), reply["error"]),
+        }
+    }
+
+    /// Finance closes an open case the honest way: what the case says the
+    /// gateway charged and we do not hold as charged, it first refunds in
+    /// the gateway's dashboard (whatever is left of it); then it closes the
+    /// case with a note saying so.
+    pub(super) async fn close_case(&mut self, pick: u8) -> String {
+        let open = self.db.store.open_cases().await.unwrap();
+        if open.is_empty() {
+            return "no open case".into();
+        }
+        let c = &open[usize::from(pick) % open.len()];
+        let ledger = self.ledger().await;
+        let mut ours = Vec::new();
+        for order in 0..ORDERS {
+            ours.extend(self.charges(order).await);
+        }
+        let mut refunded = Vec::new();
+        for id in c.gateway_ref.as_deref().unwrap_or("").split(',') {
+            let Some(e) = ledger
+                .entries
+                .iter()
+                .find(|e| e.charge_id == id.trim() && e.is_approved())
+            else {
+                continue;
+            };
+            let held = ours.iter().any(|a| {
+                a.idempotency_key.to_string() == e.idempotency_key && a.state == State::Aprobado
+            });
+            let left = e.amount_minor
+                - ledger
+                    .refunds_for_charge(&e.charge_id)
+                    .filter(|r| r.is_approved())
+                    .map(|r| r.amount_minor)
+                    .sum::<i64>();
+            if held || left <= 0 {
+                continue;
+            }
+            let resp = self
+                .http
+                .post(format!("{}/control/inject", self.sim_url))
+                .json(&json!({
+                    "kind": "refund", "charge_id": e.charge_id, "order_id": e.order_id,
+                    "amount_minor": left, "currency": e.currency,
+                }))
+                .send()
+                .await
+                .expect("POST /control/inject");
+            assert!(resp.status().is_success(), "inject: {}", resp.status());
+            refunded.push(format!("{} ({left})", e.charge_id));
+        }
+        let note = match refunded.is_empty() {
+            true => "model: checked in the gateway dashboard, nothing to do".to_owned(),
+            false => format!(
+                "model: refunded {} in the gateway dashboard",
+                refunded.join(", ")
+            ),
+        };
+        let resp = self
+            .http
+            .post(format!(
+                "{}/finance/api/cases/{}/resolve",
+                self.web.url, c.id
+            ))
+            .bearer_auth(common::secret("ana"))
+            .json(&json!({ "note": note }))
+            .send()
+            .await
+            .expect("POST /finance/api/cases/{id}/resolve");
+        let (status, reply) = answer(resp, &[200, 404, 409, 422]).await;
+        format!(
+            "case {} ({}): {status} {}{}",
+            c.id,
+            c.kind,
+            note,
+            match status {
+                200 => String::new(),
+                _ => format!(": {}", reply["error"]),
+            }
+        )
+    }
+}

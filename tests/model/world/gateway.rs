@@ -1,0 +1,125 @@
+//! The gateway's side of a case: the signed webhook of any entry of its
+//! ledger (charges, then refunds; delivered again under the same event id
+//! when replayed), and a late approval of what it had declined, told by
+//! webhook in the same step.
+
+use cobro::sim::LedgerEntry;
+use cobro::state::State;
+use serde_json::{Value, json};
+
+use super::super::steps::ORDERS;
+use super::{World, answer, label};
+
+impl World {
+    /// The webhook of one entry of the gateway's ledger (charges, then refunds).
+    pub(super) async fn webhook(&mut self, pick: u8, replay: bool) -> String {
+        let ledger = self.ledger().await;
+        let n = ledger.entries.len() + ledger.refunds.len();
+        if n == 0 {
+            return "the gateway has sent nothing yet".into();
+        }
+        let i = usize::from(pick) % n;
+        match ledger.entries.get(i) {
+            Some(e) => self.deliver_charge(e, replay).await,
+            None => {
+                let r = &ledger.refunds[i - ledger.entries.len()];
+                let data = json!({
+                    "charge_id": r.refund_id, "idempotency_key": r.idempotency_key,
+                    "order_id": r.order_id, "amount_minor": r.amount_minor,
+                    "currency": r.currency, "status": r.status, "decline_code": r.decline_code,
+                });
+                let id = format!("re:{}", r.seq);
+                self.deliver(&id, r.is_approved(), data, replay).await
+            }
+        }
+    }
+
+    async fn deliver_charge(&mut self, e: &LedgerEntry, replay: bool) -> String {
+        let data = json!({
+            "charge_id": e.charge_id, "idempotency_key": e.idempotency_key,
+            "order_id": e.order_id, "amount_minor": e.amount_minor,
+            "currency": e.currency, "status": e.status, "decline_code": e.decline_code,
+        });
+        let id = format!("ch:{}", e.seq);
+        self.deliver(&id, e.is_approved(), data, replay).await
+    }
+
+    /// Signs and POSTs the event about ledger entry `entry` to the web process.
+    async fn deliver(&mut self, entry: &str, approved: bool, data: Value, replay: bool) -> String {
+        let event_id = match self.delivered.get(entry) {
+            Some(first) if replay => first.clone(),
+            _ => {
+                self.deliveries += 1;
+                let id = format!("evt_model_{}", self.deliveries);
+                self.delivered
+                    .entry(entry.to_owned())
+                    .or_insert_with(|| id.clone());
+                id
+            }
+        };
+        let kind = if approved {
+            "charge.succeeded"
+        } else {
+            "charge.failed"
+        };
+        let now = chrono::Utc::now().timestamp();
+        let body =
+            json!({ "id": event_id, "type": kind, "created": now, "data": data }).to_string();
+        let mut req = self
+            .http
+            .post(format!("{}/webhooks/gateway", self.web.url))
+            .header("content-type", "application/json")
+            .body(body.clone());
+        for (k, v) in self.verifier.sign(&event_id, now, body.as_bytes()) {
+            req = req.header(k, v);
+        }
+        let resp = req.send().await.expect("POST /webhooks/gateway");
+        let (status, reply) = answer(resp, &[200, 400, 409, 422]).await;
+        format!(
+            "{kind} {entry} as {event_id}: {status} {}",
+            reply["outcome"]["result"].as_str().unwrap_or("")
+        )
+    }
+
+    /// The gateway approves, late, what it had declined under the key of
+    /// the order's latest attempt (or the next order's, if that one's
+    /// latest was not declined by the gateway), and sends
+    /// `charge.succeeded`.
+    pub(super) async fn late_approval(&mut self, order: u8) -> String {
+        let ledger = self.ledger().await;
+        let mut found = None;
+        for k in 0..ORDERS {
+            let Some(latest) = self.charges((order + k) % ORDERS).await.pop() else {
+                continue;
+            };
+            let key = latest.idempotency_key.to_string();
+            let declined_there = ledger.entries_for_key(&key).next().is_some()
+                && ledger.entries_for_key(&key).all(|e| !e.is_approved());
+            if latest.state == State::Rechazado && declined_there {
+                found = Some((latest, key));
+                break;
+            }
+        }
+        let Some((latest, key)) = found else {
+            return "no order's latest charge was declined by the gateway".into();
+        };
+        let resp = self
+            .http
+            .post(format!("{}/control/inject", self.sim_url))
+            .json(&json!({
+                "kind": "charge", "idempotency_key": key, "order_id": latest.order_id,
+                "amount_minor": latest.amount_minor, "currency": latest.currency,
+            }))
+            .send()
+            .await
+            .expect("POST /control/inject");
+        assert!(resp.status().is_success(), "inject: {}", resp.status());
+        let entry: LedgerEntry = resp.json().await.expect("injected entry");
+        let news = self.deliver_charge(&entry, false).await;
+        format!(
+            "the gateway approved {} late as {}; {news}",
+            label(&latest),
+            entry.charge_id
+        )
+    }
+}

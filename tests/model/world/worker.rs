@@ -1,0 +1,240 @@
+//! The worker's side of a case: one wake-up per attempt with the gateway
+//! misbehaving as the step says, a worker that vanishes mid-send, time
+//! passing (a test clock), draining at the end, and the engine's test
+//! timings.
+
+use std::time::Duration;
+
+use cobro::engine::{Engine, EngineConfig};
+use cobro::gateway::{HttpGateway, HttpGatewayConfig};
+use cobro::sim::{ChargeBody, Faults};
+use cobro::state::{Event, State};
+use cobro::store::{Applied, Attempt, Backend, Change, Lease};
+
+use super::super::common;
+use super::super::steps::{Net, ORDERS};
+use super::{World, label};
+
+/// The lease owner of a worker that vanished mid-send.
+const CRASHED: &str = "crashed";
+
+/// The first check after an unknown outcome, and a declined charge's
+/// business retry, wait this long: longer than a wake-up ever sleeps, so
+/// only [`Step::TimePasses`] makes them due and a case does not depend on
+/// how fast the machine runs it.
+const LATER: &str = "30s";
+impl World {
+    /// One wake-up for each of `targets` that may have work, with the
+    /// gateway behaving as `net` says meanwhile.
+    pub(super) async fn wake(&mut self, targets: Vec<Attempt>, net: Net) -> String {
+        let targets: Vec<Attempt> = targets.into_iter().filter(has_work).collect();
+        if targets.is_empty() {
+            return "nothing to wake".into();
+        }
+        if net != Net::Clean {
+            common::set_faults(&self.sim_url, &faults(net)).await;
+        }
+        let mut moved = Vec::new();
+        for a in targets {
+            let result = self.engine.process(a.id).await;
+            let (now, _) = self.db.store.load(a.id).await.unwrap();
+            let mut line = format!("{} {}->{}", label(&a), a.state, now.state);
+            if let Err(e) = result {
+                line.push_str(&format!(" (error: {e})"));
+            }
+            moved.push(line);
+        }
+        if net != Net::Clean {
+            common::set_faults(&self.sim_url, &Faults::default()).await;
+        }
+        moved.join(", ")
+    }
+
+    /// A worker claims the order's `PENDIENTE` charge, perhaps sends it,
+    /// and is never heard of again.
+    pub(super) async fn crash(&mut self, order: u8, sent: bool) -> String {
+        let Some(a) = self
+            .candidates(order, |a| !a.is_refund() && a.state == State::Pendiente)
+            .await
+            .into_iter()
+            .next()
+        else {
+            return "no PENDIENTE charge".into();
+        };
+        let mut claim = Change::new(Some(Event::Claim), "claim", "worker:crashed");
+        claim.lease = Lease::Take {
+            owner: CRASHED,
+            ttl: Duration::from_secs(3600),
+        };
+        claim.add_send = true;
+        match self.db.store.apply(&a, &claim).await {
+            Ok(Applied::Moved(_)) => {}
+            Ok(Applied::Lost) => return "lost the claim".into(),
+            Err(e) => return format!("claim refused: {e}"),
+        }
+        if !sent {
+            return format!("{} claimed, never sent", label(&a));
+        }
+        let resp = self
+            .http
+            .post(format!("{}/v1/charges", self.sim_url))
+            .header("Idempotency-Key", a.idempotency_key.to_string())
+            .json(&ChargeBody {
+                order_id: a.order_id.clone(),
+                amount_minor: a.amount_minor,
+                currency: a.currency.clone(),
+                payment_method: a.payment_method.clone(),
+            })
+            .send()
+            .await
+            .expect("POST /v1/charges");
+        format!(
+            "{} claimed, sent (gateway: {}), answer never recorded",
+            label(&a),
+            resp.status().as_u16()
+        )
+    }
+
+    /// Every scheduled time has come: due times move to now, and the lease
+    /// of a vanished worker runs out. (A test clock: only `next_action_at`
+    /// and a crashed lease's expiry are written, never a state.)
+    pub async fn time_passes(&self) -> u64 {
+        let (due, leases) = match self.db.backend {
+            Backend::Postgres => (
+                "UPDATE cobro.payment_attempts SET next_action_at = now() - interval '1 millisecond'
+                  WHERE next_action_at > now() AND lease_owner IS NULL",
+                "UPDATE cobro.payment_attempts SET lease_expires_at = now() - interval '1 millisecond'
+                  WHERE lease_owner = $1 AND lease_expires_at > now()",
+            ),
+            Backend::Sqlite => (
+                "UPDATE payment_attempts
+                    SET next_action_at = CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER) - 1
+                  WHERE next_action_at > CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER)
+                    AND lease_owner IS NULL",
+                "UPDATE payment_attempts
+                    SET lease_expires_at = CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER) - 1
+                  WHERE lease_owner = ?1
+                    AND lease_expires_at > CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER)",
+            ),
+        };
+        let n = self.db.exec(due, due, &[]).await.expect(due);
+        n + self
+            .db
+            .exec(leases, leases, &[CRASHED])
+            .await
+            .expect(leases)
+    }
+
+    /// Runs the workers, with the gateway healthy, until nothing is due:
+    /// `Ok` once no attempt has work left, `Err` with what is still moving
+    /// after `rounds` rounds.
+    pub async fn drain(&mut self, rounds: usize) -> Result<(), String> {
+        common::set_faults(&self.sim_url, &Faults::default()).await;
+        for _ in 0..rounds {
+            self.time_passes().await;
+            let mut all = Vec::new();
+            for order in 0..ORDERS {
+                all.extend(self.attempts(order).await);
+            }
+            if !all
+                .iter()
+                .any(|a| has_work(a) && a.state != State::EnRevision)
+            {
+                return Ok(());
+            }
+            self.wake(all, Net::Clean).await;
+        }
+        let mut left = Vec::new();
+        for order in 0..ORDERS {
+            for a in self.attempts(order).await {
+                if has_work(&a) && a.state != State::EnRevision {
+                    left.push(format!("{} {}", label(&a), a.state));
+                }
+            }
+        }
+        match left.is_empty() {
+            true => Ok(()),
+            false => Err(format!(
+                "after {rounds} rounds of the workers with a healthy gateway, still moving: {}",
+                left.join(", ")
+            )),
+        }
+    }
+}
+
+/// Whether a worker may have something to do for `a` now or later.
+pub(super) fn has_work(a: &Attempt) -> bool {
+    match a.state {
+        State::Pendiente | State::EnProceso | State::Desconocido => true,
+        State::Rechazado | State::EnRevision => a.next_action_at.is_some(),
+        State::Aprobado => false,
+    }
+}
+
+/// The simulator's faults for `net`.
+fn faults(net: Net) -> Faults {
+    let base = Faults::default();
+    match net {
+        Net::Clean => base,
+        Net::Decline(code) => Faults {
+            p_decline: 1.0,
+            decline_codes: vec![code.as_str().into()],
+            ..base
+        },
+        Net::LoseAnswer => Faults {
+            p_response_lost: 1.0,
+            ..base
+        },
+        Net::LoseAnswerAndLookups => Faults {
+            p_response_lost: 1.0,
+            p_lookup_fail: 1.0,
+            ..base
+        },
+        Net::Timeout => Faults {
+            p_timeout_after_charge: 1.0,
+            hold_ms: 700,
+            ..base
+        },
+        Net::Error503 => Faults { p_5xx: 1.0, ..base },
+        Net::Down => Faults {
+            outage: true,
+            ..base
+        },
+    }
+}
+
+pub(super) fn retry_policy() -> cobro::retry::RetryPolicy {
+    cobro::retry::RetryPolicy::parse(cobro::retry::DEFAULT_RETRYABLE, LATER, 0.0, 4)
+        .expect("retry policy")
+}
+
+/// The worker: the test timings, with the first check and the business
+/// retry [`LATER`] (only [`Step::TimePasses`] makes them due) and the other
+/// checks at once, so checks that keep failing reach finance in one wake-up.
+pub(super) fn engine(store: &cobro::store::Store, gateway_url: &str) -> Engine {
+    let gateway = HttpGateway::new(HttpGatewayConfig {
+        base_url: gateway_url.into(),
+        connect_timeout: Duration::from_millis(300),
+        request_timeout: Duration::from_millis(400),
+        ca_file: None,
+    })
+    .unwrap();
+    let schedule = format!("{LATER},20ms,20ms,20ms,20ms");
+    Engine::new(
+        store.clone(),
+        std::sync::Arc::new(gateway),
+        EngineConfig {
+            worker_name: "model".into(),
+            lease_ttl: Duration::from_secs(3),
+            schedule: cobro::backoff::CheckSchedule::parse(&schedule, 0.0).unwrap(),
+            key_lifetime: Duration::from_secs(86_400),
+            retry: retry_policy(),
+            defer_backoff: Duration::from_millis(100),
+            not_found: cobro::policy::NotFoundRule {
+                gateway_idempotent: true,
+                max_processing: Duration::from_secs(60),
+            },
+            review: Default::default(),
+        },
+    )
+}
