@@ -8,7 +8,8 @@
 //!
 //! Invariant: these tests only talk to the simulator through HTTP (reqwest or a raw TCP
 //! socket), exactly like the worker does; nothing reaches into its state in-process. A
-//! helper checks a status only where its name or arguments say so ([`expect_json`] and
+//! helper checks a status only where its name or arguments say so ([`Api::approved`]: 200,
+//! [`expect_json`] and
 //! [`assert_error`]: the status given, [`assert_bad_request`]: 400, [`Api::ledger`] and
 //! `ledger`: a success).
 
@@ -132,6 +133,13 @@ impl Api {
 
     async fn lookup_refund(&self, key: &str) -> reqwest::Result<Response> {
         self.get(&format!("/v1/refunds/{key}")).send().await
+    }
+
+    /// Charges `amount_minor` EUR for `order_id` with a fresh key, asserts the 200 and
+    /// returns the approval.
+    async fn approved(&self, order_id: &str, amount_minor: i64) -> TestResult<ChargeResult> {
+        let resp = self.charge(&key(), &body(order_id, amount_minor)).await?;
+        expect_json(resp, StatusCode::OK).await
     }
 
     /// A charge sent in a background task.
