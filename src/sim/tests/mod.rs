@@ -3,8 +3,9 @@
 //! calls to it (charges, refunds, lookups, the ledger, faults, any other GET or POST, a
 //! charge or refund sent in the background); [`faults`] and [`config`] are the defaults with
 //! a few fields set; [`expect_json`], [`assert_error`] and [`assert_bad_request`] check an
-//! answer's status and body. The free functions `start`, `client`, `charge`, `ledger` and the
-//! like are the older helpers of the same calls, for the files not yet on [`Sim`].
+//! answer's status and body; [`decline_codes`] is one seeded run of 24 charges. The free
+//! functions `start`, `client`, `charge`, `ledger` and the like are the older helpers of the
+//! same calls, for the files not yet on [`Sim`].
 //!
 //! Invariant: these tests only talk to the simulator through HTTP (reqwest or a raw TCP
 //! socket), exactly like the worker does; nothing reaches into its state in-process. A
@@ -22,7 +23,7 @@ mod refunds;
 mod refuse;
 mod throttle;
 
-use std::{fmt::Display, ops::Deref, time::Duration};
+use std::{fmt::Display, net::SocketAddr, ops::Deref, time::Duration};
 
 use reqwest::{Client, RequestBuilder, Response, StatusCode};
 use serde::{Serialize, de::DeserializeOwned};
@@ -73,6 +74,10 @@ impl Sim {
     /// Another client to this simulator, with connections of its own.
     fn client(&self, timeout: Duration) -> TestResult<Api> {
         Api::new(&self.handle, timeout)
+    }
+
+    fn addr(&self) -> SocketAddr {
+        self.handle.addr
     }
 
     /// Shuts the simulator down (see [`SimHandle::shutdown`]).
@@ -245,6 +250,23 @@ async fn assert_bad_request(resp: Response, field: &str, what: impl Display) -> 
     Ok(err)
 }
 
+/// One seeded run: 24 charges (orders `o0`..`o23`, fresh keys, answers unread) on a
+/// simulator with this seed and these faults; the decline code of each ledger entry, in
+/// order.
+async fn decline_codes(seed: u64, faults: Faults) -> TestResult<Vec<Option<String>>> {
+    let sim = Sim::with(config(|c| {
+        c.seed = seed;
+        c.faults = faults;
+    }))
+    .await?;
+    for i in 0..24 {
+        sim.charge(&key(), &body(&format!("o{i}"), 100)).await?;
+    }
+    let entries = sim.ledger().await?.entries;
+    sim.stop().await?;
+    Ok(entries.into_iter().map(|e| e.decline_code).collect())
+}
+
 // The helpers the files not yet on `Sim` still call; they go once none does.
 
 async fn start(cfg: SimConfig) -> TestResult<SimHandle> {
@@ -273,31 +295,6 @@ async fn charge(
     c.post(format!("{}/v1/charges", sim.url()))
         .header(IDEMPOTENCY_KEY_HEADER, key)
         .json(b)
-        .send()
-        .await
-}
-
-async fn lookup(c: &Client, sim: &SimHandle, key: &str) -> reqwest::Result<Response> {
-    c.get(format!("{}/v1/charges/{key}", sim.url()))
-        .send()
-        .await
-}
-
-async fn refund(
-    c: &Client,
-    sim: &SimHandle,
-    key: &str,
-    b: &RefundBody,
-) -> reqwest::Result<Response> {
-    c.post(format!("{}/v1/refunds", sim.url()))
-        .header(IDEMPOTENCY_KEY_HEADER, key)
-        .json(b)
-        .send()
-        .await
-}
-
-async fn lookup_refund(c: &Client, sim: &SimHandle, key: &str) -> reqwest::Result<Response> {
-    c.get(format!("{}/v1/refunds/{key}", sim.url()))
         .send()
         .await
 }
