@@ -3,16 +3,13 @@
 //! calls to it (charges, refunds, lookups, the ledger, faults, any other GET or POST, a
 //! charge or refund sent in the background); [`faults`] and [`config`] are the defaults with
 //! a few fields set; [`expect_json`], [`assert_error`] and [`assert_bad_request`] check an
-//! answer's status and body; [`decline_codes`] is one seeded run of 24 charges. The free
-//! functions `start`, `client`, `charge`, `ledger` and the like are the older helpers of the
-//! same calls, for the files not yet on [`Sim`].
+//! answer's status and body; [`decline_codes`] is one seeded run of 24 charges.
 //!
 //! Invariant: these tests only talk to the simulator through HTTP (reqwest or a raw TCP
 //! socket), exactly like the worker does; nothing reaches into its state in-process. A
 //! helper checks a status only where its name or arguments say so ([`Api::approved`]: 200,
-//! [`expect_json`] and
-//! [`assert_error`]: the status given, [`assert_bad_request`]: 400, [`Api::ledger`] and
-//! `ledger`: a success).
+//! [`expect_json`] and [`assert_error`]: the status given, [`assert_bad_request`]: 400,
+//! [`Api::ledger`]: a success).
 
 mod charges;
 mod complete;
@@ -265,71 +262,6 @@ async fn decline_codes(seed: u64, faults: Faults) -> TestResult<Vec<Option<Strin
     let entries = sim.ledger().await?.entries;
     sim.stop().await?;
     Ok(entries.into_iter().map(|e| e.decline_code).collect())
-}
-
-// The helpers the files not yet on `Sim` still call; they go once none does.
-
-async fn start(cfg: SimConfig) -> TestResult<SimHandle> {
-    let listener = TcpListener::bind("127.0.0.1:0").await?;
-    Ok(spawn(listener, cfg).await?)
-}
-
-async fn start_with(faults: Faults) -> TestResult<SimHandle> {
-    start(SimConfig {
-        faults,
-        ..SimConfig::default()
-    })
-    .await
-}
-
-fn client(timeout: Duration) -> TestResult<Client> {
-    Ok(Client::builder().timeout(timeout).build()?)
-}
-
-async fn charge(
-    c: &Client,
-    sim: &SimHandle,
-    key: &str,
-    b: &ChargeBody,
-) -> reqwest::Result<Response> {
-    c.post(format!("{}/v1/charges", sim.url()))
-        .header(IDEMPOTENCY_KEY_HEADER, key)
-        .json(b)
-        .send()
-        .await
-}
-
-async fn ledger(c: &Client, sim: &SimHandle) -> TestResult<Ledger> {
-    let resp = c.get(format!("{}/ledger", sim.url())).send().await?;
-    Ok(resp.error_for_status()?.json().await?)
-}
-
-async fn put_faults(c: &Client, sim: &SimHandle, f: &Faults) -> TestResult<Response> {
-    Ok(c.put(format!("{}/control/faults", sim.url()))
-        .json(f)
-        .send()
-        .await?)
-}
-
-/// Polls `GET /ledger` until `done` holds, for at most `within` (a generous bound: only a
-/// stalled simulator reaches it).
-async fn ledger_when(
-    c: &Client,
-    sim: &SimHandle,
-    within: Duration,
-    done: impl Fn(&Ledger) -> bool,
-) -> TestResult<Ledger> {
-    let deadline = tokio::time::Instant::now() + within;
-    loop {
-        let l = ledger(c, sim).await?;
-        if done(&l) {
-            return Ok(l);
-        }
-        if tokio::time::Instant::now() > deadline {
-            return Err(format!("ledger never reached the expected state: {l:?}").into());
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
 
 /// The client must see the connection close before any response: a request error, not a
