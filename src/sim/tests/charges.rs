@@ -3,28 +3,21 @@
 //!
 //! Invariant: each test starts its own simulator and checks the ledger over HTTP.
 
-use std::time::Duration;
-
-use reqwest::StatusCode;
-use serde_json::{Value, json};
-
 use super::*;
 
 #[tokio::test]
 async fn approval_lands_in_ledger_once() -> TestResult {
-    let sim = start(SimConfig::default()).await?;
-    let c = client(Duration::from_secs(5))?;
+    let sim = Sim::start().await?;
     let k = key();
-    let resp = charge(&c, &sim, &k, &body("order-1", 1250)).await?;
-    assert_eq!(resp.status(), StatusCode::OK);
-    let result: ChargeResult = resp.json().await?;
+    let resp = sim.charge(&k, &body("order-1", 1250)).await?;
+    let result: ChargeResult = expect_json(resp, StatusCode::OK).await?;
     assert_eq!(result.status, APPROVED);
     assert_eq!(result.decline_code, None);
     assert_eq!(
         (result.idempotency_key.as_str(), result.amount_minor),
         (k.as_str(), 1250)
     );
-    let l = ledger(&c, &sim).await?;
+    let l = sim.ledger().await?;
     assert_eq!(l.entries.len(), 1);
     let e = &l.entries[0];
     assert_eq!(
@@ -36,120 +29,79 @@ async fn approval_lands_in_ledger_once() -> TestResult {
         ("order-1", "EUR")
     );
     assert_eq!((l.stats.charge_requests, l.stats.executed), (1, 1));
-    let health: Value = c
-        .get(format!("{}/health", sim.url()))
-        .send()
-        .await?
-        .json()
-        .await?;
+    let health: Value = sim.get("/health").send().await?.json().await?;
     assert_eq!(health, json!({"ok": true}));
-    sim.shutdown().await;
-    Ok(())
+    sim.stop().await
 }
 
 #[tokio::test]
 async fn idempotent_replay_does_not_charge_again() -> TestResult {
-    let sim = start(SimConfig::default()).await?;
-    let c = client(Duration::from_secs(5))?;
+    let sim = Sim::start().await?;
     let k = key();
-    let first: ChargeResult = charge(&c, &sim, &k, &body("o", 500)).await?.json().await?;
-    let resp = charge(&c, &sim, &k, &body("o", 500)).await?;
-    assert_eq!(resp.status(), StatusCode::OK);
-    let second: ChargeResult = resp.json().await?;
+    let first: ChargeResult = sim.charge(&k, &body("o", 500)).await?.json().await?;
+    let resp = sim.charge(&k, &body("o", 500)).await?;
+    let second: ChargeResult = expect_json(resp, StatusCode::OK).await?;
     assert_eq!(first, second);
-    let l = ledger(&c, &sim).await?;
+    let l = sim.ledger().await?;
     assert_eq!(l.entries.len(), 1);
     assert_eq!(
         (l.stats.replays, l.stats.executed, l.stats.charge_requests),
         (1, 1, 2)
     );
-    sim.shutdown().await;
-    Ok(())
+    sim.stop().await
 }
 
 #[tokio::test]
 async fn non_idempotent_mode_charges_twice_and_lookup_returns_first() -> TestResult {
-    let sim = start(SimConfig {
-        per_order_draws: false,
-        webhooks: None,
-        idempotent: false,
-        ..SimConfig::default()
-    })
-    .await?;
-    let c = client(Duration::from_secs(5))?;
+    let sim = Sim::with(config(|c| c.idempotent = false)).await?;
     let k = key();
-    let first: ChargeResult = charge(&c, &sim, &k, &body("o", 500)).await?.json().await?;
-    let second: ChargeResult = charge(&c, &sim, &k, &body("o", 500)).await?.json().await?;
+    let first: ChargeResult = sim.charge(&k, &body("o", 500)).await?.json().await?;
+    let second: ChargeResult = sim.charge(&k, &body("o", 500)).await?.json().await?;
     assert_ne!(first.charge_id, second.charge_id);
-    let l = ledger(&c, &sim).await?;
+    let l = sim.ledger().await?;
     assert_eq!(l.entries.len(), 2);
     assert_eq!(l.entries_for_key(&k).count(), 2);
     assert_eq!(l.stats.replays, 0);
-    let found: ChargeResult = lookup(&c, &sim, &k).await?.json().await?;
+    let found: ChargeResult = sim.lookup(&k).await?.json().await?;
     assert_eq!(found.charge_id, first.charge_id);
-    sim.shutdown().await;
-    Ok(())
+    sim.stop().await
 }
 
 #[tokio::test]
 async fn key_reuse_with_other_amount_is_409() -> TestResult {
-    let sim = start(SimConfig::default()).await?;
-    let c = client(Duration::from_secs(5))?;
+    let sim = Sim::start().await?;
     let k = key();
     assert_eq!(
-        charge(&c, &sim, &k, &body("o", 500)).await?.status(),
+        sim.charge(&k, &body("o", 500)).await?.status(),
         StatusCode::OK
     );
-    let resp = charge(&c, &sim, &k, &body("o", 501)).await?;
-    assert_eq!(resp.status(), StatusCode::CONFLICT);
-    let err: Value = resp.json().await?;
-    assert_eq!(err, json!({"error": "idempotency_key_reused"}));
-    assert_eq!(ledger(&c, &sim).await?.entries.len(), 1);
-    sim.shutdown().await;
-    Ok(())
+    let resp = sim.charge(&k, &body("o", 501)).await?;
+    assert_error(resp, StatusCode::CONFLICT, "idempotency_key_reused").await?;
+    assert_eq!(sim.ledger().await?.entries.len(), 1);
+    sim.stop().await
 }
 
 #[tokio::test]
 async fn lookup_found_missing_and_failing() -> TestResult {
-    let sim = start(SimConfig::default()).await?;
-    let c = client(Duration::from_secs(5))?;
+    let sim = Sim::start().await?;
     let k = key();
-    let charged: ChargeResult = charge(&c, &sim, &k, &body("o", 42)).await?.json().await?;
-    let resp = lookup(&c, &sim, &k).await?;
-    assert_eq!(resp.status(), StatusCode::OK);
-    assert_eq!(resp.json::<ChargeResult>().await?, charged);
-    let resp = lookup(&c, &sim, &key()).await?;
-    assert_eq!(resp.status(), StatusCode::NOT_FOUND);
-    assert_eq!(resp.json::<Value>().await?, json!({"error": "not_found"}));
-    put_faults(
-        &c,
-        &sim,
-        &Faults {
-            p_lookup_fail: 1.0,
-            ..Faults::default()
-        },
-    )
-    .await?;
-    assert_eq!(
-        lookup(&c, &sim, &k).await?.status(),
-        StatusCode::SERVICE_UNAVAILABLE
-    );
-    assert_eq!(ledger(&c, &sim).await?.stats.lookup_requests, 3);
-    sim.shutdown().await;
-    Ok(())
+    let charged: ChargeResult = sim.charge(&k, &body("o", 42)).await?.json().await?;
+    let found: ChargeResult = expect_json(sim.lookup(&k).await?, StatusCode::OK).await?;
+    assert_eq!(found, charged);
+    let missing = sim.lookup(&key()).await?;
+    assert_error(missing, StatusCode::NOT_FOUND, "not_found").await?;
+    sim.put_faults(&faults(|f| f.p_lookup_fail = 1.0)).await?;
+    let failing = sim.lookup(&k).await?;
+    assert_eq!(failing.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(sim.ledger().await?.stats.lookup_requests, 3);
+    sim.stop().await
 }
 
 #[tokio::test]
 async fn invalid_requests_are_400_with_field() -> TestResult {
-    let sim = start(SimConfig::default()).await?;
-    let c = client(Duration::from_secs(5))?;
-    let url = format!("{}/v1/charges", sim.url());
-    let no_key = c.post(&url).json(&body("o", 1)).send().await?;
-    assert_eq!(no_key.status(), StatusCode::BAD_REQUEST);
-    assert_eq!(
-        no_key.json::<Value>().await?["field"],
-        IDEMPOTENCY_KEY_HEADER
-    );
+    let sim = Sim::start().await?;
+    let no_key = sim.post("/v1/charges").json(&body("o", 1)).send().await?;
+    assert_bad_request(no_key, IDEMPOTENCY_KEY_HEADER, "no key").await?;
     let cases = [
         (
             "not-a-uuid",
@@ -181,20 +133,11 @@ async fn invalid_requests_are_400_with_field() -> TestResult {
     ];
     for (k, b, field) in cases {
         let k = if k.is_empty() { key() } else { k.to_owned() };
-        let resp = c
-            .post(&url)
-            .header(IDEMPOTENCY_KEY_HEADER, k)
-            .json(&b)
-            .send()
-            .await?;
-        assert_eq!(resp.status(), StatusCode::BAD_REQUEST, "{b}");
-        let err: Value = resp.json().await?;
-        assert_eq!(err["field"], field, "{b}: {err}");
+        let err = assert_bad_request(sim.charge(&k, &b).await?, field, &b).await?;
         assert!(err["error"].is_string());
     }
-    let l = ledger(&c, &sim).await?;
+    let l = sim.ledger().await?;
     assert!(l.entries.is_empty());
     assert_eq!(l.stats.charge_requests, 8);
-    sim.shutdown().await;
-    Ok(())
+    sim.stop().await
 }

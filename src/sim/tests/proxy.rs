@@ -17,7 +17,6 @@ use axum::{
     http::{HeaderMap, Method, StatusCode, Uri},
     routing::any,
 };
-use serde_json::{Value, json};
 
 use super::*;
 
@@ -76,46 +75,54 @@ async fn echo(
     (status, Json(echoed))
 }
 
-async fn proxy_in_front_of(upstream: &str, faults: Faults) -> TestResult<SimHandle> {
+/// Starts the simulator in proxy mode in front of `upstream`.
+async fn spawn_in_front_of(upstream: &str, cfg: SimConfig) -> TestResult<SimHandle> {
     let listener = TcpListener::bind("127.0.0.1:0").await?;
-    let cfg = SimConfig {
-        faults,
-        ..SimConfig::default()
-    };
     Ok(spawn_proxy(listener, cfg, upstream.parse()?).await?)
 }
 
-async fn proxy_stats(c: &Client, sim: &SimHandle) -> TestResult<ProxyStats> {
-    let resp = c.get(format!("{}/control/proxy", sim.url())).send().await?;
-    Ok(resp.error_for_status()?.json().await?)
+/// The simulator in proxy mode in front of `upstream`, with these faults and a 10 s client.
+async fn proxy_in_front_of(upstream: &str, faults: Faults) -> TestResult<Sim> {
+    let handle = spawn_in_front_of(upstream, config(|c| c.faults = faults)).await?;
+    Sim::around(handle)?.timeout(Duration::from_secs(10))
 }
 
-/// A Stripe-style form POST through the proxy.
-async fn create_intent(
-    c: &Client,
-    sim: &SimHandle,
-    path: &str,
-) -> reqwest::Result<reqwest::Response> {
-    c.post(format!("{}{path}", sim.url()))
-        .header("authorization", "Bearer sk_test_123")
-        .header("idempotency-key", "key-1")
-        .header("stripe-version", "2024-06-20")
-        .header("content-type", "application/x-www-form-urlencoded")
-        .header("accept", "application/json")
-        .header("cookie", "not=forwarded")
-        .body("amount=1000&currency=eur&confirm=true")
-        .send()
-        .await
+/// A fresh [`EchoUpstream`] and the simulator in proxy mode in front of it.
+async fn echo_proxy(faults: Faults) -> TestResult<(EchoUpstream, Sim)> {
+    let upstream = EchoUpstream::start().await?;
+    let sim = proxy_in_front_of(&upstream.url, faults).await?;
+    Ok((upstream, sim))
+}
+
+impl Api {
+    async fn proxy_stats(&self) -> TestResult<ProxyStats> {
+        let resp = self.get("/control/proxy").send().await?;
+        Ok(resp.error_for_status()?.json().await?)
+    }
+
+    /// A Stripe-style form POST through the proxy.
+    async fn create_intent(&self, path: &str) -> reqwest::Result<Response> {
+        self.post(path)
+            .header("authorization", "Bearer sk_test_123")
+            .header("idempotency-key", "key-1")
+            .header("stripe-version", "2024-06-20")
+            .header("content-type", "application/x-www-form-urlencoded")
+            .header("accept", "application/json")
+            .header("cookie", "not=forwarded")
+            .body("amount=1000&currency=eur&confirm=true")
+            .send()
+            .await
+    }
 }
 
 #[tokio::test]
 async fn a_post_reaches_the_upstream_with_its_headers_and_body_and_the_answer_comes_back()
 -> TestResult {
-    let upstream = EchoUpstream::start().await?;
-    let sim = proxy_in_front_of(&upstream.url, Faults::default()).await?;
-    let c = client(Duration::from_secs(10))?;
+    let (upstream, sim) = echo_proxy(Faults::default()).await?;
 
-    let resp = create_intent(&c, &sim, "/v1/payment_intents?expand[]=latest_charge").await?;
+    let resp = sim
+        .create_intent("/v1/payment_intents?expand[]=latest_charge")
+        .await?;
     assert_eq!(resp.status(), StatusCode::OK);
     assert_eq!(
         resp.headers()
@@ -141,67 +148,51 @@ async fn a_post_reaches_the_upstream_with_its_headers_and_body_and_the_answer_co
     );
     // The upstream's status is relayed as it is; reads are forwarded too; the simulator's
     // own /v1/charges is the upstream's now; /health stays the simulator's.
-    let declined = create_intent(&c, &sim, "/v1/declined").await?;
+    let declined = sim.create_intent("/v1/declined").await?;
     assert_eq!(declined.status(), StatusCode::PAYMENT_REQUIRED);
-    let read: Value = c
-        .get(format!("{}/v1/charges/ch_1", sim.url()))
-        .send()
-        .await?
-        .error_for_status()?
-        .json()
-        .await?;
+    let read = sim.get("/v1/charges/ch_1").send().await?;
+    let read: Value = read.error_for_status()?.json().await?;
     assert_eq!(
         (&read["method"], &read["path"]),
         (&json!("GET"), &json!("/v1/charges/ch_1"))
     );
-    let health = c.get(format!("{}/health", sim.url())).send().await?;
+    let health = sim.get("/health").send().await?;
     assert_eq!(health.status(), StatusCode::OK);
 
     assert_eq!(upstream.posts(), 2);
     assert_eq!(
-        proxy_stats(&c, &sim).await?,
+        sim.proxy_stats().await?,
         ProxyStats {
             forwarded: 3,
             executing_forwarded: 2,
             ..ProxyStats::default()
         }
     );
-    sim.shutdown().await;
-    Ok(())
+    sim.stop().await
 }
 
 #[tokio::test]
 async fn after_the_upstream_answered_the_reply_is_lost_or_held() -> TestResult {
-    let upstream = EchoUpstream::start().await?;
-    let faults = Faults {
-        p_response_lost: 1.0,
-        ..Faults::default()
-    };
-    let sim = proxy_in_front_of(&upstream.url, faults).await?;
-    let c = client(Duration::from_secs(10))?;
+    let (upstream, sim) = echo_proxy(faults(|f| f.p_response_lost = 1.0)).await?;
 
-    assert_dropped(create_intent(&c, &sim, "/v1/payment_intents").await);
+    assert_dropped(sim.create_intent("/v1/payment_intents").await);
     assert_eq!(upstream.posts(), 1);
     // Reads never lose their response.
-    let read = c
-        .get(format!("{}/v1/charges/ch_1", sim.url()))
-        .send()
-        .await?;
+    let read = sim.get("/v1/charges/ch_1").send().await?;
     assert_eq!(read.status(), StatusCode::OK);
     // A held reply: the upstream executed it, the client gets it hold_ms later.
-    let held = Faults {
-        p_timeout_after_charge: 1.0,
-        hold_ms: 50,
-        ..Faults::default()
-    };
-    put_faults(&c, &sim, &held).await?.error_for_status()?;
+    let held = faults(|f| {
+        f.p_timeout_after_charge = 1.0;
+        f.hold_ms = 50;
+    });
+    sim.put_faults(&held).await?.error_for_status()?;
     let sent = std::time::Instant::now();
-    let resp = create_intent(&c, &sim, "/v1/payment_intents").await?;
+    let resp = sim.create_intent("/v1/payment_intents").await?;
     assert_eq!(resp.status(), StatusCode::OK);
     assert!(sent.elapsed() >= Duration::from_millis(50));
     assert_eq!(upstream.posts(), 2);
     assert_eq!(
-        proxy_stats(&c, &sim).await?,
+        sim.proxy_stats().await?,
         ProxyStats {
             forwarded: 3,
             executing_forwarded: 2,
@@ -210,82 +201,63 @@ async fn after_the_upstream_answered_the_reply_is_lost_or_held() -> TestResult {
             ..ProxyStats::default()
         }
     );
-    sim.shutdown().await;
-    Ok(())
+    sim.stop().await
 }
 
 #[tokio::test]
 async fn request_lost_and_5xx_never_reach_the_upstream() -> TestResult {
-    let upstream = EchoUpstream::start().await?;
-    let lost = Faults {
-        p_request_lost: 1.0,
-        hold_ms: 50,
-        ..Faults::default()
-    };
-    let sim = proxy_in_front_of(&upstream.url, lost).await?;
-    let c = client(Duration::from_secs(10))?;
+    let lost = faults(|f| {
+        f.p_request_lost = 1.0;
+        f.hold_ms = 50;
+    });
+    let (upstream, sim) = echo_proxy(lost).await?;
 
-    assert_dropped(create_intent(&c, &sim, "/v1/payment_intents").await);
-    let refused = Faults {
-        p_5xx: 1.0,
-        ..Faults::default()
-    };
-    put_faults(&c, &sim, &refused).await?.error_for_status()?;
-    let resp = create_intent(&c, &sim, "/v1/payment_intents").await?;
+    assert_dropped(sim.create_intent("/v1/payment_intents").await);
+    sim.put_faults(&faults(|f| f.p_5xx = 1.0))
+        .await?
+        .error_for_status()?;
+    let resp = sim.create_intent("/v1/payment_intents").await?;
     assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);
     assert!(resp.headers().get("retry-after").is_none());
 
     assert_eq!(upstream.posts(), 0);
     assert_eq!(
-        proxy_stats(&c, &sim).await?,
+        sim.proxy_stats().await?,
         ProxyStats {
             request_lost: 1,
             refused_5xx: 1,
             ..ProxyStats::default()
         }
     );
-    sim.shutdown().await;
-    Ok(())
+    sim.stop().await
 }
 
 #[tokio::test]
 async fn lookup_fail_rate_limit_and_an_unreachable_upstream() -> TestResult {
     // A port nothing listens on: bound, then released.
     let gone = TcpListener::bind("127.0.0.1:0").await?.local_addr()?;
-    let faults = Faults {
-        p_lookup_fail: 1.0,
-        rate_limit_per_s: 0.001,
-        rate_limit_burst: 2,
-        ..Faults::default()
-    };
-    let sim = proxy_in_front_of(&format!("http://{gone}"), faults).await?;
-    let c = client(Duration::from_secs(10))?;
+    let failing = faults(|f| {
+        f.p_lookup_fail = 1.0;
+        f.rate_limit_per_s = 0.001;
+        f.rate_limit_burst = 2;
+    });
+    let sim = proxy_in_front_of(&format!("http://{gone}"), failing).await?;
 
-    let read = c
-        .get(format!("{}/v1/charges/ch_1", sim.url()))
-        .send()
-        .await?;
+    let read = sim.get("/v1/charges/ch_1").send().await?;
     assert_eq!(read.status(), StatusCode::SERVICE_UNAVAILABLE);
-    let post = create_intent(&c, &sim, "/v1/payment_intents").await?;
-    assert_eq!(post.status(), StatusCode::BAD_GATEWAY);
-    assert_eq!(
-        post.json::<Value>().await?,
-        json!({ "error": "upstream_unreachable" })
-    );
-    let throttled = create_intent(&c, &sim, "/v1/payment_intents").await?;
+    let post = sim.create_intent("/v1/payment_intents").await?;
+    assert_error(post, StatusCode::BAD_GATEWAY, "upstream_unreachable").await?;
+    let throttled = sim.create_intent("/v1/payment_intents").await?;
     assert_eq!(throttled.status(), StatusCode::TOO_MANY_REQUESTS);
     // What the upstream decides cannot be set at run time either.
-    let decline = Faults {
-        p_decline: 0.5,
-        ..Faults::default()
-    };
+    let decline = faults(|f| f.p_decline = 0.5);
     assert_eq!(
-        put_faults(&c, &sim, &decline).await?.status(),
+        sim.put_faults(&decline).await?.status(),
         StatusCode::BAD_REQUEST
     );
 
     assert_eq!(
-        proxy_stats(&c, &sim).await?,
+        sim.proxy_stats().await?,
         ProxyStats {
             forwarded: 1,
             executing_forwarded: 1,
@@ -295,18 +267,13 @@ async fn lookup_fail_rate_limit_and_an_unreachable_upstream() -> TestResult {
             ..ProxyStats::default()
         }
     );
-    sim.shutdown().await;
-    Ok(())
+    sim.stop().await
 }
 
 #[tokio::test]
 async fn proxy_mode_refuses_what_the_upstream_decides() -> TestResult {
-    let listener = TcpListener::bind("127.0.0.1:0").await?;
-    let cfg = SimConfig {
-        idempotent: false,
-        ..SimConfig::default()
-    };
-    let started = spawn_proxy(listener, cfg, "http://127.0.0.1:9".parse()?).await;
+    let cfg = config(|c| c.idempotent = false);
+    let started = spawn_in_front_of("http://127.0.0.1:9", cfg).await;
     let refused = started.map(|_| ()).map_err(|e| e.to_string());
     assert!(
         matches!(refused, Err(ref e) if e.contains("--no-idempotency")),

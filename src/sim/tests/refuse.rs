@@ -6,10 +6,8 @@
 //! Invariant: each test starts its own simulator and checks over HTTP (or a raw TCP connect)
 //! that nothing was executed while nothing was listening.
 
-use std::{io::ErrorKind, net::SocketAddr, time::Duration};
+use std::io::ErrorKind;
 
-use reqwest::StatusCode;
-use serde_json::{Value, json};
 use tokio::net::TcpStream;
 
 use super::*;
@@ -27,9 +25,9 @@ async fn refused(addr: SocketAddr) -> TestResult<Option<bool>> {
 }
 
 /// Waits until a connect to `addr` is refused (`true`) or accepted (`false`), for at most
-/// `within`.
-async fn until_refused(addr: SocketAddr, want: bool, within: Duration) -> TestResult {
-    let deadline = tokio::time::Instant::now() + within;
+/// 10 s.
+async fn until_refused(addr: SocketAddr, want: bool) -> TestResult {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     while refused(addr).await? != Some(want) {
         if tokio::time::Instant::now() > deadline {
             return Err(format!("connects never became refused = {want}").into());
@@ -39,29 +37,45 @@ async fn until_refused(addr: SocketAddr, want: bool, within: Duration) -> TestRe
     Ok(())
 }
 
-async fn refuse_for(c: &Client, sim: &SimHandle, for_ms: u64) -> TestResult<reqwest::Response> {
-    Ok(c.post(format!("{}/control/refuse", sim.url()))
-        .json(&json!({ "for_ms": for_ms }))
-        .send()
-        .await?)
+impl Api {
+    async fn refuse_for(&self, for_ms: u64) -> reqwest::Result<Response> {
+        self.refuse(&json!({ "for_ms": for_ms })).await
+    }
+
+    async fn refuse(&self, body: &Value) -> reqwest::Result<Response> {
+        self.post("/control/refuse").json(body).send().await
+    }
 }
 
 /// A request cut by an outage: an error without a status and without a timeout.
-fn assert_cut(result: reqwest::Result<reqwest::Response>) {
+fn assert_cut(result: reqwest::Result<Response>) {
     match result {
         Ok(resp) => panic!("expected a cut connection, got HTTP {}", resp.status()),
         Err(e) => assert!(!e.is_timeout() && e.status().is_none(), "{e:?}"),
     }
 }
 
+/// Opens a 500 ms refusal window (asked by a fresh client), asserts that the request
+/// `in_flight` was cut, waits until the simulator listens again, and returns a fresh 5 s
+/// client, with no connection from before the window.
+async fn cut_by_a_window(
+    sim: &Sim,
+    in_flight: JoinHandle<reqwest::Result<Response>>,
+) -> TestResult<Api> {
+    let control = sim.client(Duration::from_secs(5))?;
+    assert_eq!(control.refuse_for(500).await?.status(), StatusCode::OK);
+    assert_cut(in_flight.await?);
+    until_refused(sim.addr(), false).await?;
+    sim.client(Duration::from_secs(5))
+}
+
 #[tokio::test]
 async fn refusal_window_refuses_connects_then_listens_again_with_the_same_ledger() -> TestResult {
-    let sim = start(SimConfig::default()).await?;
-    let c = client(Duration::from_secs(5))?;
-    let before = charge(&c, &sim, &key(), &body("before", 100)).await?;
+    let sim = Sim::start().await?;
+    let before = sim.charge(&key(), &body("before", 100)).await?;
     assert_eq!(before.status(), StatusCode::OK);
 
-    let resp = refuse_for(&c, &sim, 1_500).await?;
+    let resp = sim.refuse_for(1_500).await?;
     assert_eq!(resp.status(), StatusCode::OK);
     let connection = resp.headers().get("connection").cloned();
     assert_eq!(
@@ -74,16 +88,16 @@ async fn refusal_window_refuses_connects_then_listens_again_with_the_same_ledger
     );
     // The answer came once the socket was closed: a connect is refused at once, and a
     // charge from a fresh client never gets to send a byte.
-    let err = TcpStream::connect(sim.addr).await.err();
+    let err = TcpStream::connect(sim.addr()).await.err();
     assert_eq!(err.map(|e| e.kind()), Some(ErrorKind::ConnectionRefused));
-    let fresh = client(Duration::from_secs(5))?;
-    let during = charge(&fresh, &sim, &key(), &body("during", 100)).await;
+    let fresh = sim.client(Duration::from_secs(5))?;
+    let during = fresh.charge(&key(), &body("during", 100)).await;
     assert!(matches!(during, Err(ref e) if e.is_connect()), "{during:?}");
 
-    until_refused(sim.addr, false, Duration::from_secs(10)).await?;
-    let after = charge(&fresh, &sim, &key(), &body("after", 100)).await?;
+    until_refused(sim.addr(), false).await?;
+    let after = fresh.charge(&key(), &body("after", 100)).await?;
     assert_eq!(after.status(), StatusCode::OK);
-    let l = ledger(&fresh, &sim).await?;
+    let l = fresh.ledger().await?;
     let orders: Vec<&str> = l.entries.iter().map(|e| e.order_id.as_str()).collect();
     assert_eq!(orders, ["before", "after"]);
     assert_eq!(
@@ -91,133 +105,70 @@ async fn refusal_window_refuses_connects_then_listens_again_with_the_same_ledger
         (2, 1),
         "the charge sent during the window never reached the simulator"
     );
-    sim.shutdown().await;
-    Ok(())
+    sim.stop().await
 }
 
 #[tokio::test]
 async fn refuse_rejects_a_bad_length() -> TestResult {
-    let sim = start(SimConfig::default()).await?;
-    let c = client(Duration::from_secs(5))?;
+    let sim = Sim::start().await?;
     for body in [json!({"for_ms": 0}), json!({"for_ms": -1}), json!({})] {
-        let resp = c
-            .post(format!("{}/control/refuse", sim.url()))
-            .json(&body)
-            .send()
-            .await?;
+        let resp = sim.refuse(&body).await?;
         assert_eq!(resp.status(), StatusCode::BAD_REQUEST, "{body}");
     }
-    assert_eq!(refused(sim.addr).await?, Some(false));
-    assert_eq!(ledger(&c, &sim).await?.stats.refusal_windows, 0);
-    sim.shutdown().await;
-    Ok(())
+    assert_eq!(refused(sim.addr()).await?, Some(false));
+    assert_eq!(sim.ledger().await?.stats.refusal_windows, 0);
+    sim.stop().await
 }
 
 #[tokio::test]
 async fn refusal_cuts_requests_in_flight_executed_ones_stay_in_the_ledger() -> TestResult {
     // A charge executed, its reply held: the window cuts it; it stays charged.
-    let sim = start_with(Faults {
-        p_timeout_after_charge: 1.0,
-        hold_ms: 30_000,
-        ..Faults::default()
-    })
-    .await?;
-    let c = client(Duration::from_secs(20))?;
-    let held = tokio::spawn({
-        let (c, url, k) = (c.clone(), sim.url(), key());
-        async move {
-            c.post(format!("{url}/v1/charges"))
-                .header(IDEMPOTENCY_KEY_HEADER, k)
-                .json(&body("held", 100))
-                .send()
-                .await
-        }
-    });
-    ledger_when(&c, &sim, Duration::from_secs(10), |l| l.entries.len() == 1).await?;
-    let control = client(Duration::from_secs(5))?;
-    assert_eq!(
-        refuse_for(&control, &sim, 500).await?.status(),
-        StatusCode::OK
-    );
-    assert_cut(held.await?);
-    until_refused(sim.addr, false, Duration::from_secs(10)).await?;
-    let c = client(Duration::from_secs(5))?;
-    let l = ledger_when(&c, &sim, Duration::from_secs(10), |l| {
-        l.stats.cut_in_flight == 1
-    })
-    .await?;
+    let sim = Sim::faulty(faults(|f| {
+        f.p_timeout_after_charge = 1.0;
+        f.hold_ms = 30_000;
+    }))
+    .await?
+    .timeout(Duration::from_secs(20))?;
+    let held = sim.charge_later(&key(), body("held", 100));
+    sim.ledger_when(|l| l.entries.len() == 1).await?;
+    let c = cut_by_a_window(&sim, held).await?;
+    let l = c.ledger_when(|l| l.stats.cut_in_flight == 1).await?;
     assert_eq!(l.entries.len(), 1);
     assert_eq!(l.entries[0].order_id, "held");
 
     // A charge received but not yet decided (in its latency): cut, never executed.
-    put_faults(
-        &c,
-        &sim,
-        &Faults {
-            latency_ms: 30_000,
-            ..Faults::default()
-        },
-    )
-    .await?;
-    let slow = tokio::spawn({
-        let (c, url, k) = (c.clone(), sim.url(), key());
-        async move {
-            c.post(format!("{url}/v1/charges"))
-                .header(IDEMPOTENCY_KEY_HEADER, k)
-                .json(&body("slow", 100))
-                .send()
-                .await
-        }
-    });
-    ledger_when(&c, &sim, Duration::from_secs(10), |l| {
-        l.stats.charge_requests == 2
-    })
-    .await?;
-    let control = client(Duration::from_secs(5))?;
-    assert_eq!(
-        refuse_for(&control, &sim, 500).await?.status(),
-        StatusCode::OK
-    );
-    assert_cut(slow.await?);
-    until_refused(sim.addr, false, Duration::from_secs(10)).await?;
-    let c = client(Duration::from_secs(5))?;
-    let l = ledger_when(&c, &sim, Duration::from_secs(10), |l| {
-        l.stats.cut_in_flight == 2
-    })
-    .await?;
+    c.put_faults(&faults(|f| f.latency_ms = 30_000)).await?;
+    let slow = c.charge_later(&key(), body("slow", 100));
+    c.ledger_when(|l| l.stats.charge_requests == 2).await?;
+    let c = cut_by_a_window(&sim, slow).await?;
+    let l = c.ledger_when(|l| l.stats.cut_in_flight == 2).await?;
     let orders: Vec<&str> = l.entries.iter().map(|e| e.order_id.as_str()).collect();
     assert_eq!(orders, ["held"], "the undecided charge never executed");
     assert_eq!((l.stats.executed, l.stats.refusal_windows), (1, 2));
-    sim.shutdown().await;
-    Ok(())
+    sim.stop().await
 }
 
 #[tokio::test]
 async fn scheduled_windows_come_and_go() -> TestResult {
-    let sim = start_with(Faults {
-        refuse_at_ms: 200,
-        refuse_for_ms: 600,
-        refuse_every_ms: 1_500,
-        ..Faults::default()
-    })
+    let sim = Sim::faulty(faults(|f| {
+        f.refuse_at_ms = 200;
+        f.refuse_for_ms = 600;
+        f.refuse_every_ms = 1_500;
+    }))
     .await?;
     // Two windows, each refused then listening again.
     for _ in 0..2 {
-        until_refused(sim.addr, true, Duration::from_secs(10)).await?;
-        until_refused(sim.addr, false, Duration::from_secs(10)).await?;
+        until_refused(sim.addr(), true).await?;
+        until_refused(sim.addr(), false).await?;
     }
-    let c = client(Duration::from_secs(5))?;
-    assert_eq!(
-        charge(&c, &sim, &key(), &body("o", 1)).await?.status(),
-        StatusCode::OK
-    );
-    assert!(ledger(&c, &sim).await?.stats.refusal_windows >= 2);
+    let resp = sim.charge(&key(), &body("o", 1)).await?;
+    assert_eq!(resp.status(), StatusCode::OK);
+    assert!(sim.ledger().await?.stats.refusal_windows >= 2);
     // Faults without a schedule stop the windows.
-    put_faults(&c, &sim, &Faults::default()).await?;
-    let windows = ledger(&c, &sim).await?.stats.refusal_windows;
+    sim.put_faults(&Faults::default()).await?;
+    let windows = sim.ledger().await?.stats.refusal_windows;
     tokio::time::sleep(Duration::from_millis(2_000)).await;
-    assert_eq!(refused(sim.addr).await?, Some(false));
-    assert_eq!(ledger(&c, &sim).await?.stats.refusal_windows, windows);
-    sim.shutdown().await;
-    Ok(())
+    assert_eq!(refused(sim.addr()).await?, Some(false));
+    assert_eq!(sim.ledger().await?.stats.refusal_windows, windows);
+    sim.stop().await
 }
