@@ -158,12 +158,12 @@ impl Store {
 impl Store {
     /// The outbox: notices, oldest first (only unacknowledged ones when asked).
     pub async fn notices(&self, unacked_only: bool) -> Result<Vec<Notice>, StoreError> {
-        on_db!(self, notices(unacked_only))
+        on_db!(self, notices::list(unacked_only))
     }
 
     /// Acknowledges a notice; `false` when it was already acknowledged or
     /// does not exist.
     pub async fn ack_notice(&self, id: i64, by: &str) -> Result<bool, StoreError> {
-        on_db!(self, ack_notice(id, by))
+        on_db!(self, notices::ack(id, by))
     }
 }

@@ -7,6 +7,7 @@ use sqlx::{Row, SqlitePool};
 use uuid::Uuid;
 
 use super::{ms, uuid};
+use crate::store::Notice;
 use crate::store::StoreError;
 use crate::store::notices::{Outgoing, TryRow};
 
@@ -102,4 +103,47 @@ pub(crate) async fn record(
     .execute(pool)
     .await?;
     Ok(done.rows_affected())
+}
+
+/// Every notice (or the unacknowledged), oldest first.
+pub(crate) async fn list(pool: &SqlitePool, unacked_only: bool) -> Result<Vec<Notice>, StoreError> {
+    let rows = sqlx::query("SELECT * FROM notices WHERE NOT ?1 OR acked_at IS NULL ORDER BY id")
+        .bind(unacked_only)
+        .fetch_all(pool)
+        .await?;
+    rows.iter()
+        .map(|r| {
+            Ok(Notice {
+                id: r.try_get("id")?,
+                order_id: r.try_get("order_id")?,
+                attempt_id: uuid(r.try_get("attempt_id")?)?,
+                kind: r.try_get("kind")?,
+                decline_code: r.try_get("decline_code")?,
+                next_retry_at: r.try_get::<Option<i64>, _>("next_retry_at")?.map(ms),
+                created_at: ms(r.try_get("created_at")?),
+                acked_at: r.try_get::<Option<i64>, _>("acked_at")?.map(ms),
+                acked_by: r.try_get("acked_by")?,
+                delivery_attempts: r.try_get("delivery_attempts")?,
+                next_delivery_at: r.try_get::<Option<i64>, _>("next_delivery_at")?.map(ms),
+                last_status: r.try_get("last_status")?,
+                last_error: r.try_get("last_error")?,
+                delivered_at: r.try_get::<Option<i64>, _>("delivered_at")?.map(ms),
+                failed_at: r.try_get::<Option<i64>, _>("failed_at")?.map(ms),
+            })
+        })
+        .collect()
+}
+
+/// Acknowledges a notice once; false when it was already.
+pub(crate) async fn ack(pool: &SqlitePool, id: i64, by: &str) -> Result<bool, StoreError> {
+    let done = sqlx::query(concat!(
+        "UPDATE notices SET acked_at = ",
+        now_ms!(),
+        ", acked_by = ?2 WHERE id = ?1 AND acked_at IS NULL"
+    ))
+    .bind(id)
+    .bind(by)
+    .execute(pool)
+    .await?;
+    Ok(done.rows_affected() == 1)
 }

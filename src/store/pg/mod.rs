@@ -24,6 +24,7 @@ pub(crate) mod duplicate;
 pub(crate) mod escalation;
 pub(crate) mod listing;
 pub(crate) mod metrics;
+pub(crate) mod notices;
 pub(crate) mod pause;
 pub(crate) mod poison;
 pub(crate) mod recon;
@@ -488,31 +489,6 @@ pub(super) async fn business_retry(
             })
         }
     }
-}
-
-pub(super) async fn notices(
-    pool: &PgPool,
-    unacked_only: bool,
-) -> Result<Vec<super::Notice>, StoreError> {
-    Ok(sqlx::query_as(
-        "SELECT id, order_id, attempt_id, kind, decline_code, next_retry_at, created_at, acked_at, acked_by,
-                delivery_attempts, next_delivery_at, last_status, last_error, delivered_at, failed_at
-           FROM cobro.notices WHERE NOT $1 OR acked_at IS NULL ORDER BY id",
-    )
-    .bind(unacked_only)
-    .fetch_all(pool)
-    .await?)
-}
-
-pub(super) async fn ack_notice(pool: &PgPool, id: i64, by: &str) -> Result<bool, StoreError> {
-    let done = sqlx::query(
-        "UPDATE cobro.notices SET acked_at = now(), acked_by = $2 WHERE id = $1 AND acked_at IS NULL",
-    )
-    .bind(id)
-    .bind(by)
-    .execute(pool)
-    .await?;
-    Ok(done.rows_affected() == 1)
 }
 
 #[derive(sqlx::FromRow)]
