@@ -8,22 +8,25 @@
 //! code is stored once and applied; one whose event id or charge id
 //! carries it is refused as malformed (an id is never altered). On both
 //! backends, over real HTTP and real processes.
+//!
+//! This file holds the amount's doors; `bounds/summary.rs` the finance
+//! summary's exact sums, `bounds/webhook_nul.rs` the webhook carrying NUL.
 
 #[macro_use]
 mod common;
+#[path = "bounds/summary.rs"]
+mod summary;
+#[path = "bounds/webhook_nul.rs"]
+mod webhook_nul;
 
 use std::process::{Command, Output};
-use std::time::Duration;
 
-use cobro::domain::{
-    AMOUNT_CEILING, Amount, ChargeRequest, DEFAULT_MAX_AMOUNT, MaxAmount, decimal,
-};
-use cobro::finance;
-use cobro::state::{Event, State};
+use cobro::domain::{AMOUNT_CEILING, Amount, ChargeRequest, DEFAULT_MAX_AMOUNT, MaxAmount};
+use cobro::state::Event;
 use cobro::store::{Attempt, Store};
 use cobro::webhook::{Scheme, Verifier};
 use common::*;
-use serde_json::{Value, json};
+use serde_json::Value;
 use uuid::Uuid;
 
 on_both_backends!(
@@ -31,28 +34,25 @@ on_both_backends!(
     the_cli_refuses_an_amount_above_the_maximum_and_writes_nothing,
     the_library_stops_at_the_ceiling_or_at_its_own_limit,
     the_database_refuses_a_raw_insert_above_the_ceiling,
-    the_summary_is_exact_with_amounts_at_the_ceiling,
-    the_summary_stays_exact_past_the_range_of_i64,
-    a_signed_webhook_carrying_nul_is_stored_once_and_applied_unless_in_an_id,
 );
 
-fn verifier(secret: &str) -> Verifier {
+pub(crate) fn verifier(secret: &str) -> Verifier {
     Verifier::from_env_value(Scheme::StandardWebhooks, secret).unwrap()
 }
 
-async fn charge(store: &Store, order: &str, amount: i64) -> Attempt {
+pub(crate) async fn charge(store: &Store, order: &str, amount: i64) -> Attempt {
     let req = ChargeRequest::parse(order, amount, "USD", None, None).unwrap();
     let id = store.enqueue(&req).await.unwrap().attempt_id;
     store.load(id).await.unwrap().0
 }
 
-async fn approved(store: &Store, order: &str, amount: i64) -> Attempt {
+pub(crate) async fn approved(store: &Store, order: &str, amount: i64) -> Attempt {
     let a = charge(store, order, amount).await;
     let a = step(store, &a, Event::Claim, None).await;
     step(store, &a, Event::Approved, None).await
 }
 
-async fn in_review(store: &Store, order: &str, amount: i64) -> Attempt {
+pub(crate) async fn in_review(store: &Store, order: &str, amount: i64) -> Attempt {
     let a = charge(store, order, amount).await;
     let a = step(store, &a, Event::Claim, None).await;
     let a = step(store, &a, Event::Unknown, None).await;
@@ -439,224 +439,5 @@ async fn the_database_refuses_a_raw_insert_above_the_ceiling(b: Backend) {
     db.store.set_max_amount(MaxAmount::CEILING).await.unwrap();
     insert("b-raw", "999999999999").await.unwrap();
     assert_eq!(db.attempts().await, 1);
-    db.drop_db().await;
-}
-
-/// The JSON text's `"amount_minor":<n>` values, as written (never through
-/// an f64 or an i64).
-fn json_amounts(json: &str) -> Vec<String> {
-    json.split("\"amount_minor\":")
-        .skip(1)
-        .map(|rest| rest.chars().take_while(|c| c.is_ascii_digit()).collect())
-        .collect()
-}
-
-async fn the_summary_is_exact_with_amounts_at_the_ceiling(b: Backend) {
-    let db = TestDb::new(b).await;
-    db.store.set_max_amount(MaxAmount::CEILING).await.unwrap();
-    let n = 7;
-    for i in 0..n {
-        in_review(&db.store, &format!("b-sum-{i}"), AMOUNT_CEILING).await;
-    }
-    approved(&db.store, "b-sum-ok", AMOUNT_CEILING).await;
-    let want = i128::from(AMOUNT_CEILING) * n;
-    let at = chrono::DateTime::parse_from_rfc3339("2026-12-01T08:00:00Z")
-        .unwrap()
-        .to_utc();
-    let s = finance::summarize(&db.store, Duration::ZERO, at)
-        .await
-        .unwrap();
-    let review = s
-        .totals
-        .iter()
-        .find(|l| l.state == "EN_REVISION" && l.kind == "charge" && l.currency == "USD")
-        .unwrap();
-    assert_eq!((review.count, review.amount_minor), (n as i64, want));
-    assert_eq!(review.amount, "69999999999.93");
-    assert_eq!(review.amount, decimal(want, "USD"));
-    assert_eq!(
-        s.queue.amounts,
-        [("USD".to_owned(), "69999999999.93".to_owned())]
-    );
-    assert_eq!(s.queue.en_revision, n as usize);
-    let text = s.to_text();
-    assert!(text.contains("in the queue: 69999999999.93 USD"), "{text}");
-    assert!(text.contains("9999999999.99"), "{text}");
-    let json = serde_json::to_string(&s).unwrap();
-    assert!(json_amounts(&json).contains(&want.to_string()), "{json}");
-    db.drop_db().await;
-}
-
-/// Rows above the ceiling cannot be written any more; this test takes the
-/// guard off its own database to stand for amounts stored before it, and
-/// shows the sums stay exact past `i64::MAX` (where PostgreSQL's bigint
-/// cast, SQLite's sum() and an i64 `+=` all used to fail).
-async fn the_summary_stays_exact_past_the_range_of_i64(b: Backend) {
-    let db = TestDb::new(b).await;
-    db.exec(
-        "ALTER TABLE cobro.payment_attempts DROP CONSTRAINT payment_attempts_amount_minor_ceiling",
-        "DROP TRIGGER amount_within_ceiling_on_insert",
-        &[],
-    )
-    .await
-    .unwrap();
-    db.exec(
-        "DROP TRIGGER charge_gate ON cobro.payment_attempts",
-        "DROP TRIGGER charge_gate",
-        &[],
-    )
-    .await
-    .unwrap();
-    let insert = |order: &'static str, state: &'static str| {
-        let db = &db;
-        async move {
-            let (id, key) = (Uuid::new_v4().to_string(), Uuid::new_v4().to_string());
-            db.exec(
-                "INSERT INTO cobro.payment_attempts
-                    (id, order_id, amount_minor, currency, idempotency_key, state)
-                 VALUES ($3::uuid, $1, 9223372036854775807, 'USD', $4::uuid, $2)",
-                "INSERT INTO payment_attempts
-                    (id, order_id, amount_minor, currency, idempotency_key, state,
-                     created_at, updated_at)
-                 VALUES (?3, ?1, 9223372036854775807, 'USD', ?4, ?2, 0, 0)",
-                &[order, state, &id, &key],
-            )
-            .await
-        }
-    };
-    for order in ["b-big-1", "b-big-2", "b-big-3"] {
-        insert(order, "EN_REVISION").await.unwrap();
-    }
-    insert("b-big-4", "RECHAZADO").await.unwrap();
-    let want = i128::from(i64::MAX) * 3;
-    let at = chrono::DateTime::parse_from_rfc3339("2026-12-01T08:00:00Z")
-        .unwrap()
-        .to_utc();
-    let s = finance::summarize(&db.store, Duration::ZERO, at)
-        .await
-        .unwrap();
-    let review = s
-        .totals
-        .iter()
-        .find(|l| l.state == "EN_REVISION" && l.currency == "USD")
-        .unwrap();
-    assert_eq!((review.count, review.amount_minor), (3, want));
-    assert_eq!(review.amount, "276701161105643274.21");
-    assert_eq!(
-        s.queue.amounts,
-        [("USD".to_owned(), "276701161105643274.21".to_owned())]
-    );
-    assert!(s.to_text().contains("276701161105643274.21"));
-    let json = serde_json::to_string(&s).unwrap();
-    assert!(json_amounts(&json).contains(&want.to_string()), "{json}");
-    db.drop_db().await;
-}
-
-async fn stored(db: &TestDb, event_id: &str) -> (String, i64) {
-    match db.backend {
-        Backend::Postgres => sqlx::query_as(
-            "SELECT payload, count(*) OVER () FROM cobro.webhook_events WHERE event_id = $1",
-        )
-        .bind(event_id)
-        .fetch_one(db.store.pg_pool().unwrap())
-        .await
-        .unwrap(),
-        Backend::Sqlite => sqlx::query_as(
-            "SELECT payload, count(*) OVER () FROM webhook_events WHERE event_id = ?1",
-        )
-        .bind(event_id)
-        .fetch_one(db.store.sqlite_pool().unwrap())
-        .await
-        .unwrap(),
-    }
-}
-
-async fn a_signed_webhook_carrying_nul_is_stored_once_and_applied_unless_in_an_id(b: Backend) {
-    let db = TestDb::new(b).await;
-    let secret = test_secret();
-    let v = verifier(&secret);
-    let web = start_web(&db.store, verifier(&secret)).await;
-    let send = |id: &str, body: &[u8]| {
-        let headers = v.sign(id, chrono::Utc::now().timestamp(), body);
-        let mut req = reqwest::Client::new()
-            .post(format!("{}/webhooks/gateway", web.url))
-            .header("content-type", "application/json")
-            .body(body.to_vec());
-        for (k, val) in headers {
-            req = req.header(k, val);
-        }
-        async move {
-            let resp = req.send().await.expect("POST /webhooks/gateway");
-            let status = resp.status().as_u16();
-            (status, resp.json::<Value>().await.unwrap_or(Value::Null))
-        }
-    };
-
-    // A decline whose code and metadata carry NUL (serde_json writes it as
-    // the escape \u0000, which PostgreSQL's jsonb refuses).
-    let declined = charge(&db.store, "b-nul-1", 1_999).await;
-    let body = json!({
-        "id": "evt_nul_1", "type": "charge.failed", "created": chrono::Utc::now().timestamp(),
-        "data": {"charge_id": "ch_nul_1", "idempotency_key": declined.idempotency_key,
-                 "status": "declined", "decline_code": "card\0declined",
-                 "metadata": {"note": "before\0after"}}
-    })
-    .to_string();
-    assert!(body.contains(r"card\u0000declined") && body.contains(r"before\u0000after"));
-    let (status, reply) = send("evt_nul_1", body.as_bytes()).await;
-    assert_eq!(status, 200, "{reply}");
-    assert_eq!(reply["outcome"]["result"], "applied", "{reply}");
-    assert_eq!(reply["outcome"]["to"], "RECHAZADO", "{reply}");
-    let (a, _) = db.store.load(declined.id).await.unwrap();
-    assert_eq!(a.state, State::Rechazado);
-    assert_eq!(a.decline_code.as_deref(), Some(r"card\u0000declined"));
-    assert_eq!(stored(&db, "evt_nul_1").await, (body.clone(), 1));
-    let (status, reply) = send("evt_nul_1", body.as_bytes()).await;
-    assert_eq!(
-        (status, reply["outcome"]["result"].as_str()),
-        (200, Some("duplicate")),
-        "{reply}"
-    );
-
-    // NUL in the event id, or in the charge id of an approval: an id is
-    // never altered (a refund or a lookup by it would miss), so the event
-    // is malformed; the worker's own lookup settles the attempt.
-    let not_by_hook = charge(&db.store, "b-nul-2", 2_999).await;
-    let msg_id = "msg_nul_2"; // a header cannot carry NUL; the JSON id can
-    for (id, charge_id) in [("evt_nul\u{0}2", "ch_nul_2"), ("evt_nul_3", "ch_nul\u{0}3")] {
-        let body = json!({
-            "id": id, "type": "charge.succeeded",
-            "data": {"charge_id": charge_id, "idempotency_key": not_by_hook.idempotency_key,
-                     "status": "approved", "metadata": {"note": "\u{0}"}}
-        })
-        .to_string();
-        let (status, reply) = send(msg_id, body.as_bytes()).await;
-        assert_eq!(status, 400, "{reply}");
-        let error = reply["error"].as_str().unwrap();
-        assert!(
-            error.starts_with("malformed_body: ")
-                && error.contains("holds the control character U+0000")
-                && error.contains(r"\u0000"),
-            "{reply}"
-        );
-    }
-    let (a, _) = db.store.load(not_by_hook.id).await.unwrap();
-    assert_eq!(a.state, State::Pendiente);
-    assert_eq!(a.gateway_charge_id, None);
-
-    let (accepted, rejected) = db.store.webhook_counts().await.unwrap();
-    assert_eq!(accepted, 1, "only the decline was stored");
-    // One sample row per reason per minute (two if the minute turned).
-    assert!((1..=2).contains(&rejected), "{rejected}");
-    let causes: Vec<String> = db
-        .store
-        .transitions(declined.id)
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|t| t.cause)
-        .collect();
-    assert_eq!(causes, ["enqueued", "webhook_declined"]);
-    web.stop().await;
     db.drop_db().await;
 }
