@@ -187,28 +187,17 @@ async fn a_manual_retry_at_a_cap_needs_an_override_with_a_reason(b: Backend) {
     assert_eq!(first.evidence.as_ref().unwrap()["cap_override"], reason);
 
     // Shown on the attempt: the finance API and the page.
-    let detail: Value = http
-        .get(format!(
-            "{}/finance/api/attempts/{}",
-            web.url, new.attempt_id
-        ))
-        .bearer_auth(secret("ana"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let detail: Value = get_json(
+        &format!("{}/finance/api/attempts/{}", web.url, new.attempt_id),
+        As::Bearer("ana"),
+    )
+    .await;
     assert!(detail.to_string().contains(reason), "{detail}");
-    let page = http
-        .get(format!("{}/finance/attempts/{}", web.url, new.attempt_id))
-        .bearer_auth(secret("ana"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let page = get_text(
+        &format!("{}/finance/attempts/{}", web.url, new.attempt_id),
+        As::Bearer("ana"),
+    )
+    .await;
     assert!(
         page.contains("card-network caps overridden by finance: customer phoned"),
         "{page}"

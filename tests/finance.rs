@@ -497,28 +497,16 @@ async fn reconciliation_cases_are_in_the_queue_and_closed_once(b: Backend) {
     .unwrap();
     let web = finance_web(&db.store).await;
     let http = reqwest::Client::new();
-    let list: Value = http
-        .get(format!("{}/finance/api/escalations", web.url))
-        .bearer_auth(secret("ana"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let list: Value = get_json(
+        &format!("{}/finance/api/escalations", web.url),
+        As::Bearer("ana"),
+    )
+    .await;
     let cases = list["cases"].as_array().unwrap();
     assert_eq!(cases.len(), 1);
     assert_eq!(cases[0]["kind"], "unmatched_charge");
     let id = cases[0]["id"].as_i64().unwrap();
-    let page = http
-        .get(format!("{}/finance", web.url))
-        .basic_auth("ana", Some(secret("ana")))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let page = get_text(&format!("{}/finance", web.url), As::Basic("ana")).await;
     assert!(page.contains(&format!("data-case=\"{id}\"")) && page.contains("ch_9"));
     let summary = finance::summarize(&db.store, Duration::ZERO, chrono::Utc::now())
         .await

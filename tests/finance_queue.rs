@@ -250,22 +250,13 @@ async fn the_queue_pages_every_row_exactly_once_with_filters(b: Backend) {
     // The API: the same pages through `next`, the same total.
     let verifier = Verifier::from_env_value(Scheme::StandardWebhooks, &test_secret()).unwrap();
     let web = start_web(&db.store, verifier).await;
-    let http = reqwest::Client::new();
     let mut api_ids = Vec::new();
     let mut url = format!(
         "{}/finance/api/escalations?state=EN_REVISION&currency=USD&limit=3",
         web.url
     );
     loop {
-        let body: Value = http
-            .get(&url)
-            .bearer_auth(secret("ana"))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let body: Value = get_json(&url, As::Bearer("ana")).await;
         assert_eq!(body["total"], 8, "{body}");
         for item in body["items"].as_array().unwrap() {
             api_ids.push(item["id"].as_str().unwrap().parse::<Uuid>().unwrap());
@@ -282,29 +273,21 @@ async fn the_queue_pages_every_row_exactly_once_with_filters(b: Backend) {
         }
     }
     assert_eq!(api_ids, ids);
-    let resp = http
-        .get(format!("{}/finance/api/escalations?limit=501", web.url))
-        .bearer_auth(secret("ana"))
-        .send()
-        .await
-        .unwrap();
+    let resp = get_as(
+        &format!("{}/finance/api/escalations?limit=501", web.url),
+        As::Bearer("ana"),
+    )
+    .await;
     assert_eq!(resp.status(), 422);
     let err: Value = resp.json().await.unwrap();
     assert_eq!(err["field"], "limit");
 
     // The page shows the true total, a page of items and a next-page link.
-    let html = http
-        .get(format!(
-            "{}/finance?currency=USD&state=EN_REVISION",
-            web.url
-        ))
-        .basic_auth("ana", Some(secret("ana")))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let html = get_text(
+        &format!("{}/finance?currency=USD&state=EN_REVISION", web.url),
+        As::Basic("ana"),
+    )
+    .await;
     assert!(html.contains("<span id=\"total\">8</span>"), "{html}");
     assert!(html.contains("Next automatic check at"));
     assert!(

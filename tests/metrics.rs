@@ -183,12 +183,7 @@ fn alert_metrics() -> std::collections::BTreeSet<String> {
 }
 
 async fn scrape(base: &str) -> Scrape {
-    let resp = reqwest::Client::new()
-        .get(format!("{base}/metrics"))
-        .bearer_auth(secret("prom"))
-        .send()
-        .await
-        .expect("GET /metrics");
+    let resp = get_as(&format!("{base}/metrics"), As::Bearer("prom")).await;
     assert_eq!(resp.status(), 200);
     let ct = resp
         .headers()

@@ -8,10 +8,15 @@
 //! their schemas name; and every JSON request body
 //! the document names is the one its handler reads (its properties taken,
 //! each required one refused when missing, any other refused), on both
-//! backends.
+//! backends. The request bodies' test is `openapi/bodies.rs`; checking an
+//! answer against its schema, `openapi/schema.rs`.
 
 #[macro_use]
 mod common;
+#[path = "openapi/bodies.rs"]
+mod bodies;
+#[path = "openapi/schema.rs"]
+mod schema;
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -19,6 +24,7 @@ use std::path::Path;
 use cobro::store::Backend;
 use cobro::webhook::{Scheme, Verifier};
 use common::*;
+use schema::fits;
 use serde_json::Value;
 
 const METHODS: [&str; 5] = ["get", "post", "put", "patch", "delete"];
@@ -171,7 +177,7 @@ fn the_document_names_exactly_the_routes_of_the_router() {
 
 /// `{name}` → a value its handler can parse (the route must match, whatever
 /// the handler answers after).
-fn concrete(path: &str) -> String {
+pub(crate) fn concrete(path: &str) -> String {
     path.split('/')
         .map(|seg| match seg {
             "{id}" if path.starts_with("/finance/cases/") || path.contains("/api/cases/") => "1",
@@ -352,268 +358,4 @@ async fn the_web_process_answers_what_the_document_names_and_nothing_else() {
     }
     web.stop().await;
     db.drop_db().await;
-}
-
-/// `value` has every field the schema `name` requires, and none it does not
-/// name.
-fn fits(doc: &Value, name: &str, value: &Value) {
-    let schema = serde_json::json!({ "$ref": format!("#/components/schemas/{name}") });
-    fits_schema(doc, &schema, value, name);
-}
-
-/// `value` has every field `schema` requires, and none it does not name
-/// (through its `$ref`s and the parts of an `allOf`).
-fn fits_schema(doc: &Value, schema: &Value, value: &Value, what: &str) {
-    let (mut props, mut required) = (BTreeSet::new(), BTreeSet::new());
-    shape(doc, schema, &mut props, &mut required);
-    assert!(!props.is_empty(), "{what}: {schema} names no field");
-    let fields = value
-        .as_object()
-        .unwrap_or_else(|| panic!("{what}: {value}"));
-    for k in fields.keys() {
-        assert!(
-            props.contains(k),
-            "{what}: the answer has {k:?}, the schema does not"
-        );
-    }
-    for k in &required {
-        assert!(
-            fields.contains_key(k),
-            "{what}: the schema requires {k:?}, the answer lacks it: {value}"
-        );
-    }
-}
-
-/// Every property `schema` names and every one it requires.
-fn shape(
-    doc: &Value,
-    schema: &Value,
-    props: &mut BTreeSet<String>,
-    required: &mut BTreeSet<String>,
-) {
-    if let Some(name) = schema["$ref"]
-        .as_str()
-        .and_then(|r| r.strip_prefix("#/components/schemas/"))
-    {
-        let target = &doc["components"]["schemas"][name];
-        assert!(target.is_object(), "no schema {name}");
-        return shape(doc, target, props, required);
-    }
-    for part in schema["allOf"].as_array().into_iter().flatten() {
-        shape(doc, part, props, required);
-    }
-    props.extend(
-        schema["properties"]
-            .as_object()
-            .into_iter()
-            .flatten()
-            .map(|(k, _)| k.clone()),
-    );
-    required.extend(
-        schema["required"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .map(|k| k.as_str().unwrap().to_owned()),
-    );
-}
-
-on_both_backends!(every_json_request_body_is_the_one_its_handler_reads);
-
-/// Each JSON request body the served document names, posted to the running
-/// web process (with a key of the route's scope): the body of every
-/// property of the schema (each its `example`, or its one `enum` value) is
-/// taken, and so is the body of only its `required` ones (the answer is
-/// 2xx, or 404/409 about the resource: the body was read, and the answer
-/// has the fields its documented schema names); without one required
-/// property it is refused naming that property; with a property the schema
-/// does not name, refused naming it (every JSON route refuses unknown
-/// fields). A `oneOf` is checked one alternative at a time, and a property
-/// of another alternative is refused as unknown.
-async fn every_json_request_body_is_the_one_its_handler_reads(backend: Backend) {
-    let db = TestDb::new(backend).await;
-    let v = Verifier::from_env_value(Scheme::StandardWebhooks, &test_secret()).unwrap();
-    let web = start_web(&db.store, v).await;
-    let http = reqwest::Client::new();
-    let doc: Value = http
-        .get(format!("{}/openapi.json", web.url))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let mut checked = Vec::new();
-    for (path, item) in doc["paths"].as_object().unwrap() {
-        for (method, op) in item.as_object().unwrap() {
-            let Some(name) = op["requestBody"]["content"]["application/json"]["schema"]["$ref"]
-                .as_str()
-                .and_then(|r| r.strip_prefix("#/components/schemas/"))
-            else {
-                continue;
-            };
-            assert_eq!(method, "post", "{path}: a JSON body on {method}");
-            let route = Route {
-                url: format!("{}{}", web.url, concrete(path)),
-                key: key_for(op),
-                keyed: op["parameters"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .any(|p| p["in"] == "header" && p["name"] == "Idempotency-Key"),
-                op,
-            };
-            let schema = &doc["components"]["schemas"][name];
-            let alternatives: Vec<&Value> = match schema["oneOf"].as_array() {
-                Some(alts) => alts.iter().collect(),
-                None => vec![schema],
-            };
-            let every_name: BTreeSet<&str> = alternatives
-                .iter()
-                .flat_map(|alt| alt["properties"].as_object().unwrap().keys())
-                .map(String::as_str)
-                .collect();
-            let mut taken = Vec::new();
-            for alt in &alternatives {
-                let what = format!("{path} ({name})");
-                let props = alt["properties"].as_object().unwrap();
-                let required: Vec<&str> = alt["required"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .map(|r| r.as_str().unwrap())
-                    .collect();
-                let full: serde_json::Map<String, Value> = props
-                    .iter()
-                    .map(|(k, p)| (k.clone(), example(&what, k, p)))
-                    .collect();
-                let minimal: serde_json::Map<String, Value> = full
-                    .iter()
-                    .filter(|(k, _)| required.contains(&k.as_str()))
-                    .map(|(k, v)| (k.clone(), v.clone()))
-                    .collect();
-                for body in [&full, &minimal] {
-                    let (status, answer) = route.post(&http, body).await;
-                    assert!(
-                        status.is_success() || status == 404 || status == 409,
-                        "{what}: the body {body:?} built from the schema is refused: \
-                         {status} {answer}"
-                    );
-                    fits_documented(&doc, op, status, &answer, &what);
-                    taken.push(status.as_u16());
-                }
-                for gone in &required {
-                    let mut body = full.clone();
-                    body.remove(*gone);
-                    let (status, answer) = route.post(&http, &body).await;
-                    assert!(
-                        status == 422 || status == 400,
-                        "{what}: without the required {gone:?}, answered {status} {answer}"
-                    );
-                    assert!(
-                        answer["field"] == *gone
-                            || answer["error"]
-                                .as_str()
-                                .is_some_and(|e| e.contains(&format!("`{gone}`"))),
-                        "{what}: the refusal without {gone:?} does not name it: {answer}"
-                    );
-                }
-                let others = every_name.iter().filter(|n| !props.contains_key(**n));
-                for extra in others.copied().chain(["not_a_field_of_this_route"]) {
-                    let mut body = full.clone();
-                    body.insert(extra.to_owned(), Value::from("x"));
-                    let (status, answer) = route.post(&http, &body).await;
-                    assert_eq!(
-                        (status.as_u16(), &answer["field"]),
-                        (422, &Value::from(extra)),
-                        "{what}: a body with {extra:?} is not refused naming it: {answer}"
-                    );
-                }
-            }
-            checked.push(format!("{path} ({name}): taken with {taken:?}"));
-        }
-    }
-    // Every JSON body of the API: a document without them would pass.
-    assert!(checked.len() >= 10, "only {checked:?}");
-    println!("{}", checked.join("\n"));
-    web.stop().await;
-    db.drop_db().await;
-}
-
-/// One documented route that takes a JSON body.
-struct Route<'a> {
-    url: String,
-    key: &'static str,
-    /// It takes an `Idempotency-Key` header (a new one each time).
-    keyed: bool,
-    op: &'a Value,
-}
-
-impl Route<'_> {
-    async fn post(
-        &self,
-        http: &reqwest::Client,
-        body: &serde_json::Map<String, Value>,
-    ) -> (reqwest::StatusCode, Value) {
-        let mut req = http
-            .post(&self.url)
-            .bearer_auth(secret(self.key))
-            .json(body);
-        if self.keyed {
-            req = req.header("Idempotency-Key", uuid::Uuid::new_v4().to_string());
-        }
-        let resp = req.send().await.unwrap();
-        let status = resp.status();
-        let text = resp.text().await.unwrap();
-        let answer = serde_json::from_str(&text)
-            .unwrap_or_else(|_| panic!("{}: {status} is not JSON: {text}", self.op["operationId"]));
-        (status, answer)
-    }
-}
-
-/// The test key with every scope the operation's `api_key` names.
-fn key_for(op: &Value) -> &'static str {
-    let scopes: Vec<&str> = op["security"][0]["api_key"]
-        .as_array()
-        .unwrap_or_else(|| panic!("{}: no api_key scope", op["operationId"]))
-        .iter()
-        .map(|s| s.as_str().unwrap())
-        .collect();
-    TEST_KEYS
-        .iter()
-        .find(|(_, has)| scopes.iter().all(|s| has.split('+').any(|h| h == *s)))
-        .unwrap_or_else(|| panic!("no test key has {scopes:?}"))
-        .0
-}
-
-/// A property's value as the schema gives it: its example, or its only
-/// allowed value.
-fn example(what: &str, name: &str, prop: &Value) -> Value {
-    if let Some(v) = prop.get("example") {
-        return v.clone();
-    }
-    match prop["enum"].as_array().map(Vec::as_slice) {
-        Some([one]) => one.clone(),
-        _ => panic!("{what}: the property {name:?} has no example"),
-    }
-}
-
-/// The answer fits the schema documented for its status on `op` (when
-/// that status has a JSON schema): the status is documented at all.
-fn fits_documented(
-    doc: &Value,
-    op: &Value,
-    status: reqwest::StatusCode,
-    answer: &Value,
-    what: &str,
-) {
-    let documented = &op["responses"][status.as_str()];
-    assert!(
-        documented.is_object(),
-        "{what}: answered {status}, which the document does not name"
-    );
-    let schema = &documented["content"]["application/json"]["schema"];
-    if !schema.is_null() {
-        fits_schema(doc, schema, answer, what);
-    }
 }

@@ -53,12 +53,7 @@ async fn retry(store: &Store, a: &Attempt, then: Then) -> Attempt {
 }
 
 async fn scrape(base: &str) -> String {
-    let resp = reqwest::Client::new()
-        .get(format!("{base}/metrics"))
-        .bearer_auth(secret("prom"))
-        .send()
-        .await
-        .expect("GET /metrics");
+    let resp = get_as(&format!("{base}/metrics"), As::Bearer("prom")).await;
     assert_eq!(resp.status(), 200);
     resp.text().await.expect("body")
 }

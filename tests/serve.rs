@@ -94,12 +94,7 @@ async fn the_public_listener_serves_only_webhooks_and_health(b: Backend) {
     // /openapi.json, nothing else.
     assert_eq!(post_charge(&public).await.unwrap().status(), 404);
     for path in ["/finance", "/finance/api/summary", "/metrics"] {
-        let resp = http
-            .get(format!("{public}{path}"))
-            .bearer_auth(secret("ana"))
-            .send()
-            .await
-            .unwrap();
+        let resp = get_as(&format!("{public}{path}"), As::Bearer("ana")).await;
         assert_eq!(resp.status(), 404, "{path} on the public listener");
     }
     let hook = http
@@ -120,12 +115,7 @@ async fn the_public_listener_serves_only_webhooks_and_health(b: Backend) {
     }
     // Internal: the API with its keys.
     assert_eq!(post_charge(&internal).await.unwrap().status(), 201);
-    let metrics = http
-        .get(format!("{internal}/metrics"))
-        .bearer_auth(secret("prom"))
-        .send()
-        .await
-        .unwrap();
+    let metrics = get_as(&format!("{internal}/metrics"), As::Bearer("prom")).await;
     assert_eq!(metrics.status(), 200);
     let no_key = http
         .get(format!("{internal}/metrics"))

@@ -274,12 +274,7 @@ async fn a_payout_that_does_not_add_up_opens_one_payout_mismatch(b: Backend) {
     let web = start_web(&db.store, verifier).await;
     let http = reqwest::Client::new();
     let url = format!("{}/finance/settlements.csv", web.url);
-    let resp = http
-        .get(&url)
-        .basic_auth("ana", Some(secret("ana")))
-        .send()
-        .await
-        .unwrap();
+    let resp = get_as(&url, As::Basic("ana")).await;
     assert_eq!(resp.status(), 200);
     assert!(
         resp.headers()["content-type"]
@@ -293,12 +288,7 @@ async fn a_payout_that_does_not_add_up_opens_one_payout_mismatch(b: Backend) {
         text.contains(",EUR,30.00,1.17,28.83,3000,117,2883,"),
         "{text}"
     );
-    let bad = http
-        .get(format!("{url}?to=yesterday"))
-        .basic_auth("ana", Some(secret("ana")))
-        .send()
-        .await
-        .unwrap();
+    let bad = get_as(&format!("{url}?to=yesterday"), As::Basic("ana")).await;
     assert_eq!(bad.status(), 422);
     assert!(bad.text().await.unwrap().contains("\"to\""));
     assert_eq!(http.get(&url).send().await.unwrap().status(), 401);
