@@ -245,7 +245,7 @@ async fn saved_cards_and_their_retries_through_a_lossy_proxy_are_charged_once_wi
     };
     let (db, stripe, proxy, mut args) = lossy_fleet(b, 20261212).await;
     // Real Stripe takes `off_session=true` on confirm, and cobro sends it
-    // for business retries (src/gateway/stripe/tests.rs checks the form);
+    // for business retries (src/gateway/stripe/tests/charges.rs checks the form);
     // localstripe refuses any confirm parameter ("Unexpected off_session"),
     // so this run leaves it off.
     args.gateway.stripe_off_session_retries = false;

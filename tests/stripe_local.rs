@@ -160,7 +160,7 @@ async fn a_key_stripe_refuses_stops_the_worker_before_it_charges(b: Backend) {
     // localstripe, like Stripe, answers 401 to a key it does not take: the
     // start-up call finds it, and the worker stops before taking any work
     // (a key revoked later is a 401 to a charge: `auth_failed`, never a
-    // decline, counted by the breaker; src/gateway/stripe/tests.rs).
+    // decline, counted by the breaker; src/gateway/stripe/tests/).
     let mut args = stripe_worker_args(&db.url, &stripe.url);
     args.gateway.stripe_secret_key = Some("rk_test_revoked".into());
     let refused = tokio::time::timeout(
