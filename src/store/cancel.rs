@@ -14,7 +14,7 @@ use serde::Serialize;
 use uuid::Uuid;
 
 use super::change::{Applied, Change, plan};
-use super::{Attempt, Db, Store, StoreError};
+use super::{Attempt, Store, StoreError};
 use crate::state::{Event, State};
 
 /// Why an order's charging is stopped.
@@ -184,64 +184,21 @@ impl Store {
             State::Pendiente => done.attempts_cancelled.push(a.id),
             _ => done.retries_stopped.push(a.id),
         };
-        match &self.db {
-            Db::Pg(p) => {
-                let mut tx = p.begin().await?;
-                let select = "SELECT * FROM cobro.payment_attempts WHERE order_id = $1 ORDER BY created_at, id FOR UPDATE";
-                // The rows first, then the order's lock (the order every
-                // door takes them in: the SQL functions lock the rows, the
-                // charge_gate trigger the order), then the rows again: an
-                // attempt inserted before the lock was taken is seen.
-                sqlx::query(select).bind(order_id).execute(&mut *tx).await?;
-                sqlx::query("SELECT cobro.lock_order($1)")
-                    .bind(order_id)
-                    .execute(&mut *tx)
-                    .await?;
-                let attempts: Vec<Attempt> = sqlx::query_as(select)
-                    .bind(order_id)
-                    .fetch_all(&mut *tx)
-                    .await?;
-                for a in decide(order_id, &attempts, reason)? {
-                    let c = change(&a);
-                    let p = plan(&a, &c).map_err(StoreError::from)?;
-                    if super::pg::apply_tx(&mut tx, &a, &c, &p).await? == Applied::Lost {
-                        return Err(StoreError::Corrupt(format!(
-                            "attempt {} moved under a row lock",
-                            a.id
-                        ))
-                        .into());
-                    }
-                    record(&a);
-                }
-                tx.commit().await?;
+        let mut tx = self.begin_write().await?;
+        let attempts = tx.order_locked(order_id).await?;
+        for a in decide(order_id, &attempts, reason)? {
+            let c = change(&a);
+            let p = plan(&a, &c).map_err(StoreError::from)?;
+            if tx.apply(&a, &c, &p).await? == Applied::Lost {
+                return Err(StoreError::Corrupt(format!(
+                    "attempt {} moved while the order was locked",
+                    a.id
+                ))
+                .into());
             }
-            Db::Lite(p) => {
-                let mut tx = p.begin_with("BEGIN IMMEDIATE").await?;
-                let rows = sqlx::query(
-                    "SELECT * FROM payment_attempts WHERE order_id = ?1 ORDER BY created_at, id",
-                )
-                .bind(order_id)
-                .fetch_all(&mut *tx)
-                .await?;
-                let attempts = rows
-                    .iter()
-                    .map(super::lite::attempt)
-                    .collect::<Result<Vec<_>, _>>()?;
-                for a in decide(order_id, &attempts, reason)? {
-                    let c = change(&a);
-                    let p = plan(&a, &c).map_err(StoreError::from)?;
-                    if super::lite::apply_tx(&mut tx, &a, &c, &p).await? == Applied::Lost {
-                        return Err(StoreError::Corrupt(format!(
-                            "attempt {} moved inside the write lock",
-                            a.id
-                        ))
-                        .into());
-                    }
-                    record(&a);
-                }
-                tx.commit().await?;
-            }
+            record(&a);
         }
+        tx.commit().await?;
         Ok(done)
     }
 }

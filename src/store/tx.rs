@@ -2,7 +2,8 @@
 //! on both: a webhook's (store the event once, find its attempt, decide,
 //! apply), a contradiction's (open the case, cancel the retry, mark the
 //! refund), a reconciliation's batch of cases, a batch of settled charges,
-//! the breaker's update, a failed wake-up counted, a duplicate's refund. The flow is written once, over [`Tx`]; each
+//! the breaker's update, a failed wake-up counted, a duplicate's refund,
+//! a cancel. The flow is written once, over [`Tx`]; each
 //! backend holds only the SQL of each step, in `pg/*.rs` and `lite/*.rs`.
 //!
 //! Why the backends still differ under it, in one line each:
@@ -238,5 +239,14 @@ impl Tx {
         r: &NewRefund<'_>,
     ) -> Result<(), RefundError> {
         on!(self, duplicate::insert(r))
+    }
+
+    /// The order's attempts, oldest first, the order locked against every
+    /// other writer until the end.
+    pub(crate) async fn order_locked(
+        &mut self,
+        order_id: &str,
+    ) -> Result<Vec<Attempt>, StoreError> {
+        on!(self, order_locked(order_id))
     }
 }

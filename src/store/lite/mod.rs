@@ -470,6 +470,21 @@ pub(super) async fn attempts_for_order(
     rows.iter().map(attempt).collect()
 }
 
+/// The order's attempts, oldest first (the transaction holds the write
+/// lock, so no attempt of the order can be inserted meanwhile).
+pub(super) async fn order_locked(
+    tx: &mut SqliteConnection,
+    order_id: &str,
+) -> Result<Vec<Attempt>, StoreError> {
+    sqlx::query("SELECT * FROM payment_attempts WHERE order_id = ?1 ORDER BY created_at, id")
+        .bind(order_id)
+        .fetch_all(&mut *tx)
+        .await?
+        .iter()
+        .map(attempt)
+        .collect()
+}
+
 pub(super) async fn refunds_of(pool: &SqlitePool, id: Uuid) -> Result<Vec<Attempt>, StoreError> {
     let rows =
         sqlx::query("SELECT * FROM payment_attempts WHERE refund_of = ?1 ORDER BY created_at, id")

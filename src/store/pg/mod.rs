@@ -389,6 +389,28 @@ pub(super) async fn attempts_for_order(
     .await?)
 }
 
+/// The order's attempts, oldest first, with the order locked for every
+/// writer: the rows first, then the order's lock (the order every door
+/// takes them in: the SQL functions lock the rows, the charge_gate trigger
+/// the order), then the rows again, so an attempt inserted before the lock
+/// was taken is seen.
+pub(super) async fn order_locked(
+    tx: &mut PgConnection,
+    order_id: &str,
+) -> Result<Vec<Attempt>, StoreError> {
+    let select = "SELECT * FROM cobro.payment_attempts WHERE order_id = $1
+                  ORDER BY created_at, id FOR UPDATE";
+    sqlx::query(select).bind(order_id).execute(&mut *tx).await?;
+    sqlx::query("SELECT cobro.lock_order($1)")
+        .bind(order_id)
+        .execute(&mut *tx)
+        .await?;
+    Ok(sqlx::query_as(select)
+        .bind(order_id)
+        .fetch_all(&mut *tx)
+        .await?)
+}
+
 pub(super) async fn transitions(pool: &PgPool, id: Uuid) -> Result<Vec<Transition>, StoreError> {
     Ok(
         sqlx::query_as("SELECT * FROM cobro.attempt_transitions WHERE attempt_id = $1 ORDER BY id")
