@@ -29,13 +29,6 @@ fn verifier() -> Verifier {
     Verifier::from_env_value(Scheme::StandardWebhooks, &test_secret()).unwrap()
 }
 
-fn client() -> reqwest::Client {
-    reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
-        .unwrap()
-}
-
 async fn in_review(store: &Store, order: &str) -> Attempt {
     let req = ChargeRequest::parse(order, 1_000, "USD", None, Some("pm_test")).unwrap();
     let id = store.enqueue(&req).await.unwrap().attempt_id;
@@ -48,7 +41,7 @@ async fn in_review(store: &Store, order: &str) -> Attempt {
 async fn pages_forbid_framing_and_escape_markup(b: Backend) {
     let db = TestDb::new(b).await;
     let web = start_web(&db.store, verifier()).await;
-    let http = client();
+    let http = no_redirects();
     let evil = "<script>alert(1)</script>\"'&";
     let a = in_review(&db.store, evil).await;
     let pages = [
@@ -148,7 +141,7 @@ async fn form_tokens_are_bound_to_a_sign_in_and_expire(b: Backend) {
     let mut cfg = web_config(&db.store, verifier());
     cfg.finance.form_token_ttl = Duration::from_secs(1);
     let web = start_web_cfg(cfg).await;
-    let http = client();
+    let http = no_redirects();
     let a = in_review(&db.store, "tok-review").await;
     let page = format!("/finance/attempts/{}", a.id);
 
@@ -256,7 +249,7 @@ async fn form_tokens_are_bound_to_a_sign_in_and_expire(b: Backend) {
 async fn the_landing_page_asks_for_credentials_and_links_what_the_key_may_see(b: Backend) {
     let db = TestDb::new(b).await;
     let web = start_web(&db.store, verifier()).await;
-    let http = client();
+    let http = no_redirects();
     let anonymous = http.get(format!("{}/", web.url)).send().await.unwrap();
     assert_eq!(anonymous.status(), 401);
     assert!(

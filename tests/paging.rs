@@ -23,13 +23,6 @@ fn verifier() -> Verifier {
     Verifier::from_env_value(Scheme::StandardWebhooks, &test_secret()).unwrap()
 }
 
-fn client() -> reqwest::Client {
-    reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
-        .unwrap()
-}
-
 const CASES: i64 = 30_000;
 
 async fn open_cases_are_paged_and_pages_stay_small(b: Backend) {
@@ -55,7 +48,7 @@ async fn open_cases_are_paged_and_pages_stay_small(b: Backend) {
     .await
     .unwrap();
     let web = start_web(&db.store, verifier()).await;
-    let http = client();
+    let http = no_redirects();
     let get = |path: String| {
         let http = http.clone();
         let url = format!("{}{path}", web.url);
@@ -178,7 +171,7 @@ async fn the_csv_streams_every_row_once_across_pages(b: Backend) {
     .await
     .unwrap();
     let web = start_web(&db.store, verifier()).await;
-    let http = client();
+    let http = no_redirects();
     let resp = http
         .get(format!("{}/finance/escalations.csv", web.url))
         .bearer_auth(secret("ana"))

@@ -22,14 +22,7 @@ async fn post(
     key: &str,
     body: serde_json::Value,
 ) -> (u16, serde_json::Value) {
-    let r = reqwest::Client::new()
-        .post(format!("{}{path}", web.url))
-        .bearer_auth(secret(key))
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
-    (r.status().as_u16(), r.json().await.unwrap_or_default())
+    post_json(&format!("{}{path}", web.url), As::Bearer(key), &body).await
 }
 
 async fn pausing_stops_new_charges_lookups_go_on_and_resume_sends_once(b: Backend) {

@@ -22,14 +22,8 @@ use serde_json::{Value, json};
 on_both_backends!(the_next_retry_charges_the_new_payment_method_and_refusals_name_the_field);
 
 async fn post_method(web: &Web, key: &str, order: &str, body: Value) -> (u16, Value) {
-    let r = reqwest::Client::new()
-        .post(format!("{}/orders/{order}/payment-method", web.url))
-        .bearer_auth(secret(key))
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
-    (r.status().as_u16(), r.json().await.unwrap_or_default())
+    let url = format!("{}/orders/{order}/payment-method", web.url);
+    post_json(&url, As::Bearer(key), &body).await
 }
 
 async fn the_next_retry_charges_the_new_payment_method_and_refusals_name_the_field(b: Backend) {

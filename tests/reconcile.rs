@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use chrono::{TimeDelta, Utc};
 use cobro::domain::{Amount, ChargeRequest, IdempotencyKey};
-use cobro::gateway::{HttpGateway, HttpGatewayConfig};
+use cobro::gateway::HttpGateway;
 use cobro::recon::{CaseKind, ReconError, Report, Window, reconcile};
 use cobro::sim::{Faults, Injection, LedgerEntry, RefundEntry};
 use cobro::state::{Event, State};
@@ -31,16 +31,6 @@ on_both_backends!(
     an_unknown_attempt_approved_at_the_gateway_is_settled_not_escalated,
     a_failed_listing_opens_nothing,
 );
-
-fn gateway(sim_url: &str) -> HttpGateway {
-    HttpGateway::new(HttpGatewayConfig {
-        base_url: sim_url.into(),
-        connect_timeout: Duration::from_millis(500),
-        request_timeout: Duration::from_millis(1500),
-        ca_file: None,
-    })
-    .expect("gateway client")
-}
 
 /// The two hours around now: everything a test does falls in it.
 fn around_now() -> Window {
@@ -109,7 +99,7 @@ fn charge_injection(order: &str, amount: i64, key: Option<uuid::Uuid>) -> Inject
 
 async fn a_clean_window_opens_nothing_and_a_rerun_nothing_new(b: Backend) {
     let (db, sim) = db_and_sim(b, Faults::default()).await;
-    let gw = gateway(&sim.url());
+    let gw = sim_gateway(&sim.url());
     // The real path: a worker charges three orders and refunds one.
     let worker = spawn_worker(worker_args(&db.url, &sim.url()));
     let mut charges = Vec::new();
@@ -151,7 +141,7 @@ async fn a_clean_window_opens_nothing_and_a_rerun_nothing_new(b: Backend) {
 async fn a_double_charge_opens_exactly_one_case(b: Backend) {
     let db = TestDb::new(b).await;
     let sim = start_sim(true, Faults::default()).await;
-    let gw = gateway(&sim.url());
+    let gw = sim_gateway(&sim.url());
     let ours = charged(&db.store, &gw, "double-1", 4_200).await;
     // The gateway charged the order again, under another key.
     let twin: LedgerEntry = inject(&sim.url(), &charge_injection("double-1", 4_200, None)).await;
@@ -179,7 +169,7 @@ async fn a_double_charge_opens_exactly_one_case(b: Backend) {
 async fn a_charge_made_outside_cobro_opens_exactly_one_case(b: Backend) {
     let db = TestDb::new(b).await;
     let sim = start_sim(true, Faults::default()).await;
-    let gw = gateway(&sim.url());
+    let gw = sim_gateway(&sim.url());
     charged(&db.store, &gw, "known-1", 1_000).await;
     let stranger: LedgerEntry = inject(&sim.url(), &charge_injection("nobody-1", 990, None)).await;
 
@@ -204,7 +194,7 @@ async fn a_charge_made_outside_cobro_opens_exactly_one_case(b: Backend) {
 async fn a_charge_declined_here_but_approved_there_opens_exactly_one_case(b: Backend) {
     let db = TestDb::new(b).await;
     let sim = start_sim(true, Faults::default()).await;
-    let gw = gateway(&sim.url());
+    let gw = sim_gateway(&sim.url());
     let a = pending(&db.store, "contradiction-1", 1_500).await;
     let a = step(&db.store, &a, Event::Claim, None).await;
     let a = step(&db.store, &a, Event::Declined, None).await;
@@ -233,7 +223,7 @@ async fn a_charge_declined_here_but_approved_there_opens_exactly_one_case(b: Bac
 async fn an_approved_attempt_missing_at_the_gateway_opens_exactly_one_case(b: Backend) {
     let db = TestDb::new(b).await;
     let sim = start_sim(true, Faults::default()).await;
-    let gw = gateway(&sim.url());
+    let gw = sim_gateway(&sim.url());
     charged(&db.store, &gw, "fine-1", 1_000).await;
     let ghost = pending(&db.store, "ghost-1", 2_000).await;
     let ghost = step(&db.store, &ghost, Event::Claim, None).await;
@@ -256,7 +246,7 @@ async fn an_approved_attempt_missing_at_the_gateway_opens_exactly_one_case(b: Ba
 async fn an_amount_mismatch_opens_exactly_one_case(b: Backend) {
     let db = TestDb::new(b).await;
     let sim = start_sim(true, Faults::default()).await;
-    let gw = gateway(&sim.url());
+    let gw = sim_gateway(&sim.url());
     // Our attempt is for 10.00; the gateway captured 9.90 under its key.
     let a = pending(&db.store, "mismatch-1", 1_000).await;
     let there: LedgerEntry = inject(
@@ -294,7 +284,7 @@ async fn an_amount_mismatch_opens_exactly_one_case(b: Backend) {
 async fn refund_discrepancies_open_one_case_each(b: Backend) {
     let db = TestDb::new(b).await;
     let sim = start_sim(true, Faults::default()).await;
-    let gw = gateway(&sim.url());
+    let gw = sim_gateway(&sim.url());
     let charge = charged(&db.store, &gw, "refunds-1", 5_000).await;
     let charge_id = charge.gateway_charge_id.clone().unwrap();
     // Refunded at the gateway by someone else.
@@ -349,7 +339,7 @@ async fn refund_discrepancies_open_one_case_each(b: Backend) {
 async fn an_unknown_attempt_approved_at_the_gateway_is_settled_not_escalated(b: Backend) {
     let db = TestDb::new(b).await;
     let sim = start_sim(true, Faults::default()).await;
-    let gw = gateway(&sim.url());
+    let gw = sim_gateway(&sim.url());
     // Sent, then the answer was lost: DESCONOCIDO. Another one ran out of
     // checks: EN_REVISION. The gateway approved both under their keys.
     let unknown = pending(&db.store, "settle-1", 1_234).await;
@@ -405,7 +395,7 @@ async fn an_unknown_attempt_approved_at_the_gateway_is_settled_not_escalated(b: 
 async fn a_failed_listing_opens_nothing(b: Backend) {
     let db = TestDb::new(b).await;
     let sim = start_sim(true, Faults::default()).await;
-    let gw = gateway(&sim.url());
+    let gw = sim_gateway(&sim.url());
     inject::<LedgerEntry>(&sim.url(), &charge_injection("nobody-2", 500, None)).await;
     let unknown = pending(&db.store, "settle-3", 900).await;
     let unknown = step(&db.store, &unknown, Event::Claim, None).await;

@@ -11,9 +11,8 @@ use std::process::{Command, Output};
 use std::time::Duration;
 
 use chrono::{TimeDelta, Utc};
-use cobro::gateway::{HttpGateway, HttpGatewayConfig};
 use cobro::recon::{ReconcileArgs, ReconcileAt, Window, due_now, due_window, reconcile};
-use cobro::sim::{Faults, Injection, LedgerEntry};
+use cobro::sim::{Faults, LedgerEntry};
 use cobro::store::{CaseError, CaseStatus};
 use common::*;
 use serde_json::{Value, json};
@@ -26,16 +25,6 @@ on_both_backends!(
     the_due_window_is_computed_from_the_database_clock,
 );
 
-fn gateway(sim_url: &str) -> HttpGateway {
-    HttpGateway::new(HttpGatewayConfig {
-        base_url: sim_url.into(),
-        connect_timeout: Duration::from_millis(500),
-        request_timeout: Duration::from_millis(1500),
-        ca_file: None,
-    })
-    .expect("gateway client")
-}
-
 fn around_now() -> Window {
     let now = Utc::now();
     Window::new(now - TimeDelta::hours(1), now + TimeDelta::hours(1)).unwrap()
@@ -43,31 +32,13 @@ fn around_now() -> Window {
 
 /// A charge the gateway made for an order cobro never saw.
 async fn stranger(sim_url: &str, order: &str) -> LedgerEntry {
-    let inj = Injection {
-        kind: "charge".into(),
-        idempotency_key: None,
-        order_id: order.into(),
-        amount_minor: 1_000,
-        currency: "EUR".into(),
-        decline_code: None,
-        charge_id: None,
-        at: None,
-    };
-    reqwest::Client::new()
-        .post(format!("{sim_url}/control/inject"))
-        .json(&inj)
-        .send()
-        .await
-        .expect("POST /control/inject")
-        .json()
-        .await
-        .expect("injected charge")
+    inject_charge(sim_url, order, 1_000).await
 }
 
 async fn resolving_a_case_is_compare_and_set_and_it_is_never_reopened(b: Backend) {
     let db = TestDb::new(b).await;
     let sim = start_sim(true, Faults::default()).await;
-    let gw = gateway(&sim.url());
+    let gw = sim_gateway(&sim.url());
     stranger(&sim.url(), "stranger-1").await;
     let first = reconcile(&db.store, &gw, &around_now()).await.unwrap();
     let id = first.cases[0].case_id;

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use cobro::domain::ChargeRequest;
 use cobro::recon::{Intraday, ReconcileArgs, ReconcileAt};
-use cobro::sim::{Faults, Injection, LedgerEntry};
+use cobro::sim::{Faults, LedgerEntry};
 use cobro::state::State;
 use cobro::store::{ReconCase, Store};
 use cobro::webhook::{Scheme, Verifier};
@@ -27,25 +27,7 @@ const INTERVAL: Duration = Duration::from_secs(2);
 /// The gateway charges `order` again, outside cobro (a stray retry of the
 /// app's own HTTP client, another integration…).
 async fn charge_again(sim_url: &str, order: &str, amount_minor: i64) -> LedgerEntry {
-    let inj = Injection {
-        kind: "charge".into(),
-        idempotency_key: None,
-        order_id: order.into(),
-        amount_minor,
-        currency: "EUR".into(),
-        decline_code: None,
-        charge_id: None,
-        at: None,
-    };
-    reqwest::Client::new()
-        .post(format!("{sim_url}/control/inject"))
-        .json(&inj)
-        .send()
-        .await
-        .expect("POST /control/inject")
-        .json()
-        .await
-        .expect("injected charge")
+    inject_charge(sim_url, order, amount_minor).await
 }
 
 async fn double_charge_case(store: &Store, order: &str) -> Option<ReconCase> {

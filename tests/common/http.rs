@@ -65,3 +65,11 @@ impl super::Web {
         get_text(&format!("{}/metrics", self.url), As::Bearer("prom")).await
     }
 }
+
+/// A client that never follows a redirect: a test sees the 303 itself.
+pub fn no_redirects() -> reqwest::Client {
+    reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .expect("HTTP client")
+}

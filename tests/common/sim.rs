@@ -3,8 +3,10 @@
 //! per order.
 
 use std::collections::HashMap;
+use std::time::Duration;
 
-use cobro::sim::{Faults, Ledger, SimConfig, SimHandle};
+use cobro::gateway::{HttpGateway, HttpGatewayConfig};
+use cobro::sim::{Faults, Injection, Ledger, LedgerEntry, SimConfig, SimHandle};
 
 pub async fn start_sim(idempotent: bool, faults: Faults) -> SimHandle {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
@@ -54,4 +56,40 @@ pub fn approved_per_order(ledger: &Ledger) -> HashMap<String, usize> {
         *m.entry(e.order_id.clone()).or_insert(0) += 1;
     }
     m
+}
+
+/// cobro's HTTP client of the simulator at `sim_url`, with the test
+/// timeouts (500 ms to connect, 1.5 s for an answer).
+pub fn sim_gateway(sim_url: &str) -> HttpGateway {
+    HttpGateway::new(HttpGatewayConfig {
+        base_url: sim_url.into(),
+        connect_timeout: Duration::from_millis(500),
+        request_timeout: Duration::from_millis(1500),
+        ca_file: None,
+    })
+    .expect("gateway client")
+}
+
+/// A charge the gateway made that cobro never asked for (another system,
+/// a person at the gateway's dashboard), approved, in EUR.
+pub async fn inject_charge(sim_url: &str, order: &str, amount_minor: i64) -> LedgerEntry {
+    let inj = Injection {
+        kind: "charge".into(),
+        idempotency_key: None,
+        order_id: order.into(),
+        amount_minor,
+        currency: "EUR".into(),
+        decline_code: None,
+        charge_id: None,
+        at: None,
+    };
+    reqwest::Client::new()
+        .post(format!("{sim_url}/control/inject"))
+        .json(&inj)
+        .send()
+        .await
+        .expect("POST /control/inject")
+        .json()
+        .await
+        .expect("injected charge")
 }

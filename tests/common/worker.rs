@@ -124,14 +124,7 @@ pub async fn finish(worker: InProcessWorker, sim: SimHandle, db: TestDb) {
 /// An engine named `name` on the simulator at `gateway_url`, with the
 /// test timings (3 s lease, check schedule scaled to a tenth).
 pub fn engine(store: &Store, gateway_url: &str, name: &str) -> cobro::engine::Engine {
-    use cobro::gateway::{HttpGateway, HttpGatewayConfig};
-    let gateway = HttpGateway::new(HttpGatewayConfig {
-        base_url: gateway_url.into(),
-        connect_timeout: Duration::from_millis(500),
-        request_timeout: Duration::from_millis(1500),
-        ca_file: None,
-    })
-    .unwrap();
+    let gateway = super::sim_gateway(gateway_url);
     cobro::engine::Engine::new(
         store.clone(),
         std::sync::Arc::new(gateway),
