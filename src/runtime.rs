@@ -356,12 +356,18 @@ pub fn exit_code(result: anyhow::Result<()>) -> std::process::ExitCode {
     }
 }
 
-/// Structured logs: `RUST_LOG` filters (default `default_level`),
-/// `COBRO_LOG_FORMAT=json` switches to one JSON object per line.
+/// PostgreSQL's NOTICEs are not news to an operator (the migrations'
+/// `IF NOT EXISTS` say "schema … already exists, skipping"), and cobro
+/// raises none of its own: without `RUST_LOG` they are not printed.
+const QUIET_NOTICES: &str = "sqlx::postgres::notice=warn";
+
+/// Structured logs: `RUST_LOG` filters (default `default_level`, without
+/// PostgreSQL's notices), `COBRO_LOG_FORMAT=json` switches to one JSON
+/// object per line.
 pub fn init_tracing(default_level: &str) {
     use tracing_subscriber::EnvFilter;
-    let filter =
-        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_level));
+    let filter = EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| EnvFilter::new(format!("{default_level},{QUIET_NOTICES}")));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);
