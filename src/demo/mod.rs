@@ -447,12 +447,18 @@ pub(crate) fn count(
         orders_not_charged: not_charged,
         total_charged_minor: total,
         overcharge_minor: overcharge,
-        overcharge_pct: if intent > 0 {
-            overcharge as f64 * 100.0 / intent as f64
-        } else {
-            0.0
-        },
+        overcharge_pct: percent_of(overcharge, intent),
         en_revision,
         wall_ms: wall.as_millis() as u64,
+    }
+}
+
+/// `part` as a percentage of `whole` (for the table only: amounts stay in
+/// minor units); 0 when there was nothing to charge.
+pub(crate) fn percent_of(part: i128, whole: i128) -> f64 {
+    if whole > 0 {
+        part as f64 * 100.0 / whole as f64
+    } else {
+        0.0
     }
 }

@@ -147,11 +147,7 @@ pub(super) async fn run(
             .count(),
         total_charged_minor: total,
         overcharge_minor: overcharge,
-        overcharge_pct: if intent > 0 {
-            overcharge as f64 * 100.0 / intent as f64
-        } else {
-            0.0
-        },
+        overcharge_pct: super::percent_of(overcharge, intent),
         en_revision,
         wall_ms: started.elapsed().as_millis() as u64,
     })

@@ -40,7 +40,7 @@ mod wire;
 
 pub(crate) use wire::retry_after;
 use wire::{Answer, not_executed, read};
-pub(super) use wire::{Redirect, Transport, location, redirect, transport, transport_kind};
+pub(super) use wire::{Redirect, Transport, head, redirect, transport, transport_kind};
 
 pub use client::{GatewayConfigError, parse_base_url, shown_url};
 

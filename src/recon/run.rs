@@ -69,6 +69,25 @@ pub struct CaseLine {
     pub gateway_ref: Option<String>,
 }
 
+impl CaseLine {
+    /// The case's line in a report: its number, kind, (with `status`, whether
+    /// it is new), order and gateway reference.
+    pub(crate) fn shown(&self, status: bool) -> String {
+        let status = if status {
+            format!(" {:<16}", status_word(self.status))
+        } else {
+            String::new()
+        };
+        format!(
+            "    case {:>5}  {:<18}{status} order {}  {}\n",
+            self.case_id,
+            self.kind.as_str(),
+            self.order_id.as_deref().unwrap_or("-"),
+            self.gateway_ref.as_deref().unwrap_or("-")
+        )
+    }
+}
+
 /// An attempt settled by this run.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ResolvedLine {
@@ -268,14 +287,7 @@ impl Report {
             self.already_resolved
         );
         for c in &self.cases {
-            out.push_str(&format!(
-                "    case {:>5}  {:<18} {:<16} order {}  {}\n",
-                c.case_id,
-                c.kind.as_str(),
-                status_word(c.status),
-                c.order_id.as_deref().unwrap_or("-"),
-                c.gateway_ref.as_deref().unwrap_or("-")
-            ));
+            out.push_str(&c.shown(true));
         }
         out.push_str(&format!(
             "  orders charged twice at the gateway, not yet refunded: {}\n",

@@ -264,13 +264,7 @@ impl SettleReport {
             self.already_resolved
         );
         for c in &self.cases {
-            out.push_str(&format!(
-                "    case {:>5}  {:<18} order {}  {}\n",
-                c.case_id,
-                c.kind.as_str(),
-                c.order_id.as_deref().unwrap_or("-"),
-                c.gateway_ref.as_deref().unwrap_or("-")
-            ));
+            out.push_str(&c.shown(false));
         }
         out
     }

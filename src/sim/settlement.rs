@@ -30,7 +30,7 @@ use super::{
     ledger::LedgerEntry,
     limit::{throttle, too_many_requests},
     parse::{Invalid, invalid},
-    server::{AppState, bad_request, unavailable},
+    server::{AppState, Inner, bad_request, unavailable},
 };
 
 /// Objects per page when `limit` is not given, and the most accepted (Stripe's).
@@ -186,51 +186,56 @@ fn page<T: Serialize>(
 
 pub(crate) async fn list_balance(
     State(app): State<AppState>,
-    Query(mut q): Query<TxnQuery>,
+    Query(q): Query<TxnQuery>,
 ) -> Response {
-    if let Some(refused) = admitted(&app) {
-        return refused;
-    }
-    let (gte, lt, limit) = match bounds(&mut q) {
-        Ok(b) => b,
-        Err(e) => return bad_request(e.field, &e.message),
-    };
-    let items: Vec<(String, Txn)> = app.with(|s| {
+    let payout = q.payout.clone();
+    listed(&app, q, "/v1/balance_transactions", |s, within| {
         s.books
             .charges()
             .iter()
             .filter_map(|e| txn(&s.faults, e))
-            .filter(|t| gte.is_none_or(|g| t.created >= g) && lt.is_none_or(|l| t.created < l))
-            .filter(|t| match &q.payout {
+            .filter(|t| within(t.created))
+            .filter(|t| match &payout {
                 None => true,
                 Some(p) => s.payouts.carried.get(&t.id) == Some(p),
             })
             .map(|t| (t.id.clone(), t))
             .collect()
-    });
-    page(items, q.starting_after, limit, "/v1/balance_transactions")
+    })
 }
 
 pub(crate) async fn list_payouts(
     State(app): State<AppState>,
-    Query(mut q): Query<TxnQuery>,
+    Query(q): Query<TxnQuery>,
 ) -> Response {
-    if let Some(refused) = admitted(&app) {
+    listed(&app, q, "/v1/payouts", |s, within| {
+        s.payouts
+            .made
+            .iter()
+            .filter(|p| within(p.created))
+            .map(|p| (p.id.clone(), p.clone()))
+            .collect()
+    })
+}
+
+/// A listing: admitted (rate limit, outage), its query's bounds read, then
+/// the page of what `select` picks within `created[gte]`/`created[lt]`.
+fn listed<T: Serialize>(
+    app: &AppState,
+    mut q: TxnQuery,
+    url: &str,
+    select: impl FnOnce(&Inner, &dyn Fn(i64) -> bool) -> Vec<(String, T)>,
+) -> Response {
+    if let Some(refused) = admitted(app) {
         return refused;
     }
     let (gte, lt, limit) = match bounds(&mut q) {
         Ok(b) => b,
         Err(e) => return bad_request(e.field, &e.message),
     };
-    let items: Vec<(String, Payout)> = app.with(|s| {
-        s.payouts
-            .made
-            .iter()
-            .filter(|p| gte.is_none_or(|g| p.created >= g) && lt.is_none_or(|l| p.created < l))
-            .map(|p| (p.id.clone(), p.clone()))
-            .collect()
-    });
-    page(items, q.starting_after, limit, "/v1/payouts")
+    let within = |at: i64| gte.is_none_or(|g| at >= g) && lt.is_none_or(|l| at < l);
+    let items = app.with(|s| select(s, &within));
+    page(items, q.starting_after, limit, url)
 }
 
 /// `POST /control/payout`: pays out every settled line not paid out yet, one payout per

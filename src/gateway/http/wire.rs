@@ -72,6 +72,21 @@ pub(crate) fn redirect(call: &str, code: u16, location: Option<&str>) -> Option<
     })
 }
 
+/// A response's status, `Retry-After` (as a wait) and `Location` (as
+/// [`location`] shows it): what both adapters read before the body.
+pub(crate) fn head(resp: &reqwest::Response) -> (u16, Option<Duration>, Option<String>) {
+    let retry_after = resp
+        .headers()
+        .get(reqwest::header::RETRY_AFTER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| retry_after(v, Utc::now()));
+    (
+        resp.status().as_u16(),
+        retry_after,
+        location(resp.headers()),
+    )
+}
+
 /// A response's `Location`, as it may be logged and stored: without a user
 /// name or password, escaped and bounded.
 pub(crate) fn location(headers: &reqwest::header::HeaderMap) -> Option<String> {
@@ -90,13 +105,7 @@ pub(super) async fn read(
     sent: Result<reqwest::Response, reqwest::Error>,
 ) -> Result<Answer, Transport> {
     let resp = sent.map_err(|e| transport(&e))?;
-    let code = resp.status().as_u16();
-    let retry_after = resp
-        .headers()
-        .get(reqwest::header::RETRY_AFTER)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| retry_after(v, Utc::now()));
-    let location = location(resp.headers());
+    let (code, retry_after, location) = head(&resp);
     // The status line and headers arrived; a body cut short is unknown.
     let bytes = resp
         .bytes()

@@ -200,13 +200,7 @@ pub(super) struct Answer {
 
 async fn read(sent: Result<reqwest::Response, reqwest::Error>) -> Result<Answer, Transport> {
     let resp = sent.map_err(|e| transport(&e))?;
-    let code = resp.status().as_u16();
-    let retry_after = resp
-        .headers()
-        .get(reqwest::header::RETRY_AFTER)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| super::http::retry_after(v, Utc::now()));
-    let location = super::http::location(resp.headers());
+    let (code, retry_after, location) = super::http::head(&resp);
     let bytes = resp
         .bytes()
         .await

@@ -91,14 +91,7 @@ pub async fn enqueue_charge_as(
     .await;
     let due: i64 = match inserted {
         Ok(row) => row.try_get(0)?,
-        Err(e)
-            if e.as_database_error()
-                .is_some_and(|d| d.is_unique_violation()) =>
-        {
-            let msg = e
-                .as_database_error()
-                .map(|d| d.message().to_owned())
-                .unwrap_or_default();
+        Err(e) if let Some(msg) = super::unique_violation(&e) => {
             return Err(if msg.contains("idempotency_key") {
                 key_reused(req.key, order, req.amount.minor(), req.currency.code())
             } else {

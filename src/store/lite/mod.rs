@@ -146,6 +146,14 @@ pub(crate) fn ms(t: i64) -> DateTime<Utc> {
     Utc.timestamp_millis_opt(t).single().unwrap_or_default()
 }
 
+/// The message of a unique index's refusal (which index: the message
+/// names its columns), or `None` for any other error.
+fn unique_violation(e: &sqlx::Error) -> Option<String> {
+    e.as_database_error()
+        .filter(|d| d.is_unique_violation())
+        .map(|d| d.message().to_owned())
+}
+
 fn uuid(s: &str) -> Result<Uuid, StoreError> {
     Uuid::try_parse(s).map_err(|e| StoreError::Corrupt(format!("uuid {s:?}: {e}")))
 }

@@ -116,10 +116,7 @@ pub(crate) async fn business_retry(
     .await;
     let due: i64 = match inserted {
         Ok(row) => row.try_get(0)?,
-        Err(e)
-            if e.as_database_error()
-                .is_some_and(|d| d.is_unique_violation()) =>
-        {
+        Err(e) if super::unique_violation(&e).is_some() => {
             return Err(RetryError::AlreadyRetrying(format!(
                 "order {order} is already being retried (another attempt is live)"
             )));
