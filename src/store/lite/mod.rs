@@ -38,6 +38,19 @@ macro_rules! now_us {
     };
 }
 
+/// The sweeps' last conditions (the main sweep's and the review sweep's):
+/// not quarantined (a poison wake-up waits for finance, `store::poison`),
+/// oldest due first, at most `?3`.
+macro_rules! due_last {
+    () => {
+        "               AND NOT EXISTS (SELECT 1 FROM wake_failures w
+                                 JOIN recon_cases c ON c.id = w.case_id
+                                WHERE w.attempt_id = payment_attempts.id AND c.resolved_at IS NULL)
+             ORDER BY next_action_at
+             LIMIT ?3"
+    };
+}
+
 pub(crate) mod breaker;
 pub(crate) mod caps;
 pub(crate) mod duplicate;
@@ -446,11 +459,9 @@ pub(super) async fn sweep(
                                       -- would keep SQLite off the index
                                       = +payment_attempts.id
                                   AND j.status = 'Pending' AND j.run_at <= unixepoch())
-               AND NOT EXISTS (SELECT 1 FROM wake_failures w
-                                 JOIN recon_cases c ON c.id = w.case_id
-                                WHERE w.attempt_id = payment_attempts.id AND c.resolved_at IS NULL)
-             ORDER BY next_action_at
-             LIMIT ?3)
+",
+        due_last!(),
+        ")
          RETURNING id, state"
     ))
     .bind(grace.as_millis() as i64)

@@ -30,11 +30,9 @@ pub(crate) async fn sweep(
                AND (woken_at IS NULL OR woken_at <= ",
         now_ms!(),
         " - ?2)
-               AND NOT EXISTS (SELECT 1 FROM wake_failures w
-                                 JOIN recon_cases c ON c.id = w.case_id
-                                WHERE w.attempt_id = payment_attempts.id AND c.resolved_at IS NULL)
-             ORDER BY next_action_at
-             LIMIT ?3)
+",
+        due_last!(),
+        ")
          RETURNING id"
     ))
     .bind(i64::try_from(grace.as_millis()).unwrap_or(i64::MAX))

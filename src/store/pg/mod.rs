@@ -18,6 +18,20 @@ use super::refund::{RefundError, Refunded};
 use super::{Attempt, Check, StoreError, Transition};
 use crate::domain::{ChargeRequest, IdempotencyKey};
 
+/// The sweeps' last conditions (the main sweep's and the review sweep's):
+/// not quarantined (a poison wake-up waits for finance, `store::poison`),
+/// oldest due first, at most `$3`, locked without waiting for a worker's lock.
+macro_rules! due_last {
+    () => {
+        "               AND NOT EXISTS (SELECT 1 FROM cobro.wake_failures w
+                                 JOIN cobro.recon_cases c ON c.id = w.case_id
+                                WHERE w.attempt_id = payment_attempts.id AND c.resolved_at IS NULL)
+             ORDER BY next_action_at
+             LIMIT $3
+             FOR UPDATE SKIP LOCKED"
+    };
+}
+
 pub(crate) mod breaker;
 pub(crate) mod cas;
 pub(crate) mod duplicate;
@@ -334,7 +348,7 @@ pub(super) async fn sweep(
     every: Duration,
     limit: i64,
 ) -> Result<u64, StoreError> {
-    let n: i64 = sqlx::query_scalar(
+    let n: i64 = sqlx::query_scalar(concat!(
         "WITH due AS (
             SELECT id FROM cobro.payment_attempts
              WHERE ((lease_owner IS NOT NULL AND next_action_at <= now())
@@ -354,13 +368,9 @@ pub(super) async fn sweep(
                AND NOT EXISTS (SELECT 1 FROM apalis.jobs j
                                 WHERE cobro.wake_target(j.job) = payment_attempts.id
                                   AND j.status = 'Pending' AND j.run_at <= now())
-               -- quarantined: a poison wake-up waits for finance (store::poison)
-               AND NOT EXISTS (SELECT 1 FROM cobro.wake_failures w
-                                 JOIN cobro.recon_cases c ON c.id = w.case_id
-                                WHERE w.attempt_id = payment_attempts.id AND c.resolved_at IS NULL)
-             ORDER BY next_action_at
-             LIMIT $3
-             FOR UPDATE SKIP LOCKED
+",
+        due_last!(),
+        "
          ), marked AS (
             UPDATE cobro.payment_attempts a SET woken_at = now()
               FROM due WHERE a.id = due.id
@@ -368,7 +378,7 @@ pub(super) async fn sweep(
          )
          SELECT count(cobro.wake(id, now(), CASE WHEN state = 'PENDIENTE' THEN 0 ELSE 1 END))
            FROM marked",
-    )
+    ))
     .bind(grace.as_secs_f64())
     .bind(every.as_secs_f64())
     .bind(limit)

@@ -12,7 +12,7 @@ pub(crate) async fn sweep(
     every: Duration,
     limit: i64,
 ) -> Result<u64, StoreError> {
-    let n: i64 = sqlx::query_scalar(
+    let n: i64 = sqlx::query_scalar(concat!(
         "WITH due AS (
             SELECT id FROM cobro.payment_attempts
              WHERE state = 'EN_REVISION'
@@ -20,20 +20,16 @@ pub(crate) async fn sweep(
                AND (lease_owner IS NOT NULL
                     OR next_action_at <= now() - make_interval(secs => $1::float8))
                AND (woken_at IS NULL OR woken_at <= now() - make_interval(secs => $2::float8))
-               -- quarantined: a poison wake-up waits for finance (store::poison)
-               AND NOT EXISTS (SELECT 1 FROM cobro.wake_failures w
-                                 JOIN cobro.recon_cases c ON c.id = w.case_id
-                                WHERE w.attempt_id = payment_attempts.id AND c.resolved_at IS NULL)
-             ORDER BY next_action_at
-             LIMIT $3
-             FOR UPDATE SKIP LOCKED
+",
+        due_last!(),
+        "
          ), marked AS (
             UPDATE cobro.payment_attempts a SET woken_at = now()
               FROM due WHERE a.id = due.id
             RETURNING a.id
          )
          SELECT count(cobro.wake(id, now(), 0)) FROM marked",
-    )
+    ))
     .bind(grace.as_secs_f64())
     .bind(every.as_secs_f64())
     .bind(limit)
