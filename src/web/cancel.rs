@@ -33,12 +33,11 @@ use crate::store::{CancelError, CancelReason, Cancelled};
     ),
     responses(
         (status = 200, description = "What was cancelled, or that there was nothing to cancel.", body = CancelAnswer),
-        (status = 400, description = "The body is not JSON.", body = crate::web::openapi::ErrorBody),
         (status = 404, description = "No such order.", body = crate::web::openapi::ErrorBody),
         (status = 409, description = "The order cannot be cancelled (e.g. already approved).", body = crate::web::openapi::ErrorBody),
         (status = 422, description = "`reason` is missing or not one of the reasons, or an unknown field.", body = crate::web::openapi::ErrorBody),
         crate::web::openapi::scope::ChargesWrite,
-        crate::web::openapi::JsonBodyRefusals,
+        crate::web::openapi::JsonBodyOnly,
         crate::web::openapi::Unavailable
     ),
     security(("api_key" = ["charges:write"]))

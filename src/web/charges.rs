@@ -277,9 +277,8 @@ pub(super) async fn create(
         ("attempt_id" = String, Path, description = "The attempt's UUID.")
     ),
     responses(
-        (status = 200, description = "The attempt, its history and its lookups.", body = crate::finance::Detail),
+        crate::web::openapi::AttemptRead,
         (status = 400, description = "`attempt_id` is not a UUID.", body = crate::web::openapi::ErrorBody),
-        (status = 404, description = "No such attempt.", body = crate::web::openapi::ErrorBody),
         crate::web::openapi::scope::AttemptsRead,
         crate::web::openapi::Unavailable
     ),
@@ -317,9 +316,8 @@ pub(super) async fn show(State(app): AppState, Path(id): Path<String>) -> Respon
         ("attempt_id" = String, Path, description = "The attempt's UUID.")
     ),
     responses(
-        (status = 200, description = "The attempt, its history and its lookups.", body = crate::finance::Detail),
+        crate::web::openapi::AttemptRead,
         (status = 400, description = "`attempt_id` is not a UUID.", body = crate::web::openapi::ErrorBody),
-        (status = 404, description = "No such attempt.", body = crate::web::openapi::ErrorBody),
         crate::web::openapi::scope::AttemptsRead,
         crate::web::openapi::Unavailable
     ),
@@ -341,9 +339,8 @@ pub(super) async fn show_attempt(app: AppState, id: Path<String>) -> Response {
         ("refund_id" = String, Path, description = "The refund's UUID.")
     ),
     responses(
-        (status = 200, description = "The attempt, its history and its lookups.", body = crate::finance::Detail),
+        crate::web::openapi::AttemptRead,
         (status = 400, description = "`refund_id` is not a UUID.", body = crate::web::openapi::ErrorBody),
-        (status = 404, description = "No such attempt.", body = crate::web::openapi::ErrorBody),
         crate::web::openapi::scope::AttemptsRead,
         crate::web::openapi::Unavailable
     ),

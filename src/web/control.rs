@@ -31,10 +31,9 @@ use crate::http::{Type, no_fields, typed};
     request_body = crate::web::openapi::PauseBody,
     responses(
         (status = 200, description = "Sending is paused.", body = crate::web::openapi::PauseState),
-        (status = 400, description = "The body is not JSON.", body = crate::web::openapi::ErrorBody),
         (status = 422, description = "`reason` is missing or empty, or an unknown field.", body = crate::web::openapi::ErrorBody),
         crate::web::openapi::scope::FinanceWrite,
-        crate::web::openapi::JsonBodyRefusals,
+        crate::web::openapi::JsonBodyOnly,
         crate::web::openapi::Unavailable
     ),
     security(("api_key" = ["finance:write"]))

@@ -351,6 +351,59 @@ pub(crate) enum JsonBodyRefusals {
     NotJson(ErrorBody),
 }
 
+/// The 400, 413 and 415 of a route whose only header to check is the
+/// body's: not JSON, too large, not `application/json`.
+#[derive(IntoResponses)]
+#[expect(dead_code, reason = "only its descriptions and schemas are used")]
+pub(crate) enum JsonBodyOnly {
+    #[response(status = 400, description = "The body is not JSON.")]
+    NotJson(ErrorBody),
+    #[response(
+        status = 413,
+        description = "The body is larger than the API's limit (16 KiB)."
+    )]
+    TooLarge(ErrorBody),
+    #[response(status = 415, description = "The body is not `application/json`.")]
+    NotJsonType(ErrorBody),
+}
+
+/// The 404 of a route that names an attempt.
+#[derive(IntoResponses)]
+#[response(status = 404, description = "No such attempt.")]
+#[expect(dead_code, reason = "only its description and schema are used")]
+pub(crate) struct NoSuchAttempt(ErrorBody);
+
+/// An attempt read as JSON (`GET /charges/{attempt_id}` and its aliases):
+/// the attempt, or no such attempt.
+#[derive(IntoResponses)]
+#[expect(dead_code, reason = "only its descriptions and schemas are used")]
+pub(crate) enum AttemptRead {
+    #[response(
+        status = 200,
+        description = "The attempt, its history and its lookups."
+    )]
+    Found(Box<crate::finance::Detail>),
+    #[response(status = 404, description = "No such attempt.")]
+    NotFound(ErrorBody),
+}
+
+/// An attempt's page (operator's or finance's): the page, a malformed id,
+/// or no such attempt as a page.
+#[derive(IntoResponses)]
+#[expect(dead_code, reason = "only its descriptions and schemas are used")]
+pub(crate) enum AttemptPage {
+    #[response(status = 200, description = "The page.", content_type = "text/html")]
+    Page,
+    #[response(status = 400, description = "`id` is not a UUID.")]
+    BadId(ErrorBody),
+    #[response(
+        status = 404,
+        description = "No such attempt.",
+        content_type = "text/html"
+    )]
+    NotFound,
+}
+
 /// The refusals of a page's form (the browser's sign-in, the form token,
 /// a same-origin request), and its answers as a page when it is refused.
 #[derive(IntoResponses)]

@@ -34,12 +34,11 @@ use crate::store::MethodUpdateError;
     ),
     responses(
         (status = 200, description = "The order's next retry will use the new token.", body = crate::store::MethodUpdated),
-        (status = 400, description = "The body is not JSON.", body = crate::web::openapi::ErrorBody),
         (status = 404, description = "No such order.", body = crate::web::openapi::ErrorBody),
         (status = 409, description = "The order is already approved or has no retry pending.", body = crate::web::openapi::ErrorBody),
         (status = 422, description = "`payment_method` is missing or malformed, or an unknown field.", body = crate::web::openapi::ErrorBody),
         crate::web::openapi::scope::ChargesWrite,
-        crate::web::openapi::JsonBodyRefusals,
+        crate::web::openapi::JsonBodyOnly,
         crate::web::openapi::Unavailable
     ),
     security(("api_key" = ["charges:write"]))

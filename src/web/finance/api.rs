@@ -215,10 +215,9 @@ struct CheckNowBody {
     request_body = crate::web::openapi::CheckNowBody,
     responses(
         (status = 200, description = "How many were scheduled.", body = crate::finance::BulkCheck),
-        (status = 400, description = "The body is not JSON.", body = crate::web::openapi::ErrorBody),
         (status = 422, description = "A filter is malformed, or an unknown field.", body = crate::web::openapi::ErrorBody),
         crate::web::openapi::scope::FinanceWrite,
-        crate::web::openapi::JsonBodyRefusals,
+        crate::web::openapi::JsonBodyOnly,
         crate::web::openapi::Unavailable
     ),
     security(("api_key" = ["finance:write"]))
@@ -261,7 +260,7 @@ pub(in crate::web) async fn check_now(
     responses(
         (status = 200, description = "The attempt.", body = crate::finance::Detail),
         (status = 400, description = "`id` is not a UUID.", body = crate::web::openapi::ErrorBody),
-        (status = 404, description = "No such attempt.", body = crate::web::openapi::ErrorBody),
+        crate::web::openapi::NoSuchAttempt,
         crate::web::openapi::scope::FinanceRead,
         crate::web::openapi::Unavailable
     ),
@@ -302,7 +301,7 @@ struct ResolveBody {
         (status = 200, description = "Resolved: the attempt now.", body = crate::store::Attempt),
         (status = 202, description = "A decline was asked for; the attempt stays EN_REVISION (in review) until the gateway is final.", body = crate::store::Attempt),
         (status = 400, description = "`id` is not a UUID, or the body is not JSON.", body = crate::web::openapi::ErrorBody),
-        (status = 404, description = "No such attempt.", body = crate::web::openapi::ErrorBody),
+        crate::web::openapi::NoSuchAttempt,
         (status = 409, description = "The attempt moved since `version`, or is already settled.", body = crate::web::openapi::ErrorBody),
         (status = 422, description = "A field is missing, of the wrong type, or unknown.", body = crate::web::openapi::ErrorBody),
         crate::web::openapi::scope::FinanceWrite,
@@ -401,7 +400,7 @@ pub(super) fn resolve_error(e: ResolveError) -> Response {
     responses(
         (status = 202, description = "The new attempt was enqueued.", body = crate::store::RetryRequested),
         (status = 400, description = "`id` is not a UUID, or the body is not JSON.", body = crate::web::openapi::ErrorBody),
-        (status = 404, description = "No such attempt.", body = crate::web::openapi::ErrorBody),
+        crate::web::openapi::NoSuchAttempt,
         (status = 409, description = "Refused by the database's charge rule or the caps (`reason` says which).", body = crate::web::openapi::ErrorBody),
         (status = 422, description = "`override_reason` is empty or of the wrong type, or an unknown field.", body = crate::web::openapi::ErrorBody),
         crate::web::openapi::scope::FinanceWrite,

@@ -42,12 +42,11 @@ struct CaseBody {
     ),
     responses(
         (status = 200, description = "The case, closed.", body = crate::store::ReconCase),
-        (status = 400, description = "The body is not JSON.", body = crate::web::openapi::ErrorBody),
         (status = 404, description = "No such case.", body = crate::web::openapi::ErrorBody),
         (status = 409, description = "The case is already closed.", body = crate::web::openapi::ErrorBody),
         (status = 422, description = "The note is missing, empty or of the wrong type, or an unknown field.", body = crate::web::openapi::ErrorBody),
         crate::web::openapi::scope::FinanceWrite,
-        crate::web::openapi::JsonBodyRefusals,
+        crate::web::openapi::JsonBodyOnly,
         crate::web::openapi::Unavailable
     ),
     security(("api_key" = ["finance:write"]))
@@ -101,12 +100,11 @@ struct DuplicateBody {
     responses(
         (status = 201, description = "The refund was asked for.", body = crate::store::Refunded),
         (status = 200, description = "The same refund was already asked for.", body = crate::store::Refunded),
-        (status = 400, description = "The body is not JSON.", body = crate::web::openapi::ErrorBody),
         (status = 404, description = "No such case.", body = crate::web::openapi::ErrorBody),
         (status = 409, description = "The charge is not this case's duplicate, or not refundable.", body = crate::web::openapi::ErrorBody),
         (status = 422, description = "`charge_id` is missing or of the wrong type, or an unknown field.", body = crate::web::openapi::ErrorBody),
         crate::web::openapi::scope::FinanceWrite,
-        crate::web::openapi::JsonBodyRefusals,
+        crate::web::openapi::JsonBodyOnly,
         crate::web::openapi::Unavailable
     ),
     security(("api_key" = ["finance:write"]))

@@ -33,9 +33,7 @@ use crate::web::html::{checks, history};
         ("id" = String, Path, description = "The attempt's UUID.")
     ),
     responses(
-        (status = 200, description = "The page.", content_type = "text/html"),
-        (status = 400, description = "`id` is not a UUID.", body = crate::web::openapi::ErrorBody),
-        (status = 404, description = "No such attempt.", content_type = "text/html"),
+        crate::web::openapi::AttemptPage,
         crate::web::openapi::scope::FinanceRead,
         crate::web::openapi::Unavailable
     ),

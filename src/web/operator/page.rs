@@ -185,9 +185,7 @@ fn table(found: &AttemptsPage, s: &Search) -> Markup {
         ("id" = String, Path, description = "The attempt's UUID.")
     ),
     responses(
-        (status = 200, description = "The page.", content_type = "text/html"),
-        (status = 400, description = "`id` is not a UUID.", body = crate::web::openapi::ErrorBody),
-        (status = 404, description = "No such attempt.", content_type = "text/html"),
+        crate::web::openapi::AttemptPage,
         crate::web::openapi::scope::AttemptsRead,
         crate::web::openapi::Unavailable
     ),
