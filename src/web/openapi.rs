@@ -351,21 +351,12 @@ pub(crate) enum JsonBodyRefusals {
     NotJson(ErrorBody),
 }
 
-/// The 400, 413 and 415 of a route whose only header to check is the
-/// body's: not JSON, too large, not `application/json`.
+/// The 400 of a route whose only header to check is the body's (it
+/// goes with [`JsonBodyRefusals`]).
 #[derive(IntoResponses)]
-#[expect(dead_code, reason = "only its descriptions and schemas are used")]
-pub(crate) enum JsonBodyOnly {
-    #[response(status = 400, description = "The body is not JSON.")]
-    NotJson(ErrorBody),
-    #[response(
-        status = 413,
-        description = "The body is larger than the API's limit (16 KiB)."
-    )]
-    TooLarge(ErrorBody),
-    #[response(status = 415, description = "The body is not `application/json`.")]
-    NotJsonType(ErrorBody),
-}
+#[response(status = 400, description = "The body is not JSON.")]
+#[expect(dead_code, reason = "only its description and schema are used")]
+pub(crate) struct NotJson(ErrorBody);
 
 /// The 404 of a route that names an attempt.
 #[derive(IntoResponses)]

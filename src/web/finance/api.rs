@@ -217,7 +217,8 @@ struct CheckNowBody {
         (status = 200, description = "How many were scheduled.", body = crate::finance::BulkCheck),
         (status = 422, description = "A filter is malformed, or an unknown field.", body = crate::web::openapi::ErrorBody),
         crate::web::openapi::scope::FinanceWrite,
-        crate::web::openapi::JsonBodyOnly,
+        crate::web::openapi::NotJson,
+        crate::web::openapi::JsonBodyRefusals,
         crate::web::openapi::Unavailable
     ),
     security(("api_key" = ["finance:write"]))

@@ -46,7 +46,8 @@ struct CaseBody {
         (status = 409, description = "The case is already closed.", body = crate::web::openapi::ErrorBody),
         (status = 422, description = "The note is missing, empty or of the wrong type, or an unknown field.", body = crate::web::openapi::ErrorBody),
         crate::web::openapi::scope::FinanceWrite,
-        crate::web::openapi::JsonBodyOnly,
+        crate::web::openapi::NotJson,
+        crate::web::openapi::JsonBodyRefusals,
         crate::web::openapi::Unavailable
     ),
     security(("api_key" = ["finance:write"]))
@@ -104,7 +105,8 @@ struct DuplicateBody {
         (status = 409, description = "The charge is not this case's duplicate, or not refundable.", body = crate::web::openapi::ErrorBody),
         (status = 422, description = "`charge_id` is missing or of the wrong type, or an unknown field.", body = crate::web::openapi::ErrorBody),
         crate::web::openapi::scope::FinanceWrite,
-        crate::web::openapi::JsonBodyOnly,
+        crate::web::openapi::NotJson,
+        crate::web::openapi::JsonBodyRefusals,
         crate::web::openapi::Unavailable
     ),
     security(("api_key" = ["finance:write"]))
