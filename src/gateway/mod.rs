@@ -18,8 +18,6 @@
 pub mod advice;
 mod choice;
 mod http;
-#[cfg(test)]
-mod list_tests;
 mod record;
 pub mod settlement;
 pub mod stripe;

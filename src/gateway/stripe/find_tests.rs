@@ -42,17 +42,7 @@ async fn scripted(
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    let gw = StripeGateway::new(StripeConfig {
-        api_base: url,
-        secret_key: SecretKey::new("sk_test_scripted_0123"),
-        connect_timeout: Duration::from_millis(500),
-        request_timeout: Duration::from_secs(2),
-        ca_file: None,
-        off_session_retries: true,
-        created_filter: true,
-        find,
-    })
-    .unwrap();
+    let gw = super::tests::scripted_gateway(url, find);
     (gw, s)
 }
 

@@ -12,6 +12,7 @@
 //! and ledger endpoints.
 
 mod failures;
+mod listing;
 mod refunds;
 mod strangers;
 

@@ -87,7 +87,7 @@ impl Fake {
         tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
         Self {
             script,
-            gw: scripted_gateway(url),
+            gw: scripted_gateway(url, FindConfig::default()),
         }
     }
 
@@ -97,8 +97,8 @@ impl Fake {
 }
 
 /// The adapter against a scripted server at `url`, with the key the tests
-/// look for in the `Authorization` header.
-fn scripted_gateway(url: String) -> StripeGateway {
+/// look for in the `Authorization` header, finding lost charges as `find` says.
+pub(super) fn scripted_gateway(url: String, find: FindConfig) -> StripeGateway {
     StripeGateway::new(StripeConfig {
         api_base: url,
         secret_key: SecretKey::new("sk_test_scripted_0123"),
@@ -107,7 +107,7 @@ fn scripted_gateway(url: String) -> StripeGateway {
         ca_file: None,
         off_session_retries: true,
         created_filter: true,
-        find: FindConfig::default(),
+        find,
     })
     .unwrap()
 }

@@ -89,7 +89,7 @@ async fn a_redirect_is_never_followed_and_never_a_decline() {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    let gw = scripted_gateway(url);
+    let gw = scripted_gateway(url, FindConfig::default());
 
     let c = call(Some("pi_7"), false);
     let confirm = gw.charge(&c).await;

@@ -5,29 +5,9 @@
 //! Invariant: each test starts its own simulator and talks to it only over
 //! HTTP (the adapter, or reqwest for `/control/*` and `/ledger`).
 
-use std::time::Duration;
-
 use chrono::{DateTime, TimeDelta, Utc};
-use tokio::net::TcpListener;
-
 use super::*;
-use crate::sim::{self, Faults, Injection, Ledger, LedgerEntry, SimConfig, SimHandle};
-
-type TestResult<T = ()> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
-
-async fn start_sim() -> TestResult<SimHandle> {
-    let listener = TcpListener::bind("127.0.0.1:0").await?;
-    Ok(sim::spawn(listener, SimConfig::default()).await?)
-}
-
-fn gateway(url: String) -> TestResult<HttpGateway> {
-    Ok(HttpGateway::new(HttpGatewayConfig {
-        base_url: url,
-        connect_timeout: Duration::from_millis(500),
-        request_timeout: Duration::from_millis(1500),
-        ca_file: None,
-    })?)
-}
+use crate::sim::{Faults, Injection, LedgerEntry, SimHandle};
 
 fn injection(order: &str, at: DateTime<Utc>) -> Injection {
     Injection {
@@ -53,18 +33,10 @@ async fn inject(sim: &SimHandle, inj: &Injection) -> TestResult<LedgerEntry> {
         .await?)
 }
 
-async fn ledger(sim: &SimHandle) -> TestResult<Ledger> {
-    Ok(reqwest::get(format!("{}/ledger", sim.url()))
-        .await?
-        .error_for_status()?
-        .json()
-        .await?)
-}
-
 #[tokio::test]
 async fn listing_walks_every_page_of_the_half_open_window() -> TestResult {
     let sim = start_sim().await?;
-    let gw = gateway(sim.url())?;
+    let gw = gateway(&sim)?;
     let from = Utc::now() - TimeDelta::hours(1);
     let to = from + TimeDelta::hours(2);
     let edge_in = inject(&sim, &injection("edge-from", from)).await?;
@@ -100,7 +72,7 @@ async fn listing_walks_every_page_of_the_half_open_window() -> TestResult {
 #[tokio::test]
 async fn refunds_are_listed_with_the_charge_they_refund() -> TestResult {
     let sim = start_sim().await?;
-    let gw = gateway(sim.url())?;
+    let gw = gateway(&sim)?;
     let from = Utc::now() - TimeDelta::minutes(5);
     let charge = inject(&sim, &injection("order-r", Utc::now())).await?;
     let refund = Injection {
@@ -132,7 +104,7 @@ async fn refunds_are_listed_with_the_charge_they_refund() -> TestResult {
 #[tokio::test]
 async fn a_failed_listing_is_an_error_never_an_empty_list() -> TestResult {
     let sim = start_sim().await?;
-    let gw = gateway(sim.url())?;
+    let gw = gateway(&sim)?;
     inject(&sim, &injection("order-x", Utc::now())).await?;
     reqwest::Client::new()
         .put(format!("{}/control/faults", sim.url()))
@@ -154,7 +126,7 @@ async fn a_failed_listing_is_an_error_never_an_empty_list() -> TestResult {
     );
     let url = sim.url();
     sim.shutdown().await;
-    let err = gateway(url)?
+    let err = gateway_at(&url)?
         .list(Listed::Refunds, from, to)
         .await
         .unwrap_err();
