@@ -6,6 +6,7 @@
 //! HTTP (the adapter, or reqwest for `/control/*` and `/ledger`).
 
 use chrono::{DateTime, TimeDelta, Utc};
+
 use super::*;
 use crate::sim::{Faults, Injection, LedgerEntry, SimHandle};
 
