@@ -185,8 +185,7 @@ async fn over_http_an_amount_above_the_maximum_is_refused_and_nothing_is_written
     let (status, reply) = post(format!("{}/refunds", web.url), KEY, &body).await;
     assert_eq!(status, 201, "at the maximum: {reply}");
     assert_eq!(db.attempts().await, 3, "two charges and one refund");
-    web.stop().await;
-    db.drop_db().await;
+    finish_web(web, db).await;
 }
 
 const KEY: &str = "5b0c9a8e-1f2d-4c3b-8a7e-6d5c4b3a2f10";

@@ -12,7 +12,6 @@ use cobro::domain::ChargeRequest;
 use cobro::sim::Faults;
 use cobro::state::{Event, State};
 use cobro::store::{CancelError, CancelReason};
-use cobro::webhook::{Scheme, Verifier};
 use common::*;
 
 on_both_backends!(
@@ -33,20 +32,12 @@ async fn post_cancel(web: &Web, order: &str, body: serde_json::Value) -> (u16, s
 }
 
 async fn web(db: &TestDb) -> Web {
-    let v = Verifier::from_env_value(Scheme::StandardWebhooks, &test_secret()).unwrap();
+    let v = test_verifier();
     start_web(&db.store, v).await
 }
 
 async fn paying_by_transfer_cancels_the_scheduled_retry_and_nothing_more_is_charged(b: Backend) {
-    let (db, sim, worker) = rig(
-        b,
-        Faults {
-            p_decline: 1.0,
-            decline_codes: vec!["insufficient_funds".into()],
-            ..Faults::default()
-        },
-    )
-    .await;
+    let (db, sim, worker) = rig(b, declining("insufficient_funds")).await;
     let web = web(&db).await;
     let req = ChargeRequest::parse("transfer-1", 7_500, "USD", None, None).unwrap();
     let first = db.store.enqueue(&req).await.unwrap().attempt_id;
@@ -159,8 +150,7 @@ async fn an_attempt_that_may_have_charged_is_never_cancelled(b: Backend) {
         ),
         "{err}"
     );
-    web.stop().await;
-    db.drop_db().await;
+    finish_web(web, db).await;
 }
 
 async fn an_unsent_attempt_is_cancelled_and_never_sent(b: Backend) {

@@ -15,7 +15,6 @@ use std::time::Duration;
 
 use cobro::domain::ChargeRequest;
 use cobro::gateway::Evidence;
-use cobro::sim::Faults;
 use cobro::state::{Event, State};
 use cobro::store::{Applied, Attempt, CardCaps, Change, RetryError, Store};
 use common::*;
@@ -166,11 +165,7 @@ async fn the_brand_the_simulator_reports_decides_the_caps(b: Backend) {
     init_logs();
     let db = TestDb::new(b).await;
     let s = &db.store;
-    let faults = Faults {
-        p_decline: 1.0,
-        decline_codes: vec!["insufficient_funds".into()],
-        ..Faults::default()
-    };
+    let faults = declining("insufficient_funds");
     let sim = start_sim(true, faults).await;
     let worker = spawn_worker(worker_args(&db.url, &sim.url()));
     let card = "pm_card_mastercard";

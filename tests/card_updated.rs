@@ -112,7 +112,7 @@ async fn an_account_updater_event_pulls_the_retry_forward_in_both_formats(b: Bac
         three_days,
     )
     .await;
-    let v = Verifier::from_env_value(Scheme::StandardWebhooks, &test_secret()).unwrap();
+    let v = test_verifier();
     let web = web_with(&db.store, v.clone()).await;
     let before = metric(&web).await;
     let (status, reply) = post(&web, &v, "evt_upd_1", &sim_event("evt_upd_1", "pm_upd_sim")).await;
@@ -197,13 +197,12 @@ async fn an_account_updater_event_pulls_the_retry_forward_in_both_formats(b: Bac
         let due = due_in(&db.store, &s).await;
         assert!((100..=125).contains(&due), "{kind}: due in {due}s");
     }
-    web.stop().await;
-    db.drop_db().await;
+    finish_web(web, db).await;
 }
 
 async fn the_network_advice_and_the_schedule_bound_the_pull(b: Backend) {
     let db = TestDb::new(b).await;
-    let v = Verifier::from_env_value(Scheme::StandardWebhooks, &test_secret()).unwrap();
+    let v = test_verifier();
     let web = web_with(&db.store, v.clone()).await;
     let three_days = Duration::from_secs(3 * 86_400);
     // Mastercard MAC 25: "retry after 24 hours". The update moves the
@@ -258,8 +257,7 @@ async fn the_network_advice_and_the_schedule_bound_the_pull(b: Backend) {
     .await;
     assert_eq!(reply["outcome"]["result"], "ignored", "{reply}");
     assert!(due_in(&db.store, &never).await > 86_400);
-    web.stop().await;
-    db.drop_db().await;
+    finish_web(web, db).await;
 }
 
 /// The simulator's own account updater: `POST /control/card-updated` makes
@@ -333,6 +331,5 @@ async fn the_simulator_sends_the_card_update_itself(b: Backend) {
         .count();
     assert_eq!(moves, 1);
     sim.shutdown().await;
-    web.stop().await;
-    db.drop_db().await;
+    finish_web(web, db).await;
 }

@@ -35,14 +35,7 @@ async fn enqueue(store: &Store, order: &str, amount: i64) -> Uuid {
 }
 
 async fn seed_test_1_connection_cut_after_the_charge_is_resolved_by_lookup(b: Backend) {
-    let (db, sim, worker) = rig(
-        b,
-        Faults {
-            p_response_lost: 1.0,
-            ..Faults::default()
-        },
-    )
-    .await;
+    let (db, sim, worker) = rig(b, answers_lost()).await;
     let id = enqueue(&db.store, "order-cut", 25_000).await;
 
     let a = settled(&db.store, id, State::Aprobado, Duration::from_secs(20)).await;
@@ -112,15 +105,7 @@ async fn a_lost_request_is_looked_up_then_resent_with_the_same_key(b: Backend) {
 }
 
 async fn lookups_that_keep_failing_give_exactly_five_checks_on_time_then_review(b: Backend) {
-    let (db, sim) = db_and_sim(
-        b,
-        Faults {
-            p_response_lost: 1.0,
-            p_lookup_fail: 1.0,
-            ..Faults::default()
-        },
-    )
-    .await;
+    let (db, sim) = db_and_sim(b, answers_lost_lookups_fail()).await;
     let args = worker_args(&db.url, &sim.url());
     let schedule = CheckSchedule::parse(&args.check_schedule, args.check_jitter).unwrap();
     let worker = spawn_worker(args);
@@ -174,15 +159,7 @@ async fn lookups_that_keep_failing_give_exactly_five_checks_on_time_then_review(
 }
 
 async fn a_decline_is_final_for_the_attempt_and_a_5xx_is_unknown(b: Backend) {
-    let (db, sim, worker) = rig(
-        b,
-        Faults {
-            p_decline: 1.0,
-            decline_codes: vec!["insufficient_funds".into()],
-            ..Faults::default()
-        },
-    )
-    .await;
+    let (db, sim, worker) = rig(b, declining("insufficient_funds")).await;
     let declined = enqueue(&db.store, "order-poor", 1_000).await;
     let a = settled(
         &db.store,

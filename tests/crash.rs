@@ -97,15 +97,8 @@ async fn a_worker_killed_while_en_proceso_is_recovered_after_its_lease_with_one_
     let req = ChargeRequest::parse("order-kill", 12_345, "USD", None, None).unwrap();
     let id = db.store.enqueue(&req).await.unwrap().attempt_id;
 
-    let held = eventually(
-        Duration::from_secs(15),
-        "the victim to take the lease",
-        || async {
-            let (a, _) = db.store.load(id).await.unwrap();
-            (a.state == State::EnProceso).then_some(a)
-        },
-    )
-    .await;
+    // The victim takes the lease.
+    let held = settled(&db.store, id, State::EnProceso, Duration::from_secs(15)).await;
     eventually(Duration::from_secs(5), "the gateway to charge", || async {
         (!ledger(&sim.url()).await.entries.is_empty()).then_some(())
     })
@@ -117,11 +110,7 @@ async fn a_worker_killed_while_en_proceso_is_recovered_after_its_lease_with_one_
 
     // Another worker process takes over once the lease has expired.
     let (mut rescuer, rescuer_log) = spawn_process(&args, "rescuer");
-    let done = eventually(Duration::from_secs(20), "recovery to APROBADO", || async {
-        let (a, _) = db.store.load(id).await.unwrap();
-        (a.state == State::Aprobado).then_some(a)
-    })
-    .await;
+    let done = settled(&db.store, id, State::Aprobado, Duration::from_secs(20)).await;
     let took = killed_at.elapsed();
     let lease_left = (held.lease_expires_at.unwrap() - held.updated_at)
         .to_std()
@@ -175,11 +164,7 @@ async fn sigterm_finishes_the_charge_in_flight_then_exits_zero(b: Backend) {
     let (mut worker, log) = spawn_process(&args, "graceful");
     let req = ChargeRequest::parse("order-term", 500, "EUR", None, None).unwrap();
     let id = db.store.enqueue(&req).await.unwrap().attempt_id;
-    eventually(Duration::from_secs(15), "the charge in flight", || async {
-        let (a, _) = db.store.load(id).await.unwrap();
-        (a.state == State::EnProceso).then_some(())
-    })
-    .await;
+    settled(&db.store, id, State::EnProceso, Duration::from_secs(15)).await;
     sigterm(&worker);
     let status = wait_exit(&mut worker, Duration::from_secs(15)).await;
     let (a, _) = db.store.load(id).await.unwrap();

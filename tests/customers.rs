@@ -13,7 +13,6 @@ use std::time::Duration;
 use cobro::domain::{ChargeRequest, Customer};
 use cobro::state::Event;
 use cobro::store::{Applied, Backend, Change, EnqueueError};
-use cobro::webhook::{Scheme, Verifier};
 use common::*;
 use serde_json::{Value, json};
 
@@ -52,7 +51,7 @@ async fn post(web: &Web, key: &str, body: &Value) -> (u16, Value) {
 
 async fn post_charges_stores_and_shows_the_customer_and_refuses_card_data(b: Backend) {
     let db = TestDb::new(b).await;
-    let v = Verifier::from_env_value(Scheme::StandardWebhooks, &test_secret()).unwrap();
+    let v = test_verifier();
     let web = start_web(&db.store, v).await;
 
     // Card data, or not a token: 422 naming `customer`, nothing written.
@@ -100,8 +99,7 @@ async fn post_charges_stores_and_shows_the_customer_and_refuses_card_data(b: Bac
     assert_eq!(status, 201, "{created}");
     assert!(created.get("customer").is_none(), "{created}");
     assert_eq!(db.attempts().await, 2);
-    web.stop().await;
-    db.drop_db().await;
+    finish_web(web, db).await;
 }
 
 async fn the_rust_api_stores_it_and_a_business_retry_carries_it(b: Backend) {

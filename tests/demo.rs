@@ -4,8 +4,6 @@
 #[macro_use]
 mod common;
 
-use std::process::Command;
-
 use cobro::demo::{DemoOptions, Report, World};
 use common::*;
 
@@ -72,28 +70,7 @@ async fn a_small_fleet_shows_the_naive_overcharge_and_none_for_cobro(b: Backend)
 
 #[test]
 fn the_demo_command_runs_with_no_database_url_on_a_throwaway_sqlite() {
-    let out = Command::new(env!("CARGO_BIN_EXE_cobro"))
-        .args([
-            "demo",
-            "--orders",
-            "40",
-            "--loss",
-            "0.3",
-            "--workers",
-            "2",
-            "--check-schedule",
-            "200ms,400ms,800ms,1600ms,3200ms",
-            "--json",
-        ])
-        .env_remove("DATABASE_URL")
-        .output()
-        .expect("run cobro demo");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("--json report");
+    let report = demo_json(&["--orders", "40", "--loss", "0.3"]);
     assert_eq!(report["database"], "sqlite (throwaway, one file per world)");
     let worlds = report["worlds"].as_array().unwrap();
     assert!(worlds[0]["overcharge_minor"].as_i64().unwrap() > 0);

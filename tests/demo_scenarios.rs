@@ -7,8 +7,6 @@
 #[macro_use]
 mod common;
 
-use std::process::Command;
-
 use cobro::demo::{DemoOptions, Report, Scenario};
 use common::*;
 
@@ -132,28 +130,6 @@ async fn scenario_c_prints_the_seeds_fleet_beside_cobros(b: Backend) {
         assert!(table.contains(shown), "{shown} in\n{table}");
     }
     db.drop_db().await;
-}
-
-fn demo_json(args: &[&str]) -> serde_json::Value {
-    let out = Command::new(env!("CARGO_BIN_EXE_cobro"))
-        .arg("demo")
-        .args(args)
-        .args([
-            "--workers",
-            "2",
-            "--check-schedule",
-            "200ms,400ms,800ms,1600ms,3200ms",
-            "--json",
-        ])
-        .env_remove("DATABASE_URL")
-        .output()
-        .expect("run cobro demo");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).expect("--json report")
 }
 
 #[test]

@@ -43,14 +43,6 @@ impl Drop for Serve {
     }
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_100k_row_export_streams_in_flat_memory() {
     if skip_postgres("a_100k_row_export_streams_in_flat_memory") {

@@ -15,7 +15,6 @@ use cobro::gateway::Evidence;
 use cobro::sim::Faults;
 use cobro::state::{Event, State};
 use cobro::store::{Attempt, Change, Lease, Store};
-use cobro::webhook::{Scheme, Verifier};
 use common::*;
 use serde_json::{Value, json};
 
@@ -194,23 +193,11 @@ async fn an_escalated_attempt_shows_its_evidence_and_is_resolved_once(b: Backend
 
 async fn check_again_now_takes_a_fresh_lookup_through_a_real_worker(b: Backend) {
     // Charged, answer lost, and every lookup fails: the checks run out.
-    let (db, sim) = db_and_sim(
-        b,
-        Faults {
-            p_response_lost: 1.0,
-            p_lookup_fail: 1.0,
-            ..Faults::default()
-        },
-    )
-    .await;
+    let (db, sim) = db_and_sim(b, answers_lost_lookups_fail()).await;
     let worker = spawn_worker(worker_args(&db.url, &sim.url()));
     let req = ChargeRequest::parse("fin-recheck", 4_200, "USD", None, None).unwrap();
     let id = db.store.enqueue(&req).await.unwrap().attempt_id;
-    let review = eventually(Duration::from_secs(30), "EN_REVISION", || async {
-        let (a, _) = db.store.load(id).await.unwrap();
-        (a.state == State::EnRevision).then_some(a)
-    })
-    .await;
+    let review = settled(&db.store, id, State::EnRevision, Duration::from_secs(30)).await;
     assert_eq!(review.check_count, 5);
 
     // The gateway answers again; finance asks for a fresh lookup.
@@ -224,15 +211,7 @@ async fn check_again_now_takes_a_fresh_lookup_through_a_real_worker(b: Backend) 
     };
     let now = finance::resolve(&db.store, &req).await.unwrap();
     assert_eq!(now.state, State::Desconocido);
-    let done = eventually(
-        Duration::from_secs(20),
-        "APROBADO after the recheck",
-        || async {
-            let (a, _) = db.store.load(id).await.unwrap();
-            (a.state == State::Aprobado).then_some(a)
-        },
-    )
-    .await;
+    let done = settled(&db.store, id, State::Aprobado, Duration::from_secs(20)).await;
     assert_eq!(done.send_count, 1, "looked up, never re-sent");
     let log = db.store.transitions(id).await.unwrap();
     let causes: Vec<&str> = log.iter().map(|t| t.cause.as_str()).collect();
@@ -247,7 +226,7 @@ async fn check_again_now_takes_a_fresh_lookup_through_a_real_worker(b: Backend) 
 
 /// The web process with the finance routes and the test keys.
 async fn finance_web(store: &Store) -> Web {
-    let verifier = Verifier::from_env_value(Scheme::StandardWebhooks, &test_secret()).unwrap();
+    let verifier = test_verifier();
     start_web(store, verifier).await
 }
 
@@ -317,15 +296,9 @@ async fn the_api_resolves_as_the_signed_in_person_and_refuses_clearly(b: Backend
     assert_eq!(resp.status(), 403);
 
     // Finance's manual business retry, through the same guards.
-    let resp = http
-        .post(format!("{}/finance/api/attempts/{}/retry", web.url, a.id))
-        .bearer_auth(secret("luis"))
-        .json(&json!({}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), 202);
-    let asked: Value = resp.json().await.unwrap();
+    let retry_url = format!("{}/finance/api/attempts/{}/retry", web.url, a.id);
+    let (status, asked) = post_json(&retry_url, As::Bearer("luis"), &json!({})).await;
+    assert_eq!(status, 202);
     assert_eq!(asked["retry_of"], a.id.to_string());
     assert_eq!(asked["attempt_number"], 2);
     let log = db.store.transitions(a.id).await.unwrap();
@@ -348,16 +321,9 @@ async fn the_api_resolves_as_the_signed_in_person_and_refuses_clearly(b: Backend
         .expect("the retry");
     assert_eq!(retry.idempotency_key.to_string(), asked["idempotency_key"]);
     sim.shutdown().await;
-    let again = http
-        .post(format!("{}/finance/api/attempts/{}/retry", web.url, a.id))
-        .bearer_auth(secret("luis"))
-        .json(&json!({}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(again.status(), 409, "already being retried");
-    web.stop().await;
-    db.drop_db().await;
+    let (again, _) = post_json(&retry_url, As::Bearer("luis"), &json!({})).await;
+    assert_eq!(again, 409, "already being retried");
+    finish_web(web, db).await;
 }
 
 /// Minimal RFC 4180 reader: quoted fields with doubled quotes and line breaks.
@@ -398,12 +364,7 @@ async fn the_csv_export_opens_cleanly_in_a_spreadsheet(b: Backend) {
     )
     .await;
     assert_eq!(resp.status(), 200);
-    assert!(
-        resp.headers()["content-type"]
-            .to_str()
-            .unwrap()
-            .starts_with("text/csv")
-    );
+    assert_content_type(&resp, "text/csv");
     assert!(
         resp.headers()["content-disposition"]
             .to_str()
@@ -436,8 +397,7 @@ async fn the_csv_export_opens_cleanly_in_a_spreadsheet(b: Backend) {
         assert_eq!(r[col("state")], "EN_REVISION");
         assert_eq!(r[col("last_http_status")], "503");
     }
-    web.stop().await;
-    db.drop_db().await;
+    finish_web(web, db).await;
 }
 
 async fn the_daily_summary_is_deterministic_and_counts_right(b: Backend) {
@@ -538,8 +498,7 @@ async fn reconciliation_cases_are_in_the_queue_and_closed_once(b: Backend) {
         "{err}"
     );
     assert!(finance::open_cases(&db.store).await.unwrap().is_empty());
-    web.stop().await;
-    db.drop_db().await;
+    finish_web(web, db).await;
 }
 
 async fn finance_cannot_decide_while_a_worker_is_asking_the_gateway(b: Backend) {

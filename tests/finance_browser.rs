@@ -14,7 +14,6 @@ use std::time::Duration;
 
 use browser::{chromium, replaced, signed_in, start_driver};
 use cobro::state::State;
-use cobro::webhook::{Scheme, Verifier};
 use common::*;
 use fantoccini::Locator;
 
@@ -137,7 +136,7 @@ async fn a_finance_person_lists_opens_and_resolves_an_item_in_a_browser(b: Backe
     };
     let db = TestDb::new(b).await;
     let item = in_review(&db.store, "order-browser-1").await;
-    let verifier = Verifier::from_env_value(Scheme::StandardWebhooks, &test_secret()).unwrap();
+    let verifier = test_verifier();
     let web = start_web(&db.store, verifier).await;
 
     let browser = chromium(&driver).await;
@@ -256,7 +255,6 @@ async fn a_finance_person_lists_opens_and_resolves_an_item_in_a_browser(b: Backe
         (last.actor.as_str(), last.cause.as_str()),
         ("finance:ana", "finance_approved")
     );
-    web.stop().await;
-    db.drop_db().await;
+    finish_web(web, db).await;
     drop(driver);
 }

@@ -10,11 +10,10 @@ mod common;
 use std::collections::HashSet;
 use std::time::Duration;
 
-use cobro::domain::{Amount, ChargeRequest, IdempotencyKey};
+use cobro::domain::ChargeRequest;
 use cobro::finance::{self, Filter, PageRequest};
 use cobro::state::{Event, State};
 use cobro::store::{Applied, Attempt, Change, Store};
-use cobro::webhook::{Scheme, Verifier};
 use common::*;
 use serde_json::{Value, json};
 use uuid::Uuid;
@@ -58,15 +57,7 @@ async fn refund_in_review(store: &Store, order: &str) -> Attempt {
     let a = store.load(id).await.unwrap().0;
     let a = step(store, &a, Event::Claim, None).await;
     let charge = step(store, &a, Event::Approved, None).await;
-    let r = store
-        .request_refund(
-            charge.id,
-            Amount::parse(1_000).unwrap(),
-            IdempotencyKey::generate(),
-            "app",
-        )
-        .await
-        .unwrap();
+    let r = ask_refund(store, charge.id, 1_000, "app").await;
     let refund = store.load(r.refund_id).await.unwrap().0;
     review(store, refund).await
 }
@@ -248,7 +239,7 @@ async fn the_queue_pages_every_row_exactly_once_with_filters(b: Backend) {
     }
 
     // The API: the same pages through `next`, the same total.
-    let verifier = Verifier::from_env_value(Scheme::StandardWebhooks, &test_secret()).unwrap();
+    let verifier = test_verifier();
     let web = start_web(&db.store, verifier).await;
     let mut api_ids = Vec::new();
     let mut url = format!(
@@ -294,8 +285,7 @@ async fn the_queue_pages_every_row_exactly_once_with_filters(b: Backend) {
         !html.contains("id=\"next\""),
         "8 rows fit on one page of 50"
     );
-    web.stop().await;
-    db.drop_db().await;
+    finish_web(web, db).await;
 }
 
 async fn bulk_check_now_schedules_exactly_the_matching_attempts_in_review(b: Backend) {
@@ -383,35 +373,20 @@ async fn bulk_check_now_schedules_exactly_the_matching_attempts_in_review(b: Bac
     );
 
     // The API, as the signed-in person, JSON only.
-    let verifier = Verifier::from_env_value(Scheme::StandardWebhooks, &test_secret()).unwrap();
+    let verifier = test_verifier();
     let web = start_web(&db.store, verifier).await;
     let http = reqwest::Client::new();
-    let resp = http
-        .post(format!("{}/finance/api/check-now", web.url))
-        .bearer_auth(secret("luis"))
-        .json(&json!({"currency": "EUR"}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), 422);
-    assert_eq!(resp.json::<Value>().await.unwrap()["field"], "note");
-    let resp = http
-        .post(format!("{}/finance/api/check-now", web.url))
-        .bearer_auth(secret("agent"))
-        .json(&json!({"currency": "EUR", "note": "x"}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), 403, "finance:read is not enough");
-    let resp = http
-        .post(format!("{}/finance/api/check-now", web.url))
-        .bearer_auth(secret("luis"))
-        .json(&json!({"currency": "EUR", "kind": "charge", "note": "after the incident"}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), 200);
-    let body: Value = resp.json().await.unwrap();
+    let check_now = format!("{}/finance/api/check-now", web.url);
+    let (status, err) =
+        post_json(&check_now, As::Bearer("luis"), &json!({"currency": "EUR"})).await;
+    assert_eq!(status, 422);
+    assert_eq!(err["field"], "note");
+    let body = json!({"currency": "EUR", "note": "x"});
+    let (status, _) = post_json(&check_now, As::Bearer("agent"), &body).await;
+    assert_eq!(status, 403, "finance:read is not enough");
+    let body = json!({"currency": "EUR", "kind": "charge", "note": "after the incident"});
+    let (status, body) = post_json(&check_now, As::Bearer("luis"), &body).await;
+    assert_eq!(status, 200);
     assert_eq!(body["scheduled"], 2, "{body}");
     assert_eq!(body["skipped_desconocido"], 0, "{body}");
     for a in &eur {
@@ -437,8 +412,7 @@ async fn bulk_check_now_schedules_exactly_the_matching_attempts_in_review(b: Bac
         v
     };
     assert_eq!(all_versions, [a_plus(&usd, 1), a_plus(&eur, 1)].concat());
-    web.stop().await;
-    db.drop_db().await;
+    finish_web(web, db).await;
 }
 
 fn a_plus(attempts: &[Attempt], n: i64) -> Vec<i64> {

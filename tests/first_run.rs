@@ -44,11 +44,6 @@ fn one_line_error(out: &Output) -> String {
     lines[0].to_owned()
 }
 
-fn free_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap().port()
-}
-
 /// `cobro serve` with no webhook secrets and the test keys on a free port,
 /// once it answers.
 async fn serve(db_url: &str) -> (Child, String) {
@@ -218,11 +213,7 @@ async fn a_schema_behind_the_binary_is_not_ready(b: Backend) {
             pending: vec![last]
         }
     );
-    let verifier = cobro::webhook::Verifier::from_env_value(
-        cobro::webhook::Scheme::StandardWebhooks,
-        &test_secret(),
-    )
-    .unwrap();
+    let verifier = test_verifier();
     let web = start_web(&db.store, verifier).await;
     let (code, body) = get(&format!("{}/ready", web.url)).await;
     assert_eq!(code, 503, "{body}");
@@ -234,8 +225,7 @@ async fn a_schema_behind_the_binary_is_not_ready(b: Backend) {
     // Liveness: one migration behind (a rolling deploy) is not a dead process.
     let (code, _) = get(&format!("{}/health", web.url)).await;
     assert_eq!(code, 200);
-    web.stop().await;
-    db.drop_db().await;
+    finish_web(web, db).await;
 }
 
 async fn status_watch_prints_one_snapshot_per_interval_into_a_pipe(b: Backend) {

@@ -19,7 +19,6 @@ use std::time::Duration;
 use browser::{chromium, signed_in, start_driver};
 use cobro::domain::ChargeRequest;
 use cobro::state::Event;
-use cobro::webhook::{Scheme, Verifier};
 use common::*;
 use fantoccini::Locator;
 
@@ -51,7 +50,7 @@ async fn another_site_cannot_frame_the_finance_page(b: Backend) {
     let a = step(&db.store, &a, Event::Claim, None).await;
     let a = step(&db.store, &a, Event::Unknown, None).await;
     step(&db.store, &a, Event::ChecksExhausted, None).await;
-    let v = Verifier::from_env_value(Scheme::StandardWebhooks, &test_secret()).unwrap();
+    let v = test_verifier();
     let web = start_web(&db.store, v).await;
     let browser = chromium(&driver).await;
 

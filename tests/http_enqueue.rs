@@ -4,7 +4,6 @@
 #[macro_use]
 mod common;
 
-use cobro::webhook::{Scheme, Verifier};
 use common::*;
 use serde_json::{Value, json};
 
@@ -17,7 +16,7 @@ on_both_backends!(
 const KEY: &str = "6f1c2b3a-4d5e-4f60-8a7b-9c0d1e2f3a4b";
 
 async fn start(db: &TestDb) -> Web {
-    let v = Verifier::from_env_value(Scheme::StandardWebhooks, &test_secret()).unwrap();
+    let v = test_verifier();
     start_web(&db.store, v).await
 }
 
@@ -81,8 +80,7 @@ async fn a_replay_gets_the_original_response_and_a_changed_body_gets_409(b: Back
     assert_eq!(shown["attempt"]["state"], "PENDIENTE");
     assert_eq!(shown["transitions"][0]["cause"], "enqueued");
     assert_eq!(db.attempts().await, 1);
-    web.stop().await;
-    db.drop_db().await;
+    finish_web(web, db).await;
 }
 
 async fn bad_requests_name_what_is_wrong_and_write_nothing(b: Backend) {
@@ -121,8 +119,7 @@ async fn bad_requests_name_what_is_wrong_and_write_nothing(b: Backend) {
         assert!(reply["error"].is_string(), "{reply}");
     }
     assert_eq!(db.attempts().await, 0, "nothing written");
-    web.stop().await;
-    db.drop_db().await;
+    finish_web(web, db).await;
 }
 
 async fn health_says_the_database_answers(b: Backend) {
@@ -132,6 +129,5 @@ async fn health_says_the_database_answers(b: Backend) {
     assert_eq!(resp.status().as_u16(), 200);
     let v: Value = resp.json().await.unwrap();
     assert_eq!(v["ok"], true);
-    web.stop().await;
-    db.drop_db().await;
+    finish_web(web, db).await;
 }

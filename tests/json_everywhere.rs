@@ -14,7 +14,6 @@ mod common;
 
 use cobro::domain::ChargeRequest;
 use cobro::state::{Event, State};
-use cobro::webhook::{Scheme, Verifier};
 use common::*;
 use serde_json::{Value, json};
 
@@ -26,7 +25,7 @@ on_both_backends!(
 );
 
 async fn start(db: &TestDb) -> Web {
-    let v = Verifier::from_env_value(Scheme::StandardWebhooks, &test_secret()).unwrap();
+    let v = test_verifier();
     start_web(&db.store, v).await
 }
 
@@ -177,8 +176,7 @@ async fn every_json_post_refuses_another_content_type_and_writes_nothing(b: Back
         assert_ne!(status, 415, "{path}: {reply}");
     }
     assert_ne!(snapshot(&db, &ids).await, before, "the JSON posts acted");
-    web.stop().await;
-    db.drop_db().await;
+    finish_web(web, db).await;
 }
 
 async fn a_wrong_json_type_is_named_with_the_type_and_writes_nothing(b: Backend) {
@@ -298,8 +296,7 @@ async fn a_wrong_json_type_is_named_with_the_type_and_writes_nothing(b: Backend)
         );
     }
     assert_eq!(snapshot(&db, &ids).await, before, "nothing written");
-    web.stop().await;
-    db.drop_db().await;
+    finish_web(web, db).await;
 }
 
 async fn bodiless_posts_take_no_body_or_an_empty_json_one(b: Backend) {
@@ -366,8 +363,7 @@ async fn bodiless_posts_take_no_body_or_an_empty_json_one(b: Backend) {
     assert_eq!((status, &reply["field"]), (422, &json!("now")), "{reply}");
     let (status, _) = post(&web, "ana", &retry, None, String::new()).await;
     assert_eq!(status, 404, "read as a retry of an unknown attempt");
-    web.stop().await;
-    db.drop_db().await;
+    finish_web(web, db).await;
 }
 
 async fn an_order_id_of_150_accented_letters_is_enqueued_and_found(b: Backend) {
@@ -409,6 +405,5 @@ async fn an_order_id_of_150_accented_letters_is_enqueued_and_found(b: Backend) {
         over["error"],
         "invalid order_id: at most 200 characters, got 201"
     );
-    web.stop().await;
-    db.drop_db().await;
+    finish_web(web, db).await;
 }

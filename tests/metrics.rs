@@ -15,7 +15,6 @@ use cobro::domain::ChargeRequest;
 use cobro::sim::Faults;
 use cobro::state::{Event, State};
 use cobro::store::Store;
-use cobro::webhook::{Scheme, Verifier};
 use common::*;
 use uuid::Uuid;
 
@@ -206,7 +205,7 @@ fn free_port() -> std::net::SocketAddr {
 }
 
 async fn web_for(store: &Store) -> Web {
-    let v = Verifier::from_env_value(Scheme::StandardWebhooks, &test_secret()).unwrap();
+    let v = test_verifier();
     start_web(store, v).await
 }
 
@@ -224,31 +223,19 @@ async fn scrapes_agree_with_the_database_and_count_every_gateway_call(b: Backend
     let a = enqueue(&db.store, "m-approved").await;
     settled(&db.store, a, State::Aprobado, long).await;
     // Declined for good.
-    let faults = Faults {
-        p_decline: 1.0,
-        decline_codes: vec!["card_declined".into()],
-        ..Faults::default()
-    };
+    let faults = declining("card_declined");
     set_faults(&sim.url(), &faults).await;
     let d = enqueue(&db.store, "m-declined").await;
     settled(&db.store, d, State::Rechazado, long).await;
     // Charged, answer lost: DESCONOCIDO, then found by lookup.
-    let faults = Faults {
-        p_response_lost: 1.0,
-        ..Faults::default()
-    };
+    let faults = answers_lost();
     set_faults(&sim.url(), &faults).await;
     let c = enqueue(&db.store, "m-lost-answer").await;
     settled(&db.store, c, State::Aprobado, long).await;
-    let path: Vec<String> = db
-        .store
-        .transitions(c)
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|t| t.to_state)
-        .collect();
-    assert_eq!(path, ["PENDIENTE", "EN_PROCESO", "DESCONOCIDO", "APROBADO"]);
+    assert_eq!(
+        path(&db.store, c).await,
+        ["PENDIENTE", "EN_PROCESO", "DESCONOCIDO", "APROBADO"]
+    );
     // Request lost: DESCONOCIDO, not found, re-sent with the same key.
     let faults = Faults {
         p_request_lost: 1.0,
@@ -266,11 +253,7 @@ async fn scrapes_agree_with_the_database_and_count_every_gateway_call(b: Backend
             >= 2
     );
     // The gateway stops answering: DESCONOCIDO for a while, then EN_REVISION.
-    let faults = Faults {
-        p_response_lost: 1.0,
-        p_lookup_fail: 1.0,
-        ..Faults::default()
-    };
+    let faults = answers_lost_lookups_fail();
     set_faults(&sim.url(), &faults).await;
     let u = enqueue(&db.store, "m-unknown").await;
     settled(&db.store, u, State::Desconocido, long).await;
@@ -535,8 +518,7 @@ async fn double_approved_orders_and_open_cases_are_counted_from_the_rows(b: Back
     assert_eq!(s.get("cobro_database_up", &[]), 0.0);
     assert_eq!(s.matching("cobro_attempts", &[]).count(), 0);
 
-    web.stop().await;
-    db.drop_db().await;
+    finish_web(web, db).await;
 }
 
 #[test]
@@ -592,6 +574,5 @@ async fn the_on_call_gauges_read_the_rows(b: Backend) {
     assert_eq!(s.get("cobro_cases_open", &[("kind", "dispute")]), 1.0);
     assert_eq!(s.get("cobro_cases_open", &[("kind", "double_charge")]), 0.0);
     assert_eq!(s.get("cobro_notices_pending", &[]), 1.0);
-    web.stop().await;
-    db.drop_db().await;
+    finish_web(web, db).await;
 }

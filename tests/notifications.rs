@@ -7,7 +7,7 @@ mod common;
 
 use std::time::Duration;
 
-use cobro::domain::{Amount, ChargeRequest, IdempotencyKey};
+use cobro::domain::ChargeRequest;
 use cobro::sim::Faults;
 use cobro::state::State;
 use common::*;
@@ -56,16 +56,7 @@ async fn one_listener_per_process_wakes_both_queues() {
         let req = ChargeRequest::parse(order, 3_000, "USD", None, Some("pm_test_visa")).unwrap();
         let id = db.store.enqueue(&req).await.unwrap().attempt_id;
         settled(&db.store, id, State::Aprobado, Duration::from_secs(5)).await;
-        let refund = db
-            .store
-            .request_refund(
-                id,
-                Amount::parse(1_000).unwrap(),
-                IdempotencyKey::generate(),
-                "app",
-            )
-            .await
-            .unwrap();
+        let refund = ask_refund(&db.store, id, 1_000, "app").await;
         settled(
             &db.store,
             refund.refund_id,

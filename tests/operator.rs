@@ -10,7 +10,6 @@ mod common;
 mod operator_seed;
 
 use cobro::store::Attempt;
-use cobro::webhook::{Scheme, Verifier};
 use common::*;
 use operator_seed::{ids, seed};
 use serde_json::Value;
@@ -21,7 +20,7 @@ on_both_backends!(
 );
 
 async fn start(db: &TestDb) -> Web {
-    let verifier = Verifier::from_env_value(Scheme::StandardWebhooks, &test_secret()).unwrap();
+    let verifier = test_verifier();
     start_web(&db.store, verifier).await
 }
 

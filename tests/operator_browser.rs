@@ -18,7 +18,6 @@ use std::time::Duration;
 use browser::{chromium, replaced, signed_in, start_driver};
 use cobro::domain::ChargeRequest;
 use cobro::state::Event;
-use cobro::webhook::{Scheme, Verifier};
 use common::*;
 use fantoccini::{Client, Locator};
 
@@ -53,7 +52,7 @@ async fn an_operator_searches_an_order_and_reads_its_history_while_paused(b: Bac
         .set_sending_paused(true, "api:ana", Some("INC-7 gateway double-charges"))
         .await
         .unwrap();
-    let verifier = Verifier::from_env_value(Scheme::StandardWebhooks, &test_secret()).unwrap();
+    let verifier = test_verifier();
     let web = start_web(&db.store, verifier).await;
     let browser = chromium(&driver).await;
 
@@ -158,7 +157,6 @@ async fn an_operator_searches_an_order_and_reads_its_history_while_paused(b: Bac
         "no banner once resumed"
     );
     browser.close().await.unwrap();
-    web.stop().await;
-    db.drop_db().await;
+    finish_web(web, db).await;
     drop(driver);
 }

@@ -13,7 +13,6 @@ use std::time::Duration;
 use cobro::domain::ChargeRequest;
 use cobro::state::{Event, State};
 use cobro::store::{Attempt, Store};
-use cobro::webhook::{Scheme, Verifier};
 use common::*;
 
 on_both_backends!(
@@ -24,10 +23,6 @@ on_both_backends!(
 
 const COOKIE_A: &str = "cobro_signin=aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
 const COOKIE_B: &str = "cobro_signin=bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb";
-
-fn verifier() -> Verifier {
-    Verifier::from_env_value(Scheme::StandardWebhooks, &test_secret()).unwrap()
-}
 
 async fn in_review(store: &Store, order: &str) -> Attempt {
     let req = ChargeRequest::parse(order, 1_000, "USD", None, Some("pm_test")).unwrap();
@@ -40,7 +35,7 @@ async fn in_review(store: &Store, order: &str) -> Attempt {
 
 async fn pages_forbid_framing_and_escape_markup(b: Backend) {
     let db = TestDb::new(b).await;
-    let web = start_web(&db.store, verifier()).await;
+    let web = start_web(&db.store, test_verifier()).await;
     let http = no_redirects();
     let evil = "<script>alert(1)</script>\"'&";
     let a = in_review(&db.store, evil).await;
@@ -103,12 +98,7 @@ async fn pages_forbid_framing_and_escape_markup(b: Backend) {
         .await
         .unwrap();
     assert_eq!(css.status(), 200);
-    assert!(
-        css.headers()["content-type"]
-            .to_str()
-            .unwrap()
-            .starts_with("text/css")
-    );
+    assert_content_type(&css, "text/css");
     assert_eq!(css.headers()["x-frame-options"], "DENY");
     let health = http
         .get(format!("{}/health", web.url))
@@ -116,8 +106,7 @@ async fn pages_forbid_framing_and_escape_markup(b: Backend) {
         .await
         .unwrap();
     assert_eq!(health.headers()["x-content-type-options"], "nosniff");
-    web.stop().await;
-    db.drop_db().await;
+    finish_web(web, db).await;
 }
 
 /// The form token on `path`'s page as `cookie`'s sign-in sees it.
@@ -138,7 +127,7 @@ async fn token(http: &reqwest::Client, url: &str, path: &str, cookie: &str) -> S
 
 async fn form_tokens_are_bound_to_a_sign_in_and_expire(b: Backend) {
     let db = TestDb::new(b).await;
-    let mut cfg = web_config(&db.store, verifier());
+    let mut cfg = web_config(&db.store, test_verifier());
     cfg.finance.form_token_ttl = Duration::from_secs(1);
     let web = start_web_cfg(cfg).await;
     let http = no_redirects();
@@ -242,13 +231,12 @@ async fn form_tokens_are_bound_to_a_sign_in_and_expire(b: Backend) {
     let resp = post(COOKIE_A, fresh).await;
     assert_eq!(resp.status(), 303, "{}", resp.text().await.unwrap());
     assert_eq!(db.store.load(a.id).await.unwrap().0.state, State::Aprobado);
-    web.stop().await;
-    db.drop_db().await;
+    finish_web(web, db).await;
 }
 
 async fn the_landing_page_asks_for_credentials_and_links_what_the_key_may_see(b: Backend) {
     let db = TestDb::new(b).await;
-    let web = start_web(&db.store, verifier()).await;
+    let web = start_web(&db.store, test_verifier()).await;
     let http = no_redirects();
     let anonymous = http.get(format!("{}/", web.url)).send().await.unwrap();
     assert_eq!(anonymous.status(), 401);
@@ -324,6 +312,5 @@ async fn the_landing_page_asks_for_credentials_and_links_what_the_key_may_see(b:
         text.contains("finance:read") && text.contains("attempts:read"),
         "{text}"
     );
-    web.stop().await;
-    db.drop_db().await;
+    finish_web(web, db).await;
 }

@@ -10,7 +10,6 @@ mod common;
 
 use std::collections::HashSet;
 
-use cobro::webhook::{Scheme, Verifier};
 use common::*;
 use serde_json::Value;
 
@@ -18,10 +17,6 @@ on_both_backends!(
     open_cases_are_paged_and_pages_stay_small,
     the_csv_streams_every_row_once_across_pages,
 );
-
-fn verifier() -> Verifier {
-    Verifier::from_env_value(Scheme::StandardWebhooks, &test_secret()).unwrap()
-}
 
 const CASES: i64 = 30_000;
 
@@ -47,7 +42,7 @@ async fn open_cases_are_paged_and_pages_stay_small(b: Backend) {
     )
     .await
     .unwrap();
-    let web = start_web(&db.store, verifier()).await;
+    let web = start_web(&db.store, test_verifier()).await;
     let http = no_redirects();
     let get = |path: String| {
         let http = http.clone();
@@ -116,14 +111,7 @@ async fn open_cases_are_paged_and_pages_stay_small(b: Backend) {
         }
     }
     assert_eq!(last, CASES);
-    let all: HashSet<i64> = db
-        .store
-        .open_cases()
-        .await
-        .unwrap()
-        .iter()
-        .map(|c| c.id)
-        .collect();
+    let all: HashSet<i64> = open_case_ids(&db.store).await.into_iter().collect();
     assert_eq!(seen, all, "paging reached every open case");
 
     // A page larger than the maximum, or a forged cursor: 422 naming it.
@@ -142,8 +130,7 @@ async fn open_cases_are_paged_and_pages_stay_small(b: Backend) {
         assert_eq!(status, 422, "{field}: {body}");
         assert!(body.contains(&format!("\"{field}\"")), "{body}");
     }
-    web.stop().await;
-    db.drop_db().await;
+    finish_web(web, db).await;
 }
 
 /// More rows than one page of the export (1,000): the CSV is read page by
@@ -170,7 +157,7 @@ async fn the_csv_streams_every_row_once_across_pages(b: Backend) {
     )
     .await
     .unwrap();
-    let web = start_web(&db.store, verifier()).await;
+    let web = start_web(&db.store, test_verifier()).await;
     let http = no_redirects();
     let resp = http
         .get(format!("{}/finance/escalations.csv", web.url))
@@ -208,6 +195,5 @@ async fn the_csv_streams_every_row_once_across_pages(b: Backend) {
         .unwrap();
     assert_eq!(bad.status(), 422);
     assert!(bad.text().await.unwrap().contains("\"state\""));
-    web.stop().await;
-    db.drop_db().await;
+    finish_web(web, db).await;
 }

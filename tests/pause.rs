@@ -11,7 +11,6 @@ use std::time::Duration;
 use cobro::domain::ChargeRequest;
 use cobro::sim::Faults;
 use cobro::state::State;
-use cobro::webhook::{Scheme, Verifier};
 use common::*;
 
 on_both_backends!(pausing_stops_new_charges_lookups_go_on_and_resume_sends_once);
@@ -28,19 +27,12 @@ async fn post(
 async fn pausing_stops_new_charges_lookups_go_on_and_resume_sends_once(b: Backend) {
     // Every answer is lost after the charge: an attempt goes DESCONOCIDO
     // and its lookup (2 s later) finds the charge.
-    let (db, sim) = db_and_sim(
-        b,
-        Faults {
-            p_response_lost: 1.0,
-            ..Faults::default()
-        },
-    )
-    .await;
+    let (db, sim) = db_and_sim(b, answers_lost()).await;
     let mut args = worker_args(&db.url, &sim.url());
     args.check_schedule = "2s,2s,2s,2s,2s".into();
     args.check_jitter = 0.0;
     let worker = spawn_worker(args);
-    let v = Verifier::from_env_value(Scheme::StandardWebhooks, &test_secret()).unwrap();
+    let v = test_verifier();
     let web = start_web(&db.store, v).await;
 
     let in_doubt = ChargeRequest::parse("pause-doubt", 1_100, "EUR", None, None).unwrap();

@@ -14,7 +14,6 @@ use std::time::Duration;
 
 use cobro::sim::Faults;
 use cobro::state::State;
-use cobro::webhook::{Scheme, Verifier};
 use common::*;
 use declines::*;
 use serde_json::{Value, json};
@@ -28,11 +27,7 @@ async fn post_method(web: &Web, key: &str, order: &str, body: Value) -> (u16, Va
 
 async fn the_next_retry_charges_the_new_payment_method_and_refusals_name_the_field(b: Backend) {
     let (db, sim, worker) = rig(b, Faults::default()).await;
-    let web = start_web(
-        &db.store,
-        Verifier::from_env_value(Scheme::StandardWebhooks, &test_secret()).unwrap(),
-    )
-    .await;
+    let web = start_web(&db.store, test_verifier()).await;
     decline_with(&sim.url(), "insufficient_funds").await;
     let first = declined(&db.store, "pm-1", Some("pm_card_old")).await;
     assert!(

@@ -11,7 +11,7 @@ mod common;
 use std::time::Duration;
 
 use chrono::{TimeDelta, Utc};
-use cobro::domain::{Amount, ChargeRequest, IdempotencyKey};
+use cobro::domain::ChargeRequest;
 use cobro::gateway::HttpGateway;
 use cobro::recon::{CaseKind, ReconError, Report, Window, reconcile};
 use cobro::sim::{Faults, Injection, LedgerEntry, RefundEntry};
@@ -109,16 +109,7 @@ async fn a_clean_window_opens_nothing_and_a_rerun_nothing_new(b: Backend) {
     for a in &charges {
         settled(&db.store, a.id, State::Aprobado, Duration::from_secs(20)).await;
     }
-    let refund = db
-        .store
-        .request_refund(
-            charges[0].id,
-            Amount::parse(250).unwrap(),
-            IdempotencyKey::generate(),
-            "test",
-        )
-        .await
-        .unwrap();
+    let refund = ask_refund(&db.store, charges[0].id, 250, "test").await;
     settled(
         &db.store,
         refund.refund_id,
@@ -298,16 +289,7 @@ async fn refund_discrepancies_open_one_case_each(b: Backend) {
     )
     .await;
     // A refund APROBADO here that the gateway never made.
-    let asked = db
-        .store
-        .request_refund(
-            charge.id,
-            Amount::parse(300).unwrap(),
-            IdempotencyKey::generate(),
-            "test",
-        )
-        .await
-        .unwrap();
+    let asked = ask_refund(&db.store, charge.id, 300, "test").await;
     let ghost = db.store.load(asked.refund_id).await.unwrap().0;
     let ghost = step(&db.store, &ghost, Event::Claim, None).await;
     step(&db.store, &ghost, Event::Approved, Some("re_ghost")).await;

@@ -12,7 +12,6 @@ use cobro::domain::{Amount, ChargeRequest, IdempotencyKey};
 use cobro::sim::Faults;
 use cobro::state::{Event, State};
 use cobro::store::{Attempt, RefundError, Store};
-use cobro::webhook::{Scheme, Verifier};
 use common::*;
 use serde_json::{Value, json};
 use uuid::Uuid;
@@ -248,14 +247,7 @@ async fn a_lost_refund_response_is_looked_up_and_refunded_once(b: Backend) {
     .await;
 
     // The gateway refunds, then the response is lost.
-    set_faults(
-        &sim.url(),
-        &Faults {
-            p_response_lost: 1.0,
-            ..Faults::default()
-        },
-    )
-    .await;
+    set_faults(&sim.url(), &answers_lost()).await;
     let key = IdempotencyKey::generate();
     let asked = db
         .store
@@ -269,15 +261,10 @@ async fn a_lost_refund_response_is_looked_up_and_refunded_once(b: Backend) {
         Duration::from_secs(20),
     )
     .await;
-    let path: Vec<String> = db
-        .store
-        .transitions(r.id)
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|t| t.to_state)
-        .collect();
-    assert_eq!(path, ["PENDIENTE", "EN_PROCESO", "DESCONOCIDO", "APROBADO"]);
+    assert_eq!(
+        path(&db.store, r.id).await,
+        ["PENDIENTE", "EN_PROCESO", "DESCONOCIDO", "APROBADO"]
+    );
     let log = db.store.transitions(r.id).await.unwrap();
     assert_eq!(log[2].error_kind.as_deref(), Some("connection_closed"));
     assert_eq!(log[3].cause, "lookup_approved");
@@ -323,11 +310,7 @@ async fn a_lost_refund_request_is_resent_with_the_same_key(b: Backend) {
         },
     )
     .await;
-    let asked = db
-        .store
-        .request_refund(charge.id, amount(2_500), IdempotencyKey::generate(), "app")
-        .await
-        .unwrap();
+    let asked = ask_refund(&db.store, charge.id, 2_500, "app").await;
     settled(
         &db.store,
         asked.refund_id,
@@ -367,7 +350,7 @@ async fn a_lost_refund_request_is_resent_with_the_same_key(b: Backend) {
 
 async fn refunds_over_http_with_an_idempotency_key(b: Backend) {
     let db = TestDb::new(b).await;
-    let verifier = Verifier::from_env_value(Scheme::StandardWebhooks, &test_secret()).unwrap();
+    let verifier = test_verifier();
     let web = start_web(&db.store, verifier).await;
     let charge = approved_charge(&db.store, "r-http", 1_000).await;
     let pending = pending_charge(&db.store, "r-http-2", 1_000).await;
@@ -399,19 +382,15 @@ async fn refunds_over_http_with_an_idempotency_key(b: Backend) {
     );
     assert_eq!(db.store.refunds_of(charge.id).await.unwrap().len(), 1);
 
-    let shown: Value = client
-        .get(format!(
+    let shown: Value = get_json(
+        &format!(
             "{}/refunds/{}",
             web.url,
             first["refund_id"].as_str().unwrap()
-        ))
-        .bearer_auth(secret("app"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+        ),
+        As::Bearer("app"),
+    )
+    .await;
     assert_eq!(shown["attempt"]["kind"], "refund");
     assert_eq!(
         shown["transitions"][0]["actor"], "api:app",
@@ -480,6 +459,5 @@ async fn refunds_over_http_with_an_idempotency_key(b: Backend) {
         1,
         "no refused request wrote anything"
     );
-    web.stop().await;
-    db.drop_db().await;
+    finish_web(web, db).await;
 }

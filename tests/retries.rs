@@ -169,15 +169,7 @@ async fn the_maximum_number_of_attempts_is_respected(b: Backend) {
 }
 
 async fn a_retryable_decline_is_retried_later_with_a_new_key_and_a_final_one_never(b: Backend) {
-    let (db, sim, worker) = rig(
-        b,
-        Faults {
-            p_decline: 1.0,
-            decline_codes: vec!["insufficient_funds".into()],
-            ..Faults::default()
-        },
-    )
-    .await;
+    let (db, sim, worker) = rig(b, declining("insufficient_funds")).await;
     let req = ChargeRequest::parse("later-1", 7_500, "USD", None, None).unwrap();
     let first = db.store.enqueue(&req).await.unwrap().attempt_id;
     let a = eventually(Duration::from_secs(10), "the decline", || async {
@@ -195,14 +187,7 @@ async fn a_retryable_decline_is_retried_later_with_a_new_key_and_a_final_one_nev
     // A day passes (the database's clock is the injectable one), and the
     // gateway would now approve.
     set_faults(&sim.url(), &Faults::default()).await;
-    db.exec(
-        "UPDATE cobro.payment_attempts SET next_action_at = now() WHERE id = $1::uuid",
-        "UPDATE payment_attempts SET next_action_at = 0 WHERE id = ?1",
-        &[&first.to_string()],
-    )
-    .await
-    .unwrap();
-    db.store.wake(first).await.unwrap();
+    retry_now(&db, first).await;
     let attempts = eventually(
         Duration::from_secs(15),
         "the retry to be approved",
@@ -239,22 +224,10 @@ async fn a_retryable_decline_is_retried_later_with_a_new_key_and_a_final_one_nev
     );
 
     // A final decline is never retried.
-    set_faults(
-        &sim.url(),
-        &Faults {
-            p_decline: 1.0,
-            decline_codes: vec!["stolen_card".into()],
-            ..Faults::default()
-        },
-    )
-    .await;
+    set_faults(&sim.url(), &declining("stolen_card")).await;
     let req = ChargeRequest::parse("final-1", 7_500, "USD", None, None).unwrap();
     let id = db.store.enqueue(&req).await.unwrap().attempt_id;
-    let a = eventually(Duration::from_secs(10), "the final decline", || async {
-        let (a, _) = db.store.load(id).await.unwrap();
-        (a.state == State::Rechazado).then_some(a)
-    })
-    .await;
+    let a = settled(&db.store, id, State::Rechazado, Duration::from_secs(10)).await;
     assert_eq!(a.decline_code.as_deref(), Some("stolen_card"));
     assert_eq!(
         a.next_action_at, None,

@@ -107,11 +107,7 @@ async fn reviewed_then_gateway_answers(b: Backend, faults: Faults) -> (TestDb, U
 }
 
 async fn the_janitor_settles_an_attempt_the_gateway_approved_later(b: Backend) {
-    let faults = Faults {
-        p_response_lost: 1.0,
-        p_lookup_fail: 1.0,
-        ..Faults::default()
-    };
+    let faults = answers_lost_lookups_fail();
     let (db, id, done) = reviewed_then_gateway_answers(b, faults).await;
     assert_eq!(done.state, State::Aprobado);
     assert!(done.gateway_charge_id.is_some());
@@ -282,15 +278,7 @@ async fn not_found_stays_in_review_and_the_next_check_follows_the_schedule(b: Ba
 
 async fn past_the_key_lifetime_the_janitor_reads_the_listing_and_never_resends(b: Backend) {
     // Charged, answer lost; every lookup by key fails. The listing works.
-    let (db, sim) = db_and_sim(
-        b,
-        Faults {
-            p_response_lost: 1.0,
-            p_lookup_fail: 1.0,
-            ..Faults::default()
-        },
-    )
-    .await;
+    let (db, sim) = db_and_sim(b, answers_lost_lookups_fail()).await;
     // The gateway keeps keys 1 s: the janitor's first check (2.5 s after
     // review) is past it.
     let e = engine(&db.store, &sim.url(), Duration::from_secs(1));

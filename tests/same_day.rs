@@ -16,7 +16,6 @@ use cobro::recon::{Intraday, ReconcileArgs, ReconcileAt};
 use cobro::sim::{Faults, LedgerEntry};
 use cobro::state::State;
 use cobro::store::{ReconCase, Store};
-use cobro::webhook::{Scheme, Verifier};
 use common::*;
 use serde_json::{Value, json};
 
@@ -84,15 +83,8 @@ async fn a_double_charge_is_found_the_same_day_and_its_duplicate_refunded_once(b
 
     // Finance refunds the duplicate from the case; the gateway executes the
     // refund and its answer is lost.
-    set_faults(
-        &sim.url(),
-        &Faults {
-            p_response_lost: 1.0,
-            ..Faults::default()
-        },
-    )
-    .await;
-    let verifier = Verifier::from_env_value(Scheme::StandardWebhooks, &test_secret()).unwrap();
+    set_faults(&sim.url(), &answers_lost()).await;
+    let verifier = test_verifier();
     let web = start_web(&db.store, verifier).await;
     let http = reqwest::Client::new();
     let refund_duplicate = |who: &'static str, charge: String| {

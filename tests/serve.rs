@@ -15,14 +15,6 @@ use serde_json::json;
 
 on_both_backends!(the_public_listener_serves_only_webhooks_and_health);
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 fn serve(db_url: &str, env: &[(&str, String)]) -> Child {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_cobro"));
     cmd.arg("serve")

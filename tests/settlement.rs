@@ -266,22 +266,13 @@ async fn a_payout_that_does_not_add_up_opens_one_payout_mismatch(b: Backend) {
     assert_eq!((again.opened, again.already_open), (0, 1));
 
     // Finance downloads them: signed in, a CSV; a bad window names its field.
-    let verifier = cobro::webhook::Verifier::from_env_value(
-        cobro::webhook::Scheme::StandardWebhooks,
-        &test_secret(),
-    )
-    .unwrap();
+    let verifier = test_verifier();
     let web = start_web(&db.store, verifier).await;
     let http = reqwest::Client::new();
     let url = format!("{}/finance/settlements.csv", web.url);
     let resp = get_as(&url, As::Basic("ana")).await;
     assert_eq!(resp.status(), 200);
-    assert!(
-        resp.headers()["content-type"]
-            .to_str()
-            .unwrap()
-            .starts_with("text/csv")
-    );
+    assert_content_type(&resp, "text/csv");
     let text = resp.text().await.unwrap();
     assert_eq!(text.matches(&payout).count(), 2, "{text}");
     assert!(

@@ -15,7 +15,7 @@ mod common;
 use std::collections::HashMap;
 use std::time::Duration;
 
-use cobro::domain::{Amount, ChargeRequest, IdempotencyKey, PaymentMethod};
+use cobro::domain::{ChargeRequest, PaymentMethod};
 use cobro::sim::{Faults, ProxyStats, SimConfig, SimHandle, Upstream};
 use cobro::state::State;
 use common::*;
@@ -367,34 +367,10 @@ async fn a_refund_whose_answer_is_lost_is_one_refund(b: Backend) {
     let approved = settled(&db.store, charge, State::Aprobado, Duration::from_secs(30)).await;
     let pi = approved.gateway_charge_id.clone().unwrap();
     // From now on every answer to a POST is lost after localstripe ran it.
-    set_faults(
-        &proxy.url(),
-        &Faults {
-            p_response_lost: 1.0,
-            ..Faults::default()
-        },
-    )
-    .await;
-    let refund = db
-        .store
-        .request_refund(
-            charge,
-            Amount::parse(2_500).unwrap(),
-            IdempotencyKey::generate(),
-            "app",
-        )
-        .await
-        .unwrap()
-        .refund_id;
+    set_faults(&proxy.url(), &answers_lost()).await;
+    let refund = ask_refund(&db.store, charge, 2_500, "app").await.refund_id;
     let done = settled(&db.store, refund, State::Aprobado, Duration::from_secs(30)).await;
-    let causes: Vec<String> = db
-        .store
-        .transitions(refund)
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|t| t.cause)
-        .collect();
+    let causes = causes(&db.store, refund).await;
     assert!(causes.contains(&"gateway_unknown".to_owned()), "{causes:?}");
     assert_eq!(
         causes.last().map(String::as_str),

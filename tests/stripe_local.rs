@@ -59,16 +59,8 @@ async fn a_charge_is_one_succeeded_payment_intent_recorded_before_its_confirm(b:
             .expect("the PaymentIntent is on the attempt");
         assert!(pi.starts_with("pi_"), "{pi}");
         assert_eq!(a.gateway_charge_id.as_deref(), Some(pi.as_str()));
-        let causes: Vec<String> = db
-            .store
-            .transitions(*id)
-            .await
-            .unwrap()
-            .into_iter()
-            .map(|t| t.cause)
-            .collect();
         assert_eq!(
-            causes,
+            causes(&db.store, *id).await,
             [
                 "enqueued",
                 "claim",

@@ -126,8 +126,7 @@ async fn a_webhook_from_localstripe_settles_a_desconocido_attempt_once(b: Backen
         )
         .await;
     assert_eq!(applied, 1);
-    web.stop().await;
-    db.drop_db().await;
+    finish_web(web, db).await;
 }
 
 /// `charge.dispute.created` (localstripe does not make disputes: signed
@@ -165,8 +164,7 @@ async fn a_dispute_opens_a_case_for_finance_once(b: Backend) {
     assert_eq!(disputes.len(), 1, "{cases:?}");
     assert_eq!(disputes[0].attempt_id, Some(id));
     assert_eq!(disputes[0].order_id.as_deref(), Some("ord-dispute"));
-    web.stop().await;
-    db.drop_db().await;
+    finish_web(web, db).await;
 }
 
 /// A PaymentIntent event whose object carries no cobro metadata (Stripe
@@ -200,6 +198,5 @@ async fn an_event_without_cobros_metadata_finds_its_attempt_by_payment_intent(b:
     assert!(answer.contains("applied"), "{answer}");
     let a = settled(&db.store, id, State::Aprobado, Duration::from_secs(5)).await;
     assert_eq!(a.gateway_charge_id.as_deref(), Some(pi.as_str()));
-    web.stop().await;
-    db.drop_db().await;
+    finish_web(web, db).await;
 }

@@ -10,7 +10,6 @@ mod common;
 
 use cobro::domain::ChargeRequest;
 use cobro::state::{Event, State};
-use cobro::webhook::{Scheme, Verifier};
 use common::*;
 use serde_json::{Value, json};
 
@@ -25,7 +24,7 @@ on_both_backends!(
 const KEY: &str = "6f1c2b3a-4d5e-4f60-8a7b-9c0d1e2f3a4b";
 
 async fn start(db: &TestDb) -> Web {
-    let v = Verifier::from_env_value(Scheme::StandardWebhooks, &test_secret()).unwrap();
+    let v = test_verifier();
     start_web(&db.store, v).await
 }
 
@@ -84,8 +83,7 @@ async fn charges_refuse_an_unknown_field_and_write_nothing(b: Backend) {
     .await;
     assert_eq!(status, 201, "{created}");
     assert_eq!(created["payment_method"], "pm_card_visa");
-    web.stop().await;
-    db.drop_db().await;
+    finish_web(web, db).await;
 }
 
 async fn refunds_refuse_an_unknown_field_and_write_nothing(b: Backend) {
@@ -105,8 +103,7 @@ async fn refunds_refuse_an_unknown_field_and_write_nothing(b: Backend) {
     .await;
     assert_unknown(&got, "reason", "attempt_id, amount_minor");
     assert_eq!(db.attempts().await, 1, "no refund attempt");
-    web.stop().await;
-    db.drop_db().await;
+    finish_web(web, db).await;
 }
 
 async fn an_orders_cancel_and_payment_method_refuse_an_unknown_field(b: Backend) {
@@ -136,8 +133,7 @@ async fn an_orders_cancel_and_payment_method_refuse_an_unknown_field(b: Backend)
     assert_eq!(a.state, State::Pendiente, "not cancelled");
     assert_eq!(a.payment_method.as_deref(), Some("pm_old"), "not changed");
     assert_eq!(path(&db.store, id).await, ["PENDIENTE"]);
-    web.stop().await;
-    db.drop_db().await;
+    finish_web(web, db).await;
 }
 
 async fn the_incident_switch_refuses_an_unknown_field(b: Backend) {
@@ -155,8 +151,7 @@ async fn the_incident_switch_refuses_an_unknown_field(b: Backend) {
         db.store.pause_state().await.unwrap().is_none(),
         "the switch was never set"
     );
-    web.stop().await;
-    db.drop_db().await;
+    finish_web(web, db).await;
 }
 
 async fn finances_api_refuses_an_unknown_field_and_moves_nothing(b: Backend) {
@@ -214,6 +209,5 @@ async fn finances_api_refuses_an_unknown_field_and_moves_nothing(b: Backend) {
     assert_eq!(now.version, a.version, "nothing moved");
     assert_eq!(now.next_action_at, a.next_action_at, "no check pulled");
     assert_eq!(db.attempts().await, 1, "no refund");
-    web.stop().await;
-    db.drop_db().await;
+    finish_web(web, db).await;
 }

@@ -70,16 +70,6 @@ fn signed(v: &Verifier, id: &str, body: &[u8]) -> Vec<(String, String)> {
     v.sign(id, chrono::Utc::now().timestamp(), body)
 }
 
-async fn causes(store: &Store, id: Uuid) -> Vec<String> {
-    store
-        .transitions(id)
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|t| t.cause)
-        .collect()
-}
-
 async fn seed_test_2_the_same_webhook_three_times_is_one_transition(b: Backend) {
     let db = TestDb::new(b).await;
     let secret = test_secret();
@@ -105,8 +95,7 @@ async fn seed_test_2_the_same_webhook_three_times_is_one_transition(b: Backend) 
     assert_eq!(a.state, State::Aprobado);
     assert_eq!(a.gateway_charge_id.as_deref(), Some("ch_evt_dup"));
     assert_eq!(db.store.webhook_counts().await.unwrap(), (1, 0));
-    web.stop().await;
-    db.drop_db().await;
+    finish_web(web, db).await;
 }
 
 async fn sim_with_webhooks(
@@ -171,8 +160,7 @@ async fn the_simulator_delivering_each_event_three_times_still_moves_the_attempt
     assert_eq!(ledger(&sim.url()).await.entries.len(), 1);
     worker.stop().await;
     sim.shutdown().await;
-    web.stop().await;
-    db.drop_db().await;
+    finish_web(web, db).await;
 }
 
 async fn seed_test_3_an_approval_before_the_synchronous_answer_wins_once(b: Backend) {
@@ -193,15 +181,8 @@ async fn seed_test_3_an_approval_before_the_synchronous_answer_wins_once(b: Back
     args.lease_ttl = Duration::from_secs(6);
     let worker = spawn_worker(args);
     let (id, _) = pending(&db.store, "wh-first").await;
-    eventually(
-        Duration::from_secs(15),
-        "the webhook to approve it",
-        || async {
-            let (a, _) = db.store.load(id).await.unwrap();
-            (a.state == State::Aprobado).then_some(())
-        },
-    )
-    .await;
+    // The webhook approves it.
+    settled(&db.store, id, State::Aprobado, Duration::from_secs(15)).await;
     // Let the held synchronous answer arrive and be recorded (or not).
     tokio::time::sleep(Duration::from_millis(2_500)).await;
     assert_eq!(
@@ -219,8 +200,7 @@ async fn seed_test_3_an_approval_before_the_synchronous_answer_wins_once(b: Back
     );
     worker.stop().await;
     sim.shutdown().await;
-    web.stop().await;
-    db.drop_db().await;
+    finish_web(web, db).await;
 }
 
 async fn seed_test_5_an_invalid_signature_is_rejected_and_recorded(b: Backend) {
@@ -243,8 +223,7 @@ async fn seed_test_5_an_invalid_signature_is_rejected_and_recorded(b: Backend) {
         "nobody can declare they have paid"
     );
     assert_eq!(causes(&db.store, id).await, ["enqueued"]);
-    web.stop().await;
-    db.drop_db().await;
+    finish_web(web, db).await;
 }
 
 async fn every_kind_of_bad_delivery_is_refused_and_recorded(b: Backend) {
@@ -352,8 +331,7 @@ async fn every_kind_of_bad_delivery_is_refused_and_recorded(b: Backend) {
         (status, reply["outcome"]["result"].as_str()),
         (200, Some("applied"))
     );
-    web.stop().await;
-    db.drop_db().await;
+    finish_web(web, db).await;
 }
 
 async fn a_late_decline_after_approval_is_a_recorded_no_op(b: Backend) {
@@ -394,8 +372,7 @@ async fn a_late_decline_after_approval_is_a_recorded_no_op(b: Backend) {
     );
     assert_eq!(db.store.load(id).await.unwrap().0.state, State::Aprobado);
     assert_eq!(db.store.webhook_counts().await.unwrap(), (5, 0));
-    web.stop().await;
-    db.drop_db().await;
+    finish_web(web, db).await;
 }
 
 /// Issue 7's storm: 1,000 events, each delivered 3 times concurrently in
@@ -500,8 +477,7 @@ async fn a_storm_of_1000_events_3_times_each_with_10_percent_forged(b: Backend) 
             (State::Rechazado, EVENTS as i64 / 4)
         ]
     );
-    web.stop().await;
-    db.drop_db().await;
+    finish_web(web, db).await;
 }
 
 async fn the_stripe_scheme_works_end_to_end_when_the_adapter_chooses_it(b: Backend) {
@@ -527,8 +503,7 @@ async fn the_stripe_scheme_works_end_to_end_when_the_adapter_chooses_it(b: Backe
         db.store.rejected_webhook_reasons().await.unwrap(),
         ["missing_header"]
     );
-    web.stop().await;
-    db.drop_db().await;
+    finish_web(web, db).await;
 }
 
 async fn a_retryable_decline_by_webhook_schedules_the_business_retry(b: Backend) {
@@ -568,6 +543,5 @@ async fn a_retryable_decline_by_webhook_schedules_the_business_retry(b: Backend)
             other => panic!("{code}: {other:?}"),
         }
     }
-    web.stop().await;
-    db.drop_db().await;
+    finish_web(web, db).await;
 }

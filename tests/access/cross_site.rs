@@ -5,7 +5,7 @@
 
 use cobro::state::State;
 
-use super::common::{self, Backend, TestDb, secret};
+use super::common::{self, Backend, TestDb, finish_web, secret};
 use super::fixtures::{client, declined, form_token, in_review, open_case, snapshot, web};
 
 on_both_backends!(a_cross_site_post_changes_nothing);
@@ -116,6 +116,5 @@ async fn a_cross_site_post_changes_nothing(b: Backend) {
         db.store.load(review.id).await.unwrap().0.state,
         State::Aprobado
     );
-    web.stop().await;
-    db.drop_db().await;
+    finish_web(web, db).await;
 }

@@ -7,14 +7,13 @@
 use cobro::domain::ChargeRequest;
 use cobro::state::Event;
 use cobro::store::{Attempt, Store};
-use cobro::webhook::{Scheme, Verifier};
 use serde_json::json;
 use uuid::Uuid;
 
-use super::common::{TestDb, Web, secret, start_web, step, test_secret};
+use super::common::{TestDb, Web, secret, start_web, step, test_verifier};
 
 pub async fn web(db: &TestDb) -> Web {
-    let v = Verifier::from_env_value(Scheme::StandardWebhooks, &test_secret()).unwrap();
+    let v = test_verifier();
     start_web(&db.store, v).await
 }
 

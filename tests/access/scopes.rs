@@ -9,7 +9,7 @@ use reqwest::{Method, RequestBuilder, StatusCode};
 use serde_json::{Value, json};
 use uuid::Uuid;
 
-use super::common::{self, Backend, TestDb, secret};
+use super::common::{self, Backend, TestDb, finish_web, open_case_ids, secret};
 use super::fixtures::{
     approved, client, declined, double_charge_case, form_token, in_review, open_case,
     retry_pending, snapshot, web,
@@ -342,21 +342,12 @@ async fn every_route_needs_a_credential_with_its_scope(b: Backend) {
         (asked.cause.as_str(), asked.actor.as_str()),
         ("retry_requested", "finance:luis")
     );
-    let open: Vec<i64> = db
-        .store
-        .open_cases()
-        .await
-        .unwrap()
-        .iter()
-        .map(|c| c.id)
-        .collect();
     assert_eq!(
-        open,
+        open_case_ids(&db.store).await,
         [doubled],
         "refunding a duplicate leaves its case open"
     );
-    web.stop().await;
-    db.drop_db().await;
+    finish_web(web, db).await;
 }
 
 async fn the_agent_reads_the_queue_and_the_summary_and_writes_nothing(b: Backend) {
@@ -438,6 +429,5 @@ async fn the_agent_reads_the_queue_and_the_summary_and_writes_nothing(b: Backend
         db.store.load(review.id).await.unwrap().0.state,
         State::EnRevision
     );
-    web.stop().await;
-    db.drop_db().await;
+    finish_web(web, db).await;
 }

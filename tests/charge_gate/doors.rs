@@ -6,18 +6,14 @@
 
 use std::time::Duration;
 
-use cobro::webhook::{Scheme, Verifier};
+use cobro::webhook::Verifier;
 use serde_json::{Value, json};
 use uuid::Uuid;
 
-use super::common::{Web, secret, test_secret};
+use super::common::{Web, secret};
 
 /// A business retry scheduled a day out: nothing runs it in these tests.
 pub const DAY: Duration = Duration::from_secs(86_400);
-
-pub fn verifier() -> Verifier {
-    Verifier::from_env_value(Scheme::StandardWebhooks, &test_secret()).unwrap()
-}
 
 pub async fn post(
     web: &Web,

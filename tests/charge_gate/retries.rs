@@ -97,7 +97,7 @@ async fn postgres_a_retry_created_again_after_a_lossy_failover_is_charged_once()
             .await
         }
     };
-    declines::retry_now(&db, first.id).await;
+    common::retry_now(&db, first.id).await;
     let worker = spawn_worker(worker_args(&db.url, &sim.url()));
     let retry = charged(1).await;
     worker.stop().await;
@@ -145,7 +145,7 @@ async fn postgres_a_retry_created_again_after_a_lossy_failover_is_charged_once()
         .await
         .unwrap();
     tx.commit().await.unwrap();
-    declines::retry_now(&db, first.id).await;
+    common::retry_now(&db, first.id).await;
 
     let worker = spawn_worker(worker_args(&db.url, &sim.url()));
     let again = charged(1).await;
@@ -199,7 +199,7 @@ async fn past_the_key_lifetime_the_pre_check_reads_the_gateways_listing(b: Backe
     )
     .await
     .unwrap();
-    declines::retry_now(&db, a.id).await;
+    common::retry_now(&db, a.id).await;
     engine(&db.store, &sim.url(), "w")
         .process(a.id)
         .await

@@ -2,7 +2,7 @@
 //! store's compare-and-set writer: one event at a time (with or without the
 //! gateway's evidence), to `EN_REVISION`, declined with a retry scheduled,
 //! charged at the simulator and recorded; and what a test reads back (the
-//! states an attempt went through, waiting for one).
+//! states an attempt went through and why, waiting for one).
 
 use std::time::Duration;
 
@@ -73,6 +73,48 @@ pub async fn path(store: &Store, id: Uuid) -> Vec<String> {
         .collect()
 }
 
+/// The causes of attempt `id`'s transitions, in order.
+pub async fn causes(store: &Store, id: Uuid) -> Vec<String> {
+    store
+        .transitions(id)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|t| t.cause)
+        .collect()
+}
+
+/// The ids of the open reconciliation cases.
+pub async fn open_case_ids(store: &Store) -> Vec<i64> {
+    store
+        .open_cases()
+        .await
+        .unwrap()
+        .iter()
+        .map(|c| c.id)
+        .collect()
+}
+
+/// Asks for a refund of `minor` units of charge `charge` as `actor`, with a
+/// new key; panics if it is refused.
+pub async fn ask_refund(
+    store: &Store,
+    charge: Uuid,
+    minor: i64,
+    actor: &str,
+) -> cobro::store::Refunded {
+    use cobro::domain::{Amount, IdempotencyKey};
+    store
+        .request_refund(
+            charge,
+            Amount::parse(minor).unwrap(),
+            IdempotencyKey::generate(),
+            actor,
+        )
+        .await
+        .unwrap()
+}
+
 /// Waits (up to `limit`) for attempt `id` to reach `want`.
 pub async fn settled(
     store: &Store,
@@ -85,6 +127,19 @@ pub async fn settled(
         (a.state == want).then_some(a)
     })
     .await
+}
+
+/// Makes attempt `id`'s next action (a declined attempt's business retry)
+/// due now and wakes it.
+pub async fn retry_now(db: &TestDb, id: Uuid) {
+    db.exec(
+        "UPDATE cobro.payment_attempts SET next_action_at = now() WHERE id = $1::uuid",
+        "UPDATE payment_attempts SET next_action_at = 0 WHERE id = ?1",
+        &[&id.to_string()],
+    )
+    .await
+    .unwrap();
+    db.store.wake(id).await.unwrap();
 }
 
 /// A charge for `order` (49.90 EUR) moved to `EN_REVISION` as a worker

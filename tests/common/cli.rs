@@ -1,4 +1,5 @@
-//! `cobro` as a shell runs it, against one database.
+//! `cobro` as a shell runs it, against one database; and `cobro demo`
+//! without one.
 
 use std::process::{Command, Output};
 
@@ -16,7 +17,39 @@ pub fn cobro(db_url: &str, args: &[&str]) -> Output {
     cobro_cmd(db_url, args).output().expect("run cobro")
 }
 
+/// Runs `cobro ARGS` to the end; it must succeed. Its output as text.
+pub fn cobro_ok(db_url: &str, args: &[&str]) -> String {
+    let out = cobro(db_url, args);
+    assert_success(&out);
+    text(&out.stdout)
+}
+
+/// Panics, showing the process's stderr, unless it exited successfully.
+pub fn assert_success(out: &Output) {
+    assert!(out.status.success(), "{}", text(&out.stderr));
+}
+
 /// A process's output as text (lossy).
 pub fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
+}
+
+/// `cobro demo ARGS` on its throwaway SQLite (no `DATABASE_URL`), with two
+/// workers and the test check schedule: its `--json` report.
+pub fn demo_json(args: &[&str]) -> serde_json::Value {
+    let out = Command::new(env!("CARGO_BIN_EXE_cobro"))
+        .arg("demo")
+        .args(args)
+        .args([
+            "--workers",
+            "2",
+            "--check-schedule",
+            "200ms,400ms,800ms,1600ms,3200ms",
+            "--json",
+        ])
+        .env_remove("DATABASE_URL")
+        .output()
+        .expect("run cobro demo");
+    assert_success(&out);
+    serde_json::from_slice(&out.stdout).expect("--json report")
 }

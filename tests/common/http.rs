@@ -8,23 +8,26 @@ use serde_json::Value;
 use super::secret;
 
 /// Who is asking: a person signed in with a password (HTTP Basic, as a
-/// browser does) or a program with its API key (Bearer).
+/// browser does), a program with its API key (Bearer), or anyone (no
+/// credential).
 #[derive(Clone, Copy)]
 pub enum As<'a> {
     Basic(&'a str),
     Bearer(&'a str),
+    Nobody,
 }
 
 fn with(req: reqwest::RequestBuilder, who: As<'_>) -> reqwest::RequestBuilder {
     match who {
         As::Basic(name) => req.basic_auth(name, Some(secret(name))),
         As::Bearer(name) => req.bearer_auth(secret(name)),
+        As::Nobody => req,
     }
 }
 
-/// GET `url` as `who`; the answer as sent.
+/// GET `url` as `who`; the answer as sent (a redirect is not followed).
 pub async fn get_as(url: &str, who: As<'_>) -> reqwest::Response {
-    with(reqwest::Client::new().get(url), who)
+    with(no_redirects().get(url), who)
         .send()
         .await
         .unwrap_or_else(|e| panic!("GET {url}: {e}"))
@@ -64,6 +67,16 @@ impl super::Web {
     pub async fn metrics(&self) -> String {
         get_text(&format!("{}/metrics", self.url), As::Bearer("prom")).await
     }
+}
+
+/// Asserts that `resp`'s content type starts with `prefix`.
+pub fn assert_content_type(resp: &reqwest::Response, prefix: &str) {
+    assert!(
+        resp.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with(prefix)
+    );
 }
 
 /// A client that never follows a redirect: a test sees the 303 itself.

@@ -49,16 +49,9 @@ pub fn localstripe_installed(test: &str) -> bool {
     super::common::python::python_with("localstripe", test).is_some()
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free loopback port")
-}
-
 impl LocalStripe {
     pub async fn start() -> Self {
-        let port = free_port();
+        let port = super::common::free_port();
         let script = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/localstripe/serve");
         let python = super::common::python::python_with("localstripe", "localstripe")
             .expect("localstripe_installed() before LocalStripe::start()");
