@@ -398,39 +398,35 @@ async fn refunds_over_http_with_an_idempotency_key(b: Backend) {
     );
     assert_eq!(shown["attempt"]["refund_of"], json!(charge.id));
 
+    let fresh_key = || Some(Uuid::new_v4().to_string());
     let cases = [
         (
-            Some(Uuid::new_v4().to_string()),
+            fresh_key(),
             json!({ "attempt_id": charge.id, "amount_minor": 401 }),
             409,
             "amount_minor",
         ),
         (
-            Some(Uuid::new_v4().to_string()),
+            fresh_key(),
             json!({ "attempt_id": pending.id, "amount_minor": 1 }),
             409,
             "attempt_id",
         ),
         (
-            Some(Uuid::new_v4().to_string()),
+            fresh_key(),
             json!({ "attempt_id": charge.id, "amount_minor": 1.5 }),
             422,
             "amount_minor",
         ),
         (
-            Some(Uuid::new_v4().to_string()),
+            fresh_key(),
             json!({ "attempt_id": charge.id, "amount_minor": 0 }),
             422,
             "amount_minor",
         ),
+        (fresh_key(), json!({ "amount_minor": 1 }), 422, "attempt_id"),
         (
-            Some(Uuid::new_v4().to_string()),
-            json!({ "amount_minor": 1 }),
-            422,
-            "attempt_id",
-        ),
-        (
-            Some(Uuid::new_v4().to_string()),
+            fresh_key(),
             json!({ "attempt_id": Uuid::new_v4(), "amount_minor": 1 }),
             404,
             "attempt_id",

@@ -16,7 +16,6 @@ use cobro::backoff::CheckSchedule;
 use cobro::domain::ChargeRequest;
 use cobro::engine::{Engine, EngineConfig};
 use cobro::finance::{self, Resolution, ResolveRequest};
-use cobro::gateway::{HttpGateway, HttpGatewayConfig};
 use cobro::janitor::ReviewSchedule;
 use cobro::sim::Faults;
 use cobro::state::{Event, State};
@@ -149,29 +148,16 @@ async fn the_janitor_settles_an_attempt_the_gateway_declined(b: Backend) {
 }
 
 fn engine(store: &Store, gateway_url: &str, key_lifetime: Duration) -> Engine {
-    let gateway = HttpGateway::new(HttpGatewayConfig {
-        base_url: gateway_url.into(),
-        connect_timeout: Duration::from_millis(500),
-        request_timeout: Duration::from_millis(1500),
-        ca_file: None,
-    })
-    .unwrap();
+    let name = format!("janitor-{}", Uuid::new_v4().simple());
+    // One quick check, then review: the janitor is what is tested.
+    let schedule = CheckSchedule::parse("50ms", 0.0).unwrap();
     Engine::new(
         store.clone(),
-        Arc::new(gateway),
+        Arc::new(sim_gateway(gateway_url)),
         EngineConfig {
-            worker_name: format!("janitor-{}", Uuid::new_v4().simple()),
-            lease_ttl: Duration::from_secs(3),
-            // One quick check, then review: the janitor is what is tested.
-            schedule: CheckSchedule::parse("50ms", 0.0).unwrap(),
             key_lifetime,
-            retry: Default::default(),
-            defer_backoff: Duration::from_millis(300),
-            not_found: cobro::policy::NotFoundRule {
-                gateway_idempotent: true,
-                max_processing: Duration::from_secs(60),
-            },
             review: ReviewSchedule::parse("2500ms,3s").unwrap(),
+            ..engine_config(&name, schedule)
         },
     )
 }

@@ -122,19 +122,7 @@ fn engine(
     cobro::engine::Engine::new(
         db.store.clone(),
         Arc::new(gw),
-        cobro::engine::EngineConfig {
-            worker_name: "lookups".into(),
-            lease_ttl: Duration::from_secs(3),
-            schedule: cobro::backoff::CheckSchedule::default(),
-            key_lifetime: Duration::from_secs(86_400),
-            retry: Default::default(),
-            defer_backoff: Duration::from_millis(300),
-            not_found: cobro::policy::NotFoundRule {
-                gateway_idempotent: true,
-                max_processing: Duration::from_secs(60),
-            },
-            review: Default::default(),
-        },
+        engine_config("lookups", cobro::backoff::CheckSchedule::default()),
     )
 }
 

@@ -4,6 +4,7 @@
 
 use std::time::{Duration, Instant};
 
+use cobro::backoff::CheckSchedule;
 use cobro::runtime::WorkerArgs;
 use cobro::sim::{Faults, SimHandle};
 use cobro::store::{Backend, Store};
@@ -128,18 +129,26 @@ pub fn engine(store: &Store, gateway_url: &str, name: &str) -> cobro::engine::En
     cobro::engine::Engine::new(
         store.clone(),
         std::sync::Arc::new(gateway),
-        cobro::engine::EngineConfig {
-            worker_name: name.into(),
-            lease_ttl: Duration::from_secs(3),
-            schedule: cobro::backoff::CheckSchedule::default().scaled(0.1),
-            key_lifetime: Duration::from_secs(86_400),
-            retry: Default::default(),
-            defer_backoff: Duration::from_millis(300),
-            not_found: cobro::policy::NotFoundRule {
-                gateway_idempotent: true,
-                max_processing: Duration::from_secs(60),
-            },
-            review: Default::default(),
-        },
+        engine_config(name, CheckSchedule::default().scaled(0.1)),
     )
+}
+
+/// The settings of an engine named `name` in a test: this check
+/// `schedule`, a 3 s lease, keys kept a day, 300 ms between deferred
+/// sends, a gateway that keeps keys and processes within 60 s; the
+/// default retry and review schedules.
+pub fn engine_config(name: &str, schedule: CheckSchedule) -> cobro::engine::EngineConfig {
+    cobro::engine::EngineConfig {
+        worker_name: name.into(),
+        lease_ttl: Duration::from_secs(3),
+        schedule,
+        key_lifetime: Duration::from_secs(86_400),
+        retry: Default::default(),
+        defer_backoff: Duration::from_millis(300),
+        not_found: cobro::policy::NotFoundRule {
+            gateway_idempotent: true,
+            max_processing: Duration::from_secs(60),
+        },
+        review: Default::default(),
+    }
 }
