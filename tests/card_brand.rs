@@ -200,6 +200,5 @@ async fn the_brand_the_simulator_reports_decides_the_caps(b: Backend) {
     s.business_retry_capped(real.id, 4, caps(), "scheduler", None)
         .await
         .expect("a Mastercard's 17th retry in 30 days goes through");
-    sim.shutdown().await;
-    db.drop_db().await;
+    finish_sim(sim, db).await;
 }

@@ -260,8 +260,7 @@ async fn duplicated_wake_ups_and_racing_workers_charge_once(b: Backend) {
 
     w1.stop().await;
     w2.stop().await;
-    sim.shutdown().await;
-    db.drop_db().await;
+    finish_sim(sim, db).await;
 }
 
 async fn an_old_key_is_never_resent(b: Backend) {
@@ -295,8 +294,7 @@ async fn an_old_key_is_never_resent(b: Backend) {
     let last = db.store.transitions(id).await.unwrap().pop().unwrap();
     assert_eq!(last.cause, "key_expired_not_found");
     assert_eq!(ledger(&sim.url()).await.stats.charge_requests, 0);
-    sim.shutdown().await;
-    db.drop_db().await;
+    finish_sim(sim, db).await;
 }
 
 async fn a_lost_wake_up_is_recreated_by_the_sweeper(b: Backend) {

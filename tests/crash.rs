@@ -146,8 +146,7 @@ async fn a_worker_killed_while_en_proceso_is_recovered_after_its_lease_with_one_
         }
     }
     assert!(status.success(), "SIGTERM exits 0, got {status}");
-    sim.shutdown().await;
-    db.drop_db().await;
+    finish_sim(sim, db).await;
 }
 
 async fn sigterm_finishes_the_charge_in_flight_then_exits_zero(b: Backend) {
@@ -178,6 +177,5 @@ async fn sigterm_finishes_the_charge_in_flight_then_exits_zero(b: Backend) {
         "the in-flight charge was finished, not dropped"
     );
     assert_eq!(a.lease_owner, None);
-    sim.shutdown().await;
-    db.drop_db().await;
+    finish_sim(sim, db).await;
 }

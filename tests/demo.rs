@@ -4,7 +4,7 @@
 #[macro_use]
 mod common;
 
-use cobro::demo::{DemoOptions, Report, World};
+use cobro::demo::{Report, World};
 use common::*;
 
 on_both_backends!(a_small_fleet_shows_the_naive_overcharge_and_none_for_cobro);
@@ -49,15 +49,7 @@ fn assert_report(r: &Report, orders: usize) {
 async fn a_small_fleet_shows_the_naive_overcharge_and_none_for_cobro(b: Backend) {
     init_logs();
     let db = TestDb::new(b).await;
-    let opts = DemoOptions {
-        orders: 60,
-        loss: 0.3,
-        seed: 42,
-        workers: 2,
-        database_url: Some(db.url.clone()),
-        check_schedule: "200ms,400ms,800ms,1600ms,3200ms".into(),
-        gateway: Default::default(),
-    };
+    let opts = demo_options(&db, 60);
     let report = cobro::demo::run(&opts, None).await.expect("demo runs");
     assert_report(&report, 60);
     let table = cobro::demo::render(&report);

@@ -165,8 +165,7 @@ async fn a_fetch_claims_due_charges_up_to_its_free_handlers_and_they_are_sent_on
     let l = ledger(&sim.url()).await;
     assert_eq!(l.entries.len(), 3, "each order charged once");
     assert!(approved_per_order(&l).values().all(|n| *n == 1));
-    sim.shutdown().await;
-    db.drop_db().await;
+    finish_sim(sim, db).await;
 }
 
 /// While sending is paused, the fetch claims nothing: the handler parks
@@ -194,8 +193,7 @@ async fn a_fetch_leaves_the_claim_to_the_handler_while_sending_is_paused(b: Back
     assert!(a.parked_since.is_some(), "the handler parked it");
     assert_eq!(a.send_count, 0);
     assert!(ledger(&sim.url()).await.entries.is_empty());
-    sim.shutdown().await;
-    db.drop_db().await;
+    finish_sim(sim, db).await;
 }
 
 /// A fetch claims a charge, and its process dies before handing it out
@@ -268,8 +266,7 @@ async fn a_claim_is_given_back_unsent_when_sending_was_paused_after_the_fetch(b:
         ]
     );
     assert!(ledger(&sim.url()).await.entries.is_empty(), "nothing sent");
-    sim.shutdown().await;
-    db.drop_db().await;
+    finish_sim(sim, db).await;
 }
 
 /// A charge claimed in the fetch whose handler starts later than
@@ -302,8 +299,7 @@ async fn a_claim_handled_late_is_given_back_and_claimed_again(b: Backend) {
         ]
     );
     assert_eq!(ledger(&sim.url()).await.entries.len(), 1, "charged once");
-    sim.shutdown().await;
-    db.drop_db().await;
+    finish_sim(sim, db).await;
 }
 
 /// A worker shuts down with a charge its fetch claimed but never handed
@@ -353,6 +349,5 @@ async fn a_claim_given_back_at_shutdown_is_sent_once_by_the_next_worker(b: Backe
     );
     assert_eq!(ledger(&sim.url()).await.entries.len(), 1, "charged once");
     next.stop().await;
-    sim.shutdown().await;
-    db.drop_db().await;
+    finish_sim(sim, db).await;
 }

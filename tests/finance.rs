@@ -365,12 +365,7 @@ async fn the_csv_export_opens_cleanly_in_a_spreadsheet(b: Backend) {
     .await;
     assert_eq!(resp.status(), 200);
     assert_content_type(&resp, "text/csv");
-    assert!(
-        resp.headers()["content-disposition"]
-            .to_str()
-            .unwrap()
-            .contains("attachment")
-    );
+    assert!(header(&resp, "content-disposition").contains("attachment"));
     let text = resp.text().await.unwrap();
     assert!(text.ends_with("\r\n"));
     let rows = parse_csv(&text);

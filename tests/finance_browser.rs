@@ -41,8 +41,7 @@ async fn cross_site_pages_change_nothing(browser: &fantoccini::Client, db: &Test
         As::Basic("ana"),
     )
     .await;
-    let at = page.find("name=\"form_token\" value=\"").unwrap() + 25;
-    let token = page[at..at + page[at..].find('"').unwrap()].to_owned();
+    let token = form_token_in(&page);
     let target = &web.url;
     let auto = |action: String, enctype: &str, fields: String| {
         format!(

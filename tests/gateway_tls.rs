@@ -178,8 +178,7 @@ fn read(log: &Path) -> String {
 }
 
 async fn a_worker_charges_through_https_trusting_a_private_ca(b: Backend) {
-    let db = TestDb::new(b).await;
-    let sim = start_sim(true, Faults::default()).await;
+    let (db, sim) = db_and_sim(b, Faults::default()).await;
     let ca = PrivateCa::new();
     let tls = Terminator::start(ca.server.clone(), &sim).await;
     assert!(tls.url.starts_with("https://127.0.0.1:"), "{}", tls.url);
@@ -227,8 +226,7 @@ async fn a_worker_charges_through_https_trusting_a_private_ca(b: Backend) {
     let status = wait_exit(&mut worker, Duration::from_secs(15)).await;
     assert!(status.success(), "exit {status}:\n{}", read(&log));
     let _ = std::fs::remove_file(&log);
-    sim.shutdown().await;
-    db.drop_db().await;
+    finish_sim(sim, db).await;
 }
 
 fn call(order: &str) -> ChargeCall {

@@ -250,8 +250,7 @@ async fn notices_reach_a_verifying_receiver_once_redelivered_after_500s_and_fail
 
     worker.stop().await;
     web.stop().await;
-    sim.shutdown().await;
-    db.drop_db().await;
+    finish_sim(sim, db).await;
 }
 
 /// Two workers claiming at once get disjoint notices; a claimed notice is

@@ -43,17 +43,10 @@ async fn open_cases_are_paged_and_pages_stay_small(b: Backend) {
     .await
     .unwrap();
     let web = start_web(&db.store, test_verifier()).await;
-    let http = no_redirects();
     let get = |path: String| {
-        let http = http.clone();
         let url = format!("{}{path}", web.url);
         async move {
-            let resp = http
-                .get(url)
-                .bearer_auth(secret("ana"))
-                .send()
-                .await
-                .unwrap();
+            let resp = get_as(&url, As::Bearer("ana")).await;
             let status = resp.status();
             (status, resp.text().await.unwrap())
         }
@@ -158,20 +151,13 @@ async fn the_csv_streams_every_row_once_across_pages(b: Backend) {
     .await
     .unwrap();
     let web = start_web(&db.store, test_verifier()).await;
-    let http = no_redirects();
-    let resp = http
-        .get(format!("{}/finance/escalations.csv", web.url))
-        .bearer_auth(secret("ana"))
-        .send()
-        .await
-        .unwrap();
+    let resp = get_as(
+        &format!("{}/finance/escalations.csv", web.url),
+        As::Bearer("ana"),
+    )
+    .await;
     assert_eq!(resp.status(), 200);
-    assert!(
-        resp.headers()["content-disposition"]
-            .to_str()
-            .unwrap()
-            .contains("attachment")
-    );
+    assert!(header(&resp, "content-disposition").contains("attachment"));
     let text = resp.text().await.unwrap();
     let lines: Vec<&str> = text.split_terminator("\r\n").collect();
     assert_eq!(lines.len(), 2_501, "a header and a row each");
@@ -187,12 +173,11 @@ async fn the_csv_streams_every_row_once_across_pages(b: Backend) {
         numbers.windows(2).all(|w| w[0] / 3 <= w[1] / 3),
         "oldest first"
     );
-    let bad = http
-        .get(format!("{}/finance/escalations.csv?state=NOPE", web.url))
-        .bearer_auth(secret("ana"))
-        .send()
-        .await
-        .unwrap();
+    let bad = get_as(
+        &format!("{}/finance/escalations.csv?state=NOPE", web.url),
+        As::Bearer("ana"),
+    )
+    .await;
     assert_eq!(bad.status(), 422);
     assert!(bad.text().await.unwrap().contains("\"state\""));
     finish_web(web, db).await;

@@ -190,6 +190,5 @@ async fn the_next_retry_charges_the_new_payment_method_and_refusals_name_the_fie
 
     worker.stop().await;
     web.stop().await;
-    sim.shutdown().await;
-    db.drop_db().await;
+    finish_sim(sim, db).await;
 }

@@ -258,8 +258,7 @@ async fn not_found_stays_in_review_and_the_next_check_follows_the_schedule(b: Ba
     assert!((ms(a.next_action_at.unwrap() - again) - 2500).abs() <= 30);
     assert_eq!(a.send_count, 0);
     assert_eq!(ledger(&sim.url()).await.stats.charge_requests, 0);
-    sim.shutdown().await;
-    db.drop_db().await;
+    finish_sim(sim, db).await;
 }
 
 async fn past_the_key_lifetime_the_janitor_reads_the_listing_and_never_resends(b: Backend) {
@@ -314,6 +313,5 @@ async fn past_the_key_lifetime_the_janitor_reads_the_listing_and_never_resends(b
         "past the key lifetime: no send, no lookup by key"
     );
     assert_eq!(l.entries.len(), 1);
-    sim.shutdown().await;
-    db.drop_db().await;
+    finish_sim(sim, db).await;
 }

@@ -190,8 +190,7 @@ async fn a_never_settled_charge_opens_one_unsettled_case_once_the_delay_has_pass
         .find(|l| l.contains(",settle-a,"))
         .expect("settle-a's row");
     assert!(row.contains(",EUR,20.00,0.88,19.12,2000,88,1912,"), "{csv}");
-    sim.shutdown().await;
-    db.drop_db().await;
+    finish_sim(sim, db).await;
 }
 
 async fn a_fee_other_than_the_contracts_opens_one_fee_mismatch(b: Backend) {
@@ -228,8 +227,7 @@ async fn a_fee_other_than_the_contracts_opens_one_fee_mismatch(b: Backend) {
     let again = run(&db.store, &gw, Duration::from_secs(3600)).await;
     assert_eq!((again.opened, again.already_open), (0, 1));
     // The case does not hold the order (its charge is APROBADO anyway).
-    sim.shutdown().await;
-    db.drop_db().await;
+    finish_sim(sim, db).await;
 }
 
 async fn a_payout_that_does_not_add_up_opens_one_payout_mismatch(b: Backend) {
@@ -268,7 +266,6 @@ async fn a_payout_that_does_not_add_up_opens_one_payout_mismatch(b: Backend) {
     // Finance downloads them: signed in, a CSV; a bad window names its field.
     let verifier = test_verifier();
     let web = start_web(&db.store, verifier).await;
-    let http = reqwest::Client::new();
     let url = format!("{}/finance/settlements.csv", web.url);
     let resp = get_as(&url, As::Basic("ana")).await;
     assert_eq!(resp.status(), 200);
@@ -282,9 +279,8 @@ async fn a_payout_that_does_not_add_up_opens_one_payout_mismatch(b: Backend) {
     let bad = get_as(&format!("{url}?to=yesterday"), As::Basic("ana")).await;
     assert_eq!(bad.status(), 422);
     assert!(bad.text().await.unwrap().contains("\"to\""));
-    assert_eq!(http.get(&url).send().await.unwrap().status(), 401);
-    sim.shutdown().await;
-    db.drop_db().await;
+    assert_eq!(get_as(&url, As::Nobody).await.status(), 401);
+    finish_sim(sim, db).await;
 }
 
 async fn a_throttled_listing_defers_the_run_and_writes_nothing(b: Backend) {
@@ -318,15 +314,13 @@ async fn a_throttled_listing_defers_the_run_and_writes_nothing(b: Backend) {
     assert!(err.is_deferred(), "{err:?}");
     assert!(db.store.all_cases().await.unwrap().is_empty());
     assert!(db.store.settlements(w.from, w.to).await.unwrap().is_empty());
-    sim.shutdown().await;
-    db.drop_db().await;
+    finish_sim(sim, db).await;
 }
 
 /// The rule is the database's, not the check's: any door that writes a
 /// settlement goes through it.
 async fn the_database_keeps_a_settlement_to_an_approved_charge_written_once(b: Backend) {
-    let db = TestDb::new(b).await;
-    let sim = start_sim(true, faults()).await;
+    let (db, sim) = db_and_sim(b, faults()).await;
     let gw = gateway(&sim.url());
     let a = charged(&db.store, &gw, "guard-1", 1_000).await;
     let req = ChargeRequest::parse("guard-2", 1_000, "EUR", None, None).unwrap();
@@ -380,16 +374,14 @@ async fn the_database_keeps_a_settlement_to_an_approved_charge_written_once(b: B
     db.store.record_settlements(&[other]).await.unwrap();
     let rows = db.store.settlements(w.from, w.to).await.unwrap();
     assert_eq!(rows[0].payout.as_deref(), Some("po_1"), "kept");
-    sim.shutdown().await;
-    db.drop_db().await;
+    finish_sim(sim, db).await;
 }
 
 /// The worker's daily close runs the settlement check of the day whose
 /// charges are now `COBRO_SETTLEMENT_DELAY` old, once, under a claim of
 /// its own (`[day, day end + delay)`, a window no charge run uses).
 async fn the_worker_checks_the_day_now_delay_old_once_under_its_own_claim(b: Backend) {
-    let db = TestDb::new(b).await;
-    let sim = start_sim(true, faults()).await;
+    let (db, sim) = db_and_sim(b, faults()).await;
     let mut worker = worker_args(&db.url, &sim.url());
     worker.reconcile = cobro::recon::ReconcileArgs {
         reconcile_at: cobro::recon::ReconcileAt::parse("00:00").unwrap(),
@@ -427,6 +419,5 @@ async fn the_worker_checks_the_day_now_delay_old_once_under_its_own_claim(b: Bac
         2,
         "the daily close and the settlement check, once each: {runs:#?}"
     );
-    sim.shutdown().await;
-    db.drop_db().await;
+    finish_sim(sim, db).await;
 }

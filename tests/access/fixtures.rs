@@ -10,7 +10,7 @@ use cobro::store::{Attempt, Store};
 use serde_json::json;
 use uuid::Uuid;
 
-use super::common::{TestDb, Web, secret, start_web, step, test_verifier};
+use super::common::{TestDb, Web, form_token_in, secret, start_web, step, test_verifier};
 
 pub async fn web(db: &TestDb) -> Web {
     let v = test_verifier();
@@ -136,7 +136,5 @@ pub async fn form_token(http: &reqwest::Client, base: &str, name: &str, attempt:
         .text()
         .await
         .unwrap();
-    let at = page.find("name=\"form_token\" value=\"").expect("a form") + 25;
-    let len = page[at..].find('"').expect("the value's end");
-    page[at..at + len].to_owned()
+    form_token_in(&page)
 }

@@ -14,8 +14,8 @@ use serde_json::json;
 use uuid::Uuid;
 
 use super::common::{
-    self, Backend, TestDb, approved_per_order, declined_with_retry, engine, eventually, ledger,
-    set_faults, skip_postgres, spawn_worker, start_sim, worker_args,
+    self, Backend, TestDb, approved_per_order, declined_with_retry, engine, eventually, finish_sim,
+    ledger, set_faults, skip_postgres, spawn_worker, start_sim, worker_args,
 };
 use super::declines;
 use super::doors::DAY;
@@ -160,8 +160,7 @@ async fn postgres_a_retry_created_again_after_a_lossy_failover_is_charged_once()
         "charged once at the gateway: {:?}",
         ledger.entries
     );
-    sim.shutdown().await;
-    db.drop_db().await;
+    finish_sim(sim, db).await;
 }
 
 /// The fifth situation: before a business retry the declined
@@ -216,6 +215,5 @@ async fn past_the_key_lifetime_the_pre_check_reads_the_gateways_listing(b: Backe
         1,
         "no retry"
     );
-    sim.shutdown().await;
-    db.drop_db().await;
+    finish_sim(sim, db).await;
 }

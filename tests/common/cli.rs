@@ -1,5 +1,5 @@
-//! `cobro` as a shell runs it, against one database; and `cobro demo`
-//! without one.
+//! `cobro` as a shell runs it, against one database; and the demo, in
+//! this process or as `cobro demo` without a database.
 
 use std::process::{Command, Output};
 
@@ -32,6 +32,20 @@ pub fn assert_success(out: &Output) {
 /// A process's output as text (lossy).
 pub fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
+}
+
+/// The demo's options for `orders` orders on `db`: 30 % of answers lost,
+/// seed 42, two workers, the test check schedule, the default gateway.
+pub fn demo_options(db: &super::TestDb, orders: usize) -> cobro::demo::DemoOptions {
+    cobro::demo::DemoOptions {
+        orders,
+        loss: 0.3,
+        seed: 42,
+        workers: 2,
+        database_url: Some(db.url.clone()),
+        check_schedule: "200ms,400ms,800ms,1600ms,3200ms".into(),
+        gateway: Default::default(),
+    }
 }
 
 /// `cobro demo ARGS` on its throwaway SQLite (no `DATABASE_URL`), with two

@@ -51,14 +51,19 @@ pub async fn get_json<T: DeserializeOwned>(url: &str, who: As<'_>) -> T {
         .unwrap_or_else(|e| panic!("GET {url}: JSON body: {e}"))
 }
 
-/// POST `body` as JSON to `url` as `who`; the status and the JSON answer
-/// (`null` when the answer is not JSON).
-pub async fn post_json(url: &str, who: As<'_>, body: &Value) -> (u16, Value) {
-    let r = with(reqwest::Client::new().post(url), who)
+/// POST `body` as JSON to `url` as `who`; the answer as sent.
+pub async fn post_as(url: &str, who: As<'_>, body: &Value) -> reqwest::Response {
+    with(reqwest::Client::new().post(url), who)
         .json(body)
         .send()
         .await
-        .unwrap_or_else(|e| panic!("POST {url}: {e}"));
+        .unwrap_or_else(|e| panic!("POST {url}: {e}"))
+}
+
+/// POST `body` as JSON to `url` as `who`; the status and the JSON answer
+/// (`null` when the answer is not JSON).
+pub async fn post_json(url: &str, who: As<'_>, body: &Value) -> (u16, Value) {
+    let r = post_as(url, who, body).await;
     (r.status().as_u16(), r.json().await.unwrap_or_default())
 }
 
@@ -69,14 +74,21 @@ impl super::Web {
     }
 }
 
+/// The value of `resp`'s header `name` (which it must have), as text.
+pub fn header<'r>(resp: &'r reqwest::Response, name: &str) -> &'r str {
+    resp.headers()[name].to_str().unwrap()
+}
+
 /// Asserts that `resp`'s content type starts with `prefix`.
 pub fn assert_content_type(resp: &reqwest::Response, prefix: &str) {
-    assert!(
-        resp.headers()["content-type"]
-            .to_str()
-            .unwrap()
-            .starts_with(prefix)
-    );
+    assert!(header(resp, "content-type").starts_with(prefix));
+}
+
+/// The form token in a finance page's form, as a browser would send it back.
+pub fn form_token_in(page: &str) -> String {
+    let at = page.find("name=\"form_token\" value=\"").expect("a form") + 25;
+    let len = page[at..].find('"').expect("the value's end");
+    page[at..at + len].to_owned()
 }
 
 /// A client that never follows a redirect: a test sees the 303 itself.

@@ -118,6 +118,12 @@ pub async fn db_and_sim(b: Backend, faults: Faults) -> (TestDb, SimHandle) {
 /// that panics before this keeps its database for a look).
 pub async fn finish(worker: InProcessWorker, sim: SimHandle, db: TestDb) {
     worker.stop().await;
+    finish_sim(sim, db).await;
+}
+
+/// Stops the simulator, then drops the database: [`finish`] for a test
+/// without a worker.
+pub async fn finish_sim(sim: SimHandle, db: TestDb) {
     sim.shutdown().await;
     db.drop_db().await;
 }
