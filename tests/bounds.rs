@@ -348,10 +348,10 @@ async fn the_library_stops_at_the_ceiling_or_at_its_own_limit(b: Backend) {
 
 #[tokio::test]
 async fn postgres_the_sql_functions_refuse_amounts_above_the_ceiling() {
-    if common::skip_postgres("postgres_the_sql_functions_refuse_amounts_above_the_ceiling") {
+    let Some(db) = postgres_db("postgres_the_sql_functions_refuse_amounts_above_the_ceiling").await
+    else {
         return;
-    }
-    let db = TestDb::new(Backend::Postgres).await;
+    };
     let pool = db.store.pg_pool().unwrap();
     // The default maximum (99999999) holds SQL callers as it holds HTTP.
     let err = sqlx::query("SELECT * FROM cobro.enqueue_charge('b-sql', 99999999999, 'USD')")

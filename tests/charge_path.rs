@@ -62,15 +62,7 @@ async fn seed_test_1_connection_cut_after_the_charge_is_resolved_by_lookup(b: Ba
 }
 
 async fn a_lost_request_is_looked_up_then_resent_with_the_same_key(b: Backend) {
-    let (db, sim, worker) = rig(
-        b,
-        Faults {
-            p_request_lost: 1.0,
-            hold_ms: 2_500, // longer than the worker's 1.5 s request timeout
-            ..Faults::default()
-        },
-    )
-    .await;
+    let (db, sim, worker) = rig(b, requests_lost()).await;
     let id = enqueue(&db.store, "order-lost", 4_200).await;
 
     settled(&db.store, id, State::Desconocido, Duration::from_secs(10)).await;
@@ -376,9 +368,8 @@ async fn a_gateway_that_keeps_losing_requests_ends_in_review_not_in_a_loop(b: Ba
     let (db, sim) = db_and_sim(
         b,
         Faults {
-            p_request_lost: 1.0,
             hold_ms: 1_300,
-            ..Faults::default()
+            ..requests_lost()
         },
     )
     .await;

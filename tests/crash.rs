@@ -76,11 +76,10 @@ async fn wait_exit(child: &mut Child, limit: Duration) -> std::process::ExitStat
 }
 
 async fn a_worker_killed_while_en_proceso_is_recovered_after_its_lease_with_one_charge(b: Backend) {
-    let db = TestDb::new(b).await;
     // The gateway charges at once but holds its answer for 3 s: the worker is
     // killed after the money moved and before it could record it.
-    let sim = start_sim(
-        true,
+    let (db, sim) = db_and_sim(
+        b,
         Faults {
             p_timeout_after_charge: 1.0,
             hold_ms: 3_000,
@@ -150,9 +149,8 @@ async fn a_worker_killed_while_en_proceso_is_recovered_after_its_lease_with_one_
 }
 
 async fn sigterm_finishes_the_charge_in_flight_then_exits_zero(b: Backend) {
-    let db = TestDb::new(b).await;
-    let sim = start_sim(
-        true,
+    let (db, sim) = db_and_sim(
+        b,
         Faults {
             latency_ms: 1_000,
             ..Faults::default()

@@ -82,10 +82,7 @@ async fn post_charges_stores_and_shows_the_customer_and_refuses_card_data(b: Bac
     let mut other = body.clone();
     other["customer"] = json!("cus_Other");
     let (status, reply) = post(&web, KEY, &other).await;
-    assert_eq!(
-        (status, reply["field"].as_str()),
-        (409, Some("Idempotency-Key"))
-    );
+    assert_refused(status, &reply, 409, "Idempotency-Key");
 
     let id = created["attempt_id"].as_str().unwrap();
     let shown: Value = get_json(&format!("{}/charges/{id}", web.url), As::Bearer("agent")).await;

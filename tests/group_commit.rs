@@ -21,10 +21,9 @@ async fn claimed(store: &Store, order: &str) -> (Attempt, Attempt) {
 
 #[tokio::test]
 async fn answers_finishing_together_share_statements_and_a_stale_one_loses_alone() {
-    if skip_postgres("group_commit") {
+    let Some(db) = postgres_db("group_commit").await else {
         return;
-    }
-    let db = TestDb::new(Backend::Postgres).await;
+    };
     let mut held = Vec::new();
     for i in 0..16 {
         held.push(claimed(&db.store, &format!("gc-{i}")).await.1);
@@ -78,10 +77,9 @@ async fn answers_finishing_together_share_statements_and_a_stale_one_loses_alone
 
 #[tokio::test]
 async fn a_row_the_database_refuses_fails_alone_and_the_others_land() {
-    if skip_postgres("group_commit") {
+    let Some(db) = postgres_db("group_commit").await else {
         return;
-    }
-    let db = TestDb::new(Backend::Postgres).await;
+    };
     let mut held = Vec::new();
     for i in 0..6 {
         held.push(claimed(&db.store, &format!("gc-ref-{i}")).await.1);

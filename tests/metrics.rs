@@ -223,13 +223,11 @@ async fn scrapes_agree_with_the_database_and_count_every_gateway_call(b: Backend
     let a = enqueue(&db.store, "m-approved").await;
     settled(&db.store, a, State::Aprobado, long).await;
     // Declined for good.
-    let faults = declining("card_declined");
-    set_faults(&sim.url(), &faults).await;
+    set_faults(&sim.url(), &declining("card_declined")).await;
     let d = enqueue(&db.store, "m-declined").await;
     settled(&db.store, d, State::Rechazado, long).await;
     // Charged, answer lost: DESCONOCIDO, then found by lookup.
-    let faults = answers_lost();
-    set_faults(&sim.url(), &faults).await;
+    set_faults(&sim.url(), &answers_lost()).await;
     let c = enqueue(&db.store, "m-lost-answer").await;
     settled(&db.store, c, State::Aprobado, long).await;
     assert_eq!(
@@ -237,12 +235,7 @@ async fn scrapes_agree_with_the_database_and_count_every_gateway_call(b: Backend
         ["PENDIENTE", "EN_PROCESO", "DESCONOCIDO", "APROBADO"]
     );
     // Request lost: DESCONOCIDO, not found, re-sent with the same key.
-    let faults = Faults {
-        p_request_lost: 1.0,
-        hold_ms: 2_500,
-        ..Faults::default()
-    };
-    set_faults(&sim.url(), &faults).await;
+    set_faults(&sim.url(), &requests_lost()).await;
     let r = enqueue(&db.store, "m-resent").await;
     settled(&db.store, r, State::Desconocido, long).await;
     set_faults(&sim.url(), &Faults::default()).await;
@@ -253,8 +246,7 @@ async fn scrapes_agree_with_the_database_and_count_every_gateway_call(b: Backend
             >= 2
     );
     // The gateway stops answering: DESCONOCIDO for a while, then EN_REVISION.
-    let faults = answers_lost_lookups_fail();
-    set_faults(&sim.url(), &faults).await;
+    set_faults(&sim.url(), &answers_lost_lookups_fail()).await;
     let u = enqueue(&db.store, "m-unknown").await;
     settled(&db.store, u, State::Desconocido, long).await;
     tokio::time::sleep(Duration::from_millis(1_000)).await;

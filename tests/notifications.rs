@@ -17,12 +17,14 @@ use common::*;
 /// done within seconds, through the process's one listener.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_listener_per_process_wakes_both_queues() {
-    if skip_postgres("one_listener_per_process_wakes_both_queues") {
+    let Some((db, sim)) = postgres_db_and_sim(
+        "one_listener_per_process_wakes_both_queues",
+        Faults::default(),
+    )
+    .await
+    else {
         return;
-    }
-    init_logs();
-    let db = TestDb::new(Backend::Postgres).await;
-    let sim = start_sim(true, Faults::default()).await;
+    };
     let mut args = worker_args(&db.url, &sim.url());
     args.poll_interval = Duration::from_secs(60);
     args.missed_heartbeats = 10;

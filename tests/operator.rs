@@ -155,7 +155,7 @@ async fn the_api_searches_pages_and_refuses_bad_parameters(b: Backend) {
     assert_eq!(status, 200);
     assert_eq!(refund["refund_of"]["id"], id(&s.op1));
     let (status, body) = get(&web, "/attempts/nope", Some("app")).await;
-    assert_eq!((status, body["field"].as_str()), (400, Some("attempt_id")));
+    assert_refused(status, &body, 400, "attempt_id");
     let (status, _) = get(&web, &format!("/attempts/{}", s.op3.id), Some("ana")).await;
     assert_eq!(status, 403);
 

@@ -43,11 +43,7 @@ async fn the_next_retry_charges_the_new_payment_method_and_refusals_name_the_fie
         json!({"payment_method": "4242 4242 4242 4242"}),
     )
     .await;
-    assert_eq!(
-        (s, e["field"].as_str()),
-        (422, Some("payment_method")),
-        "{e}"
-    );
+    assert_refused(s, &e, 422, "payment_method");
     let (s, e) = post_method(
         &web,
         "app",
@@ -55,18 +51,10 @@ async fn the_next_retry_charges_the_new_payment_method_and_refusals_name_the_fie
         json!({"payment_method": "pm_4242424242424242"}),
     )
     .await;
-    assert_eq!(
-        (s, e["field"].as_str()),
-        (422, Some("payment_method")),
-        "{e}"
-    );
+    assert_refused(s, &e, 422, "payment_method");
     assert!(e["error"].as_str().unwrap().contains("card number"), "{e}");
     let (s, e) = post_method(&web, "app", "pm-1", json!({})).await;
-    assert_eq!(
-        (s, e["field"].as_str()),
-        (422, Some("payment_method")),
-        "{e}"
-    );
+    assert_refused(s, &e, 422, "payment_method");
     let (s, _) = post_method(
         &web,
         "agent",
@@ -82,7 +70,7 @@ async fn the_next_retry_charges_the_new_payment_method_and_refusals_name_the_fie
         json!({"payment_method": "pm_card_new"}),
     )
     .await;
-    assert_eq!((s, e["field"].as_str()), (404, Some("order_id")), "{e}");
+    assert_refused(s, &e, 404, "order_id");
 
     // Accepted for the pending retry, recorded with who gave it.
     let (s, ok) = post_method(
@@ -136,7 +124,7 @@ async fn the_next_retry_charges_the_new_payment_method_and_refusals_name_the_fie
         json!({"payment_method": "pm_card_newer"}),
     )
     .await;
-    assert_eq!((s, e["field"].as_str()), (409, Some("order_id")), "{e}");
+    assert_refused(s, &e, 409, "order_id");
     assert!(e["error"].as_str().unwrap().contains("approved"), "{e}");
     // A final decline has no retry pending: refused the same way.
     decline_with(&sim.url(), "stolen_card").await;
@@ -148,7 +136,7 @@ async fn the_next_retry_charges_the_new_payment_method_and_refusals_name_the_fie
         json!({"payment_method": "pm_card_new"}),
     )
     .await;
-    assert_eq!((s, e["field"].as_str()), (409, Some("order_id")), "{e}");
+    assert_refused(s, &e, 409, "order_id");
     assert!(
         e["error"]
             .as_str()

@@ -39,6 +39,12 @@ async fn approved_charge(store: &Store, order: &str, amount: i64) -> Attempt {
     step(store, &a, Event::Approved, None).await
 }
 
+/// A charge sent by the rig's worker and approved at the simulator.
+async fn approved_by_worker(store: &Store, order: &str, amount: i64) -> Attempt {
+    let a = pending_charge(store, order, amount).await;
+    settled(store, a.id, State::Aprobado, Duration::from_secs(20)).await
+}
+
 fn amount(minor: i64) -> Amount {
     Amount::parse(minor).unwrap()
 }
@@ -237,14 +243,7 @@ async fn the_database_refuses_an_over_refund_written_by_hand(b: Backend) {
 
 async fn a_lost_refund_response_is_looked_up_and_refunded_once(b: Backend) {
     let (db, sim, worker) = rig(b, Faults::default()).await;
-    let charge = pending_charge(&db.store, "r-lost", 2_500).await;
-    let charge = settled(
-        &db.store,
-        charge.id,
-        State::Aprobado,
-        Duration::from_secs(20),
-    )
-    .await;
+    let charge = approved_by_worker(&db.store, "r-lost", 2_500).await;
 
     // The gateway refunds, then the response is lost.
     set_faults(&sim.url(), &answers_lost()).await;
@@ -293,23 +292,8 @@ async fn a_lost_refund_response_is_looked_up_and_refunded_once(b: Backend) {
 
 async fn a_lost_refund_request_is_resent_with_the_same_key(b: Backend) {
     let (db, sim, worker) = rig(b, Faults::default()).await;
-    let charge = pending_charge(&db.store, "r-resend", 2_500).await;
-    let charge = settled(
-        &db.store,
-        charge.id,
-        State::Aprobado,
-        Duration::from_secs(20),
-    )
-    .await;
-    set_faults(
-        &sim.url(),
-        &Faults {
-            p_request_lost: 1.0,
-            hold_ms: 2_500, // longer than the worker's 1.5 s request timeout
-            ..Faults::default()
-        },
-    )
-    .await;
+    let charge = approved_by_worker(&db.store, "r-resend", 2_500).await;
+    set_faults(&sim.url(), &requests_lost()).await;
     let asked = ask_refund(&db.store, charge.id, 2_500, "app").await;
     settled(
         &db.store,

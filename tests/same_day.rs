@@ -102,18 +102,10 @@ async fn a_double_charge_is_found_the_same_day_and_its_duplicate_refunded_once(b
     };
     // The order's own approved charge is not a duplicate.
     let (status, err) = refund_duplicate("ana", ours_charge.clone()).await;
-    assert_eq!(
-        (status, err["field"].as_str()),
-        (409, Some("charge_id")),
-        "{err}"
-    );
+    assert_refused(status, &err, 409, "charge_id");
     // Nor is a charge the case does not list.
     let (status, err) = refund_duplicate("ana", "ch_nobody".into()).await;
-    assert_eq!(
-        (status, err["field"].as_str()),
-        (422, Some("charge_id")),
-        "{err}"
-    );
+    assert_refused(status, &err, 422, "charge_id");
     // A key without finance:write may not.
     let (status, _) = refund_duplicate("agent", duplicate.charge_id.clone()).await;
     assert_eq!(status, 403);

@@ -194,9 +194,8 @@ async fn a_never_settled_charge_opens_one_unsettled_case_once_the_delay_has_pass
 }
 
 async fn a_fee_other_than_the_contracts_opens_one_fee_mismatch(b: Backend) {
-    let db = TestDb::new(b).await;
-    let sim = start_sim(
-        true,
+    let (db, sim) = db_and_sim(
+        b,
         Faults {
             fee_off_every: 2,
             fee_off_minor: 7,
@@ -231,9 +230,8 @@ async fn a_fee_other_than_the_contracts_opens_one_fee_mismatch(b: Backend) {
 }
 
 async fn a_payout_that_does_not_add_up_opens_one_payout_mismatch(b: Backend) {
-    let db = TestDb::new(b).await;
-    let sim = start_sim(
-        true,
+    let (db, sim) = db_and_sim(
+        b,
         Faults {
             payout_off_minor: -5,
             ..faults()
@@ -284,9 +282,8 @@ async fn a_payout_that_does_not_add_up_opens_one_payout_mismatch(b: Backend) {
 }
 
 async fn a_throttled_listing_defers_the_run_and_writes_nothing(b: Backend) {
-    let db = TestDb::new(b).await;
-    let sim = start_sim(
-        true,
+    let (db, sim) = db_and_sim(
+        b,
         Faults {
             unsettled_every: 1,
             ..faults()

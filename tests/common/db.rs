@@ -28,6 +28,15 @@ fn sqlite_dir(name: &str) -> (String, PathBuf) {
     (format!("sqlite://{}", dir.join("cobro.db").display()), dir)
 }
 
+/// A new database of its own on PostgreSQL, for a PostgreSQL-only test;
+/// `None` when the test is skipped (see [`super::skip_postgres`]).
+pub async fn postgres_db(test: &str) -> Option<TestDb> {
+    if super::skip_postgres(test) {
+        return None;
+    }
+    Some(TestDb::new(Backend::Postgres).await)
+}
+
 pub struct TestDb {
     pub backend: Backend,
     pub name: String,

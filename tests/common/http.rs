@@ -74,6 +74,16 @@ impl super::Web {
     }
 }
 
+/// Asserts that an answer with `status` and JSON `body` is a refusal with
+/// `want`, naming `field`.
+pub fn assert_refused(status: u16, body: &Value, want: u16, field: &str) {
+    assert_eq!(
+        (status, body["field"].as_str()),
+        (want, Some(field)),
+        "{body}"
+    );
+}
+
 /// The value of `resp`'s header `name` (which it must have), as text.
 pub fn header<'r>(resp: &'r reqwest::Response, name: &str) -> &'r str {
     resp.headers()[name].to_str().unwrap()

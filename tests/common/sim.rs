@@ -66,6 +66,16 @@ pub fn answers_lost_lookups_fail() -> Faults {
     }
 }
 
+/// Every charge or refund request held 2.5 s (longer than the worker's
+/// 1.5 s timeout), then dropped, never executed.
+pub fn requests_lost() -> Faults {
+    Faults {
+        p_request_lost: 1.0,
+        hold_ms: 2_500,
+        ..Faults::default()
+    }
+}
+
 /// Every charge declined with `code`.
 pub fn declining(code: &str) -> Faults {
     Faults {

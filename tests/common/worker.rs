@@ -114,6 +114,15 @@ pub async fn db_and_sim(b: Backend, faults: Faults) -> (TestDb, SimHandle) {
     (db, sim)
 }
 
+/// [`db_and_sim`] on PostgreSQL, for a PostgreSQL-only test; `None` when
+/// the test is skipped (see [`super::skip_postgres`]).
+pub async fn postgres_db_and_sim(test: &str, faults: Faults) -> Option<(TestDb, SimHandle)> {
+    if super::skip_postgres(test) {
+        return None;
+    }
+    Some(db_and_sim(Backend::Postgres, faults).await)
+}
+
 /// Stops the worker and the simulator, then drops the database (a test
 /// that panics before this keeps its database for a look).
 pub async fn finish(worker: InProcessWorker, sim: SimHandle, db: TestDb) {
