@@ -10,10 +10,9 @@ mod common;
 
 use std::time::Duration;
 
-use chrono::{TimeDelta, Utc};
 use cobro::domain::ChargeRequest;
 use cobro::gateway::HttpGateway;
-use cobro::recon::{CaseKind, ReconError, Report, Window, reconcile};
+use cobro::recon::{CaseKind, ReconError, Report, reconcile};
 use cobro::sim::{Faults, Injection, LedgerEntry, RefundEntry};
 use cobro::state::{Event, State};
 use cobro::store::{Attempt, CaseStatus, Store};
@@ -31,12 +30,6 @@ on_both_backends!(
     an_unknown_attempt_approved_at_the_gateway_is_settled_not_escalated,
     a_failed_listing_opens_nothing,
 );
-
-/// The two hours around now: everything a test does falls in it.
-fn around_now() -> Window {
-    let now = Utc::now();
-    Window::new(now - TimeDelta::hours(1), now + TimeDelta::hours(1)).unwrap()
-}
 
 async fn run(store: &Store, gw: &HttpGateway) -> Report {
     reconcile(store, gw, &around_now())

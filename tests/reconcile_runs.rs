@@ -25,11 +25,6 @@ on_both_backends!(
     the_due_window_is_computed_from_the_database_clock,
 );
 
-fn around_now() -> Window {
-    let now = Utc::now();
-    Window::new(now - TimeDelta::hours(1), now + TimeDelta::hours(1)).unwrap()
-}
-
 /// A charge the gateway made for an order cobro never saw.
 async fn stranger(sim_url: &str, order: &str) -> LedgerEntry {
     inject_charge(sim_url, order, 1_000).await

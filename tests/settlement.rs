@@ -17,8 +17,8 @@ use chrono::{TimeDelta, Utc};
 use cobro::domain::ChargeRequest;
 use cobro::domain::settlement::{FeeRule, SettledCharge};
 use cobro::gateway::{HttpGateway, HttpGatewayConfig};
+use cobro::recon::CaseKind;
 use cobro::recon::settle::{SettleReport, SettlementArgs, settle};
-use cobro::recon::{CaseKind, Window};
 use cobro::sim::{Faults, Injection, LedgerEntry};
 use cobro::store::{CaseStatus, Store};
 use common::*;
@@ -40,11 +40,6 @@ fn gateway(sim_url: &str) -> HttpGateway {
         ca_file: None,
     })
     .expect("gateway client")
-}
-
-fn around_now() -> Window {
-    let now = Utc::now();
-    Window::new(now - TimeDelta::hours(1), now + TimeDelta::hours(1)).unwrap()
 }
 
 /// The simulator's fee is 2.9 % + 30; so is the contract's.

@@ -353,18 +353,14 @@ async fn saved_cards_and_their_retries_through_a_lossy_proxy_are_charged_once_wi
 }
 
 async fn a_refund_whose_answer_is_lost_is_one_refund(b: Backend) {
-    if !localstripe_installed("a_refund_whose_answer_is_lost_is_one_refund") {
+    let Some((db, stripe)) = db_and_stripe(b, "a_refund_whose_answer_is_lost_is_one_refund").await
+    else {
         return;
-    }
-    init_logs();
-    let db = TestDb::new(b).await;
-    let stripe = LocalStripe::start().await;
+    };
     let proxy = start_proxy(&stripe.url, 7, Faults::default()).await;
     let worker = spawn_worker(stripe_worker_args(&db.url, &proxy.url()));
-    let req =
-        ChargeRequest::parse("ord-refund", 10_000, "EUR", None, Some("pm_card_visa")).unwrap();
-    let charge = db.store.enqueue(&req).await.unwrap().attempt_id;
-    let approved = settled(&db.store, charge, State::Aprobado, Duration::from_secs(30)).await;
+    let approved = charged_by_worker(&db.store, &visa_charge("ord-refund", 10_000)).await;
+    let charge = approved.id;
     let pi = approved.gateway_charge_id.clone().unwrap();
     // From now on every answer to a POST is lost after localstripe ran it.
     set_faults(&proxy.url(), &answers_lost()).await;

@@ -29,7 +29,7 @@ use cobro::state::{Event, State as St};
 use cobro::store::{Applied, Change, Lease};
 use common::*;
 use serde_json::{Value, json};
-use stripe::{LocalStripe, localstripe_installed};
+use stripe::db_and_stripe;
 
 on_both_backends!(
     a_429_on_every_lookup_path_spends_no_check,
@@ -275,12 +275,11 @@ async fn a_search_not_found_within_its_lag_is_checked_again_and_nothing_is_sent(
 }
 
 async fn against_localstripe_search_falls_back_to_the_listing(b: Backend) {
-    if !localstripe_installed("against_localstripe_search_falls_back_to_the_listing") {
+    let Some((db, ls)) =
+        db_and_stripe(b, "against_localstripe_search_falls_back_to_the_listing").await
+    else {
         return;
-    }
-    init_logs();
-    let db = TestDb::new(b).await;
-    let ls = LocalStripe::start().await;
+    };
     let (req, id) = in_doubt(&db, "unrecorded-1", None).await;
     // The vanished worker created and confirmed it; no id was recorded.
     let pi = ls.create_intent(&req, &id.to_string()).await;
