@@ -68,13 +68,6 @@ async fn all_approved(db: &TestDb, ids: &[Uuid], limit: Duration) -> Vec<Attempt
     .await
 }
 
-fn outage() -> Faults {
-    Faults {
-        outage: true,
-        ..Faults::default()
-    }
-}
-
 /// The scaled check schedule (200 ms … 3.2 s) ends in 6.2 s nominal, 9.3 s
 /// at most with jitter: the outage lasts longer than that.
 const OUTAGE_PAST_SCHEDULE: Duration = Duration::from_secs(10);

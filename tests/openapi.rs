@@ -322,16 +322,12 @@ async fn the_web_process_answers_what_the_document_names_and_nothing_else() {
     );
     fits(&doc, "Summary", &get("/finance/api/summary", "ana").await);
     for detail in [None, Some("nothing left to cancel")] {
-        let cancelled: Value = http
-            .post(format!("{}/orders/doc-1/cancel", web.url))
-            .bearer_auth(secret("app"))
-            .json(&serde_json::json!({"reason": "customer_request"}))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let cancelled: Value = send_json(
+            http.post(format!("{}/orders/doc-1/cancel", web.url))
+                .bearer_auth(secret("app"))
+                .json(&serde_json::json!({"reason": "customer_request"})),
+        )
+        .await;
         fits(&doc, "CancelAnswer", &cancelled);
         assert_eq!(cancelled["detail"].as_str(), detail, "{cancelled}");
     }

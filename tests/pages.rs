@@ -89,17 +89,11 @@ async fn pages_forbid_framing_and_escape_markup(b: Backend) {
 
 /// The form token on `path`'s page as `cookie`'s sign-in sees it.
 async fn token(http: &reqwest::Client, url: &str, path: &str, cookie: &str) -> String {
-    let page = http
+    let req = http
         .get(format!("{url}{path}"))
         .basic_auth("ana", Some(secret("ana")))
-        .header("cookie", cookie)
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    form_token_in(&page)
+        .header("cookie", cookie);
+    form_token_in(&send_text(req).await)
 }
 
 async fn form_tokens_are_bound_to_a_sign_in_and_expire(b: Backend) {

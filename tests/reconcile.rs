@@ -361,14 +361,7 @@ async fn a_failed_listing_opens_nothing(b: Backend) {
     let unknown = step(&db.store, &unknown, Event::Unknown, None).await;
     let inj = charge_injection("settle-3", 900, Some(unknown.idempotency_key));
     inject::<LedgerEntry>(&sim.url(), &inj).await;
-    set_faults(
-        &sim.url(),
-        &Faults {
-            outage: true,
-            ..Faults::default()
-        },
-    )
-    .await;
+    set_faults(&sim.url(), &outage()).await;
 
     let err = reconcile(&db.store, &gw, &around_now()).await.unwrap_err();
     assert!(matches!(err, ReconError::Listing(_)), "{err:?}");

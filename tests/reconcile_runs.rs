@@ -280,14 +280,7 @@ async fn reconcile_from_the_command_line(b: Backend) {
         text(&garbage.stderr)
     );
 
-    set_faults(
-        &sim.url(),
-        &Faults {
-            outage: true,
-            ..Faults::default()
-        },
-    )
-    .await;
+    set_faults(&sim.url(), &outage()).await;
     let down = cobro(
         &db.url,
         &sim.url(),

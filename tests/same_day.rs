@@ -38,6 +38,11 @@ async fn double_charge_case(store: &Store, order: &str) -> Option<ReconCase> {
         .find(|c| c.kind == "double_charge" && c.order_id.as_deref() == Some(order))
 }
 
+/// The on-call gauge of double charges at the gateway not yet refunded.
+async fn double_charges_gauge(store: &Store) -> i64 {
+    store.gauges().await.unwrap().on_call.gateway_double_charges
+}
+
 async fn a_double_charge_is_found_the_same_day_and_its_duplicate_refunded_once(b: Backend) {
     let (db, sim) = db_and_sim(b, Faults::default()).await;
     let mut args = worker_args(&db.url, &sim.url());
@@ -70,14 +75,7 @@ async fn a_double_charge_is_found_the_same_day_and_its_duplicate_refunded_once(b
     assert_eq!(case.details["unrefunded"], 2, "{}", case.details);
     // The run records its report just after its cases.
     eventually(Duration::from_secs(5), "the gauge at 1", || async {
-        (db.store
-            .gauges()
-            .await
-            .unwrap()
-            .on_call
-            .gateway_double_charges
-            == 1)
-            .then_some(())
+        (double_charges_gauge(&db.store).await == 1).then_some(())
     })
     .await;
 
@@ -156,16 +154,7 @@ async fn a_double_charge_is_found_the_same_day_and_its_duplicate_refunded_once(b
     eventually(
         INTERVAL * 2 + Duration::from_secs(6),
         "the gauge back to 0",
-        || async {
-            (db.store
-                .gauges()
-                .await
-                .unwrap()
-                .on_call
-                .gateway_double_charges
-                == 0)
-                .then_some(())
-        },
+        || async { (double_charges_gauge(&db.store).await == 0).then_some(()) },
     )
     .await;
     // One case for the double charge, whatever the number of runs.

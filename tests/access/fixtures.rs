@@ -10,7 +10,9 @@ use cobro::store::{Attempt, Store};
 use serde_json::json;
 use uuid::Uuid;
 
-use super::common::{TestDb, Web, form_token_in, secret, start_web, step, test_verifier};
+use super::common::{
+    TestDb, Web, form_token_in, secret, send_text, start_web, step, test_verifier,
+};
 
 pub async fn web(db: &TestDb) -> Web {
     let v = test_verifier();
@@ -127,14 +129,8 @@ pub async fn snapshot(db: &TestDb) -> (i64, i64, usize) {
 
 /// The form token the finance page gives `name` (read from the page).
 pub async fn form_token(http: &reqwest::Client, base: &str, name: &str, attempt: Uuid) -> String {
-    let page = http
+    let req = http
         .get(format!("{base}/finance/attempts/{attempt}"))
-        .basic_auth(name, Some(secret(name)))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    form_token_in(&page)
+        .basic_auth(name, Some(secret(name)));
+    form_token_in(&send_text(req).await)
 }

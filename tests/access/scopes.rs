@@ -9,7 +9,7 @@ use reqwest::{Method, RequestBuilder, StatusCode};
 use serde_json::{Value, json};
 use uuid::Uuid;
 
-use super::common::{self, Backend, TestDb, finish_web, open_case_ids, secret};
+use super::common::{self, Backend, TestDb, finish_web, open_case_ids, secret, send_json};
 use super::fixtures::{
     approved, client, declined, double_charge_case, form_token, in_review, open_case,
     retry_pending, snapshot, web,
@@ -360,13 +360,10 @@ async fn the_agent_reads_the_queue_and_the_summary_and_writes_nothing(b: Backend
     let case = open_case(&db, "ch_agent").await;
     let agent = |req: RequestBuilder| req.bearer_auth(secret("agent"));
 
-    let queue: Value = agent(http.get(format!("{}/finance/api/escalations", web.url)))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let queue: Value = send_json(agent(
+        http.get(format!("{}/finance/api/escalations", web.url)),
+    ))
+    .await;
     assert_eq!(queue["items"][0]["id"], json!(review.id));
     assert_eq!(queue["cases"][0]["id"], case);
     let summary = agent(http.get(format!("{}/finance/api/summary", web.url)))

@@ -35,20 +35,41 @@ pub async fn get_as(url: &str, who: As<'_>) -> reqwest::Response {
 
 /// GET `url` as `who`; the body as text, whatever the status.
 pub async fn get_text(url: &str, who: As<'_>) -> String {
-    get_as(url, who)
-        .await
-        .text()
-        .await
-        .unwrap_or_else(|e| panic!("GET {url}: body: {e}"))
+    send_text(with(no_redirects().get(url), who)).await
 }
 
 /// GET `url` as `who`; the body as JSON, whatever the status.
 pub async fn get_json<T: DeserializeOwned>(url: &str, who: As<'_>) -> T {
-    get_as(url, who)
+    send_json(with(no_redirects().get(url), who)).await
+}
+
+/// Sends `req` (any client, method and headers); the body of the answer
+/// as text, whatever the status.
+pub async fn send_text(req: reqwest::RequestBuilder) -> String {
+    let (url, resp) = send(req).await;
+    resp.text()
         .await
-        .json()
+        .unwrap_or_else(|e| panic!("{url}: body: {e}"))
+}
+
+/// Sends `req`; the body of the answer as JSON, whatever the status.
+pub async fn send_json<T: DeserializeOwned>(req: reqwest::RequestBuilder) -> T {
+    let (url, resp) = send(req).await;
+    resp.json()
         .await
-        .unwrap_or_else(|e| panic!("GET {url}: JSON body: {e}"))
+        .unwrap_or_else(|e| panic!("{url}: JSON body: {e}"))
+}
+
+/// Sends `req`; its method and URL (for messages) and the answer.
+async fn send(req: reqwest::RequestBuilder) -> (String, reqwest::Response) {
+    let (client, req) = req.build_split();
+    let req = req.expect("a well-formed request");
+    let url = format!("{} {}", req.method(), req.url());
+    let resp = client
+        .execute(req)
+        .await
+        .unwrap_or_else(|e| panic!("{url}: {e}"));
+    (url, resp)
 }
 
 /// POST `body` as JSON to `url` as `who`; the answer as sent.

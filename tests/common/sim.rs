@@ -76,6 +76,14 @@ pub fn requests_lost() -> Faults {
     }
 }
 
+/// The gateway down: every charge, refund and lookup answers 503.
+pub fn outage() -> Faults {
+    Faults {
+        outage: true,
+        ..Faults::default()
+    }
+}
+
 /// Every charge declined with `code`.
 pub fn declining(code: &str) -> Faults {
     Faults {
