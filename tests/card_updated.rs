@@ -13,7 +13,7 @@ mod common;
 use std::time::Duration;
 
 use cobro::state::Event;
-use cobro::store::{Applied, Attempt, Change, Store};
+use cobro::store::{Attempt, Store};
 use cobro::webhook::{Scheme, Verifier};
 use common::*;
 use serde_json::{Value, json};
@@ -38,13 +38,7 @@ async fn declined(
     let id = store.enqueue(&req).await.unwrap().attempt_id;
     let a = store.load(id).await.unwrap().0;
     let a = step(store, &a, Event::Claim, None).await;
-    let mut decline = Change::new(Some(Event::Declined), "gateway_declined", "worker:test");
-    decline.decline_code = Some(code);
-    decline.act_in = Some(retry_in);
-    let Applied::Moved(a) = store.apply(&a, &decline).await.unwrap() else {
-        panic!("not declined");
-    };
-    *a
+    decline_for_retry(store, &a, code, retry_in).await
 }
 
 async fn web_with(store: &Store, verifier: Verifier) -> Web {
@@ -321,13 +315,10 @@ async fn the_simulator_sends_the_card_update_itself(b: Backend) {
         (ledger(&sim.url()).await.stats.webhooks_delivered == 2).then_some(())
     })
     .await;
-    let moves = db
-        .store
-        .transitions(a.id)
+    let moves = causes(&db.store, a.id)
         .await
-        .unwrap()
         .iter()
-        .filter(|t| t.cause == "card_updated")
+        .filter(|c| *c == "card_updated")
         .count();
     assert_eq!(moves, 1);
     sim.shutdown().await;

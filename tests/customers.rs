@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use cobro::domain::{ChargeRequest, Customer};
 use cobro::state::Event;
-use cobro::store::{Applied, Backend, Change, EnqueueError};
+use cobro::store::{Backend, EnqueueError};
 use common::*;
 use serde_json::{Value, json};
 
@@ -117,12 +117,7 @@ async fn the_rust_api_stores_it_and_a_business_retry_carries_it(b: Backend) {
     let a = db.store.load(out.attempt_id).await.unwrap().0;
     assert_eq!(a.customer.as_deref(), Some("cus_Rust1"));
     let a = step(&db.store, &a, Event::Claim, None).await;
-    let mut decline = Change::new(Some(Event::Declined), "gateway_declined", "worker:test");
-    decline.decline_code = Some("insufficient_funds");
-    decline.act_in = Some(Duration::from_secs(60));
-    let Applied::Moved(a) = db.store.apply(&a, &decline).await.unwrap() else {
-        panic!("not declined");
-    };
+    let a = decline_for_retry(&db.store, &a, "insufficient_funds", Duration::from_secs(60)).await;
     let retried = db
         .store
         .business_retry(a.id, 3, "worker:test", Some(a.version))

@@ -193,19 +193,31 @@ pub async fn declined_with_retry(
     order: &str,
     retry_in: Duration,
 ) -> cobro::store::Attempt {
-    use cobro::state::Event;
-    use cobro::store::{Applied, Change};
     let req = cobro::domain::ChargeRequest::parse(order, 3_000, "USD", None, Some("pm_x")).unwrap();
     let id = store.enqueue(&req).await.unwrap().attempt_id;
     let a = store.load(id).await.unwrap().0;
-    let a = step(store, &a, Event::Claim, None).await;
+    let a = step(store, &a, cobro::state::Event::Claim, None).await;
+    let a = decline_for_retry(store, &a, "insufficient_funds", retry_in).await;
+    assert!(a.next_action_at.is_some(), "a retry is scheduled");
+    a
+}
+
+/// Declines the claimed attempt `a` with `code` (cause `gateway_declined`),
+/// its business retry scheduled `retry_in` from now, as the worker does.
+pub async fn decline_for_retry(
+    store: &Store,
+    a: &cobro::store::Attempt,
+    code: &str,
+    retry_in: Duration,
+) -> cobro::store::Attempt {
+    use cobro::state::Event;
+    use cobro::store::{Applied, Change};
     let mut decline = Change::new(Some(Event::Declined), "gateway_declined", "worker:test");
-    decline.decline_code = Some("insufficient_funds");
+    decline.decline_code = Some(code);
     decline.act_in = Some(retry_in);
-    let Applied::Moved(a) = store.apply(&a, &decline).await.unwrap() else {
+    let Applied::Moved(a) = store.apply(a, &decline).await.unwrap() else {
         panic!("not declined");
     };
-    assert!(a.next_action_at.is_some(), "a retry is scheduled");
     *a
 }
 
