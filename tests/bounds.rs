@@ -60,17 +60,7 @@ pub(crate) async fn in_review(store: &Store, order: &str, amount: i64) -> Attemp
 }
 
 async fn post(url: String, key: &str, body: &str) -> (u16, Value) {
-    let resp = reqwest::Client::new()
-        .post(url)
-        .bearer_auth(secret("app"))
-        .header("content-type", "application/json")
-        .header("Idempotency-Key", key)
-        .body(body.to_owned())
-        .send()
-        .await
-        .expect("POST");
-    let status = resp.status().as_u16();
-    (status, resp.json().await.unwrap_or(Value::Null))
+    post_keyed_json(&url, As::Bearer("app"), Some(key), body).await
 }
 
 /// A refusal of `amount_minor` that says the maximum (and what sets it).

@@ -36,17 +36,8 @@ async fn postgres_sql_function_takes_a_customer_or_none() {
 const KEY: &str = "9d2c4b6a-1e3f-4a5b-8c7d-6e5f4a3b2c1d";
 
 async fn post(web: &Web, key: &str, body: &Value) -> (u16, Value) {
-    let resp = reqwest::Client::new()
-        .post(format!("{}/charges", web.url))
-        .bearer_auth(secret("app"))
-        .header("content-type", "application/json")
-        .header("Idempotency-Key", key)
-        .body(body.to_string())
-        .send()
-        .await
-        .expect("POST /charges");
-    let status = resp.status().as_u16();
-    (status, resp.json().await.unwrap_or(Value::Null))
+    let url = format!("{}/charges", web.url);
+    post_keyed_json(&url, As::Bearer("app"), Some(key), &body.to_string()).await
 }
 
 async fn post_charges_stores_and_shows_the_customer_and_refuses_card_data(b: Backend) {

@@ -338,16 +338,10 @@ async fn refunds_over_http_with_an_idempotency_key(b: Backend) {
     let web = start_web(&db.store, verifier).await;
     let charge = approved_charge(&db.store, "r-http", 1_000).await;
     let pending = pending_charge(&db.store, "r-http-2", 1_000).await;
-    let client = reqwest::Client::new();
+    let url = format!("{}/refunds", web.url);
     let post = |key: Option<String>, body: Value| {
-        let mut req = client
-            .post(format!("{}/refunds", web.url))
-            .bearer_auth(secret("app"))
-            .json(&body);
-        if let Some(k) = key {
-            req = req.header("Idempotency-Key", k);
-        }
-        async move { req.send().await.unwrap() }
+        let url = url.clone();
+        async move { post_keyed(&url, As::Bearer("app"), key.as_deref(), &body.to_string()).await }
     };
     let key = Uuid::new_v4().to_string();
     let body = json!({ "attempt_id": charge.id, "amount_minor": 600 });

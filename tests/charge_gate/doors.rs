@@ -10,7 +10,7 @@ use cobro::webhook::Verifier;
 use serde_json::{Value, json};
 use uuid::Uuid;
 
-use super::common::{Web, secret};
+use super::common::{As, Web, post_keyed_json};
 
 /// A business retry scheduled a day out: nothing runs it in these tests.
 pub const DAY: Duration = Duration::from_secs(86_400);
@@ -22,18 +22,8 @@ pub async fn post(
     key: Option<&str>,
     body: Value,
 ) -> (u16, Value) {
-    let mut req = reqwest::Client::new()
-        .post(format!("{}{path}", web.url))
-        .bearer_auth(secret(who))
-        .json(&body);
-    if let Some(k) = key {
-        req = req.header("Idempotency-Key", k);
-    }
-    let resp = req.send().await.unwrap();
-    (
-        resp.status().as_u16(),
-        resp.json().await.unwrap_or(Value::Null),
-    )
+    let url = format!("{}{path}", web.url);
+    post_keyed_json(&url, As::Bearer(who), key, &body.to_string()).await
 }
 
 /// `POST /charges` for `order` with a new key.

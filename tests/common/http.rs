@@ -74,11 +74,38 @@ async fn send(req: reqwest::RequestBuilder) -> (String, reqwest::Response) {
 
 /// POST `body` as JSON to `url` as `who`; the answer as sent.
 pub async fn post_as(url: &str, who: As<'_>, body: &Value) -> reqwest::Response {
-    with(reqwest::Client::new().post(url), who)
-        .json(body)
-        .send()
+    post_keyed(url, who, None, &body.to_string()).await
+}
+
+/// POST the JSON text `body` (sent as written) to `url` as `who`, with an
+/// `Idempotency-Key` when `key` is given; the answer as sent.
+pub async fn post_keyed(
+    url: &str,
+    who: As<'_>,
+    key: Option<&str>,
+    body: &str,
+) -> reqwest::Response {
+    let mut req = with(reqwest::Client::new().post(url), who)
+        .header("content-type", "application/json")
+        .body(body.to_owned());
+    if let Some(key) = key {
+        req = req.header("Idempotency-Key", key);
+    }
+    req.send()
         .await
         .unwrap_or_else(|e| panic!("POST {url}: {e}"))
+}
+
+/// [`post_keyed`]: the status and the JSON answer (`null` when the answer
+/// is not JSON).
+pub async fn post_keyed_json(
+    url: &str,
+    who: As<'_>,
+    key: Option<&str>,
+    body: &str,
+) -> (u16, Value) {
+    let r = post_keyed(url, who, key, body).await;
+    (r.status().as_u16(), r.json().await.unwrap_or_default())
 }
 
 /// POST `body` as JSON to `url` as `who`; the status and the JSON answer
