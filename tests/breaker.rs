@@ -191,8 +191,7 @@ async fn an_outage_longer_than_the_schedule_parks_attempts_and_resumes_them_pace
             .iter()
             .all(|t| t.to_state != "EN_REVISION")
     );
-    worker.stop().await;
-    db.drop_db().await;
+    finish_worker(worker, db).await;
 }
 
 async fn without_the_breaker_the_same_outage_sends_attempts_to_finance(b: Backend) {
@@ -213,8 +212,7 @@ async fn without_the_breaker_the_same_outage_sends_attempts_to_finance(b: Backen
     )
     .await;
     assert_eq!(db.store.gateway_health().await.unwrap().parked, 0);
-    worker.stop().await;
-    db.drop_db().await;
+    finish_worker(worker, db).await;
 }
 
 /// A gateway that answers 429 above 20 requests/s (bursts of 5): twice

@@ -94,8 +94,7 @@ async fn paying_by_transfer_cancels_the_scheduled_retry_and_nothing_more_is_char
         post_cancel(&web, "transfer-1", serde_json::json!({"reason": "because"})).await;
     assert_refused(status, &bad, 422, "reason");
     web.stop().await;
-    worker.stop().await;
-    db.drop_db().await;
+    finish_worker(worker, db).await;
 }
 
 async fn an_attempt_that_may_have_charged_is_never_cancelled(b: Backend) {
@@ -200,6 +199,5 @@ async fn an_unsent_attempt_is_cancelled_and_never_sent(b: Backend) {
             .await,
         Err(CancelError::NotFound(_))
     ));
-    worker.stop().await;
-    db.drop_db().await;
+    finish_worker(worker, db).await;
 }

@@ -128,6 +128,5 @@ async fn pausing_stops_new_charges_lookups_go_on_and_resume_sends_once(b: Backen
         .await;
     assert_eq!(history, 2, "both changes on the record, with who");
     web.stop().await;
-    worker.stop().await;
-    db.drop_db().await;
+    finish_worker(worker, db).await;
 }

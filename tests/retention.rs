@@ -202,8 +202,7 @@ async fn a_worker_purges_old_webhook_records_on_its_own(b: Backend) {
     })
     .await;
     assert_eq!(event_ids(&db).await, ["evt-recent"]);
-    worker.stop().await;
-    db.drop_db().await;
+    finish_worker(worker, db).await;
 }
 
 #[tokio::test]

@@ -79,8 +79,7 @@ async fn a_saved_card_is_charged_with_its_customer(b: Backend) {
         None,
         "the first attempt is the customer's own (on-session)"
     );
-    worker.stop().await;
-    db.drop_db().await;
+    finish_worker(worker, db).await;
 }
 
 async fn a_business_retry_of_a_saved_card_carries_the_customer_off_session(b: Backend) {
@@ -162,8 +161,7 @@ async fn a_business_retry_of_a_saved_card_carries_the_customer_off_session(b: Ba
         .find(|s| s.path == format!("/v1/payment_intents/{first_pi}/confirm"))
         .expect("the first confirm");
     assert_eq!(first_confirm.field("off_session"), None);
-    worker.stop().await;
-    db.drop_db().await;
+    finish_worker(worker, db).await;
 }
 
 async fn without_the_customer_localstripe_still_charges_a_saved_card(b: Backend) {
@@ -194,6 +192,5 @@ async fn without_the_customer_localstripe_still_charges_a_saved_card(b: Backend)
     let pi = stripe.object(&format!("/v1/payment_intents/{pi_id}")).await;
     assert_eq!(pi["status"], "succeeded");
     assert!(pi["customer"].is_null(), "{pi}");
-    worker.stop().await;
-    db.drop_db().await;
+    finish_worker(worker, db).await;
 }

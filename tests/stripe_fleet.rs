@@ -387,6 +387,5 @@ async fn a_refund_whose_answer_is_lost_is_one_refund(b: Backend) {
         key.as_deref(),
         Some(done.idempotency_key.to_string().as_str())
     );
-    worker.stop().await;
-    db.drop_db().await;
+    finish_worker(worker, db).await;
 }

@@ -82,8 +82,7 @@ async fn a_charge_is_one_succeeded_payment_intent_recorded_before_its_confirm(b:
         db.store.apply(&a, &c).await.is_err(),
         "gateway_ref is set once"
     );
-    worker.stop().await;
-    db.drop_db().await;
+    finish_worker(worker, db).await;
 }
 
 async fn a_declined_card_is_rechazado_with_stripes_code(b: Backend) {
@@ -118,8 +117,7 @@ async fn a_declined_card_is_rechazado_with_stripes_code(b: Backend) {
         .find(|p| p.key.as_deref() == Some(&req.key.to_string()))
         .expect("the PaymentIntent exists");
     assert_eq!(pi.status, "requires_payment_method");
-    worker.stop().await;
-    db.drop_db().await;
+    finish_worker(worker, db).await;
 }
 
 async fn a_key_stripe_refuses_stops_the_worker_before_it_charges(b: Backend) {
@@ -169,8 +167,7 @@ async fn a_key_stripe_refuses_stops_the_worker_before_it_charges(b: Backend) {
     })
     .await;
     assert_eq!(started.len(), 3);
-    worker.stop().await;
-    db.drop_db().await;
+    finish_worker(worker, db).await;
 }
 
 /// Off-session, nobody can complete 3-D Secure: the PaymentIntent is
@@ -210,8 +207,7 @@ async fn a_card_that_needs_3d_secure_is_canceled_and_the_customer_told(b: Backen
             && n.decline_code.as_deref() == Some("authentication_required")),
         "{notices:?}"
     );
-    worker.stop().await;
-    db.drop_db().await;
+    finish_worker(worker, db).await;
 }
 
 /// Reconciliation reads localstripe's PaymentIntents (all pages, filtered

@@ -33,6 +33,14 @@ fn verifier(secret: &str) -> Verifier {
     Verifier::from_env_value(Scheme::StandardWebhooks, secret).unwrap()
 }
 
+/// The web process with a fresh webhook secret, and a verifier of that
+/// secret to sign deliveries with.
+async fn web_signing(db: &TestDb) -> (Verifier, Web) {
+    let secret = test_secret();
+    let web = start_web(&db.store, verifier(&secret)).await;
+    (verifier(&secret), web)
+}
+
 async fn pending(store: &Store, order: &str) -> (Uuid, Uuid) {
     let req = ChargeRequest::parse(order, 4_999, "USD", None, None).unwrap();
     let e = store.enqueue(&req).await.unwrap();
@@ -228,9 +236,7 @@ async fn seed_test_5_an_invalid_signature_is_rejected_and_recorded(b: Backend) {
 
 async fn every_kind_of_bad_delivery_is_refused_and_recorded(b: Backend) {
     let db = TestDb::new(b).await;
-    let secret = test_secret();
-    let v = verifier(&secret);
-    let web = start_web(&db.store, verifier(&secret)).await;
+    let (v, web) = web_signing(&db).await;
     let (id, key) = pending(&db.store, "wh-bad").await;
     let body = event("evt_bad", "charge.succeeded", key);
     let now = chrono::Utc::now().timestamp();
@@ -336,9 +342,7 @@ async fn every_kind_of_bad_delivery_is_refused_and_recorded(b: Backend) {
 
 async fn a_late_decline_after_approval_is_a_recorded_no_op(b: Backend) {
     let db = TestDb::new(b).await;
-    let secret = test_secret();
-    let v = verifier(&secret);
-    let web = start_web(&db.store, verifier(&secret)).await;
+    let (v, web) = web_signing(&db).await;
     let (id, key) = pending(&db.store, "wh-late").await;
     let ok = event("evt_ok", "charge.succeeded", key);
     assert_eq!(post(&web, &signed(&v, "evt_ok", &ok), &ok).await.0, 200);
@@ -381,10 +385,8 @@ async fn a_late_decline_after_approval_is_a_recorded_no_op(b: Backend) {
 async fn a_storm_of_1000_events_3_times_each_with_10_percent_forged(b: Backend) {
     const EVENTS: usize = 1_000;
     let db = TestDb::new(b).await;
-    let secret = test_secret();
-    let v = verifier(&secret);
+    let (v, web) = web_signing(&db).await;
     let forger = verifier(&test_secret());
-    let web = start_web(&db.store, verifier(&secret)).await;
     let now = chrono::Utc::now().timestamp();
     /// (headers, body, forged)
     type Delivery = (Vec<(String, String)>, Vec<u8>, bool);
@@ -508,9 +510,7 @@ async fn the_stripe_scheme_works_end_to_end_when_the_adapter_chooses_it(b: Backe
 
 async fn a_retryable_decline_by_webhook_schedules_the_business_retry(b: Backend) {
     let db = TestDb::new(b).await;
-    let secret = test_secret();
-    let v = verifier(&secret);
-    let web = start_web(&db.store, verifier(&secret)).await;
+    let (v, web) = web_signing(&db).await;
     for (order, code, scheduled) in [
         ("wh-poor", "insufficient_funds", true),
         ("wh-stolen", "stolen_card", false),

@@ -130,6 +130,13 @@ pub async fn finish(worker: InProcessWorker, sim: SimHandle, db: TestDb) {
     finish_sim(sim, db).await;
 }
 
+/// Stops the worker, then drops the database: [`finish`] without a
+/// simulator to stop (localstripe, or one the test drops itself).
+pub async fn finish_worker(worker: InProcessWorker, db: TestDb) {
+    worker.stop().await;
+    db.drop_db().await;
+}
+
 /// Stops the simulator, then drops the database: [`finish`] for a test
 /// without a worker.
 pub async fn finish_sim(sim: SimHandle, db: TestDb) {
