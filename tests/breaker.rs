@@ -114,8 +114,7 @@ async fn an_outage_longer_than_the_schedule_parks_attempts_and_resumes_them_pace
         scrape.contains(&format!("cobro_attempts_parked {ORDERS}")),
         "{scrape}"
     );
-    let verifier = test_verifier();
-    let web = start_web(&db.store, verifier).await;
+    let web = web_on(&db.store).await;
     let page = get_text(&format!("{}/finance", web.url), As::Basic("ana")).await;
     assert!(
         page.contains(&format!(

@@ -31,14 +31,9 @@ async fn post_cancel(web: &Web, order: &str, body: serde_json::Value) -> (u16, s
     (r.status().as_u16(), r.json().await.unwrap_or_default())
 }
 
-async fn web(db: &TestDb) -> Web {
-    let v = test_verifier();
-    start_web(&db.store, v).await
-}
-
 async fn paying_by_transfer_cancels_the_scheduled_retry_and_nothing_more_is_charged(b: Backend) {
     let (db, sim, worker) = rig(b, declining("insufficient_funds")).await;
-    let web = web(&db).await;
+    let web = web_on(&db.store).await;
     let req = ChargeRequest::parse("transfer-1", 7_500, "USD", None, None).unwrap();
     let first = db.store.enqueue(&req).await.unwrap().attempt_id;
     let declined = settled(&db.store, first, State::Rechazado, Duration::from_secs(10)).await;
@@ -100,7 +95,7 @@ async fn paying_by_transfer_cancels_the_scheduled_retry_and_nothing_more_is_char
 async fn an_attempt_that_may_have_charged_is_never_cancelled(b: Backend) {
     init_logs();
     let db = TestDb::new(b).await;
-    let web = web(&db).await;
+    let web = web_on(&db.store).await;
     let req = ChargeRequest::parse("doubt-1", 1_000, "EUR", None, None).unwrap();
     let id = db.store.enqueue(&req).await.unwrap().attempt_id;
     let (a, _) = db.store.load(id).await.unwrap();

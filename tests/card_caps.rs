@@ -123,8 +123,7 @@ async fn a_manual_retry_at_a_cap_needs_an_override_with_a_reason(b: Backend) {
     let db = TestDb::new(b).await;
     retries(&db, "pm_busy", 0, 10, default_caps()).await;
     let a = declined_on(&db.store, "busy-order", "pm_busy").await;
-    let verifier = test_verifier();
-    let web = start_web(&db.store, verifier).await;
+    let web = web_on(&db.store).await;
     let http = reqwest::Client::new();
     let retry = |body: Option<Value>| retry_of(&http, &web.url, a.id, body);
     let logged = |id| {

@@ -42,8 +42,7 @@ async fn post(web: &Web, key: &str, body: &Value) -> (u16, Value) {
 
 async fn post_charges_stores_and_shows_the_customer_and_refuses_card_data(b: Backend) {
     let db = TestDb::new(b).await;
-    let v = test_verifier();
-    let web = start_web(&db.store, v).await;
+    let web = web_on(&db.store).await;
 
     // Card data, or not a token: 422 naming `customer`, nothing written.
     for bad in [

@@ -225,15 +225,10 @@ async fn check_again_now_takes_a_fresh_lookup_through_a_real_worker(b: Backend) 
 }
 
 /// The web process with the finance routes and the test keys.
-async fn finance_web(store: &Store) -> Web {
-    let verifier = test_verifier();
-    start_web(store, verifier).await
-}
-
 async fn the_api_resolves_as_the_signed_in_person_and_refuses_clearly(b: Backend) {
     let db = TestDb::new(b).await;
     let a = in_review(&db.store, "fin-api", 990, "EUR").await;
-    let web = finance_web(&db.store).await;
+    let web = web_on(&db.store).await;
     let http = reqwest::Client::new();
     let resolve = |body: Value| {
         let req = http
@@ -357,7 +352,7 @@ async fn the_csv_export_opens_cleanly_in_a_spreadsheet(b: Backend) {
     in_review(&db.store, "=HYPERLINK(\"http://evil\")", 1_999, "USD").await;
     in_review(&db.store, "fin, with comma", 1_999, "JPY").await;
     in_review(&db.store, "fin-kwd", 1_999, "KWD").await;
-    let web = finance_web(&db.store).await;
+    let web = web_on(&db.store).await;
     let resp = get_as(
         &format!("{}/finance/escalations.csv", web.url),
         As::Basic("ana"),
@@ -450,7 +445,7 @@ async fn reconciliation_cases_are_in_the_queue_and_closed_once(b: Backend) {
     )
     .await
     .unwrap();
-    let web = finance_web(&db.store).await;
+    let web = web_on(&db.store).await;
     let http = reqwest::Client::new();
     let list: Value = get_json(
         &format!("{}/finance/api/escalations", web.url),

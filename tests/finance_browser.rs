@@ -135,8 +135,7 @@ async fn a_finance_person_lists_opens_and_resolves_an_item_in_a_browser(b: Backe
     };
     let db = TestDb::new(b).await;
     let item = in_review(&db.store, "order-browser-1").await;
-    let verifier = test_verifier();
-    let web = start_web(&db.store, verifier).await;
+    let web = web_on(&db.store).await;
 
     let browser = chromium(&driver).await;
 

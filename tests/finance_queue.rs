@@ -239,8 +239,7 @@ async fn the_queue_pages_every_row_exactly_once_with_filters(b: Backend) {
     }
 
     // The API: the same pages through `next`, the same total.
-    let verifier = test_verifier();
-    let web = start_web(&db.store, verifier).await;
+    let web = web_on(&db.store).await;
     let mut api_ids = Vec::new();
     let mut url = format!(
         "{}/finance/api/escalations?state=EN_REVISION&currency=USD&limit=3",
@@ -373,8 +372,7 @@ async fn bulk_check_now_schedules_exactly_the_matching_attempts_in_review(b: Bac
     );
 
     // The API, as the signed-in person, JSON only.
-    let verifier = test_verifier();
-    let web = start_web(&db.store, verifier).await;
+    let web = web_on(&db.store).await;
     let http = reqwest::Client::new();
     let check_now = format!("{}/finance/api/check-now", web.url);
     let (status, err) =

@@ -213,8 +213,7 @@ async fn a_schema_behind_the_binary_is_not_ready(b: Backend) {
             pending: vec![last]
         }
     );
-    let verifier = test_verifier();
-    let web = start_web(&db.store, verifier).await;
+    let web = web_on(&db.store).await;
     let (code, body) = get(&format!("{}/ready", web.url)).await;
     assert_eq!(code, 503, "{body}");
     let reason = body["reason"].as_str().unwrap_or_default();

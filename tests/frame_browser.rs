@@ -50,8 +50,7 @@ async fn another_site_cannot_frame_the_finance_page(b: Backend) {
     let a = step(&db.store, &a, Event::Claim, None).await;
     let a = step(&db.store, &a, Event::Unknown, None).await;
     step(&db.store, &a, Event::ChecksExhausted, None).await;
-    let v = test_verifier();
-    let web = start_web(&db.store, v).await;
+    let web = web_on(&db.store).await;
     let browser = chromium(&driver).await;
 
     // Top-level, signed in: the queue shows.

@@ -182,7 +182,7 @@ async fn a_stalled_body_is_cut_off_and_writes_nothing(b: Backend) {
 
 async fn oversized_bodies_get_413_on_every_route(b: Backend) {
     let db = TestDb::new(b).await;
-    let web = start_web(&db.store, test_verifier()).await;
+    let web = web_on(&db.store).await;
     let http = reqwest::Client::new();
     let big = format!(
         "{{\"note\": \"{}\"}}",

@@ -15,11 +15,6 @@ on_both_backends!(
 
 const KEY: &str = "6f1c2b3a-4d5e-4f60-8a7b-9c0d1e2f3a4b";
 
-async fn start(db: &TestDb) -> Web {
-    let v = test_verifier();
-    start_web(&db.store, v).await
-}
-
 async fn create(
     web: &Web,
     key: Option<&str>,
@@ -45,7 +40,7 @@ async fn create(
 
 async fn a_replay_gets_the_original_response_and_a_changed_body_gets_409(b: Backend) {
     let db = TestDb::new(b).await;
-    let web = start(&db).await;
+    let web = web_on(&db.store).await;
     let body = json!({"order_id": "web-1", "amount_minor": 1999, "currency": "USD",
                       "payment_method": "pm_card_visa"})
     .to_string();
@@ -81,7 +76,7 @@ async fn a_replay_gets_the_original_response_and_a_changed_body_gets_409(b: Back
 
 async fn bad_requests_name_what_is_wrong_and_write_nothing(b: Backend) {
     let db = TestDb::new(b).await;
-    let web = start(&db).await;
+    let web = web_on(&db.store).await;
     let ok = r#"{"order_id": "web-2", "amount_minor": 500, "currency": "EUR"}"#;
     let json = "application/json";
     type Case<'a> = (Option<&'a str>, &'a str, String, u16, Option<&'a str>);
@@ -120,7 +115,7 @@ async fn bad_requests_name_what_is_wrong_and_write_nothing(b: Backend) {
 
 async fn health_says_the_database_answers(b: Backend) {
     let db = TestDb::new(b).await;
-    let web = start(&db).await;
+    let web = web_on(&db.store).await;
     let resp = reqwest::get(format!("{}/health", web.url)).await.unwrap();
     assert_eq!(resp.status().as_u16(), 200);
     let v: Value = resp.json().await.unwrap();

@@ -24,11 +24,6 @@ on_both_backends!(
     an_order_id_of_150_accented_letters_is_enqueued_and_found,
 );
 
-async fn start(db: &TestDb) -> Web {
-    let v = test_verifier();
-    start_web(&db.store, v).await
-}
-
 /// `POST {path}` as `who` with `body` under `content_type` (none when
 /// `None`) and a fresh `Idempotency-Key`: the status and the JSON answer.
 async fn post(
@@ -148,7 +143,7 @@ async fn seed(db: &TestDb) -> Seeded {
 
 async fn every_json_post_refuses_another_content_type_and_writes_nothing(b: Backend) {
     let db = TestDb::new(b).await;
-    let web = start(&db).await;
+    let web = web_on(&db.store).await;
     let s = seed(&db).await;
     let ids = [s.approved, s.pending, s.review.id];
     let before = snapshot(&db, &ids).await;
@@ -181,7 +176,7 @@ async fn every_json_post_refuses_another_content_type_and_writes_nothing(b: Back
 
 async fn a_wrong_json_type_is_named_with_the_type_and_writes_nothing(b: Backend) {
     let db = TestDb::new(b).await;
-    let web = start(&db).await;
+    let web = web_on(&db.store).await;
     let s = seed(&db).await;
     let ids = [s.approved, s.pending, s.review.id];
     let before = snapshot(&db, &ids).await;
@@ -301,7 +296,7 @@ async fn a_wrong_json_type_is_named_with_the_type_and_writes_nothing(b: Backend)
 
 async fn bodiless_posts_take_no_body_or_an_empty_json_one(b: Backend) {
     let db = TestDb::new(b).await;
-    let web = start(&db).await;
+    let web = web_on(&db.store).await;
     db.store
         .set_sending_paused(true, "test", Some("incident"))
         .await
@@ -368,7 +363,7 @@ async fn bodiless_posts_take_no_body_or_an_empty_json_one(b: Backend) {
 
 async fn an_order_id_of_150_accented_letters_is_enqueued_and_found(b: Backend) {
     let db = TestDb::new(b).await;
-    let web = start(&db).await;
+    let web = web_on(&db.store).await;
     let order = "é".repeat(150);
     assert_eq!((order.len(), order.chars().count()), (300, 150));
     let body = json!({"order_id": order, "amount_minor": 700, "currency": "USD"});

@@ -125,7 +125,7 @@ async fn notices_reach_a_verifying_receiver_once_redelivered_after_500s_and_fail
     args.notify.notice_timeout = Duration::from_secs(4);
     args.notify.notice_poll = Duration::from_millis(100);
     let worker = spawn_worker(args);
-    let web = start_web(&db.store, test_verifier()).await;
+    let web = web_on(&db.store).await;
 
     // A retryable decline (a retry scheduled), two final ones.
     decline_with(&sim.url(), "insufficient_funds").await;

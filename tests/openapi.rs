@@ -222,8 +222,7 @@ fn each_403_names_the_scope_the_route_needs() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_web_process_answers_what_the_document_names_and_nothing_else() {
     let db = TestDb::new(Backend::Sqlite).await;
-    let v = test_verifier();
-    let web = start_web(&db.store, v).await;
+    let web = web_on(&db.store).await;
     let http = reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
         .build()

@@ -19,11 +19,6 @@ on_both_backends!(
     the_pages_need_a_key_escape_everything_and_show_the_pause,
 );
 
-async fn start(db: &TestDb) -> Web {
-    let verifier = test_verifier();
-    start_web(&db.store, verifier).await
-}
-
 /// GET `path` as test key `who` (Bearer), or with no credential.
 async fn get(web: &Web, path: &str, who: Option<&str>) -> (u16, Value) {
     let mut req = reqwest::Client::new().get(format!("{}{path}", web.url));
@@ -37,7 +32,7 @@ async fn get(web: &Web, path: &str, who: Option<&str>) -> (u16, Value) {
 
 async fn the_api_searches_pages_and_refuses_bad_parameters(b: Backend) {
     let s = seed(b).await;
-    let web = start(&s.db).await;
+    let web = web_on(&s.db.store).await;
     let all = s.newest_first();
     assert_eq!(all.len(), 7);
 
@@ -180,7 +175,7 @@ async fn page(
 
 async fn the_pages_need_a_key_escape_everything_and_show_the_pause(b: Backend) {
     let s = seed(b).await;
-    let web = start(&s.db).await;
+    let web = web_on(&s.db.store).await;
 
     let (status, _, headers) = page(&web, "/operator/attempts", None).await;
     assert_eq!(status, 401);

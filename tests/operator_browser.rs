@@ -52,8 +52,7 @@ async fn an_operator_searches_an_order_and_reads_its_history_while_paused(b: Bac
         .set_sending_paused(true, "api:ana", Some("INC-7 gateway double-charges"))
         .await
         .unwrap();
-    let verifier = test_verifier();
-    let web = start_web(&db.store, verifier).await;
+    let web = web_on(&db.store).await;
     let browser = chromium(&driver).await;
 
     // Without credentials nothing is shown.

@@ -35,7 +35,7 @@ async fn in_review(store: &Store, order: &str) -> Attempt {
 
 async fn pages_forbid_framing_and_escape_markup(b: Backend) {
     let db = TestDb::new(b).await;
-    let web = start_web(&db.store, test_verifier()).await;
+    let web = web_on(&db.store).await;
     let evil = "<script>alert(1)</script>\"'&";
     let a = in_review(&db.store, evil).await;
     let pages = [
@@ -197,7 +197,7 @@ async fn form_tokens_are_bound_to_a_sign_in_and_expire(b: Backend) {
 
 async fn the_landing_page_asks_for_credentials_and_links_what_the_key_may_see(b: Backend) {
     let db = TestDb::new(b).await;
-    let web = start_web(&db.store, test_verifier()).await;
+    let web = web_on(&db.store).await;
     let http = no_redirects();
     let anonymous = get_as(&format!("{}/", web.url), As::Nobody).await;
     assert_eq!(anonymous.status(), 401);

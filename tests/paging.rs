@@ -42,7 +42,7 @@ async fn open_cases_are_paged_and_pages_stay_small(b: Backend) {
     )
     .await
     .unwrap();
-    let web = start_web(&db.store, test_verifier()).await;
+    let web = web_on(&db.store).await;
     let get = |path: String| {
         let url = format!("{}{path}", web.url);
         async move {
@@ -150,7 +150,7 @@ async fn the_csv_streams_every_row_once_across_pages(b: Backend) {
     )
     .await
     .unwrap();
-    let web = start_web(&db.store, test_verifier()).await;
+    let web = web_on(&db.store).await;
     let resp = get_as(
         &format!("{}/finance/escalations.csv", web.url),
         As::Bearer("ana"),

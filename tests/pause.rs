@@ -32,8 +32,7 @@ async fn pausing_stops_new_charges_lookups_go_on_and_resume_sends_once(b: Backen
     args.check_schedule = "2s,2s,2s,2s,2s".into();
     args.check_jitter = 0.0;
     let worker = spawn_worker(args);
-    let v = test_verifier();
-    let web = start_web(&db.store, v).await;
+    let web = web_on(&db.store).await;
 
     let in_doubt = ChargeRequest::parse("pause-doubt", 1_100, "EUR", None, None).unwrap();
     let doubt = db.store.enqueue(&in_doubt).await.unwrap().attempt_id;

@@ -27,7 +27,7 @@ async fn post_method(web: &Web, key: &str, order: &str, body: Value) -> (u16, Va
 
 async fn the_next_retry_charges_the_new_payment_method_and_refusals_name_the_field(b: Backend) {
     let (db, sim, worker) = rig(b, Faults::default()).await;
-    let web = start_web(&db.store, test_verifier()).await;
+    let web = web_on(&db.store).await;
     decline_with(&sim.url(), "insufficient_funds").await;
     let first = declined(&db.store, "pm-1", Some("pm_card_old")).await;
     assert!(

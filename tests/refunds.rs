@@ -334,8 +334,7 @@ async fn a_lost_refund_request_is_resent_with_the_same_key(b: Backend) {
 
 async fn refunds_over_http_with_an_idempotency_key(b: Backend) {
     let db = TestDb::new(b).await;
-    let verifier = test_verifier();
-    let web = start_web(&db.store, verifier).await;
+    let web = web_on(&db.store).await;
     let charge = approved_charge(&db.store, "r-http", 1_000).await;
     let pending = pending_charge(&db.store, "r-http-2", 1_000).await;
     let url = format!("{}/refunds", web.url);

@@ -82,8 +82,7 @@ async fn a_double_charge_is_found_the_same_day_and_its_duplicate_refunded_once(b
     // Finance refunds the duplicate from the case; the gateway executes the
     // refund and its answer is lost.
     set_faults(&sim.url(), &answers_lost()).await;
-    let verifier = test_verifier();
-    let web = start_web(&db.store, verifier).await;
+    let web = web_on(&db.store).await;
     let http = reqwest::Client::new();
     let refund_duplicate = |who: &'static str, charge: String| {
         let req = http

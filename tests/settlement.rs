@@ -257,8 +257,7 @@ async fn a_payout_that_does_not_add_up_opens_one_payout_mismatch(b: Backend) {
     assert_eq!((again.opened, again.already_open), (0, 1));
 
     // Finance downloads them: signed in, a CSV; a bad window names its field.
-    let verifier = test_verifier();
-    let web = start_web(&db.store, verifier).await;
+    let web = web_on(&db.store).await;
     let url = format!("{}/finance/settlements.csv", web.url);
     let resp = get_as(&url, As::Basic("ana")).await;
     assert_eq!(resp.status(), 200);

@@ -23,11 +23,6 @@ on_both_backends!(
 
 const KEY: &str = "6f1c2b3a-4d5e-4f60-8a7b-9c0d1e2f3a4b";
 
-async fn start(db: &TestDb) -> Web {
-    let v = test_verifier();
-    start_web(&db.store, v).await
-}
-
 /// `POST {path}` as `who` with `body` (and an `Idempotency-Key`); the
 /// status and the JSON answer.
 async fn post(web: &Web, who: &str, path: &str, body: Value) -> (u16, Value) {
@@ -57,7 +52,7 @@ fn assert_unknown(got: &(u16, Value), field: &str, expected: &str) {
 
 async fn charges_refuse_an_unknown_field_and_write_nothing(b: Backend) {
     let db = TestDb::new(b).await;
-    let web = start(&db).await;
+    let web = web_on(&db.store).await;
     let got = post(
         &web,
         "app",
@@ -88,7 +83,7 @@ async fn charges_refuse_an_unknown_field_and_write_nothing(b: Backend) {
 
 async fn refunds_refuse_an_unknown_field_and_write_nothing(b: Backend) {
     let db = TestDb::new(b).await;
-    let web = start(&db).await;
+    let web = web_on(&db.store).await;
     let req = ChargeRequest::parse("uf-2", 5_000, "EUR", None, None).unwrap();
     let id = db.store.enqueue(&req).await.unwrap().attempt_id;
     let a = db.store.load(id).await.unwrap().0;
@@ -108,7 +103,7 @@ async fn refunds_refuse_an_unknown_field_and_write_nothing(b: Backend) {
 
 async fn an_orders_cancel_and_payment_method_refuse_an_unknown_field(b: Backend) {
     let db = TestDb::new(b).await;
-    let web = start(&db).await;
+    let web = web_on(&db.store).await;
     let req = ChargeRequest::parse("uf-3", 2_500, "USD", None, Some("pm_old")).unwrap();
     let id = db.store.enqueue(&req).await.unwrap().attempt_id;
 
@@ -138,7 +133,7 @@ async fn an_orders_cancel_and_payment_method_refuse_an_unknown_field(b: Backend)
 
 async fn the_incident_switch_refuses_an_unknown_field(b: Backend) {
     let db = TestDb::new(b).await;
-    let web = start(&db).await;
+    let web = web_on(&db.store).await;
     let got = post(
         &web,
         "ana",
@@ -156,7 +151,7 @@ async fn the_incident_switch_refuses_an_unknown_field(b: Backend) {
 
 async fn finances_api_refuses_an_unknown_field_and_moves_nothing(b: Backend) {
     let db = TestDb::new(b).await;
-    let web = start(&db).await;
+    let web = web_on(&db.store).await;
     let a = in_review(&db.store, "uf-4").await;
 
     // A resolution takes the fields of its action only.

@@ -10,14 +10,7 @@ use cobro::store::{Attempt, Store};
 use serde_json::json;
 use uuid::Uuid;
 
-use super::common::{
-    TestDb, Web, form_token_in, secret, send_text, start_web, step, test_verifier,
-};
-
-pub async fn web(db: &TestDb) -> Web {
-    let v = test_verifier();
-    start_web(&db.store, v).await
-}
+use super::common::{TestDb, form_token_in, secret, send_text, step};
 
 /// A client like a browser after its first page: it carries one sign-in
 /// cookie, to which the forms' tokens are bound.

@@ -4,14 +4,16 @@
 
 use serde_json::{Value, json};
 
-use super::common::{self, Backend, TestDb, finish_web, secret, start_web_cfg, test_verifier};
-use super::fixtures::{client, web};
+use super::common::{
+    self, Backend, TestDb, finish_web, secret, start_web_cfg, test_verifier, web_on,
+};
+use super::fixtures::client;
 
 on_both_backends!(only_the_webhook_receiver_and_health_are_open);
 
 async fn only_the_webhook_receiver_and_health_are_open(b: Backend) {
     let db = TestDb::new(b).await;
-    let web = web(&db).await;
+    let web = web_on(&db.store).await;
     let http = client();
     let health = http
         .get(format!("{}/health", web.url))

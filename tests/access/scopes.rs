@@ -9,10 +9,10 @@ use reqwest::{Method, RequestBuilder, StatusCode};
 use serde_json::{Value, json};
 use uuid::Uuid;
 
-use super::common::{self, Backend, TestDb, finish_web, open_case_ids, secret, send_json};
+use super::common::{self, Backend, TestDb, finish_web, open_case_ids, secret, send_json, web_on};
 use super::fixtures::{
     approved, client, declined, double_charge_case, form_token, in_review, open_case,
-    retry_pending, snapshot, web,
+    retry_pending, snapshot,
 };
 
 on_both_backends!(
@@ -90,7 +90,7 @@ impl Route {
 
 async fn every_route_needs_a_credential_with_its_scope(b: Backend) {
     let db = TestDb::new(b).await;
-    let web = web(&db).await;
+    let web = web_on(&db.store).await;
     let http = client();
     let charge = approved(&db.store, "acc-approved").await;
     let review_form = in_review(&db.store, "acc-review-form").await;
@@ -352,7 +352,7 @@ async fn every_route_needs_a_credential_with_its_scope(b: Backend) {
 
 async fn the_agent_reads_the_queue_and_the_summary_and_writes_nothing(b: Backend) {
     let db = TestDb::new(b).await;
-    let web = web(&db).await;
+    let web = web_on(&db.store).await;
     let http = client();
     let review = in_review(&db.store, "agent-review").await;
     let charge = approved(&db.store, "agent-approved").await;

@@ -10,7 +10,7 @@ use serde_json::json;
 
 use super::common::{
     self, Backend, TestDb, ask_refund, declined_with_retry, finish_web, start_web, step,
-    test_verifier,
+    test_verifier, web_on,
 };
 use super::doors::{DAY, assert_held, charge_again, finance_retry, post, signed_webhook};
 
@@ -93,7 +93,7 @@ async fn a_contradicted_decline_holds_the_order_until_finance_resolves_its_case(
 /// leave it open to a new charge.
 async fn a_cancel_that_means_do_not_charge_holds_the_order_at_every_door(b: Backend) {
     let db = TestDb::new(b).await;
-    let web = start_web(&db.store, test_verifier()).await;
+    let web = web_on(&db.store).await;
     for reason in CancelReason::ALL {
         let order = format!("gate-cancel-{}", reason.as_str());
         let a = declined_with_retry(&db.store, &order, DAY).await;
@@ -163,7 +163,7 @@ async fn a_cancel_that_means_do_not_charge_holds_the_order_at_every_door(b: Back
 /// pending refund leaves the refund alone (it is the customer's money).
 async fn a_cancel_never_touches_a_refund(b: Backend) {
     let db = TestDb::new(b).await;
-    let web = start_web(&db.store, test_verifier()).await;
+    let web = web_on(&db.store).await;
     let req = ChargeRequest::parse("gate-refund", 3_000, "USD", None, None).unwrap();
     let id = db.store.enqueue(&req).await.unwrap().attempt_id;
     let a = db.store.load(id).await.unwrap().0;

@@ -10,7 +10,7 @@ use cobro::store::{Applied, Attempt, Change};
 use cobro::webhook::{Scheme, Verifier};
 use serde_json::json;
 
-use super::common::{self, Backend, TestDb, finish_web, start_web, step, test_verifier};
+use super::common::{self, Backend, TestDb, finish_web, start_web, step, web_on};
 use super::doors::post;
 
 on_both_backends!(
@@ -113,7 +113,7 @@ async fn a_refund_that_fails_after_success_opens_a_case_and_frees_its_amount(b: 
 /// refused, saying why. Neither records a decline.
 async fn finance_cannot_decline_a_payment_object_that_may_still_succeed(b: Backend) {
     let db = TestDb::new(b).await;
-    let web = start_web(&db.store, test_verifier()).await;
+    let web = web_on(&db.store).await;
     let req = ChargeRequest::parse("gate-pi", 3_000, "USD", None, None).unwrap();
     let id = db.store.enqueue(&req).await.unwrap().attempt_id;
     let a = db.store.load(id).await.unwrap().0;

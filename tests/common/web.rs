@@ -85,6 +85,12 @@ pub async fn start_web(store: &Store, verifier: cobro::webhook::Verifier) -> Web
     start_web_cfg(web_config(store, verifier)).await
 }
 
+/// [`start_web`] with a [`test_verifier`]: for a test that signs no
+/// webhook.
+pub async fn web_on(store: &Store) -> Web {
+    start_web(store, test_verifier()).await
+}
+
 /// The web settings of [`start_web`], to adjust before [`start_web_cfg`].
 pub fn web_config(store: &Store, verifier: cobro::webhook::Verifier) -> cobro::web::WebConfig {
     let mut cfg = cobro::web::WebConfig::new(store.clone(), verifier);

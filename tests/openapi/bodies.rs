@@ -24,8 +24,7 @@ on_both_backends!(every_json_request_body_is_the_one_its_handler_reads);
 /// of another alternative is refused as unknown.
 async fn every_json_request_body_is_the_one_its_handler_reads(backend: Backend) {
     let db = TestDb::new(backend).await;
-    let v = test_verifier();
-    let web = start_web(&db.store, v).await;
+    let web = web_on(&db.store).await;
     let http = reqwest::Client::new();
     let doc: Value = get_json(&format!("{}/openapi.json", web.url), As::Nobody).await;
     let mut checked = Vec::new();
