@@ -1,8 +1,9 @@
 //! Attempts moved by hand, as a worker would move them, through the
 //! store's compare-and-set writer: one event at a time (with or without the
 //! gateway's evidence), to `EN_REVISION`, declined with a retry scheduled,
-//! charged at the simulator and recorded; and what a test reads back (the
-//! states an attempt went through and why, waiting for one).
+//! charged at the simulator and recorded, refunds asked for, a retry made
+//! due; and what a test reads back (the states an attempt went through and
+//! why, the open cases, waiting for a state).
 
 use std::time::Duration;
 

@@ -1,8 +1,9 @@
 //! A database of its own per test: a fresh PostgreSQL database
 //! (`cobro_t_<uuid>` on `TEST_DATABASE_URL`) or a SQLite file in a fresh
 //! temp directory, migrated, copied from a template, or left unmigrated;
-//! dropped when the test passes; and the SQL a test runs on it, written
-//! once per backend.
+//! dropped when the test passes (or none, for a PostgreSQL-only test when
+//! PostgreSQL is not there); and the SQL a test runs on it, written once
+//! per backend.
 
 use std::path::PathBuf;
 

@@ -1,6 +1,8 @@
 //! The web process as a client sees it: one GET or POST with a credential
-//! of [`super::TEST_KEYS`], its answer read whole. A failed request panics
-//! naming the URL.
+//! of [`super::TEST_KEYS`] (or none), or any request a test builds, its
+//! answer read whole; and what a test checks of an answer (a refusal's
+//! field, a header, a form's token). A failed request panics naming the
+//! URL.
 
 use serde::de::DeserializeOwned;
 use serde_json::Value;

@@ -1,6 +1,7 @@
 //! localstripe for tests: started on a free loopback port through
 //! `scripts/localstripe/serve` (installed with `pip install localstripe`),
-//! killed on drop, and read through its own Stripe API.
+//! killed on drop, and read through its own Stripe API; with a database
+//! beside it, and the charges it approves.
 
 #![allow(dead_code)]
 

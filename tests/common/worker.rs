@@ -1,6 +1,6 @@
 //! A worker for a test: its settings scaled down ([`worker_args`]), one
 //! running in this process until stopped, the usual database + simulator
-//! (+ worker) rig and its finish, and an engine to drive by hand.
+//! (+ worker) rig and its finishes, and an engine to drive by hand.
 
 use std::time::{Duration, Instant};
 
