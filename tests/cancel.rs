@@ -97,8 +97,8 @@ async fn an_attempt_that_may_have_charged_is_never_cancelled(b: Backend) {
     let db = TestDb::new(b).await;
     let web = web_on(&db.store).await;
     let req = ChargeRequest::parse("doubt-1", 1_000, "EUR", None, None).unwrap();
-    let id = db.store.enqueue(&req).await.unwrap().attempt_id;
-    let (a, _) = db.store.load(id).await.unwrap();
+    let a = enqueued(&db.store, &req).await;
+    let id = a.id;
     let a = step(&db.store, &a, Event::Claim, None).await;
     let a = step(&db.store, &a, Event::Unknown, None).await;
     assert_eq!(a.state, State::Desconocido);

@@ -36,8 +36,7 @@ fn caps() -> CardCaps {
 /// `brand` (none: the answer said nothing of it).
 async fn declined_on(store: &Store, order: &str, card: &str, brand: Option<&str>) -> Attempt {
     let req = ChargeRequest::parse(order, 2_000, "USD", None, Some(card)).unwrap();
-    let id = store.enqueue(&req).await.unwrap().attempt_id;
-    let (a, _) = store.load(id).await.unwrap();
+    let a = enqueued(store, &req).await;
     let a = step(store, &a, Event::Claim, None).await;
     let ev = Evidence {
         call: "charge".into(),

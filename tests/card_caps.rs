@@ -29,8 +29,7 @@ fn default_caps() -> CardCaps {
 /// A declined charge of `order` on `card`, its retry scheduled.
 async fn declined_on(store: &Store, order: &str, card: &str) -> Attempt {
     let req = ChargeRequest::parse(order, 2_000, "USD", None, Some(card)).unwrap();
-    let id = store.enqueue(&req).await.unwrap().attempt_id;
-    let (a, _) = store.load(id).await.unwrap();
+    let a = enqueued(store, &req).await;
     let a = step(store, &a, Event::Claim, None).await;
     step(store, &a, Event::Declined, Some("insufficient_funds")).await
 }

@@ -35,8 +35,7 @@ async fn declined(
     retry_in: Duration,
 ) -> Attempt {
     let req = cobro::domain::ChargeRequest::parse(order, 3_000, "USD", None, Some(card)).unwrap();
-    let id = store.enqueue(&req).await.unwrap().attempt_id;
-    let a = store.load(id).await.unwrap().0;
+    let a = enqueued(store, &req).await;
     let a = step(store, &a, Event::Claim, None).await;
     decline_for_retry(store, &a, code, retry_in).await
 }

@@ -181,8 +181,8 @@ async fn finance_retries_a_declined_order_from_the_command_line(b: Backend) {
     use cobro::state::Event;
     let db = TestDb::new(b).await;
     let req = cobro::domain::ChargeRequest::parse("cli-retry", 900, "USD", None, None).unwrap();
-    let id = db.store.enqueue(&req).await.unwrap().attempt_id;
-    let (a, _) = db.store.load(id).await.unwrap();
+    let a = enqueued(&db.store, &req).await;
+    let id = a.id;
     let a = step(&db.store, &a, Event::Claim, None).await;
     step(&db.store, &a, Event::Declined, Some("card_declined")).await;
 
@@ -285,8 +285,8 @@ async fn finance_works_the_escalation_queue_from_the_command_line(b: Backend) {
     use cobro::state::Event;
     let db = TestDb::new(b).await;
     let req = cobro::domain::ChargeRequest::parse("cli-esc", 1_250, "USD", None, None).unwrap();
-    let id = db.store.enqueue(&req).await.unwrap().attempt_id;
-    let mut a = db.store.load(id).await.unwrap().0;
+    let mut a = enqueued(&db.store, &req).await;
+    let id = a.id;
     for event in [Event::Claim, Event::Unknown, Event::ChecksExhausted] {
         a = step(&db.store, &a, event, None).await;
     }
@@ -349,8 +349,8 @@ async fn finance_pages_the_queue_and_checks_again_now_from_the_command_line(b: B
     let mut ids = Vec::new();
     for (order, currency) in [("cli-a", "USD"), ("cli-b", "EUR"), ("cli-c", "USD")] {
         let req = cobro::domain::ChargeRequest::parse(order, 1_000, currency, None, None).unwrap();
-        let id = db.store.enqueue(&req).await.unwrap().attempt_id;
-        let mut a = db.store.load(id).await.unwrap().0;
+        let mut a = enqueued(&db.store, &req).await;
+        let id = a.id;
         for event in [Event::Claim, Event::Unknown, Event::ChecksExhausted] {
             let mut c = Change::new(Some(event), "test", "test");
             match event {

@@ -98,8 +98,8 @@ async fn a_late_decline_of_an_approved_charge_opens_a_case(b: Backend) {
     let v = Verifier::from_env_value(Scheme::StandardWebhooks, &secret).unwrap();
     let web = start_web(&db.store, v.clone()).await;
     let req = ChargeRequest::parse("late-2", 3_000, "USD", None, None).unwrap();
-    let id = db.store.enqueue(&req).await.unwrap().attempt_id;
-    let a = db.store.load(id).await.unwrap().0;
+    let a = enqueued(&db.store, &req).await;
+    let id = a.id;
     let a = step(&db.store, &a, Event::Claim, None).await;
     let a = step(&db.store, &a, Event::Approved, Some("ch_ok")).await;
 

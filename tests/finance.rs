@@ -31,8 +31,7 @@ on_both_backends!(
 /// An attempt whose checks ran out: EN_REVISION with a 503 as last evidence.
 async fn in_review(store: &Store, order: &str, amount: i64, currency: &str) -> Attempt {
     let req = ChargeRequest::parse(order, amount, currency, None, None).unwrap();
-    let id = store.enqueue(&req).await.unwrap().attempt_id;
-    let a = store.load(id).await.unwrap().0;
+    let a = enqueued(store, &req).await;
     let a = step(store, &a, Event::Claim, None).await;
     let a = step(store, &a, Event::Unknown, None).await;
     let ev = Evidence {
@@ -48,8 +47,7 @@ async fn in_review(store: &Store, order: &str, amount: i64, currency: &str) -> A
 /// An attempt left DESCONOCIDO (young).
 async fn in_doubt(store: &Store, order: &str) -> Attempt {
     let req = ChargeRequest::parse(order, 700, "EUR", None, None).unwrap();
-    let id = store.enqueue(&req).await.unwrap().attempt_id;
-    let a = store.load(id).await.unwrap().0;
+    let a = enqueued(store, &req).await;
     let a = step(store, &a, Event::Claim, None).await;
     step(store, &a, Event::Unknown, None).await
 }

@@ -26,8 +26,7 @@ on_both_backends!(
 /// In review (checks exhausted) with the janitor's next check an hour out.
 async fn in_review(store: &Store, order: &str, currency: &str) -> Attempt {
     let req = ChargeRequest::parse(order, 1_000, currency, None, None).unwrap();
-    let id = store.enqueue(&req).await.unwrap().attempt_id;
-    let a = store.load(id).await.unwrap().0;
+    let a = enqueued(store, &req).await;
     review(store, a).await
 }
 
@@ -44,8 +43,7 @@ async fn review(store: &Store, a: Attempt) -> Attempt {
 
 async fn in_doubt(store: &Store, order: &str, currency: &str) -> Attempt {
     let req = ChargeRequest::parse(order, 700, currency, None, None).unwrap();
-    let id = store.enqueue(&req).await.unwrap().attempt_id;
-    let a = store.load(id).await.unwrap().0;
+    let a = enqueued(store, &req).await;
     let a = step(store, &a, Event::Claim, None).await;
     step(store, &a, Event::Unknown, None).await
 }
@@ -53,8 +51,7 @@ async fn in_doubt(store: &Store, order: &str, currency: &str) -> Attempt {
 /// A refund of an approved charge, in review.
 async fn refund_in_review(store: &Store, order: &str) -> Attempt {
     let req = ChargeRequest::parse(order, 5_000, "USD", None, None).unwrap();
-    let id = store.enqueue(&req).await.unwrap().attempt_id;
-    let a = store.load(id).await.unwrap().0;
+    let a = enqueued(store, &req).await;
     let a = step(store, &a, Event::Claim, None).await;
     let charge = step(store, &a, Event::Approved, None).await;
     let r = ask_refund(store, charge.id, 1_000, "app").await;

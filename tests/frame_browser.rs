@@ -45,8 +45,7 @@ async fn another_site_cannot_frame_the_finance_page(b: Backend) {
     };
     let db = TestDb::new(b).await;
     let req = ChargeRequest::parse("order-framed", 1_000, "USD", None, Some("pm_test")).unwrap();
-    let id = db.store.enqueue(&req).await.unwrap().attempt_id;
-    let a = db.store.load(id).await.unwrap().0;
+    let a = enqueued(&db.store, &req).await;
     let a = step(&db.store, &a, Event::Claim, None).await;
     let a = step(&db.store, &a, Event::Unknown, None).await;
     step(&db.store, &a, Event::ChecksExhausted, None).await;

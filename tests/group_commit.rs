@@ -13,8 +13,7 @@ use futures::future::join_all;
 
 async fn claimed(store: &Store, order: &str) -> (Attempt, Attempt) {
     let req = ChargeRequest::parse(order, 1_000, "USD", None, Some("pm_test_visa")).unwrap();
-    let id = store.enqueue(&req).await.unwrap().attempt_id;
-    let (pending, _) = store.load(id).await.unwrap();
+    let pending = enqueued(store, &req).await;
     let held = step(store, &pending, Event::Claim, None).await;
     (pending, held)
 }

@@ -264,8 +264,7 @@ async fn two_workers_never_claim_one_notice_and_only_the_claim_holder_records(b:
         let store = db.store.clone();
         async move {
             let req = ChargeRequest::parse(&order, 700, "USD", None, None).unwrap();
-            let id = store.enqueue(&req).await.unwrap().attempt_id;
-            let (a, _) = store.load(id).await.unwrap();
+            let a = enqueued(&store, &req).await;
             let a = step(&store, &a, Event::Claim, None).await;
             step(&store, &a, Event::Declined, Some("stolen_card")).await
         }

@@ -43,8 +43,7 @@ async fn an_operator_searches_an_order_and_reads_its_history_while_paused(b: Bac
     let doubt = in_review(&db.store, "order-ops-1").await;
     for order in ["order-ops-2", "order-ops-3"] {
         let req = ChargeRequest::parse(order, 1_500, "USD", None, None).unwrap();
-        let id = db.store.enqueue(&req).await.unwrap().attempt_id;
-        let a = db.store.load(id).await.unwrap().0;
+        let a = enqueued(&db.store, &req).await;
         let a = step(&db.store, &a, Event::Claim, None).await;
         step(&db.store, &a, Event::Approved, Some("ch_ops")).await;
     }

@@ -26,8 +26,7 @@ const COOKIE_B: &str = "cobro_signin=bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb";
 
 async fn in_review(store: &Store, order: &str) -> Attempt {
     let req = ChargeRequest::parse(order, 1_000, "USD", None, Some("pm_test")).unwrap();
-    let id = store.enqueue(&req).await.unwrap().attempt_id;
-    let a = store.load(id).await.unwrap().0;
+    let a = enqueued(store, &req).await;
     let a = step(store, &a, Event::Claim, None).await;
     let a = step(store, &a, Event::Unknown, None).await;
     step(store, &a, Event::ChecksExhausted, None).await

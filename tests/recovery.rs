@@ -28,8 +28,7 @@ enum Then {
 
 async fn declined_first(store: &Store, order: &str, code: &str) -> Attempt {
     let req = ChargeRequest::parse(order, 1_500, "USD", None, Some("pm_test_visa")).unwrap();
-    let id = store.enqueue(&req).await.unwrap().attempt_id;
-    let (a, _) = store.load(id).await.unwrap();
+    let a = enqueued(store, &req).await;
     let a = step(store, &a, Event::Claim, None).await;
     step(store, &a, Event::Declined, Some(code)).await
 }

@@ -29,8 +29,7 @@ on_both_backends!(
 /// An order whose first attempt was declined.
 async fn declined(store: &Store, order: &str) -> Attempt {
     let req = ChargeRequest::parse(order, 2_000, "USD", None, None).unwrap();
-    let id = store.enqueue(&req).await.unwrap().attempt_id;
-    let (a, _) = store.load(id).await.unwrap();
+    let a = enqueued(store, &req).await;
     let a = step(store, &a, Event::Claim, None).await;
     step(store, &a, Event::Declined, Some("insufficient_funds")).await
 }
@@ -101,8 +100,7 @@ async fn no_retry_while_in_doubt_or_approved(b: Backend) {
 
     // The attempt itself is in doubt: only a declined attempt is retried.
     let req = ChargeRequest::parse("doubt-1", 500, "USD", None, None).unwrap();
-    let id = db.store.enqueue(&req).await.unwrap().attempt_id;
-    let (a, _) = db.store.load(id).await.unwrap();
+    let a = enqueued(&db.store, &req).await;
     let a = step(&db.store, &a, Event::Claim, None).await;
     let a = step(&db.store, &a, Event::Unknown, None).await;
     assert!(matches!(retry(a.id).await, Err(RetryError::NotDeclined(_))));
@@ -276,8 +274,7 @@ async fn notices_are_written_with_their_cause_and_acknowledged_once(b: Backend) 
 async fn a_scheduled_retry_runs_once_even_when_woken_twice_or_late(b: Backend) {
     let db = TestDb::new(b).await;
     let req = ChargeRequest::parse("sched-1", 3_000, "USD", None, None).unwrap();
-    let id = db.store.enqueue(&req).await.unwrap().attempt_id;
-    let (a, _) = db.store.load(id).await.unwrap();
+    let a = enqueued(&db.store, &req).await;
     let a = step(&db.store, &a, Event::Claim, None).await;
     let mut decline = Change::new(Some(Event::Declined), "test", "test");
     decline.decline_code = Some("insufficient_funds");
@@ -324,8 +321,7 @@ async fn the_sixteenth_retry_of_one_card_in_thirty_days_is_refused(b: Backend) {
         let store = db.store.clone();
         async move {
             let req = ChargeRequest::parse(&order, 2_000, "USD", None, Some(card)).unwrap();
-            let id = store.enqueue(&req).await.unwrap().attempt_id;
-            let (a, _) = store.load(id).await.unwrap();
+            let a = enqueued(&store, &req).await;
             let a = step(&store, &a, Event::Claim, None).await;
             step(&store, &a, Event::Declined, Some("insufficient_funds")).await
         }

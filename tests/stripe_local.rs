@@ -307,8 +307,8 @@ async fn finances_decline_cancels_the_payment_intent_before_it_is_recorded(b: Ba
         let (db, stripe) = (&db, &stripe);
         async move {
             let req = visa_charge(order, 4_200);
-            let id = db.store.enqueue(&req).await.unwrap().attempt_id;
-            let a = db.store.load(id).await.unwrap().0;
+            let a = enqueued(&db.store, &req).await;
+            let id = a.id;
             let a = step(&db.store, &a, Event::Claim, None).await;
             let pi = stripe.create_intent(&req, &id.to_string()).await;
             let mut record = Change::new(

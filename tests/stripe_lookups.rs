@@ -131,8 +131,8 @@ fn engine(
 /// record it).
 async fn in_doubt(db: &TestDb, order: &str, pi: Option<&str>) -> (ChargeRequest, uuid::Uuid) {
     let req = ChargeRequest::parse(order, 50_000, "USD", None, Some("pm_card_visa")).unwrap();
-    let id = db.store.enqueue(&req).await.unwrap().attempt_id;
-    let a = db.store.load(id).await.unwrap().0;
+    let a = enqueued(&db.store, &req).await;
+    let id = a.id;
     let mut a = step(&db.store, &a, Event::Claim, None).await;
     if let Some(pi) = pi {
         let mut record = Change::new(

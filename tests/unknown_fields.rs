@@ -85,8 +85,8 @@ async fn refunds_refuse_an_unknown_field_and_write_nothing(b: Backend) {
     let db = TestDb::new(b).await;
     let web = web_on(&db.store).await;
     let req = ChargeRequest::parse("uf-2", 5_000, "EUR", None, None).unwrap();
-    let id = db.store.enqueue(&req).await.unwrap().attempt_id;
-    let a = db.store.load(id).await.unwrap().0;
+    let a = enqueued(&db.store, &req).await;
+    let id = a.id;
     let a = step(&db.store, &a, Event::Claim, None).await;
     step(&db.store, &a, Event::Approved, None).await;
     let got = post(

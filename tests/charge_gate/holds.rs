@@ -9,7 +9,7 @@ use cobro::store::{Applied, CancelReason, Change};
 use serde_json::json;
 
 use super::common::{
-    self, Backend, TestDb, ask_refund, declined_with_retry, finish_web, start_web, step,
+    self, Backend, TestDb, ask_refund, declined_with_retry, enqueued, finish_web, start_web, step,
     test_verifier, web_on,
 };
 use super::doors::{DAY, assert_held, charge_again, finance_retry, post, signed_webhook};
@@ -165,8 +165,7 @@ async fn a_cancel_never_touches_a_refund(b: Backend) {
     let db = TestDb::new(b).await;
     let web = web_on(&db.store).await;
     let req = ChargeRequest::parse("gate-refund", 3_000, "USD", None, None).unwrap();
-    let id = db.store.enqueue(&req).await.unwrap().attempt_id;
-    let a = db.store.load(id).await.unwrap().0;
+    let a = enqueued(&db.store, &req).await;
     let a = step(&db.store, &a, Event::Claim, None).await;
     let a = step(&db.store, &a, Event::Approved, None).await;
     let refund = ask_refund(&db.store, a.id, 1_000, "app").await;

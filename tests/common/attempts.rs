@@ -12,6 +12,12 @@ use uuid::Uuid;
 
 use super::{TestDb, eventually};
 
+/// Enqueues `req`; its attempt as stored.
+pub async fn enqueued(store: &Store, req: &cobro::domain::ChargeRequest) -> cobro::store::Attempt {
+    let id = store.enqueue(req).await.unwrap().attempt_id;
+    store.load(id).await.unwrap().0
+}
+
 /// Moves `a` with `event` through the store's compare-and-set writer, as a
 /// worker would: a Claim takes a 30 s lease; `detail` is the gateway's
 /// charge id for Approved (default `ch_test`) or the decline code for
@@ -150,8 +156,7 @@ pub async fn in_review(store: &Store, order: &str) -> cobro::store::Attempt {
     use cobro::state::Event;
     use cobro::store::{Applied, Change, CheckRecord, Lease};
     let req = cobro::domain::ChargeRequest::parse(order, 4_990, "EUR", None, None).unwrap();
-    let id = store.enqueue(&req).await.unwrap().attempt_id;
-    let mut a = store.load(id).await.unwrap().0;
+    let mut a = enqueued(store, &req).await;
     for event in [Event::Claim, Event::Unknown, Event::ChecksExhausted] {
         let mut c = Change::new(Some(event), "test", "worker:test");
         let ev = cobro::gateway::Evidence {
@@ -195,8 +200,7 @@ pub async fn declined_with_retry(
     retry_in: Duration,
 ) -> cobro::store::Attempt {
     let req = cobro::domain::ChargeRequest::parse(order, 3_000, "USD", None, Some("pm_x")).unwrap();
-    let id = store.enqueue(&req).await.unwrap().attempt_id;
-    let a = store.load(id).await.unwrap().0;
+    let a = enqueued(store, &req).await;
     let a = step(store, &a, cobro::state::Event::Claim, None).await;
     let a = decline_for_retry(store, &a, "insufficient_funds", retry_in).await;
     assert!(a.next_action_at.is_some(), "a retry is scheduled");
@@ -235,8 +239,7 @@ pub async fn charged(
     use cobro::gateway::{ChargeCall, ChargeOutcome, Gateway};
     use cobro::state::Event;
     let req = ChargeRequest::parse(order, amount, "EUR", None, None).unwrap();
-    let id = store.enqueue(&req).await.unwrap().attempt_id;
-    let a = store.load(id).await.unwrap().0;
+    let a = enqueued(store, &req).await;
     let a = step(store, &a, Event::Claim, None).await;
     let call = ChargeCall {
         key: IdempotencyKey::from_uuid(a.idempotency_key),
