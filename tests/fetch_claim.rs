@@ -97,14 +97,21 @@ async fn fetch(store: &Store, worker: &str, plan: Arc<dyn ClaimPlan>, up_to: usi
     }
 }
 
-/// Each attempt's transition causes, in order.
-async fn causes(store: &Store, id: Uuid) -> Vec<(String, String)> {
+/// Each attempt's transitions, in order: the state it went to and why.
+async fn states_and_causes(store: &Store, id: Uuid) -> Vec<(String, String)> {
     store
         .transitions(id)
         .await
         .unwrap()
         .into_iter()
         .map(|t| (t.to_state, t.cause))
+        .collect()
+}
+
+/// `(state, cause)` pairs as [`states_and_causes`] gives them.
+fn pairs(want: &[(&str, &str)]) -> Vec<(String, String)> {
+    want.iter()
+        .map(|(s, c)| (s.to_string(), c.to_string()))
         .collect()
 }
 
@@ -156,12 +163,12 @@ async fn a_fetch_claims_due_charges_up_to_its_free_handlers_and_they_are_sent_on
     for id in ids {
         assert_eq!(db.store.load(id).await.unwrap().0.state, State::Aprobado);
         assert_eq!(
-            causes(&db.store, id).await,
-            [
-                ("PENDIENTE".to_owned(), "enqueued".to_owned()),
-                ("EN_PROCESO".to_owned(), "claim".to_owned()),
-                ("APROBADO".to_owned(), "gateway_approved".to_owned()),
-            ]
+            states_and_causes(&db.store, id).await,
+            pairs(&[
+                ("PENDIENTE", "enqueued"),
+                ("EN_PROCESO", "claim"),
+                ("APROBADO", "gateway_approved"),
+            ])
         );
     }
     let l = ledger(&sim.url()).await;
@@ -212,11 +219,7 @@ async fn a_charge_claimed_by_a_fetch_that_never_handed_it_out_is_resolved_by_its
 
     let worker = spawn_worker(worker_args(&db.url, &sim.url()));
     settled(&db.store, id, State::Aprobado, Duration::from_secs(30)).await;
-    let states: Vec<String> = causes(&db.store, id)
-        .await
-        .into_iter()
-        .map(|(s, _)| s)
-        .collect();
+    let states = path(&db.store, id).await;
     assert_eq!(
         states,
         [
@@ -257,15 +260,12 @@ async fn a_claim_is_given_back_unsent_when_sending_was_paused_after_the_fetch(b:
     assert!(a.parked_since.is_some(), "parked until sending resumes");
     assert_eq!(a.lease_owner, None);
     assert_eq!(
-        causes(&db.store, id).await,
-        [
-            ("PENDIENTE".to_owned(), "enqueued".to_owned()),
-            ("EN_PROCESO".to_owned(), "claim".to_owned()),
-            (
-                "PENDIENTE".to_owned(),
-                "claim_released_sending_paused".to_owned()
-            ),
-        ]
+        states_and_causes(&db.store, id).await,
+        pairs(&[
+            ("PENDIENTE", "enqueued"),
+            ("EN_PROCESO", "claim"),
+            ("PENDIENTE", "claim_released_sending_paused"),
+        ])
     );
     assert!(ledger(&sim.url()).await.entries.is_empty(), "nothing sent");
     finish_sim(sim, db).await;
@@ -291,14 +291,14 @@ async fn a_claim_handled_late_is_given_back_and_claimed_again(b: Backend) {
 
     assert_eq!(db.store.load(id).await.unwrap().0.state, State::Aprobado);
     assert_eq!(
-        causes(&db.store, id).await,
-        [
-            ("PENDIENTE".to_owned(), "enqueued".to_owned()),
-            ("EN_PROCESO".to_owned(), "claim".to_owned()),
-            ("PENDIENTE".to_owned(), "claim_released_late".to_owned()),
-            ("EN_PROCESO".to_owned(), "claim".to_owned()),
-            ("APROBADO".to_owned(), "gateway_approved".to_owned()),
-        ]
+        states_and_causes(&db.store, id).await,
+        pairs(&[
+            ("PENDIENTE", "enqueued"),
+            ("EN_PROCESO", "claim"),
+            ("PENDIENTE", "claim_released_late"),
+            ("EN_PROCESO", "claim"),
+            ("APROBADO", "gateway_approved"),
+        ])
     );
     assert_eq!(ledger(&sim.url()).await.entries.len(), 1, "charged once");
     finish_sim(sim, db).await;
@@ -340,14 +340,14 @@ async fn a_claim_given_back_at_shutdown_is_sent_once_by_the_next_worker(b: Backe
     let next = spawn_worker(args);
     settled(&db.store, id, State::Aprobado, Duration::from_secs(10)).await;
     assert_eq!(
-        causes(&db.store, id).await,
-        [
-            ("PENDIENTE".to_owned(), "enqueued".to_owned()),
-            ("EN_PROCESO".to_owned(), "claim".to_owned()),
-            ("PENDIENTE".to_owned(), "claim_released_shutdown".to_owned()),
-            ("EN_PROCESO".to_owned(), "claim".to_owned()),
-            ("APROBADO".to_owned(), "gateway_approved".to_owned()),
-        ]
+        states_and_causes(&db.store, id).await,
+        pairs(&[
+            ("PENDIENTE", "enqueued"),
+            ("EN_PROCESO", "claim"),
+            ("PENDIENTE", "claim_released_shutdown"),
+            ("EN_PROCESO", "claim"),
+            ("APROBADO", "gateway_approved"),
+        ])
     );
     assert_eq!(ledger(&sim.url()).await.entries.len(), 1, "charged once");
     next.stop().await;
