@@ -24,11 +24,8 @@ on_both_backends!(
 fn spawn_process(args: &WorkerArgs, tag: &str) -> (Child, std::path::PathBuf) {
     let ms = |d: Duration| format!("{}ms", d.as_millis());
     let log = std::env::temp_dir().join(format!("cobro-{tag}-{}.log", Uuid::new_v4().simple()));
-    let child = Command::new(env!("CARGO_BIN_EXE_cobro-worker"))
-        .env_clear()
-        .env("PATH", std::env::var("PATH").unwrap_or_default())
+    let child = bare_worker(&args.database_url)
         .env("RUST_LOG", "info")
-        .env("DATABASE_URL", &args.database_url)
         .env("COBRO_GATEWAY", "sim")
         .env(
             "GATEWAY_URL",

@@ -48,11 +48,7 @@ fn one_line_error(out: &Output) -> String {
 /// once it answers.
 async fn serve(db_url: &str) -> (Child, String) {
     let addr = format!("127.0.0.1:{}", free_port());
-    let child = Command::new(env!("CARGO_BIN_EXE_cobro"))
-        .args(["serve", "--listen", &addr])
-        .env_clear()
-        .env("PATH", std::env::var("PATH").unwrap_or_default())
-        .env("DATABASE_URL", db_url)
+    let child = bare_cobro(db_url, &["serve", "--listen", &addr])
         .env("COBRO_API_KEYS", test_keys_config())
         .env("RUST_LOG", "warn")
         .stdout(Stdio::null())
@@ -96,10 +92,7 @@ async fn a_database_never_migrated_says_run_cobro_migrate_everywhere(b: Backend)
         assert!(!line.contains("at line"), "{args:?}: {line}");
     }
     // The worker refuses to start, saying the same.
-    let worker = Command::new(env!("CARGO_BIN_EXE_cobro-worker"))
-        .env_clear()
-        .env("PATH", std::env::var("PATH").unwrap_or_default())
-        .env("DATABASE_URL", &db.url)
+    let worker = bare_worker(&db.url)
         .env("COBRO_GATEWAY", "sim")
         .env("GATEWAY_URL", "http://127.0.0.1:9")
         .env("RUST_LOG", "warn")

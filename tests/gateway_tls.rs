@@ -133,11 +133,8 @@ impl Drop for Terminator {
 /// a file (printed when a test fails).
 fn spawn_worker(db_url: &str, env: &[(&str, &str)]) -> (Child, PathBuf) {
     let log = std::env::temp_dir().join(format!("cobro-tls-{}.log", Uuid::new_v4().simple()));
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_cobro-worker"));
-    cmd.env_clear()
-        .env("PATH", std::env::var("PATH").unwrap_or_default())
-        .env("RUST_LOG", "info")
-        .env("DATABASE_URL", db_url)
+    let mut cmd = bare_worker(db_url);
+    cmd.env("RUST_LOG", "info")
         .env("COBRO_GATEWAY", "sim")
         .env(
             "COBRO_WORKER_NAME",

@@ -12,6 +12,27 @@ pub fn cobro_cmd(db_url: &str, args: &[&str]) -> Command {
     cmd
 }
 
+/// `cobro ARGS` with nothing in its environment but `PATH` and
+/// `DATABASE_URL`: the test adds the settings it means.
+pub fn bare_cobro(db_url: &str, args: &[&str]) -> Command {
+    bare(env!("CARGO_BIN_EXE_cobro"), db_url, args)
+}
+
+/// `cobro-worker` with nothing in its environment but `PATH` and
+/// `DATABASE_URL`.
+pub fn bare_worker(db_url: &str) -> Command {
+    bare(env!("CARGO_BIN_EXE_cobro-worker"), db_url, &[])
+}
+
+fn bare(bin: &str, db_url: &str, args: &[&str]) -> Command {
+    let mut cmd = Command::new(bin);
+    cmd.args(args)
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("DATABASE_URL", db_url);
+    cmd
+}
+
 /// Runs `cobro ARGS` to the end.
 pub fn cobro(db_url: &str, args: &[&str]) -> Output {
     cobro_cmd(db_url, args).output().expect("run cobro")
