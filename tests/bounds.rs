@@ -64,7 +64,7 @@ async fn post(url: String, key: &str, body: &str) -> (u16, Value) {
 }
 
 /// A refusal of `amount_minor` that says the maximum (and what sets it).
-fn assert_refused(status: u16, reply: &Value, max: &str, set_by: &str, what: &str) {
+fn assert_over_the_maximum(status: u16, reply: &Value, max: &str, set_by: &str, what: &str) {
     assert_eq!(status, 422, "{what}: {reply}");
     assert_eq!(reply["field"], "amount_minor", "{what}: {reply}");
     let msg = reply["error"].as_str().unwrap();
@@ -95,7 +95,7 @@ async fn over_http_an_amount_above_the_maximum_is_refused_and_nothing_is_written
         let key = Uuid::new_v4().to_string();
         let (status, reply) =
             post(format!("{}/charges", web.url), &key, &charge_body(amount)).await;
-        assert_refused(
+        assert_over_the_maximum(
             status,
             &reply,
             limit,
@@ -135,7 +135,7 @@ async fn over_http_an_amount_above_the_maximum_is_refused_and_nothing_is_written
         );
         let key = Uuid::new_v4().to_string();
         let (status, reply) = post(format!("{}/refunds", web.url), &key, &body).await;
-        assert_refused(
+        assert_over_the_maximum(
             status,
             &reply,
             limit,
@@ -155,13 +155,13 @@ async fn over_http_an_amount_above_the_maximum_is_refused_and_nothing_is_written
     let web = start_web(&db.store, v()).await;
     let body = r#"{"order_id": "b-http-low", "amount_minor": 5001, "currency": "USD"}"#;
     let (status, reply) = post(format!("{}/charges", web.url), KEY, body).await;
-    assert_refused(status, &reply, "5000", "COBRO_MAX_AMOUNT_MINOR", "max 5000");
+    assert_over_the_maximum(status, &reply, "5000", "COBRO_MAX_AMOUNT_MINOR", "max 5000");
     let body = format!(
         r#"{{"attempt_id": "{}", "amount_minor": 5001}}"#,
         captured.id
     );
     let (status, reply) = post(format!("{}/refunds", web.url), KEY, &body).await;
-    assert_refused(
+    assert_over_the_maximum(
         status,
         &reply,
         "5000",
