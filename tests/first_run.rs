@@ -20,10 +20,7 @@ on_both_backends!(
 );
 
 fn cobro(db_url: &str, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_cobro"))
-        .args(args)
-        .env("DATABASE_URL", db_url)
-        .env("RUST_LOG", "warn")
+    cobro_cmd(db_url, args)
         .env("RUST_BACKTRACE", "1")
         .output()
         .expect("run cobro")

@@ -199,24 +199,14 @@ async fn enqueue(store: &Store, order: &str) -> Uuid {
     store.enqueue(&req).await.unwrap().attempt_id
 }
 
-fn free_port() -> std::net::SocketAddr {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    l.local_addr().expect("addr")
-}
-
-async fn web_for(store: &Store) -> Web {
-    let v = test_verifier();
-    start_web(store, v).await
-}
-
 async fn scrapes_agree_with_the_database_and_count_every_gateway_call(b: Backend) {
     let (db, sim) = db_and_sim(b, Faults::default()).await;
     let mut args = worker_args(&db.url, &sim.url());
-    let metrics_addr = free_port();
+    let metrics_addr = std::net::SocketAddr::from(([127, 0, 0, 1], free_port()));
     args.metrics_addr = Some(metrics_addr);
     args.api_keys.api_keys = test_keys_config();
     let worker = spawn_worker(args);
-    let web = web_for(&db.store).await;
+    let web = web_on(&db.store).await;
     let long = Duration::from_secs(30);
 
     // Approved at once.
@@ -413,7 +403,7 @@ async fn scrapes_agree_with_the_database_and_count_every_gateway_call(b: Backend
 
 async fn double_approved_orders_and_open_cases_are_counted_from_the_rows(b: Backend) {
     let db = TestDb::new(b).await;
-    let web = web_for(&db.store).await;
+    let web = web_on(&db.store).await;
     let s = scrape(&web.url).await;
     assert_eq!(s.get("cobro_orders_double_approved", &[]), 0.0);
     assert_eq!(
@@ -529,7 +519,7 @@ fn the_parser_reads_labels_escapes_and_special_values() {
 /// succeeded.
 async fn the_on_call_gauges_read_the_rows(b: Backend) {
     let db = TestDb::new(b).await;
-    let web = web_for(&db.store).await;
+    let web = web_on(&db.store).await;
     let s = scrape(&web.url).await;
     assert_eq!(s.get("cobro_due_lag_seconds", &[]), 0.0);
     assert_eq!(s.get("cobro_cases_open", &[("kind", "dispute")]), 0.0);

@@ -89,7 +89,7 @@ fn status_of(reply: &str) -> u16 {
 }
 
 /// A 503 at once, with `Retry-After`, saying why.
-fn assert_refused(reply: &str, why: &str) {
+fn assert_shed(reply: &str, why: &str) {
     assert_eq!(status_of(reply), 503, "{reply}");
     let lower = reply.to_ascii_lowercase();
     assert!(lower.contains("\r\nretry-after: 1\r\n"), "{reply}");
@@ -158,7 +158,7 @@ async fn dribbling_clients_on_every_slot_leave_health_answering_and_the_rest_ref
         .await
         .unwrap();
     let refused_in = started.elapsed();
-    assert_refused(&reply, "connection limit");
+    assert_shed(&reply, "connection limit");
     assert!(refused_in < Duration::from_secs(1), "{refused_in:?}");
 
     // Of the 60, the 40 past the limit were refused as promptly; the 20
@@ -168,7 +168,7 @@ async fn dribbling_clients_on_every_slot_leave_health_answering_and_the_rest_ref
         if let Some(reply) = task.await.unwrap()
             && status_of(&reply) == 503
         {
-            assert_refused(&reply, "connection limit");
+            assert_shed(&reply, "connection limit");
             refused += 1;
         }
     }
@@ -271,7 +271,7 @@ async fn one_address_past_its_share_is_refused_while_another_is_served(b: Backen
     let reply = read_reply(&mut fourth, Duration::from_secs(10))
         .await
         .unwrap();
-    assert_refused(
+    assert_shed(
         &reply,
         "too many connections from your address (at most 3 at once)",
     );
