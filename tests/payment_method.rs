@@ -20,6 +20,11 @@ use serde_json::{Value, json};
 
 on_both_backends!(the_next_retry_charges_the_new_payment_method_and_refusals_name_the_field);
 
+/// The body that gives `pm` as the order's payment method from now on.
+fn new_method(pm: &str) -> Value {
+    json!({ "payment_method": pm })
+}
+
 async fn post_method(web: &Web, key: &str, order: &str, body: Value) -> (u16, Value) {
     let url = format!("{}/orders/{order}/payment-method", web.url);
     post_json(&url, As::Bearer(key), &body).await
@@ -36,50 +41,20 @@ async fn the_next_retry_charges_the_new_payment_method_and_refusals_name_the_fie
     );
 
     // Refused, with nothing written: card data, a missing token, no scope.
-    let (s, e) = post_method(
-        &web,
-        "app",
-        "pm-1",
-        json!({"payment_method": "4242 4242 4242 4242"}),
-    )
-    .await;
+    let (s, e) = post_method(&web, "app", "pm-1", new_method("4242 4242 4242 4242")).await;
     assert_refused(s, &e, 422, "payment_method");
-    let (s, e) = post_method(
-        &web,
-        "app",
-        "pm-1",
-        json!({"payment_method": "pm_4242424242424242"}),
-    )
-    .await;
+    let (s, e) = post_method(&web, "app", "pm-1", new_method("pm_4242424242424242")).await;
     assert_refused(s, &e, 422, "payment_method");
     assert!(e["error"].as_str().unwrap().contains("card number"), "{e}");
     let (s, e) = post_method(&web, "app", "pm-1", json!({})).await;
     assert_refused(s, &e, 422, "payment_method");
-    let (s, _) = post_method(
-        &web,
-        "agent",
-        "pm-1",
-        json!({"payment_method": "pm_card_new"}),
-    )
-    .await;
+    let (s, _) = post_method(&web, "agent", "pm-1", new_method("pm_card_new")).await;
     assert_eq!(s, 403, "charges:write is needed");
-    let (s, e) = post_method(
-        &web,
-        "app",
-        "nobody",
-        json!({"payment_method": "pm_card_new"}),
-    )
-    .await;
+    let (s, e) = post_method(&web, "app", "nobody", new_method("pm_card_new")).await;
     assert_refused(s, &e, 404, "order_id");
 
     // Accepted for the pending retry, recorded with who gave it.
-    let (s, ok) = post_method(
-        &web,
-        "app",
-        "pm-1",
-        json!({"payment_method": "pm_card_new"}),
-    )
-    .await;
+    let (s, ok) = post_method(&web, "app", "pm-1", new_method("pm_card_new")).await;
     assert_eq!(s, 200, "{ok}");
     assert_eq!(ok["after_attempt_id"], json!(first.id));
     assert!(ok["next_retry_at"].is_string(), "{ok}");
@@ -117,25 +92,13 @@ async fn the_next_retry_charges_the_new_payment_method_and_refusals_name_the_fie
     );
 
     // Approved now: refused, naming the order.
-    let (s, e) = post_method(
-        &web,
-        "app",
-        "pm-1",
-        json!({"payment_method": "pm_card_newer"}),
-    )
-    .await;
+    let (s, e) = post_method(&web, "app", "pm-1", new_method("pm_card_newer")).await;
     assert_refused(s, &e, 409, "order_id");
     assert!(e["error"].as_str().unwrap().contains("approved"), "{e}");
     // A final decline has no retry pending: refused the same way.
     decline_with(&sim.url(), "stolen_card").await;
     declined(&db.store, "pm-2", Some("pm_card_old")).await;
-    let (s, e) = post_method(
-        &web,
-        "app",
-        "pm-2",
-        json!({"payment_method": "pm_card_new"}),
-    )
-    .await;
+    let (s, e) = post_method(&web, "app", "pm-2", new_method("pm_card_new")).await;
     assert_refused(s, &e, 409, "order_id");
     assert!(
         e["error"]
