@@ -60,21 +60,11 @@ pub(crate) async fn in_review(store: &Store, order: &str, amount: i64) -> Attemp
 }
 
 async fn post(url: String, key: &str, body: &str) -> (u16, Value) {
-    let resp = reqwest::Client::new()
-        .post(url)
-        .bearer_auth(secret("app"))
-        .header("content-type", "application/json")
-        .header("Idempotency-Key", key)
-        .body(body.to_owned())
-        .send()
-        .await
-        .expect("POST");
-    let status = resp.status().as_u16();
-    (status, resp.json().await.unwrap_or(Value::Null))
+    post_keyed_json(&url, As::Bearer("app"), Some(key), body).await
 }
 
 /// A refusal of `amount_minor` that says the maximum (and what sets it).
-fn assert_refused(status: u16, reply: &Value, max: &str, set_by: &str, what: &str) {
+fn assert_over_the_maximum(status: u16, reply: &Value, max: &str, set_by: &str, what: &str) {
     assert_eq!(status, 422, "{what}: {reply}");
     assert_eq!(reply["field"], "amount_minor", "{what}: {reply}");
     let msg = reply["error"].as_str().unwrap();
@@ -105,7 +95,7 @@ async fn over_http_an_amount_above_the_maximum_is_refused_and_nothing_is_written
         let key = Uuid::new_v4().to_string();
         let (status, reply) =
             post(format!("{}/charges", web.url), &key, &charge_body(amount)).await;
-        assert_refused(
+        assert_over_the_maximum(
             status,
             &reply,
             limit,
@@ -145,7 +135,7 @@ async fn over_http_an_amount_above_the_maximum_is_refused_and_nothing_is_written
         );
         let key = Uuid::new_v4().to_string();
         let (status, reply) = post(format!("{}/refunds", web.url), &key, &body).await;
-        assert_refused(
+        assert_over_the_maximum(
             status,
             &reply,
             limit,
@@ -165,13 +155,13 @@ async fn over_http_an_amount_above_the_maximum_is_refused_and_nothing_is_written
     let web = start_web(&db.store, v()).await;
     let body = r#"{"order_id": "b-http-low", "amount_minor": 5001, "currency": "USD"}"#;
     let (status, reply) = post(format!("{}/charges", web.url), KEY, body).await;
-    assert_refused(status, &reply, "5000", "COBRO_MAX_AMOUNT_MINOR", "max 5000");
+    assert_over_the_maximum(status, &reply, "5000", "COBRO_MAX_AMOUNT_MINOR", "max 5000");
     let body = format!(
         r#"{{"attempt_id": "{}", "amount_minor": 5001}}"#,
         captured.id
     );
     let (status, reply) = post(format!("{}/refunds", web.url), KEY, &body).await;
-    assert_refused(
+    assert_over_the_maximum(
         status,
         &reply,
         "5000",
@@ -185,8 +175,7 @@ async fn over_http_an_amount_above_the_maximum_is_refused_and_nothing_is_written
     let (status, reply) = post(format!("{}/refunds", web.url), KEY, &body).await;
     assert_eq!(status, 201, "at the maximum: {reply}");
     assert_eq!(db.attempts().await, 3, "two charges and one refund");
-    web.stop().await;
-    db.drop_db().await;
+    finish_web(web, db).await;
 }
 
 const KEY: &str = "5b0c9a8e-1f2d-4c3b-8a7e-6d5c4b3a2f10";
@@ -349,10 +338,10 @@ async fn the_library_stops_at_the_ceiling_or_at_its_own_limit(b: Backend) {
 
 #[tokio::test]
 async fn postgres_the_sql_functions_refuse_amounts_above_the_ceiling() {
-    if common::skip_postgres("postgres_the_sql_functions_refuse_amounts_above_the_ceiling") {
+    let Some(db) = postgres_db("postgres_the_sql_functions_refuse_amounts_above_the_ceiling").await
+    else {
         return;
-    }
-    let db = TestDb::new(Backend::Postgres).await;
+    };
     let pool = db.store.pg_pool().unwrap();
     // The default maximum (99999999) holds SQL callers as it holds HTTP.
     let err = sqlx::query("SELECT * FROM cobro.enqueue_charge('b-sql', 99999999999, 'USD')")

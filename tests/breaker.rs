@@ -57,11 +57,15 @@ async fn all(db: &TestDb, ids: &[Uuid]) -> Vec<Attempt> {
     out
 }
 
-fn outage() -> Faults {
-    Faults {
-        outage: true,
-        ..Faults::default()
-    }
+/// Waits (up to `limit`) for every one of `ids` to be approved; returns them.
+async fn all_approved(db: &TestDb, ids: &[Uuid], limit: Duration) -> Vec<Attempt> {
+    eventually(limit, "every order approved", || async {
+        let now = all(db, ids).await;
+        now.iter()
+            .all(|a| a.state == State::Aprobado)
+            .then_some(now)
+    })
+    .await
 }
 
 /// The scaled check schedule (200 ms … 3.2 s) ends in 6.2 s nominal, 9.3 s
@@ -110,12 +114,7 @@ async fn an_outage_longer_than_the_schedule_parks_attempts_and_resumes_them_pace
         scrape.contains(&format!("cobro_attempts_parked {ORDERS}")),
         "{scrape}"
     );
-    let verifier = cobro::webhook::Verifier::from_env_value(
-        cobro::webhook::Scheme::StandardWebhooks,
-        &test_secret(),
-    )
-    .unwrap();
-    let web = start_web(&db.store, verifier).await;
+    let web = web_on(&db.store).await;
     let page = get_text(&format!("{}/finance", web.url), As::Basic("ana")).await;
     assert!(
         page.contains(&format!(
@@ -154,13 +153,7 @@ async fn an_outage_longer_than_the_schedule_parks_attempts_and_resumes_them_pace
     // attempts resume at 4 per second, each charged once.
     set_faults(&sim.url(), &Faults::default()).await;
     let back = Instant::now();
-    let done = eventually(Duration::from_secs(30), "every order approved", || async {
-        let now = all(&db, &ids).await;
-        now.iter()
-            .all(|a| a.state == State::Aprobado)
-            .then_some(now)
-    })
-    .await;
+    let done = all_approved(&db, &ids, Duration::from_secs(30)).await;
     let recovery = back.elapsed();
     let book = ledger(&sim.url()).await;
     let per_order = approved_per_order(&book);
@@ -197,8 +190,7 @@ async fn an_outage_longer_than_the_schedule_parks_attempts_and_resumes_them_pace
             .iter()
             .all(|t| t.to_state != "EN_REVISION")
     );
-    worker.stop().await;
-    db.drop_db().await;
+    finish_worker(worker, db).await;
 }
 
 async fn without_the_breaker_the_same_outage_sends_attempts_to_finance(b: Backend) {
@@ -219,8 +211,7 @@ async fn without_the_breaker_the_same_outage_sends_attempts_to_finance(b: Backen
     )
     .await;
     assert_eq!(db.store.gateway_health().await.unwrap().parked, 0);
-    worker.stop().await;
-    db.drop_db().await;
+    finish_worker(worker, db).await;
 }
 
 /// A gateway that answers 429 above 20 requests/s (bursts of 5): twice
@@ -248,14 +239,7 @@ async fn two_workers_share_one_rate_limit_and_are_never_throttled(b: Backend) {
             spawn_worker(args)
         })
         .collect();
-    eventually(Duration::from_secs(30), "every order approved", || async {
-        all(&db, &ids)
-            .await
-            .iter()
-            .all(|a| a.state == State::Aprobado)
-            .then_some(())
-    })
-    .await;
+    all_approved(&db, &ids, Duration::from_secs(30)).await;
     let took = started.elapsed();
     let stats = ledger(&sim.url()).await.stats;
     assert_eq!(stats.throttled, 0, "the gateway throttled us: {stats:?}");
@@ -275,14 +259,7 @@ async fn without_the_limit_the_same_load_is_throttled(b: Backend) {
     let workers: Vec<_> = (0..2)
         .map(|_| spawn_worker(worker_args(&db.url, &sim.url())))
         .collect();
-    eventually(Duration::from_secs(60), "every order approved", || async {
-        all(&db, &ids)
-            .await
-            .iter()
-            .all(|a| a.state == State::Aprobado)
-            .then_some(())
-    })
-    .await;
+    all_approved(&db, &ids, Duration::from_secs(60)).await;
     let stats = ledger(&sim.url()).await.stats;
     assert!(stats.throttled > 0, "{stats:?}");
     assert_eq!(
@@ -320,20 +297,7 @@ async fn cobro_status_shows_the_breaker_and_what_waits_for_it(b: Backend) {
     park.park = true;
     db.store.apply(&seen, &park).await.unwrap();
 
-    let run = |args: &[&str]| {
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_cobro"))
-            .args(args)
-            .env("DATABASE_URL", &db.url)
-            .env("RUST_LOG", "warn")
-            .output()
-            .expect("run cobro");
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    };
+    let run = |args: &[&str]| cobro_ok(&db.url, args);
     let text = run(&["status"]);
     assert!(
         text.contains(&format!("gateway {gw}: UNREACHABLE since ")),

@@ -12,7 +12,6 @@ use cobro::domain::ChargeRequest;
 use cobro::sim::Faults;
 use cobro::state::{Event, State};
 use cobro::store::{CancelError, CancelReason};
-use cobro::webhook::{Scheme, Verifier};
 use common::*;
 
 on_both_backends!(
@@ -32,22 +31,9 @@ async fn post_cancel(web: &Web, order: &str, body: serde_json::Value) -> (u16, s
     (r.status().as_u16(), r.json().await.unwrap_or_default())
 }
 
-async fn web(db: &TestDb) -> Web {
-    let v = Verifier::from_env_value(Scheme::StandardWebhooks, &test_secret()).unwrap();
-    start_web(&db.store, v).await
-}
-
 async fn paying_by_transfer_cancels_the_scheduled_retry_and_nothing_more_is_charged(b: Backend) {
-    let (db, sim, worker) = rig(
-        b,
-        Faults {
-            p_decline: 1.0,
-            decline_codes: vec!["insufficient_funds".into()],
-            ..Faults::default()
-        },
-    )
-    .await;
-    let web = web(&db).await;
+    let (db, sim, worker) = rig(b, declining("insufficient_funds")).await;
+    let web = web_on(&db.store).await;
     let req = ChargeRequest::parse("transfer-1", 7_500, "USD", None, None).unwrap();
     let first = db.store.enqueue(&req).await.unwrap().attempt_id;
     let declined = settled(&db.store, first, State::Rechazado, Duration::from_secs(10)).await;
@@ -101,23 +87,18 @@ async fn paying_by_transfer_cancels_the_scheduled_retry_and_nothing_more_is_char
     );
     let (status, bad) =
         post_cancel(&web, "transfer-1", serde_json::json!({"reason": "because"})).await;
-    assert_eq!(
-        (status, bad["field"].as_str()),
-        (422, Some("reason")),
-        "{bad}"
-    );
+    assert_refused(status, &bad, 422, "reason");
     web.stop().await;
-    worker.stop().await;
-    db.drop_db().await;
+    finish_worker(worker, db).await;
 }
 
 async fn an_attempt_that_may_have_charged_is_never_cancelled(b: Backend) {
     init_logs();
     let db = TestDb::new(b).await;
-    let web = web(&db).await;
+    let web = web_on(&db.store).await;
     let req = ChargeRequest::parse("doubt-1", 1_000, "EUR", None, None).unwrap();
-    let id = db.store.enqueue(&req).await.unwrap().attempt_id;
-    let (a, _) = db.store.load(id).await.unwrap();
+    let a = enqueued(&db.store, &req).await;
+    let id = a.id;
     let a = step(&db.store, &a, Event::Claim, None).await;
     let a = step(&db.store, &a, Event::Unknown, None).await;
     assert_eq!(a.state, State::Desconocido);
@@ -159,8 +140,7 @@ async fn an_attempt_that_may_have_charged_is_never_cancelled(b: Backend) {
         ),
         "{err}"
     );
-    web.stop().await;
-    db.drop_db().await;
+    finish_web(web, db).await;
 }
 
 async fn an_unsent_attempt_is_cancelled_and_never_sent(b: Backend) {
@@ -214,6 +194,5 @@ async fn an_unsent_attempt_is_cancelled_and_never_sent(b: Backend) {
             .await,
         Err(CancelError::NotFound(_))
     ));
-    worker.stop().await;
-    db.drop_db().await;
+    finish_worker(worker, db).await;
 }

@@ -15,7 +15,6 @@ use std::time::Duration;
 
 use cobro::domain::ChargeRequest;
 use cobro::gateway::Evidence;
-use cobro::sim::Faults;
 use cobro::state::{Event, State};
 use cobro::store::{Applied, Attempt, CardCaps, Change, RetryError, Store};
 use common::*;
@@ -37,8 +36,7 @@ fn caps() -> CardCaps {
 /// `brand` (none: the answer said nothing of it).
 async fn declined_on(store: &Store, order: &str, card: &str, brand: Option<&str>) -> Attempt {
     let req = ChargeRequest::parse(order, 2_000, "USD", None, Some(card)).unwrap();
-    let id = store.enqueue(&req).await.unwrap().attempt_id;
-    let (a, _) = store.load(id).await.unwrap();
+    let a = enqueued(store, &req).await;
     let a = step(store, &a, Event::Claim, None).await;
     let ev = Evidence {
         call: "charge".into(),
@@ -166,11 +164,7 @@ async fn the_brand_the_simulator_reports_decides_the_caps(b: Backend) {
     init_logs();
     let db = TestDb::new(b).await;
     let s = &db.store;
-    let faults = Faults {
-        p_decline: 1.0,
-        decline_codes: vec!["insufficient_funds".into()],
-        ..Faults::default()
-    };
+    let faults = declining("insufficient_funds");
     let sim = start_sim(true, faults).await;
     let worker = spawn_worker(worker_args(&db.url, &sim.url()));
     let card = "pm_card_mastercard";
@@ -205,6 +199,5 @@ async fn the_brand_the_simulator_reports_decides_the_caps(b: Backend) {
     s.business_retry_capped(real.id, 4, caps(), "scheduler", None)
         .await
         .expect("a Mastercard's 17th retry in 30 days goes through");
-    sim.shutdown().await;
-    db.drop_db().await;
+    finish_sim(sim, db).await;
 }

@@ -11,7 +11,6 @@ mod common;
 use cobro::domain::ChargeRequest;
 use cobro::state::Event;
 use cobro::store::{Attempt, CardCaps, RetryError, Store};
-use cobro::webhook::{Scheme, Verifier};
 use common::*;
 use serde_json::{Value, json};
 
@@ -30,8 +29,7 @@ fn default_caps() -> CardCaps {
 /// A declined charge of `order` on `card`, its retry scheduled.
 async fn declined_on(store: &Store, order: &str, card: &str) -> Attempt {
     let req = ChargeRequest::parse(order, 2_000, "USD", None, Some(card)).unwrap();
-    let id = store.enqueue(&req).await.unwrap().attempt_id;
-    let (a, _) = store.load(id).await.unwrap();
+    let a = enqueued(store, &req).await;
     let a = step(store, &a, Event::Claim, None).await;
     step(store, &a, Event::Declined, Some("insufficient_funds")).await
 }
@@ -124,8 +122,7 @@ async fn a_manual_retry_at_a_cap_needs_an_override_with_a_reason(b: Backend) {
     let db = TestDb::new(b).await;
     retries(&db, "pm_busy", 0, 10, default_caps()).await;
     let a = declined_on(&db.store, "busy-order", "pm_busy").await;
-    let verifier = Verifier::from_env_value(Scheme::StandardWebhooks, &test_secret()).unwrap();
-    let web = start_web(&db.store, verifier).await;
+    let web = web_on(&db.store).await;
     let http = reqwest::Client::new();
     let retry = |body: Option<Value>| retry_of(&http, &web.url, a.id, body);
     let logged = |id| {
@@ -147,11 +144,7 @@ async fn a_manual_retry_at_a_cap_needs_an_override_with_a_reason(b: Backend) {
     // An override without a reason is refused, naming the field.
     for reason in [json!(""), json!("   "), json!("a\u{0}b"), json!(7)] {
         let (status, err) = retry(Some(json!({ "override_reason": reason }))).await;
-        assert_eq!(
-            (status, err["field"].as_str()),
-            (422, Some("override_reason")),
-            "{err}"
-        );
+        assert_refused(status, &err, 422, "override_reason");
     }
     assert_eq!(logged(a.id).await, before, "a refusal writes nothing");
     assert_eq!(db.store.load(a.id).await.unwrap().0.version, a.version);
@@ -207,8 +200,7 @@ async fn a_manual_retry_at_a_cap_needs_an_override_with_a_reason(b: Backend) {
     let other = declined_on(&db.store, "busy-order-2", "pm_busy").await;
     let (status, err) = retry_of(&http, &web.url, other.id, None).await;
     assert_eq!(status, 409, "{err}");
-    web.stop().await;
-    db.drop_db().await;
+    finish_web(web, db).await;
 }
 
 async fn retry_of(
@@ -229,10 +221,7 @@ async fn retry_of(
 }
 
 fn cobro(db: &TestDb, args: &[&str]) -> std::process::Output {
-    std::process::Command::new(env!("CARGO_BIN_EXE_cobro"))
-        .args(args)
-        .env("DATABASE_URL", &db.url)
-        .env("RUST_LOG", "warn")
+    cobro_cmd(&db.url, args)
         .env_remove("COBRO_RETRY_CARD_CAP")
         .env_remove("COBRO_RETRY_MC_CAP_24H")
         .env_remove("COBRO_RETRY_MC_CAP_30D")
@@ -275,11 +264,7 @@ async fn the_command_line_retry_honours_the_caps_unless_overridden(b: Backend) {
 
     let why = "finance call 2026-12-03: customer asked";
     let out = cobro(&db, &[&base[..], &["--override-reason", why]].concat());
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_success(&out);
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["cap_override"], why);
     let log = db.store.transitions(a.id).await.unwrap();

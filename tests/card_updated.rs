@@ -13,7 +13,7 @@ mod common;
 use std::time::Duration;
 
 use cobro::state::Event;
-use cobro::store::{Applied, Attempt, Change, Store};
+use cobro::store::{Attempt, Store};
 use cobro::webhook::{Scheme, Verifier};
 use common::*;
 use serde_json::{Value, json};
@@ -35,16 +35,9 @@ async fn declined(
     retry_in: Duration,
 ) -> Attempt {
     let req = cobro::domain::ChargeRequest::parse(order, 3_000, "USD", None, Some(card)).unwrap();
-    let id = store.enqueue(&req).await.unwrap().attempt_id;
-    let a = store.load(id).await.unwrap().0;
+    let a = enqueued(store, &req).await;
     let a = step(store, &a, Event::Claim, None).await;
-    let mut decline = Change::new(Some(Event::Declined), "gateway_declined", "worker:test");
-    decline.decline_code = Some(code);
-    decline.act_in = Some(retry_in);
-    let Applied::Moved(a) = store.apply(&a, &decline).await.unwrap() else {
-        panic!("not declined");
-    };
-    *a
+    decline_for_retry(store, &a, code, retry_in).await
 }
 
 async fn web_with(store: &Store, verifier: Verifier) -> Web {
@@ -112,7 +105,7 @@ async fn an_account_updater_event_pulls_the_retry_forward_in_both_formats(b: Bac
         three_days,
     )
     .await;
-    let v = Verifier::from_env_value(Scheme::StandardWebhooks, &test_secret()).unwrap();
+    let v = test_verifier();
     let web = web_with(&db.store, v.clone()).await;
     let before = metric(&web).await;
     let (status, reply) = post(&web, &v, "evt_upd_1", &sim_event("evt_upd_1", "pm_upd_sim")).await;
@@ -197,13 +190,12 @@ async fn an_account_updater_event_pulls_the_retry_forward_in_both_formats(b: Bac
         let due = due_in(&db.store, &s).await;
         assert!((100..=125).contains(&due), "{kind}: due in {due}s");
     }
-    web.stop().await;
-    db.drop_db().await;
+    finish_web(web, db).await;
 }
 
 async fn the_network_advice_and_the_schedule_bound_the_pull(b: Backend) {
     let db = TestDb::new(b).await;
-    let v = Verifier::from_env_value(Scheme::StandardWebhooks, &test_secret()).unwrap();
+    let v = test_verifier();
     let web = web_with(&db.store, v.clone()).await;
     let three_days = Duration::from_secs(3 * 86_400);
     // Mastercard MAC 25: "retry after 24 hours". The update moves the
@@ -258,8 +250,7 @@ async fn the_network_advice_and_the_schedule_bound_the_pull(b: Backend) {
     .await;
     assert_eq!(reply["outcome"]["result"], "ignored", "{reply}");
     assert!(due_in(&db.store, &never).await > 86_400);
-    web.stop().await;
-    db.drop_db().await;
+    finish_web(web, db).await;
 }
 
 /// The simulator's own account updater: `POST /control/card-updated` makes
@@ -323,16 +314,12 @@ async fn the_simulator_sends_the_card_update_itself(b: Backend) {
         (ledger(&sim.url()).await.stats.webhooks_delivered == 2).then_some(())
     })
     .await;
-    let moves = db
-        .store
-        .transitions(a.id)
+    let moves = causes(&db.store, a.id)
         .await
-        .unwrap()
         .iter()
-        .filter(|t| t.cause == "card_updated")
+        .filter(|c| *c == "card_updated")
         .count();
     assert_eq!(moves, 1);
     sim.shutdown().await;
-    web.stop().await;
-    db.drop_db().await;
+    finish_web(web, db).await;
 }

@@ -35,14 +35,7 @@ async fn enqueue(store: &Store, order: &str, amount: i64) -> Uuid {
 }
 
 async fn seed_test_1_connection_cut_after_the_charge_is_resolved_by_lookup(b: Backend) {
-    let (db, sim, worker) = rig(
-        b,
-        Faults {
-            p_response_lost: 1.0,
-            ..Faults::default()
-        },
-    )
-    .await;
+    let (db, sim, worker) = rig(b, answers_lost()).await;
     let id = enqueue(&db.store, "order-cut", 25_000).await;
 
     let a = settled(&db.store, id, State::Aprobado, Duration::from_secs(20)).await;
@@ -69,15 +62,7 @@ async fn seed_test_1_connection_cut_after_the_charge_is_resolved_by_lookup(b: Ba
 }
 
 async fn a_lost_request_is_looked_up_then_resent_with_the_same_key(b: Backend) {
-    let (db, sim, worker) = rig(
-        b,
-        Faults {
-            p_request_lost: 1.0,
-            hold_ms: 2_500, // longer than the worker's 1.5 s request timeout
-            ..Faults::default()
-        },
-    )
-    .await;
+    let (db, sim, worker) = rig(b, requests_lost()).await;
     let id = enqueue(&db.store, "order-lost", 4_200).await;
 
     settled(&db.store, id, State::Desconocido, Duration::from_secs(10)).await;
@@ -112,15 +97,7 @@ async fn a_lost_request_is_looked_up_then_resent_with_the_same_key(b: Backend) {
 }
 
 async fn lookups_that_keep_failing_give_exactly_five_checks_on_time_then_review(b: Backend) {
-    let (db, sim) = db_and_sim(
-        b,
-        Faults {
-            p_response_lost: 1.0,
-            p_lookup_fail: 1.0,
-            ..Faults::default()
-        },
-    )
-    .await;
+    let (db, sim) = db_and_sim(b, answers_lost_lookups_fail()).await;
     let args = worker_args(&db.url, &sim.url());
     let schedule = CheckSchedule::parse(&args.check_schedule, args.check_jitter).unwrap();
     let worker = spawn_worker(args);
@@ -174,15 +151,7 @@ async fn lookups_that_keep_failing_give_exactly_five_checks_on_time_then_review(
 }
 
 async fn a_decline_is_final_for_the_attempt_and_a_5xx_is_unknown(b: Backend) {
-    let (db, sim, worker) = rig(
-        b,
-        Faults {
-            p_decline: 1.0,
-            decline_codes: vec!["insufficient_funds".into()],
-            ..Faults::default()
-        },
-    )
-    .await;
+    let (db, sim, worker) = rig(b, declining("insufficient_funds")).await;
     let declined = enqueue(&db.store, "order-poor", 1_000).await;
     let a = settled(
         &db.store,
@@ -283,8 +252,7 @@ async fn duplicated_wake_ups_and_racing_workers_charge_once(b: Backend) {
 
     w1.stop().await;
     w2.stop().await;
-    sim.shutdown().await;
-    db.drop_db().await;
+    finish_sim(sim, db).await;
 }
 
 async fn an_old_key_is_never_resent(b: Backend) {
@@ -318,8 +286,7 @@ async fn an_old_key_is_never_resent(b: Backend) {
     let last = db.store.transitions(id).await.unwrap().pop().unwrap();
     assert_eq!(last.cause, "key_expired_not_found");
     assert_eq!(ledger(&sim.url()).await.stats.charge_requests, 0);
-    sim.shutdown().await;
-    db.drop_db().await;
+    finish_sim(sim, db).await;
 }
 
 async fn a_lost_wake_up_is_recreated_by_the_sweeper(b: Backend) {
@@ -401,9 +368,8 @@ async fn a_gateway_that_keeps_losing_requests_ends_in_review_not_in_a_loop(b: Ba
     let (db, sim) = db_and_sim(
         b,
         Faults {
-            p_request_lost: 1.0,
             hold_ms: 1_300,
-            ..Faults::default()
+            ..requests_lost()
         },
     )
     .await;

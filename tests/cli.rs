@@ -179,22 +179,12 @@ fn the_web_process_refuses_to_start_without_a_proper_secret() {
 
 async fn finance_retries_a_declined_order_from_the_command_line(b: Backend) {
     use cobro::state::Event;
-    use cobro::store::{Applied, Change, Lease};
     let db = TestDb::new(b).await;
     let req = cobro::domain::ChargeRequest::parse("cli-retry", 900, "USD", None, None).unwrap();
-    let id = db.store.enqueue(&req).await.unwrap().attempt_id;
-    let (a, _) = db.store.load(id).await.unwrap();
-    let mut claim = Change::new(Some(Event::Claim), "test", "test");
-    claim.lease = Lease::Take {
-        owner: "test",
-        ttl: Duration::from_secs(30),
-    };
-    let Applied::Moved(a) = db.store.apply(&a, &claim).await.unwrap() else {
-        panic!()
-    };
-    let mut decline = Change::new(Some(Event::Declined), "test", "test");
-    decline.decline_code = Some("card_declined");
-    db.store.apply(&a, &decline).await.unwrap();
+    let a = enqueued(&db.store, &req).await;
+    let id = a.id;
+    let a = step(&db.store, &a, Event::Claim, None).await;
+    step(&db.store, &a, Event::Declined, Some("card_declined")).await;
 
     let args = [
         "retry",
@@ -240,7 +230,6 @@ async fn finance_retries_a_declined_order_from_the_command_line(b: Backend) {
 
 async fn refunds_from_the_command_line(b: Backend) {
     use cobro::state::Event;
-    use cobro::store::{Applied, Change, Lease};
     let db = TestDb::new(b).await;
     let req = cobro::domain::ChargeRequest::parse("cli-refund", 900, "USD", None, None).unwrap();
     let id = db.store.enqueue(&req).await.unwrap().attempt_id;
@@ -263,17 +252,8 @@ async fn refunds_from_the_command_line(b: Backend) {
     assert_eq!(db.store.refunds_of(id).await.unwrap().len(), 0);
 
     let (a, _) = db.store.load(id).await.unwrap();
-    let mut claim = Change::new(Some(Event::Claim), "test", "test");
-    claim.lease = Lease::Take {
-        owner: "test",
-        ttl: Duration::from_secs(30),
-    };
-    let Applied::Moved(a) = db.store.apply(&a, &claim).await.unwrap() else {
-        panic!()
-    };
-    let mut approve = Change::new(Some(Event::Approved), "test", "test");
-    approve.charge_id = Some("ch_cli");
-    db.store.apply(&a, &approve).await.unwrap();
+    let a = step(&db.store, &a, Event::Claim, None).await;
+    step(&db.store, &a, Event::Approved, Some("ch_cli")).await;
 
     let out = refund("0", "");
     assert!(!out.status.success());
@@ -303,23 +283,12 @@ async fn refunds_from_the_command_line(b: Backend) {
 
 async fn finance_works_the_escalation_queue_from_the_command_line(b: Backend) {
     use cobro::state::Event;
-    use cobro::store::{Applied, Change, Lease};
     let db = TestDb::new(b).await;
     let req = cobro::domain::ChargeRequest::parse("cli-esc", 1_250, "USD", None, None).unwrap();
-    let id = db.store.enqueue(&req).await.unwrap().attempt_id;
-    let mut a = db.store.load(id).await.unwrap().0;
+    let mut a = enqueued(&db.store, &req).await;
+    let id = a.id;
     for event in [Event::Claim, Event::Unknown, Event::ChecksExhausted] {
-        let mut c = Change::new(Some(event), "test", "test");
-        if event == Event::Claim {
-            c.lease = Lease::Take {
-                owner: "test",
-                ttl: Duration::from_secs(30),
-            };
-        }
-        let Applied::Moved(now) = db.store.apply(&a, &c).await.unwrap() else {
-            panic!()
-        };
-        a = *now;
+        a = step(&db.store, &a, event, None).await;
     }
     let out = cobro(&db.url, &["escalations", "list", "--csv"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
@@ -380,8 +349,8 @@ async fn finance_pages_the_queue_and_checks_again_now_from_the_command_line(b: B
     let mut ids = Vec::new();
     for (order, currency) in [("cli-a", "USD"), ("cli-b", "EUR"), ("cli-c", "USD")] {
         let req = cobro::domain::ChargeRequest::parse(order, 1_000, currency, None, None).unwrap();
-        let id = db.store.enqueue(&req).await.unwrap().attempt_id;
-        let mut a = db.store.load(id).await.unwrap().0;
+        let mut a = enqueued(&db.store, &req).await;
+        let id = a.id;
         for event in [Event::Claim, Event::Unknown, Event::ChecksExhausted] {
             let mut c = Change::new(Some(event), "test", "test");
             match event {

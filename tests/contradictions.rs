@@ -89,8 +89,7 @@ async fn a_late_approval_by_webhook_opens_a_case_and_cancels_the_retry(b: Backen
     assert!(ledger(&sim.url()).await.entries.is_empty());
     worker.stop().await;
     sim.shutdown().await;
-    web.stop().await;
-    db.drop_db().await;
+    finish_web(web, db).await;
 }
 
 async fn a_late_decline_of_an_approved_charge_opens_a_case(b: Backend) {
@@ -99,8 +98,8 @@ async fn a_late_decline_of_an_approved_charge_opens_a_case(b: Backend) {
     let v = Verifier::from_env_value(Scheme::StandardWebhooks, &secret).unwrap();
     let web = start_web(&db.store, v.clone()).await;
     let req = ChargeRequest::parse("late-2", 3_000, "USD", None, None).unwrap();
-    let id = db.store.enqueue(&req).await.unwrap().attempt_id;
-    let a = db.store.load(id).await.unwrap().0;
+    let a = enqueued(&db.store, &req).await;
+    let id = a.id;
     let a = step(&db.store, &a, Event::Claim, None).await;
     let a = step(&db.store, &a, Event::Approved, Some("ch_ok")).await;
 
@@ -111,8 +110,7 @@ async fn a_late_decline_of_an_approved_charge_opens_a_case(b: Backend) {
     assert_eq!(cases.len(), 1, "{cases:?}");
     assert_eq!(cases[0].kind, "missing_at_gateway");
     assert_eq!(cases[0].attempt_id, Some(id));
-    web.stop().await;
-    db.drop_db().await;
+    finish_web(web, db).await;
 }
 
 async fn the_lookup_before_a_business_retry_stops_it_when_the_gateway_approved(b: Backend) {

@@ -24,11 +24,8 @@ on_both_backends!(
 fn spawn_process(args: &WorkerArgs, tag: &str) -> (Child, std::path::PathBuf) {
     let ms = |d: Duration| format!("{}ms", d.as_millis());
     let log = std::env::temp_dir().join(format!("cobro-{tag}-{}.log", Uuid::new_v4().simple()));
-    let child = Command::new(env!("CARGO_BIN_EXE_cobro-worker"))
-        .env_clear()
-        .env("PATH", std::env::var("PATH").unwrap_or_default())
+    let child = bare_worker(&args.database_url)
         .env("RUST_LOG", "info")
-        .env("DATABASE_URL", &args.database_url)
         .env("COBRO_GATEWAY", "sim")
         .env(
             "GATEWAY_URL",
@@ -76,11 +73,10 @@ async fn wait_exit(child: &mut Child, limit: Duration) -> std::process::ExitStat
 }
 
 async fn a_worker_killed_while_en_proceso_is_recovered_after_its_lease_with_one_charge(b: Backend) {
-    let db = TestDb::new(b).await;
     // The gateway charges at once but holds its answer for 3 s: the worker is
     // killed after the money moved and before it could record it.
-    let sim = start_sim(
-        true,
+    let (db, sim) = db_and_sim(
+        b,
         Faults {
             p_timeout_after_charge: 1.0,
             hold_ms: 3_000,
@@ -97,15 +93,8 @@ async fn a_worker_killed_while_en_proceso_is_recovered_after_its_lease_with_one_
     let req = ChargeRequest::parse("order-kill", 12_345, "USD", None, None).unwrap();
     let id = db.store.enqueue(&req).await.unwrap().attempt_id;
 
-    let held = eventually(
-        Duration::from_secs(15),
-        "the victim to take the lease",
-        || async {
-            let (a, _) = db.store.load(id).await.unwrap();
-            (a.state == State::EnProceso).then_some(a)
-        },
-    )
-    .await;
+    // The victim takes the lease.
+    let held = settled(&db.store, id, State::EnProceso, Duration::from_secs(15)).await;
     eventually(Duration::from_secs(5), "the gateway to charge", || async {
         (!ledger(&sim.url()).await.entries.is_empty()).then_some(())
     })
@@ -117,11 +106,7 @@ async fn a_worker_killed_while_en_proceso_is_recovered_after_its_lease_with_one_
 
     // Another worker process takes over once the lease has expired.
     let (mut rescuer, rescuer_log) = spawn_process(&args, "rescuer");
-    let done = eventually(Duration::from_secs(20), "recovery to APROBADO", || async {
-        let (a, _) = db.store.load(id).await.unwrap();
-        (a.state == State::Aprobado).then_some(a)
-    })
-    .await;
+    let done = settled(&db.store, id, State::Aprobado, Duration::from_secs(20)).await;
     let took = killed_at.elapsed();
     let lease_left = (held.lease_expires_at.unwrap() - held.updated_at)
         .to_std()
@@ -157,14 +142,12 @@ async fn a_worker_killed_while_en_proceso_is_recovered_after_its_lease_with_one_
         }
     }
     assert!(status.success(), "SIGTERM exits 0, got {status}");
-    sim.shutdown().await;
-    db.drop_db().await;
+    finish_sim(sim, db).await;
 }
 
 async fn sigterm_finishes_the_charge_in_flight_then_exits_zero(b: Backend) {
-    let db = TestDb::new(b).await;
-    let sim = start_sim(
-        true,
+    let (db, sim) = db_and_sim(
+        b,
         Faults {
             latency_ms: 1_000,
             ..Faults::default()
@@ -175,11 +158,7 @@ async fn sigterm_finishes_the_charge_in_flight_then_exits_zero(b: Backend) {
     let (mut worker, log) = spawn_process(&args, "graceful");
     let req = ChargeRequest::parse("order-term", 500, "EUR", None, None).unwrap();
     let id = db.store.enqueue(&req).await.unwrap().attempt_id;
-    eventually(Duration::from_secs(15), "the charge in flight", || async {
-        let (a, _) = db.store.load(id).await.unwrap();
-        (a.state == State::EnProceso).then_some(())
-    })
-    .await;
+    settled(&db.store, id, State::EnProceso, Duration::from_secs(15)).await;
     sigterm(&worker);
     let status = wait_exit(&mut worker, Duration::from_secs(15)).await;
     let (a, _) = db.store.load(id).await.unwrap();
@@ -193,6 +172,5 @@ async fn sigterm_finishes_the_charge_in_flight_then_exits_zero(b: Backend) {
         "the in-flight charge was finished, not dropped"
     );
     assert_eq!(a.lease_owner, None);
-    sim.shutdown().await;
-    db.drop_db().await;
+    finish_sim(sim, db).await;
 }

@@ -12,8 +12,7 @@ use std::time::Duration;
 
 use cobro::domain::{ChargeRequest, Customer};
 use cobro::state::Event;
-use cobro::store::{Applied, Backend, Change, EnqueueError};
-use cobro::webhook::{Scheme, Verifier};
+use cobro::store::{Backend, EnqueueError};
 use common::*;
 use serde_json::{Value, json};
 
@@ -37,23 +36,13 @@ async fn postgres_sql_function_takes_a_customer_or_none() {
 const KEY: &str = "9d2c4b6a-1e3f-4a5b-8c7d-6e5f4a3b2c1d";
 
 async fn post(web: &Web, key: &str, body: &Value) -> (u16, Value) {
-    let resp = reqwest::Client::new()
-        .post(format!("{}/charges", web.url))
-        .bearer_auth(secret("app"))
-        .header("content-type", "application/json")
-        .header("Idempotency-Key", key)
-        .body(body.to_string())
-        .send()
-        .await
-        .expect("POST /charges");
-    let status = resp.status().as_u16();
-    (status, resp.json().await.unwrap_or(Value::Null))
+    let url = format!("{}/charges", web.url);
+    post_keyed_json(&url, As::Bearer("app"), Some(key), &body.to_string()).await
 }
 
 async fn post_charges_stores_and_shows_the_customer_and_refuses_card_data(b: Backend) {
     let db = TestDb::new(b).await;
-    let v = Verifier::from_env_value(Scheme::StandardWebhooks, &test_secret()).unwrap();
-    let web = start_web(&db.store, v).await;
+    let web = web_on(&db.store).await;
 
     // Card data, or not a token: 422 naming `customer`, nothing written.
     for bad in [
@@ -83,10 +72,7 @@ async fn post_charges_stores_and_shows_the_customer_and_refuses_card_data(b: Bac
     let mut other = body.clone();
     other["customer"] = json!("cus_Other");
     let (status, reply) = post(&web, KEY, &other).await;
-    assert_eq!(
-        (status, reply["field"].as_str()),
-        (409, Some("Idempotency-Key"))
-    );
+    assert_refused(status, &reply, 409, "Idempotency-Key");
 
     let id = created["attempt_id"].as_str().unwrap();
     let shown: Value = get_json(&format!("{}/charges/{id}", web.url), As::Bearer("agent")).await;
@@ -100,8 +86,7 @@ async fn post_charges_stores_and_shows_the_customer_and_refuses_card_data(b: Bac
     assert_eq!(status, 201, "{created}");
     assert!(created.get("customer").is_none(), "{created}");
     assert_eq!(db.attempts().await, 2);
-    web.stop().await;
-    db.drop_db().await;
+    finish_web(web, db).await;
 }
 
 async fn the_rust_api_stores_it_and_a_business_retry_carries_it(b: Backend) {
@@ -122,12 +107,7 @@ async fn the_rust_api_stores_it_and_a_business_retry_carries_it(b: Backend) {
     let a = db.store.load(out.attempt_id).await.unwrap().0;
     assert_eq!(a.customer.as_deref(), Some("cus_Rust1"));
     let a = step(&db.store, &a, Event::Claim, None).await;
-    let mut decline = Change::new(Some(Event::Declined), "gateway_declined", "worker:test");
-    decline.decline_code = Some("insufficient_funds");
-    decline.act_in = Some(Duration::from_secs(60));
-    let Applied::Moved(a) = db.store.apply(&a, &decline).await.unwrap() else {
-        panic!("not declined");
-    };
+    let a = decline_for_retry(&db.store, &a, "insufficient_funds", Duration::from_secs(60)).await;
     let retried = db
         .store
         .business_retry(a.id, 3, "worker:test", Some(a.version))

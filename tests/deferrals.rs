@@ -89,14 +89,7 @@ async fn a_refused_connection_waits_and_sends_again_with_the_same_key(b: Backend
 
 async fn a_lookup_that_cannot_reach_the_gateway_spends_no_check(b: Backend) {
     // The answer to the charge is lost after the gateway charged: unknown.
-    let (db, sim) = db_and_sim(
-        b,
-        Faults {
-            p_response_lost: 1.0,
-            ..Faults::default()
-        },
-    )
-    .await;
+    let (db, sim) = db_and_sim(b, answers_lost()).await;
     let worker = spawn_worker(worker_args(&db.url, &sim.url()));
     let req = ChargeRequest::parse("defer-2", 2_500, "EUR", None, None).unwrap();
     let id = db.store.enqueue(&req).await.unwrap().attempt_id;

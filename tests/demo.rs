@@ -4,9 +4,7 @@
 #[macro_use]
 mod common;
 
-use std::process::Command;
-
-use cobro::demo::{DemoOptions, Report, World};
+use cobro::demo::{Report, World};
 use common::*;
 
 on_both_backends!(a_small_fleet_shows_the_naive_overcharge_and_none_for_cobro);
@@ -51,15 +49,7 @@ fn assert_report(r: &Report, orders: usize) {
 async fn a_small_fleet_shows_the_naive_overcharge_and_none_for_cobro(b: Backend) {
     init_logs();
     let db = TestDb::new(b).await;
-    let opts = DemoOptions {
-        orders: 60,
-        loss: 0.3,
-        seed: 42,
-        workers: 2,
-        database_url: Some(db.url.clone()),
-        check_schedule: "200ms,400ms,800ms,1600ms,3200ms".into(),
-        gateway: Default::default(),
-    };
+    let opts = demo_options(&db, 60);
     let report = cobro::demo::run(&opts, None).await.expect("demo runs");
     assert_report(&report, 60);
     let table = cobro::demo::render(&report);
@@ -72,28 +62,7 @@ async fn a_small_fleet_shows_the_naive_overcharge_and_none_for_cobro(b: Backend)
 
 #[test]
 fn the_demo_command_runs_with_no_database_url_on_a_throwaway_sqlite() {
-    let out = Command::new(env!("CARGO_BIN_EXE_cobro"))
-        .args([
-            "demo",
-            "--orders",
-            "40",
-            "--loss",
-            "0.3",
-            "--workers",
-            "2",
-            "--check-schedule",
-            "200ms,400ms,800ms,1600ms,3200ms",
-            "--json",
-        ])
-        .env_remove("DATABASE_URL")
-        .output()
-        .expect("run cobro demo");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("--json report");
+    let report = demo_json(&["--orders", "40", "--loss", "0.3"]);
     assert_eq!(report["database"], "sqlite (throwaway, one file per world)");
     let worlds = report["worlds"].as_array().unwrap();
     assert!(worlds[0]["overcharge_minor"].as_i64().unwrap() > 0);

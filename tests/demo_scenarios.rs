@@ -7,9 +7,7 @@
 #[macro_use]
 mod common;
 
-use std::process::Command;
-
-use cobro::demo::{DemoOptions, Report, Scenario};
+use cobro::demo::{Report, Scenario};
 use common::*;
 
 on_both_backends!(
@@ -17,18 +15,6 @@ on_both_backends!(
     a_new_key_on_every_retry_is_1500_usd_even_against_keys_and_cobro_charges_once,
     scenario_c_prints_the_seeds_fleet_beside_cobros,
 );
-
-fn opts(db: &TestDb, orders: usize) -> DemoOptions {
-    DemoOptions {
-        orders,
-        loss: 0.3,
-        seed: 42,
-        workers: 2,
-        database_url: Some(db.url.clone()),
-        check_schedule: "200ms,400ms,800ms,1600ms,3200ms".into(),
-        gateway: Default::default(),
-    }
-}
 
 /// cobro's two worlds: one charge of 500 USD, nothing for finance.
 fn assert_cobro_once(r: &Report) {
@@ -47,7 +33,7 @@ fn assert_cobro_once(r: &Report) {
 async fn scenario_a_double_click_is_1000_usd_naive_and_500_with_cobro(b: Backend) {
     init_logs();
     let db = TestDb::new(b).await;
-    let r = cobro::demo::run_scenario(&opts(&db, 1000), Scenario::A, None)
+    let r = cobro::demo::run_scenario(&demo_options(&db, 1000), Scenario::A, None)
         .await
         .expect("scenario a runs");
     assert_eq!(r.orders, 1, "one buyer, whatever --orders says");
@@ -79,7 +65,7 @@ async fn scenario_a_double_click_is_1000_usd_naive_and_500_with_cobro(b: Backend
 async fn a_new_key_on_every_retry_is_1500_usd_even_against_keys_and_cobro_charges_once(b: Backend) {
     init_logs();
     let db = TestDb::new(b).await;
-    let r = cobro::demo::run_scenario(&opts(&db, 1000), Scenario::NewKey, None)
+    let r = cobro::demo::run_scenario(&demo_options(&db, 1000), Scenario::NewKey, None)
         .await
         .expect("scenario new-key runs");
     let naive = &r.worlds[0];
@@ -106,7 +92,7 @@ async fn a_new_key_on_every_retry_is_1500_usd_even_against_keys_and_cobro_charge
 async fn scenario_c_prints_the_seeds_fleet_beside_cobros(b: Backend) {
     init_logs();
     let db = TestDb::new(b).await;
-    let r = cobro::demo::run_scenario(&opts(&db, 40), Scenario::C, None)
+    let r = cobro::demo::run_scenario(&demo_options(&db, 40), Scenario::C, None)
         .await
         .expect("scenario c runs");
     assert_eq!(r.worlds.len(), 3);
@@ -132,28 +118,6 @@ async fn scenario_c_prints_the_seeds_fleet_beside_cobros(b: Backend) {
         assert!(table.contains(shown), "{shown} in\n{table}");
     }
     db.drop_db().await;
-}
-
-fn demo_json(args: &[&str]) -> serde_json::Value {
-    let out = Command::new(env!("CARGO_BIN_EXE_cobro"))
-        .arg("demo")
-        .args(args)
-        .args([
-            "--workers",
-            "2",
-            "--check-schedule",
-            "200ms,400ms,800ms,1600ms,3200ms",
-            "--json",
-        ])
-        .env_remove("DATABASE_URL")
-        .output()
-        .expect("run cobro demo");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).expect("--json report")
 }
 
 #[test]

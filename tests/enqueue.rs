@@ -8,7 +8,7 @@ mod common;
 
 use cobro::domain::{CURRENCIES, ChargeRequest};
 use cobro::store::{EnqueueError, enqueue_charge, enqueue_charge_sqlite};
-use common::{Backend, TestDb};
+use common::{Backend, TestDb, postgres_db};
 
 on_both_backends!(
     a_rolled_back_transaction_leaves_neither_attempt_nor_job,
@@ -75,10 +75,11 @@ async fn a_rolled_back_transaction_leaves_neither_attempt_nor_job(b: Backend) {
 
 #[tokio::test]
 async fn postgres_the_sql_function_commits_and_rolls_back_with_the_caller() {
-    if common::skip_postgres("postgres_the_sql_function_commits_and_rolls_back_with_the_caller") {
+    let Some(db) =
+        postgres_db("postgres_the_sql_function_commits_and_rolls_back_with_the_caller").await
+    else {
         return;
-    }
-    let db = TestDb::new(Backend::Postgres).await;
+    };
     let pool = db.store.pg_pool().unwrap();
     let mut tx = pool.begin().await.unwrap();
     sqlx::query("SELECT * FROM cobro.enqueue_charge('o-2', 500, 'EUR')")
@@ -178,10 +179,11 @@ async fn a_second_live_attempt_for_an_order_is_refused(b: Backend) {
 
 #[tokio::test]
 async fn postgres_bad_input_through_sql_names_the_field_and_writes_nothing() {
-    if common::skip_postgres("postgres_bad_input_through_sql_names_the_field_and_writes_nothing") {
+    let Some(db) =
+        postgres_db("postgres_bad_input_through_sql_names_the_field_and_writes_nothing").await
+    else {
         return;
-    }
-    let db = TestDb::new(Backend::Postgres).await;
+    };
     let pool = db.store.pg_pool().unwrap();
     let cases: &[(&str, &str)] = &[
         (
@@ -348,10 +350,9 @@ async fn migrate_twice_is_a_no_op(b: Backend) {
 /// drops four.
 #[tokio::test]
 async fn postgres_no_index_duplicates_another() {
-    if common::skip_postgres("postgres_no_index_duplicates_another") {
+    let Some(db) = postgres_db("postgres_no_index_duplicates_another").await else {
         return;
-    }
-    let db = TestDb::new(Backend::Postgres).await;
+    };
     let pool = db.store.pg_pool().unwrap();
     let (indexes,): (i64,) = sqlx::query_as(
         "SELECT count(*) FROM pg_index i JOIN pg_class c ON c.oid = i.indrelid
@@ -395,10 +396,9 @@ async fn postgres_no_index_duplicates_another() {
 /// a write would change a value already set, and then it refuses.
 #[tokio::test]
 async fn postgres_gateway_ref_is_set_once_by_the_database() {
-    if common::skip_postgres("postgres_gateway_ref_is_set_once_by_the_database") {
+    let Some(db) = postgres_db("postgres_gateway_ref_is_set_once_by_the_database").await else {
         return;
-    }
-    let db = TestDb::new(Backend::Postgres).await;
+    };
     let pool = db.store.pg_pool().unwrap();
     let id = db
         .store

@@ -32,12 +32,14 @@ on_both_backends!(
 /// start, so the claim's log row and the job's lock carry the same instant.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_real_worker_claims_a_lone_charge_in_its_fetch() {
-    if skip_postgres("a_real_worker_claims_a_lone_charge_in_its_fetch") {
+    let Some((db, sim)) = postgres_db_and_sim(
+        "a_real_worker_claims_a_lone_charge_in_its_fetch",
+        Faults::default(),
+    )
+    .await
+    else {
         return;
-    }
-    init_logs();
-    let db = TestDb::new(Backend::Postgres).await;
-    let sim = start_sim(true, Faults::default()).await;
+    };
     let worker = spawn_worker(worker_args(&db.url, &sim.url()));
     tokio::time::sleep(Duration::from_millis(800)).await;
     let id = enqueue(&db.store, "order-lone").await;
@@ -95,14 +97,21 @@ async fn fetch(store: &Store, worker: &str, plan: Arc<dyn ClaimPlan>, up_to: usi
     }
 }
 
-/// Each attempt's transition causes, in order.
-async fn causes(store: &Store, id: Uuid) -> Vec<(String, String)> {
+/// Each attempt's transitions, in order: the state it went to and why.
+async fn states_and_causes(store: &Store, id: Uuid) -> Vec<(String, String)> {
     store
         .transitions(id)
         .await
         .unwrap()
         .into_iter()
         .map(|t| (t.to_state, t.cause))
+        .collect()
+}
+
+/// `(state, cause)` pairs as [`states_and_causes`] gives them.
+fn pairs(want: &[(&str, &str)]) -> Vec<(String, String)> {
+    want.iter()
+        .map(|(s, c)| (s.to_string(), c.to_string()))
         .collect()
 }
 
@@ -154,19 +163,18 @@ async fn a_fetch_claims_due_charges_up_to_its_free_handlers_and_they_are_sent_on
     for id in ids {
         assert_eq!(db.store.load(id).await.unwrap().0.state, State::Aprobado);
         assert_eq!(
-            causes(&db.store, id).await,
-            [
-                ("PENDIENTE".to_owned(), "enqueued".to_owned()),
-                ("EN_PROCESO".to_owned(), "claim".to_owned()),
-                ("APROBADO".to_owned(), "gateway_approved".to_owned()),
-            ]
+            states_and_causes(&db.store, id).await,
+            pairs(&[
+                ("PENDIENTE", "enqueued"),
+                ("EN_PROCESO", "claim"),
+                ("APROBADO", "gateway_approved"),
+            ])
         );
     }
     let l = ledger(&sim.url()).await;
     assert_eq!(l.entries.len(), 3, "each order charged once");
     assert!(approved_per_order(&l).values().all(|n| *n == 1));
-    sim.shutdown().await;
-    db.drop_db().await;
+    finish_sim(sim, db).await;
 }
 
 /// While sending is paused, the fetch claims nothing: the handler parks
@@ -194,8 +202,7 @@ async fn a_fetch_leaves_the_claim_to_the_handler_while_sending_is_paused(b: Back
     assert!(a.parked_since.is_some(), "the handler parked it");
     assert_eq!(a.send_count, 0);
     assert!(ledger(&sim.url()).await.entries.is_empty());
-    sim.shutdown().await;
-    db.drop_db().await;
+    finish_sim(sim, db).await;
 }
 
 /// A fetch claims a charge, and its process dies before handing it out
@@ -212,11 +219,7 @@ async fn a_charge_claimed_by_a_fetch_that_never_handed_it_out_is_resolved_by_its
 
     let worker = spawn_worker(worker_args(&db.url, &sim.url()));
     settled(&db.store, id, State::Aprobado, Duration::from_secs(30)).await;
-    let states: Vec<String> = causes(&db.store, id)
-        .await
-        .into_iter()
-        .map(|(s, _)| s)
-        .collect();
+    let states = path(&db.store, id).await;
     assert_eq!(
         states,
         [
@@ -257,19 +260,15 @@ async fn a_claim_is_given_back_unsent_when_sending_was_paused_after_the_fetch(b:
     assert!(a.parked_since.is_some(), "parked until sending resumes");
     assert_eq!(a.lease_owner, None);
     assert_eq!(
-        causes(&db.store, id).await,
-        [
-            ("PENDIENTE".to_owned(), "enqueued".to_owned()),
-            ("EN_PROCESO".to_owned(), "claim".to_owned()),
-            (
-                "PENDIENTE".to_owned(),
-                "claim_released_sending_paused".to_owned()
-            ),
-        ]
+        states_and_causes(&db.store, id).await,
+        pairs(&[
+            ("PENDIENTE", "enqueued"),
+            ("EN_PROCESO", "claim"),
+            ("PENDIENTE", "claim_released_sending_paused"),
+        ])
     );
     assert!(ledger(&sim.url()).await.entries.is_empty(), "nothing sent");
-    sim.shutdown().await;
-    db.drop_db().await;
+    finish_sim(sim, db).await;
 }
 
 /// A charge claimed in the fetch whose handler starts later than
@@ -292,18 +291,17 @@ async fn a_claim_handled_late_is_given_back_and_claimed_again(b: Backend) {
 
     assert_eq!(db.store.load(id).await.unwrap().0.state, State::Aprobado);
     assert_eq!(
-        causes(&db.store, id).await,
-        [
-            ("PENDIENTE".to_owned(), "enqueued".to_owned()),
-            ("EN_PROCESO".to_owned(), "claim".to_owned()),
-            ("PENDIENTE".to_owned(), "claim_released_late".to_owned()),
-            ("EN_PROCESO".to_owned(), "claim".to_owned()),
-            ("APROBADO".to_owned(), "gateway_approved".to_owned()),
-        ]
+        states_and_causes(&db.store, id).await,
+        pairs(&[
+            ("PENDIENTE", "enqueued"),
+            ("EN_PROCESO", "claim"),
+            ("PENDIENTE", "claim_released_late"),
+            ("EN_PROCESO", "claim"),
+            ("APROBADO", "gateway_approved"),
+        ])
     );
     assert_eq!(ledger(&sim.url()).await.entries.len(), 1, "charged once");
-    sim.shutdown().await;
-    db.drop_db().await;
+    finish_sim(sim, db).await;
 }
 
 /// A worker shuts down with a charge its fetch claimed but never handed
@@ -342,17 +340,16 @@ async fn a_claim_given_back_at_shutdown_is_sent_once_by_the_next_worker(b: Backe
     let next = spawn_worker(args);
     settled(&db.store, id, State::Aprobado, Duration::from_secs(10)).await;
     assert_eq!(
-        causes(&db.store, id).await,
-        [
-            ("PENDIENTE".to_owned(), "enqueued".to_owned()),
-            ("EN_PROCESO".to_owned(), "claim".to_owned()),
-            ("PENDIENTE".to_owned(), "claim_released_shutdown".to_owned()),
-            ("EN_PROCESO".to_owned(), "claim".to_owned()),
-            ("APROBADO".to_owned(), "gateway_approved".to_owned()),
-        ]
+        states_and_causes(&db.store, id).await,
+        pairs(&[
+            ("PENDIENTE", "enqueued"),
+            ("EN_PROCESO", "claim"),
+            ("PENDIENTE", "claim_released_shutdown"),
+            ("EN_PROCESO", "claim"),
+            ("APROBADO", "gateway_approved"),
+        ])
     );
     assert_eq!(ledger(&sim.url()).await.entries.len(), 1, "charged once");
     next.stop().await;
-    sim.shutdown().await;
-    db.drop_db().await;
+    finish_sim(sim, db).await;
 }

@@ -15,7 +15,6 @@ use cobro::gateway::Evidence;
 use cobro::sim::Faults;
 use cobro::state::{Event, State};
 use cobro::store::{Attempt, Change, Lease, Store};
-use cobro::webhook::{Scheme, Verifier};
 use common::*;
 use serde_json::{Value, json};
 
@@ -32,8 +31,7 @@ on_both_backends!(
 /// An attempt whose checks ran out: EN_REVISION with a 503 as last evidence.
 async fn in_review(store: &Store, order: &str, amount: i64, currency: &str) -> Attempt {
     let req = ChargeRequest::parse(order, amount, currency, None, None).unwrap();
-    let id = store.enqueue(&req).await.unwrap().attempt_id;
-    let a = store.load(id).await.unwrap().0;
+    let a = enqueued(store, &req).await;
     let a = step(store, &a, Event::Claim, None).await;
     let a = step(store, &a, Event::Unknown, None).await;
     let ev = Evidence {
@@ -49,8 +47,7 @@ async fn in_review(store: &Store, order: &str, amount: i64, currency: &str) -> A
 /// An attempt left DESCONOCIDO (young).
 async fn in_doubt(store: &Store, order: &str) -> Attempt {
     let req = ChargeRequest::parse(order, 700, "EUR", None, None).unwrap();
-    let id = store.enqueue(&req).await.unwrap().attempt_id;
-    let a = store.load(id).await.unwrap().0;
+    let a = enqueued(store, &req).await;
     let a = step(store, &a, Event::Claim, None).await;
     step(store, &a, Event::Unknown, None).await
 }
@@ -194,23 +191,11 @@ async fn an_escalated_attempt_shows_its_evidence_and_is_resolved_once(b: Backend
 
 async fn check_again_now_takes_a_fresh_lookup_through_a_real_worker(b: Backend) {
     // Charged, answer lost, and every lookup fails: the checks run out.
-    let (db, sim) = db_and_sim(
-        b,
-        Faults {
-            p_response_lost: 1.0,
-            p_lookup_fail: 1.0,
-            ..Faults::default()
-        },
-    )
-    .await;
+    let (db, sim) = db_and_sim(b, answers_lost_lookups_fail()).await;
     let worker = spawn_worker(worker_args(&db.url, &sim.url()));
     let req = ChargeRequest::parse("fin-recheck", 4_200, "USD", None, None).unwrap();
     let id = db.store.enqueue(&req).await.unwrap().attempt_id;
-    let review = eventually(Duration::from_secs(30), "EN_REVISION", || async {
-        let (a, _) = db.store.load(id).await.unwrap();
-        (a.state == State::EnRevision).then_some(a)
-    })
-    .await;
+    let review = settled(&db.store, id, State::EnRevision, Duration::from_secs(30)).await;
     assert_eq!(review.check_count, 5);
 
     // The gateway answers again; finance asks for a fresh lookup.
@@ -224,15 +209,7 @@ async fn check_again_now_takes_a_fresh_lookup_through_a_real_worker(b: Backend) 
     };
     let now = finance::resolve(&db.store, &req).await.unwrap();
     assert_eq!(now.state, State::Desconocido);
-    let done = eventually(
-        Duration::from_secs(20),
-        "APROBADO after the recheck",
-        || async {
-            let (a, _) = db.store.load(id).await.unwrap();
-            (a.state == State::Aprobado).then_some(a)
-        },
-    )
-    .await;
+    let done = settled(&db.store, id, State::Aprobado, Duration::from_secs(20)).await;
     assert_eq!(done.send_count, 1, "looked up, never re-sent");
     let log = db.store.transitions(id).await.unwrap();
     let causes: Vec<&str> = log.iter().map(|t| t.cause.as_str()).collect();
@@ -246,15 +223,10 @@ async fn check_again_now_takes_a_fresh_lookup_through_a_real_worker(b: Backend) 
 }
 
 /// The web process with the finance routes and the test keys.
-async fn finance_web(store: &Store) -> Web {
-    let verifier = Verifier::from_env_value(Scheme::StandardWebhooks, &test_secret()).unwrap();
-    start_web(store, verifier).await
-}
-
 async fn the_api_resolves_as_the_signed_in_person_and_refuses_clearly(b: Backend) {
     let db = TestDb::new(b).await;
     let a = in_review(&db.store, "fin-api", 990, "EUR").await;
-    let web = finance_web(&db.store).await;
+    let web = web_on(&db.store).await;
     let http = reqwest::Client::new();
     let resolve = |body: Value| {
         let req = http
@@ -271,11 +243,11 @@ async fn the_api_resolves_as_the_signed_in_person_and_refuses_clearly(b: Backend
         json!({"action": "decline", "version": a.version, "note": "x", "code": "Not A Code"}),
     )
     .await;
-    assert_eq!((status, err["field"].as_str()), (422, Some("code")));
+    assert_refused(status, &err, 422, "code");
     let (status, err) =
         resolve(json!({"action": "decline", "version": a.version, "code": "finance_declined"}))
             .await;
-    assert_eq!((status, err["field"].as_str()), (422, Some("note")));
+    assert_refused(status, &err, 422, "note");
     let (status, _) = resolve(json!({"action": "refund_everything", "version": a.version})).await;
     assert_eq!(status, 422);
     // A "by" in the body is not who resolves: the signed-in user is. It is
@@ -285,7 +257,7 @@ async fn the_api_resolves_as_the_signed_in_person_and_refuses_clearly(b: Backend
         "note": "gateway shows no charge for this key", "by": "ana"
     }))
     .await;
-    assert_eq!((status, err["field"].as_str()), (422, Some("by")), "{err}");
+    assert_refused(status, &err, 422, "by");
     assert_eq!(db.store.load(a.id).await.unwrap().0.version, a.version);
     let (status, now) = resolve(json!({
         "action": "decline", "version": a.version, "code": "finance_declined",
@@ -298,7 +270,7 @@ async fn the_api_resolves_as_the_signed_in_person_and_refuses_clearly(b: Backend
     assert_eq!(log.last().unwrap().actor, "finance:luis");
     let (status, err) =
         resolve(json!({"action": "check_now", "version": a.version, "note": "again"})).await;
-    assert_eq!((status, err["field"].as_str()), (409, Some("version")));
+    assert_refused(status, &err, 409, "version");
 
     // The HTML form refuses a post without the user's form token.
     let resp = http
@@ -317,15 +289,9 @@ async fn the_api_resolves_as_the_signed_in_person_and_refuses_clearly(b: Backend
     assert_eq!(resp.status(), 403);
 
     // Finance's manual business retry, through the same guards.
-    let resp = http
-        .post(format!("{}/finance/api/attempts/{}/retry", web.url, a.id))
-        .bearer_auth(secret("luis"))
-        .json(&json!({}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), 202);
-    let asked: Value = resp.json().await.unwrap();
+    let retry_url = format!("{}/finance/api/attempts/{}/retry", web.url, a.id);
+    let (status, asked) = post_json(&retry_url, As::Bearer("luis"), &json!({})).await;
+    assert_eq!(status, 202);
     assert_eq!(asked["retry_of"], a.id.to_string());
     assert_eq!(asked["attempt_number"], 2);
     let log = db.store.transitions(a.id).await.unwrap();
@@ -348,16 +314,9 @@ async fn the_api_resolves_as_the_signed_in_person_and_refuses_clearly(b: Backend
         .expect("the retry");
     assert_eq!(retry.idempotency_key.to_string(), asked["idempotency_key"]);
     sim.shutdown().await;
-    let again = http
-        .post(format!("{}/finance/api/attempts/{}/retry", web.url, a.id))
-        .bearer_auth(secret("luis"))
-        .json(&json!({}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(again.status(), 409, "already being retried");
-    web.stop().await;
-    db.drop_db().await;
+    let (again, _) = post_json(&retry_url, As::Bearer("luis"), &json!({})).await;
+    assert_eq!(again, 409, "already being retried");
+    finish_web(web, db).await;
 }
 
 /// Minimal RFC 4180 reader: quoted fields with doubled quotes and line breaks.
@@ -391,25 +350,15 @@ async fn the_csv_export_opens_cleanly_in_a_spreadsheet(b: Backend) {
     in_review(&db.store, "=HYPERLINK(\"http://evil\")", 1_999, "USD").await;
     in_review(&db.store, "fin, with comma", 1_999, "JPY").await;
     in_review(&db.store, "fin-kwd", 1_999, "KWD").await;
-    let web = finance_web(&db.store).await;
+    let web = web_on(&db.store).await;
     let resp = get_as(
         &format!("{}/finance/escalations.csv", web.url),
         As::Basic("ana"),
     )
     .await;
     assert_eq!(resp.status(), 200);
-    assert!(
-        resp.headers()["content-type"]
-            .to_str()
-            .unwrap()
-            .starts_with("text/csv")
-    );
-    assert!(
-        resp.headers()["content-disposition"]
-            .to_str()
-            .unwrap()
-            .contains("attachment")
-    );
+    assert_content_type(&resp, "text/csv");
+    assert!(header(&resp, "content-disposition").contains("attachment"));
     let text = resp.text().await.unwrap();
     assert!(text.ends_with("\r\n"));
     let rows = parse_csv(&text);
@@ -436,8 +385,7 @@ async fn the_csv_export_opens_cleanly_in_a_spreadsheet(b: Backend) {
         assert_eq!(r[col("state")], "EN_REVISION");
         assert_eq!(r[col("last_http_status")], "503");
     }
-    web.stop().await;
-    db.drop_db().await;
+    finish_web(web, db).await;
 }
 
 async fn the_daily_summary_is_deterministic_and_counts_right(b: Backend) {
@@ -495,7 +443,7 @@ async fn reconciliation_cases_are_in_the_queue_and_closed_once(b: Backend) {
     )
     .await
     .unwrap();
-    let web = finance_web(&db.store).await;
+    let web = web_on(&db.store).await;
     let http = reqwest::Client::new();
     let list: Value = get_json(
         &format!("{}/finance/api/escalations", web.url),
@@ -524,7 +472,7 @@ async fn reconciliation_cases_are_in_the_queue_and_closed_once(b: Backend) {
         }
     };
     let (status, err) = close("").await;
-    assert_eq!((status, err["field"].as_str()), (422, Some("note")));
+    assert_refused(status, &err, 422, "note");
     let (status, case) = close("refunded ch_9 in the gateway dashboard").await;
     assert_eq!(status, 200, "{case}");
     assert_eq!(case["resolved_by"], "finance:ana");
@@ -538,8 +486,7 @@ async fn reconciliation_cases_are_in_the_queue_and_closed_once(b: Backend) {
         "{err}"
     );
     assert!(finance::open_cases(&db.store).await.unwrap().is_empty());
-    web.stop().await;
-    db.drop_db().await;
+    finish_web(web, db).await;
 }
 
 async fn finance_cannot_decide_while_a_worker_is_asking_the_gateway(b: Backend) {

@@ -14,7 +14,6 @@ use std::time::Duration;
 
 use browser::{chromium, replaced, signed_in, start_driver};
 use cobro::state::State;
-use cobro::webhook::{Scheme, Verifier};
 use common::*;
 use fantoccini::Locator;
 
@@ -42,8 +41,7 @@ async fn cross_site_pages_change_nothing(browser: &fantoccini::Client, db: &Test
         As::Basic("ana"),
     )
     .await;
-    let at = page.find("name=\"form_token\" value=\"").unwrap() + 25;
-    let token = page[at..at + page[at..].find('"').unwrap()].to_owned();
+    let token = form_token_in(&page);
     let target = &web.url;
     let auto = |action: String, enctype: &str, fields: String| {
         format!(
@@ -137,8 +135,7 @@ async fn a_finance_person_lists_opens_and_resolves_an_item_in_a_browser(b: Backe
     };
     let db = TestDb::new(b).await;
     let item = in_review(&db.store, "order-browser-1").await;
-    let verifier = Verifier::from_env_value(Scheme::StandardWebhooks, &test_secret()).unwrap();
-    let web = start_web(&db.store, verifier).await;
+    let web = web_on(&db.store).await;
 
     let browser = chromium(&driver).await;
 
@@ -256,7 +253,6 @@ async fn a_finance_person_lists_opens_and_resolves_an_item_in_a_browser(b: Backe
         (last.actor.as_str(), last.cause.as_str()),
         ("finance:ana", "finance_approved")
     );
-    web.stop().await;
-    db.drop_db().await;
+    finish_web(web, db).await;
     drop(driver);
 }

@@ -10,11 +10,10 @@ mod common;
 use std::collections::HashSet;
 use std::time::Duration;
 
-use cobro::domain::{Amount, ChargeRequest, IdempotencyKey};
+use cobro::domain::ChargeRequest;
 use cobro::finance::{self, Filter, PageRequest};
 use cobro::state::{Event, State};
 use cobro::store::{Applied, Attempt, Change, Store};
-use cobro::webhook::{Scheme, Verifier};
 use common::*;
 use serde_json::{Value, json};
 use uuid::Uuid;
@@ -27,8 +26,7 @@ on_both_backends!(
 /// In review (checks exhausted) with the janitor's next check an hour out.
 async fn in_review(store: &Store, order: &str, currency: &str) -> Attempt {
     let req = ChargeRequest::parse(order, 1_000, currency, None, None).unwrap();
-    let id = store.enqueue(&req).await.unwrap().attempt_id;
-    let a = store.load(id).await.unwrap().0;
+    let a = enqueued(store, &req).await;
     review(store, a).await
 }
 
@@ -45,8 +43,7 @@ async fn review(store: &Store, a: Attempt) -> Attempt {
 
 async fn in_doubt(store: &Store, order: &str, currency: &str) -> Attempt {
     let req = ChargeRequest::parse(order, 700, currency, None, None).unwrap();
-    let id = store.enqueue(&req).await.unwrap().attempt_id;
-    let a = store.load(id).await.unwrap().0;
+    let a = enqueued(store, &req).await;
     let a = step(store, &a, Event::Claim, None).await;
     step(store, &a, Event::Unknown, None).await
 }
@@ -54,19 +51,10 @@ async fn in_doubt(store: &Store, order: &str, currency: &str) -> Attempt {
 /// A refund of an approved charge, in review.
 async fn refund_in_review(store: &Store, order: &str) -> Attempt {
     let req = ChargeRequest::parse(order, 5_000, "USD", None, None).unwrap();
-    let id = store.enqueue(&req).await.unwrap().attempt_id;
-    let a = store.load(id).await.unwrap().0;
+    let a = enqueued(store, &req).await;
     let a = step(store, &a, Event::Claim, None).await;
     let charge = step(store, &a, Event::Approved, None).await;
-    let r = store
-        .request_refund(
-            charge.id,
-            Amount::parse(1_000).unwrap(),
-            IdempotencyKey::generate(),
-            "app",
-        )
-        .await
-        .unwrap();
+    let r = ask_refund(store, charge.id, 1_000, "app").await;
     let refund = store.load(r.refund_id).await.unwrap().0;
     review(store, refund).await
 }
@@ -248,8 +236,7 @@ async fn the_queue_pages_every_row_exactly_once_with_filters(b: Backend) {
     }
 
     // The API: the same pages through `next`, the same total.
-    let verifier = Verifier::from_env_value(Scheme::StandardWebhooks, &test_secret()).unwrap();
-    let web = start_web(&db.store, verifier).await;
+    let web = web_on(&db.store).await;
     let mut api_ids = Vec::new();
     let mut url = format!(
         "{}/finance/api/escalations?state=EN_REVISION&currency=USD&limit=3",
@@ -294,8 +281,7 @@ async fn the_queue_pages_every_row_exactly_once_with_filters(b: Backend) {
         !html.contains("id=\"next\""),
         "8 rows fit on one page of 50"
     );
-    web.stop().await;
-    db.drop_db().await;
+    finish_web(web, db).await;
 }
 
 async fn bulk_check_now_schedules_exactly_the_matching_attempts_in_review(b: Backend) {
@@ -383,35 +369,19 @@ async fn bulk_check_now_schedules_exactly_the_matching_attempts_in_review(b: Bac
     );
 
     // The API, as the signed-in person, JSON only.
-    let verifier = Verifier::from_env_value(Scheme::StandardWebhooks, &test_secret()).unwrap();
-    let web = start_web(&db.store, verifier).await;
+    let web = web_on(&db.store).await;
     let http = reqwest::Client::new();
-    let resp = http
-        .post(format!("{}/finance/api/check-now", web.url))
-        .bearer_auth(secret("luis"))
-        .json(&json!({"currency": "EUR"}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), 422);
-    assert_eq!(resp.json::<Value>().await.unwrap()["field"], "note");
-    let resp = http
-        .post(format!("{}/finance/api/check-now", web.url))
-        .bearer_auth(secret("agent"))
-        .json(&json!({"currency": "EUR", "note": "x"}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), 403, "finance:read is not enough");
-    let resp = http
-        .post(format!("{}/finance/api/check-now", web.url))
-        .bearer_auth(secret("luis"))
-        .json(&json!({"currency": "EUR", "kind": "charge", "note": "after the incident"}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), 200);
-    let body: Value = resp.json().await.unwrap();
+    let check_now = format!("{}/finance/api/check-now", web.url);
+    let (status, err) =
+        post_json(&check_now, As::Bearer("luis"), &json!({"currency": "EUR"})).await;
+    assert_eq!(status, 422);
+    assert_eq!(err["field"], "note");
+    let body = json!({"currency": "EUR", "note": "x"});
+    let (status, _) = post_json(&check_now, As::Bearer("agent"), &body).await;
+    assert_eq!(status, 403, "finance:read is not enough");
+    let body = json!({"currency": "EUR", "kind": "charge", "note": "after the incident"});
+    let (status, body) = post_json(&check_now, As::Bearer("luis"), &body).await;
+    assert_eq!(status, 200);
     assert_eq!(body["scheduled"], 2, "{body}");
     assert_eq!(body["skipped_desconocido"], 0, "{body}");
     for a in &eur {
@@ -437,8 +407,7 @@ async fn bulk_check_now_schedules_exactly_the_matching_attempts_in_review(b: Bac
         v
     };
     assert_eq!(all_versions, [a_plus(&usd, 1), a_plus(&eur, 1)].concat());
-    web.stop().await;
-    db.drop_db().await;
+    finish_web(web, db).await;
 }
 
 fn a_plus(attempts: &[Attempt], n: i64) -> Vec<i64> {

@@ -20,10 +20,7 @@ on_both_backends!(
 );
 
 fn cobro(db_url: &str, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_cobro"))
-        .args(args)
-        .env("DATABASE_URL", db_url)
-        .env("RUST_LOG", "warn")
+    cobro_cmd(db_url, args)
         .env("RUST_BACKTRACE", "1")
         .output()
         .expect("run cobro")
@@ -44,20 +41,11 @@ fn one_line_error(out: &Output) -> String {
     lines[0].to_owned()
 }
 
-fn free_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap().port()
-}
-
 /// `cobro serve` with no webhook secrets and the test keys on a free port,
 /// once it answers.
 async fn serve(db_url: &str) -> (Child, String) {
     let addr = format!("127.0.0.1:{}", free_port());
-    let child = Command::new(env!("CARGO_BIN_EXE_cobro"))
-        .args(["serve", "--listen", &addr])
-        .env_clear()
-        .env("PATH", std::env::var("PATH").unwrap_or_default())
-        .env("DATABASE_URL", db_url)
+    let child = bare_cobro(db_url, &["serve", "--listen", &addr])
         .env("COBRO_API_KEYS", test_keys_config())
         .env("RUST_LOG", "warn")
         .stdout(Stdio::null())
@@ -101,10 +89,7 @@ async fn a_database_never_migrated_says_run_cobro_migrate_everywhere(b: Backend)
         assert!(!line.contains("at line"), "{args:?}: {line}");
     }
     // The worker refuses to start, saying the same.
-    let worker = Command::new(env!("CARGO_BIN_EXE_cobro-worker"))
-        .env_clear()
-        .env("PATH", std::env::var("PATH").unwrap_or_default())
-        .env("DATABASE_URL", &db.url)
+    let worker = bare_worker(&db.url)
         .env("COBRO_GATEWAY", "sim")
         .env("GATEWAY_URL", "http://127.0.0.1:9")
         .env("RUST_LOG", "warn")
@@ -218,12 +203,7 @@ async fn a_schema_behind_the_binary_is_not_ready(b: Backend) {
             pending: vec![last]
         }
     );
-    let verifier = cobro::webhook::Verifier::from_env_value(
-        cobro::webhook::Scheme::StandardWebhooks,
-        &test_secret(),
-    )
-    .unwrap();
-    let web = start_web(&db.store, verifier).await;
+    let web = web_on(&db.store).await;
     let (code, body) = get(&format!("{}/ready", web.url)).await;
     assert_eq!(code, 503, "{body}");
     let reason = body["reason"].as_str().unwrap_or_default();
@@ -234,8 +214,7 @@ async fn a_schema_behind_the_binary_is_not_ready(b: Backend) {
     // Liveness: one migration behind (a rolling deploy) is not a dead process.
     let (code, _) = get(&format!("{}/health", web.url)).await;
     assert_eq!(code, 200);
-    web.stop().await;
-    db.drop_db().await;
+    finish_web(web, db).await;
 }
 
 async fn status_watch_prints_one_snapshot_per_interval_into_a_pipe(b: Backend) {

@@ -99,6 +99,5 @@ async fn a_thousand_orders_with_15_percent_lost_responses_are_charged_exactly_on
         "{via_lookup} attempts went DESCONOCIDO, {lost} responses were lost"
     );
 
-    sim.shutdown().await;
-    db.drop_db().await;
+    finish_sim(sim, db).await;
 }

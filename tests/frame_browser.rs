@@ -19,7 +19,6 @@ use std::time::Duration;
 use browser::{chromium, signed_in, start_driver};
 use cobro::domain::ChargeRequest;
 use cobro::state::Event;
-use cobro::webhook::{Scheme, Verifier};
 use common::*;
 use fantoccini::Locator;
 
@@ -46,13 +45,11 @@ async fn another_site_cannot_frame_the_finance_page(b: Backend) {
     };
     let db = TestDb::new(b).await;
     let req = ChargeRequest::parse("order-framed", 1_000, "USD", None, Some("pm_test")).unwrap();
-    let id = db.store.enqueue(&req).await.unwrap().attempt_id;
-    let a = db.store.load(id).await.unwrap().0;
+    let a = enqueued(&db.store, &req).await;
     let a = step(&db.store, &a, Event::Claim, None).await;
     let a = step(&db.store, &a, Event::Unknown, None).await;
     step(&db.store, &a, Event::ChecksExhausted, None).await;
-    let v = Verifier::from_env_value(Scheme::StandardWebhooks, &test_secret()).unwrap();
-    let web = start_web(&db.store, v).await;
+    let web = web_on(&db.store).await;
     let browser = chromium(&driver).await;
 
     // Top-level, signed in: the queue shows.

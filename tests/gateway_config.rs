@@ -13,11 +13,8 @@ use std::time::{Duration, Instant};
 use common::*;
 
 fn worker(db_url: &str, env: &[(&str, &str)]) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_cobro-worker"));
-    cmd.env_clear()
-        .env("PATH", std::env::var("PATH").unwrap_or_default())
-        .env("DATABASE_URL", db_url)
-        .env("RUST_LOG", "warn")
+    let mut cmd = bare_worker(db_url);
+    cmd.env("RUST_LOG", "warn")
         .env("RUST_BACKTRACE", "1")
         .env("COBRO_RECONCILE_AT", "off")
         .env("COBRO_GATEWAY_CONNECT_TIMEOUT", "500ms")

@@ -133,11 +133,8 @@ impl Drop for Terminator {
 /// a file (printed when a test fails).
 fn spawn_worker(db_url: &str, env: &[(&str, &str)]) -> (Child, PathBuf) {
     let log = std::env::temp_dir().join(format!("cobro-tls-{}.log", Uuid::new_v4().simple()));
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_cobro-worker"));
-    cmd.env_clear()
-        .env("PATH", std::env::var("PATH").unwrap_or_default())
-        .env("RUST_LOG", "info")
-        .env("DATABASE_URL", db_url)
+    let mut cmd = bare_worker(db_url);
+    cmd.env("RUST_LOG", "info")
         .env("COBRO_GATEWAY", "sim")
         .env(
             "COBRO_WORKER_NAME",
@@ -178,8 +175,7 @@ fn read(log: &Path) -> String {
 }
 
 async fn a_worker_charges_through_https_trusting_a_private_ca(b: Backend) {
-    let db = TestDb::new(b).await;
-    let sim = start_sim(true, Faults::default()).await;
+    let (db, sim) = db_and_sim(b, Faults::default()).await;
     let ca = PrivateCa::new();
     let tls = Terminator::start(ca.server.clone(), &sim).await;
     assert!(tls.url.starts_with("https://127.0.0.1:"), "{}", tls.url);
@@ -227,8 +223,7 @@ async fn a_worker_charges_through_https_trusting_a_private_ca(b: Backend) {
     let status = wait_exit(&mut worker, Duration::from_secs(15)).await;
     assert!(status.success(), "exit {status}:\n{}", read(&log));
     let _ = std::fs::remove_file(&log);
-    sim.shutdown().await;
-    db.drop_db().await;
+    finish_sim(sim, db).await;
 }
 
 fn call(order: &str) -> ChargeCall {

@@ -13,18 +13,16 @@ use futures::future::join_all;
 
 async fn claimed(store: &Store, order: &str) -> (Attempt, Attempt) {
     let req = ChargeRequest::parse(order, 1_000, "USD", None, Some("pm_test_visa")).unwrap();
-    let id = store.enqueue(&req).await.unwrap().attempt_id;
-    let (pending, _) = store.load(id).await.unwrap();
+    let pending = enqueued(store, &req).await;
     let held = step(store, &pending, Event::Claim, None).await;
     (pending, held)
 }
 
 #[tokio::test]
 async fn answers_finishing_together_share_statements_and_a_stale_one_loses_alone() {
-    if skip_postgres("group_commit") {
+    let Some(db) = postgres_db("group_commit").await else {
         return;
-    }
-    let db = TestDb::new(Backend::Postgres).await;
+    };
     let mut held = Vec::new();
     for i in 0..16 {
         held.push(claimed(&db.store, &format!("gc-{i}")).await.1);
@@ -78,10 +76,9 @@ async fn answers_finishing_together_share_statements_and_a_stale_one_loses_alone
 
 #[tokio::test]
 async fn a_row_the_database_refuses_fails_alone_and_the_others_land() {
-    if skip_postgres("group_commit") {
+    let Some(db) = postgres_db("group_commit").await else {
         return;
-    }
-    let db = TestDb::new(Backend::Postgres).await;
+    };
     let mut held = Vec::new();
     for i in 0..6 {
         held.push(claimed(&db.store, &format!("gc-ref-{i}")).await.1);

@@ -28,10 +28,6 @@ on_both_backends!(
     database_gauges_are_cached_and_health_hides_database_errors,
 );
 
-fn verifier() -> Verifier {
-    Verifier::from_env_value(Scheme::StandardWebhooks, &test_secret()).unwrap()
-}
-
 fn limits(header_read: Duration, max_connections: usize) -> HttpLimits {
     HttpLimits {
         header_read_timeout: header_read,
@@ -43,7 +39,7 @@ fn limits(header_read: Duration, max_connections: usize) -> HttpLimits {
 }
 
 async fn start(db: &TestDb, limits: HttpLimits) -> Web {
-    serve_router(web_config(&db.store, verifier()).router(), limits).await
+    serve_router(web_config(&db.store, test_verifier()).router(), limits).await
 }
 
 /// Waits until the server closes `conn` (EOF or reset), up to `limit`;
@@ -156,8 +152,7 @@ async fn a_client_trickling_headers_is_cut_off_while_others_are_served(b: Backen
     tokio::time::sleep(timeout + Duration::from_millis(500)).await;
     let resp = quick.get(&summary).bearer_auth(secret("ana")).send().await;
     assert_eq!(resp.unwrap().status(), 200, "served once the slots freed");
-    web.stop().await;
-    db.drop_db().await;
+    finish_web(web, db).await;
 }
 
 async fn a_stalled_body_is_cut_off_and_writes_nothing(b: Backend) {
@@ -182,13 +177,12 @@ async fn a_stalled_body_is_cut_off_and_writes_nothing(b: Backend) {
     let status: u16 = reply[9..12].parse().unwrap();
     assert!((400..500).contains(&status), "{reply}");
     assert_eq!(db.attempts().await, 0, "nothing written");
-    web.stop().await;
-    db.drop_db().await;
+    finish_web(web, db).await;
 }
 
 async fn oversized_bodies_get_413_on_every_route(b: Backend) {
     let db = TestDb::new(b).await;
-    let web = start_web(&db.store, verifier()).await;
+    let web = web_on(&db.store).await;
     let http = reqwest::Client::new();
     let big = format!(
         "{{\"note\": \"{}\"}}",
@@ -230,8 +224,7 @@ async fn oversized_bodies_get_413_on_every_route(b: Backend) {
         .unwrap();
     assert_eq!(resp.status(), 431);
     assert_eq!(db.attempts().await, 0);
-    web.stop().await;
-    db.drop_db().await;
+    finish_web(web, db).await;
 }
 
 /// The values of the samples on `/metrics` whose line starts with `prefix`.
@@ -259,7 +252,7 @@ async fn ten_thousand_forged_webhooks_leave_a_bounded_number_of_rows(b: Backend)
     let web = start_web(&db.store, ours.clone()).await;
     let counted_before = rejected_counter(&web).await;
     let started_minute = chrono::Utc::now().timestamp() / 60;
-    let other = verifier(); // signs with a secret the receiver does not have
+    let other = test_verifier(); // signs with a secret the receiver does not have
     let now = chrono::Utc::now().timestamp();
     let http = reqwest::Client::new();
     let limit = std::sync::Arc::new(tokio::sync::Semaphore::new(32));
@@ -311,13 +304,12 @@ async fn ten_thousand_forged_webhooks_leave_a_bounded_number_of_rows(b: Backend)
     let counted = rejected_counter(&web).await - counted_before;
     assert!(counted >= FORGED as f64, "every forgery counted: {counted}");
     eprintln!("{FORGED} forged webhooks: {rows} rows over {minutes} minute(s), {counted} counted");
-    web.stop().await;
-    db.drop_db().await;
+    finish_web(web, db).await;
 }
 
 async fn database_gauges_are_cached_and_health_hides_database_errors(b: Backend) {
     let db = TestDb::new(b).await;
-    let mut cfg = web_config(&db.store, verifier());
+    let mut cfg = web_config(&db.store, test_verifier());
     cfg.metrics_cache = Duration::from_secs(2);
     let web = start_web_cfg(cfg).await;
     let attempts =
@@ -337,6 +329,5 @@ async fn database_gauges_are_cached_and_health_hides_database_errors(b: Backend)
         body,
         serde_json::json!({"ok": false, "database": "unreachable"})
     );
-    web.stop().await;
-    db.drop_db().await;
+    finish_web(web, db).await;
 }

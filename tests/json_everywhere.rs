@@ -14,7 +14,6 @@ mod common;
 
 use cobro::domain::ChargeRequest;
 use cobro::state::{Event, State};
-use cobro::webhook::{Scheme, Verifier};
 use common::*;
 use serde_json::{Value, json};
 
@@ -24,11 +23,6 @@ on_both_backends!(
     bodiless_posts_take_no_body_or_an_empty_json_one,
     an_order_id_of_150_accented_letters_is_enqueued_and_found,
 );
-
-async fn start(db: &TestDb) -> Web {
-    let v = Verifier::from_env_value(Scheme::StandardWebhooks, &test_secret()).unwrap();
-    start_web(&db.store, v).await
-}
 
 /// `POST {path}` as `who` with `body` under `content_type` (none when
 /// `None`) and a fresh `Idempotency-Key`: the status and the JSON answer.
@@ -149,7 +143,7 @@ async fn seed(db: &TestDb) -> Seeded {
 
 async fn every_json_post_refuses_another_content_type_and_writes_nothing(b: Backend) {
     let db = TestDb::new(b).await;
-    let web = start(&db).await;
+    let web = web_on(&db.store).await;
     let s = seed(&db).await;
     let ids = [s.approved, s.pending, s.review.id];
     let before = snapshot(&db, &ids).await;
@@ -177,13 +171,12 @@ async fn every_json_post_refuses_another_content_type_and_writes_nothing(b: Back
         assert_ne!(status, 415, "{path}: {reply}");
     }
     assert_ne!(snapshot(&db, &ids).await, before, "the JSON posts acted");
-    web.stop().await;
-    db.drop_db().await;
+    finish_web(web, db).await;
 }
 
 async fn a_wrong_json_type_is_named_with_the_type_and_writes_nothing(b: Backend) {
     let db = TestDb::new(b).await;
-    let web = start(&db).await;
+    let web = web_on(&db.store).await;
     let s = seed(&db).await;
     let ids = [s.approved, s.pending, s.review.id];
     let before = snapshot(&db, &ids).await;
@@ -298,13 +291,12 @@ async fn a_wrong_json_type_is_named_with_the_type_and_writes_nothing(b: Backend)
         );
     }
     assert_eq!(snapshot(&db, &ids).await, before, "nothing written");
-    web.stop().await;
-    db.drop_db().await;
+    finish_web(web, db).await;
 }
 
 async fn bodiless_posts_take_no_body_or_an_empty_json_one(b: Backend) {
     let db = TestDb::new(b).await;
-    let web = start(&db).await;
+    let web = web_on(&db.store).await;
     db.store
         .set_sending_paused(true, "test", Some("incident"))
         .await
@@ -366,13 +358,12 @@ async fn bodiless_posts_take_no_body_or_an_empty_json_one(b: Backend) {
     assert_eq!((status, &reply["field"]), (422, &json!("now")), "{reply}");
     let (status, _) = post(&web, "ana", &retry, None, String::new()).await;
     assert_eq!(status, 404, "read as a retry of an unknown attempt");
-    web.stop().await;
-    db.drop_db().await;
+    finish_web(web, db).await;
 }
 
 async fn an_order_id_of_150_accented_letters_is_enqueued_and_found(b: Backend) {
     let db = TestDb::new(b).await;
-    let web = start(&db).await;
+    let web = web_on(&db.store).await;
     let order = "é".repeat(150);
     assert_eq!((order.len(), order.chars().count()), (300, 150));
     let body = json!({"order_id": order, "amount_minor": 700, "currency": "USD"});
@@ -409,6 +400,5 @@ async fn an_order_id_of_150_accented_letters_is_enqueued_and_found(b: Backend) {
         over["error"],
         "invalid order_id: at most 200 characters, got 201"
     );
-    web.stop().await;
-    db.drop_db().await;
+    finish_web(web, db).await;
 }

@@ -50,14 +50,7 @@ async fn charge_once_through(b: Backend, idempotent: bool, order: &str) -> (usiz
         .await
         .entries_for_key(&req.key.to_string())
         .count();
-    let causes = db
-        .store
-        .transitions(id)
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|t| t.cause)
-        .collect();
+    let causes = causes(&db.store, id).await;
     finish(worker, sim, db).await;
     (charges, causes)
 }

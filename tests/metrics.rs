@@ -15,7 +15,6 @@ use cobro::domain::ChargeRequest;
 use cobro::sim::Faults;
 use cobro::state::{Event, State};
 use cobro::store::Store;
-use cobro::webhook::{Scheme, Verifier};
 use common::*;
 use uuid::Uuid;
 
@@ -200,62 +199,33 @@ async fn enqueue(store: &Store, order: &str) -> Uuid {
     store.enqueue(&req).await.unwrap().attempt_id
 }
 
-fn free_port() -> std::net::SocketAddr {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    l.local_addr().expect("addr")
-}
-
-async fn web_for(store: &Store) -> Web {
-    let v = Verifier::from_env_value(Scheme::StandardWebhooks, &test_secret()).unwrap();
-    start_web(store, v).await
-}
-
 async fn scrapes_agree_with_the_database_and_count_every_gateway_call(b: Backend) {
     let (db, sim) = db_and_sim(b, Faults::default()).await;
     let mut args = worker_args(&db.url, &sim.url());
-    let metrics_addr = free_port();
+    let metrics_addr = std::net::SocketAddr::from(([127, 0, 0, 1], free_port()));
     args.metrics_addr = Some(metrics_addr);
     args.api_keys.api_keys = test_keys_config();
     let worker = spawn_worker(args);
-    let web = web_for(&db.store).await;
+    let web = web_on(&db.store).await;
     let long = Duration::from_secs(30);
 
     // Approved at once.
     let a = enqueue(&db.store, "m-approved").await;
     settled(&db.store, a, State::Aprobado, long).await;
     // Declined for good.
-    let faults = Faults {
-        p_decline: 1.0,
-        decline_codes: vec!["card_declined".into()],
-        ..Faults::default()
-    };
-    set_faults(&sim.url(), &faults).await;
+    set_faults(&sim.url(), &declining("card_declined")).await;
     let d = enqueue(&db.store, "m-declined").await;
     settled(&db.store, d, State::Rechazado, long).await;
     // Charged, answer lost: DESCONOCIDO, then found by lookup.
-    let faults = Faults {
-        p_response_lost: 1.0,
-        ..Faults::default()
-    };
-    set_faults(&sim.url(), &faults).await;
+    set_faults(&sim.url(), &answers_lost()).await;
     let c = enqueue(&db.store, "m-lost-answer").await;
     settled(&db.store, c, State::Aprobado, long).await;
-    let path: Vec<String> = db
-        .store
-        .transitions(c)
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|t| t.to_state)
-        .collect();
-    assert_eq!(path, ["PENDIENTE", "EN_PROCESO", "DESCONOCIDO", "APROBADO"]);
+    assert_eq!(
+        path(&db.store, c).await,
+        ["PENDIENTE", "EN_PROCESO", "DESCONOCIDO", "APROBADO"]
+    );
     // Request lost: DESCONOCIDO, not found, re-sent with the same key.
-    let faults = Faults {
-        p_request_lost: 1.0,
-        hold_ms: 2_500,
-        ..Faults::default()
-    };
-    set_faults(&sim.url(), &faults).await;
+    set_faults(&sim.url(), &requests_lost()).await;
     let r = enqueue(&db.store, "m-resent").await;
     settled(&db.store, r, State::Desconocido, long).await;
     set_faults(&sim.url(), &Faults::default()).await;
@@ -266,12 +236,7 @@ async fn scrapes_agree_with_the_database_and_count_every_gateway_call(b: Backend
             >= 2
     );
     // The gateway stops answering: DESCONOCIDO for a while, then EN_REVISION.
-    let faults = Faults {
-        p_response_lost: 1.0,
-        p_lookup_fail: 1.0,
-        ..Faults::default()
-    };
-    set_faults(&sim.url(), &faults).await;
+    set_faults(&sim.url(), &answers_lost_lookups_fail()).await;
     let u = enqueue(&db.store, "m-unknown").await;
     settled(&db.store, u, State::Desconocido, long).await;
     tokio::time::sleep(Duration::from_millis(1_000)).await;
@@ -438,7 +403,7 @@ async fn scrapes_agree_with_the_database_and_count_every_gateway_call(b: Backend
 
 async fn double_approved_orders_and_open_cases_are_counted_from_the_rows(b: Backend) {
     let db = TestDb::new(b).await;
-    let web = web_for(&db.store).await;
+    let web = web_on(&db.store).await;
     let s = scrape(&web.url).await;
     assert_eq!(s.get("cobro_orders_double_approved", &[]), 0.0);
     assert_eq!(
@@ -535,8 +500,7 @@ async fn double_approved_orders_and_open_cases_are_counted_from_the_rows(b: Back
     assert_eq!(s.get("cobro_database_up", &[]), 0.0);
     assert_eq!(s.matching("cobro_attempts", &[]).count(), 0);
 
-    web.stop().await;
-    db.drop_db().await;
+    finish_web(web, db).await;
 }
 
 #[test]
@@ -555,7 +519,7 @@ fn the_parser_reads_labels_escapes_and_special_values() {
 /// succeeded.
 async fn the_on_call_gauges_read_the_rows(b: Backend) {
     let db = TestDb::new(b).await;
-    let web = web_for(&db.store).await;
+    let web = web_on(&db.store).await;
     let s = scrape(&web.url).await;
     assert_eq!(s.get("cobro_due_lag_seconds", &[]), 0.0);
     assert_eq!(s.get("cobro_cases_open", &[("kind", "dispute")]), 0.0);
@@ -592,6 +556,5 @@ async fn the_on_call_gauges_read_the_rows(b: Backend) {
     assert_eq!(s.get("cobro_cases_open", &[("kind", "dispute")]), 1.0);
     assert_eq!(s.get("cobro_cases_open", &[("kind", "double_charge")]), 0.0);
     assert_eq!(s.get("cobro_notices_pending", &[]), 1.0);
-    web.stop().await;
-    db.drop_db().await;
+    finish_web(web, db).await;
 }

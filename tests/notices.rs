@@ -21,7 +21,6 @@ use std::time::Duration;
 use cobro::domain::ChargeRequest;
 use cobro::sim::Faults;
 use cobro::store::Notice;
-use cobro::webhook::{Scheme, Verifier};
 use common::python;
 use common::*;
 use declines::*;
@@ -126,11 +125,7 @@ async fn notices_reach_a_verifying_receiver_once_redelivered_after_500s_and_fail
     args.notify.notice_timeout = Duration::from_secs(4);
     args.notify.notice_poll = Duration::from_millis(100);
     let worker = spawn_worker(args);
-    let web = start_web(
-        &db.store,
-        Verifier::from_env_value(Scheme::StandardWebhooks, &test_secret()).unwrap(),
-    )
-    .await;
+    let web = web_on(&db.store).await;
 
     // A retryable decline (a retry scheduled), two final ones.
     decline_with(&sim.url(), "insufficient_funds").await;
@@ -255,8 +250,7 @@ async fn notices_reach_a_verifying_receiver_once_redelivered_after_500s_and_fail
 
     worker.stop().await;
     web.stop().await;
-    sim.shutdown().await;
-    db.drop_db().await;
+    finish_sim(sim, db).await;
 }
 
 /// Two workers claiming at once get disjoint notices; a claimed notice is
@@ -270,8 +264,7 @@ async fn two_workers_never_claim_one_notice_and_only_the_claim_holder_records(b:
         let store = db.store.clone();
         async move {
             let req = ChargeRequest::parse(&order, 700, "USD", None, None).unwrap();
-            let id = store.enqueue(&req).await.unwrap().attempt_id;
-            let (a, _) = store.load(id).await.unwrap();
+            let a = enqueued(&store, &req).await;
             let a = step(&store, &a, Event::Claim, None).await;
             step(&store, &a, Event::Declined, Some("stolen_card")).await
         }

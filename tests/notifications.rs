@@ -7,7 +7,7 @@ mod common;
 
 use std::time::Duration;
 
-use cobro::domain::{Amount, ChargeRequest, IdempotencyKey};
+use cobro::domain::ChargeRequest;
 use cobro::sim::Faults;
 use cobro::state::State;
 use common::*;
@@ -17,12 +17,14 @@ use common::*;
 /// done within seconds, through the process's one listener.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_listener_per_process_wakes_both_queues() {
-    if skip_postgres("one_listener_per_process_wakes_both_queues") {
+    let Some((db, sim)) = postgres_db_and_sim(
+        "one_listener_per_process_wakes_both_queues",
+        Faults::default(),
+    )
+    .await
+    else {
         return;
-    }
-    init_logs();
-    let db = TestDb::new(Backend::Postgres).await;
-    let sim = start_sim(true, Faults::default()).await;
+    };
     let mut args = worker_args(&db.url, &sim.url());
     args.poll_interval = Duration::from_secs(60);
     args.missed_heartbeats = 10;
@@ -56,16 +58,7 @@ async fn one_listener_per_process_wakes_both_queues() {
         let req = ChargeRequest::parse(order, 3_000, "USD", None, Some("pm_test_visa")).unwrap();
         let id = db.store.enqueue(&req).await.unwrap().attempt_id;
         settled(&db.store, id, State::Aprobado, Duration::from_secs(5)).await;
-        let refund = db
-            .store
-            .request_refund(
-                id,
-                Amount::parse(1_000).unwrap(),
-                IdempotencyKey::generate(),
-                "app",
-            )
-            .await
-            .unwrap();
+        let refund = ask_refund(&db.store, id, 1_000, "app").await;
         settled(
             &db.store,
             refund.refund_id,

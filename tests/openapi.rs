@@ -22,7 +22,6 @@ use std::collections::BTreeSet;
 use std::path::Path;
 
 use cobro::store::Backend;
-use cobro::webhook::{Scheme, Verifier};
 use common::*;
 use schema::fits;
 use serde_json::Value;
@@ -223,8 +222,7 @@ fn each_403_names_the_scope_the_route_needs() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_web_process_answers_what_the_document_names_and_nothing_else() {
     let db = TestDb::new(Backend::Sqlite).await;
-    let v = Verifier::from_env_value(Scheme::StandardWebhooks, &test_secret()).unwrap();
-    let web = start_web(&db.store, v).await;
+    let web = web_on(&db.store).await;
     let http = reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
         .build()
@@ -254,18 +252,9 @@ async fn the_web_process_answers_what_the_document_names_and_nothing_else() {
         }
     }
     // Served without a credential, the same document `cobro openapi` prints.
-    let served = http
-        .get(format!("{}/openapi.json", web.url))
-        .send()
-        .await
-        .unwrap();
+    let served = get_as(&format!("{}/openapi.json", web.url), As::Nobody).await;
     assert_eq!(served.status(), 200);
-    assert!(
-        served.headers()["content-type"]
-            .to_str()
-            .unwrap()
-            .starts_with("application/json")
-    );
+    assert_content_type(&served, "application/json");
     assert_eq!(served.text().await.unwrap(), cobro::web::openapi_document());
 
     // The answers have the documented fields: a charge, its attempt, a
@@ -285,19 +274,15 @@ async fn the_web_process_answers_what_the_document_names_and_nothing_else() {
     assert_eq!(created.status(), 201);
     let created: Value = created.json().await.unwrap();
     fits(&doc, "ChargeCreated", &created);
-    let attempt: Value = http
-        .get(format!(
+    let attempt: Value = get_json(
+        &format!(
             "{}/charges/{}",
             web.url,
             created["attempt_id"].as_str().unwrap()
-        ))
-        .bearer_auth(secret("app"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+        ),
+        As::Bearer("app"),
+    )
+    .await;
     fits(&doc, "Detail", &attempt);
     fits(&doc, "Attempt", &attempt["attempt"]);
     assert_eq!(attempt["attempt"]["state"], "PENDIENTE");
@@ -311,14 +296,7 @@ async fn the_web_process_answers_what_the_document_names_and_nothing_else() {
         .unwrap();
     assert_eq!(refused.status(), 422);
     fits(&doc, "ErrorBody", &refused.json().await.unwrap());
-    let health: Value = http
-        .get(format!("{}/health", web.url))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let health: Value = get_json(&format!("{}/health", web.url), As::Nobody).await;
     fits(&doc, "Health", &health);
 
     // The typed answers: a search, finance's queue and summary, a cancel
@@ -343,19 +321,14 @@ async fn the_web_process_answers_what_the_document_names_and_nothing_else() {
     );
     fits(&doc, "Summary", &get("/finance/api/summary", "ana").await);
     for detail in [None, Some("nothing left to cancel")] {
-        let cancelled: Value = http
-            .post(format!("{}/orders/doc-1/cancel", web.url))
-            .bearer_auth(secret("app"))
-            .json(&serde_json::json!({"reason": "customer_request"}))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let cancelled: Value = send_json(
+            http.post(format!("{}/orders/doc-1/cancel", web.url))
+                .bearer_auth(secret("app"))
+                .json(&serde_json::json!({"reason": "customer_request"})),
+        )
+        .await;
         fits(&doc, "CancelAnswer", &cancelled);
         assert_eq!(cancelled["detail"].as_str(), detail, "{cancelled}");
     }
-    web.stop().await;
-    db.drop_db().await;
+    finish_web(web, db).await;
 }

@@ -10,7 +10,6 @@ mod common;
 mod operator_seed;
 
 use cobro::store::Attempt;
-use cobro::webhook::{Scheme, Verifier};
 use common::*;
 use operator_seed::{ids, seed};
 use serde_json::Value;
@@ -19,11 +18,6 @@ on_both_backends!(
     the_api_searches_pages_and_refuses_bad_parameters,
     the_pages_need_a_key_escape_everything_and_show_the_pause,
 );
-
-async fn start(db: &TestDb) -> Web {
-    let verifier = Verifier::from_env_value(Scheme::StandardWebhooks, &test_secret()).unwrap();
-    start_web(&db.store, verifier).await
-}
 
 /// GET `path` as test key `who` (Bearer), or with no credential.
 async fn get(web: &Web, path: &str, who: Option<&str>) -> (u16, Value) {
@@ -38,7 +32,7 @@ async fn get(web: &Web, path: &str, who: Option<&str>) -> (u16, Value) {
 
 async fn the_api_searches_pages_and_refuses_bad_parameters(b: Backend) {
     let s = seed(b).await;
-    let web = start(&s.db).await;
+    let web = web_on(&s.db.store).await;
     let all = s.newest_first();
     assert_eq!(all.len(), 7);
 
@@ -156,7 +150,7 @@ async fn the_api_searches_pages_and_refuses_bad_parameters(b: Backend) {
     assert_eq!(status, 200);
     assert_eq!(refund["refund_of"]["id"], id(&s.op1));
     let (status, body) = get(&web, "/attempts/nope", Some("app")).await;
-    assert_eq!((status, body["field"].as_str()), (400, Some("attempt_id")));
+    assert_refused(status, &body, 400, "attempt_id");
     let (status, _) = get(&web, &format!("/attempts/{}", s.op3.id), Some("ana")).await;
     assert_eq!(status, 403);
 
@@ -181,7 +175,7 @@ async fn page(
 
 async fn the_pages_need_a_key_escape_everything_and_show_the_pause(b: Backend) {
     let s = seed(b).await;
-    let web = start(&s.db).await;
+    let web = web_on(&s.db.store).await;
 
     let (status, _, headers) = page(&web, "/operator/attempts", None).await;
     assert_eq!(status, 401);

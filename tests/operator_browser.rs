@@ -18,7 +18,6 @@ use std::time::Duration;
 use browser::{chromium, replaced, signed_in, start_driver};
 use cobro::domain::ChargeRequest;
 use cobro::state::Event;
-use cobro::webhook::{Scheme, Verifier};
 use common::*;
 use fantoccini::{Client, Locator};
 
@@ -44,8 +43,7 @@ async fn an_operator_searches_an_order_and_reads_its_history_while_paused(b: Bac
     let doubt = in_review(&db.store, "order-ops-1").await;
     for order in ["order-ops-2", "order-ops-3"] {
         let req = ChargeRequest::parse(order, 1_500, "USD", None, None).unwrap();
-        let id = db.store.enqueue(&req).await.unwrap().attempt_id;
-        let a = db.store.load(id).await.unwrap().0;
+        let a = enqueued(&db.store, &req).await;
         let a = step(&db.store, &a, Event::Claim, None).await;
         step(&db.store, &a, Event::Approved, Some("ch_ops")).await;
     }
@@ -53,8 +51,7 @@ async fn an_operator_searches_an_order_and_reads_its_history_while_paused(b: Bac
         .set_sending_paused(true, "api:ana", Some("INC-7 gateway double-charges"))
         .await
         .unwrap();
-    let verifier = Verifier::from_env_value(Scheme::StandardWebhooks, &test_secret()).unwrap();
-    let web = start_web(&db.store, verifier).await;
+    let web = web_on(&db.store).await;
     let browser = chromium(&driver).await;
 
     // Without credentials nothing is shown.
@@ -158,7 +155,6 @@ async fn an_operator_searches_an_order_and_reads_its_history_while_paused(b: Bac
         "no banner once resumed"
     );
     browser.close().await.unwrap();
-    web.stop().await;
-    db.drop_db().await;
+    finish_web(web, db).await;
     drop(driver);
 }

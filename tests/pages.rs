@@ -13,7 +13,6 @@ use std::time::Duration;
 use cobro::domain::ChargeRequest;
 use cobro::state::{Event, State};
 use cobro::store::{Attempt, Store};
-use cobro::webhook::{Scheme, Verifier};
 use common::*;
 
 on_both_backends!(
@@ -25,14 +24,9 @@ on_both_backends!(
 const COOKIE_A: &str = "cobro_signin=aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
 const COOKIE_B: &str = "cobro_signin=bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb";
 
-fn verifier() -> Verifier {
-    Verifier::from_env_value(Scheme::StandardWebhooks, &test_secret()).unwrap()
-}
-
 async fn in_review(store: &Store, order: &str) -> Attempt {
     let req = ChargeRequest::parse(order, 1_000, "USD", None, Some("pm_test")).unwrap();
-    let id = store.enqueue(&req).await.unwrap().attempt_id;
-    let a = store.load(id).await.unwrap().0;
+    let a = enqueued(store, &req).await;
     let a = step(store, &a, Event::Claim, None).await;
     let a = step(store, &a, Event::Unknown, None).await;
     step(store, &a, Event::ChecksExhausted, None).await
@@ -40,8 +34,7 @@ async fn in_review(store: &Store, order: &str) -> Attempt {
 
 async fn pages_forbid_framing_and_escape_markup(b: Backend) {
     let db = TestDb::new(b).await;
-    let web = start_web(&db.store, verifier()).await;
-    let http = no_redirects();
+    let web = web_on(&db.store).await;
     let evil = "<script>alert(1)</script>\"'&";
     let a = in_review(&db.store, evil).await;
     let pages = [
@@ -54,12 +47,7 @@ async fn pages_forbid_framing_and_escape_markup(b: Backend) {
         format!("/operator/attempts?order_id={}", "%3Cscript%3E"),
     ];
     for path in &pages {
-        let resp = http
-            .get(format!("{}{path}", web.url))
-            .basic_auth("agent", Some(secret("agent")))
-            .send()
-            .await
-            .unwrap();
+        let resp = get_as(&format!("{}{path}", web.url), As::Basic("agent")).await;
         assert!(resp.status().is_success(), "{path}: {}", resp.status());
         let h = resp.headers().clone();
         let get = |name: &str| h.get(name).and_then(|v| v.to_str().ok()).unwrap_or("");
@@ -82,63 +70,34 @@ async fn pages_forbid_framing_and_escape_markup(b: Backend) {
         format!("/finance/attempts/{}", a.id),
         format!("/operator/attempts/{}", a.id),
     ] {
-        let body = http
-            .get(format!("{}{path}", web.url))
-            .basic_auth("agent", Some(secret("agent")))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
+        let body = get_text(&format!("{}{path}", web.url), As::Basic("agent")).await;
         assert!(
             body.contains("&lt;script&gt;alert(1)&lt;/script&gt;&quot;'&amp;"),
             "{path}: the order id escaped"
         );
     }
     // JSON routes carry the headers too, and the stylesheet is CSS.
-    let css = http
-        .get(format!("{}/assets/cobro.css", web.url))
-        .send()
-        .await
-        .unwrap();
+    let css = get_as(&format!("{}/assets/cobro.css", web.url), As::Nobody).await;
     assert_eq!(css.status(), 200);
-    assert!(
-        css.headers()["content-type"]
-            .to_str()
-            .unwrap()
-            .starts_with("text/css")
-    );
+    assert_content_type(&css, "text/css");
     assert_eq!(css.headers()["x-frame-options"], "DENY");
-    let health = http
-        .get(format!("{}/health", web.url))
-        .send()
-        .await
-        .unwrap();
+    let health = get_as(&format!("{}/health", web.url), As::Nobody).await;
     assert_eq!(health.headers()["x-content-type-options"], "nosniff");
-    web.stop().await;
-    db.drop_db().await;
+    finish_web(web, db).await;
 }
 
 /// The form token on `path`'s page as `cookie`'s sign-in sees it.
 async fn token(http: &reqwest::Client, url: &str, path: &str, cookie: &str) -> String {
-    let page = http
+    let req = http
         .get(format!("{url}{path}"))
         .basic_auth("ana", Some(secret("ana")))
-        .header("cookie", cookie)
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    let at = page.find("name=\"form_token\" value=\"").expect("a form") + 25;
-    page[at..at + page[at..].find('"').unwrap()].to_owned()
+        .header("cookie", cookie);
+    form_token_in(&send_text(req).await)
 }
 
 async fn form_tokens_are_bound_to_a_sign_in_and_expire(b: Backend) {
     let db = TestDb::new(b).await;
-    let mut cfg = web_config(&db.store, verifier());
+    let mut cfg = web_config(&db.store, test_verifier());
     cfg.finance.form_token_ttl = Duration::from_secs(1);
     let web = start_web_cfg(cfg).await;
     let http = no_redirects();
@@ -147,12 +106,7 @@ async fn form_tokens_are_bound_to_a_sign_in_and_expire(b: Backend) {
 
     // A browser's first page starts its sign-in: an HttpOnly, SameSite
     // cookie, not readable by scripts nor sent from other sites.
-    let first = http
-        .get(format!("{}{page}", web.url))
-        .basic_auth("ana", Some(secret("ana")))
-        .send()
-        .await
-        .unwrap();
+    let first = get_as(&format!("{}{page}", web.url), As::Basic("ana")).await;
     let cookie = first.headers()["set-cookie"].to_str().unwrap().to_owned();
     assert!(cookie.starts_with("cobro_signin="), "{cookie}");
     assert!(
@@ -169,12 +123,7 @@ async fn form_tokens_are_bound_to_a_sign_in_and_expire(b: Backend) {
         .unwrap();
     assert!(again.headers().get("set-cookie").is_none());
     // A program (Bearer) has no forms and gets no cookie.
-    let program = http
-        .get(format!("{}{page}", web.url))
-        .bearer_auth(secret("ana"))
-        .send()
-        .await
-        .unwrap();
+    let program = get_as(&format!("{}{page}", web.url), As::Bearer("ana")).await;
     assert!(program.headers().get("set-cookie").is_none());
 
     let post = |cookie: &'static str, token: String| {
@@ -242,15 +191,14 @@ async fn form_tokens_are_bound_to_a_sign_in_and_expire(b: Backend) {
     let resp = post(COOKIE_A, fresh).await;
     assert_eq!(resp.status(), 303, "{}", resp.text().await.unwrap());
     assert_eq!(db.store.load(a.id).await.unwrap().0.state, State::Aprobado);
-    web.stop().await;
-    db.drop_db().await;
+    finish_web(web, db).await;
 }
 
 async fn the_landing_page_asks_for_credentials_and_links_what_the_key_may_see(b: Backend) {
     let db = TestDb::new(b).await;
-    let web = start_web(&db.store, verifier()).await;
+    let web = web_on(&db.store).await;
     let http = no_redirects();
-    let anonymous = http.get(format!("{}/", web.url)).send().await.unwrap();
+    let anonymous = get_as(&format!("{}/", web.url), As::Nobody).await;
     assert_eq!(anonymous.status(), 401);
     assert!(
         anonymous.headers()["www-authenticate"]
@@ -271,12 +219,7 @@ async fn the_landing_page_asks_for_credentials_and_links_what_the_key_may_see(b:
         ("agent", true, true),
         ("app", false, true),
     ] {
-        let resp = http
-            .get(format!("{}/", web.url))
-            .basic_auth(key, Some(secret(key)))
-            .send()
-            .await
-            .unwrap();
+        let resp = get_as(&format!("{}/", web.url), As::Basic(key)).await;
         assert_eq!(resp.status(), 200, "{key}");
         let body = resp.text().await.unwrap();
         assert!(
@@ -305,25 +248,14 @@ async fn the_landing_page_asks_for_credentials_and_links_what_the_key_may_see(b:
         );
     }
     // Bearer works too; a key that can see no page is told which scopes would.
-    let bearer = http
-        .get(format!("{}/", web.url))
-        .bearer_auth(secret("agent"))
-        .send()
-        .await
-        .unwrap();
+    let bearer = get_as(&format!("{}/", web.url), As::Bearer("agent")).await;
     assert_eq!(bearer.status(), 200);
-    let prom = http
-        .get(format!("{}/", web.url))
-        .basic_auth("prom", Some(secret("prom")))
-        .send()
-        .await
-        .unwrap();
+    let prom = get_as(&format!("{}/", web.url), As::Basic("prom")).await;
     assert_eq!(prom.status(), 403);
     let text = prom.text().await.unwrap();
     assert!(
         text.contains("finance:read") && text.contains("attempts:read"),
         "{text}"
     );
-    web.stop().await;
-    db.drop_db().await;
+    finish_web(web, db).await;
 }

@@ -10,7 +10,6 @@ mod common;
 
 use std::collections::HashSet;
 
-use cobro::webhook::{Scheme, Verifier};
 use common::*;
 use serde_json::Value;
 
@@ -18,10 +17,6 @@ on_both_backends!(
     open_cases_are_paged_and_pages_stay_small,
     the_csv_streams_every_row_once_across_pages,
 );
-
-fn verifier() -> Verifier {
-    Verifier::from_env_value(Scheme::StandardWebhooks, &test_secret()).unwrap()
-}
 
 const CASES: i64 = 30_000;
 
@@ -47,18 +42,11 @@ async fn open_cases_are_paged_and_pages_stay_small(b: Backend) {
     )
     .await
     .unwrap();
-    let web = start_web(&db.store, verifier()).await;
-    let http = no_redirects();
+    let web = web_on(&db.store).await;
     let get = |path: String| {
-        let http = http.clone();
         let url = format!("{}{path}", web.url);
         async move {
-            let resp = http
-                .get(url)
-                .bearer_auth(secret("ana"))
-                .send()
-                .await
-                .unwrap();
+            let resp = get_as(&url, As::Bearer("ana")).await;
             let status = resp.status();
             (status, resp.text().await.unwrap())
         }
@@ -116,14 +104,7 @@ async fn open_cases_are_paged_and_pages_stay_small(b: Backend) {
         }
     }
     assert_eq!(last, CASES);
-    let all: HashSet<i64> = db
-        .store
-        .open_cases()
-        .await
-        .unwrap()
-        .iter()
-        .map(|c| c.id)
-        .collect();
+    let all: HashSet<i64> = open_case_ids(&db.store).await.into_iter().collect();
     assert_eq!(seen, all, "paging reached every open case");
 
     // A page larger than the maximum, or a forged cursor: 422 naming it.
@@ -142,8 +123,7 @@ async fn open_cases_are_paged_and_pages_stay_small(b: Backend) {
         assert_eq!(status, 422, "{field}: {body}");
         assert!(body.contains(&format!("\"{field}\"")), "{body}");
     }
-    web.stop().await;
-    db.drop_db().await;
+    finish_web(web, db).await;
 }
 
 /// More rows than one page of the export (1,000): the CSV is read page by
@@ -170,21 +150,14 @@ async fn the_csv_streams_every_row_once_across_pages(b: Backend) {
     )
     .await
     .unwrap();
-    let web = start_web(&db.store, verifier()).await;
-    let http = no_redirects();
-    let resp = http
-        .get(format!("{}/finance/escalations.csv", web.url))
-        .bearer_auth(secret("ana"))
-        .send()
-        .await
-        .unwrap();
+    let web = web_on(&db.store).await;
+    let resp = get_as(
+        &format!("{}/finance/escalations.csv", web.url),
+        As::Bearer("ana"),
+    )
+    .await;
     assert_eq!(resp.status(), 200);
-    assert!(
-        resp.headers()["content-disposition"]
-            .to_str()
-            .unwrap()
-            .contains("attachment")
-    );
+    assert!(header(&resp, "content-disposition").contains("attachment"));
     let text = resp.text().await.unwrap();
     let lines: Vec<&str> = text.split_terminator("\r\n").collect();
     assert_eq!(lines.len(), 2_501, "a header and a row each");
@@ -200,14 +173,12 @@ async fn the_csv_streams_every_row_once_across_pages(b: Backend) {
         numbers.windows(2).all(|w| w[0] / 3 <= w[1] / 3),
         "oldest first"
     );
-    let bad = http
-        .get(format!("{}/finance/escalations.csv?state=NOPE", web.url))
-        .bearer_auth(secret("ana"))
-        .send()
-        .await
-        .unwrap();
+    let bad = get_as(
+        &format!("{}/finance/escalations.csv?state=NOPE", web.url),
+        As::Bearer("ana"),
+    )
+    .await;
     assert_eq!(bad.status(), 422);
     assert!(bad.text().await.unwrap().contains("\"state\""));
-    web.stop().await;
-    db.drop_db().await;
+    finish_web(web, db).await;
 }

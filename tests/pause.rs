@@ -11,7 +11,6 @@ use std::time::Duration;
 use cobro::domain::ChargeRequest;
 use cobro::sim::Faults;
 use cobro::state::State;
-use cobro::webhook::{Scheme, Verifier};
 use common::*;
 
 on_both_backends!(pausing_stops_new_charges_lookups_go_on_and_resume_sends_once);
@@ -28,20 +27,12 @@ async fn post(
 async fn pausing_stops_new_charges_lookups_go_on_and_resume_sends_once(b: Backend) {
     // Every answer is lost after the charge: an attempt goes DESCONOCIDO
     // and its lookup (2 s later) finds the charge.
-    let (db, sim) = db_and_sim(
-        b,
-        Faults {
-            p_response_lost: 1.0,
-            ..Faults::default()
-        },
-    )
-    .await;
+    let (db, sim) = db_and_sim(b, answers_lost()).await;
     let mut args = worker_args(&db.url, &sim.url());
     args.check_schedule = "2s,2s,2s,2s,2s".into();
     args.check_jitter = 0.0;
     let worker = spawn_worker(args);
-    let v = Verifier::from_env_value(Scheme::StandardWebhooks, &test_secret()).unwrap();
-    let web = start_web(&db.store, v).await;
+    let web = web_on(&db.store).await;
 
     let in_doubt = ChargeRequest::parse("pause-doubt", 1_100, "EUR", None, None).unwrap();
     let doubt = db.store.enqueue(&in_doubt).await.unwrap().attempt_id;
@@ -63,7 +54,7 @@ async fn pausing_stops_new_charges_lookups_go_on_and_resume_sends_once(b: Backen
     .await;
     assert_eq!(status, 403, "charges:write cannot pause");
     let (status, body) = post(&web, "/control/pause", "ana", serde_json::json!({})).await;
-    assert_eq!((status, body["field"].as_str()), (422, Some("reason")));
+    assert_refused(status, &body, 422, "reason");
     let (status, body) = post(
         &web,
         "/control/pause",
@@ -136,6 +127,5 @@ async fn pausing_stops_new_charges_lookups_go_on_and_resume_sends_once(b: Backen
         .await;
     assert_eq!(history, 2, "both changes on the record, with who");
     web.stop().await;
-    worker.stop().await;
-    db.drop_db().await;
+    finish_worker(worker, db).await;
 }

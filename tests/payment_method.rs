@@ -14,12 +14,16 @@ use std::time::Duration;
 
 use cobro::sim::Faults;
 use cobro::state::State;
-use cobro::webhook::{Scheme, Verifier};
 use common::*;
 use declines::*;
 use serde_json::{Value, json};
 
 on_both_backends!(the_next_retry_charges_the_new_payment_method_and_refusals_name_the_field);
+
+/// The body that gives `pm` as the order's payment method from now on.
+fn new_method(pm: &str) -> Value {
+    json!({ "payment_method": pm })
+}
 
 async fn post_method(web: &Web, key: &str, order: &str, body: Value) -> (u16, Value) {
     let url = format!("{}/orders/{order}/payment-method", web.url);
@@ -28,11 +32,7 @@ async fn post_method(web: &Web, key: &str, order: &str, body: Value) -> (u16, Va
 
 async fn the_next_retry_charges_the_new_payment_method_and_refusals_name_the_field(b: Backend) {
     let (db, sim, worker) = rig(b, Faults::default()).await;
-    let web = start_web(
-        &db.store,
-        Verifier::from_env_value(Scheme::StandardWebhooks, &test_secret()).unwrap(),
-    )
-    .await;
+    let web = web_on(&db.store).await;
     decline_with(&sim.url(), "insufficient_funds").await;
     let first = declined(&db.store, "pm-1", Some("pm_card_old")).await;
     assert!(
@@ -41,62 +41,20 @@ async fn the_next_retry_charges_the_new_payment_method_and_refusals_name_the_fie
     );
 
     // Refused, with nothing written: card data, a missing token, no scope.
-    let (s, e) = post_method(
-        &web,
-        "app",
-        "pm-1",
-        json!({"payment_method": "4242 4242 4242 4242"}),
-    )
-    .await;
-    assert_eq!(
-        (s, e["field"].as_str()),
-        (422, Some("payment_method")),
-        "{e}"
-    );
-    let (s, e) = post_method(
-        &web,
-        "app",
-        "pm-1",
-        json!({"payment_method": "pm_4242424242424242"}),
-    )
-    .await;
-    assert_eq!(
-        (s, e["field"].as_str()),
-        (422, Some("payment_method")),
-        "{e}"
-    );
+    let (s, e) = post_method(&web, "app", "pm-1", new_method("4242 4242 4242 4242")).await;
+    assert_refused(s, &e, 422, "payment_method");
+    let (s, e) = post_method(&web, "app", "pm-1", new_method("pm_4242424242424242")).await;
+    assert_refused(s, &e, 422, "payment_method");
     assert!(e["error"].as_str().unwrap().contains("card number"), "{e}");
     let (s, e) = post_method(&web, "app", "pm-1", json!({})).await;
-    assert_eq!(
-        (s, e["field"].as_str()),
-        (422, Some("payment_method")),
-        "{e}"
-    );
-    let (s, _) = post_method(
-        &web,
-        "agent",
-        "pm-1",
-        json!({"payment_method": "pm_card_new"}),
-    )
-    .await;
+    assert_refused(s, &e, 422, "payment_method");
+    let (s, _) = post_method(&web, "agent", "pm-1", new_method("pm_card_new")).await;
     assert_eq!(s, 403, "charges:write is needed");
-    let (s, e) = post_method(
-        &web,
-        "app",
-        "nobody",
-        json!({"payment_method": "pm_card_new"}),
-    )
-    .await;
-    assert_eq!((s, e["field"].as_str()), (404, Some("order_id")), "{e}");
+    let (s, e) = post_method(&web, "app", "nobody", new_method("pm_card_new")).await;
+    assert_refused(s, &e, 404, "order_id");
 
     // Accepted for the pending retry, recorded with who gave it.
-    let (s, ok) = post_method(
-        &web,
-        "app",
-        "pm-1",
-        json!({"payment_method": "pm_card_new"}),
-    )
-    .await;
+    let (s, ok) = post_method(&web, "app", "pm-1", new_method("pm_card_new")).await;
     assert_eq!(s, 200, "{ok}");
     assert_eq!(ok["after_attempt_id"], json!(first.id));
     assert!(ok["next_retry_at"].is_string(), "{ok}");
@@ -134,26 +92,14 @@ async fn the_next_retry_charges_the_new_payment_method_and_refusals_name_the_fie
     );
 
     // Approved now: refused, naming the order.
-    let (s, e) = post_method(
-        &web,
-        "app",
-        "pm-1",
-        json!({"payment_method": "pm_card_newer"}),
-    )
-    .await;
-    assert_eq!((s, e["field"].as_str()), (409, Some("order_id")), "{e}");
+    let (s, e) = post_method(&web, "app", "pm-1", new_method("pm_card_newer")).await;
+    assert_refused(s, &e, 409, "order_id");
     assert!(e["error"].as_str().unwrap().contains("approved"), "{e}");
     // A final decline has no retry pending: refused the same way.
     decline_with(&sim.url(), "stolen_card").await;
     declined(&db.store, "pm-2", Some("pm_card_old")).await;
-    let (s, e) = post_method(
-        &web,
-        "app",
-        "pm-2",
-        json!({"payment_method": "pm_card_new"}),
-    )
-    .await;
-    assert_eq!((s, e["field"].as_str()), (409, Some("order_id")), "{e}");
+    let (s, e) = post_method(&web, "app", "pm-2", new_method("pm_card_new")).await;
+    assert_refused(s, &e, 409, "order_id");
     assert!(
         e["error"]
             .as_str()
@@ -195,6 +141,5 @@ async fn the_next_retry_charges_the_new_payment_method_and_refusals_name_the_fie
 
     worker.stop().await;
     web.stop().await;
-    sim.shutdown().await;
-    db.drop_db().await;
+    finish_sim(sim, db).await;
 }

@@ -222,8 +222,9 @@ async fn the_procfile_runs_under_honcho_charges_and_stops_cleanly_on_sigterm(b: 
     );
 
     // A charge through the CLI, charged by the Procfile's worker.
-    let out = Command::new(env!("CARGO_BIN_EXE_cobro"))
-        .args([
+    let out = cobro_ok(
+        &db.url,
+        &[
             "enqueue",
             "--order",
             "procfile-1",
@@ -232,17 +233,9 @@ async fn the_procfile_runs_under_honcho_charges_and_stops_cleanly_on_sigterm(b: 
             "--currency",
             "USD",
             "--json",
-        ])
-        .env("DATABASE_URL", &db.url)
-        .env("RUST_LOG", "warn")
-        .output()
-        .expect("run cobro enqueue");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+        ],
     );
-    let enqueued: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let enqueued: serde_json::Value = serde_json::from_str(&out).unwrap();
     let id: Uuid = enqueued["attempt_id"].as_str().unwrap().parse().unwrap();
     let a = eventually(
         Duration::from_secs(30),
@@ -276,18 +269,14 @@ async fn the_procfile_runs_under_honcho_charges_and_stops_cleanly_on_sigterm(b: 
     assert!(output.contains("SIGTERM received"), "{output}");
     assert_eq!(status.code(), Some(143), "honcho: {status}\n{output}");
     drop(honcho);
-    sim.shutdown().await;
-    db.drop_db().await;
+    finish_sim(sim, db).await;
 }
 
 async fn several_processes_migrating_one_database_at_once_all_succeed(b: Backend) {
     let db = TestDb::unmigrated(b).await;
     let runs: Vec<Child> = (0..4)
         .map(|_| {
-            Command::new(env!("CARGO_BIN_EXE_cobro"))
-                .arg("migrate")
-                .env("DATABASE_URL", &db.url)
-                .env("RUST_LOG", "warn")
+            cobro_cmd(&db.url, &["migrate"])
                 .env("RUST_BACKTRACE", "0")
                 .stdout(Stdio::piped())
                 .stderr(Stdio::piped())
@@ -298,11 +287,7 @@ async fn several_processes_migrating_one_database_at_once_all_succeed(b: Backend
     let mut applying = 0;
     for run in runs {
         let out = run.wait_with_output().unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        assert_success(&out);
         // Each says what it applied itself: one run applies everything,
         // the others (after their turn) find it up to date.
         let stdout = String::from_utf8_lossy(&out.stdout).into_owned();

@@ -10,10 +10,9 @@ mod common;
 
 use std::time::Duration;
 
-use chrono::{TimeDelta, Utc};
-use cobro::domain::{Amount, ChargeRequest, IdempotencyKey};
+use cobro::domain::ChargeRequest;
 use cobro::gateway::HttpGateway;
-use cobro::recon::{CaseKind, ReconError, Report, Window, reconcile};
+use cobro::recon::{CaseKind, ReconError, Report, reconcile};
 use cobro::sim::{Faults, Injection, LedgerEntry, RefundEntry};
 use cobro::state::{Event, State};
 use cobro::store::{Attempt, CaseStatus, Store};
@@ -31,12 +30,6 @@ on_both_backends!(
     an_unknown_attempt_approved_at_the_gateway_is_settled_not_escalated,
     a_failed_listing_opens_nothing,
 );
-
-/// The two hours around now: everything a test does falls in it.
-fn around_now() -> Window {
-    let now = Utc::now();
-    Window::new(now - TimeDelta::hours(1), now + TimeDelta::hours(1)).unwrap()
-}
 
 async fn run(store: &Store, gw: &HttpGateway) -> Report {
     reconcile(store, gw, &around_now())
@@ -109,16 +102,7 @@ async fn a_clean_window_opens_nothing_and_a_rerun_nothing_new(b: Backend) {
     for a in &charges {
         settled(&db.store, a.id, State::Aprobado, Duration::from_secs(20)).await;
     }
-    let refund = db
-        .store
-        .request_refund(
-            charges[0].id,
-            Amount::parse(250).unwrap(),
-            IdempotencyKey::generate(),
-            "test",
-        )
-        .await
-        .unwrap();
+    let refund = ask_refund(&db.store, charges[0].id, 250, "test").await;
     settled(
         &db.store,
         refund.refund_id,
@@ -134,13 +118,11 @@ async fn a_clean_window_opens_nothing_and_a_rerun_nothing_new(b: Backend) {
     assert!(r.in_flight.is_empty());
     assert_rerun_opens_nothing(&db.store, &gw, &r).await;
     assert!(db.store.all_cases().await.unwrap().is_empty());
-    sim.shutdown().await;
-    db.drop_db().await;
+    finish_sim(sim, db).await;
 }
 
 async fn a_double_charge_opens_exactly_one_case(b: Backend) {
-    let db = TestDb::new(b).await;
-    let sim = start_sim(true, Faults::default()).await;
+    let (db, sim) = db_and_sim(b, Faults::default()).await;
     let gw = sim_gateway(&sim.url());
     let ours = charged(&db.store, &gw, "double-1", 4_200).await;
     // The gateway charged the order again, under another key.
@@ -162,13 +144,11 @@ async fn a_double_charge_opens_exactly_one_case(b: Backend) {
     assert_eq!(case.details["gateway"].as_array().map(Vec::len), Some(2));
     assert_eq!(case.resolved_at, None);
     assert_rerun_opens_nothing(&db.store, &gw, &r).await;
-    sim.shutdown().await;
-    db.drop_db().await;
+    finish_sim(sim, db).await;
 }
 
 async fn a_charge_made_outside_cobro_opens_exactly_one_case(b: Backend) {
-    let db = TestDb::new(b).await;
-    let sim = start_sim(true, Faults::default()).await;
+    let (db, sim) = db_and_sim(b, Faults::default()).await;
     let gw = sim_gateway(&sim.url());
     charged(&db.store, &gw, "known-1", 1_000).await;
     let stranger: LedgerEntry = inject(&sim.url(), &charge_injection("nobody-1", 990, None)).await;
@@ -187,13 +167,11 @@ async fn a_charge_made_outside_cobro_opens_exactly_one_case(b: Backend) {
     );
     assert_eq!(case.details["gateway"]["amount_minor"], 990);
     assert_rerun_opens_nothing(&db.store, &gw, &r).await;
-    sim.shutdown().await;
-    db.drop_db().await;
+    finish_sim(sim, db).await;
 }
 
 async fn a_charge_declined_here_but_approved_there_opens_exactly_one_case(b: Backend) {
-    let db = TestDb::new(b).await;
-    let sim = start_sim(true, Faults::default()).await;
+    let (db, sim) = db_and_sim(b, Faults::default()).await;
     let gw = sim_gateway(&sim.url());
     let a = pending(&db.store, "contradiction-1", 1_500).await;
     let a = step(&db.store, &a, Event::Claim, None).await;
@@ -216,13 +194,11 @@ async fn a_charge_declined_here_but_approved_there_opens_exactly_one_case(b: Bac
     assert_eq!(case.details["ours"]["state"], "RECHAZADO");
     assert_eq!(db.store.load(a.id).await.unwrap().0.state, State::Rechazado);
     assert_rerun_opens_nothing(&db.store, &gw, &r).await;
-    sim.shutdown().await;
-    db.drop_db().await;
+    finish_sim(sim, db).await;
 }
 
 async fn an_approved_attempt_missing_at_the_gateway_opens_exactly_one_case(b: Backend) {
-    let db = TestDb::new(b).await;
-    let sim = start_sim(true, Faults::default()).await;
+    let (db, sim) = db_and_sim(b, Faults::default()).await;
     let gw = sim_gateway(&sim.url());
     charged(&db.store, &gw, "fine-1", 1_000).await;
     let ghost = pending(&db.store, "ghost-1", 2_000).await;
@@ -239,13 +215,11 @@ async fn an_approved_attempt_missing_at_the_gateway_opens_exactly_one_case(b: Ba
     let looked_up = ledger(&sim.url()).await.stats.lookup_requests;
     assert_eq!(looked_up, 1, "confirmed by key before the case was opened");
     assert_rerun_opens_nothing(&db.store, &gw, &r).await;
-    sim.shutdown().await;
-    db.drop_db().await;
+    finish_sim(sim, db).await;
 }
 
 async fn an_amount_mismatch_opens_exactly_one_case(b: Backend) {
-    let db = TestDb::new(b).await;
-    let sim = start_sim(true, Faults::default()).await;
+    let (db, sim) = db_and_sim(b, Faults::default()).await;
     let gw = sim_gateway(&sim.url());
     // Our attempt is for 10.00; the gateway captured 9.90 under its key.
     let a = pending(&db.store, "mismatch-1", 1_000).await;
@@ -277,13 +251,11 @@ async fn an_amount_mismatch_opens_exactly_one_case(b: Backend) {
         "amounts a person reads are in major units"
     );
     assert_rerun_opens_nothing(&db.store, &gw, &r).await;
-    sim.shutdown().await;
-    db.drop_db().await;
+    finish_sim(sim, db).await;
 }
 
 async fn refund_discrepancies_open_one_case_each(b: Backend) {
-    let db = TestDb::new(b).await;
-    let sim = start_sim(true, Faults::default()).await;
+    let (db, sim) = db_and_sim(b, Faults::default()).await;
     let gw = sim_gateway(&sim.url());
     let charge = charged(&db.store, &gw, "refunds-1", 5_000).await;
     let charge_id = charge.gateway_charge_id.clone().unwrap();
@@ -298,16 +270,7 @@ async fn refund_discrepancies_open_one_case_each(b: Backend) {
     )
     .await;
     // A refund APROBADO here that the gateway never made.
-    let asked = db
-        .store
-        .request_refund(
-            charge.id,
-            Amount::parse(300).unwrap(),
-            IdempotencyKey::generate(),
-            "test",
-        )
-        .await
-        .unwrap();
+    let asked = ask_refund(&db.store, charge.id, 300, "test").await;
     let ghost = db.store.load(asked.refund_id).await.unwrap().0;
     let ghost = step(&db.store, &ghost, Event::Claim, None).await;
     step(&db.store, &ghost, Event::Approved, Some("re_ghost")).await;
@@ -332,13 +295,11 @@ async fn refund_discrepancies_open_one_case_each(b: Backend) {
     assert!(keys.contains(&format!("missing_at_gateway:{}", ghost.id)));
     assert_eq!(ledger(&sim.url()).await.stats.refund_lookup_requests, 1);
     assert_rerun_opens_nothing(&db.store, &gw, &r).await;
-    sim.shutdown().await;
-    db.drop_db().await;
+    finish_sim(sim, db).await;
 }
 
 async fn an_unknown_attempt_approved_at_the_gateway_is_settled_not_escalated(b: Backend) {
-    let db = TestDb::new(b).await;
-    let sim = start_sim(true, Faults::default()).await;
+    let (db, sim) = db_and_sim(b, Faults::default()).await;
     let gw = sim_gateway(&sim.url());
     // Sent, then the answer was lost: DESCONOCIDO. Another one ran out of
     // checks: EN_REVISION. The gateway approved both under their keys.
@@ -388,13 +349,11 @@ async fn an_unknown_attempt_approved_at_the_gateway_is_settled_not_escalated(b: 
         assert_eq!(evidence["call"], "reconciliation");
     }
     assert_rerun_opens_nothing(&db.store, &gw, &r).await;
-    sim.shutdown().await;
-    db.drop_db().await;
+    finish_sim(sim, db).await;
 }
 
 async fn a_failed_listing_opens_nothing(b: Backend) {
-    let db = TestDb::new(b).await;
-    let sim = start_sim(true, Faults::default()).await;
+    let (db, sim) = db_and_sim(b, Faults::default()).await;
     let gw = sim_gateway(&sim.url());
     inject::<LedgerEntry>(&sim.url(), &charge_injection("nobody-2", 500, None)).await;
     let unknown = pending(&db.store, "settle-3", 900).await;
@@ -402,14 +361,7 @@ async fn a_failed_listing_opens_nothing(b: Backend) {
     let unknown = step(&db.store, &unknown, Event::Unknown, None).await;
     let inj = charge_injection("settle-3", 900, Some(unknown.idempotency_key));
     inject::<LedgerEntry>(&sim.url(), &inj).await;
-    set_faults(
-        &sim.url(),
-        &Faults {
-            outage: true,
-            ..Faults::default()
-        },
-    )
-    .await;
+    set_faults(&sim.url(), &outage()).await;
 
     let err = reconcile(&db.store, &gw, &around_now()).await.unwrap_err();
     assert!(matches!(err, ReconError::Listing(_)), "{err:?}");
@@ -423,6 +375,5 @@ async fn a_failed_listing_opens_nothing(b: Backend) {
     let r = run(&db.store, &gw).await;
     assert_eq!(opened(&r), [CaseKind::UnmatchedCharge]);
     assert_eq!(r.resolved.len(), 1);
-    sim.shutdown().await;
-    db.drop_db().await;
+    finish_sim(sim, db).await;
 }

@@ -25,19 +25,13 @@ on_both_backends!(
     the_due_window_is_computed_from_the_database_clock,
 );
 
-fn around_now() -> Window {
-    let now = Utc::now();
-    Window::new(now - TimeDelta::hours(1), now + TimeDelta::hours(1)).unwrap()
-}
-
 /// A charge the gateway made for an order cobro never saw.
 async fn stranger(sim_url: &str, order: &str) -> LedgerEntry {
     inject_charge(sim_url, order, 1_000).await
 }
 
 async fn resolving_a_case_is_compare_and_set_and_it_is_never_reopened(b: Backend) {
-    let db = TestDb::new(b).await;
-    let sim = start_sim(true, Faults::default()).await;
+    let (db, sim) = db_and_sim(b, Faults::default()).await;
     let gw = sim_gateway(&sim.url());
     stranger(&sim.url(), "stranger-1").await;
     let first = reconcile(&db.store, &gw, &around_now()).await.unwrap();
@@ -89,8 +83,7 @@ async fn resolving_a_case_is_compare_and_set_and_it_is_never_reopened(b: Backend
     assert_eq!(rerun.cases[0].status, CaseStatus::AlreadyResolved);
     assert!(db.store.open_cases().await.unwrap().is_empty());
     assert_eq!(db.store.all_cases().await.unwrap().len(), 1);
-    sim.shutdown().await;
-    db.drop_db().await;
+    finish_sim(sim, db).await;
 }
 
 async fn a_window_is_claimed_once_retried_after_failure_and_taken_over_when_stale(b: Backend) {
@@ -222,8 +215,7 @@ async fn two_workers_run_the_daily_window_once(b: Backend) {
         2,
         "charges and refunds, once"
     );
-    sim.shutdown().await;
-    db.drop_db().await;
+    finish_sim(sim, db).await;
 }
 
 fn cobro(db_url: &str, sim_url: &str, args: &[&str]) -> Output {
@@ -238,8 +230,7 @@ fn cobro(db_url: &str, sim_url: &str, args: &[&str]) -> Output {
 }
 
 async fn reconcile_from_the_command_line(b: Backend) {
-    let db = TestDb::new(b).await;
-    let sim = start_sim(true, Faults::default()).await;
+    let (db, sim) = db_and_sim(b, Faults::default()).await;
     let charge = stranger(&sim.url(), "cli-stranger").await;
     let today = Utc::now().date_naive();
     let (from, to) = (today.to_string(), (today + TimeDelta::days(1)).to_string());
@@ -289,14 +280,7 @@ async fn reconcile_from_the_command_line(b: Backend) {
         text(&garbage.stderr)
     );
 
-    set_faults(
-        &sim.url(),
-        &Faults {
-            outage: true,
-            ..Faults::default()
-        },
-    )
-    .await;
+    set_faults(&sim.url(), &outage()).await;
     let down = cobro(
         &db.url,
         &sim.url(),
@@ -309,8 +293,7 @@ async fn reconcile_from_the_command_line(b: Backend) {
         "{err}"
     );
     assert_eq!(db.store.all_cases().await.unwrap().len(), 1);
-    sim.shutdown().await;
-    db.drop_db().await;
+    finish_sim(sim, db).await;
 }
 
 async fn the_due_window_is_computed_from_the_database_clock(b: Backend) {

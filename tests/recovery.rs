@@ -8,10 +8,9 @@
 #[macro_use]
 mod common;
 
-use cobro::domain::{Amount, ChargeRequest, IdempotencyKey};
+use cobro::domain::ChargeRequest;
 use cobro::state::Event;
 use cobro::store::{Attempt, RetryOutcome, Store};
-use cobro::webhook::{Scheme, Verifier};
 use common::*;
 
 on_both_backends!(retries_are_counted_by_the_class_of_the_decline_before_them);
@@ -29,8 +28,7 @@ enum Then {
 
 async fn declined_first(store: &Store, order: &str, code: &str) -> Attempt {
     let req = ChargeRequest::parse(order, 1_500, "USD", None, Some("pm_test_visa")).unwrap();
-    let id = store.enqueue(&req).await.unwrap().attempt_id;
-    let (a, _) = store.load(id).await.unwrap();
+    let a = enqueued(store, &req).await;
     let a = step(store, &a, Event::Claim, None).await;
     step(store, &a, Event::Declined, Some(code)).await
 }
@@ -66,7 +64,7 @@ fn samples<'a>(text: &'a str, name: &str) -> Vec<&'a str> {
 async fn retries_are_counted_by_the_class_of_the_decline_before_them(b: Backend) {
     let db = TestDb::new(b).await;
     let s = &db.store;
-    let v = Verifier::from_env_value(Scheme::StandardWebhooks, &test_secret()).unwrap();
+    let v = test_verifier();
     let web = start_web(s, v).await;
 
     let before = scrape(&web.url).await;
@@ -81,14 +79,7 @@ async fn retries_are_counted_by_the_class_of_the_decline_before_them(b: Backend)
     // (the refund is attempt 1 of the order too, and must not count).
     let a = declined_first(s, "rec-funds-a", "insufficient_funds").await;
     let won = retry(s, &a, Then::Approve).await;
-    s.request_refund(
-        won.id,
-        Amount::parse(500).unwrap(),
-        IdempotencyKey::generate(),
-        "test",
-    )
-    .await
-    .unwrap();
+    ask_refund(s, won.id, 500, "test").await;
     // insufficient_funds twice: the 2nd attempt declined, the 3rd recovered.
     let b1 = declined_first(s, "rec-funds-b", "insufficient_funds").await;
     let b2 = retry(s, &b1, Then::Decline("insufficient_funds")).await;
@@ -161,6 +152,5 @@ async fn retries_are_counted_by_the_class_of_the_decline_before_them(b: Backend)
     );
     assert!(text.contains("# TYPE cobro_business_retry_recovery_ratio gauge"));
 
-    web.stop().await;
-    db.drop_db().await;
+    finish_web(web, db).await;
 }

@@ -41,6 +41,15 @@ async fn elsewhere() -> (String, Arc<AtomicUsize>) {
     (url, hits)
 }
 
+/// Enqueues `order` (`amount` USD minor units) and lets an engine on the
+/// gateway at `url` handle one wake-up of it.
+async fn one_wake_up(db: &TestDb, url: &str, order: &str, amount: i64) -> uuid::Uuid {
+    let req = ChargeRequest::parse(order, amount, "USD", None, None).unwrap();
+    let id = db.store.enqueue(&req).await.unwrap().attempt_id;
+    engine(&db.store, url, "moved-w").process(id).await.unwrap();
+    id
+}
+
 /// The gateway: `POST` answered by `post`, `GET` redirected with 307 to the
 /// same path at `to`, or the other way round.
 async fn gateway(to: String, redirect_posts: bool) -> String {
@@ -72,15 +81,9 @@ async fn a_charge_answered_307_is_not_executed_and_never_sent_to_the_other_host(
     let db = TestDb::new(b).await;
     let (other, hits) = elsewhere().await;
     let url = gateway(other.clone(), true).await;
-    let req = ChargeRequest::parse("moved-1", 1_999, "USD", None, None).unwrap();
-    let id = db.store.enqueue(&req).await.unwrap().attempt_id;
-
     // One wake-up: sent, redirected, deferred, sent again after the
     // (test-scaled) backoff, … until the handler's step limit.
-    engine(&db.store, &url, "moved-w")
-        .process(id)
-        .await
-        .unwrap();
+    let id = one_wake_up(&db, &url, "moved-1", 1_999).await;
 
     assert_eq!(hits.load(Ordering::SeqCst), 0, "nothing reached {other}");
     let (a, _) = db.store.load(id).await.unwrap();
@@ -117,13 +120,7 @@ async fn a_lookup_answered_307_is_a_failed_check_never_not_found(b: Backend) {
     let db = TestDb::new(b).await;
     let (other, hits) = elsewhere().await;
     let url = gateway(other.clone(), false).await;
-    let req = ChargeRequest::parse("moved-2", 2_999, "USD", None, None).unwrap();
-    let id = db.store.enqueue(&req).await.unwrap().attempt_id;
-
-    engine(&db.store, &url, "moved-w")
-        .process(id)
-        .await
-        .unwrap();
+    let id = one_wake_up(&db, &url, "moved-2", 2_999).await;
 
     assert_eq!(hits.load(Ordering::SeqCst), 0, "nothing reached {other}");
     let (a, _) = db.store.load(id).await.unwrap();

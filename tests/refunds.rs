@@ -12,7 +12,6 @@ use cobro::domain::{Amount, ChargeRequest, IdempotencyKey};
 use cobro::sim::Faults;
 use cobro::state::{Event, State};
 use cobro::store::{Attempt, RefundError, Store};
-use cobro::webhook::{Scheme, Verifier};
 use common::*;
 use serde_json::{Value, json};
 use uuid::Uuid;
@@ -38,6 +37,12 @@ async fn approved_charge(store: &Store, order: &str, amount: i64) -> Attempt {
     let a = pending_charge(store, order, amount).await;
     let a = step(store, &a, Event::Claim, None).await;
     step(store, &a, Event::Approved, None).await
+}
+
+/// A charge sent by the rig's worker and approved at the simulator.
+async fn approved_by_worker(store: &Store, order: &str, amount: i64) -> Attempt {
+    let a = pending_charge(store, order, amount).await;
+    settled(store, a.id, State::Aprobado, Duration::from_secs(20)).await
 }
 
 fn amount(minor: i64) -> Amount {
@@ -238,24 +243,10 @@ async fn the_database_refuses_an_over_refund_written_by_hand(b: Backend) {
 
 async fn a_lost_refund_response_is_looked_up_and_refunded_once(b: Backend) {
     let (db, sim, worker) = rig(b, Faults::default()).await;
-    let charge = pending_charge(&db.store, "r-lost", 2_500).await;
-    let charge = settled(
-        &db.store,
-        charge.id,
-        State::Aprobado,
-        Duration::from_secs(20),
-    )
-    .await;
+    let charge = approved_by_worker(&db.store, "r-lost", 2_500).await;
 
     // The gateway refunds, then the response is lost.
-    set_faults(
-        &sim.url(),
-        &Faults {
-            p_response_lost: 1.0,
-            ..Faults::default()
-        },
-    )
-    .await;
+    set_faults(&sim.url(), &answers_lost()).await;
     let key = IdempotencyKey::generate();
     let asked = db
         .store
@@ -269,15 +260,10 @@ async fn a_lost_refund_response_is_looked_up_and_refunded_once(b: Backend) {
         Duration::from_secs(20),
     )
     .await;
-    let path: Vec<String> = db
-        .store
-        .transitions(r.id)
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|t| t.to_state)
-        .collect();
-    assert_eq!(path, ["PENDIENTE", "EN_PROCESO", "DESCONOCIDO", "APROBADO"]);
+    assert_eq!(
+        path(&db.store, r.id).await,
+        ["PENDIENTE", "EN_PROCESO", "DESCONOCIDO", "APROBADO"]
+    );
     let log = db.store.transitions(r.id).await.unwrap();
     assert_eq!(log[2].error_kind.as_deref(), Some("connection_closed"));
     assert_eq!(log[3].cause, "lookup_approved");
@@ -306,28 +292,9 @@ async fn a_lost_refund_response_is_looked_up_and_refunded_once(b: Backend) {
 
 async fn a_lost_refund_request_is_resent_with_the_same_key(b: Backend) {
     let (db, sim, worker) = rig(b, Faults::default()).await;
-    let charge = pending_charge(&db.store, "r-resend", 2_500).await;
-    let charge = settled(
-        &db.store,
-        charge.id,
-        State::Aprobado,
-        Duration::from_secs(20),
-    )
-    .await;
-    set_faults(
-        &sim.url(),
-        &Faults {
-            p_request_lost: 1.0,
-            hold_ms: 2_500, // longer than the worker's 1.5 s request timeout
-            ..Faults::default()
-        },
-    )
-    .await;
-    let asked = db
-        .store
-        .request_refund(charge.id, amount(2_500), IdempotencyKey::generate(), "app")
-        .await
-        .unwrap();
+    let charge = approved_by_worker(&db.store, "r-resend", 2_500).await;
+    set_faults(&sim.url(), &requests_lost()).await;
+    let asked = ask_refund(&db.store, charge.id, 2_500, "app").await;
     settled(
         &db.store,
         asked.refund_id,
@@ -367,20 +334,13 @@ async fn a_lost_refund_request_is_resent_with_the_same_key(b: Backend) {
 
 async fn refunds_over_http_with_an_idempotency_key(b: Backend) {
     let db = TestDb::new(b).await;
-    let verifier = Verifier::from_env_value(Scheme::StandardWebhooks, &test_secret()).unwrap();
-    let web = start_web(&db.store, verifier).await;
+    let web = web_on(&db.store).await;
     let charge = approved_charge(&db.store, "r-http", 1_000).await;
     let pending = pending_charge(&db.store, "r-http-2", 1_000).await;
-    let client = reqwest::Client::new();
+    let url = format!("{}/refunds", web.url);
     let post = |key: Option<String>, body: Value| {
-        let mut req = client
-            .post(format!("{}/refunds", web.url))
-            .bearer_auth(secret("app"))
-            .json(&body);
-        if let Some(k) = key {
-            req = req.header("Idempotency-Key", k);
-        }
-        async move { req.send().await.unwrap() }
+        let url = url.clone();
+        async move { post_keyed(&url, As::Bearer("app"), key.as_deref(), &body.to_string()).await }
     };
     let key = Uuid::new_v4().to_string();
     let body = json!({ "attempt_id": charge.id, "amount_minor": 600 });
@@ -399,19 +359,15 @@ async fn refunds_over_http_with_an_idempotency_key(b: Backend) {
     );
     assert_eq!(db.store.refunds_of(charge.id).await.unwrap().len(), 1);
 
-    let shown: Value = client
-        .get(format!(
+    let shown: Value = get_json(
+        &format!(
             "{}/refunds/{}",
             web.url,
             first["refund_id"].as_str().unwrap()
-        ))
-        .bearer_auth(secret("app"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+        ),
+        As::Bearer("app"),
+    )
+    .await;
     assert_eq!(shown["attempt"]["kind"], "refund");
     assert_eq!(
         shown["transitions"][0]["actor"], "api:app",
@@ -419,39 +375,35 @@ async fn refunds_over_http_with_an_idempotency_key(b: Backend) {
     );
     assert_eq!(shown["attempt"]["refund_of"], json!(charge.id));
 
+    let fresh_key = || Some(Uuid::new_v4().to_string());
     let cases = [
         (
-            Some(Uuid::new_v4().to_string()),
+            fresh_key(),
             json!({ "attempt_id": charge.id, "amount_minor": 401 }),
             409,
             "amount_minor",
         ),
         (
-            Some(Uuid::new_v4().to_string()),
+            fresh_key(),
             json!({ "attempt_id": pending.id, "amount_minor": 1 }),
             409,
             "attempt_id",
         ),
         (
-            Some(Uuid::new_v4().to_string()),
+            fresh_key(),
             json!({ "attempt_id": charge.id, "amount_minor": 1.5 }),
             422,
             "amount_minor",
         ),
         (
-            Some(Uuid::new_v4().to_string()),
+            fresh_key(),
             json!({ "attempt_id": charge.id, "amount_minor": 0 }),
             422,
             "amount_minor",
         ),
+        (fresh_key(), json!({ "amount_minor": 1 }), 422, "attempt_id"),
         (
-            Some(Uuid::new_v4().to_string()),
-            json!({ "amount_minor": 1 }),
-            422,
-            "attempt_id",
-        ),
-        (
-            Some(Uuid::new_v4().to_string()),
+            fresh_key(),
             json!({ "attempt_id": Uuid::new_v4(), "amount_minor": 1 }),
             404,
             "attempt_id",
@@ -480,6 +432,5 @@ async fn refunds_over_http_with_an_idempotency_key(b: Backend) {
         1,
         "no refused request wrote anything"
     );
-    web.stop().await;
-    db.drop_db().await;
+    finish_web(web, db).await;
 }

@@ -202,8 +202,7 @@ async fn a_worker_purges_old_webhook_records_on_its_own(b: Backend) {
     })
     .await;
     assert_eq!(event_ids(&db).await, ["evt-recent"]);
-    worker.stop().await;
-    db.drop_db().await;
+    finish_worker(worker, db).await;
 }
 
 #[tokio::test]
@@ -225,13 +224,7 @@ async fn a_retention_shorter_than_the_gateway_retry_window_is_refused() {
     // The binary refuses it too, before touching the database.
     let dir = std::env::temp_dir().join(format!("cobro-ret-{}", Uuid::new_v4().simple()));
     std::fs::create_dir_all(&dir).unwrap();
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_cobro-worker"))
-        .env_clear()
-        .env("PATH", std::env::var("PATH").unwrap_or_default())
-        .env(
-            "DATABASE_URL",
-            format!("sqlite://{}", dir.join("c.db").display()),
-        )
+    let out = bare_worker(&format!("sqlite://{}", dir.join("c.db").display()))
         .env("COBRO_GATEWAY", "sim")
         .env("GATEWAY_URL", "http://127.0.0.1:9")
         .env("COBRO_WEBHOOK_RETENTION", "48h")

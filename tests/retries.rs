@@ -29,8 +29,7 @@ on_both_backends!(
 /// An order whose first attempt was declined.
 async fn declined(store: &Store, order: &str) -> Attempt {
     let req = ChargeRequest::parse(order, 2_000, "USD", None, None).unwrap();
-    let id = store.enqueue(&req).await.unwrap().attempt_id;
-    let (a, _) = store.load(id).await.unwrap();
+    let a = enqueued(store, &req).await;
     let a = step(store, &a, Event::Claim, None).await;
     step(store, &a, Event::Declined, Some("insufficient_funds")).await
 }
@@ -101,8 +100,7 @@ async fn no_retry_while_in_doubt_or_approved(b: Backend) {
 
     // The attempt itself is in doubt: only a declined attempt is retried.
     let req = ChargeRequest::parse("doubt-1", 500, "USD", None, None).unwrap();
-    let id = db.store.enqueue(&req).await.unwrap().attempt_id;
-    let (a, _) = db.store.load(id).await.unwrap();
+    let a = enqueued(&db.store, &req).await;
     let a = step(&db.store, &a, Event::Claim, None).await;
     let a = step(&db.store, &a, Event::Unknown, None).await;
     assert!(matches!(retry(a.id).await, Err(RetryError::NotDeclined(_))));
@@ -169,15 +167,7 @@ async fn the_maximum_number_of_attempts_is_respected(b: Backend) {
 }
 
 async fn a_retryable_decline_is_retried_later_with_a_new_key_and_a_final_one_never(b: Backend) {
-    let (db, sim, worker) = rig(
-        b,
-        Faults {
-            p_decline: 1.0,
-            decline_codes: vec!["insufficient_funds".into()],
-            ..Faults::default()
-        },
-    )
-    .await;
+    let (db, sim, worker) = rig(b, declining("insufficient_funds")).await;
     let req = ChargeRequest::parse("later-1", 7_500, "USD", None, None).unwrap();
     let first = db.store.enqueue(&req).await.unwrap().attempt_id;
     let a = eventually(Duration::from_secs(10), "the decline", || async {
@@ -195,14 +185,7 @@ async fn a_retryable_decline_is_retried_later_with_a_new_key_and_a_final_one_nev
     // A day passes (the database's clock is the injectable one), and the
     // gateway would now approve.
     set_faults(&sim.url(), &Faults::default()).await;
-    db.exec(
-        "UPDATE cobro.payment_attempts SET next_action_at = now() WHERE id = $1::uuid",
-        "UPDATE payment_attempts SET next_action_at = 0 WHERE id = ?1",
-        &[&first.to_string()],
-    )
-    .await
-    .unwrap();
-    db.store.wake(first).await.unwrap();
+    retry_now(&db, first).await;
     let attempts = eventually(
         Duration::from_secs(15),
         "the retry to be approved",
@@ -239,22 +222,10 @@ async fn a_retryable_decline_is_retried_later_with_a_new_key_and_a_final_one_nev
     );
 
     // A final decline is never retried.
-    set_faults(
-        &sim.url(),
-        &Faults {
-            p_decline: 1.0,
-            decline_codes: vec!["stolen_card".into()],
-            ..Faults::default()
-        },
-    )
-    .await;
+    set_faults(&sim.url(), &declining("stolen_card")).await;
     let req = ChargeRequest::parse("final-1", 7_500, "USD", None, None).unwrap();
     let id = db.store.enqueue(&req).await.unwrap().attempt_id;
-    let a = eventually(Duration::from_secs(10), "the final decline", || async {
-        let (a, _) = db.store.load(id).await.unwrap();
-        (a.state == State::Rechazado).then_some(a)
-    })
-    .await;
+    let a = settled(&db.store, id, State::Rechazado, Duration::from_secs(10)).await;
     assert_eq!(a.decline_code.as_deref(), Some("stolen_card"));
     assert_eq!(
         a.next_action_at, None,
@@ -303,8 +274,7 @@ async fn notices_are_written_with_their_cause_and_acknowledged_once(b: Backend) 
 async fn a_scheduled_retry_runs_once_even_when_woken_twice_or_late(b: Backend) {
     let db = TestDb::new(b).await;
     let req = ChargeRequest::parse("sched-1", 3_000, "USD", None, None).unwrap();
-    let id = db.store.enqueue(&req).await.unwrap().attempt_id;
-    let (a, _) = db.store.load(id).await.unwrap();
+    let a = enqueued(&db.store, &req).await;
     let a = step(&db.store, &a, Event::Claim, None).await;
     let mut decline = Change::new(Some(Event::Declined), "test", "test");
     decline.decline_code = Some("insufficient_funds");
@@ -351,8 +321,7 @@ async fn the_sixteenth_retry_of_one_card_in_thirty_days_is_refused(b: Backend) {
         let store = db.store.clone();
         async move {
             let req = ChargeRequest::parse(&order, 2_000, "USD", None, Some(card)).unwrap();
-            let id = store.enqueue(&req).await.unwrap().attempt_id;
-            let (a, _) = store.load(id).await.unwrap();
+            let a = enqueued(&store, &req).await;
             let a = step(&store, &a, Event::Claim, None).await;
             step(&store, &a, Event::Declined, Some("insufficient_funds")).await
         }

@@ -16,7 +16,6 @@ use cobro::backoff::CheckSchedule;
 use cobro::domain::ChargeRequest;
 use cobro::engine::{Engine, EngineConfig};
 use cobro::finance::{self, Resolution, ResolveRequest};
-use cobro::gateway::{HttpGateway, HttpGatewayConfig};
 use cobro::janitor::ReviewSchedule;
 use cobro::sim::Faults;
 use cobro::state::{Event, State};
@@ -107,11 +106,7 @@ async fn reviewed_then_gateway_answers(b: Backend, faults: Faults) -> (TestDb, U
 }
 
 async fn the_janitor_settles_an_attempt_the_gateway_approved_later(b: Backend) {
-    let faults = Faults {
-        p_response_lost: 1.0,
-        p_lookup_fail: 1.0,
-        ..Faults::default()
-    };
+    let faults = answers_lost_lookups_fail();
     let (db, id, done) = reviewed_then_gateway_answers(b, faults).await;
     assert_eq!(done.state, State::Aprobado);
     assert!(done.gateway_charge_id.is_some());
@@ -153,29 +148,16 @@ async fn the_janitor_settles_an_attempt_the_gateway_declined(b: Backend) {
 }
 
 fn engine(store: &Store, gateway_url: &str, key_lifetime: Duration) -> Engine {
-    let gateway = HttpGateway::new(HttpGatewayConfig {
-        base_url: gateway_url.into(),
-        connect_timeout: Duration::from_millis(500),
-        request_timeout: Duration::from_millis(1500),
-        ca_file: None,
-    })
-    .unwrap();
+    let name = format!("janitor-{}", Uuid::new_v4().simple());
+    // One quick check, then review: the janitor is what is tested.
+    let schedule = CheckSchedule::parse("50ms", 0.0).unwrap();
     Engine::new(
         store.clone(),
-        Arc::new(gateway),
+        Arc::new(sim_gateway(gateway_url)),
         EngineConfig {
-            worker_name: format!("janitor-{}", Uuid::new_v4().simple()),
-            lease_ttl: Duration::from_secs(3),
-            // One quick check, then review: the janitor is what is tested.
-            schedule: CheckSchedule::parse("50ms", 0.0).unwrap(),
             key_lifetime,
-            retry: Default::default(),
-            defer_backoff: Duration::from_millis(300),
-            not_found: cobro::policy::NotFoundRule {
-                gateway_idempotent: true,
-                max_processing: Duration::from_secs(60),
-            },
             review: ReviewSchedule::parse("2500ms,3s").unwrap(),
+            ..engine_config(&name, schedule)
         },
     )
 }
@@ -276,21 +258,12 @@ async fn not_found_stays_in_review_and_the_next_check_follows_the_schedule(b: Ba
     assert!((ms(a.next_action_at.unwrap() - again) - 2500).abs() <= 30);
     assert_eq!(a.send_count, 0);
     assert_eq!(ledger(&sim.url()).await.stats.charge_requests, 0);
-    sim.shutdown().await;
-    db.drop_db().await;
+    finish_sim(sim, db).await;
 }
 
 async fn past_the_key_lifetime_the_janitor_reads_the_listing_and_never_resends(b: Backend) {
     // Charged, answer lost; every lookup by key fails. The listing works.
-    let (db, sim) = db_and_sim(
-        b,
-        Faults {
-            p_response_lost: 1.0,
-            p_lookup_fail: 1.0,
-            ..Faults::default()
-        },
-    )
-    .await;
+    let (db, sim) = db_and_sim(b, answers_lost_lookups_fail()).await;
     // The gateway keeps keys 1 s: the janitor's first check (2.5 s after
     // review) is past it.
     let e = engine(&db.store, &sim.url(), Duration::from_secs(1));
@@ -340,6 +313,5 @@ async fn past_the_key_lifetime_the_janitor_reads_the_listing_and_never_resends(b
         "past the key lifetime: no send, no lookup by key"
     );
     assert_eq!(l.entries.len(), 1);
-    sim.shutdown().await;
-    db.drop_db().await;
+    finish_sim(sim, db).await;
 }

@@ -16,7 +16,6 @@ use cobro::recon::{Intraday, ReconcileArgs, ReconcileAt};
 use cobro::sim::{Faults, LedgerEntry};
 use cobro::state::State;
 use cobro::store::{ReconCase, Store};
-use cobro::webhook::{Scheme, Verifier};
 use common::*;
 use serde_json::{Value, json};
 
@@ -37,6 +36,11 @@ async fn double_charge_case(store: &Store, order: &str) -> Option<ReconCase> {
         .unwrap()
         .into_iter()
         .find(|c| c.kind == "double_charge" && c.order_id.as_deref() == Some(order))
+}
+
+/// The on-call gauge of double charges at the gateway not yet refunded.
+async fn double_charges_gauge(store: &Store) -> i64 {
+    store.gauges().await.unwrap().on_call.gateway_double_charges
 }
 
 async fn a_double_charge_is_found_the_same_day_and_its_duplicate_refunded_once(b: Backend) {
@@ -71,29 +75,14 @@ async fn a_double_charge_is_found_the_same_day_and_its_duplicate_refunded_once(b
     assert_eq!(case.details["unrefunded"], 2, "{}", case.details);
     // The run records its report just after its cases.
     eventually(Duration::from_secs(5), "the gauge at 1", || async {
-        (db.store
-            .gauges()
-            .await
-            .unwrap()
-            .on_call
-            .gateway_double_charges
-            == 1)
-            .then_some(())
+        (double_charges_gauge(&db.store).await == 1).then_some(())
     })
     .await;
 
     // Finance refunds the duplicate from the case; the gateway executes the
     // refund and its answer is lost.
-    set_faults(
-        &sim.url(),
-        &Faults {
-            p_response_lost: 1.0,
-            ..Faults::default()
-        },
-    )
-    .await;
-    let verifier = Verifier::from_env_value(Scheme::StandardWebhooks, &test_secret()).unwrap();
-    let web = start_web(&db.store, verifier).await;
+    set_faults(&sim.url(), &answers_lost()).await;
+    let web = web_on(&db.store).await;
     let http = reqwest::Client::new();
     let refund_duplicate = |who: &'static str, charge: String| {
         let req = http
@@ -110,18 +99,10 @@ async fn a_double_charge_is_found_the_same_day_and_its_duplicate_refunded_once(b
     };
     // The order's own approved charge is not a duplicate.
     let (status, err) = refund_duplicate("ana", ours_charge.clone()).await;
-    assert_eq!(
-        (status, err["field"].as_str()),
-        (409, Some("charge_id")),
-        "{err}"
-    );
+    assert_refused(status, &err, 409, "charge_id");
     // Nor is a charge the case does not list.
     let (status, err) = refund_duplicate("ana", "ch_nobody".into()).await;
-    assert_eq!(
-        (status, err["field"].as_str()),
-        (422, Some("charge_id")),
-        "{err}"
-    );
+    assert_refused(status, &err, 422, "charge_id");
     // A key without finance:write may not.
     let (status, _) = refund_duplicate("agent", duplicate.charge_id.clone()).await;
     assert_eq!(status, 403);
@@ -172,16 +153,7 @@ async fn a_double_charge_is_found_the_same_day_and_its_duplicate_refunded_once(b
     eventually(
         INTERVAL * 2 + Duration::from_secs(6),
         "the gauge back to 0",
-        || async {
-            (db.store
-                .gauges()
-                .await
-                .unwrap()
-                .on_call
-                .gateway_double_charges
-                == 0)
-                .then_some(())
-        },
+        || async { (double_charges_gauge(&db.store).await == 0).then_some(()) },
     )
     .await;
     // One case for the double charge, whatever the number of runs.

@@ -10,7 +10,7 @@ mod common;
 use std::collections::BTreeMap;
 
 use cobro::domain::ChargeRequest;
-use common::{Backend, TestDb};
+use common::postgres_db;
 use sqlx::PgPool;
 
 /// One field set to a value under test; the others are valid.
@@ -268,10 +268,11 @@ async fn sql_verdict(pool: &PgPool, input: &Input) -> Result<(), (String, String
 
 #[tokio::test]
 async fn postgres_the_parsers_and_the_sql_function_agree_on_every_field() {
-    if common::skip_postgres("postgres_the_parsers_and_the_sql_function_agree_on_every_field") {
+    let Some(db) =
+        postgres_db("postgres_the_parsers_and_the_sql_function_agree_on_every_field").await
+    else {
         return;
-    }
-    let db = TestDb::new(Backend::Postgres).await;
+    };
     // The fields' own rules, up to the ceiling: the deployment's maximum
     // (the settings row) is a rule of its own (tests/bounds.rs).
     db.store
@@ -331,10 +332,11 @@ fn every_char() -> impl Iterator<Item = char> {
 
 #[tokio::test]
 async fn postgres_every_code_point_gets_the_same_verdict_from_rust_and_sql() {
-    if common::skip_postgres("postgres_every_code_point_gets_the_same_verdict_from_rust_and_sql") {
+    let Some(db) =
+        postgres_db("postgres_every_code_point_gets_the_same_verdict_from_rust_and_sql").await
+    else {
         return;
-    }
-    let db = TestDb::new(Backend::Postgres).await;
+    };
     let pool = db.store.pg_pool().unwrap();
 
     // Order ids: each character inside, first and last. Only refusals come

@@ -15,14 +15,6 @@ use serde_json::json;
 
 on_both_backends!(the_public_listener_serves_only_webhooks_and_health);
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 fn serve(db_url: &str, env: &[(&str, String)]) -> Child {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_cobro"));
     cmd.arg("serve")
@@ -106,22 +98,14 @@ async fn the_public_listener_serves_only_webhooks_and_health(b: Backend) {
     assert_eq!(hook.status(), 400, "unsigned");
     // The OpenAPI document is on both, like /health, without a credential.
     for base in [&public, &internal] {
-        let doc = http
-            .get(format!("{base}/openapi.json"))
-            .send()
-            .await
-            .unwrap();
+        let doc = get_as(&format!("{base}/openapi.json"), As::Nobody).await;
         assert_eq!(doc.status(), 200, "/openapi.json on {base}");
     }
     // Internal: the API with its keys.
     assert_eq!(post_charge(&internal).await.unwrap().status(), 201);
     let metrics = get_as(&format!("{internal}/metrics"), As::Bearer("prom")).await;
     assert_eq!(metrics.status(), 200);
-    let no_key = http
-        .get(format!("{internal}/metrics"))
-        .send()
-        .await
-        .unwrap();
+    let no_key = get_as(&format!("{internal}/metrics"), As::Nobody).await;
     assert_eq!(no_key.status(), 401);
     assert_eq!(db.attempts().await, 1);
     let status = terminate(web);

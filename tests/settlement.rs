@@ -17,8 +17,8 @@ use chrono::{TimeDelta, Utc};
 use cobro::domain::ChargeRequest;
 use cobro::domain::settlement::{FeeRule, SettledCharge};
 use cobro::gateway::{HttpGateway, HttpGatewayConfig};
+use cobro::recon::CaseKind;
 use cobro::recon::settle::{SettleReport, SettlementArgs, settle};
-use cobro::recon::{CaseKind, Window};
 use cobro::sim::{Faults, Injection, LedgerEntry};
 use cobro::store::{CaseStatus, Store};
 use common::*;
@@ -40,11 +40,6 @@ fn gateway(sim_url: &str) -> HttpGateway {
         ca_file: None,
     })
     .expect("gateway client")
-}
-
-fn around_now() -> Window {
-    let now = Utc::now();
-    Window::new(now - TimeDelta::hours(1), now + TimeDelta::hours(1)).unwrap()
 }
 
 /// The simulator's fee is 2.9 % + 30; so is the contract's.
@@ -190,14 +185,12 @@ async fn a_never_settled_charge_opens_one_unsettled_case_once_the_delay_has_pass
         .find(|l| l.contains(",settle-a,"))
         .expect("settle-a's row");
     assert!(row.contains(",EUR,20.00,0.88,19.12,2000,88,1912,"), "{csv}");
-    sim.shutdown().await;
-    db.drop_db().await;
+    finish_sim(sim, db).await;
 }
 
 async fn a_fee_other_than_the_contracts_opens_one_fee_mismatch(b: Backend) {
-    let db = TestDb::new(b).await;
-    let sim = start_sim(
-        true,
+    let (db, sim) = db_and_sim(
+        b,
         Faults {
             fee_off_every: 2,
             fee_off_minor: 7,
@@ -228,14 +221,12 @@ async fn a_fee_other_than_the_contracts_opens_one_fee_mismatch(b: Backend) {
     let again = run(&db.store, &gw, Duration::from_secs(3600)).await;
     assert_eq!((again.opened, again.already_open), (0, 1));
     // The case does not hold the order (its charge is APROBADO anyway).
-    sim.shutdown().await;
-    db.drop_db().await;
+    finish_sim(sim, db).await;
 }
 
 async fn a_payout_that_does_not_add_up_opens_one_payout_mismatch(b: Backend) {
-    let db = TestDb::new(b).await;
-    let sim = start_sim(
-        true,
+    let (db, sim) = db_and_sim(
+        b,
         Faults {
             payout_off_minor: -5,
             ..faults()
@@ -266,22 +257,11 @@ async fn a_payout_that_does_not_add_up_opens_one_payout_mismatch(b: Backend) {
     assert_eq!((again.opened, again.already_open), (0, 1));
 
     // Finance downloads them: signed in, a CSV; a bad window names its field.
-    let verifier = cobro::webhook::Verifier::from_env_value(
-        cobro::webhook::Scheme::StandardWebhooks,
-        &test_secret(),
-    )
-    .unwrap();
-    let web = start_web(&db.store, verifier).await;
-    let http = reqwest::Client::new();
+    let web = web_on(&db.store).await;
     let url = format!("{}/finance/settlements.csv", web.url);
     let resp = get_as(&url, As::Basic("ana")).await;
     assert_eq!(resp.status(), 200);
-    assert!(
-        resp.headers()["content-type"]
-            .to_str()
-            .unwrap()
-            .starts_with("text/csv")
-    );
+    assert_content_type(&resp, "text/csv");
     let text = resp.text().await.unwrap();
     assert_eq!(text.matches(&payout).count(), 2, "{text}");
     assert!(
@@ -291,15 +271,13 @@ async fn a_payout_that_does_not_add_up_opens_one_payout_mismatch(b: Backend) {
     let bad = get_as(&format!("{url}?to=yesterday"), As::Basic("ana")).await;
     assert_eq!(bad.status(), 422);
     assert!(bad.text().await.unwrap().contains("\"to\""));
-    assert_eq!(http.get(&url).send().await.unwrap().status(), 401);
-    sim.shutdown().await;
-    db.drop_db().await;
+    assert_eq!(get_as(&url, As::Nobody).await.status(), 401);
+    finish_sim(sim, db).await;
 }
 
 async fn a_throttled_listing_defers_the_run_and_writes_nothing(b: Backend) {
-    let db = TestDb::new(b).await;
-    let sim = start_sim(
-        true,
+    let (db, sim) = db_and_sim(
+        b,
         Faults {
             unsettled_every: 1,
             ..faults()
@@ -327,15 +305,13 @@ async fn a_throttled_listing_defers_the_run_and_writes_nothing(b: Backend) {
     assert!(err.is_deferred(), "{err:?}");
     assert!(db.store.all_cases().await.unwrap().is_empty());
     assert!(db.store.settlements(w.from, w.to).await.unwrap().is_empty());
-    sim.shutdown().await;
-    db.drop_db().await;
+    finish_sim(sim, db).await;
 }
 
 /// The rule is the database's, not the check's: any door that writes a
 /// settlement goes through it.
 async fn the_database_keeps_a_settlement_to_an_approved_charge_written_once(b: Backend) {
-    let db = TestDb::new(b).await;
-    let sim = start_sim(true, faults()).await;
+    let (db, sim) = db_and_sim(b, faults()).await;
     let gw = gateway(&sim.url());
     let a = charged(&db.store, &gw, "guard-1", 1_000).await;
     let req = ChargeRequest::parse("guard-2", 1_000, "EUR", None, None).unwrap();
@@ -389,16 +365,14 @@ async fn the_database_keeps_a_settlement_to_an_approved_charge_written_once(b: B
     db.store.record_settlements(&[other]).await.unwrap();
     let rows = db.store.settlements(w.from, w.to).await.unwrap();
     assert_eq!(rows[0].payout.as_deref(), Some("po_1"), "kept");
-    sim.shutdown().await;
-    db.drop_db().await;
+    finish_sim(sim, db).await;
 }
 
 /// The worker's daily close runs the settlement check of the day whose
 /// charges are now `COBRO_SETTLEMENT_DELAY` old, once, under a claim of
 /// its own (`[day, day end + delay)`, a window no charge run uses).
 async fn the_worker_checks_the_day_now_delay_old_once_under_its_own_claim(b: Backend) {
-    let db = TestDb::new(b).await;
-    let sim = start_sim(true, faults()).await;
+    let (db, sim) = db_and_sim(b, faults()).await;
     let mut worker = worker_args(&db.url, &sim.url());
     worker.reconcile = cobro::recon::ReconcileArgs {
         reconcile_at: cobro::recon::ReconcileAt::parse("00:00").unwrap(),
@@ -436,6 +410,5 @@ async fn the_worker_checks_the_day_now_delay_old_once_under_its_own_claim(b: Bac
         2,
         "the daily close and the settlement check, once each: {runs:#?}"
     );
-    sim.shutdown().await;
-    db.drop_db().await;
+    finish_sim(sim, db).await;
 }

@@ -14,7 +14,6 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use cobro::http::serve::HttpLimits;
-use cobro::webhook::{Scheme, Verifier};
 use common::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpSocket, TcpStream};
@@ -36,7 +35,7 @@ fn limits(max_connections: usize, per_client: usize) -> HttpLimits {
 }
 
 async fn start(db: &TestDb, limits: HttpLimits, webhook_deadline: Duration) -> (Web, String) {
-    let verifier = Verifier::from_env_value(Scheme::StandardWebhooks, &test_secret()).unwrap();
+    let verifier = test_verifier();
     let mut cfg = web_config(&db.store, verifier);
     cfg.webhook_body_timeout = webhook_deadline;
     let web = serve_router(cfg.router(), limits).await;
@@ -90,7 +89,7 @@ fn status_of(reply: &str) -> u16 {
 }
 
 /// A 503 at once, with `Retry-After`, saying why.
-fn assert_refused(reply: &str, why: &str) {
+fn assert_shed(reply: &str, why: &str) {
     assert_eq!(status_of(reply), 503, "{reply}");
     let lower = reply.to_ascii_lowercase();
     assert!(lower.contains("\r\nretry-after: 1\r\n"), "{reply}");
@@ -159,7 +158,7 @@ async fn dribbling_clients_on_every_slot_leave_health_answering_and_the_rest_ref
         .await
         .unwrap();
     let refused_in = started.elapsed();
-    assert_refused(&reply, "connection limit");
+    assert_shed(&reply, "connection limit");
     assert!(refused_in < Duration::from_secs(1), "{refused_in:?}");
 
     // Of the 60, the 40 past the limit were refused as promptly; the 20
@@ -169,7 +168,7 @@ async fn dribbling_clients_on_every_slot_leave_health_answering_and_the_rest_ref
         if let Some(reply) = task.await.unwrap()
             && status_of(&reply) == 503
         {
-            assert_refused(&reply, "connection limit");
+            assert_shed(&reply, "connection limit");
             refused += 1;
         }
     }
@@ -179,8 +178,7 @@ async fn dribbling_clients_on_every_slot_leave_health_answering_and_the_rest_ref
          a request past the limit refused in {refused_in:?}; the flood ended after {:?}",
         flood_started.elapsed()
     );
-    web.stop().await;
-    db.drop_db().await;
+    finish_web(web, db).await;
 }
 
 async fn webhook_bodies_at_one_byte_a_second_are_cut_and_health_answers(b: Backend) {
@@ -250,8 +248,7 @@ async fn webhook_bodies_at_one_byte_a_second_are_cut_and_health_answers(b: Backe
         "20 webhook bodies at 1 byte/s on 20 slots: /health worst {worst:?}; \
          every trickler cut by {slowest:?} (deadline {deadline:?})"
     );
-    web.stop().await;
-    db.drop_db().await;
+    finish_web(web, db).await;
 }
 
 async fn one_address_past_its_share_is_refused_while_another_is_served(b: Backend) {
@@ -274,7 +271,7 @@ async fn one_address_past_its_share_is_refused_while_another_is_served(b: Backen
     let reply = read_reply(&mut fourth, Duration::from_secs(10))
         .await
         .unwrap();
-    assert_refused(
+    assert_shed(
         &reply,
         "too many connections from your address (at most 3 at once)",
     );
@@ -295,6 +292,5 @@ async fn one_address_past_its_share_is_refused_while_another_is_served(b: Backen
         .await
         .unwrap();
     assert_eq!(status_of(&reply), 200, "{reply}");
-    web.stop().await;
-    db.drop_db().await;
+    finish_web(web, db).await;
 }

@@ -41,12 +41,10 @@ fn worker(db: &TestDb, tap: &Tap) -> InProcessWorker {
 }
 
 async fn a_saved_card_is_charged_with_its_customer(b: Backend) {
-    if !localstripe_installed("a_saved_card_is_charged_with_its_customer") {
+    let Some((db, stripe)) = db_and_stripe(b, "a_saved_card_is_charged_with_its_customer").await
+    else {
         return;
-    }
-    init_logs();
-    let db = TestDb::new(b).await;
-    let stripe = LocalStripe::start().await;
+    };
     let tap = Tap::start(&stripe.url).await;
     let (cus, pm) = stripe.customer_with_card("4242424242424242").await;
     let worker = worker(&db, &tap);
@@ -81,17 +79,18 @@ async fn a_saved_card_is_charged_with_its_customer(b: Backend) {
         None,
         "the first attempt is the customer's own (on-session)"
     );
-    worker.stop().await;
-    db.drop_db().await;
+    finish_worker(worker, db).await;
 }
 
 async fn a_business_retry_of_a_saved_card_carries_the_customer_off_session(b: Backend) {
-    if !localstripe_installed("a_business_retry_of_a_saved_card_carries_the_customer_off_session") {
+    let Some((db, stripe)) = db_and_stripe(
+        b,
+        "a_business_retry_of_a_saved_card_carries_the_customer_off_session",
+    )
+    .await
+    else {
         return;
-    }
-    init_logs();
-    let db = TestDb::new(b).await;
-    let stripe = LocalStripe::start().await;
+    };
     let tap = Tap::start(&stripe.url).await;
     // localstripe attaches this card and declines charging it.
     let (cus, pm) = stripe.customer_with_card("4000000000000341").await;
@@ -162,17 +161,18 @@ async fn a_business_retry_of_a_saved_card_carries_the_customer_off_session(b: Ba
         .find(|s| s.path == format!("/v1/payment_intents/{first_pi}/confirm"))
         .expect("the first confirm");
     assert_eq!(first_confirm.field("off_session"), None);
-    worker.stop().await;
-    db.drop_db().await;
+    finish_worker(worker, db).await;
 }
 
 async fn without_the_customer_localstripe_still_charges_a_saved_card(b: Backend) {
-    if !localstripe_installed("without_the_customer_localstripe_still_charges_a_saved_card") {
+    let Some((db, stripe)) = db_and_stripe(
+        b,
+        "without_the_customer_localstripe_still_charges_a_saved_card",
+    )
+    .await
+    else {
         return;
-    }
-    init_logs();
-    let db = TestDb::new(b).await;
-    let stripe = LocalStripe::start().await;
+    };
     let tap = Tap::start(&stripe.url).await;
     let (_cus, pm) = stripe.customer_with_card("4242424242424242").await;
     let worker = worker(&db, &tap);
@@ -192,6 +192,5 @@ async fn without_the_customer_localstripe_still_charges_a_saved_card(b: Backend)
     let pi = stripe.object(&format!("/v1/payment_intents/{pi_id}")).await;
     assert_eq!(pi["status"], "succeeded");
     assert!(pi["customer"].is_null(), "{pi}");
-    worker.stop().await;
-    db.drop_db().await;
+    finish_worker(worker, db).await;
 }

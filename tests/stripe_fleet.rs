@@ -15,7 +15,7 @@ mod common;
 use std::collections::HashMap;
 use std::time::Duration;
 
-use cobro::domain::{Amount, ChargeRequest, IdempotencyKey, PaymentMethod};
+use cobro::domain::{ChargeRequest, PaymentMethod};
 use cobro::sim::{Faults, ProxyStats, SimConfig, SimHandle, Upstream};
 use cobro::state::State;
 use common::*;
@@ -353,48 +353,20 @@ async fn saved_cards_and_their_retries_through_a_lossy_proxy_are_charged_once_wi
 }
 
 async fn a_refund_whose_answer_is_lost_is_one_refund(b: Backend) {
-    if !localstripe_installed("a_refund_whose_answer_is_lost_is_one_refund") {
+    let Some((db, stripe)) = db_and_stripe(b, "a_refund_whose_answer_is_lost_is_one_refund").await
+    else {
         return;
-    }
-    init_logs();
-    let db = TestDb::new(b).await;
-    let stripe = LocalStripe::start().await;
+    };
     let proxy = start_proxy(&stripe.url, 7, Faults::default()).await;
     let worker = spawn_worker(stripe_worker_args(&db.url, &proxy.url()));
-    let req =
-        ChargeRequest::parse("ord-refund", 10_000, "EUR", None, Some("pm_card_visa")).unwrap();
-    let charge = db.store.enqueue(&req).await.unwrap().attempt_id;
-    let approved = settled(&db.store, charge, State::Aprobado, Duration::from_secs(30)).await;
+    let approved = charged_by_worker(&db.store, &visa_charge("ord-refund", 10_000)).await;
+    let charge = approved.id;
     let pi = approved.gateway_charge_id.clone().unwrap();
     // From now on every answer to a POST is lost after localstripe ran it.
-    set_faults(
-        &proxy.url(),
-        &Faults {
-            p_response_lost: 1.0,
-            ..Faults::default()
-        },
-    )
-    .await;
-    let refund = db
-        .store
-        .request_refund(
-            charge,
-            Amount::parse(2_500).unwrap(),
-            IdempotencyKey::generate(),
-            "app",
-        )
-        .await
-        .unwrap()
-        .refund_id;
+    set_faults(&proxy.url(), &answers_lost()).await;
+    let refund = ask_refund(&db.store, charge, 2_500, "app").await.refund_id;
     let done = settled(&db.store, refund, State::Aprobado, Duration::from_secs(30)).await;
-    let causes: Vec<String> = db
-        .store
-        .transitions(refund)
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|t| t.cause)
-        .collect();
+    let causes = causes(&db.store, refund).await;
     assert!(causes.contains(&"gateway_unknown".to_owned()), "{causes:?}");
     assert_eq!(
         causes.last().map(String::as_str),
@@ -415,6 +387,5 @@ async fn a_refund_whose_answer_is_lost_is_one_refund(b: Backend) {
         key.as_deref(),
         Some(done.idempotency_key.to_string().as_str())
     );
-    worker.stop().await;
-    db.drop_db().await;
+    finish_worker(worker, db).await;
 }

@@ -30,25 +30,18 @@ on_both_backends!(
 );
 
 async fn a_charge_is_one_succeeded_payment_intent_recorded_before_its_confirm(b: Backend) {
-    if !localstripe_installed(
+    let Some((db, stripe)) = db_and_stripe(
+        b,
         "a_charge_is_one_succeeded_payment_intent_recorded_before_its_confirm",
-    ) {
+    )
+    .await
+    else {
         return;
-    }
-    init_logs();
-    let db = TestDb::new(b).await;
-    let stripe = LocalStripe::start().await;
+    };
     let worker = spawn_worker(stripe_worker_args(&db.url, &stripe.url));
     let mut ids = Vec::new();
     for (i, amount) in [1_999, 50, 123_456].into_iter().enumerate() {
-        let req = ChargeRequest::parse(
-            &format!("ord-{i}"),
-            amount,
-            "EUR",
-            None,
-            Some("pm_card_visa"),
-        )
-        .unwrap();
+        let req = visa_charge(&format!("ord-{i}"), amount);
         ids.push((db.store.enqueue(&req).await.unwrap().attempt_id, req));
     }
     for (id, req) in &ids {
@@ -59,16 +52,8 @@ async fn a_charge_is_one_succeeded_payment_intent_recorded_before_its_confirm(b:
             .expect("the PaymentIntent is on the attempt");
         assert!(pi.starts_with("pi_"), "{pi}");
         assert_eq!(a.gateway_charge_id.as_deref(), Some(pi.as_str()));
-        let causes: Vec<String> = db
-            .store
-            .transitions(*id)
-            .await
-            .unwrap()
-            .into_iter()
-            .map(|t| t.cause)
-            .collect();
         assert_eq!(
-            causes,
+            causes(&db.store, *id).await,
             [
                 "enqueued",
                 "claim",
@@ -97,17 +82,15 @@ async fn a_charge_is_one_succeeded_payment_intent_recorded_before_its_confirm(b:
         db.store.apply(&a, &c).await.is_err(),
         "gateway_ref is set once"
     );
-    worker.stop().await;
-    db.drop_db().await;
+    finish_worker(worker, db).await;
 }
 
 async fn a_declined_card_is_rechazado_with_stripes_code(b: Backend) {
-    if !localstripe_installed("a_declined_card_is_rechazado_with_stripes_code") {
+    let Some((db, stripe)) =
+        db_and_stripe(b, "a_declined_card_is_rechazado_with_stripes_code").await
+    else {
         return;
-    }
-    init_logs();
-    let db = TestDb::new(b).await;
-    let stripe = LocalStripe::start().await;
+    };
     let worker = spawn_worker(stripe_worker_args(&db.url, &stripe.url));
     let req = ChargeRequest::parse("ord-dec", 4_200, "USD", None, Some(DECLINED_CARD)).unwrap();
     let id = db.store.enqueue(&req).await.unwrap().attempt_id;
@@ -134,27 +117,18 @@ async fn a_declined_card_is_rechazado_with_stripes_code(b: Backend) {
         .find(|p| p.key.as_deref() == Some(&req.key.to_string()))
         .expect("the PaymentIntent exists");
     assert_eq!(pi.status, "requires_payment_method");
-    worker.stop().await;
-    db.drop_db().await;
+    finish_worker(worker, db).await;
 }
 
 async fn a_key_stripe_refuses_stops_the_worker_before_it_charges(b: Backend) {
-    if !localstripe_installed("a_key_stripe_refuses_stops_the_worker_before_it_charges") {
+    let Some((db, stripe)) =
+        db_and_stripe(b, "a_key_stripe_refuses_stops_the_worker_before_it_charges").await
+    else {
         return;
-    }
-    init_logs();
-    let db = TestDb::new(b).await;
-    let stripe = LocalStripe::start().await;
+    };
     let mut ids = Vec::new();
     for i in 0..3 {
-        let req = ChargeRequest::parse(
-            &format!("ord-key-{i}"),
-            1_000,
-            "EUR",
-            None,
-            Some("pm_card_visa"),
-        )
-        .unwrap();
+        let req = visa_charge(&format!("ord-key-{i}"), 1_000);
         ids.push(db.store.enqueue(&req).await.unwrap().attempt_id);
     }
     // localstripe, like Stripe, answers 401 to a key it does not take: the
@@ -193,8 +167,7 @@ async fn a_key_stripe_refuses_stops_the_worker_before_it_charges(b: Backend) {
     })
     .await;
     assert_eq!(started.len(), 3);
-    worker.stop().await;
-    db.drop_db().await;
+    finish_worker(worker, db).await;
 }
 
 /// Off-session, nobody can complete 3-D Secure: the PaymentIntent is
@@ -202,12 +175,14 @@ async fn a_key_stripe_refuses_stops_the_worker_before_it_charges(b: Backend) {
 /// RECHAZADO `authentication_required`, never retried on its own, and the
 /// customer gets a notice.
 async fn a_card_that_needs_3d_secure_is_canceled_and_the_customer_told(b: Backend) {
-    if !localstripe_installed("a_card_that_needs_3d_secure_is_canceled_and_the_customer_told") {
+    let Some((db, stripe)) = db_and_stripe(
+        b,
+        "a_card_that_needs_3d_secure_is_canceled_and_the_customer_told",
+    )
+    .await
+    else {
         return;
-    }
-    init_logs();
-    let db = TestDb::new(b).await;
-    let stripe = LocalStripe::start().await;
+    };
     // Stripe's test card that always asks for authentication, registered
     // at the fake server as Stripe.js would in the customer's browser:
     // cobro only ever sees the pm_ token.
@@ -232,8 +207,7 @@ async fn a_card_that_needs_3d_secure_is_canceled_and_the_customer_told(b: Backen
             && n.decline_code.as_deref() == Some("authentication_required")),
         "{notices:?}"
     );
-    worker.stop().await;
-    db.drop_db().await;
+    finish_worker(worker, db).await;
 }
 
 /// Reconciliation reads localstripe's PaymentIntents (all pages, filtered
@@ -241,26 +215,20 @@ async fn a_card_that_needs_3d_secure_is_canceled_and_the_customer_told(b: Backen
 /// charges match; a second charge of the same order made outside cobro is
 /// a double charge for finance.
 async fn reconciliation_lists_payment_intents_and_finds_a_double_charge(b: Backend) {
-    if !localstripe_installed("reconciliation_lists_payment_intents_and_finds_a_double_charge") {
+    let Some((db, stripe)) = db_and_stripe(
+        b,
+        "reconciliation_lists_payment_intents_and_finds_a_double_charge",
+    )
+    .await
+    else {
         return;
-    }
-    init_logs();
-    let db = TestDb::new(b).await;
-    let stripe = LocalStripe::start().await;
+    };
     let args = stripe_worker_args(&db.url, &stripe.url);
     let worker = spawn_worker(args.clone());
     let mut reqs = Vec::new();
     for i in 0..3 {
-        let req = ChargeRequest::parse(
-            &format!("ord-rec-{i}"),
-            1_000 + i,
-            "EUR",
-            None,
-            Some("pm_card_visa"),
-        )
-        .unwrap();
-        let id = db.store.enqueue(&req).await.unwrap().attempt_id;
-        settled(&db.store, id, State::Aprobado, Duration::from_secs(30)).await;
+        let req = visa_charge(&format!("ord-rec-{i}"), 1_000 + i);
+        charged_by_worker(&db.store, &req).await;
         reqs.push(req);
     }
     worker.stop().await;
@@ -272,8 +240,7 @@ async fn reconciliation_lists_payment_intents_and_finds_a_double_charge(b: Backe
     assert_eq!(clean.gateway_charges, 3);
     assert_eq!(clean.opened, 0, "{:?}", clean.cases);
     // The same order charged again at Stripe, by something other than cobro.
-    let again =
-        ChargeRequest::parse("ord-rec-1", 1_001, "EUR", None, Some("pm_card_visa")).unwrap();
+    let again = visa_charge("ord-rec-1", 1_001);
     let pi = stripe.create_intent(&again, "not-cobro").await;
     stripe.confirm(&pi).await;
     let found = cobro::recon::reconcile(&db.store, gateway.as_ref(), &window)
@@ -287,12 +254,14 @@ async fn reconciliation_lists_payment_intents_and_finds_a_double_charge(b: Backe
 
 /// `cobro demo --gateway stripe` on a small fleet, through its lossy proxy.
 async fn the_demo_runs_the_fleet_against_a_stripe_compatible_server(b: Backend) {
-    if !localstripe_installed("the_demo_runs_the_fleet_against_a_stripe_compatible_server") {
+    let Some((db, stripe)) = db_and_stripe(
+        b,
+        "the_demo_runs_the_fleet_against_a_stripe_compatible_server",
+    )
+    .await
+    else {
         return;
-    }
-    init_logs();
-    let db = TestDb::new(b).await;
-    let stripe = LocalStripe::start().await;
+    };
     let opts = cobro::demo::DemoOptions {
         orders: 40,
         loss: 0.3,
@@ -326,19 +295,20 @@ async fn finances_decline_cancels_the_payment_intent_before_it_is_recorded(b: Ba
     use cobro::finance::{Resolution, ResolveRequest, resolve};
     use cobro::state::Event;
     use cobro::store::{Applied, Change, Lease};
-    if !localstripe_installed("finances_decline_cancels_the_payment_intent_before_it_is_recorded") {
+    let Some((db, stripe)) = db_and_stripe(
+        b,
+        "finances_decline_cancels_the_payment_intent_before_it_is_recorded",
+    )
+    .await
+    else {
         return;
-    }
-    init_logs();
-    let db = TestDb::new(b).await;
-    let stripe = LocalStripe::start().await;
+    };
     let in_review = |order: &'static str| {
         let (db, stripe) = (&db, &stripe);
         async move {
-            let req =
-                ChargeRequest::parse(order, 4_200, "EUR", None, Some("pm_card_visa")).unwrap();
-            let id = db.store.enqueue(&req).await.unwrap().attempt_id;
-            let a = db.store.load(id).await.unwrap().0;
+            let req = visa_charge(order, 4_200);
+            let a = enqueued(&db.store, &req).await;
+            let id = a.id;
             let a = step(&db.store, &a, Event::Claim, None).await;
             let pi = stripe.create_intent(&req, &id.to_string()).await;
             let mut record = Change::new(

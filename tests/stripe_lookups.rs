@@ -29,7 +29,7 @@ use cobro::state::{Event, State as St};
 use cobro::store::{Applied, Change, Lease};
 use common::*;
 use serde_json::{Value, json};
-use stripe::{LocalStripe, localstripe_installed};
+use stripe::db_and_stripe;
 
 on_both_backends!(
     a_429_on_every_lookup_path_spends_no_check,
@@ -122,19 +122,7 @@ fn engine(
     cobro::engine::Engine::new(
         db.store.clone(),
         Arc::new(gw),
-        cobro::engine::EngineConfig {
-            worker_name: "lookups".into(),
-            lease_ttl: Duration::from_secs(3),
-            schedule: cobro::backoff::CheckSchedule::default(),
-            key_lifetime: Duration::from_secs(86_400),
-            retry: Default::default(),
-            defer_backoff: Duration::from_millis(300),
-            not_found: cobro::policy::NotFoundRule {
-                gateway_idempotent: true,
-                max_processing: Duration::from_secs(60),
-            },
-            review: Default::default(),
-        },
+        engine_config("lookups", cobro::backoff::CheckSchedule::default()),
     )
 }
 
@@ -143,8 +131,8 @@ fn engine(
 /// record it).
 async fn in_doubt(db: &TestDb, order: &str, pi: Option<&str>) -> (ChargeRequest, uuid::Uuid) {
     let req = ChargeRequest::parse(order, 50_000, "USD", None, Some("pm_card_visa")).unwrap();
-    let id = db.store.enqueue(&req).await.unwrap().attempt_id;
-    let a = db.store.load(id).await.unwrap().0;
+    let a = enqueued(&db.store, &req).await;
+    let id = a.id;
     let mut a = step(&db.store, &a, Event::Claim, None).await;
     if let Some(pi) = pi {
         let mut record = Change::new(
@@ -287,12 +275,11 @@ async fn a_search_not_found_within_its_lag_is_checked_again_and_nothing_is_sent(
 }
 
 async fn against_localstripe_search_falls_back_to_the_listing(b: Backend) {
-    if !localstripe_installed("against_localstripe_search_falls_back_to_the_listing") {
+    let Some((db, ls)) =
+        db_and_stripe(b, "against_localstripe_search_falls_back_to_the_listing").await
+    else {
         return;
-    }
-    init_logs();
-    let db = TestDb::new(b).await;
-    let ls = LocalStripe::start().await;
+    };
     let (req, id) = in_doubt(&db, "unrecorded-1", None).await;
     // The vanished worker created and confirmed it; no id was recorded.
     let pi = ls.create_intent(&req, &id.to_string()).await;

@@ -12,10 +12,8 @@ mod common;
 
 use std::time::Duration;
 
-use cobro::domain::ChargeRequest;
 use cobro::domain::settlement::FeeRule;
 use cobro::recon::settle::{SettlementArgs, settle};
-use cobro::state::State;
 use common::*;
 use stripe_support::*;
 
@@ -25,27 +23,17 @@ mod stripe_support;
 on_both_backends!(charges_approved_through_localstripe_are_found_settled);
 
 async fn charges_approved_through_localstripe_are_found_settled(b: Backend) {
-    if !localstripe_installed("charges_approved_through_localstripe_are_found_settled") {
+    let Some((db, stripe)) =
+        db_and_stripe(b, "charges_approved_through_localstripe_are_found_settled").await
+    else {
         return;
-    }
-    init_logs();
-    let db = TestDb::new(b).await;
-    let stripe = LocalStripe::start().await;
+    };
     let args = stripe_worker_args(&db.url, &stripe.url);
     let worker = spawn_worker(args.clone());
     let mut ids = Vec::new();
     for (i, amount) in [1_000, 2_345].into_iter().enumerate() {
-        let req = ChargeRequest::parse(
-            &format!("ord-settle-{i}"),
-            amount,
-            "EUR",
-            None,
-            Some("pm_card_visa"),
-        )
-        .unwrap();
-        let id = db.store.enqueue(&req).await.unwrap().attempt_id;
-        settled(&db.store, id, State::Aprobado, Duration::from_secs(30)).await;
-        ids.push(id);
+        let charge = visa_charge(&format!("ord-settle-{i}"), amount);
+        ids.push(charged_by_worker(&db.store, &charge).await.id);
     }
     worker.stop().await;
     // A manual payout: localstripe's only kind; not a payout whose lines

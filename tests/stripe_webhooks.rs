@@ -84,18 +84,20 @@ async fn desconocido_with_intent(
 /// `payment_intent.succeeded`, signed by localstripe, settles it; the same
 /// event again is a duplicate.
 async fn a_webhook_from_localstripe_settles_a_desconocido_attempt_once(b: Backend) {
-    if !localstripe_installed("a_webhook_from_localstripe_settles_a_desconocido_attempt_once") {
+    let Some((db, stripe)) = db_and_stripe(
+        b,
+        "a_webhook_from_localstripe_settles_a_desconocido_attempt_once",
+    )
+    .await
+    else {
         return;
-    }
-    init_logs();
-    let db = TestDb::new(b).await;
-    let stripe = LocalStripe::start().await;
+    };
     let (secret, verifier) = stripe_verifier();
     let web = start_web(&db.store, verifier.clone()).await;
     stripe
         .register_webhook(&format!("{}/webhooks/gateway", web.url), secret)
         .await;
-    let req = ChargeRequest::parse("ord-wh", 2_500, "EUR", None, Some("pm_card_visa")).unwrap();
+    let req = visa_charge("ord-wh", 2_500);
     let (id, pi) = desconocido_with_intent(&db, &stripe, &req).await;
     stripe.confirm(&pi).await;
     let a = settled(&db.store, id, State::Aprobado, Duration::from_secs(20)).await;
@@ -126,25 +128,20 @@ async fn a_webhook_from_localstripe_settles_a_desconocido_attempt_once(b: Backen
         )
         .await;
     assert_eq!(applied, 1);
-    web.stop().await;
-    db.drop_db().await;
+    finish_web(web, db).await;
 }
 
 /// `charge.dispute.created` (localstripe does not make disputes: signed
 /// here, in Stripe's shape) opens one case, matched to the attempt by its
 /// PaymentIntent; a redelivery opens nothing more.
 async fn a_dispute_opens_a_case_for_finance_once(b: Backend) {
-    if !localstripe_installed("a_dispute_opens_a_case_for_finance_once") {
+    let Some((db, stripe)) = db_and_stripe(b, "a_dispute_opens_a_case_for_finance_once").await
+    else {
         return;
-    }
-    init_logs();
-    let db = TestDb::new(b).await;
-    let stripe = LocalStripe::start().await;
+    };
     let worker = spawn_worker(stripe_worker_args(&db.url, &stripe.url));
-    let req =
-        ChargeRequest::parse("ord-dispute", 3_300, "EUR", None, Some("pm_card_visa")).unwrap();
-    let id = db.store.enqueue(&req).await.unwrap().attempt_id;
-    let a = settled(&db.store, id, State::Aprobado, Duration::from_secs(30)).await;
+    let a = charged_by_worker(&db.store, &visa_charge("ord-dispute", 3_300)).await;
+    let id = a.id;
     worker.stop().await;
     let (_, verifier) = stripe_verifier();
     let web = start_web(&db.store, verifier.clone()).await;
@@ -165,25 +162,24 @@ async fn a_dispute_opens_a_case_for_finance_once(b: Backend) {
     assert_eq!(disputes.len(), 1, "{cases:?}");
     assert_eq!(disputes[0].attempt_id, Some(id));
     assert_eq!(disputes[0].order_id.as_deref(), Some("ord-dispute"));
-    web.stop().await;
-    db.drop_db().await;
+    finish_web(web, db).await;
 }
 
 /// A PaymentIntent event whose object carries no cobro metadata (Stripe
 /// trims nothing, but another integration may have rewritten it) still
 /// settles its attempt, found by the PaymentIntent id recorded on it.
 async fn an_event_without_cobros_metadata_finds_its_attempt_by_payment_intent(b: Backend) {
-    if !localstripe_installed(
+    let Some((db, stripe)) = db_and_stripe(
+        b,
         "an_event_without_cobros_metadata_finds_its_attempt_by_payment_intent",
-    ) {
+    )
+    .await
+    else {
         return;
-    }
-    init_logs();
-    let db = TestDb::new(b).await;
-    let stripe = LocalStripe::start().await;
+    };
     let (_, verifier) = stripe_verifier();
     let web = start_web(&db.store, verifier.clone()).await;
-    let req = ChargeRequest::parse("ord-nometa", 900, "EUR", None, Some("pm_card_visa")).unwrap();
+    let req = visa_charge("ord-nometa", 900);
     let (id, pi) = desconocido_with_intent(&db, &stripe, &req).await;
     stripe.confirm(&pi).await;
     let now = chrono::Utc::now().timestamp();
@@ -200,6 +196,5 @@ async fn an_event_without_cobros_metadata_finds_its_attempt_by_payment_intent(b:
     assert!(answer.contains("applied"), "{answer}");
     let a = settled(&db.store, id, State::Aprobado, Duration::from_secs(5)).await;
     assert_eq!(a.gateway_charge_id.as_deref(), Some(pi.as_str()));
-    web.stop().await;
-    db.drop_db().await;
+    finish_web(web, db).await;
 }

@@ -10,7 +10,6 @@ mod common;
 
 use cobro::domain::ChargeRequest;
 use cobro::state::{Event, State};
-use cobro::webhook::{Scheme, Verifier};
 use common::*;
 use serde_json::{Value, json};
 
@@ -23,11 +22,6 @@ on_both_backends!(
 );
 
 const KEY: &str = "6f1c2b3a-4d5e-4f60-8a7b-9c0d1e2f3a4b";
-
-async fn start(db: &TestDb) -> Web {
-    let v = Verifier::from_env_value(Scheme::StandardWebhooks, &test_secret()).unwrap();
-    start_web(&db.store, v).await
-}
 
 /// `POST {path}` as `who` with `body` (and an `Idempotency-Key`); the
 /// status and the JSON answer.
@@ -58,7 +52,7 @@ fn assert_unknown(got: &(u16, Value), field: &str, expected: &str) {
 
 async fn charges_refuse_an_unknown_field_and_write_nothing(b: Backend) {
     let db = TestDb::new(b).await;
-    let web = start(&db).await;
+    let web = web_on(&db.store).await;
     let got = post(
         &web,
         "app",
@@ -84,16 +78,15 @@ async fn charges_refuse_an_unknown_field_and_write_nothing(b: Backend) {
     .await;
     assert_eq!(status, 201, "{created}");
     assert_eq!(created["payment_method"], "pm_card_visa");
-    web.stop().await;
-    db.drop_db().await;
+    finish_web(web, db).await;
 }
 
 async fn refunds_refuse_an_unknown_field_and_write_nothing(b: Backend) {
     let db = TestDb::new(b).await;
-    let web = start(&db).await;
+    let web = web_on(&db.store).await;
     let req = ChargeRequest::parse("uf-2", 5_000, "EUR", None, None).unwrap();
-    let id = db.store.enqueue(&req).await.unwrap().attempt_id;
-    let a = db.store.load(id).await.unwrap().0;
+    let a = enqueued(&db.store, &req).await;
+    let id = a.id;
     let a = step(&db.store, &a, Event::Claim, None).await;
     step(&db.store, &a, Event::Approved, None).await;
     let got = post(
@@ -105,13 +98,12 @@ async fn refunds_refuse_an_unknown_field_and_write_nothing(b: Backend) {
     .await;
     assert_unknown(&got, "reason", "attempt_id, amount_minor");
     assert_eq!(db.attempts().await, 1, "no refund attempt");
-    web.stop().await;
-    db.drop_db().await;
+    finish_web(web, db).await;
 }
 
 async fn an_orders_cancel_and_payment_method_refuse_an_unknown_field(b: Backend) {
     let db = TestDb::new(b).await;
-    let web = start(&db).await;
+    let web = web_on(&db.store).await;
     let req = ChargeRequest::parse("uf-3", 2_500, "USD", None, Some("pm_old")).unwrap();
     let id = db.store.enqueue(&req).await.unwrap().attempt_id;
 
@@ -136,13 +128,12 @@ async fn an_orders_cancel_and_payment_method_refuse_an_unknown_field(b: Backend)
     assert_eq!(a.state, State::Pendiente, "not cancelled");
     assert_eq!(a.payment_method.as_deref(), Some("pm_old"), "not changed");
     assert_eq!(path(&db.store, id).await, ["PENDIENTE"]);
-    web.stop().await;
-    db.drop_db().await;
+    finish_web(web, db).await;
 }
 
 async fn the_incident_switch_refuses_an_unknown_field(b: Backend) {
     let db = TestDb::new(b).await;
-    let web = start(&db).await;
+    let web = web_on(&db.store).await;
     let got = post(
         &web,
         "ana",
@@ -155,13 +146,12 @@ async fn the_incident_switch_refuses_an_unknown_field(b: Backend) {
         db.store.pause_state().await.unwrap().is_none(),
         "the switch was never set"
     );
-    web.stop().await;
-    db.drop_db().await;
+    finish_web(web, db).await;
 }
 
 async fn finances_api_refuses_an_unknown_field_and_moves_nothing(b: Backend) {
     let db = TestDb::new(b).await;
-    let web = start(&db).await;
+    let web = web_on(&db.store).await;
     let a = in_review(&db.store, "uf-4").await;
 
     // A resolution takes the fields of its action only.
@@ -214,6 +204,5 @@ async fn finances_api_refuses_an_unknown_field_and_moves_nothing(b: Backend) {
     assert_eq!(now.version, a.version, "nothing moved");
     assert_eq!(now.next_action_at, a.next_action_at, "no check pulled");
     assert_eq!(db.attempts().await, 1, "no refund");
-    web.stop().await;
-    db.drop_db().await;
+    finish_web(web, db).await;
 }

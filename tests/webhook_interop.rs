@@ -77,11 +77,7 @@ async fn the_official_python_library_and_cobro_agree_on_signatures() {
 
     // Python signs; our receiver accepts over HTTP.
     let out = python(PY_SIGN, &[&secret, "evt_interop", &now], &body).expect("run python3");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_success(&out);
     let signature = String::from_utf8(out.stdout).unwrap().trim().to_owned();
     assert!(signature.starts_with("v1,"), "{signature}");
     let resp = reqwest::Client::new()
@@ -114,11 +110,6 @@ async fn the_official_python_library_and_cobro_agree_on_signatures() {
     assert!(!out.status.success(), "python accepted a tampered body");
     // ...and accepts our signature on the real body.
     let out = python(PY_VERIFY, &[&secret, &headers], &body).unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    web.stop().await;
-    db.drop_db().await;
+    assert_success(&out);
+    finish_web(web, db).await;
 }

@@ -33,6 +33,14 @@ fn verifier(secret: &str) -> Verifier {
     Verifier::from_env_value(Scheme::StandardWebhooks, secret).unwrap()
 }
 
+/// The web process with a fresh webhook secret, and a verifier of that
+/// secret to sign deliveries with.
+async fn web_signing(db: &TestDb) -> (Verifier, Web) {
+    let secret = test_secret();
+    let web = start_web(&db.store, verifier(&secret)).await;
+    (verifier(&secret), web)
+}
+
 async fn pending(store: &Store, order: &str) -> (Uuid, Uuid) {
     let req = ChargeRequest::parse(order, 4_999, "USD", None, None).unwrap();
     let e = store.enqueue(&req).await.unwrap();
@@ -70,16 +78,6 @@ fn signed(v: &Verifier, id: &str, body: &[u8]) -> Vec<(String, String)> {
     v.sign(id, chrono::Utc::now().timestamp(), body)
 }
 
-async fn causes(store: &Store, id: Uuid) -> Vec<String> {
-    store
-        .transitions(id)
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|t| t.cause)
-        .collect()
-}
-
 async fn seed_test_2_the_same_webhook_three_times_is_one_transition(b: Backend) {
     let db = TestDb::new(b).await;
     let secret = test_secret();
@@ -105,8 +103,7 @@ async fn seed_test_2_the_same_webhook_three_times_is_one_transition(b: Backend) 
     assert_eq!(a.state, State::Aprobado);
     assert_eq!(a.gateway_charge_id.as_deref(), Some("ch_evt_dup"));
     assert_eq!(db.store.webhook_counts().await.unwrap(), (1, 0));
-    web.stop().await;
-    db.drop_db().await;
+    finish_web(web, db).await;
 }
 
 async fn sim_with_webhooks(
@@ -171,8 +168,7 @@ async fn the_simulator_delivering_each_event_three_times_still_moves_the_attempt
     assert_eq!(ledger(&sim.url()).await.entries.len(), 1);
     worker.stop().await;
     sim.shutdown().await;
-    web.stop().await;
-    db.drop_db().await;
+    finish_web(web, db).await;
 }
 
 async fn seed_test_3_an_approval_before_the_synchronous_answer_wins_once(b: Backend) {
@@ -193,15 +189,8 @@ async fn seed_test_3_an_approval_before_the_synchronous_answer_wins_once(b: Back
     args.lease_ttl = Duration::from_secs(6);
     let worker = spawn_worker(args);
     let (id, _) = pending(&db.store, "wh-first").await;
-    eventually(
-        Duration::from_secs(15),
-        "the webhook to approve it",
-        || async {
-            let (a, _) = db.store.load(id).await.unwrap();
-            (a.state == State::Aprobado).then_some(())
-        },
-    )
-    .await;
+    // The webhook approves it.
+    settled(&db.store, id, State::Aprobado, Duration::from_secs(15)).await;
     // Let the held synchronous answer arrive and be recorded (or not).
     tokio::time::sleep(Duration::from_millis(2_500)).await;
     assert_eq!(
@@ -219,8 +208,7 @@ async fn seed_test_3_an_approval_before_the_synchronous_answer_wins_once(b: Back
     );
     worker.stop().await;
     sim.shutdown().await;
-    web.stop().await;
-    db.drop_db().await;
+    finish_web(web, db).await;
 }
 
 async fn seed_test_5_an_invalid_signature_is_rejected_and_recorded(b: Backend) {
@@ -243,15 +231,12 @@ async fn seed_test_5_an_invalid_signature_is_rejected_and_recorded(b: Backend) {
         "nobody can declare they have paid"
     );
     assert_eq!(causes(&db.store, id).await, ["enqueued"]);
-    web.stop().await;
-    db.drop_db().await;
+    finish_web(web, db).await;
 }
 
 async fn every_kind_of_bad_delivery_is_refused_and_recorded(b: Backend) {
     let db = TestDb::new(b).await;
-    let secret = test_secret();
-    let v = verifier(&secret);
-    let web = start_web(&db.store, verifier(&secret)).await;
+    let (v, web) = web_signing(&db).await;
     let (id, key) = pending(&db.store, "wh-bad").await;
     let body = event("evt_bad", "charge.succeeded", key);
     let now = chrono::Utc::now().timestamp();
@@ -352,15 +337,12 @@ async fn every_kind_of_bad_delivery_is_refused_and_recorded(b: Backend) {
         (status, reply["outcome"]["result"].as_str()),
         (200, Some("applied"))
     );
-    web.stop().await;
-    db.drop_db().await;
+    finish_web(web, db).await;
 }
 
 async fn a_late_decline_after_approval_is_a_recorded_no_op(b: Backend) {
     let db = TestDb::new(b).await;
-    let secret = test_secret();
-    let v = verifier(&secret);
-    let web = start_web(&db.store, verifier(&secret)).await;
+    let (v, web) = web_signing(&db).await;
     let (id, key) = pending(&db.store, "wh-late").await;
     let ok = event("evt_ok", "charge.succeeded", key);
     assert_eq!(post(&web, &signed(&v, "evt_ok", &ok), &ok).await.0, 200);
@@ -394,8 +376,7 @@ async fn a_late_decline_after_approval_is_a_recorded_no_op(b: Backend) {
     );
     assert_eq!(db.store.load(id).await.unwrap().0.state, State::Aprobado);
     assert_eq!(db.store.webhook_counts().await.unwrap(), (5, 0));
-    web.stop().await;
-    db.drop_db().await;
+    finish_web(web, db).await;
 }
 
 /// Issue 7's storm: 1,000 events, each delivered 3 times concurrently in
@@ -404,10 +385,8 @@ async fn a_late_decline_after_approval_is_a_recorded_no_op(b: Backend) {
 async fn a_storm_of_1000_events_3_times_each_with_10_percent_forged(b: Backend) {
     const EVENTS: usize = 1_000;
     let db = TestDb::new(b).await;
-    let secret = test_secret();
-    let v = verifier(&secret);
+    let (v, web) = web_signing(&db).await;
     let forger = verifier(&test_secret());
-    let web = start_web(&db.store, verifier(&secret)).await;
     let now = chrono::Utc::now().timestamp();
     /// (headers, body, forged)
     type Delivery = (Vec<(String, String)>, Vec<u8>, bool);
@@ -500,8 +479,7 @@ async fn a_storm_of_1000_events_3_times_each_with_10_percent_forged(b: Backend) 
             (State::Rechazado, EVENTS as i64 / 4)
         ]
     );
-    web.stop().await;
-    db.drop_db().await;
+    finish_web(web, db).await;
 }
 
 async fn the_stripe_scheme_works_end_to_end_when_the_adapter_chooses_it(b: Backend) {
@@ -527,15 +505,12 @@ async fn the_stripe_scheme_works_end_to_end_when_the_adapter_chooses_it(b: Backe
         db.store.rejected_webhook_reasons().await.unwrap(),
         ["missing_header"]
     );
-    web.stop().await;
-    db.drop_db().await;
+    finish_web(web, db).await;
 }
 
 async fn a_retryable_decline_by_webhook_schedules_the_business_retry(b: Backend) {
     let db = TestDb::new(b).await;
-    let secret = test_secret();
-    let v = verifier(&secret);
-    let web = start_web(&db.store, verifier(&secret)).await;
+    let (v, web) = web_signing(&db).await;
     for (order, code, scheduled) in [
         ("wh-poor", "insufficient_funds", true),
         ("wh-stolen", "stolen_card", false),
@@ -568,6 +543,5 @@ async fn a_retryable_decline_by_webhook_schedules_the_business_retry(b: Backend)
             other => panic!("{code}: {other:?}"),
         }
     }
-    web.stop().await;
-    db.drop_db().await;
+    finish_web(web, db).await;
 }

@@ -64,8 +64,7 @@ async fn a_reused_key_names_the_first_charge_in_major_units(b: Backend) {
 async fn a_refund_over_what_is_left_says_it_in_major_units(b: Backend) {
     let db = TestDb::new(b).await;
     let req = ChargeRequest::parse("words-refund", 1000, "USD", None, Some("pm_test")).unwrap();
-    let id = db.store.enqueue(&req).await.unwrap().attempt_id;
-    let charge = db.store.load(id).await.unwrap().0;
+    let charge = enqueued(&db.store, &req).await;
     let charge = step(&db.store, &charge, Event::Claim, None).await;
     let charge = step(&db.store, &charge, Event::Approved, None).await;
     let refund = |minor: i64| {

@@ -5,14 +5,14 @@
 
 use cobro::state::State;
 
-use super::common::{self, Backend, TestDb, secret};
-use super::fixtures::{client, declined, form_token, in_review, open_case, snapshot, web};
+use super::common::{self, Backend, TestDb, finish_web, secret, web_on};
+use super::fixtures::{client, declined, form_token, in_review, open_case, snapshot};
 
 on_both_backends!(a_cross_site_post_changes_nothing);
 
 async fn a_cross_site_post_changes_nothing(b: Backend) {
     let db = TestDb::new(b).await;
-    let web = web(&db).await;
+    let web = web_on(&db.store).await;
     let http = client();
     let review = in_review(&db.store, "csrf-review").await;
     let rejected = declined(&db.store, "csrf-declined").await;
@@ -116,6 +116,5 @@ async fn a_cross_site_post_changes_nothing(b: Backend) {
         db.store.load(review.id).await.unwrap().0.state,
         State::Aprobado
     );
-    web.stop().await;
-    db.drop_db().await;
+    finish_web(web, db).await;
 }

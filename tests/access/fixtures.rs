@@ -7,16 +7,10 @@
 use cobro::domain::ChargeRequest;
 use cobro::state::Event;
 use cobro::store::{Attempt, Store};
-use cobro::webhook::{Scheme, Verifier};
 use serde_json::json;
 use uuid::Uuid;
 
-use super::common::{TestDb, Web, secret, start_web, step, test_secret};
-
-pub async fn web(db: &TestDb) -> Web {
-    let v = Verifier::from_env_value(Scheme::StandardWebhooks, &test_secret()).unwrap();
-    start_web(&db.store, v).await
-}
+use super::common::{TestDb, form_token_in, secret, send_text, step};
 
 /// A client like a browser after its first page: it carries one sign-in
 /// cookie, to which the forms' tokens are bound.
@@ -128,16 +122,8 @@ pub async fn snapshot(db: &TestDb) -> (i64, i64, usize) {
 
 /// The form token the finance page gives `name` (read from the page).
 pub async fn form_token(http: &reqwest::Client, base: &str, name: &str, attempt: Uuid) -> String {
-    let page = http
+    let req = http
         .get(format!("{base}/finance/attempts/{attempt}"))
-        .basic_auth(name, Some(secret(name)))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    let at = page.find("name=\"form_token\" value=\"").expect("a form") + 25;
-    let len = page[at..].find('"').expect("the value's end");
-    page[at..at + len].to_owned()
+        .basic_auth(name, Some(secret(name)));
+    form_token_in(&send_text(req).await)
 }

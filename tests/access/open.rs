@@ -2,17 +2,18 @@
 //! receiver (its signature decides, not a key); and a web process with no
 //! keys configured, where every guarded route is closed.
 
-use cobro::webhook::{Scheme, Verifier};
 use serde_json::{Value, json};
 
-use super::common::{self, Backend, TestDb, secret, start_web_cfg, test_secret};
-use super::fixtures::{client, web};
+use super::common::{
+    self, Backend, TestDb, finish_web, secret, start_web_cfg, test_verifier, web_on,
+};
+use super::fixtures::client;
 
 on_both_backends!(only_the_webhook_receiver_and_health_are_open);
 
 async fn only_the_webhook_receiver_and_health_are_open(b: Backend) {
     let db = TestDb::new(b).await;
-    let web = web(&db).await;
+    let web = web_on(&db.store).await;
     let http = client();
     let health = http
         .get(format!("{}/health", web.url))
@@ -42,7 +43,7 @@ async fn only_the_webhook_receiver_and_health_are_open(b: Backend) {
         "unsigned: missing headers, not a 401 for a key"
     );
     // With no keys configured at all, every guarded route is closed.
-    let v = Verifier::from_env_value(Scheme::StandardWebhooks, &test_secret()).unwrap();
+    let v = test_verifier();
     let bare = start_web_cfg(cobro::web::WebConfig::new(db.store.clone(), v)).await;
     for path in [
         "/finance/api/summary",
@@ -70,6 +71,5 @@ async fn only_the_webhook_receiver_and_health_are_open(b: Backend) {
         .unwrap();
     assert_eq!(doc.status(), 200);
     bare.stop().await;
-    web.stop().await;
-    db.drop_db().await;
+    finish_web(web, db).await;
 }

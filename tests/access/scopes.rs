@@ -9,10 +9,10 @@ use reqwest::{Method, RequestBuilder, StatusCode};
 use serde_json::{Value, json};
 use uuid::Uuid;
 
-use super::common::{self, Backend, TestDb, secret};
+use super::common::{self, Backend, TestDb, finish_web, open_case_ids, secret, send_json, web_on};
 use super::fixtures::{
     approved, client, declined, double_charge_case, form_token, in_review, open_case,
-    retry_pending, snapshot, web,
+    retry_pending, snapshot,
 };
 
 on_both_backends!(
@@ -90,7 +90,7 @@ impl Route {
 
 async fn every_route_needs_a_credential_with_its_scope(b: Backend) {
     let db = TestDb::new(b).await;
-    let web = web(&db).await;
+    let web = web_on(&db.store).await;
     let http = client();
     let charge = approved(&db.store, "acc-approved").await;
     let review_form = in_review(&db.store, "acc-review-form").await;
@@ -342,26 +342,17 @@ async fn every_route_needs_a_credential_with_its_scope(b: Backend) {
         (asked.cause.as_str(), asked.actor.as_str()),
         ("retry_requested", "finance:luis")
     );
-    let open: Vec<i64> = db
-        .store
-        .open_cases()
-        .await
-        .unwrap()
-        .iter()
-        .map(|c| c.id)
-        .collect();
     assert_eq!(
-        open,
+        open_case_ids(&db.store).await,
         [doubled],
         "refunding a duplicate leaves its case open"
     );
-    web.stop().await;
-    db.drop_db().await;
+    finish_web(web, db).await;
 }
 
 async fn the_agent_reads_the_queue_and_the_summary_and_writes_nothing(b: Backend) {
     let db = TestDb::new(b).await;
-    let web = web(&db).await;
+    let web = web_on(&db.store).await;
     let http = client();
     let review = in_review(&db.store, "agent-review").await;
     let charge = approved(&db.store, "agent-approved").await;
@@ -369,13 +360,10 @@ async fn the_agent_reads_the_queue_and_the_summary_and_writes_nothing(b: Backend
     let case = open_case(&db, "ch_agent").await;
     let agent = |req: RequestBuilder| req.bearer_auth(secret("agent"));
 
-    let queue: Value = agent(http.get(format!("{}/finance/api/escalations", web.url)))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let queue: Value = send_json(agent(
+        http.get(format!("{}/finance/api/escalations", web.url)),
+    ))
+    .await;
     assert_eq!(queue["items"][0]["id"], json!(review.id));
     assert_eq!(queue["cases"][0]["id"], case);
     let summary = agent(http.get(format!("{}/finance/api/summary", web.url)))
@@ -438,6 +426,5 @@ async fn the_agent_reads_the_queue_and_the_summary_and_writes_nothing(b: Backend
         db.store.load(review.id).await.unwrap().0.state,
         State::EnRevision
     );
-    web.stop().await;
-    db.drop_db().await;
+    finish_web(web, db).await;
 }

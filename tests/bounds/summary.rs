@@ -24,6 +24,16 @@ fn json_amounts(json: &str) -> Vec<String> {
         .collect()
 }
 
+/// Finance's summary of `db` on 2026-12-01 at 08:00 UTC.
+async fn summary(db: &TestDb) -> finance::Summary {
+    let at = chrono::DateTime::parse_from_rfc3339("2026-12-01T08:00:00Z")
+        .unwrap()
+        .to_utc();
+    finance::summarize(&db.store, Duration::ZERO, at)
+        .await
+        .unwrap()
+}
+
 async fn the_summary_is_exact_with_amounts_at_the_ceiling(b: Backend) {
     let db = TestDb::new(b).await;
     db.store.set_max_amount(MaxAmount::CEILING).await.unwrap();
@@ -33,12 +43,7 @@ async fn the_summary_is_exact_with_amounts_at_the_ceiling(b: Backend) {
     }
     approved(&db.store, "b-sum-ok", AMOUNT_CEILING).await;
     let want = i128::from(AMOUNT_CEILING) * n;
-    let at = chrono::DateTime::parse_from_rfc3339("2026-12-01T08:00:00Z")
-        .unwrap()
-        .to_utc();
-    let s = finance::summarize(&db.store, Duration::ZERO, at)
-        .await
-        .unwrap();
+    let s = summary(&db).await;
     let review = s
         .totals
         .iter()
@@ -102,12 +107,7 @@ async fn the_summary_stays_exact_past_the_range_of_i64(b: Backend) {
     }
     insert("b-big-4", "RECHAZADO").await.unwrap();
     let want = i128::from(i64::MAX) * 3;
-    let at = chrono::DateTime::parse_from_rfc3339("2026-12-01T08:00:00Z")
-        .unwrap()
-        .to_utc();
-    let s = finance::summarize(&db.store, Duration::ZERO, at)
-        .await
-        .unwrap();
+    let s = summary(&db).await;
     let review = s
         .totals
         .iter()

@@ -106,15 +106,9 @@ async fn a_signed_webhook_carrying_nul_is_stored_once_and_applied_unless_in_an_i
     assert_eq!(accepted, 1, "only the decline was stored");
     // One sample row per reason per minute (two if the minute turned).
     assert!((1..=2).contains(&rejected), "{rejected}");
-    let causes: Vec<String> = db
-        .store
-        .transitions(declined.id)
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|t| t.cause)
-        .collect();
-    assert_eq!(causes, ["enqueued", "webhook_declined"]);
-    web.stop().await;
-    db.drop_db().await;
+    assert_eq!(
+        causes(&db.store, declined.id).await,
+        ["enqueued", "webhook_declined"]
+    );
+    finish_web(web, db).await;
 }

@@ -9,7 +9,7 @@ use cobro::domain::ChargeRequest;
 use cobro::state::{Event, State};
 use uuid::Uuid;
 
-use super::common::{self, Backend, TestDb, declined_with_retry, step};
+use super::common::{self, Backend, TestDb, declined_with_retry, enqueued, step};
 use super::doors::DAY;
 
 on_both_backends!(
@@ -22,8 +22,7 @@ on_both_backends!(
 async fn settled_states_are_held_by_the_database(b: Backend) {
     let db = TestDb::new(b).await;
     let req = ChargeRequest::parse("gate-settled", 3_000, "USD", None, None).unwrap();
-    let id = db.store.enqueue(&req).await.unwrap().attempt_id;
-    let a = db.store.load(id).await.unwrap().0;
+    let a = enqueued(&db.store, &req).await;
     let a = step(&db.store, &a, Event::Claim, None).await;
     let approved = step(&db.store, &a, Event::Approved, None).await;
     let declined = declined_with_retry(&db.store, "gate-settled-2", DAY).await;

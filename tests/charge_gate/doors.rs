@@ -6,18 +6,14 @@
 
 use std::time::Duration;
 
-use cobro::webhook::{Scheme, Verifier};
+use cobro::webhook::Verifier;
 use serde_json::{Value, json};
 use uuid::Uuid;
 
-use super::common::{Web, secret, test_secret};
+use super::common::{As, Web, post_keyed_json};
 
 /// A business retry scheduled a day out: nothing runs it in these tests.
 pub const DAY: Duration = Duration::from_secs(86_400);
-
-pub fn verifier() -> Verifier {
-    Verifier::from_env_value(Scheme::StandardWebhooks, &test_secret()).unwrap()
-}
 
 pub async fn post(
     web: &Web,
@@ -26,18 +22,8 @@ pub async fn post(
     key: Option<&str>,
     body: Value,
 ) -> (u16, Value) {
-    let mut req = reqwest::Client::new()
-        .post(format!("{}{path}", web.url))
-        .bearer_auth(secret(who))
-        .json(&body);
-    if let Some(k) = key {
-        req = req.header("Idempotency-Key", k);
-    }
-    let resp = req.send().await.unwrap();
-    (
-        resp.status().as_u16(),
-        resp.json().await.unwrap_or(Value::Null),
-    )
+    let url = format!("{}{path}", web.url);
+    post_keyed_json(&url, As::Bearer(who), key, &body.to_string()).await
 }
 
 /// `POST /charges` for `order` with a new key.

@@ -3,13 +3,16 @@
 //! finance resolves it; a cancel that means "do not charge", for good; and
 //! a cancel never touching a pending refund.
 
-use cobro::domain::{ChargeRequest, IdempotencyKey};
+use cobro::domain::ChargeRequest;
 use cobro::state::{Event, State};
 use cobro::store::{Applied, CancelReason, Change};
 use serde_json::json;
 
-use super::common::{self, Backend, TestDb, declined_with_retry, start_web, step};
-use super::doors::{DAY, assert_held, charge_again, finance_retry, post, signed_webhook, verifier};
+use super::common::{
+    self, Backend, TestDb, ask_refund, declined_with_retry, enqueued, finish_web, start_web, step,
+    test_verifier, web_on,
+};
+use super::doors::{DAY, assert_held, charge_again, finance_retry, post, signed_webhook};
 
 on_both_backends!(
     a_contradicted_decline_holds_the_order_until_finance_resolves_its_case,
@@ -23,7 +26,7 @@ on_both_backends!(
 /// until finance resolves it.
 async fn a_contradicted_decline_holds_the_order_until_finance_resolves_its_case(b: Backend) {
     let db = TestDb::new(b).await;
-    let v = verifier();
+    let v = test_verifier();
     let web = start_web(&db.store, v.clone()).await;
     let a = declined_with_retry(&db.store, "gate-1", DAY).await;
     for (id, kind, status) in [
@@ -82,8 +85,7 @@ async fn a_contradicted_decline_holds_the_order_until_finance_resolves_its_case(
         .unwrap();
     let (status, body) = charge_again(&web, "gate-1").await;
     assert_eq!(status, 201, "{body}");
-    web.stop().await;
-    db.drop_db().await;
+    finish_web(web, db).await;
 }
 
 /// The second situation, and every cancel reason: a reason that
@@ -91,7 +93,7 @@ async fn a_contradicted_decline_holds_the_order_until_finance_resolves_its_case(
 /// leave it open to a new charge.
 async fn a_cancel_that_means_do_not_charge_holds_the_order_at_every_door(b: Backend) {
     let db = TestDb::new(b).await;
-    let web = start_web(&db.store, verifier()).await;
+    let web = web_on(&db.store).await;
     for reason in CancelReason::ALL {
         let order = format!("gate-cancel-{}", reason.as_str());
         let a = declined_with_retry(&db.store, &order, DAY).await;
@@ -154,30 +156,19 @@ async fn a_cancel_that_means_do_not_charge_holds_the_order_at_every_door(b: Back
         "cancelled",
         "paid_by_other_means",
     );
-    web.stop().await;
-    db.drop_db().await;
+    finish_web(web, db).await;
 }
 
 /// The third situation: a cancel on an approved order with a
 /// pending refund leaves the refund alone (it is the customer's money).
 async fn a_cancel_never_touches_a_refund(b: Backend) {
     let db = TestDb::new(b).await;
-    let web = start_web(&db.store, verifier()).await;
+    let web = web_on(&db.store).await;
     let req = ChargeRequest::parse("gate-refund", 3_000, "USD", None, None).unwrap();
-    let id = db.store.enqueue(&req).await.unwrap().attempt_id;
-    let a = db.store.load(id).await.unwrap().0;
+    let a = enqueued(&db.store, &req).await;
     let a = step(&db.store, &a, Event::Claim, None).await;
     let a = step(&db.store, &a, Event::Approved, None).await;
-    let refund = db
-        .store
-        .request_refund(
-            a.id,
-            cobro::domain::Amount::parse(1_000).unwrap(),
-            IdempotencyKey::generate(),
-            "app",
-        )
-        .await
-        .unwrap();
+    let refund = ask_refund(&db.store, a.id, 1_000, "app").await;
     let (status, body) = post(
         &web,
         "/orders/gate-refund/cancel",
@@ -191,6 +182,5 @@ async fn a_cancel_never_touches_a_refund(b: Backend) {
     let r = db.store.load(refund.refund_id).await.unwrap().0;
     assert_eq!(r.state, State::Pendiente, "the refund is untouched");
     assert_eq!(r.cancel_reason, None);
-    web.stop().await;
-    db.drop_db().await;
+    finish_web(web, db).await;
 }

@@ -10,8 +10,8 @@ use cobro::store::{Applied, Attempt, Change};
 use cobro::webhook::{Scheme, Verifier};
 use serde_json::json;
 
-use super::common::{self, Backend, TestDb, start_web, step};
-use super::doors::{post, verifier};
+use super::common::{self, Backend, TestDb, enqueued, finish_web, start_web, step, web_on};
+use super::doors::post;
 
 on_both_backends!(
     a_refund_that_fails_after_success_opens_a_case_and_frees_its_amount,
@@ -34,8 +34,7 @@ async fn a_refund_that_fails_after_success_opens_a_case_and_frees_its_amount(b: 
     .unwrap();
     let web = start_web(&db.store, v.clone()).await;
     let req = ChargeRequest::parse("gate-refund-failed", 3_000, "USD", None, None).unwrap();
-    let id = db.store.enqueue(&req).await.unwrap().attempt_id;
-    let a = db.store.load(id).await.unwrap().0;
+    let a = enqueued(&db.store, &req).await;
     let a = step(&db.store, &a, Event::Claim, None).await;
     let charge = step(&db.store, &a, Event::Approved, Some("pi_1")).await;
     let refund = |amount: i64| {
@@ -103,8 +102,7 @@ async fn a_refund_that_fails_after_success_opens_a_case_and_frees_its_amount(b: 
         .await
         .unwrap_err();
     assert!(err.to_string().contains("never undone"), "{err}");
-    web.stop().await;
-    db.drop_db().await;
+    finish_web(web, db).await;
 }
 
 /// The sixth situation: finance's decline of an attempt whose
@@ -114,10 +112,9 @@ async fn a_refund_that_fails_after_success_opens_a_case_and_frees_its_amount(b: 
 /// refused, saying why. Neither records a decline.
 async fn finance_cannot_decline_a_payment_object_that_may_still_succeed(b: Backend) {
     let db = TestDb::new(b).await;
-    let web = start_web(&db.store, verifier()).await;
+    let web = web_on(&db.store).await;
     let req = ChargeRequest::parse("gate-pi", 3_000, "USD", None, None).unwrap();
-    let id = db.store.enqueue(&req).await.unwrap().attempt_id;
-    let a = db.store.load(id).await.unwrap().0;
+    let a = enqueued(&db.store, &req).await;
     let a = step(&db.store, &a, Event::Claim, None).await;
     let mut prepared = Change::new(Some(Event::Prepared), "payment_intent_created", "worker:w");
     prepared.gateway_ref = Some("pi_open_1");
@@ -154,6 +151,5 @@ async fn finance_cannot_decline_a_payment_object_that_may_still_succeed(b: Backe
     let now = db.store.load(a.id).await.unwrap().0;
     assert_eq!(now.state, State::EnRevision);
     assert_eq!(now.decline_code, None);
-    web.stop().await;
-    db.drop_db().await;
+    finish_web(web, db).await;
 }

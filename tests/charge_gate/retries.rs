@@ -14,8 +14,8 @@ use serde_json::json;
 use uuid::Uuid;
 
 use super::common::{
-    self, Backend, TestDb, approved_per_order, declined_with_retry, engine, eventually, ledger,
-    set_faults, skip_postgres, spawn_worker, start_sim, worker_args,
+    self, Backend, TestDb, approved_per_order, db_and_sim, declined_with_retry, engine, eventually,
+    finish_sim, ledger, postgres_db, set_faults, spawn_worker, start_sim, worker_args,
 };
 use super::declines;
 use super::doors::DAY;
@@ -68,10 +68,11 @@ async fn a_business_retry_key_is_derived_from_the_order_and_its_number(b: Backen
 /// (which honours keys) charges the order once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_a_retry_created_again_after_a_lossy_failover_is_charged_once() {
-    if skip_postgres("postgres_a_retry_created_again_after_a_lossy_failover_is_charged_once") {
+    let Some(db) =
+        postgres_db("postgres_a_retry_created_again_after_a_lossy_failover_is_charged_once").await
+    else {
         return;
-    }
-    let db = TestDb::new(Backend::Postgres).await;
+    };
     let pool = db.store.pg_pool().unwrap().clone();
     let sim = start_sim(true, Faults::default()).await;
     declines::decline_with(&sim.url(), "insufficient_funds").await;
@@ -97,7 +98,7 @@ async fn postgres_a_retry_created_again_after_a_lossy_failover_is_charged_once()
             .await
         }
     };
-    declines::retry_now(&db, first.id).await;
+    common::retry_now(&db, first.id).await;
     let worker = spawn_worker(worker_args(&db.url, &sim.url()));
     let retry = charged(1).await;
     worker.stop().await;
@@ -145,7 +146,7 @@ async fn postgres_a_retry_created_again_after_a_lossy_failover_is_charged_once()
         .await
         .unwrap();
     tx.commit().await.unwrap();
-    declines::retry_now(&db, first.id).await;
+    common::retry_now(&db, first.id).await;
 
     let worker = spawn_worker(worker_args(&db.url, &sim.url()));
     let again = charged(1).await;
@@ -160,8 +161,7 @@ async fn postgres_a_retry_created_again_after_a_lossy_failover_is_charged_once()
         "charged once at the gateway: {:?}",
         ledger.entries
     );
-    sim.shutdown().await;
-    db.drop_db().await;
+    finish_sim(sim, db).await;
 }
 
 /// The fifth situation: before a business retry the declined
@@ -171,9 +171,8 @@ async fn postgres_a_retry_created_again_after_a_lossy_failover_is_charged_once()
 /// postpone the retry) and the listing shows the gateway did charge the
 /// declined key: a case opens and no retry is made.
 async fn past_the_key_lifetime_the_pre_check_reads_the_gateways_listing(b: Backend) {
-    let db = TestDb::new(b).await;
-    let sim = start_sim(
-        true,
+    let (db, sim) = db_and_sim(
+        b,
         Faults {
             p_lookup_fail: 1.0,
             ..Faults::default()
@@ -199,7 +198,7 @@ async fn past_the_key_lifetime_the_pre_check_reads_the_gateways_listing(b: Backe
     )
     .await
     .unwrap();
-    declines::retry_now(&db, a.id).await;
+    common::retry_now(&db, a.id).await;
     engine(&db.store, &sim.url(), "w")
         .process(a.id)
         .await
@@ -216,6 +215,5 @@ async fn past_the_key_lifetime_the_pre_check_reads_the_gateways_listing(b: Backe
         1,
         "no retry"
     );
-    sim.shutdown().await;
-    db.drop_db().await;
+    finish_sim(sim, db).await;
 }

@@ -1,8 +1,9 @@
 //! Attempts moved by hand, as a worker would move them, through the
 //! store's compare-and-set writer: one event at a time (with or without the
 //! gateway's evidence), to `EN_REVISION`, declined with a retry scheduled,
-//! charged at the simulator and recorded; and what a test reads back (the
-//! states an attempt went through, waiting for one).
+//! charged at the simulator and recorded, refunds asked for, a retry made
+//! due; and what a test reads back (the states an attempt went through and
+//! why, the open cases, waiting for a state).
 
 use std::time::Duration;
 
@@ -10,6 +11,12 @@ use cobro::store::Store;
 use uuid::Uuid;
 
 use super::{TestDb, eventually};
+
+/// Enqueues `req`; its attempt as stored.
+pub async fn enqueued(store: &Store, req: &cobro::domain::ChargeRequest) -> cobro::store::Attempt {
+    let id = store.enqueue(req).await.unwrap().attempt_id;
+    store.load(id).await.unwrap().0
+}
 
 /// Moves `a` with `event` through the store's compare-and-set writer, as a
 /// worker would: a Claim takes a 30 s lease; `detail` is the gateway's
@@ -73,6 +80,48 @@ pub async fn path(store: &Store, id: Uuid) -> Vec<String> {
         .collect()
 }
 
+/// The causes of attempt `id`'s transitions, in order.
+pub async fn causes(store: &Store, id: Uuid) -> Vec<String> {
+    store
+        .transitions(id)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|t| t.cause)
+        .collect()
+}
+
+/// The ids of the open reconciliation cases.
+pub async fn open_case_ids(store: &Store) -> Vec<i64> {
+    store
+        .open_cases()
+        .await
+        .unwrap()
+        .iter()
+        .map(|c| c.id)
+        .collect()
+}
+
+/// Asks for a refund of `minor` units of charge `charge` as `actor`, with a
+/// new key; panics if it is refused.
+pub async fn ask_refund(
+    store: &Store,
+    charge: Uuid,
+    minor: i64,
+    actor: &str,
+) -> cobro::store::Refunded {
+    use cobro::domain::{Amount, IdempotencyKey};
+    store
+        .request_refund(
+            charge,
+            Amount::parse(minor).unwrap(),
+            IdempotencyKey::generate(),
+            actor,
+        )
+        .await
+        .unwrap()
+}
+
 /// Waits (up to `limit`) for attempt `id` to reach `want`.
 pub async fn settled(
     store: &Store,
@@ -87,6 +136,19 @@ pub async fn settled(
     .await
 }
 
+/// Makes attempt `id`'s next action (a declined attempt's business retry)
+/// due now and wakes it.
+pub async fn retry_now(db: &TestDb, id: Uuid) {
+    db.exec(
+        "UPDATE cobro.payment_attempts SET next_action_at = now() WHERE id = $1::uuid",
+        "UPDATE payment_attempts SET next_action_at = 0 WHERE id = ?1",
+        &[&id.to_string()],
+    )
+    .await
+    .unwrap();
+    db.store.wake(id).await.unwrap();
+}
+
 /// A charge for `order` (49.90 EUR) moved to `EN_REVISION` as a worker
 /// would: claimed, an unknown outcome (HTTP 503), then a failed lookup
 /// (recorded as a check) that exhausts the checks.
@@ -94,8 +156,7 @@ pub async fn in_review(store: &Store, order: &str) -> cobro::store::Attempt {
     use cobro::state::Event;
     use cobro::store::{Applied, Change, CheckRecord, Lease};
     let req = cobro::domain::ChargeRequest::parse(order, 4_990, "EUR", None, None).unwrap();
-    let id = store.enqueue(&req).await.unwrap().attempt_id;
-    let mut a = store.load(id).await.unwrap().0;
+    let mut a = enqueued(store, &req).await;
     for event in [Event::Claim, Event::Unknown, Event::ChecksExhausted] {
         let mut c = Change::new(Some(event), "test", "worker:test");
         let ev = cobro::gateway::Evidence {
@@ -138,19 +199,30 @@ pub async fn declined_with_retry(
     order: &str,
     retry_in: Duration,
 ) -> cobro::store::Attempt {
+    let req = cobro::domain::ChargeRequest::parse(order, 3_000, "USD", None, Some("pm_x")).unwrap();
+    let a = enqueued(store, &req).await;
+    let a = step(store, &a, cobro::state::Event::Claim, None).await;
+    let a = decline_for_retry(store, &a, "insufficient_funds", retry_in).await;
+    assert!(a.next_action_at.is_some(), "a retry is scheduled");
+    a
+}
+
+/// Declines the claimed attempt `a` with `code` (cause `gateway_declined`),
+/// its business retry scheduled `retry_in` from now, as the worker does.
+pub async fn decline_for_retry(
+    store: &Store,
+    a: &cobro::store::Attempt,
+    code: &str,
+    retry_in: Duration,
+) -> cobro::store::Attempt {
     use cobro::state::Event;
     use cobro::store::{Applied, Change};
-    let req = cobro::domain::ChargeRequest::parse(order, 3_000, "USD", None, Some("pm_x")).unwrap();
-    let id = store.enqueue(&req).await.unwrap().attempt_id;
-    let a = store.load(id).await.unwrap().0;
-    let a = step(store, &a, Event::Claim, None).await;
     let mut decline = Change::new(Some(Event::Declined), "gateway_declined", "worker:test");
-    decline.decline_code = Some("insufficient_funds");
+    decline.decline_code = Some(code);
     decline.act_in = Some(retry_in);
-    let Applied::Moved(a) = store.apply(&a, &decline).await.unwrap() else {
+    let Applied::Moved(a) = store.apply(a, &decline).await.unwrap() else {
         panic!("not declined");
     };
-    assert!(a.next_action_at.is_some(), "a retry is scheduled");
     *a
 }
 
@@ -167,8 +239,7 @@ pub async fn charged(
     use cobro::gateway::{ChargeCall, ChargeOutcome, Gateway};
     use cobro::state::Event;
     let req = ChargeRequest::parse(order, amount, "EUR", None, None).unwrap();
-    let id = store.enqueue(&req).await.unwrap().attempt_id;
-    let a = store.load(id).await.unwrap().0;
+    let a = enqueued(store, &req).await;
     let a = step(store, &a, Event::Claim, None).await;
     let call = ChargeCall {
         key: IdempotencyKey::from_uuid(a.idempotency_key),

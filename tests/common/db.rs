@@ -1,8 +1,9 @@
 //! A database of its own per test: a fresh PostgreSQL database
 //! (`cobro_t_<uuid>` on `TEST_DATABASE_URL`) or a SQLite file in a fresh
 //! temp directory, migrated, copied from a template, or left unmigrated;
-//! dropped when the test passes; and the SQL a test runs on it, written
-//! once per backend.
+//! dropped when the test passes (or none, for a PostgreSQL-only test when
+//! PostgreSQL is not there); and the SQL a test runs on it, written once
+//! per backend.
 
 use std::path::PathBuf;
 
@@ -26,6 +27,15 @@ fn sqlite_dir(name: &str) -> (String, PathBuf) {
     let dir = std::env::temp_dir().join(name);
     std::fs::create_dir_all(&dir).expect("temp dir");
     (format!("sqlite://{}", dir.join("cobro.db").display()), dir)
+}
+
+/// A new database of its own on PostgreSQL, for a PostgreSQL-only test;
+/// `None` when the test is skipped (see [`super::skip_postgres`]).
+pub async fn postgres_db(test: &str) -> Option<TestDb> {
+    if super::skip_postgres(test) {
+        return None;
+    }
+    Some(TestDb::new(Backend::Postgres).await)
 }
 
 pub struct TestDb {

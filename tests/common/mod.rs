@@ -13,7 +13,8 @@
 //! `sim.rs` (the simulator), `worker.rs` (a worker and the usual rig),
 //! `web.rs` (the web process and the test keys), `attempts.rs` (attempts
 //! moved by hand), `http.rs` and `cli.rs` (asking the web process and the
-//! CLI), `python.rs` (the Python tools and skips).
+//! CLI), `recon.rs` (the window a reconciliation reads), `python.rs` (the
+//! Python tools and skips).
 
 #![allow(dead_code)]
 
@@ -34,6 +35,7 @@ pub mod python;
 
 mod attempts;
 mod db;
+mod recon;
 mod sim;
 mod web;
 mod worker;
@@ -46,6 +48,8 @@ pub use cli::*;
 pub use db::*;
 #[allow(unused_imports)]
 pub use http::*;
+#[allow(unused_imports)]
+pub use recon::*;
 #[allow(unused_imports)]
 pub use sim::*;
 #[allow(unused_imports)]

@@ -2,12 +2,12 @@
 //! `tests/operator_cli.rs`; each includes this file with
 //! `#[path = "common/operator_seed.rs"] mod operator_seed;`).
 
-use cobro::domain::{Amount, ChargeRequest, IdempotencyKey};
+use cobro::domain::ChargeRequest;
 use cobro::state::Event;
 use cobro::store::Attempt;
 use serde_json::Value;
 
-use super::common::{Backend, TestDb, in_review, step};
+use super::common::{Backend, TestDb, ask_refund, in_review, step};
 
 /// Seven attempts: `op-1` approved and its refund; `op-2` declined and its
 /// business retry; `op-3` in review with a lookup; `op-4 <b>&"x"` waiting;
@@ -57,16 +57,7 @@ pub async fn seed(b: Backend) -> Seeded {
     let op1 = enqueue(&db, "op-1").await;
     let op1 = step(&db.store, &op1, Event::Claim, None).await;
     let op1 = step(&db.store, &op1, Event::Approved, Some("ch_op1")).await;
-    let refund = db
-        .store
-        .request_refund(
-            op1.id,
-            Amount::parse(500).unwrap(),
-            IdempotencyKey::generate(),
-            "api:app",
-        )
-        .await
-        .unwrap();
+    let refund = ask_refund(&db.store, op1.id, 500, "api:app").await;
     let op2 = enqueue(&db, "op-2").await;
     let op2 = step(&db.store, &op2, Event::Claim, None).await;
     let op2 = step(&db.store, &op2, Event::Declined, Some("do_not_honor")).await;

@@ -1,6 +1,6 @@
-//! The gateway simulator as a real HTTP server on 127.0.0.1, and what a
-//! test asks it over HTTP: its ledger, new faults, the approved charges
-//! per order.
+//! The gateway simulator as a real HTTP server on 127.0.0.1, the faults a
+//! test sets most, and what a test asks it over HTTP: its ledger, new
+//! faults, the approved charges per order.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -47,6 +47,50 @@ pub async fn set_faults(sim_url: &str, faults: &Faults) {
         "PUT /control/faults: {}",
         resp.status()
     );
+}
+
+/// Every call executed at the gateway and its answer lost; lookups answer.
+pub fn answers_lost() -> Faults {
+    Faults {
+        p_response_lost: 1.0,
+        ..Faults::default()
+    }
+}
+
+/// Every call executed and its answer lost, and every lookup failing:
+/// nothing says what happened.
+pub fn answers_lost_lookups_fail() -> Faults {
+    Faults {
+        p_lookup_fail: 1.0,
+        ..answers_lost()
+    }
+}
+
+/// Every charge or refund request held 2.5 s (longer than the worker's
+/// 1.5 s timeout), then dropped, never executed.
+pub fn requests_lost() -> Faults {
+    Faults {
+        p_request_lost: 1.0,
+        hold_ms: 2_500,
+        ..Faults::default()
+    }
+}
+
+/// The gateway down: every charge, refund and lookup answers 503.
+pub fn outage() -> Faults {
+    Faults {
+        outage: true,
+        ..Faults::default()
+    }
+}
+
+/// Every charge declined with `code`.
+pub fn declining(code: &str) -> Faults {
+    Faults {
+        p_decline: 1.0,
+        decline_codes: vec![code.into()],
+        ..Faults::default()
+    }
 }
 
 /// Approved charges per order in the gateway's ledger.

@@ -1,6 +1,7 @@
 //! localstripe for tests: started on a free loopback port through
 //! `scripts/localstripe/serve` (installed with `pip install localstripe`),
-//! killed on drop, and read through its own Stripe API.
+//! killed on drop, and read through its own Stripe API; with a database
+//! beside it, and the charges it approves.
 
 #![allow(dead_code)]
 
@@ -10,7 +11,11 @@ use std::time::{Duration, Instant};
 use cobro::domain::ChargeRequest;
 use cobro::gateway::{GatewayChoice, GatewayKind};
 use cobro::runtime::WorkerArgs;
+use cobro::state::State;
+use cobro::store::{Attempt, Backend, Store};
 use serde_json::Value;
+
+use super::common::{TestDb, settled};
 
 /// The secret key tests use: localstripe accepts any `sk_…`.
 pub const TEST_KEY: &str = "sk_test_cobro_local";
@@ -49,16 +54,32 @@ pub fn localstripe_installed(test: &str) -> bool {
     super::common::python::python_with("localstripe", test).is_some()
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free loopback port")
+/// A database and localstripe for `test`; `None` when localstripe cannot
+/// run (the test is skipped, see [`localstripe_installed`]).
+pub async fn db_and_stripe(b: Backend, test: &str) -> Option<(TestDb, LocalStripe)> {
+    if !localstripe_installed(test) {
+        return None;
+    }
+    super::common::init_logs();
+    let db = TestDb::new(b).await;
+    Some((db, LocalStripe::start().await))
+}
+
+/// A charge of `amount` EUR minor units for `order` on `pm_card_visa`,
+/// the test card localstripe approves.
+pub fn visa_charge(order: &str, amount: i64) -> ChargeRequest {
+    ChargeRequest::parse(order, amount, "EUR", None, Some("pm_card_visa")).unwrap()
+}
+
+/// Enqueues `req` and waits (up to 30 s) for a worker to charge it.
+pub async fn charged_by_worker(store: &Store, req: &ChargeRequest) -> Attempt {
+    let id = store.enqueue(req).await.unwrap().attempt_id;
+    settled(store, id, State::Aprobado, Duration::from_secs(30)).await
 }
 
 impl LocalStripe {
     pub async fn start() -> Self {
-        let port = free_port();
+        let port = super::common::free_port();
         let script = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/localstripe/serve");
         let python = super::common::python::python_with("localstripe", "localstripe")
             .expect("localstripe_installed() before LocalStripe::start()");

@@ -1,13 +1,16 @@
 //! The web process for a test: `cobro serve`'s routes on 127.0.0.1:0 with
 //! the test API keys ([`TEST_KEYS`], each one's secret [`secret`]`(name)`),
-//! or any router through cobro's hardened server loop; and a test webhook
-//! secret.
+//! or any router through cobro's hardened server loop, and its finish; a
+//! test webhook secret and its verifier; a free port for a `cobro serve`
+//! the test starts.
 
 use std::time::Duration;
 
 use cobro::store::Store;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
+
+use super::TestDb;
 
 /// A test webhook secret (Standard Webhooks format, 32 random bytes).
 pub fn test_secret() -> String {
@@ -17,6 +20,16 @@ pub fn test_secret() -> String {
         "whsec_{}",
         base64::engine::general_purpose::STANDARD.encode(bytes)
     )
+}
+
+/// A Standard Webhooks verifier with a fresh [`test_secret`], for a web
+/// process whose webhooks the test does not sign.
+pub fn test_verifier() -> cobro::webhook::Verifier {
+    cobro::webhook::Verifier::from_env_value(
+        cobro::webhook::Scheme::StandardWebhooks,
+        &test_secret(),
+    )
+    .expect("a verifier of the test secret")
 }
 
 /// The test API keys: name, scopes. Each one's secret is [`secret`]`(name)`.
@@ -52,6 +65,14 @@ pub fn test_keys() -> cobro::http::auth::ApiKeys {
     cobro::http::auth::ApiKeys::parse(&test_keys_config()).expect("test keys")
 }
 
+/// A port free on 127.0.0.1 now, for a process the test starts.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free loopback port")
+}
+
 /// The web process (`cobro serve`'s routes, with [`test_keys`] and fresh
 /// metrics) on 127.0.0.1:0, until dropped or stopped.
 pub struct Web {
@@ -62,6 +83,12 @@ pub struct Web {
 
 pub async fn start_web(store: &Store, verifier: cobro::webhook::Verifier) -> Web {
     start_web_cfg(web_config(store, verifier)).await
+}
+
+/// [`start_web`] with a [`test_verifier`]: for a test that signs no
+/// webhook.
+pub async fn web_on(store: &Store) -> Web {
+    start_web(store, test_verifier()).await
 }
 
 /// The web settings of [`start_web`], to adjust before [`start_web_cfg`].
@@ -99,4 +126,11 @@ impl Web {
         let _ = self.stop.send(());
         let _ = self.task.await;
     }
+}
+
+/// Stops the web process, then drops the database (a test that panics
+/// before this keeps its database for a look).
+pub async fn finish_web(web: Web, db: TestDb) {
+    web.stop().await;
+    db.drop_db().await;
 }

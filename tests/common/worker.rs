@@ -1,9 +1,10 @@
 //! A worker for a test: its settings scaled down ([`worker_args`]), one
 //! running in this process until stopped, the usual database + simulator
-//! (+ worker) rig and its finish, and an engine to drive by hand.
+//! (+ worker) rig and its finishes, and an engine to drive by hand.
 
 use std::time::{Duration, Instant};
 
+use cobro::backoff::CheckSchedule;
 use cobro::runtime::WorkerArgs;
 use cobro::sim::{Faults, SimHandle};
 use cobro::store::{Backend, Store};
@@ -113,10 +114,32 @@ pub async fn db_and_sim(b: Backend, faults: Faults) -> (TestDb, SimHandle) {
     (db, sim)
 }
 
+/// [`db_and_sim`] on PostgreSQL, for a PostgreSQL-only test; `None` when
+/// the test is skipped (see [`super::skip_postgres`]).
+pub async fn postgres_db_and_sim(test: &str, faults: Faults) -> Option<(TestDb, SimHandle)> {
+    if super::skip_postgres(test) {
+        return None;
+    }
+    Some(db_and_sim(Backend::Postgres, faults).await)
+}
+
 /// Stops the worker and the simulator, then drops the database (a test
 /// that panics before this keeps its database for a look).
 pub async fn finish(worker: InProcessWorker, sim: SimHandle, db: TestDb) {
     worker.stop().await;
+    finish_sim(sim, db).await;
+}
+
+/// Stops the worker, then drops the database: [`finish`] without a
+/// simulator to stop (localstripe, or one the test drops itself).
+pub async fn finish_worker(worker: InProcessWorker, db: TestDb) {
+    worker.stop().await;
+    db.drop_db().await;
+}
+
+/// Stops the simulator, then drops the database: [`finish`] for a test
+/// without a worker.
+pub async fn finish_sim(sim: SimHandle, db: TestDb) {
     sim.shutdown().await;
     db.drop_db().await;
 }
@@ -128,18 +151,26 @@ pub fn engine(store: &Store, gateway_url: &str, name: &str) -> cobro::engine::En
     cobro::engine::Engine::new(
         store.clone(),
         std::sync::Arc::new(gateway),
-        cobro::engine::EngineConfig {
-            worker_name: name.into(),
-            lease_ttl: Duration::from_secs(3),
-            schedule: cobro::backoff::CheckSchedule::default().scaled(0.1),
-            key_lifetime: Duration::from_secs(86_400),
-            retry: Default::default(),
-            defer_backoff: Duration::from_millis(300),
-            not_found: cobro::policy::NotFoundRule {
-                gateway_idempotent: true,
-                max_processing: Duration::from_secs(60),
-            },
-            review: Default::default(),
-        },
+        engine_config(name, CheckSchedule::default().scaled(0.1)),
     )
+}
+
+/// The settings of an engine named `name` in a test: this check
+/// `schedule`, a 3 s lease, keys kept a day, 300 ms between deferred
+/// sends, a gateway that keeps keys and processes within 60 s; the
+/// default retry and review schedules.
+pub fn engine_config(name: &str, schedule: CheckSchedule) -> cobro::engine::EngineConfig {
+    cobro::engine::EngineConfig {
+        worker_name: name.into(),
+        lease_ttl: Duration::from_secs(3),
+        schedule,
+        key_lifetime: Duration::from_secs(86_400),
+        retry: Default::default(),
+        defer_backoff: Duration::from_millis(300),
+        not_found: cobro::policy::NotFoundRule {
+            gateway_idempotent: true,
+            max_processing: Duration::from_secs(60),
+        },
+        review: Default::default(),
+    }
 }

@@ -4,7 +4,6 @@
 use std::collections::BTreeSet;
 
 use cobro::store::Backend;
-use cobro::webhook::{Scheme, Verifier};
 use serde_json::Value;
 
 use super::common::{self, *};
@@ -25,17 +24,9 @@ on_both_backends!(every_json_request_body_is_the_one_its_handler_reads);
 /// of another alternative is refused as unknown.
 async fn every_json_request_body_is_the_one_its_handler_reads(backend: Backend) {
     let db = TestDb::new(backend).await;
-    let v = Verifier::from_env_value(Scheme::StandardWebhooks, &test_secret()).unwrap();
-    let web = start_web(&db.store, v).await;
+    let web = web_on(&db.store).await;
     let http = reqwest::Client::new();
-    let doc: Value = http
-        .get(format!("{}/openapi.json", web.url))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let doc: Value = get_json(&format!("{}/openapi.json", web.url), As::Nobody).await;
     let mut checked = Vec::new();
     for (path, item) in doc["paths"].as_object().unwrap() {
         for (method, op) in item.as_object().unwrap() {
@@ -129,8 +120,7 @@ async fn every_json_request_body_is_the_one_its_handler_reads(backend: Backend) 
     // Every JSON body of the API: a document without them would pass.
     assert!(checked.len() >= 10, "only {checked:?}");
     println!("{}", checked.join("\n"));
-    web.stop().await;
-    db.drop_db().await;
+    finish_web(web, db).await;
 }
 
 /// One documented route that takes a JSON body.
