@@ -28,9 +28,7 @@ use crate::store::{CancelError, CancelReason, Cancelled};
     tag = "orders",
     description = "Cancel what was not sent for an order: a PENDIENTE (waiting) attempt stops; one already with the gateway is not touched. Needs an API key with `charges:write` (Bearer).",
     request_body = crate::web::openapi::CancelBody,
-    params(
-        ("order_id" = String, Path, description = "Your order's id.")
-    ),
+    params(crate::web::openapi::OrderId),
     responses(
         (status = 200, description = "What was cancelled, or that there was nothing to cancel.", body = CancelAnswer),
         (status = 404, description = "No such order.", body = crate::web::openapi::ErrorBody),

@@ -164,14 +164,11 @@ pub(super) fn created(body: Value, location: String, replayed: bool) -> Response
     tag = "charges",
     description = "Enqueue a charge. The `Idempotency-Key` header (a UUID) makes a retry of this request safe: the same key and body get the first answer back with `Idempotent-Replayed: true`. Needs an API key with `charges:write` (Bearer).",
     request_body = crate::web::openapi::ChargeBody,
-    params(
-        ("Idempotency-Key" = String, Header, description = "A UUID you choose per charge; the same key and body replay the first answer.")
-    ),
+    params(crate::web::openapi::IdempotencyKey),
     responses(
         (status = 201, description = "Enqueued (or replayed); `Location` is the attempt.", body = crate::web::openapi::ChargeCreated),
-        (status = 400, description = "The `Idempotency-Key` header is missing or not a UUID, or the body is not JSON.", body = crate::web::openapi::ErrorBody),
         (status = 409, description = "The key was used for another body, or the database's charge rule refused the order (`reason`: approved, live_attempt, open_case, cancelled).", body = crate::web::openapi::ErrorBody),
-        (status = 422, description = "A field is missing, of the wrong type, unknown, or out of range (`field` names it).", body = crate::web::openapi::ErrorBody),
+        crate::web::openapi::KeyedBodyRefusals,
         crate::web::openapi::scope::ChargesWrite,
         crate::web::openapi::JsonBodyRefusals,
         crate::web::openapi::Unavailable
@@ -278,7 +275,6 @@ pub(super) async fn create(
     ),
     responses(
         crate::web::openapi::AttemptRead,
-        (status = 400, description = "`attempt_id` is not a UUID.", body = crate::web::openapi::ErrorBody),
         crate::web::openapi::scope::AttemptsRead,
         crate::web::openapi::Unavailable
     ),
@@ -317,7 +313,6 @@ pub(super) async fn show(State(app): AppState, Path(id): Path<String>) -> Respon
     ),
     responses(
         crate::web::openapi::AttemptRead,
-        (status = 400, description = "`attempt_id` is not a UUID.", body = crate::web::openapi::ErrorBody),
         crate::web::openapi::scope::AttemptsRead,
         crate::web::openapi::Unavailable
     ),
@@ -340,7 +335,6 @@ pub(super) async fn show_attempt(app: AppState, id: Path<String>) -> Response {
     ),
     responses(
         crate::web::openapi::AttemptRead,
-        (status = 400, description = "`refund_id` is not a UUID.", body = crate::web::openapi::ErrorBody),
         crate::web::openapi::scope::AttemptsRead,
         crate::web::openapi::Unavailable
     ),

@@ -24,7 +24,7 @@ use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
-use utoipa::{IntoResponses, Modify, OpenApi, ToSchema};
+use utoipa::{IntoParams, IntoResponses, Modify, OpenApi, ToSchema};
 
 /// The document.
 #[derive(OpenApi)]
@@ -358,6 +358,83 @@ pub(crate) enum JsonBodyRefusals {
 #[expect(dead_code, reason = "only its description and schema are used")]
 pub(crate) struct NotJson(ErrorBody);
 
+/// The 400 and 422 of a route that takes an `Idempotency-Key` header and a
+/// JSON body (`POST /charges`, `POST /refunds`).
+#[derive(IntoResponses)]
+#[expect(dead_code, reason = "only its descriptions and schemas are used")]
+pub(crate) enum KeyedBodyRefusals {
+    #[response(
+        status = 400,
+        description = "The `Idempotency-Key` header is missing or not a UUID, or the body is not JSON."
+    )]
+    BadKeyOrJson(ErrorBody),
+    #[response(
+        status = 422,
+        description = "A field is missing, of the wrong type, unknown, or out of range (`field` names it)."
+    )]
+    BadField(ErrorBody),
+}
+
+/// The `Idempotency-Key` header of a keyed request.
+#[derive(IntoParams)]
+#[into_params(names("Idempotency-Key"), parameter_in = Header)]
+#[expect(dead_code, reason = "only its description and schema are used")]
+pub(crate) struct IdempotencyKey(
+    /// A UUID you choose per charge; the same key and body replay the first answer.
+    String,
+);
+
+/// The `{id}` of a route that names an attempt.
+#[derive(IntoParams)]
+#[into_params(names("id"), parameter_in = Path)]
+#[expect(dead_code, reason = "only its description and schema are used")]
+pub(crate) struct AttemptId(
+    /// The attempt's UUID.
+    String,
+);
+
+/// The `{id}` of a route that names a reconciliation case.
+#[derive(IntoParams)]
+#[into_params(names("id"), parameter_in = Path)]
+#[expect(dead_code, reason = "only its description and schema are used")]
+pub(crate) struct CaseId(
+    /// The reconciliation case's number.
+    i64,
+);
+
+/// The `{order_id}` of a route that names an order.
+#[derive(IntoParams)]
+#[into_params(names("order_id"), parameter_in = Path)]
+#[expect(dead_code, reason = "only its description and schema are used")]
+pub(crate) struct OrderId(
+    /// Your order's id.
+    String,
+);
+
+/// The operator's search (`GET /attempts` and its page): every parameter
+/// is optional; a malformed one is refused naming it.
+#[derive(IntoParams)]
+#[into_params(parameter_in = Query)]
+#[expect(dead_code, reason = "only their descriptions and schemas are used")]
+pub(crate) struct AttemptSearch {
+    /// Only this order's attempts.
+    order_id: Option<String>,
+    /// Only the attempt with this idempotency key.
+    key: Option<String>,
+    /// Only attempts in this state (PENDIENTE, EN_PROCESO, DESCONOCIDO, APROBADO, RECHAZADO, EN_REVISION).
+    state: Option<String>,
+    /// initial, business_retry, refund or charge (initial and business_retry together).
+    kind: Option<String>,
+    /// Created at or after (RFC 3339 or a date).
+    from: Option<String>,
+    /// Created before (RFC 3339 or a date).
+    to: Option<String>,
+    /// The previous page's `next_cursor`.
+    cursor: Option<String>,
+    /// Attempts per page (bounded).
+    limit: Option<String>,
+}
+
 /// The 404 of a route that names an attempt.
 #[derive(IntoResponses)]
 #[response(status = 404, description = "No such attempt.")]
@@ -365,7 +442,7 @@ pub(crate) struct NotJson(ErrorBody);
 pub(crate) struct NoSuchAttempt(ErrorBody);
 
 /// An attempt read as JSON (`GET /charges/{attempt_id}` and its aliases):
-/// the attempt, or no such attempt.
+/// the attempt, a malformed id, or no such attempt.
 #[derive(IntoResponses)]
 #[expect(dead_code, reason = "only its descriptions and schemas are used")]
 pub(crate) enum AttemptRead {
@@ -374,6 +451,8 @@ pub(crate) enum AttemptRead {
         description = "The attempt, its history and its lookups."
     )]
     Found(Box<crate::finance::Detail>),
+    #[response(status = 400, description = "The id in the path is not a UUID.")]
+    BadId(ErrorBody),
     #[response(status = 404, description = "No such attempt.")]
     NotFound(ErrorBody),
 }

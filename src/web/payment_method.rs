@@ -29,9 +29,7 @@ use crate::store::MethodUpdateError;
     tag = "orders",
     description = "A new payment-method token for the order's next business retry. Needs an API key with `charges:write` (Bearer).",
     request_body = crate::web::openapi::PaymentMethodBody,
-    params(
-        ("order_id" = String, Path, description = "Your order's id.")
-    ),
+    params(crate::web::openapi::OrderId),
     responses(
         (status = 200, description = "The order's next retry will use the new token.", body = crate::store::MethodUpdated),
         (status = 404, description = "No such order.", body = crate::web::openapi::ErrorBody),

@@ -29,15 +29,12 @@ use crate::store::RefundError;
     tag = "refunds",
     description = "Ask for a refund of an APROBADO (approved) charge, with an `Idempotency-Key` header (a UUID). Needs an API key with `refunds:write` (Bearer).",
     request_body = crate::web::openapi::RefundBody,
-    params(
-        ("Idempotency-Key" = String, Header, description = "A UUID you choose per charge; the same key and body replay the first answer.")
-    ),
+    params(crate::web::openapi::IdempotencyKey),
     responses(
         (status = 201, description = "Enqueued (or replayed); `Location` is the refund.", body = crate::web::openapi::RefundCreated),
-        (status = 400, description = "The `Idempotency-Key` header is missing or not a UUID, or the body is not JSON.", body = crate::web::openapi::ErrorBody),
         (status = 404, description = "No such charge attempt.", body = crate::web::openapi::ErrorBody),
         (status = 409, description = "The charge is not refundable, the amount exceeds what was captured, or the key was used for another body.", body = crate::web::openapi::ErrorBody),
-        (status = 422, description = "A field is missing, of the wrong type, unknown, or out of range (`field` names it).", body = crate::web::openapi::ErrorBody),
+        crate::web::openapi::KeyedBodyRefusals,
         crate::web::openapi::scope::RefundsWrite,
         crate::web::openapi::JsonBodyRefusals,
         crate::web::openapi::Unavailable

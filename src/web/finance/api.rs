@@ -255,9 +255,7 @@ pub(in crate::web) async fn check_now(
     summary = "One attempt in finance's view",
     tag = "finance",
     description = "One attempt with its history and lookups. Needs an API key with `finance:read` (Bearer).",
-    params(
-        ("id" = String, Path, description = "The attempt's UUID.")
-    ),
+    params(crate::web::openapi::AttemptId),
     responses(
         (status = 200, description = "The attempt.", body = crate::finance::Detail),
         (status = 400, description = "`id` is not a UUID.", body = crate::web::openapi::ErrorBody),
@@ -295,9 +293,7 @@ struct ResolveBody {
     tag = "finance",
     description = "Resolve an attempt in review: approve (with the gateway's charge id), decline (with a code) or check now, at the version you saw. Needs an API key with `finance:write` (Bearer).",
     request_body = crate::web::openapi::ResolveBody,
-    params(
-        ("id" = String, Path, description = "The attempt's UUID.")
-    ),
+    params(crate::web::openapi::AttemptId),
     responses(
         (status = 200, description = "Resolved: the attempt now.", body = crate::store::Attempt),
         (status = 202, description = "A decline was asked for; the attempt stays EN_REVISION (in review) until the gateway is final.", body = crate::store::Attempt),
@@ -395,9 +391,7 @@ pub(super) fn resolve_error(e: ResolveError) -> Response {
     tag = "finance",
     description = "A manual retry of a declined attempt: a new attempt with a new derived key, within the card networks' caps unless `override_reason` is given. The body may be empty. Needs an API key with `finance:write` (Bearer).",
     request_body = RetryBody,
-    params(
-        ("id" = String, Path, description = "The attempt's UUID.")
-    ),
+    params(crate::web::openapi::AttemptId),
     responses(
         (status = 202, description = "The new attempt was enqueued.", body = crate::store::RetryRequested),
         (status = 400, description = "`id` is not a UUID, or the body is not JSON.", body = crate::web::openapi::ErrorBody),

@@ -37,9 +37,7 @@ struct CaseBody {
     tag = "finance",
     description = "Close a reconciliation case, with a note (required: what you found). Needs an API key with `finance:write` (Bearer).",
     request_body = CaseBody,
-    params(
-        ("id" = i64, Path, description = "The reconciliation case's number.")
-    ),
+    params(crate::web::openapi::CaseId),
     responses(
         (status = 200, description = "The case, closed.", body = crate::store::ReconCase),
         (status = 404, description = "No such case.", body = crate::web::openapi::ErrorBody),
@@ -95,9 +93,7 @@ struct DuplicateBody {
     tag = "finance",
     description = "Refund a gateway-side duplicate of a double-charge case. Needs an API key with `finance:write` (Bearer).",
     request_body = DuplicateBody,
-    params(
-        ("id" = i64, Path, description = "The reconciliation case's number.")
-    ),
+    params(crate::web::openapi::CaseId),
     responses(
         (status = 201, description = "The refund was asked for.", body = crate::store::Refunded),
         (status = 200, description = "The same refund was already asked for.", body = crate::store::Refunded),

@@ -115,9 +115,7 @@ pub(in crate::web) struct DuplicateForm {
     tag = "finance",
     description = "The queue page's form refunding a gateway-side duplicate of a double-charge case. Needs `finance:write` by the browser's sign-in (Basic), the page's form token (of this sign-in, not expired) and a same-origin request.",
     request_body(content = DuplicateForm, content_type = "application/x-www-form-urlencoded"),
-    params(
-        ("id" = i64, Path, description = "The reconciliation case's number.")
-    ),
+    params(crate::web::openapi::CaseId),
     responses(
         (status = 303, description = "Refund asked for: back to the page."),
         crate::web::openapi::FormRefusals,
@@ -171,9 +169,7 @@ pub(in crate::web) struct CaseForm {
     tag = "finance",
     description = "The queue page's form closing a reconciliation case, with a note. Needs `finance:write` by the browser's sign-in (Basic), the page's form token (of this sign-in, not expired) and a same-origin request.",
     request_body(content = CaseForm, content_type = "application/x-www-form-urlencoded"),
-    params(
-        ("id" = i64, Path, description = "The reconciliation case's number.")
-    ),
+    params(crate::web::openapi::CaseId),
     responses(
         (status = 303, description = "Closed: back to the page."),
         crate::web::openapi::FormRefusals,

@@ -29,9 +29,7 @@ use crate::web::html::{checks, history};
     summary = "One attempt in finance's view (page)",
     tag = "finance",
     description = "One attempt in finance's view, as a page with its resolve form. Needs `finance:read`: the browser's sign-in (Basic) or an API key (Bearer).",
-    params(
-        ("id" = String, Path, description = "The attempt's UUID.")
-    ),
+    params(crate::web::openapi::AttemptId),
     responses(
         crate::web::openapi::AttemptPage,
         crate::web::openapi::scope::FinanceRead,
@@ -177,9 +175,7 @@ pub(in crate::web) struct ResolveForm {
     tag = "finance",
     description = "The attempt page's resolve form: approve (with the gateway's charge id), decline (with a code) or check now. Needs `finance:write` by the browser's sign-in (Basic), the page's form token (of this sign-in, not expired) and a same-origin request.",
     request_body(content = ResolveForm, content_type = "application/x-www-form-urlencoded"),
-    params(
-        ("id" = String, Path, description = "The attempt's UUID.")
-    ),
+    params(crate::web::openapi::AttemptId),
     responses(
         (status = 303, description = "Resolved: back to the page."),
         (status = 400, description = "`id` is not a UUID.", body = crate::web::openapi::ErrorBody),

@@ -17,16 +17,7 @@ use crate::web::error;
     summary = "Search attempts",
     tag = "operator",
     description = "Search every attempt: a page of `items` and a `next_cursor` (null on the last page). Needs an API key with `attempts:read` (Bearer).",
-    params(
-        ("order_id" = Option<String>, Query, description = "Only this order's attempts."),
-        ("key" = Option<String>, Query, description = "Only the attempt with this idempotency key."),
-        ("state" = Option<String>, Query, description = "Only attempts in this state (PENDIENTE, EN_PROCESO, DESCONOCIDO, APROBADO, RECHAZADO, EN_REVISION)."),
-        ("kind" = Option<String>, Query, description = "initial, business_retry, refund or charge (initial and business_retry together)."),
-        ("from" = Option<String>, Query, description = "Created at or after (RFC 3339 or a date)."),
-        ("to" = Option<String>, Query, description = "Created before (RFC 3339 or a date)."),
-        ("cursor" = Option<String>, Query, description = "The previous page's `next_cursor`."),
-        ("limit" = Option<String>, Query, description = "Attempts per page (bounded).")
-    ),
+    params(crate::web::openapi::AttemptSearch),
     responses(
         (status = 200, description = "A page of attempts.", body = crate::operator::AttemptsPage),
         (status = 400, description = "A parameter is malformed (`field` names it).", body = crate::web::openapi::ErrorBody),

@@ -38,16 +38,7 @@ fn time(t: chrono::DateTime<chrono::Utc>) -> String {
     summary = "Search attempts (page)",
     tag = "operator",
     description = "The operator view's search, as a page. Needs `attempts:read`: the browser's sign-in (Basic) or an API key (Bearer).",
-    params(
-        ("order_id" = Option<String>, Query, description = "Only this order's attempts."),
-        ("key" = Option<String>, Query, description = "Only the attempt with this idempotency key."),
-        ("state" = Option<String>, Query, description = "Only attempts in this state (PENDIENTE, EN_PROCESO, DESCONOCIDO, APROBADO, RECHAZADO, EN_REVISION)."),
-        ("kind" = Option<String>, Query, description = "initial, business_retry, refund or charge (initial and business_retry together)."),
-        ("from" = Option<String>, Query, description = "Created at or after (RFC 3339 or a date)."),
-        ("to" = Option<String>, Query, description = "Created before (RFC 3339 or a date)."),
-        ("cursor" = Option<String>, Query, description = "The previous page's `next_cursor`."),
-        ("limit" = Option<String>, Query, description = "Attempts per page (bounded).")
-    ),
+    params(crate::web::openapi::AttemptSearch),
     responses(
         (status = 200, description = "The page.", content_type = "text/html"),
         (status = 400, description = "A parameter is malformed (the page says which).", content_type = "text/html"),
@@ -181,9 +172,7 @@ fn table(found: &AttemptsPage, s: &Search) -> Markup {
     summary = "One attempt (page)",
     tag = "operator",
     description = "One attempt, as a page. Needs `attempts:read`: the browser's sign-in (Basic) or an API key (Bearer).",
-    params(
-        ("id" = String, Path, description = "The attempt's UUID.")
-    ),
+    params(crate::web::openapi::AttemptId),
     responses(
         crate::web::openapi::AttemptPage,
         crate::web::openapi::scope::AttemptsRead,
