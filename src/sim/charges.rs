@@ -6,20 +6,13 @@
 //! faults passed (see `flow`); a webhook is queued only for an executed charge, never for a
 //! replay, once it is recorded and before the reply is dropped or held.
 
-use axum::{
-    body::Bytes,
-    extract::{ConnectInfo, Path, State},
-    http::HeaderMap,
-    response::Response,
-};
 use chrono::Utc;
 use serde_json::Value;
 
 use super::{
     books::{Books, Decline, Recalled},
-    conn::ConnKill,
     faults::{Dice, Faults},
-    flow::{Kind, Payment, create, lookup},
+    flow::{Kind, Payment},
     ledger::{ChargeBody, ChargeResult},
     parse::{Invalid, amount_minor, currency, invalid, non_empty, object},
     server::AppState,
@@ -58,22 +51,14 @@ impl Payment for ChargeBody {
     fn recorded(app: &AppState, result: &ChargeResult) {
         app.emit_webhook(result);
     }
-}
 
-pub(crate) async fn create_charge(
-    State(app): State<AppState>,
-    ConnectInfo(conn): ConnectInfo<ConnKill>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
-    create(&app, &conn, &headers, &body, parse_charge).await
-}
+    fn parse(body: &[u8]) -> Result<Self, Invalid> {
+        parse_charge(body)
+    }
 
-pub(crate) async fn lookup_charge(
-    State(app): State<AppState>,
-    Path(key): Path<String>,
-) -> Response {
-    lookup(&app, Kind::Charge, &key, Books::lookup).await
+    fn find(books: &Books, key: &str) -> Option<ChargeResult> {
+        Books::lookup(books, key)
+    }
 }
 
 fn parse_charge(body: &[u8]) -> Result<ChargeBody, Invalid> {

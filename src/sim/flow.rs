@@ -15,6 +15,8 @@
 
 use axum::{
     Json,
+    body::Bytes,
+    extract::{ConnectInfo, Path, State},
     http::{HeaderMap, StatusCode},
     response::{IntoResponse, Response},
 };
@@ -103,6 +105,28 @@ pub(crate) trait Payment: Sized + Send + 'static {
     fn record(&self, books: &mut Books, key: &str, drawn: Self::Drawn) -> Self::Result;
     /// After it is recorded, outside the lock and before its reply (a charge's webhook).
     fn recorded(app: &AppState, result: &Self::Result);
+    /// The request's body, checked field by field.
+    fn parse(body: &[u8]) -> Result<Self, Invalid>;
+    /// What the books hold under a key (the lookup's answer).
+    fn find(books: &Books, key: &str) -> Option<Self::Result>;
+}
+
+/// `POST /v1/charges` and `POST /v1/refunds`: the axum handler of payment `P`.
+pub(crate) async fn create_payment<P: Payment>(
+    State(app): State<AppState>,
+    ConnectInfo(conn): ConnectInfo<ConnKill>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    create(&app, &conn, &headers, &body, P::parse).await
+}
+
+/// `GET /v1/charges/{key}` and `GET /v1/refunds/{key}`: payment `P`'s lookup by key.
+pub(crate) async fn lookup_payment<P: Payment>(
+    State(app): State<AppState>,
+    Path(key): Path<String>,
+) -> Response {
+    lookup(&app, P::KIND, &key, P::find).await
 }
 
 /// A whole `POST` of a payment endpoint: admit, plan, respond. Counts the request in

@@ -7,19 +7,12 @@
 //! faults passed (see `flow`); in idempotent mode a key executes at most one refund, and
 //! approved refunds never exceed the refunded charge.
 
-use axum::{
-    body::Bytes,
-    extract::{ConnectInfo, Path, State},
-    http::HeaderMap,
-    response::Response,
-};
 use chrono::Utc;
 
 use super::{
     books::{Books, Recalled},
-    conn::ConnKill,
     faults::{Dice, Faults},
-    flow::{Kind, Payment, create, lookup},
+    flow::{Kind, Payment},
     ledger::{RefundBody, RefundResult},
     parse::{Invalid, amount_minor, currency, non_empty, object},
     server::AppState,
@@ -51,22 +44,14 @@ impl Payment for RefundBody {
     }
 
     fn recorded(_app: &AppState, _result: &RefundResult) {}
-}
 
-pub(crate) async fn create_refund(
-    State(app): State<AppState>,
-    ConnectInfo(conn): ConnectInfo<ConnKill>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
-    create(&app, &conn, &headers, &body, parse_refund).await
-}
+    fn parse(body: &[u8]) -> Result<Self, Invalid> {
+        parse_refund(body)
+    }
 
-pub(crate) async fn lookup_refund(
-    State(app): State<AppState>,
-    Path(key): Path<String>,
-) -> Response {
-    lookup(&app, Kind::Refund, &key, Books::lookup_refund).await
+    fn find(books: &Books, key: &str) -> Option<RefundResult> {
+        Books::lookup_refund(books, key)
+    }
 }
 
 fn parse_refund(body: &[u8]) -> Result<RefundBody, Invalid> {

@@ -27,13 +27,13 @@ use tracing::{debug, info};
 use super::{
     SimConfig,
     books::Books,
-    charges::{create_charge, lookup_charge},
     faults::{Dice, Faults},
+    flow::{create_payment, lookup_payment},
     inject::inject,
+    ledger::{ChargeBody, RefundBody},
     limit::Bucket,
     listing::{list_charges, list_refunds},
     proxy::{self, ProxyStats},
-    refunds::{create_refund, lookup_refund},
     refuse::{Network, refuse},
     settlement,
     upstream::Proxy,
@@ -153,10 +153,16 @@ pub(crate) fn router(state: AppState) -> Router {
     let payments = match state.proxy() {
         Some(_) => proxy::routes(),
         None => Router::new()
-            .route("/v1/charges", post(create_charge).get(list_charges))
-            .route("/v1/charges/{key}", get(lookup_charge))
-            .route("/v1/refunds", post(create_refund).get(list_refunds))
-            .route("/v1/refunds/{key}", get(lookup_refund))
+            .route(
+                "/v1/charges",
+                post(create_payment::<ChargeBody>).get(list_charges),
+            )
+            .route("/v1/charges/{key}", get(lookup_payment::<ChargeBody>))
+            .route(
+                "/v1/refunds",
+                post(create_payment::<RefundBody>).get(list_refunds),
+            )
+            .route("/v1/refunds/{key}", get(lookup_payment::<RefundBody>))
             .route("/v1/balance_transactions", get(settlement::list_balance))
             .route("/v1/balance/history", get(settlement::list_balance))
             .route("/v1/payouts", get(settlement::list_payouts)),
