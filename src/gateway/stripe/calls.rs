@@ -72,6 +72,29 @@ pub(super) fn auth_fault(call: &str, a: &Answer, started: Instant) -> Evidence {
     evidence(call, Some(a.code), "auth_failed", detail_of(a), started)
 }
 
+/// A charge call Stripe refused our API key for: nothing was executed.
+pub(super) fn auth_refused(call: &str, a: &Answer, started: Instant) -> ChargeOutcome {
+    ChargeOutcome::Deferred {
+        why: Deferral::NotExecuted,
+        retry_after: None,
+        evidence: auth_fault(call, a, started),
+    }
+}
+
+/// A card error: a definite decline, with the brand Stripe named;
+/// `charge_id` is the PaymentIntent when there is one.
+fn card_declined(e: &StripeError, charge_id: Option<&str>, ev: Evidence) -> ChargeOutcome {
+    ChargeOutcome::Declined {
+        code: classify::decline_code(e),
+        charge_id: charge_id.map(str::to_owned),
+        evidence: Evidence {
+            card_brand: e.card_brand.clone(),
+            detail: Some(classify::codes(e)),
+            ..ev
+        },
+    }
+}
+
 pub(super) fn not_now(call: &str, a: &Answer, started: Instant) -> ChargeOutcome {
     let kind = if a.code == 429 {
         "throttled"
@@ -176,23 +199,12 @@ impl StripeGateway {
                 retry_after: a.retry_after,
                 evidence: ev("redirected", Some(a.code), Some(r.detail)),
             },
-            Refusal::Auth => ChargeOutcome::Deferred {
-                why: Deferral::NotExecuted,
-                retry_after: None,
-                evidence: auth_fault("create", &a, started),
-            },
+            Refusal::Auth => auth_refused("create", &a, started),
             Refusal::NotNow => not_now("create", &a, started),
             Refusal::Idempotency => ChargeOutcome::Refused {
                 evidence: ev("idempotency_error", Some(a.code), detail_of(&a)),
             },
-            Refusal::Card(e) => ChargeOutcome::Declined {
-                code: classify::decline_code(&e),
-                charge_id: None,
-                evidence: Evidence {
-                    card_brand: e.card_brand.clone(),
-                    ..ev("declined", Some(a.code), Some(classify::codes(&e)))
-                },
-            },
+            Refusal::Card(e) => card_declined(&e, None, ev("declined", Some(a.code), None)),
             // Refused as a request: the PaymentIntent does not exist.
             Refusal::Invalid(e) => ChargeOutcome::Declined {
                 code: e
@@ -262,23 +274,12 @@ impl StripeGateway {
         }
         match refusal("charge", &a) {
             Refusal::Redirect(r) => redirected(r, ev("redirected", Some(a.code), None), &a),
-            Refusal::Auth => ChargeOutcome::Deferred {
-                why: Deferral::NotExecuted,
-                retry_after: None,
-                evidence: auth_fault("charge", &a, started),
-            },
+            Refusal::Auth => auth_refused("charge", &a, started),
             Refusal::NotNow => not_now("charge", &a, started),
             Refusal::Idempotency => ChargeOutcome::Refused {
                 evidence: ev("idempotency_error", Some(a.code), detail_of(&a)),
             },
-            Refusal::Card(e) => ChargeOutcome::Declined {
-                code: classify::decline_code(&e),
-                charge_id: Some(pi.to_owned()),
-                evidence: Evidence {
-                    card_brand: e.card_brand.clone(),
-                    ..ev("declined", Some(a.code), Some(classify::codes(&e)))
-                },
-            },
+            Refusal::Card(e) => card_declined(&e, Some(pi), ev("declined", Some(a.code), None)),
             // Already confirmed (`payment_intent_unexpected_state`), or a
             // server's bare 400: never "create another"; read it now.
             Refusal::Invalid(_) | Refusal::Conflict => {

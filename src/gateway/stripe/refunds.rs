@@ -5,7 +5,7 @@
 use std::time::Instant;
 
 use super::calls::{
-    Refusal, auth_fault, detail_of, not_now, parse, redirected, refusal, unanswered_send,
+    Refusal, auth_refused, detail_of, not_now, parse, redirected, refusal, unanswered_send,
 };
 use super::classify::{self, META_KEY, META_ORDER, Object};
 use super::list::Walk;
@@ -43,11 +43,7 @@ impl StripeGateway {
         }
         match refusal("refund", &a) {
             Refusal::Redirect(r) => redirected(r, ev("redirected", Some(a.code), None), &a),
-            Refusal::Auth => ChargeOutcome::Deferred {
-                why: Deferral::NotExecuted,
-                retry_after: None,
-                evidence: auth_fault("refund", &a, started),
-            },
+            Refusal::Auth => auth_refused("refund", &a, started),
             Refusal::NotNow => not_now("refund", &a, started),
             Refusal::Idempotency => ChargeOutcome::Refused {
                 evidence: ev("idempotency_error", Some(a.code), detail_of(&a)),
