@@ -70,6 +70,19 @@ pub struct CaseLine {
 }
 
 impl CaseLine {
+    /// A finding's line, with the case it was written to.
+    pub(crate) fn of(f: &Finding, w: &crate::store::CaseWrite) -> Self {
+        CaseLine {
+            case_id: w.id,
+            status: w.status,
+            kind: f.kind,
+            dedupe_key: f.dedupe_key.clone(),
+            order_id: f.order_id.clone(),
+            attempt_id: f.attempt_id,
+            gateway_ref: f.gateway_ref.clone(),
+        }
+    }
+
     /// The case's line in a report: its number, kind, (with `status`, whether
     /// it is new), order and gateway reference.
     pub(crate) fn shown(&self, status: bool) -> String {
@@ -244,15 +257,7 @@ fn report(
     let cases = findings
         .iter()
         .zip(written)
-        .map(|(f, w)| CaseLine {
-            case_id: w.id,
-            status: w.status,
-            kind: f.kind,
-            dedupe_key: f.dedupe_key.clone(),
-            order_id: f.order_id.clone(),
-            attempt_id: f.attempt_id,
-            gateway_ref: f.gateway_ref.clone(),
-        })
+        .map(|(f, w)| CaseLine::of(f, w))
         .collect();
     Report {
         window: *window,

@@ -310,15 +310,7 @@ pub async fn settle(
             .findings
             .iter()
             .zip(&written)
-            .map(|(f, w)| super::CaseLine {
-                case_id: w.id,
-                status: w.status,
-                kind: f.kind,
-                dedupe_key: f.dedupe_key.clone(),
-                order_id: f.order_id.clone(),
-                attempt_id: f.attempt_id,
-                gateway_ref: f.gateway_ref.clone(),
-            })
+            .map(|(f, w)| super::CaseLine::of(f, w))
             .collect(),
     };
     info!(window = %window, opened = report.opened, settled = report.settled, "settlement check done");
