@@ -62,7 +62,7 @@ pub async fn run(
     // The breaker and the pace are per gateway, shared through the database.
     let gateway_name: String = args
         .gateway
-        .shown(args.gateway_url.as_deref().unwrap_or_default())
+        .shown(args.gateway_link.url())
         .chars()
         .take(300)
         .collect();
@@ -108,9 +108,9 @@ pub async fn run(
     info!(
         worker = %name,
         concurrency = args.concurrency,
-        gateway = %args.gateway.shown(args.gateway_url.as_deref().unwrap_or_default()),
+        gateway = %args.gateway.shown(args.gateway_link.url()),
         api = ?args.gateway.kind,
-        extra_roots = ?args.gateway_ca_file,
+        extra_roots = ?args.gateway_link.ca_file,
         "cobro-worker starting"
     );
 

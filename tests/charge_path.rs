@@ -375,7 +375,7 @@ async fn a_gateway_that_keeps_losing_requests_ends_in_review_not_in_a_loop(b: Ba
     .await;
     let mut args = worker_args(&db.url, &sim.url());
     args.check_schedule = "100ms,100ms,100ms,100ms,100ms".into();
-    args.gateway_timeout = Duration::from_millis(1_000);
+    args.gateway_link.timeout = Duration::from_millis(1_000);
     let worker = spawn_worker(args);
     let id = enqueue(&db.store, "order-black-hole", 1_234).await;
     let a = settled(&db.store, id, State::EnRevision, Duration::from_secs(40)).await;

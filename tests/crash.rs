@@ -27,10 +27,7 @@ fn spawn_process(args: &WorkerArgs, tag: &str) -> (Child, std::path::PathBuf) {
     let child = bare_worker(&args.database_url)
         .env("RUST_LOG", "info")
         .env("COBRO_GATEWAY", "sim")
-        .env(
-            "GATEWAY_URL",
-            args.gateway_url.as_deref().unwrap_or_default(),
-        )
+        .env("GATEWAY_URL", args.gateway_link.url())
         .env("COBRO_CONCURRENCY", args.concurrency.to_string())
         .env("COBRO_LEASE_TTL", ms(args.lease_ttl))
         .env("COBRO_CHECK_SCHEDULE", &args.check_schedule)
@@ -39,9 +36,9 @@ fn spawn_process(args: &WorkerArgs, tag: &str) -> (Child, std::path::PathBuf) {
         .env("COBRO_SWEEP_GRACE", ms(args.sweep_grace))
         .env(
             "COBRO_GATEWAY_CONNECT_TIMEOUT",
-            ms(args.gateway_connect_timeout),
+            ms(args.gateway_link.connect_timeout),
         )
-        .env("COBRO_GATEWAY_TIMEOUT", ms(args.gateway_timeout))
+        .env("COBRO_GATEWAY_TIMEOUT", ms(args.gateway_link.timeout))
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(&log).expect("worker log file"))
         .spawn()
@@ -85,7 +82,7 @@ async fn a_worker_killed_while_en_proceso_is_recovered_after_its_lease_with_one_
     )
     .await;
     let mut args = worker_args(&db.url, &sim.url());
-    args.gateway_timeout = Duration::from_secs(5);
+    args.gateway_link.timeout = Duration::from_secs(5);
     args.lease_ttl = Duration::from_secs(7);
     args.sweep_interval = Duration::from_millis(200);
 

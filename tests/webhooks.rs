@@ -185,7 +185,7 @@ async fn seed_test_3_an_approval_before_the_synchronous_answer_wins_once(b: Back
     };
     let sim = sim_with_webhooks(&web, &secret, faults, 1).await;
     let mut args = worker_args(&db.url, &sim.url());
-    args.gateway_timeout = Duration::from_secs(4);
+    args.gateway_link.timeout = Duration::from_secs(4);
     args.lease_ttl = Duration::from_secs(6);
     let worker = spawn_worker(args);
     let (id, _) = pending(&db.store, "wh-first").await;

@@ -8,7 +8,9 @@
 //! the secret key appears in no `Debug`, no log and no `--help` output
 //! (`hide_env_values`).
 
+use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use clap::{ArgAction, Args, ValueEnum};
 
@@ -16,6 +18,63 @@ use super::stripe::{
     DEFAULT_API_BASE, FindConfig, KeyCheck, SecretKey, StripeConfig, StripeGateway,
 };
 use super::{Gateway, GatewayConfigError, HttpGateway, HttpGatewayConfig, shown_url};
+
+/// How a process reaches the gateway over HTTP: its base URL, extra root
+/// certificates and the two timeouts. The worker and `cobro reconcile`
+/// take the same settings; `Debug` shows the URL without its credentials.
+#[derive(Clone, Args)]
+pub struct GatewayLink {
+    /// The simulator's (or a compatible gateway's) base URL: `http://…` or
+    /// `https://…` (checked at start-up). No default: with neither this
+    /// nor `COBRO_GATEWAY` the process refuses to start.
+    #[arg(long = "gateway-url", value_name = "GATEWAY_URL", env = "GATEWAY_URL")]
+    pub url: Option<String>,
+    /// A PEM file of extra root certificates to trust for an `https://`
+    /// gateway (a private CA, a staging gateway); the public roots stay trusted.
+    #[arg(
+        long = "gateway-ca-file",
+        value_name = "GATEWAY_CA_FILE",
+        env = "COBRO_GATEWAY_CA_FILE"
+    )]
+    pub ca_file: Option<PathBuf>,
+    /// How long opening a connection to the gateway may take; a connection
+    /// not opened in time means the request was not sent (it is sent again
+    /// later with the same key).
+    #[arg(long = "gateway-connect-timeout", value_name = "GATEWAY_CONNECT_TIMEOUT", env = "COBRO_GATEWAY_CONNECT_TIMEOUT", default_value = "2s", value_parser = crate::backoff::parse_duration_arg)]
+    pub connect_timeout: Duration,
+    /// How long one request to the gateway may take, connect to answer; a
+    /// charge without an answer after this long is DESCONOCIDO.
+    #[arg(long = "gateway-timeout", value_name = "GATEWAY_TIMEOUT", env = "COBRO_GATEWAY_TIMEOUT", default_value = "10s", value_parser = crate::backoff::parse_duration_arg)]
+    pub timeout: Duration,
+}
+
+impl GatewayLink {
+    /// The base URL, empty when `GATEWAY_URL` is unset (Stripe's API).
+    pub fn url(&self) -> &str {
+        self.url.as_deref().unwrap_or_default()
+    }
+
+    /// The HTTP client's settings.
+    pub fn config(&self) -> HttpGatewayConfig {
+        HttpGatewayConfig {
+            base_url: self.url().to_owned(),
+            connect_timeout: self.connect_timeout,
+            request_timeout: self.timeout,
+            ca_file: self.ca_file.clone(),
+        }
+    }
+}
+
+impl std::fmt::Debug for GatewayLink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GatewayLink")
+            .field("url", &self.url.as_deref().map(shown_url))
+            .field("ca_file", &self.ca_file)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("timeout", &self.timeout)
+            .finish()
+    }
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum GatewayKind {

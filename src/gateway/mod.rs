@@ -24,7 +24,7 @@ pub mod stripe;
 #[cfg(test)]
 mod tests;
 
-pub use choice::{GatewayChoice, GatewayKind};
+pub use choice::{GatewayChoice, GatewayKind, GatewayLink};
 pub use http::{GatewayConfigError, HttpGateway, HttpGatewayConfig, parse_base_url, shown_url};
 pub use record::{GatewayRecord, ListError, Listed};
 pub use settlement::{SettleError, Settlement};

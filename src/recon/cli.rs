@@ -6,15 +6,13 @@
 //! says that nothing was opened.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use anyhow::Context;
 use chrono::{DateTime, Utc};
 use clap::Args;
 
 use super::{Window, parse_when, reconcile};
-use crate::backoff::parse_duration_arg as duration;
-use crate::gateway::{Gateway, HttpGatewayConfig};
+use crate::gateway::Gateway;
 use crate::store::Store;
 
 fn when(s: &str) -> Result<DateTime<Utc>, String> {
@@ -29,13 +27,9 @@ pub struct ReconcileCommand {
     /// The database: `postgres://…` or `sqlite://path`.
     #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
     pub database_url: String,
-    /// The simulator's (or a compatible gateway's) base URL: `http://…` or
-    /// `https://…`. No default: set it or `COBRO_GATEWAY`.
-    #[arg(long, env = "GATEWAY_URL")]
-    pub gateway_url: Option<String>,
-    /// A PEM file of extra root certificates to trust for an `https://` gateway.
-    #[arg(long, env = "COBRO_GATEWAY_CA_FILE")]
-    pub gateway_ca_file: Option<std::path::PathBuf>,
+    /// The gateway's URL, extra roots and timeouts (`GATEWAY_URL`, …).
+    #[command(flatten)]
+    pub gateway_link: crate::gateway::GatewayLink,
     #[command(flatten)]
     pub gateway: crate::gateway::GatewayChoice,
     /// Start of the window, included: RFC 3339 or YYYY-MM-DD (midnight UTC).
@@ -44,12 +38,6 @@ pub struct ReconcileCommand {
     /// End of the window, excluded: RFC 3339 or YYYY-MM-DD (midnight UTC).
     #[arg(long, value_parser = when)]
     pub to: DateTime<Utc>,
-    /// How long opening a connection to the gateway may take.
-    #[arg(long, env = "COBRO_GATEWAY_CONNECT_TIMEOUT", default_value = "2s", value_parser = duration)]
-    pub gateway_connect_timeout: Duration,
-    /// How long one request to the gateway may take, connect to answer.
-    #[arg(long, env = "COBRO_GATEWAY_TIMEOUT", default_value = "10s", value_parser = duration)]
-    pub gateway_timeout: Duration,
     /// Check the settlement of the window's APROBADO charges (the gateway's
     /// balance transactions and payouts) instead of its charges and refunds.
     #[arg(long)]
@@ -64,12 +52,7 @@ pub struct ReconcileCommand {
 /// Runs the command; the report goes to stdout.
 pub async fn run_command(cmd: ReconcileCommand) -> anyhow::Result<()> {
     let window = Window::new(cmd.from, cmd.to)?;
-    let gateway: Arc<dyn Gateway> = cmd.gateway.build(HttpGatewayConfig {
-        base_url: cmd.gateway_url.clone().unwrap_or_default(),
-        connect_timeout: cmd.gateway_connect_timeout,
-        request_timeout: cmd.gateway_timeout,
-        ca_file: cmd.gateway_ca_file.clone(),
-    })?;
+    let gateway: Arc<dyn Gateway> = cmd.gateway.build(cmd.gateway_link.config())?;
     let store = Store::connect(&cmd.database_url, 2)
         .await
         .context("connecting to DATABASE_URL")?;

@@ -31,15 +31,9 @@ pub struct WorkerArgs {
     /// `postgres://…` or `sqlite://path`.
     #[arg(long, env = "DATABASE_URL")]
     pub database_url: String,
-    /// The simulator's (or a compatible gateway's) base URL: `http://…` or
-    /// `https://…` (checked at start-up). No default: with neither this
-    /// nor `COBRO_GATEWAY` the worker refuses to start.
-    #[arg(long, env = "GATEWAY_URL")]
-    pub gateway_url: Option<String>,
-    /// A PEM file of extra root certificates to trust for an `https://`
-    /// gateway (a private CA, a staging gateway); the public roots stay trusted.
-    #[arg(long, env = "COBRO_GATEWAY_CA_FILE")]
-    pub gateway_ca_file: Option<std::path::PathBuf>,
+    /// The gateway's URL, extra roots and timeouts (`GATEWAY_URL`, …).
+    #[command(flatten)]
+    pub gateway_link: crate::gateway::GatewayLink,
     /// Which gateway API: the simulator's or Stripe's (`COBRO_GATEWAY`).
     #[command(flatten)]
     pub gateway: crate::gateway::GatewayChoice,
@@ -96,11 +90,6 @@ pub struct WorkerArgs {
     /// (expired leases are re-woken at once).
     #[arg(long, env = "COBRO_SWEEP_GRACE", default_value = "30s", value_parser = duration)]
     pub sweep_grace: Duration,
-    /// How long opening a connection to the gateway may take; a connection
-    /// not opened in time means the request was not sent (it is sent again
-    /// later with the same key).
-    #[arg(long, env = "COBRO_GATEWAY_CONNECT_TIMEOUT", default_value = "2s", value_parser = duration)]
-    pub gateway_connect_timeout: Duration,
     /// How long (±50 %) to wait before sending again, with the same key, a
     /// request the gateway certainly did not execute (connection refused,
     /// 429 or 503 without `Retry-After`); a `Retry-After` is honoured
@@ -118,9 +107,6 @@ pub struct WorkerArgs {
     /// at least this long after the send.
     #[arg(long, env = "COBRO_GATEWAY_MAX_PROCESSING", default_value = "60s", value_parser = duration)]
     pub gateway_max_processing: Duration,
-    /// A request without an answer after this long is DESCONOCIDO.
-    #[arg(long, env = "COBRO_GATEWAY_TIMEOUT", default_value = "10s", value_parser = duration)]
-    pub gateway_timeout: Duration,
     /// This process's name (unique); default host-pid.
     #[arg(long, env = "COBRO_WORKER_NAME")]
     pub worker_name: Option<String>,
@@ -156,11 +142,7 @@ pub struct WorkerArgs {
 impl std::fmt::Debug for WorkerArgs {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("WorkerArgs")
-            .field(
-                "gateway_url",
-                &self.gateway_url.as_deref().map(crate::gateway::shown_url),
-            )
-            .field("gateway_ca_file", &self.gateway_ca_file)
+            .field("gateway_link", &self.gateway_link)
             .field("gateway", &self.gateway)
             .field("concurrency", &self.concurrency)
             .field("db_connections", &self.db_connections)
@@ -213,8 +195,10 @@ impl WorkerArgs {
     }
 
     pub fn validate(&self) -> Result<(), ConfigError> {
-        if self.gateway.resolve(self.gateway_url.as_deref())? == crate::gateway::GatewayKind::Sim {
-            crate::gateway::parse_base_url(self.gateway_url.as_deref().unwrap_or_default())?;
+        if self.gateway.resolve(self.gateway_link.url.as_deref())?
+            == crate::gateway::GatewayKind::Sim
+        {
+            crate::gateway::parse_base_url(self.gateway_link.url())?;
         }
         self.schedule()?;
         self.review()?;
@@ -222,8 +206,9 @@ impl WorkerArgs {
         self.retention.validate()?;
         self.breaker.validate()?;
         self.notifier()?;
-        let timeouts =
-            self.gateway_connect_timeout + self.gateway_timeout + crate::engine::CLAIM_FRESH;
+        let timeouts = self.gateway_link.connect_timeout
+            + self.gateway_link.timeout
+            + crate::engine::CLAIM_FRESH;
         if self.lease_ttl <= timeouts {
             return Err(ConfigError::LeaseTooShort {
                 lease: self.lease_ttl,
@@ -260,12 +245,7 @@ impl WorkerArgs {
     /// The gateway client's settings (`base_url` empty when `GATEWAY_URL`
     /// is unset).
     pub fn gateway_config(&self) -> HttpGatewayConfig {
-        HttpGatewayConfig {
-            base_url: self.gateway_url.clone().unwrap_or_default(),
-            connect_timeout: self.gateway_connect_timeout,
-            request_timeout: self.gateway_timeout,
-            ca_file: self.gateway_ca_file.clone(),
-        }
+        self.gateway_link.config()
     }
 
     pub fn name(&self) -> String {

@@ -19,8 +19,12 @@ use super::{TestDb, init_logs, start_sim};
 pub fn worker_args(db_url: &str, gateway_url: &str) -> WorkerArgs {
     WorkerArgs {
         database_url: db_url.into(),
-        gateway_url: Some(gateway_url.into()),
-        gateway_ca_file: None,
+        gateway_link: cobro::gateway::GatewayLink {
+            url: Some(gateway_url.into()),
+            ca_file: None,
+            connect_timeout: Duration::from_millis(500),
+            timeout: Duration::from_millis(1500),
+        },
         gateway: cobro::gateway::GatewayChoice {
             kind: Some(cobro::gateway::GatewayKind::Sim),
             ..Default::default()
@@ -39,8 +43,6 @@ pub fn worker_args(db_url: &str, gateway_url: &str) -> WorkerArgs {
         missed_heartbeats: 20,
         sweep_interval: Duration::from_millis(500),
         sweep_grace: Duration::from_secs(2),
-        gateway_connect_timeout: Duration::from_millis(500),
-        gateway_timeout: Duration::from_millis(1500),
         defer_backoff: Duration::from_millis(300),
         gateway_idempotent: true,
         gateway_max_processing: Duration::from_secs(60),
