@@ -240,6 +240,29 @@ impl ChargeOutcome {
 }
 
 impl LookupOutcome {
+    /// A definite answer (approved or declined) as the charge's outcome.
+    pub fn definite(&self) -> Option<ChargeOutcome> {
+        match self {
+            LookupOutcome::Approved {
+                charge_id,
+                evidence,
+            } => Some(ChargeOutcome::Approved {
+                charge_id: charge_id.clone(),
+                evidence: evidence.clone(),
+            }),
+            LookupOutcome::Declined {
+                code,
+                charge_id,
+                evidence,
+            } => Some(ChargeOutcome::Declined {
+                code: code.clone(),
+                charge_id: charge_id.clone(),
+                evidence: evidence.clone(),
+            }),
+            _ => None,
+        }
+    }
+
     pub fn evidence(&self) -> &Evidence {
         match self {
             LookupOutcome::Approved { evidence, .. }

@@ -284,29 +284,17 @@ impl StripeGateway {
             // server's bare 400: never "create another"; read it now.
             Refusal::Invalid(_) | Refusal::Conflict => {
                 let refused = detail_of(&a);
-                match self.intent(pi, call.key, false).await {
-                    LookupOutcome::Approved {
-                        charge_id,
-                        evidence,
-                    } => ChargeOutcome::Approved {
-                        charge_id,
-                        evidence,
-                    },
-                    LookupOutcome::Declined {
-                        code,
-                        charge_id,
-                        evidence,
-                    } => ChargeOutcome::Declined {
-                        code,
-                        charge_id,
-                        evidence,
-                    },
+                let found = self.intent(pi, call.key, false).await;
+                match (found.definite(), &found) {
+                    (Some(settled), _) => settled,
                     // Still unconfirmed after a 400: the confirm itself is
                     // refused, and sending it again would be refused again.
-                    LookupOutcome::NotFound { .. } if a.code != 409 => ChargeOutcome::Refused {
-                        evidence: ev("confirm_refused", Some(a.code), refused),
-                    },
-                    other => ChargeOutcome::Unknown {
+                    (None, LookupOutcome::NotFound { .. }) if a.code != 409 => {
+                        ChargeOutcome::Refused {
+                            evidence: ev("confirm_refused", Some(a.code), refused),
+                        }
+                    }
+                    (None, other) => ChargeOutcome::Unknown {
                         evidence: Evidence {
                             detail: refused,
                             ..other.evidence().clone()
@@ -346,27 +334,12 @@ impl StripeGateway {
                     ..ev
                 },
             },
-            Settled::NeedsAction => match self.cancel_needing_action(pi, key, false).await {
-                LookupOutcome::Declined {
-                    code,
-                    charge_id,
-                    evidence,
-                } => ChargeOutcome::Declined {
-                    code,
-                    charge_id,
-                    evidence,
-                },
-                LookupOutcome::Approved {
-                    charge_id,
-                    evidence,
-                } => ChargeOutcome::Approved {
-                    charge_id,
-                    evidence,
-                },
-                other => ChargeOutcome::Unknown {
-                    evidence: other.evidence().clone(),
-                },
-            },
+            Settled::NeedsAction => {
+                let found = self.cancel_needing_action(pi, key, false).await;
+                found.definite().unwrap_or_else(|| ChargeOutcome::Unknown {
+                    evidence: found.evidence().clone(),
+                })
+            }
             Settled::NotConfirmed | Settled::Pending(_) => ChargeOutcome::Unknown {
                 evidence: Evidence {
                     error_kind: "not_settled".into(),
