@@ -13,7 +13,20 @@ use std::process::Command;
 
 #[test]
 fn the_benchmarks_find_the_hot_statements_in_src_and_they_prepare() {
-    if common::skip_postgres("the_benchmarks_find_the_hot_statements_in_src_and_they_prepare") {
+    const TEST: &str = "the_benchmarks_find_the_hot_statements_in_src_and_they_prepare";
+    if common::skip_postgres(TEST) {
+        return;
+    }
+    // The script talks to PostgreSQL with its client; a PostgreSQL reached
+    // in a container may have none on this machine (CI has it: never skipped).
+    let psql = Command::new("psql").arg("--version").output();
+    if !psql.is_ok_and(|o| o.status.success()) {
+        assert!(std::env::var_os("CI").is_none(), "psql is missing in CI");
+        common::python::skipped(
+            TEST,
+            "no psql on PATH",
+            "apt-get install -y postgresql-client",
+        );
         return;
     }
     // The binaries cargo built for this test run: `cobro migrate` sets up
