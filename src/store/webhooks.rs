@@ -5,8 +5,13 @@
 //! as the transition it causes, with the attempt row locked; an outcome the
 //! state machine refuses (news about an attempt that already moved on) is a
 //! recorded no-op, never an error.
+//!
+//! Steps whose Rust is the same on both backends are written once at the
+//! end, generic over the backend; `pg/webhooks.rs` and `lite/webhooks.rs`
+//! hold their SQL, and the steps that differ (row locks, type mapping).
 
 use serde::Serialize;
+use sqlx::{Database, Encode, Executor, FromRow, IntoArguments, Pool, Type};
 use uuid::Uuid;
 
 use super::Attempt;
@@ -338,4 +343,54 @@ impl Store {
     pub async fn rejected_webhook_reasons(&self) -> Result<Vec<String>, StoreError> {
         on_db!(self, webhooks::rejected_reasons())
     }
+}
+
+/// Sets a stored event's outcome, detail and attempt: `sql` binds the
+/// event id, outcome, detail and attempt id (`Id`: the backend's uuid).
+pub(crate) async fn set_outcome<DB, Id>(
+    tx: &mut DB::Connection,
+    sql: &'static str,
+    event_id: &str,
+    outcome: &str,
+    detail: Option<String>,
+    attempt: Option<Id>,
+) -> Result<(), StoreError>
+where
+    DB: Database<Arguments: IntoArguments<DB>>,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
+    Option<String>: for<'q> Encode<'q, DB> + Type<DB>,
+    Option<Id>: for<'q> Encode<'q, DB> + Type<DB>,
+{
+    sqlx::query(sql)
+        .bind(event_id)
+        .bind(outcome)
+        .bind(detail)
+        .bind(attempt)
+        .execute(&mut *tx)
+        .await?;
+    Ok(())
+}
+
+/// Stored events and rejected-webhook rows: `sql` selects the two counts.
+pub(crate) async fn counts<DB>(pool: &Pool<DB>, sql: &'static str) -> Result<(i64, i64), StoreError>
+where
+    DB: Database<Arguments: IntoArguments<DB>>,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    (i64, i64): for<'r> FromRow<'r, DB::Row>,
+{
+    Ok(sqlx::query_as(sql).fetch_one(pool).await?)
+}
+
+/// The rejected webhooks' reasons, oldest first: `sql` selects them.
+pub(crate) async fn rejected_reasons<DB>(
+    pool: &Pool<DB>,
+    sql: &'static str,
+) -> Result<Vec<String>, StoreError>
+where
+    DB: Database<Arguments: IntoArguments<DB>>,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    (String,): for<'r> FromRow<'r, DB::Row>,
+{
+    Ok(sqlx::query_scalar(sql).fetch_all(pool).await?)
 }

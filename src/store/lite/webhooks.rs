@@ -3,12 +3,12 @@
 //! database for writing: the attempt cannot change between the read and
 //! the write.
 
-use sqlx::{Row, SqliteConnection, SqlitePool};
+use sqlx::{Sqlite, SqliteConnection, SqlitePool};
 
 use uuid::Uuid;
 
 use super::attempt;
-use crate::store::webhooks::{IncomingEvent, Rejected};
+use crate::store::webhooks::{self, IncomingEvent, Rejected};
 use crate::store::{Attempt, StoreError};
 
 /// Stores a new event as `ignored`; false when its id is stored already.
@@ -38,16 +38,10 @@ pub(crate) async fn set_outcome(
     detail: Option<String>,
     attempt: Option<Uuid>,
 ) -> Result<(), StoreError> {
-    sqlx::query(
-        "UPDATE webhook_events SET outcome = ?2, detail = ?3, attempt_id = ?4 WHERE event_id = ?1",
-    )
-    .bind(event_id)
-    .bind(outcome)
-    .bind(detail)
-    .bind(attempt.map(|id| id.hyphenated().to_string()))
-    .execute(&mut *tx)
-    .await?;
-    Ok(())
+    let sql =
+        "UPDATE webhook_events SET outcome = ?2, detail = ?3, attempt_id = ?4 WHERE event_id = ?1";
+    let attempt = attempt.map(|id| id.hyphenated().to_string());
+    webhooks::set_outcome::<Sqlite, _>(tx, sql, event_id, outcome, detail, attempt).await
 }
 
 /// The attempt with this key (the transaction holds the write lock).
@@ -103,20 +97,14 @@ pub(crate) async fn record_rejected(pool: &SqlitePool, r: &Rejected<'_>) -> Resu
 }
 
 pub(crate) async fn counts(pool: &SqlitePool) -> Result<(i64, i64), StoreError> {
-    let row = sqlx::query(
-        "SELECT (SELECT count(*) FROM webhook_events), (SELECT count(*) FROM rejected_webhooks)",
-    )
-    .fetch_one(pool)
-    .await?;
-    Ok((row.try_get(0)?, row.try_get(1)?))
+    let sql =
+        "SELECT (SELECT count(*) FROM webhook_events), (SELECT count(*) FROM rejected_webhooks)";
+    webhooks::counts(pool, sql).await
 }
 
 pub(crate) async fn rejected_reasons(pool: &SqlitePool) -> Result<Vec<String>, StoreError> {
-    Ok(
-        sqlx::query_scalar("SELECT reason FROM rejected_webhooks ORDER BY id")
-            .fetch_all(pool)
-            .await?,
-    )
+    let sql = "SELECT reason FROM rejected_webhooks ORDER BY id";
+    webhooks::rejected_reasons(pool, sql).await
 }
 
 /// The attempt whose recorded gateway object (a PaymentIntent) is `gateway_ref`.
