@@ -53,6 +53,7 @@ mod schema;
 mod settings;
 mod settlement;
 mod tx;
+mod values;
 mod webhooks;
 
 pub use breaker::{BreakerEvent, BreakerRow, GatewayHealth};
