@@ -8,12 +8,18 @@
 //! its state and check count; only the paced re-wake (one worker per turn,
 //! a compare-and-set on the breaker row) un-parks attempts in bulk, each
 //! with its version bumped so an older view of it loses its next write.
+//!
+//! The row's write and the event's append are written once here, generic
+//! over the backend; `pg/breaker.rs` and `lite/breaker.rs` hold their SQL
+//! and the steps that differ (locking, the pace's clock, the re-wake).
 
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
+use sqlx::{Database, Encode, Executor, IntoArguments, Type};
 
+use super::values::Values;
 use super::{Db, Store, StoreError, lite, pg};
 
 /// One gateway's breaker, as stored.
@@ -170,4 +176,70 @@ impl Store {
         };
         Ok(Duration::from_secs_f64(wait.max(0.0)))
     }
+}
+
+/// Writes the gateway's row as `new`: `sql` binds the gateway, then the
+/// row's fields in their order, each time as the backend stores it.
+pub(crate) async fn write<DB, Id, At>(
+    tx: &mut DB::Connection,
+    sql: &'static str,
+    values: Values<Id, At>,
+    gateway: &str,
+    new: &BreakerRow,
+) -> Result<(), StoreError>
+where
+    DB: Database<Arguments: IntoArguments<DB>>,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
+    for<'q> Option<&'q str>: Encode<'q, DB> + Type<DB>,
+    i32: for<'q> Encode<'q, DB> + Type<DB>,
+    Option<At>: for<'q> Encode<'q, DB> + Type<DB>,
+{
+    let at = |t: Option<DateTime<Utc>>| t.map(values.at);
+    sqlx::query(sql)
+        .bind(gateway)
+        .bind(new.state.as_str())
+        .bind(new.failures)
+        .bind(at(new.failing_since))
+        .bind(new.last_failure.as_deref())
+        .bind(at(new.last_failure_at))
+        .bind(at(new.last_answer_at))
+        .bind(at(new.opened_at))
+        .bind(at(new.closed_at))
+        .bind(at(new.next_probe_at))
+        .bind(new.probes)
+        .bind(at(new.next_rewake_at))
+        .execute(&mut *tx)
+        .await?;
+    Ok(())
+}
+
+/// Appends `ev` to the breaker's log: `sql` binds the gateway, state,
+/// cause, actor, detail and time.
+pub(crate) async fn log_event<DB, Id, At>(
+    tx: &mut DB::Connection,
+    sql: &'static str,
+    values: Values<Id, At>,
+    gateway: &str,
+    ev: &BreakerEvent,
+    actor: &str,
+    at: DateTime<Utc>,
+) -> Result<(), StoreError>
+where
+    DB: Database<Arguments: IntoArguments<DB>>,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
+    for<'q> Option<&'q str>: Encode<'q, DB> + Type<DB>,
+    At: for<'q> Encode<'q, DB> + Type<DB>,
+{
+    sqlx::query(sql)
+        .bind(gateway)
+        .bind(ev.state)
+        .bind(ev.cause.as_str())
+        .bind(actor)
+        .bind(ev.detail.as_deref())
+        .bind((values.at)(at))
+        .execute(&mut *tx)
+        .await?;
+    Ok(())
 }
