@@ -68,6 +68,8 @@ pub(crate) mod retention;
 pub(crate) mod retry;
 pub(crate) mod review;
 pub(crate) mod settlement;
+mod sweeps;
+pub(super) use sweeps::sweep;
 pub(crate) mod wakeups;
 pub(crate) mod webhooks;
 
@@ -416,65 +418,6 @@ pub(super) async fn apply_tx(
         push_wake(&mut *tx, seen.id, at, plan.wake_priority).await?;
     }
     Ok(Applied::Moved(Box::new(now)))
-}
-
-pub(super) async fn sweep(
-    pool: &SqlitePool,
-    grace: Duration,
-    every: Duration,
-    limit: i64,
-) -> Result<u64, StoreError> {
-    let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
-    let woken: Vec<(String, String)> = sqlx::query_as(concat!(
-        "UPDATE payment_attempts SET woken_at = ",
-        now_ms!(),
-        " WHERE id IN (
-            SELECT id FROM payment_attempts
-             WHERE ((lease_owner IS NOT NULL AND next_action_at <= ",
-        now_ms!(),
-        ")
-                 OR (lease_owner IS NULL AND state IN ('PENDIENTE', 'DESCONOCIDO', 'RECHAZADO')
-                     AND next_action_at <= ",
-        now_ms!(),
-        " - ?1)
-                 OR (lease_owner IS NULL AND state IN ('PENDIENTE', 'DESCONOCIDO')
-                     AND next_action_at IS NULL AND updated_at <= ",
-        now_ms!(),
-        " - ?1))
-               AND state IN ('PENDIENTE', 'EN_PROCESO', 'DESCONOCIDO', 'RECHAZADO')
-               AND (state <> 'RECHAZADO' OR next_action_at IS NOT NULL)
-               AND parked_since IS NULL
-               AND (woken_at IS NULL OR woken_at <= ",
-        now_ms!(),
-        " - ?2)
-               -- late behind a backlog, not lost: its own wake-up is queued and due
-               -- (the expression of index jobs_pending_wake_target, named: left
-               -- to itself SQLite searched idx_jobs_status_run_at instead and
-               -- read every pending job per attempt, 51 s a sweep behind a
-               -- 14,000-charge backlog)
-               AND NOT EXISTS (SELECT 1 FROM Jobs j INDEXED BY jobs_pending_wake_target
-                                WHERE CASE WHEN json_valid(CAST(j.job AS TEXT))
-                                           THEN json_extract(CAST(j.job AS TEXT), '$.attempt_id') END
-                                      -- `+` drops the column's TEXT affinity, which
-                                      -- would keep SQLite off the index
-                                      = +payment_attempts.id
-                                  AND j.status = 'Pending' AND j.run_at <= unixepoch())
-",
-        due_last!(),
-        ")
-         RETURNING id, state"
-    ))
-    .bind(grace.as_millis() as i64)
-    .bind(every.as_millis() as i64)
-    .bind(limit)
-    .fetch_all(&mut *tx)
-    .await?;
-    for (id, state) in &woken {
-        let priority = i32::from(state != State::Pendiente.as_str());
-        push_wake(&mut tx, uuid(id)?, Utc::now(), priority).await?;
-    }
-    tx.commit().await?;
-    Ok(woken.len() as u64)
 }
 
 pub(super) async fn attempts_for_order(

@@ -2,10 +2,9 @@
 
 use std::time::Duration;
 
-use chrono::Utc;
 use sqlx::SqlitePool;
 
-use super::{push_wake, uuid};
+use super::uuid;
 use crate::store::StoreError;
 
 pub(crate) async fn sweep(
@@ -14,8 +13,7 @@ pub(crate) async fn sweep(
     every: Duration,
     limit: i64,
 ) -> Result<u64, StoreError> {
-    let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
-    let woken: Vec<(String,)> = sqlx::query_as(concat!(
+    let sql = concat!(
         "UPDATE payment_attempts SET woken_at = ",
         now_ms!(),
         " WHERE id IN (
@@ -34,15 +32,9 @@ pub(crate) async fn sweep(
         due_last!(),
         ")
          RETURNING id"
-    ))
-    .bind(i64::try_from(grace.as_millis()).unwrap_or(i64::MAX))
-    .bind(i64::try_from(every.as_millis()).unwrap_or(i64::MAX))
-    .bind(limit)
-    .fetch_all(&mut *tx)
-    .await?;
-    for (id,) in &woken {
-        push_wake(&mut tx, uuid(id)?, Utc::now(), 0).await?;
-    }
-    tx.commit().await?;
-    Ok(woken.len() as u64)
+    );
+    super::sweeps::run(pool, sql, grace, every, limit, |(id,): &(String,)| {
+        Ok((uuid(id)?, 0))
+    })
+    .await
 }

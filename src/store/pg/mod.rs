@@ -348,7 +348,7 @@ pub(super) async fn sweep(
     every: Duration,
     limit: i64,
 ) -> Result<u64, StoreError> {
-    let n: i64 = sqlx::query_scalar(concat!(
+    let sql = concat!(
         "WITH due AS (
             SELECT id FROM cobro.payment_attempts
              WHERE ((lease_owner IS NOT NULL AND next_action_at <= now())
@@ -378,12 +378,26 @@ pub(super) async fn sweep(
          )
          SELECT count(cobro.wake(id, now(), CASE WHEN state = 'PENDIENTE' THEN 0 ELSE 1 END))
            FROM marked",
-    ))
-    .bind(grace.as_secs_f64())
-    .bind(every.as_secs_f64())
-    .bind(limit)
-    .fetch_one(pool)
-    .await?;
+    );
+    run_sweep(pool, sql, grace, every, limit).await
+}
+
+/// Runs a sweep's statement (this one's, or the review sweep's): it binds
+/// the grace and the re-wake interval in seconds, then the limit, and
+/// counts the attempts it woke.
+pub(super) async fn run_sweep(
+    pool: &PgPool,
+    sql: &'static str,
+    grace: Duration,
+    every: Duration,
+    limit: i64,
+) -> Result<u64, StoreError> {
+    let n: i64 = sqlx::query_scalar(sql)
+        .bind(grace.as_secs_f64())
+        .bind(every.as_secs_f64())
+        .bind(limit)
+        .fetch_one(pool)
+        .await?;
     Ok(n as u64)
 }
 

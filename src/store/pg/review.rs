@@ -12,7 +12,7 @@ pub(crate) async fn sweep(
     every: Duration,
     limit: i64,
 ) -> Result<u64, StoreError> {
-    let n: i64 = sqlx::query_scalar(concat!(
+    let sql = concat!(
         "WITH due AS (
             SELECT id FROM cobro.payment_attempts
              WHERE state = 'EN_REVISION'
@@ -29,11 +29,6 @@ pub(crate) async fn sweep(
             RETURNING a.id
          )
          SELECT count(cobro.wake(id, now(), 0)) FROM marked",
-    ))
-    .bind(grace.as_secs_f64())
-    .bind(every.as_secs_f64())
-    .bind(limit)
-    .fetch_one(pool)
-    .await?;
-    Ok(n as u64)
+    );
+    super::run_sweep(pool, sql, grace, every, limit).await
 }
