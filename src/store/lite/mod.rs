@@ -212,6 +212,26 @@ pub(crate) fn attempt(r: &sqlx::sqlite::SqliteRow) -> Result<Attempt, StoreError
     })
 }
 
+/// The attempts `sql` selects with `key` bound as `?1`, decoded.
+pub(crate) async fn attempts_by<'c>(
+    conn: impl sqlx::Executor<'c, Database = sqlx::Sqlite>,
+    sql: &'static str,
+    key: &str,
+) -> Result<Vec<Attempt>, StoreError> {
+    let rows = sqlx::query(sql).bind(key).fetch_all(conn).await?;
+    rows.iter().map(attempt).collect()
+}
+
+/// The attempt `sql` selects with `key` bound as `?1`, if any, decoded.
+pub(crate) async fn attempt_by<'c>(
+    conn: impl sqlx::Executor<'c, Database = sqlx::Sqlite>,
+    sql: &'static str,
+    key: &str,
+) -> Result<Option<Attempt>, StoreError> {
+    let row = sqlx::query(sql).bind(key).fetch_optional(conn).await?;
+    row.as_ref().map(attempt).transpose()
+}
+
 /// Pushes the apalis wake-up job for `id`, due at `at`, on its kind's queue
 /// (refunds on [`REFUND_QUEUE`]). apalis-sqlite keeps whole seconds, so the
 /// job may come up to a second early; the handler waits out the rest.
@@ -424,13 +444,11 @@ pub(super) async fn attempts_for_order(
     pool: &SqlitePool,
     order_id: &str,
 ) -> Result<Vec<Attempt>, StoreError> {
-    let rows =
-        sqlx::query("SELECT * FROM payment_attempts WHERE order_id = ?1 ORDER BY created_at, id")
-            .bind(order_id)
-            .fetch_all(pool)
-            .await?;
-    rows.iter().map(attempt).collect()
+    attempts_by(pool, ATTEMPTS_OF_ORDER, order_id).await
 }
+
+const ATTEMPTS_OF_ORDER: &str =
+    "SELECT * FROM payment_attempts WHERE order_id = ?1 ORDER BY created_at, id";
 
 /// The order's attempts, oldest first (the transaction holds the write
 /// lock, so no attempt of the order can be inserted meanwhile).
@@ -438,22 +456,12 @@ pub(super) async fn order_locked(
     tx: &mut SqliteConnection,
     order_id: &str,
 ) -> Result<Vec<Attempt>, StoreError> {
-    sqlx::query("SELECT * FROM payment_attempts WHERE order_id = ?1 ORDER BY created_at, id")
-        .bind(order_id)
-        .fetch_all(&mut *tx)
-        .await?
-        .iter()
-        .map(attempt)
-        .collect()
+    attempts_by(&mut *tx, ATTEMPTS_OF_ORDER, order_id).await
 }
 
 pub(super) async fn refunds_of(pool: &SqlitePool, id: Uuid) -> Result<Vec<Attempt>, StoreError> {
-    let rows =
-        sqlx::query("SELECT * FROM payment_attempts WHERE refund_of = ?1 ORDER BY created_at, id")
-            .bind(id.hyphenated().to_string())
-            .fetch_all(pool)
-            .await?;
-    rows.iter().map(attempt).collect()
+    let sql = "SELECT * FROM payment_attempts WHERE refund_of = ?1 ORDER BY created_at, id";
+    attempts_by(pool, sql, &id.hyphenated().to_string()).await
 }
 
 pub(super) async fn transitions(

@@ -7,7 +7,7 @@ use sqlx::{Sqlite, SqliteConnection, SqlitePool};
 
 use uuid::Uuid;
 
-use super::attempt;
+use super::{attempt_by, attempts_by};
 use crate::store::webhooks::{self, IncomingEvent, Rejected};
 use crate::store::{Attempt, StoreError};
 
@@ -49,12 +49,8 @@ pub(crate) async fn attempt_by_key(
     tx: &mut SqliteConnection,
     key: Uuid,
 ) -> Result<Option<Attempt>, StoreError> {
-    sqlx::query("SELECT * FROM payment_attempts WHERE idempotency_key = ?1")
-        .bind(key.hyphenated().to_string())
-        .fetch_optional(&mut *tx)
-        .await?
-        .map(|r| attempt(&r))
-        .transpose()
+    let sql = "SELECT * FROM payment_attempts WHERE idempotency_key = ?1";
+    attempt_by(&mut *tx, sql, &key.hyphenated().to_string()).await
 }
 
 /// The scheduled retries that charge `payment_method` (the write lock is
@@ -63,20 +59,13 @@ pub(crate) async fn retries_charging(
     tx: &mut SqliteConnection,
     payment_method: &str,
 ) -> Result<Vec<Attempt>, StoreError> {
-    sqlx::query(
-        "SELECT a.* FROM payment_attempts a
+    let sql = "SELECT a.* FROM payment_attempts a
           WHERE a.state = 'RECHAZADO' AND a.kind <> 'refund' AND a.next_action_at IS NOT NULL
             AND coalesce((SELECT u.payment_method FROM payment_method_updates u
                            WHERE u.order_id = a.order_id ORDER BY u.id DESC LIMIT 1),
                          a.payment_method) = ?1
-          ORDER BY a.id",
-    )
-    .bind(payment_method)
-    .fetch_all(&mut *tx)
-    .await?
-    .iter()
-    .map(attempt)
-    .collect()
+          ORDER BY a.id";
+    attempts_by(&mut *tx, sql, payment_method).await
 }
 
 pub(crate) async fn record_rejected(pool: &SqlitePool, r: &Rejected<'_>) -> Result<(), StoreError> {
@@ -112,9 +101,10 @@ pub(crate) async fn by_gateway_ref(
     pool: &SqlitePool,
     gateway_ref: &str,
 ) -> Result<Option<crate::store::Attempt>, StoreError> {
-    let row = sqlx::query("SELECT * FROM payment_attempts WHERE gateway_ref = ?1")
-        .bind(gateway_ref)
-        .fetch_optional(pool)
-        .await?;
-    row.as_ref().map(attempt).transpose()
+    attempt_by(
+        pool,
+        "SELECT * FROM payment_attempts WHERE gateway_ref = ?1",
+        gateway_ref,
+    )
+    .await
 }
