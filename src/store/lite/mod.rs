@@ -68,7 +68,7 @@ pub(crate) mod retention;
 pub(crate) mod retry;
 pub(crate) mod review;
 pub(crate) mod settlement;
-mod sweeps;
+pub(crate) mod sweeps;
 pub(super) use sweeps::sweep;
 pub(crate) mod wakeups;
 pub(crate) mod webhooks;

@@ -1,5 +1,5 @@
 //! The main sweep on SQLite, and the steps every sweep shares (the review
-//! sweep's SQL is in `review.rs`).
+//! sweep's statement is in `review.rs`, run from `store::review`).
 
 use std::time::Duration;
 
@@ -75,7 +75,7 @@ pub(in crate::store) async fn sweep(
 /// the grace and the re-wake interval in milliseconds, then the limit; each
 /// row it returns gets a wake-up, due now, of the attempt and priority
 /// `wake` reads from it. Returns how many attempts it woke.
-pub(super) async fn run<R>(
+pub(crate) async fn run<R>(
     pool: &SqlitePool,
     sql: &'static str,
     grace: Duration,

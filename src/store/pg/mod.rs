@@ -385,7 +385,7 @@ pub(super) async fn sweep(
 /// Runs a sweep's statement (this one's, or the review sweep's): it binds
 /// the grace and the re-wake interval in seconds, then the limit, and
 /// counts the attempts it woke.
-pub(super) async fn run_sweep(
+pub(crate) async fn run_sweep(
     pool: &PgPool,
     sql: &'static str,
     grace: Duration,
