@@ -24,6 +24,7 @@ macro_rules! on_db {
     };
 }
 
+mod apply;
 mod breaker;
 mod cancel;
 pub(crate) mod caps;

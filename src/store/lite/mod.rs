@@ -14,11 +14,11 @@ use std::time::Duration;
 
 use chrono::{DateTime, TimeZone, Utc};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
-use sqlx::{Row, SqliteConnection, SqlitePool};
+use sqlx::{Row, Sqlite, SqliteConnection, SqlitePool};
 use uuid::Uuid;
 
-use super::change::{Applied, Change, NoticeKind, Plan};
-use super::{Attempt, CHARGE_QUEUE, Check, REFUND_QUEUE, StoreError, Transition};
+use super::change::{Applied, Change, Plan};
+use super::{Attempt, CHARGE_QUEUE, Check, REFUND_QUEUE, StoreError, Transition, apply, values};
 use crate::domain::Wake;
 use crate::state::State;
 
@@ -391,46 +391,10 @@ pub(super) async fn apply_tx(
         }
     }
     if let Some(kind) = plan.notice {
-        sqlx::query(concat!(
-            "INSERT INTO notices (order_id, attempt_id, kind, decline_code, next_retry_at, created_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ",
-            now_ms!(),
-            ")"
-        ))
-        .bind(&now.order_id)
-        .bind(&id)
-        .bind(kind.as_str())
-        .bind(&now.decline_code)
-        .bind(
-            now.next_action_at
-                .filter(|_| kind == NoticeKind::RetryScheduled)
-                .map(|t| t.timestamp_millis()),
-        )
-        .execute(&mut *tx)
-        .await?;
+        apply::notice::<Sqlite, _, _>(&mut *tx, NOTICE, values::LITE, &now, kind).await?;
     }
     if let Some(check) = &change.add_check {
-        sqlx::query(concat!(
-            "INSERT INTO attempt_checks
-                (attempt_id, check_number, scheduled_at, started_at, finished_at, lookup_result,
-                 http_status, error_kind, actor)
-             VALUES (?1, ?2, ?3, ?4, ",
-            now_ms!(),
-            ", ?5, ?6, ?7, ?8)"
-        ))
-        .bind(&id)
-        .bind(now.check_count)
-        .bind(check.scheduled_at.timestamp_millis())
-        .bind(check.started_at.timestamp_millis())
-        .bind(
-            ev.and_then(|e| e.lookup_result.as_deref())
-                .unwrap_or("failed"),
-        )
-        .bind(ev.and_then(|e| e.http_status).map(i32::from))
-        .bind(ev.map(|e| e.error_kind.as_str()))
-        .bind(change.actor)
-        .execute(&mut *tx)
-        .await?;
+        apply::check::<Sqlite, _, _>(&mut *tx, CHECK, values::LITE, &now, check, change).await?;
     }
     if plan.wake
         && let Some(at) = now.next_action_at
@@ -439,6 +403,24 @@ pub(super) async fn apply_tx(
     }
     Ok(Applied::Moved(Box::new(now)))
 }
+
+/// The customer notice a move writes (see `store::apply::notice`).
+const NOTICE: &str = concat!(
+    "INSERT INTO notices (order_id, attempt_id, kind, decline_code, next_retry_at, created_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ",
+    now_ms!(),
+    ")"
+);
+
+/// The check record a move writes (see `store::apply::check`).
+const CHECK: &str = concat!(
+    "INSERT INTO attempt_checks
+                (attempt_id, check_number, scheduled_at, started_at, finished_at, lookup_result,
+                 http_status, error_kind, actor)
+             VALUES (?1, ?2, ?3, ?4, ",
+    now_ms!(),
+    ", ?5, ?6, ?7, ?8)"
+);
 
 pub(super) async fn attempts_for_order(
     pool: &SqlitePool,

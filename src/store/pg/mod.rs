@@ -9,13 +9,13 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use sqlx::postgres::PgPoolOptions;
-use sqlx::{Connection, PgConnection, PgPool};
+use sqlx::{Connection, PgConnection, PgPool, Postgres};
 use uuid::Uuid;
 
-use super::change::{Applied, Change, NoticeKind, Plan};
+use super::change::{Applied, Change, Plan};
 use super::enqueue::{EnqueueError, Enqueued};
 use super::refund::{RefundError, Refunded};
-use super::{Attempt, Check, StoreError, Transition};
+use super::{Attempt, Check, StoreError, Transition, apply, values};
 use crate::domain::{ChargeRequest, IdempotencyKey};
 
 /// The sweeps' last conditions (the main sweep's and the review sweep's):
@@ -283,43 +283,11 @@ pub(super) async fn apply_tx(
     let Some(now) = move_and_log(&mut *tx, seen, change, plan).await? else {
         return Ok(Applied::Lost);
     };
-    let ev = change.evidence;
     if let Some(kind) = plan.notice {
-        sqlx::query(
-            "INSERT INTO cobro.notices (order_id, attempt_id, kind, decline_code, next_retry_at)
-             VALUES ($1, $2, $3, $4, $5)",
-        )
-        .bind(&now.order_id)
-        .bind(seen.id)
-        .bind(kind.as_str())
-        .bind(&now.decline_code)
-        .bind(
-            now.next_action_at
-                .filter(|_| kind == NoticeKind::RetryScheduled),
-        )
-        .execute(&mut *tx)
-        .await?;
+        apply::notice::<Postgres, _, _>(&mut *tx, NOTICE, values::PG, &now, kind).await?;
     }
     if let Some(check) = &change.add_check {
-        sqlx::query(
-            "INSERT INTO cobro.attempt_checks
-                (attempt_id, check_number, scheduled_at, started_at, lookup_result,
-                 http_status, error_kind, actor)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
-        )
-        .bind(seen.id)
-        .bind(now.check_count)
-        .bind(check.scheduled_at)
-        .bind(check.started_at)
-        .bind(
-            ev.and_then(|e| e.lookup_result.as_deref())
-                .unwrap_or("failed"),
-        )
-        .bind(ev.and_then(|e| e.http_status).map(i32::from))
-        .bind(ev.map(|e| e.error_kind.as_str()))
-        .bind(change.actor)
-        .execute(&mut *tx)
-        .await?;
+        apply::check::<Postgres, _, _>(&mut *tx, CHECK, values::PG, &now, check, change).await?;
     }
     if plan.wake
         && let Some(at) = now.next_action_at
@@ -333,6 +301,17 @@ pub(super) async fn apply_tx(
     }
     Ok(Applied::Moved(Box::new(now)))
 }
+
+/// The customer notice a move writes (see `store::apply::notice`).
+const NOTICE: &str =
+    "INSERT INTO cobro.notices (order_id, attempt_id, kind, decline_code, next_retry_at)
+             VALUES ($1, $2, $3, $4, $5)";
+
+/// The check record a move writes (see `store::apply::check`).
+const CHECK: &str = "INSERT INTO cobro.attempt_checks
+                (attempt_id, check_number, scheduled_at, started_at, lookup_result,
+                 http_status, error_kind, actor)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)";
 
 pub(super) async fn wake(pool: &PgPool, id: Uuid) -> Result<(), StoreError> {
     sqlx::query("SELECT cobro.wake($1)")
