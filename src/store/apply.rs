@@ -1,44 +1,39 @@
 //! The steps of a compare-and-set write that follow the row's move and are
 //! the same on both backends: the customer notice the plan asks for and the
 //! check record. Written once, generic over sqlx's `Database`; each backend
-//! passes its SQL and how it stores ids and times ([`Values`]). The move
+//! passes its SQL ([`Sql`] says how it binds ids and times). The move
 //! itself stays per backend (PostgreSQL writes it and its log row in one
 //! statement, with group commit; SQLite in two, under its write lock).
 
-use sqlx::{Database, Encode, Executor, IntoArguments, Type};
+use sqlx::{Encode, Type};
 
 use super::change::{Change, CheckRecord, NoticeKind};
-use super::values::Values;
+use super::values::Sql;
 use super::{Attempt, StoreError};
 
 /// The customer notice of kind `kind` about `now` (the attempt as moved):
 /// `sql` binds the order, attempt, kind, decline code and, for a scheduled
 /// retry, when it is due.
-pub(crate) async fn notice<DB, Id, At>(
+pub(crate) async fn notice<DB: Sql>(
     tx: &mut DB::Connection,
     sql: &'static str,
-    values: Values<Id, At>,
     now: &Attempt,
     kind: NoticeKind,
 ) -> Result<(), StoreError>
 where
-    DB: Database<Arguments: IntoArguments<DB>>,
-    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
     for<'q> &'q str: Encode<'q, DB> + Type<DB>,
     for<'q> Option<&'q str>: Encode<'q, DB> + Type<DB>,
-    Id: for<'q> Encode<'q, DB> + Type<DB>,
-    Option<At>: for<'q> Encode<'q, DB> + Type<DB>,
 {
     let due = now
         .next_action_at
         .filter(|_| kind == NoticeKind::RetryScheduled);
     sqlx::query(sql)
         .bind(now.order_id.as_str())
-        .bind((values.id)(now.id))
+        .bind(DB::id(now.id))
         .bind(kind.as_str())
         .bind(now.decline_code.as_deref())
-        .bind(due.map(values.at))
-        .execute(&mut *tx)
+        .bind(DB::maybe_at(due))
+        .execute(DB::on(tx))
         .await?;
     Ok(())
 }
@@ -47,30 +42,25 @@ where
 /// moved, its check count already raised): `sql` binds the attempt, check
 /// number, when it was due and started, the lookup's result (`failed`
 /// without evidence), HTTP status, error kind and actor.
-pub(crate) async fn check<DB, Id, At>(
+pub(crate) async fn check<DB: Sql>(
     tx: &mut DB::Connection,
     sql: &'static str,
-    values: Values<Id, At>,
     now: &Attempt,
     check: &CheckRecord,
     change: &Change<'_>,
 ) -> Result<(), StoreError>
 where
-    DB: Database<Arguments: IntoArguments<DB>>,
-    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
     for<'q> &'q str: Encode<'q, DB> + Type<DB>,
     for<'q> Option<&'q str>: Encode<'q, DB> + Type<DB>,
     i32: for<'q> Encode<'q, DB> + Type<DB>,
     Option<i32>: for<'q> Encode<'q, DB> + Type<DB>,
-    Id: for<'q> Encode<'q, DB> + Type<DB>,
-    At: for<'q> Encode<'q, DB> + Type<DB>,
 {
     let ev = change.evidence;
     sqlx::query(sql)
-        .bind((values.id)(now.id))
+        .bind(DB::id(now.id))
         .bind(now.check_count)
-        .bind((values.at)(check.scheduled_at))
-        .bind((values.at)(check.started_at))
+        .bind(DB::at(check.scheduled_at))
+        .bind(DB::at(check.started_at))
         .bind(
             ev.and_then(|e| e.lookup_result.as_deref())
                 .unwrap_or("failed"),
@@ -78,7 +68,7 @@ where
         .bind(ev.and_then(|e| e.http_status).map(i32::from))
         .bind(ev.map(|e| e.error_kind.as_str()))
         .bind(change.actor)
-        .execute(&mut *tx)
+        .execute(DB::on(tx))
         .await?;
     Ok(())
 }

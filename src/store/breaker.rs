@@ -17,9 +17,9 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
-use sqlx::{Database, Encode, Executor, IntoArguments, Type};
+use sqlx::{Encode, Type};
 
-use super::values::Values;
+use super::values::Sql;
 use super::{Db, Store, StoreError, lite, pg};
 
 /// One gateway's breaker, as stored.
@@ -180,57 +180,50 @@ impl Store {
 
 /// Writes the gateway's row as `new`: `sql` binds the gateway, then the
 /// row's fields in their order, each time as the backend stores it.
-pub(crate) async fn write<DB, Id, At>(
+pub(crate) async fn write<DB>(
     tx: &mut DB::Connection,
     sql: &'static str,
-    values: Values<Id, At>,
     gateway: &str,
     new: &BreakerRow,
 ) -> Result<(), StoreError>
 where
-    DB: Database<Arguments: IntoArguments<DB>>,
-    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    DB: Sql,
     for<'q> &'q str: Encode<'q, DB> + Type<DB>,
     for<'q> Option<&'q str>: Encode<'q, DB> + Type<DB>,
     i32: for<'q> Encode<'q, DB> + Type<DB>,
-    Option<At>: for<'q> Encode<'q, DB> + Type<DB>,
 {
-    let at = |t: Option<DateTime<Utc>>| t.map(values.at);
     sqlx::query(sql)
         .bind(gateway)
         .bind(new.state.as_str())
         .bind(new.failures)
-        .bind(at(new.failing_since))
+        .bind(DB::maybe_at(new.failing_since))
         .bind(new.last_failure.as_deref())
-        .bind(at(new.last_failure_at))
-        .bind(at(new.last_answer_at))
-        .bind(at(new.opened_at))
-        .bind(at(new.closed_at))
-        .bind(at(new.next_probe_at))
+        .bind(DB::maybe_at(new.last_failure_at))
+        .bind(DB::maybe_at(new.last_answer_at))
+        .bind(DB::maybe_at(new.opened_at))
+        .bind(DB::maybe_at(new.closed_at))
+        .bind(DB::maybe_at(new.next_probe_at))
         .bind(new.probes)
-        .bind(at(new.next_rewake_at))
-        .execute(&mut *tx)
+        .bind(DB::maybe_at(new.next_rewake_at))
+        .execute(DB::on(tx))
         .await?;
     Ok(())
 }
 
 /// Appends `ev` to the breaker's log: `sql` binds the gateway, state,
 /// cause, actor, detail and time.
-pub(crate) async fn log_event<DB, Id, At>(
+pub(crate) async fn log_event<DB>(
     tx: &mut DB::Connection,
     sql: &'static str,
-    values: Values<Id, At>,
     gateway: &str,
     ev: &BreakerEvent,
     actor: &str,
     at: DateTime<Utc>,
 ) -> Result<(), StoreError>
 where
-    DB: Database<Arguments: IntoArguments<DB>>,
-    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    DB: Sql,
     for<'q> &'q str: Encode<'q, DB> + Type<DB>,
     for<'q> Option<&'q str>: Encode<'q, DB> + Type<DB>,
-    At: for<'q> Encode<'q, DB> + Type<DB>,
 {
     sqlx::query(sql)
         .bind(gateway)
@@ -238,8 +231,8 @@ where
         .bind(ev.cause.as_str())
         .bind(actor)
         .bind(ev.detail.as_deref())
-        .bind((values.at)(at))
-        .execute(&mut *tx)
+        .bind(DB::at(at))
+        .execute(DB::on(tx))
         .await?;
     Ok(())
 }

@@ -14,8 +14,9 @@
 //! holds only their SQL (`pg/metrics.rs`, `lite/metrics.rs`).
 
 use serde::Serialize;
-use sqlx::{Database, Executor, FromRow, IntoArguments, Pool};
+use sqlx::{FromRow, Pool};
 
+use super::values::Sql;
 use super::{Db, Store, StoreError, lite, pg};
 use crate::state::State;
 
@@ -141,16 +142,22 @@ pub(crate) struct OnCallSql {
 
 async fn raw_gauges<DB>(pool: &Pool<DB>, sql: &GaugesSql) -> Result<RawGauges, StoreError>
 where
-    DB: Database<Arguments: IntoArguments<DB>>,
-    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    DB: Sql,
     (String, String, i64): for<'r> FromRow<'r, DB::Row>,
     (i64, i64, Option<f64>): for<'r> FromRow<'r, DB::Row>,
     (Option<String>, String, i64): for<'r> FromRow<'r, DB::Row>,
 {
-    let attempts = sqlx::query_as(sql.attempts).fetch_all(pool).await?;
+    let mut conn = pool.acquire().await?;
+    let attempts = sqlx::query_as(sql.attempts)
+        .fetch_all(DB::on(&mut conn))
+        .await?;
     let (double_approved_orders, open_recon_cases, oldest_desconocido_secs) =
-        sqlx::query_as(sql.summary).fetch_one(pool).await?;
-    let business_retries = sqlx::query_as(sql.business_retries).fetch_all(pool).await?;
+        sqlx::query_as(sql.summary)
+            .fetch_one(DB::on(&mut conn))
+            .await?;
+    let business_retries = sqlx::query_as(sql.business_retries)
+        .fetch_all(DB::on(&mut conn))
+        .await?;
     Ok(RawGauges {
         attempts,
         double_approved_orders,
@@ -162,23 +169,25 @@ where
 
 async fn on_call<DB>(pool: &Pool<DB>, sql: &OnCallSql) -> Result<OnCall, StoreError>
 where
-    DB: Database<Arguments: IntoArguments<DB>>,
-    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    DB: Sql,
     (Option<f64>, Option<f64>, i64, i64): for<'r> FromRow<'r, DB::Row>,
     (String, i64): for<'r> FromRow<'r, DB::Row>,
     (Option<i64>,): for<'r> FromRow<'r, DB::Row>,
 {
+    let mut conn = pool.acquire().await?;
     let (due_lag_secs, last_reconciliation_ok, notices_pending, notices_failed): (
         Option<f64>,
         Option<f64>,
         i64,
         i64,
-    ) = sqlx::query_as(sql.summary).fetch_one(pool).await?;
+    ) = sqlx::query_as(sql.summary)
+        .fetch_one(DB::on(&mut conn))
+        .await?;
     let open_cases_by_kind = sqlx::query_as(sql.open_cases_by_kind)
-        .fetch_all(pool)
+        .fetch_all(DB::on(&mut conn))
         .await?;
     let gateway_double_charges: Option<i64> = sqlx::query_scalar(sql.gateway_double_charges)
-        .fetch_one(pool)
+        .fetch_one(DB::on(&mut conn))
         .await?;
     Ok(OnCall {
         due_lag_secs: due_lag_secs.unwrap_or(0.0).max(0.0),

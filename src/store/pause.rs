@@ -5,10 +5,11 @@
 //! here, generic over the backend; each backend holds only its SQL (and
 //! how it stores a time): `pg/pause.rs`, `lite/pause.rs`.
 
+use super::values::Sql;
 use super::{Store, StoreError};
 use chrono::{DateTime, Utc};
 use serde::Serialize;
-use sqlx::{Database, Encode, Executor, FromRow, IntoArguments, Pool, Type};
+use sqlx::{Encode, FromRow, Pool, Type};
 
 /// The switch as it is.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -62,8 +63,7 @@ pub(crate) async fn set<DB>(
     reason: Option<&str>,
 ) -> Result<(), StoreError>
 where
-    DB: Database<Arguments: IntoArguments<DB>>,
-    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    DB: Sql,
     for<'q> bool: Encode<'q, DB> + Type<DB>,
     for<'q> &'q str: Encode<'q, DB> + Type<DB>,
     for<'q> Option<&'q str>: Encode<'q, DB> + Type<DB>,
@@ -73,7 +73,7 @@ where
             .bind(paused)
             .bind(actor)
             .bind(reason)
-            .execute(&mut *tx)
+            .execute(DB::on(tx))
             .await?;
     }
     Ok(())
@@ -87,12 +87,13 @@ pub(crate) async fn state<DB, At>(
     at: fn(At) -> DateTime<Utc>,
 ) -> Result<Option<PauseState>, StoreError>
 where
-    DB: Database<Arguments: IntoArguments<DB>>,
-    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    DB: Sql,
     (bool, At, String, Option<String>): for<'r> FromRow<'r, DB::Row> + Send + Unpin,
 {
-    let row: Option<(bool, At, String, Option<String>)> =
-        sqlx::query_as(sql).fetch_optional(pool).await?;
+    let mut conn = pool.acquire().await?;
+    let row: Option<(bool, At, String, Option<String>)> = sqlx::query_as(sql)
+        .fetch_optional(DB::on(&mut conn))
+        .await?;
     Ok(
         row.map(|(paused, changed_at, changed_by, reason)| PauseState {
             paused,

@@ -17,10 +17,10 @@
 
 use chrono::{DateTime, Utc};
 use serde_json::json;
-use sqlx::{Database, Encode, Executor, IntoArguments, Type};
+use sqlx::{Encode, Type};
 use uuid::Uuid;
 
-use super::values::Values;
+use super::values::Sql;
 use super::{Store, StoreError};
 
 /// Failures further apart than this do not add up.
@@ -188,30 +188,26 @@ fn transient_code(code: &str) -> bool {
 
 /// The attempt's failure count, last error and case: `sql` binds the
 /// attempt, the count, the first and last failure, the error and the case.
-pub(crate) async fn write<DB, Id, At>(
+pub(crate) async fn write<DB>(
     tx: &mut DB::Connection,
     sql: &'static str,
-    values: Values<Id, At>,
     f: &Failed<'_>,
     case_id: Option<i64>,
 ) -> Result<(), StoreError>
 where
-    DB: Database<Arguments: IntoArguments<DB>>,
-    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
-    Id: for<'q> Encode<'q, DB> + Type<DB>,
-    At: for<'q> Encode<'q, DB> + Type<DB>,
+    DB: Sql,
     i32: for<'q> Encode<'q, DB> + Type<DB>,
     for<'q> &'q str: Encode<'q, DB> + Type<DB>,
     Option<i64>: for<'q> Encode<'q, DB> + Type<DB>,
 {
     sqlx::query(sql)
-        .bind((values.id)(f.attempt_id))
+        .bind(DB::id(f.attempt_id))
         .bind(f.next.failures)
-        .bind((values.at)(f.next.first_failed_at))
-        .bind((values.at)(f.now))
+        .bind(DB::at(f.next.first_failed_at))
+        .bind(DB::at(f.now))
         .bind(f.error)
         .bind(case_id)
-        .execute(&mut *tx)
+        .execute(DB::on(tx))
         .await?;
     Ok(())
 }

@@ -18,9 +18,10 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
-use sqlx::{Database, Encode, Executor, FromRow, IntoArguments, Type};
+use sqlx::{Encode, FromRow, Type};
 use uuid::Uuid;
 
+use super::values::Sql;
 use super::{Attempt, Db, Store, StoreError, lite, pg};
 use crate::domain::InputError;
 use crate::domain::{Finding, Window};
@@ -281,8 +282,7 @@ pub(crate) async fn case_written<DB>(
     new: Option<i64>,
 ) -> Result<CaseWrite, StoreError>
 where
-    DB: Database<Arguments: IntoArguments<DB>>,
-    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    DB: Sql,
     for<'q> &'q str: Encode<'q, DB> + Type<DB>,
     (i64, bool): for<'r> FromRow<'r, DB::Row>,
 {
@@ -291,7 +291,7 @@ where
         None => {
             let (id, resolved): (i64, bool) = sqlx::query_as(sql)
                 .bind(f.dedupe_key.as_str())
-                .fetch_one(&mut *tx)
+                .fetch_one(DB::on(tx))
                 .await?;
             (id, CaseStatus::existing(resolved))
         }

@@ -14,9 +14,10 @@
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
-use sqlx::{Database, Decode, Encode, Executor, FromRow, IntoArguments, Pool, Type};
+use sqlx::{FromRow, Pool};
 use uuid::Uuid;
 
+use super::values::Sql;
 use super::{Store, StoreError};
 use crate::domain::settlement::SettledCharge;
 
@@ -89,33 +90,32 @@ type Row<Id, At> = (
     At,
 );
 
-/// How a backend stores a settlement's attempt id and times.
+/// How a backend reads back a settlement's attempt id and time.
 pub(crate) struct Stored<Id, At> {
     pub id: fn(Id) -> Result<Uuid, StoreError>,
     pub at: fn(At) -> Result<DateTime<Utc>, StoreError>,
-    pub to_at: fn(DateTime<Utc>) -> At,
 }
 
 /// Settled charges with `from <= settled_at < to`: `sql` binds the two
 /// bounds and selects a [`Row`].
-pub(crate) async fn between<DB, Id, At>(
+pub(crate) async fn between<DB>(
     pool: &Pool<DB>,
     sql: &'static str,
-    stored: Stored<Id, At>,
+    stored: Stored<DB::Id, DB::At>,
     from: DateTime<Utc>,
     to: DateTime<Utc>,
 ) -> Result<Vec<SettledCharge>, StoreError>
 where
-    DB: Database<Arguments: IntoArguments<DB>>,
-    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
-    Id: Send + Unpin,
-    At: for<'q> Encode<'q, DB> + for<'r> Decode<'r, DB> + Type<DB> + Send + Unpin,
-    Row<Id, At>: for<'r> FromRow<'r, DB::Row>,
+    DB: Sql,
+    DB::Id: Unpin,
+    DB::At: Unpin,
+    Row<DB::Id, DB::At>: for<'r> FromRow<'r, DB::Row>,
 {
-    let rows: Vec<Row<Id, At>> = sqlx::query_as(sql)
-        .bind((stored.to_at)(from))
-        .bind((stored.to_at)(to))
-        .fetch_all(pool)
+    let mut conn = pool.acquire().await?;
+    let rows: Vec<Row<DB::Id, DB::At>> = sqlx::query_as(sql)
+        .bind(DB::at(from))
+        .bind(DB::at(to))
+        .fetch_all(DB::on(&mut conn))
         .await?;
     rows.into_iter()
         .map(|r| {
@@ -142,10 +142,11 @@ pub(crate) async fn totals<DB>(
     sql: &'static str,
 ) -> Result<Vec<SettlementTotal>, StoreError>
 where
-    DB: Database<Arguments: IntoArguments<DB>>,
-    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    DB: Sql,
     (String, i64, i64, i64, i64): for<'r> FromRow<'r, DB::Row>,
 {
-    let rows: Vec<(String, i64, i64, i64, i64)> = sqlx::query_as(sql).fetch_all(pool).await?;
+    let mut conn = pool.acquire().await?;
+    let rows: Vec<(String, i64, i64, i64, i64)> =
+        sqlx::query_as(sql).fetch_all(DB::on(&mut conn)).await?;
     Ok(rows.into_iter().map(SettlementTotal::from).collect())
 }

@@ -11,13 +11,14 @@
 //! hold their SQL, and the steps that differ (row locks, type mapping).
 
 use serde::Serialize;
-use sqlx::{Database, Encode, Executor, FromRow, IntoArguments, Pool, Type};
+use sqlx::{Encode, FromRow, Pool, Type};
 use uuid::Uuid;
 
 use super::Attempt;
 use super::change::{Applied, Change, Plan, plan};
 use super::contradiction::Contradiction;
 use super::tx::Tx;
+use super::values::Sql;
 use super::{Store, StoreError, card_updated};
 use crate::gateway::Evidence;
 use crate::retry::RetryPolicy;
@@ -356,8 +357,7 @@ pub(crate) async fn set_outcome<DB, Id>(
     attempt: Option<Id>,
 ) -> Result<(), StoreError>
 where
-    DB: Database<Arguments: IntoArguments<DB>>,
-    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    DB: Sql,
     for<'q> &'q str: Encode<'q, DB> + Type<DB>,
     Option<String>: for<'q> Encode<'q, DB> + Type<DB>,
     Option<Id>: for<'q> Encode<'q, DB> + Type<DB>,
@@ -367,7 +367,7 @@ where
         .bind(outcome)
         .bind(detail)
         .bind(attempt)
-        .execute(&mut *tx)
+        .execute(DB::on(tx))
         .await?;
     Ok(())
 }
@@ -375,11 +375,11 @@ where
 /// Stored events and rejected-webhook rows: `sql` selects the two counts.
 pub(crate) async fn counts<DB>(pool: &Pool<DB>, sql: &'static str) -> Result<(i64, i64), StoreError>
 where
-    DB: Database<Arguments: IntoArguments<DB>>,
-    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    DB: Sql,
     (i64, i64): for<'r> FromRow<'r, DB::Row>,
 {
-    Ok(sqlx::query_as(sql).fetch_one(pool).await?)
+    let mut conn = pool.acquire().await?;
+    Ok(sqlx::query_as(sql).fetch_one(DB::on(&mut conn)).await?)
 }
 
 /// The rejected webhooks' reasons, oldest first: `sql` selects them.
@@ -388,9 +388,9 @@ pub(crate) async fn rejected_reasons<DB>(
     sql: &'static str,
 ) -> Result<Vec<String>, StoreError>
 where
-    DB: Database<Arguments: IntoArguments<DB>>,
-    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    DB: Sql,
     (String,): for<'r> FromRow<'r, DB::Row>,
 {
-    Ok(sqlx::query_scalar(sql).fetch_all(pool).await?)
+    let mut conn = pool.acquire().await?;
+    Ok(sqlx::query_scalar(sql).fetch_all(DB::on(&mut conn)).await?)
 }

@@ -12,7 +12,6 @@ use super::{ms, push_wake, uuid};
 use crate::state::State;
 use crate::store::StoreError;
 use crate::store::breaker::{self, BreakerEvent, BreakerRow, GatewayHealth};
-use crate::store::values;
 
 fn row(r: &SqliteRow) -> Result<BreakerRow, StoreError> {
     let at = |c: &str| -> Result<Option<DateTime<Utc>>, StoreError> {
@@ -69,7 +68,7 @@ pub(crate) async fn write(
     gateway: &str,
     new: &BreakerRow,
 ) -> Result<(), StoreError> {
-    breaker::write::<Sqlite, _, _>(tx, WRITE, values::LITE, gateway, new).await
+    breaker::write::<Sqlite>(tx, WRITE, gateway, new).await
 }
 
 const WRITE: &str = "UPDATE gateway_breakers SET
@@ -85,7 +84,7 @@ pub(crate) async fn log_event(
     actor: &str,
     at: DateTime<Utc>,
 ) -> Result<(), StoreError> {
-    breaker::log_event::<Sqlite, _, _>(tx, LOG_EVENT, values::LITE, gateway, ev, actor, at).await
+    breaker::log_event::<Sqlite>(tx, LOG_EVENT, gateway, ev, actor, at).await
 }
 
 const LOG_EVENT: &str =

@@ -18,7 +18,7 @@ use sqlx::{Row, Sqlite, SqliteConnection, SqlitePool};
 use uuid::Uuid;
 
 use super::change::{Applied, Change, Plan};
-use super::{Attempt, CHARGE_QUEUE, Check, REFUND_QUEUE, StoreError, Transition, apply, values};
+use super::{Attempt, CHARGE_QUEUE, Check, REFUND_QUEUE, StoreError, Transition, apply};
 use crate::domain::Wake;
 use crate::state::State;
 
@@ -391,10 +391,10 @@ pub(super) async fn apply_tx(
         }
     }
     if let Some(kind) = plan.notice {
-        apply::notice::<Sqlite, _, _>(&mut *tx, NOTICE, values::LITE, &now, kind).await?;
+        apply::notice::<Sqlite>(&mut *tx, NOTICE, &now, kind).await?;
     }
     if let Some(check) = &change.add_check {
-        apply::check::<Sqlite, _, _>(&mut *tx, CHECK, values::LITE, &now, check, change).await?;
+        apply::check::<Sqlite>(&mut *tx, CHECK, &now, check, change).await?;
     }
     if plan.wake
         && let Some(at) = now.next_action_at

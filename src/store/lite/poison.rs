@@ -7,7 +7,6 @@ use uuid::Uuid;
 use super::ms;
 use crate::store::StoreError;
 use crate::store::poison::{self, Failed, Seen, details};
-use crate::store::values;
 
 /// What is known of the attempt's failures, and the case it points to.
 pub(crate) async fn seen(
@@ -71,7 +70,7 @@ pub(crate) async fn write(
     f: &Failed<'_>,
     case_id: Option<i64>,
 ) -> Result<(), StoreError> {
-    poison::write::<Sqlite, _, _>(tx, WRITE, values::LITE, f, case_id).await
+    poison::write::<Sqlite>(tx, WRITE, f, case_id).await
 }
 
 const WRITE: &str = "INSERT INTO wake_failures

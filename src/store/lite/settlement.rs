@@ -55,7 +55,6 @@ pub(crate) async fn between(
             DateTime::from_timestamp_millis(at)
                 .ok_or_else(|| StoreError::Corrupt(format!("settled_at {at} out of range")))
         },
-        to_at: |t| t.timestamp_millis(),
     };
     settlement::between(pool, BETWEEN, stored, from, to).await
 }

@@ -8,7 +8,6 @@ use sqlx::{PgConnection, PgPool, Postgres};
 
 use crate::store::StoreError;
 use crate::store::breaker::{self, BreakerEvent, BreakerRow, GatewayHealth};
-use crate::store::values;
 
 pub(crate) async fn get(pool: &PgPool, gateway: &str) -> Result<Option<BreakerRow>, StoreError> {
     Ok(
@@ -39,7 +38,7 @@ pub(crate) async fn write(
     gateway: &str,
     new: &BreakerRow,
 ) -> Result<(), StoreError> {
-    breaker::write::<Postgres, _, _>(tx, WRITE, values::PG, gateway, new).await
+    breaker::write::<Postgres>(tx, WRITE, gateway, new).await
 }
 
 const WRITE: &str = "UPDATE cobro.gateway_breakers SET
@@ -55,7 +54,7 @@ pub(crate) async fn log_event(
     actor: &str,
     at: DateTime<Utc>,
 ) -> Result<(), StoreError> {
-    breaker::log_event::<Postgres, _, _>(tx, LOG_EVENT, values::PG, gateway, ev, actor, at).await
+    breaker::log_event::<Postgres>(tx, LOG_EVENT, gateway, ev, actor, at).await
 }
 
 const LOG_EVENT: &str =

@@ -15,7 +15,7 @@ use uuid::Uuid;
 use super::change::{Applied, Change, Plan};
 use super::enqueue::{EnqueueError, Enqueued};
 use super::refund::{RefundError, Refunded};
-use super::{Attempt, Check, StoreError, Transition, apply, values};
+use super::{Attempt, Check, StoreError, Transition, apply};
 use crate::domain::{ChargeRequest, IdempotencyKey};
 
 /// The sweeps' last conditions (the main sweep's and the review sweep's):
@@ -284,10 +284,10 @@ pub(super) async fn apply_tx(
         return Ok(Applied::Lost);
     };
     if let Some(kind) = plan.notice {
-        apply::notice::<Postgres, _, _>(&mut *tx, NOTICE, values::PG, &now, kind).await?;
+        apply::notice::<Postgres>(&mut *tx, NOTICE, &now, kind).await?;
     }
     if let Some(check) = &change.add_check {
-        apply::check::<Postgres, _, _>(&mut *tx, CHECK, values::PG, &now, check, change).await?;
+        apply::check::<Postgres>(&mut *tx, CHECK, &now, check, change).await?;
     }
     if plan.wake
         && let Some(at) = now.next_action_at

@@ -6,7 +6,6 @@ use uuid::Uuid;
 
 use crate::store::StoreError;
 use crate::store::poison::{self, Failed, Seen, details};
-use crate::store::values;
 
 /// What is known of the attempt's failures, its row locked, and the case
 /// it points to.
@@ -69,7 +68,7 @@ pub(crate) async fn write(
     f: &Failed<'_>,
     case_id: Option<i64>,
 ) -> Result<(), StoreError> {
-    poison::write::<Postgres, _, _>(tx, WRITE, values::PG, f, case_id).await
+    poison::write::<Postgres>(tx, WRITE, f, case_id).await
 }
 
 const WRITE: &str = "INSERT INTO cobro.wake_failures

@@ -35,11 +35,7 @@ pub(crate) async fn between(
     from: DateTime<Utc>,
     to: DateTime<Utc>,
 ) -> Result<Vec<SettledCharge>, StoreError> {
-    let stored = Stored {
-        id: Ok,
-        at: Ok,
-        to_at: |t| t,
-    };
+    let stored = Stored { id: Ok, at: Ok };
     settlement::between(pool, BETWEEN, stored, from, to).await
 }
 
