@@ -1,7 +1,7 @@
 //! The steps of a compare-and-set write that follow the row's move and are
 //! the same on both backends: the customer notice the plan asks for and the
-//! check record. Written once, generic over sqlx's `Database`; each backend
-//! passes its SQL ([`Sql`] says how it binds ids and times). The move
+//! check record. Written once, generic over the backend ([`Sql`], which
+//! says how it binds ids and times); each backend passes its SQL. The move
 //! itself stays per backend (PostgreSQL writes it and its log row in one
 //! statement, with group commit; SQLite in two, under its write lock).
 

@@ -68,6 +68,7 @@ pub(crate) async fn retries_charging(
     attempts_by(&mut *tx, sql, payment_method).await
 }
 
+/// Per backend: the headers are text and the body size an i64 here (PostgreSQL: jsonb, int).
 pub(crate) async fn record_rejected(pool: &SqlitePool, r: &Rejected<'_>) -> Result<(), StoreError> {
     sqlx::query(concat!(
         "INSERT INTO rejected_webhooks (reason, detail, headers, body_size, minute, received_at)

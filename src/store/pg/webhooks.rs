@@ -73,6 +73,7 @@ pub(crate) async fn retries_charging(
     .await?)
 }
 
+/// Per backend: the headers are jsonb and the body size an int here (SQLite: text, i64).
 pub(crate) async fn record_rejected(pool: &PgPool, r: &Rejected<'_>) -> Result<(), StoreError> {
     sqlx::query(
         "INSERT INTO cobro.rejected_webhooks (reason, detail, headers, body_size, minute)
