@@ -8,12 +8,18 @@
 //! its state and check count; only the paced re-wake (one worker per turn,
 //! a compare-and-set on the breaker row) un-parks attempts in bulk, each
 //! with its version bumped so an older view of it loses its next write.
+//!
+//! The row's write and the event's append are written once here, generic
+//! over the backend; `pg/breaker.rs` and `lite/breaker.rs` hold their SQL
+//! and the steps that differ (locking, the pace's clock, the re-wake).
 
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
+use sqlx::{Encode, Type};
 
+use super::values::Sql;
 use super::{Db, Store, StoreError, lite, pg};
 
 /// One gateway's breaker, as stored.
@@ -170,4 +176,63 @@ impl Store {
         };
         Ok(Duration::from_secs_f64(wait.max(0.0)))
     }
+}
+
+/// Writes the gateway's row as `new`: `sql` binds the gateway, then the
+/// row's fields in their order, each time as the backend stores it.
+pub(crate) async fn write<DB>(
+    tx: &mut DB::Connection,
+    sql: &'static str,
+    gateway: &str,
+    new: &BreakerRow,
+) -> Result<(), StoreError>
+where
+    DB: Sql,
+    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
+    for<'q> Option<&'q str>: Encode<'q, DB> + Type<DB>,
+    i32: for<'q> Encode<'q, DB> + Type<DB>,
+{
+    sqlx::query(sql)
+        .bind(gateway)
+        .bind(new.state.as_str())
+        .bind(new.failures)
+        .bind(DB::maybe_at(new.failing_since))
+        .bind(new.last_failure.as_deref())
+        .bind(DB::maybe_at(new.last_failure_at))
+        .bind(DB::maybe_at(new.last_answer_at))
+        .bind(DB::maybe_at(new.opened_at))
+        .bind(DB::maybe_at(new.closed_at))
+        .bind(DB::maybe_at(new.next_probe_at))
+        .bind(new.probes)
+        .bind(DB::maybe_at(new.next_rewake_at))
+        .execute(DB::on(tx))
+        .await?;
+    Ok(())
+}
+
+/// Appends `ev` to the breaker's log: `sql` binds the gateway, state,
+/// cause, actor, detail and time.
+pub(crate) async fn log_event<DB>(
+    tx: &mut DB::Connection,
+    sql: &'static str,
+    gateway: &str,
+    ev: &BreakerEvent,
+    actor: &str,
+    at: DateTime<Utc>,
+) -> Result<(), StoreError>
+where
+    DB: Sql,
+    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
+    for<'q> Option<&'q str>: Encode<'q, DB> + Type<DB>,
+{
+    sqlx::query(sql)
+        .bind(gateway)
+        .bind(ev.state)
+        .bind(ev.cause.as_str())
+        .bind(actor)
+        .bind(ev.detail.as_deref())
+        .bind(DB::at(at))
+        .execute(DB::on(tx))
+        .await?;
+    Ok(())
 }

@@ -9,9 +9,14 @@
 //! Business retries are tallied by the decline that caused them (the decline
 //! code of the order's previous attempt) and how they ended; which class a
 //! code belongs to is decided above the store, by the notices' mapping.
+//!
+//! The reads are written once here, generic over the backend; each backend
+//! holds only their SQL (`pg/metrics.rs`, `lite/metrics.rs`).
 
 use serde::Serialize;
+use sqlx::{FromRow, Pool};
 
+use super::values::Sql;
 use super::{Db, Store, StoreError, lite, pg};
 use crate::state::State;
 
@@ -105,14 +110,93 @@ pub struct OnCall {
     pub notices_failed: i64,
 }
 
-/// One backend's answer before the states are parsed.
-pub(crate) struct RawGauges {
-    pub attempts: Vec<(String, String, i64)>,
-    pub double_approved_orders: i64,
-    pub open_recon_cases: i64,
-    pub oldest_desconocido_secs: Option<f64>,
+/// The backend's answer before the states are parsed.
+struct RawGauges {
+    attempts: Vec<(String, String, i64)>,
+    double_approved_orders: i64,
+    open_recon_cases: i64,
+    oldest_desconocido_secs: Option<f64>,
     /// Business retries per (previous attempt's decline code, retry state).
-    pub business_retries: Vec<(Option<String>, String, i64)>,
+    business_retries: Vec<(Option<String>, String, i64)>,
+}
+
+/// One backend's SQL for [`Gauges`].
+pub(crate) struct GaugesSql {
+    /// (kind, state, count) per kind and state.
+    pub attempts: &'static str,
+    /// (double-approved orders, open cases, oldest `DESCONOCIDO` in seconds).
+    pub summary: &'static str,
+    /// (previous attempt's decline code, retry state, count).
+    pub business_retries: &'static str,
+}
+
+/// One backend's SQL for [`OnCall`].
+pub(crate) struct OnCallSql {
+    /// (due lag, last reconciliation ok, notices pending, notices failed).
+    pub summary: &'static str,
+    /// (kind, count) of the open cases.
+    pub open_cases_by_kind: &'static str,
+    /// The gateway's double charges of the latest runs, the higher.
+    pub gateway_double_charges: &'static str,
+}
+
+async fn raw_gauges<DB>(pool: &Pool<DB>, sql: &GaugesSql) -> Result<RawGauges, StoreError>
+where
+    DB: Sql,
+    (String, String, i64): for<'r> FromRow<'r, DB::Row>,
+    (i64, i64, Option<f64>): for<'r> FromRow<'r, DB::Row>,
+    (Option<String>, String, i64): for<'r> FromRow<'r, DB::Row>,
+{
+    let mut conn = pool.acquire().await?;
+    let attempts = sqlx::query_as(sql.attempts)
+        .fetch_all(DB::on(&mut conn))
+        .await?;
+    let (double_approved_orders, open_recon_cases, oldest_desconocido_secs) =
+        sqlx::query_as(sql.summary)
+            .fetch_one(DB::on(&mut conn))
+            .await?;
+    let business_retries = sqlx::query_as(sql.business_retries)
+        .fetch_all(DB::on(&mut conn))
+        .await?;
+    Ok(RawGauges {
+        attempts,
+        double_approved_orders,
+        open_recon_cases,
+        oldest_desconocido_secs,
+        business_retries,
+    })
+}
+
+async fn on_call<DB>(pool: &Pool<DB>, sql: &OnCallSql) -> Result<OnCall, StoreError>
+where
+    DB: Sql,
+    (Option<f64>, Option<f64>, i64, i64): for<'r> FromRow<'r, DB::Row>,
+    (String, i64): for<'r> FromRow<'r, DB::Row>,
+    (Option<i64>,): for<'r> FromRow<'r, DB::Row>,
+{
+    let mut conn = pool.acquire().await?;
+    let (due_lag_secs, last_reconciliation_ok, notices_pending, notices_failed): (
+        Option<f64>,
+        Option<f64>,
+        i64,
+        i64,
+    ) = sqlx::query_as(sql.summary)
+        .fetch_one(DB::on(&mut conn))
+        .await?;
+    let open_cases_by_kind = sqlx::query_as(sql.open_cases_by_kind)
+        .fetch_all(DB::on(&mut conn))
+        .await?;
+    let gateway_double_charges: Option<i64> = sqlx::query_scalar(sql.gateway_double_charges)
+        .fetch_one(DB::on(&mut conn))
+        .await?;
+    Ok(OnCall {
+        due_lag_secs: due_lag_secs.unwrap_or(0.0).max(0.0),
+        last_reconciliation_ok,
+        open_cases_by_kind,
+        notices_pending,
+        gateway_double_charges: gateway_double_charges.unwrap_or(0),
+        notices_failed,
+    })
 }
 
 impl Store {
@@ -123,8 +207,8 @@ impl Store {
     /// retries joined to the attempt before each by the order index.
     pub async fn gauges(&self) -> Result<Gauges, StoreError> {
         let raw = match &self.db {
-            Db::Pg(p) => pg::metrics::gauges(p).await?,
-            Db::Lite(p) => lite::metrics::gauges(p).await?,
+            Db::Pg(p) => raw_gauges(p, &pg::metrics::GAUGES).await?,
+            Db::Lite(p) => raw_gauges(p, &lite::metrics::GAUGES).await?,
         };
         let attempts = raw
             .attempts
@@ -162,8 +246,8 @@ impl Store {
             health: self.gateway_health().await?,
             sending_paused: self.sending_paused().await?,
             on_call: match &self.db {
-                Db::Pg(p) => pg::metrics::on_call(p).await?,
-                Db::Lite(p) => lite::metrics::on_call(p).await?,
+                Db::Pg(p) => on_call(p, &pg::metrics::ON_CALL).await?,
+                Db::Lite(p) => on_call(p, &lite::metrics::ON_CALL).await?,
             },
             business_retries,
         })

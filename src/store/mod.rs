@@ -2,7 +2,9 @@
 //! module per backend (`pg/` for PostgreSQL, `lite/` for SQLite). The
 //! `Store` methods are the backend-neutral API; a method whose two
 //! backends differ only in SQL is one line, [`on_db!`]; a flow of several
-//! steps inside one transaction is written once over `tx::Tx`.
+//! steps inside one transaction is written once over `tx::Tx`; a step whose
+//! Rust around the SQL is the same on both is written once, generic over
+//! `values::Sql`, each backend passing its SQL.
 //!
 //! Invariant: every write to an attempt is a compare-and-set on its `version`
 //! (the fencing token) and expected state; zero rows is "someone else won",
@@ -24,6 +26,7 @@ macro_rules! on_db {
     };
 }
 
+mod apply;
 mod breaker;
 mod cancel;
 pub(crate) mod caps;
@@ -53,6 +56,7 @@ mod schema;
 mod settings;
 mod settlement;
 mod tx;
+mod values;
 mod webhooks;
 
 pub use breaker::{BreakerEvent, BreakerRow, GatewayHealth};

@@ -10,11 +10,17 @@
 //! failure after that starts a fresh count. Failures more than
 //! [`FAILURE_WINDOW`] apart start a fresh count too (a rare transient error
 //! never adds up to a quarantine).
+//!
+//! The write of the count is written once here, generic over the backend;
+//! reading the count (a row lock on PostgreSQL) and opening the case (the
+//! window's times) stay in `pg/poison.rs` and `lite/poison.rs`.
 
 use chrono::{DateTime, Utc};
 use serde_json::json;
+use sqlx::{Encode, Type};
 use uuid::Uuid;
 
+use super::values::Sql;
 use super::{Store, StoreError};
 
 /// Failures further apart than this do not add up.
@@ -65,6 +71,15 @@ pub(crate) fn next(seen: Option<Seen>, now: DateTime<Utc>, after: u32) -> Next {
     }
 }
 
+/// One failed wake-up being counted: the attempt, its error (cut), what to
+/// write, and the database's time.
+pub(crate) struct Failed<'a> {
+    pub attempt_id: Uuid,
+    pub error: &'a str,
+    pub next: Next,
+    pub now: DateTime<Utc>,
+}
+
 /// A failure counted, and the case if this one quarantined the attempt.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WakeFailure {
@@ -93,6 +108,12 @@ impl Store {
         let now = tx.now().await?;
         let (seen, old_case) = tx.poison_seen(attempt_id).await?.unzip();
         let n = next(seen, now, after);
+        let failed = Failed {
+            attempt_id,
+            error: &error,
+            next: n,
+            now,
+        };
         let mut case_id = if n.keep_case {
             old_case.flatten()
         } else {
@@ -100,12 +121,11 @@ impl Store {
         };
         let mut opened = None;
         if n.quarantine {
-            let id = tx.poison_case(attempt_id, &error, &n, now).await?;
+            let id = tx.poison_case(&failed).await?;
             case_id = Some(id);
             opened = Some(id);
         }
-        tx.poison_write(attempt_id, &error, &n, now, case_id)
-            .await?;
+        tx.poison_write(&failed, case_id).await?;
         tx.commit().await?;
         Ok(WakeFailure {
             failures: n.failures,
@@ -164,6 +184,32 @@ fn transient_code(code: &str) -> bool {
         return true;
     }
     code.parse::<i32>().is_ok_and(|n| matches!(n & 0xff, 5 | 6))
+}
+
+/// The attempt's failure count, last error and case: `sql` binds the
+/// attempt, the count, the first and last failure, the error and the case.
+pub(crate) async fn write<DB>(
+    tx: &mut DB::Connection,
+    sql: &'static str,
+    f: &Failed<'_>,
+    case_id: Option<i64>,
+) -> Result<(), StoreError>
+where
+    DB: Sql,
+    i32: for<'q> Encode<'q, DB> + Type<DB>,
+    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
+    Option<i64>: for<'q> Encode<'q, DB> + Type<DB>,
+{
+    sqlx::query(sql)
+        .bind(DB::id(f.attempt_id))
+        .bind(f.next.failures)
+        .bind(DB::at(f.next.first_failed_at))
+        .bind(DB::at(f.now))
+        .bind(f.error)
+        .bind(case_id)
+        .execute(DB::on(tx))
+        .await?;
+    Ok(())
 }
 
 #[cfg(test)]

@@ -9,13 +9,19 @@
 //! second resolution of a case is an error that says who resolved it first.
 //! A run claim is a compare-and-set too: one holder per window at a time,
 //! fenced by its `tries` count.
+//!
+//! What follows a case's insert is written once here ([`case_written`]),
+//! generic over the backend; the insert itself stays in `pg/recon.rs` and
+//! `lite/recon.rs` (uuid, JSON and times are stored differently).
 
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
+use sqlx::{Encode, FromRow, Type};
 use uuid::Uuid;
 
+use super::values::Sql;
 use super::{Attempt, Db, Store, StoreError, lite, pg};
 use crate::domain::InputError;
 use crate::domain::{Finding, Window};
@@ -264,4 +270,35 @@ impl Store {
     pub async fn recon_runs(&self) -> Result<Vec<ReconRun>, StoreError> {
         on_db!(self, recon::runs())
     }
+}
+
+/// The write of finding `f` once its case's insert ran: the id the insert
+/// returned (a new case), else the existing case's, which `sql` selects
+/// (id, resolved) by dedupe key.
+pub(crate) async fn case_written<DB>(
+    tx: &mut DB::Connection,
+    sql: &'static str,
+    f: &Finding,
+    new: Option<i64>,
+) -> Result<CaseWrite, StoreError>
+where
+    DB: Sql,
+    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
+    (i64, bool): for<'r> FromRow<'r, DB::Row>,
+{
+    let (id, status) = match new {
+        Some(id) => (id, CaseStatus::New),
+        None => {
+            let (id, resolved): (i64, bool) = sqlx::query_as(sql)
+                .bind(f.dedupe_key.as_str())
+                .fetch_one(DB::on(tx))
+                .await?;
+            (id, CaseStatus::existing(resolved))
+        }
+    };
+    Ok(CaseWrite {
+        id,
+        dedupe_key: f.dedupe_key.clone(),
+        status,
+    })
 }

@@ -65,6 +65,13 @@ pub enum RetryError {
     Db(sqlx::Error),
 }
 
+impl RetryError {
+    /// The attempt to retry does not exist (one wording for every door).
+    pub(crate) fn no_attempt(id: Uuid) -> Self {
+        RetryError::NotFound(format!("no attempt with id {id}"))
+    }
+}
+
 /// A store failure on a retry's road: the database's error as it is,
 /// anything else (a row that does not decode) as a protocol error.
 impl From<super::StoreError> for RetryError {
@@ -162,9 +169,7 @@ impl Store {
         let seen = match self.load(attempt_id).await {
             Ok((a, _)) => a,
             Err(super::StoreError::NotFound(_)) => {
-                return Err(RetryError::NotFound(format!(
-                    "no attempt with id {attempt_id}"
-                )));
+                return Err(RetryError::no_attempt(attempt_id));
             }
             Err(e) => return Err(e.into()),
         };

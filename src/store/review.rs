@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use super::{Store, StoreError};
+use super::{Db, Store, StoreError, lite, pg};
 
 impl Store {
     /// Re-creates wake-ups for `EN_REVISION` attempts whose check is due:
@@ -20,6 +20,13 @@ impl Store {
         every: Duration,
         limit: i64,
     ) -> Result<u64, StoreError> {
-        on_db!(self, review::sweep(grace, every, limit))
+        // Each backend's statement, run by its sweeps' shared step.
+        match &self.db {
+            Db::Pg(p) => pg::run_sweep(p, pg::review::SWEEP, grace, every, limit).await,
+            Db::Lite(p) => {
+                let (sql, woken) = (lite::review::SWEEP, lite::review::woken);
+                lite::sweeps::run(p, sql, grace, every, limit, woken).await
+            }
+        }
     }
 }

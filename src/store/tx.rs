@@ -24,7 +24,7 @@ use uuid::Uuid;
 use super::breaker::{BreakerEvent, BreakerRow};
 use super::change::{Applied, Change, Plan};
 use super::duplicate::{CaseView, NewRefund};
-use super::poison::{Next, Seen};
+use super::poison::{Failed, Seen};
 use super::refund::RefundError;
 use super::webhooks::IncomingEvent;
 use super::{Attempt, CaseWrite, Db, Store, StoreError, lite, pg};
@@ -189,26 +189,17 @@ impl Tx {
     }
 
     /// Opens the attempt's `poison_wakeup` case; its id.
-    pub(crate) async fn poison_case(
-        &mut self,
-        attempt_id: Uuid,
-        error: &str,
-        n: &Next,
-        now: DateTime<Utc>,
-    ) -> Result<i64, StoreError> {
-        on!(self, poison::open_case(attempt_id, error, n, now))
+    pub(crate) async fn poison_case(&mut self, f: &Failed<'_>) -> Result<i64, StoreError> {
+        on!(self, poison::open_case(f))
     }
 
     /// The attempt's failure count, last error and case.
     pub(crate) async fn poison_write(
         &mut self,
-        attempt_id: Uuid,
-        error: &str,
-        n: &Next,
-        now: DateTime<Utc>,
+        f: &Failed<'_>,
         case_id: Option<i64>,
     ) -> Result<(), StoreError> {
-        on!(self, poison::write(attempt_id, error, n, now, case_id))
+        on!(self, poison::write(f, case_id))
     }
 
     /// A reconciliation case as the duplicate's refund reads it, locked.

@@ -5,14 +5,20 @@
 //! as the transition it causes, with the attempt row locked; an outcome the
 //! state machine refuses (news about an attempt that already moved on) is a
 //! recorded no-op, never an error.
+//!
+//! Steps whose Rust is the same on both backends are written once at the
+//! end, generic over the backend; `pg/webhooks.rs` and `lite/webhooks.rs`
+//! hold their SQL, and the steps that differ (row locks, type mapping).
 
 use serde::Serialize;
+use sqlx::{Encode, FromRow, Pool, Type};
 use uuid::Uuid;
 
 use super::Attempt;
 use super::change::{Applied, Change, Plan, plan};
 use super::contradiction::Contradiction;
 use super::tx::Tx;
+use super::values::Sql;
 use super::{Store, StoreError, card_updated};
 use crate::gateway::Evidence;
 use crate::retry::RetryPolicy;
@@ -338,4 +344,53 @@ impl Store {
     pub async fn rejected_webhook_reasons(&self) -> Result<Vec<String>, StoreError> {
         on_db!(self, webhooks::rejected_reasons())
     }
+}
+
+/// Sets a stored event's outcome, detail and attempt: `sql` binds the
+/// event id, outcome, detail and attempt id (`Id`: the backend's uuid).
+pub(crate) async fn set_outcome<DB, Id>(
+    tx: &mut DB::Connection,
+    sql: &'static str,
+    event_id: &str,
+    outcome: &str,
+    detail: Option<String>,
+    attempt: Option<Id>,
+) -> Result<(), StoreError>
+where
+    DB: Sql,
+    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
+    Option<String>: for<'q> Encode<'q, DB> + Type<DB>,
+    Option<Id>: for<'q> Encode<'q, DB> + Type<DB>,
+{
+    sqlx::query(sql)
+        .bind(event_id)
+        .bind(outcome)
+        .bind(detail)
+        .bind(attempt)
+        .execute(DB::on(tx))
+        .await?;
+    Ok(())
+}
+
+/// Stored events and rejected-webhook rows: `sql` selects the two counts.
+pub(crate) async fn counts<DB>(pool: &Pool<DB>, sql: &'static str) -> Result<(i64, i64), StoreError>
+where
+    DB: Sql,
+    (i64, i64): for<'r> FromRow<'r, DB::Row>,
+{
+    let mut conn = pool.acquire().await?;
+    Ok(sqlx::query_as(sql).fetch_one(DB::on(&mut conn)).await?)
+}
+
+/// The rejected webhooks' reasons, oldest first: `sql` selects them.
+pub(crate) async fn rejected_reasons<DB>(
+    pool: &Pool<DB>,
+    sql: &'static str,
+) -> Result<Vec<String>, StoreError>
+where
+    DB: Sql,
+    (String,): for<'r> FromRow<'r, DB::Row>,
+{
+    let mut conn = pool.acquire().await?;
+    Ok(sqlx::query_scalar(sql).fetch_all(DB::on(&mut conn)).await?)
 }

@@ -6,12 +6,12 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use sqlx::sqlite::SqliteRow;
-use sqlx::{Row, SqliteConnection, SqlitePool};
+use sqlx::{Row, Sqlite, SqliteConnection, SqlitePool};
 
 use super::{ms, push_wake, uuid};
 use crate::state::State;
 use crate::store::StoreError;
-use crate::store::breaker::{BreakerEvent, BreakerRow, GatewayHealth};
+use crate::store::breaker::{self, BreakerEvent, BreakerRow, GatewayHealth};
 
 fn row(r: &SqliteRow) -> Result<BreakerRow, StoreError> {
     let at = |c: &str| -> Result<Option<DateTime<Utc>>, StoreError> {
@@ -31,10 +31,6 @@ fn row(r: &SqliteRow) -> Result<BreakerRow, StoreError> {
         probes: r.try_get("probes")?,
         next_rewake_at: at("next_rewake_at")?,
     })
-}
-
-fn millis(t: Option<DateTime<Utc>>) -> Option<i64> {
-    t.map(|t| t.timestamp_millis())
 }
 
 pub(crate) async fn get(
@@ -72,29 +68,14 @@ pub(crate) async fn write(
     gateway: &str,
     new: &BreakerRow,
 ) -> Result<(), StoreError> {
-    sqlx::query(
-        "UPDATE gateway_breakers SET
+    breaker::write::<Sqlite>(tx, WRITE, gateway, new).await
+}
+
+const WRITE: &str = "UPDATE gateway_breakers SET
             state = ?2, failures = ?3, failing_since = ?4, last_failure = ?5,
             last_failure_at = ?6, last_answer_at = ?7, opened_at = ?8, closed_at = ?9,
             next_probe_at = ?10, probes = ?11, next_rewake_at = ?12
-          WHERE gateway = ?1",
-    )
-    .bind(gateway)
-    .bind(&new.state)
-    .bind(new.failures)
-    .bind(millis(new.failing_since))
-    .bind(&new.last_failure)
-    .bind(millis(new.last_failure_at))
-    .bind(millis(new.last_answer_at))
-    .bind(millis(new.opened_at))
-    .bind(millis(new.closed_at))
-    .bind(millis(new.next_probe_at))
-    .bind(new.probes)
-    .bind(millis(new.next_rewake_at))
-    .execute(&mut *tx)
-    .await?;
-    Ok(())
-}
+          WHERE gateway = ?1";
 
 pub(crate) async fn log_event(
     tx: &mut SqliteConnection,
@@ -103,20 +84,12 @@ pub(crate) async fn log_event(
     actor: &str,
     at: DateTime<Utc>,
 ) -> Result<(), StoreError> {
-    sqlx::query(
-        "INSERT INTO gateway_breaker_events (gateway, state, cause, actor, detail, at)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-    )
-    .bind(gateway)
-    .bind(ev.state)
-    .bind(&ev.cause)
-    .bind(actor)
-    .bind(&ev.detail)
-    .bind(at.timestamp_millis())
-    .execute(&mut *tx)
-    .await?;
-    Ok(())
+    breaker::log_event::<Sqlite>(tx, LOG_EVENT, gateway, ev, actor, at).await
 }
+
+const LOG_EVENT: &str =
+    "INSERT INTO gateway_breaker_events (gateway, state, cause, actor, detail, at)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6)";
 
 pub(crate) async fn claim_probe(
     pool: &SqlitePool,

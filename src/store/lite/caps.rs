@@ -138,9 +138,7 @@ pub(crate) async fn check_retry(
     .fetch_optional(&mut *tx)
     .await?
     else {
-        return Err(RetryError::NotFound(format!(
-            "no attempt with id {attempt_id}"
-        )));
+        return Err(RetryError::no_attempt(attempt_id));
     };
     check(&mut tx, method.as_deref(), &order, caps).await
 }

@@ -3,7 +3,7 @@
 
 use sqlx::{Row, SqliteConnection};
 
-use super::{attempt, ms, push_wake};
+use super::{attempt_by, attempts_by, ms, push_wake};
 use crate::store::duplicate::{CaseView, NewRefund};
 use crate::store::refund::RefundError;
 use crate::store::{Attempt, StoreError};
@@ -36,31 +36,18 @@ pub(crate) async fn refund_of_gateway(
     tx: &mut SqliteConnection,
     charge_id: &str,
 ) -> Result<Option<Attempt>, StoreError> {
-    sqlx::query(
-        "SELECT * FROM payment_attempts WHERE refund_of_gateway = ?1 AND state <> 'RECHAZADO'",
-    )
-    .bind(charge_id)
-    .fetch_optional(&mut *tx)
-    .await?
-    .as_ref()
-    .map(attempt)
-    .transpose()
+    let sql =
+        "SELECT * FROM payment_attempts WHERE refund_of_gateway = ?1 AND state <> 'RECHAZADO'";
+    attempt_by(&mut *tx, sql, charge_id).await
 }
 
 pub(crate) async fn approved_charges(
     tx: &mut SqliteConnection,
     order_id: &str,
 ) -> Result<Vec<Attempt>, StoreError> {
-    sqlx::query(
-        "SELECT * FROM payment_attempts
-          WHERE order_id = ?1 AND kind <> 'refund' AND state = 'APROBADO'",
-    )
-    .bind(order_id)
-    .fetch_all(&mut *tx)
-    .await?
-    .iter()
-    .map(attempt)
-    .collect()
+    let sql = "SELECT * FROM payment_attempts
+          WHERE order_id = ?1 AND kind <> 'refund' AND state = 'APROBADO'";
+    attempts_by(&mut *tx, sql, order_id).await
 }
 
 /// The refund's row (the refund triggers check it), its first

@@ -1,23 +1,12 @@
-//! SQLite SQL for the scrape-time gauges (see `store::metrics`). Times are
-//! INTEGER milliseconds.
+//! SQLite SQL for the scrape-time gauges (the reads: `store::metrics`).
+//! Times are INTEGER milliseconds.
 
-use sqlx::SqlitePool;
+use crate::store::metrics::{GaugesSql, OnCallSql};
 
-use crate::store::StoreError;
-use crate::store::metrics::{OnCall, RawGauges};
-
-pub(crate) async fn gauges(pool: &SqlitePool) -> Result<RawGauges, StoreError> {
-    let attempts: Vec<(String, String, i64)> = sqlx::query_as(
-        "SELECT kind, state, count(*) FROM payment_attempts
+pub(crate) const GAUGES: GaugesSql = GaugesSql {
+    attempts: "SELECT kind, state, count(*) FROM payment_attempts
           GROUP BY kind, state ORDER BY kind, state",
-    )
-    .fetch_all(pool)
-    .await?;
-    let (double_approved_orders, open_recon_cases, oldest_desconocido_secs): (
-        i64,
-        i64,
-        Option<f64>,
-    ) = sqlx::query_as(concat!(
+    summary: concat!(
         "SELECT
             (SELECT count(*) FROM (
                 SELECT order_id FROM payment_attempts
@@ -33,16 +22,13 @@ pub(crate) async fn gauges(pool: &SqlitePool) -> Result<RawGauges, StoreError> {
                          a.updated_at) AS entered
                   FROM payment_attempts a
                  WHERE a.state = 'DESCONOCIDO'))"
-    ))
-    .fetch_one(pool)
-    .await?;
+    ),
     // Each business retry joined to the attempt before it (the decline
     // that caused it): the retries through the partial index
     // payment_attempts_card_retries (kind = 'business_retry'), one probe of
     // payment_attempts_order per retry; refunds share the order id, not the
     // attempt numbering.
-    let business_retries: Vec<(Option<String>, String, i64)> = sqlx::query_as(
-        "SELECT p.decline_code, r.state, count(*)
+    business_retries: "SELECT p.decline_code, r.state, count(*)
            FROM payment_attempts r
            JOIN payment_attempts p
              ON p.order_id = r.order_id
@@ -51,26 +37,10 @@ pub(crate) async fn gauges(pool: &SqlitePool) -> Result<RawGauges, StoreError> {
           WHERE r.kind = 'business_retry'
           GROUP BY p.decline_code, r.state
           ORDER BY p.decline_code, r.state",
-    )
-    .fetch_all(pool)
-    .await?;
-    Ok(RawGauges {
-        attempts,
-        double_approved_orders,
-        open_recon_cases,
-        oldest_desconocido_secs,
-        business_retries,
-    })
-}
+};
 
-pub(crate) async fn on_call(pool: &SqlitePool) -> Result<OnCall, StoreError> {
-    #[allow(clippy::type_complexity)]
-    let (due_lag_secs, last_reconciliation_ok, notices_pending, notices_failed): (
-        Option<f64>,
-        Option<f64>,
-        i64,
-        i64,
-    ) = sqlx::query_as(concat!(
+pub(crate) const ON_CALL: OnCallSql = OnCallSql {
+    summary: concat!(
         "SELECT
                 (SELECT (",
         now_ms!(),
@@ -83,18 +53,11 @@ pub(crate) async fn on_call(pool: &SqlitePool) -> Result<OnCall, StoreError> {
                 (SELECT max(finished_at) / 1000.0 FROM recon_runs WHERE outcome = 'ok'),
                 (SELECT count(*) FROM notices WHERE acked_at IS NULL),
                 (SELECT count(*) FROM notices WHERE failed_at IS NOT NULL AND acked_at IS NULL)"
-    ))
-    .fetch_one(pool)
-    .await?;
-    let open_cases_by_kind: Vec<(String, i64)> = sqlx::query_as(
-        "SELECT kind, count(*) FROM recon_cases WHERE resolved_at IS NULL
+    ),
+    open_cases_by_kind: "SELECT kind, count(*) FROM recon_cases WHERE resolved_at IS NULL
           GROUP BY kind ORDER BY kind",
-    )
-    .fetch_all(pool)
-    .await?;
     // The latest daily close and the latest intraday run, the higher.
-    let gateway_double_charges: Option<i64> = sqlx::query_scalar(
-        "SELECT max(n) FROM (
+    gateway_double_charges: "SELECT max(n) FROM (
             SELECT * FROM (SELECT json_extract(report, '$.gateway_double_charges') AS n
                              FROM recon_runs
                             WHERE outcome = 'ok' AND window_to - window_from = 86400000
@@ -104,15 +67,4 @@ pub(crate) async fn on_call(pool: &SqlitePool) -> Result<OnCall, StoreError> {
                              FROM recon_runs
                             WHERE outcome = 'ok' AND window_to - window_from <> 86400000
                             ORDER BY finished_at DESC LIMIT 1))",
-    )
-    .fetch_one(pool)
-    .await?;
-    Ok(OnCall {
-        due_lag_secs: due_lag_secs.unwrap_or(0.0).max(0.0),
-        last_reconciliation_ok,
-        open_cases_by_kind,
-        notices_pending,
-        gateway_double_charges: gateway_double_charges.unwrap_or(0),
-        notices_failed,
-    })
-}
+};

@@ -14,11 +14,11 @@ use std::time::Duration;
 
 use chrono::{DateTime, TimeZone, Utc};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
-use sqlx::{Row, SqliteConnection, SqlitePool};
+use sqlx::{Row, Sqlite, SqliteConnection, SqlitePool};
 use uuid::Uuid;
 
-use super::change::{Applied, Change, NoticeKind, Plan};
-use super::{Attempt, CHARGE_QUEUE, Check, REFUND_QUEUE, StoreError, Transition};
+use super::change::{Applied, Change, Plan};
+use super::{Attempt, CHARGE_QUEUE, Check, REFUND_QUEUE, StoreError, Transition, apply};
 use crate::domain::Wake;
 use crate::state::State;
 
@@ -68,6 +68,8 @@ pub(crate) mod retention;
 pub(crate) mod retry;
 pub(crate) mod review;
 pub(crate) mod settlement;
+pub(crate) mod sweeps;
+pub(super) use sweeps::sweep;
 pub(crate) mod wakeups;
 pub(crate) mod webhooks;
 
@@ -208,6 +210,26 @@ pub(crate) fn attempt(r: &sqlx::sqlite::SqliteRow) -> Result<Attempt, StoreError
         cancel_reason: r.try_get("cancel_reason")?,
         refund_of_gateway: r.try_get("refund_of_gateway")?,
     })
+}
+
+/// The attempts `sql` selects with `key` bound as `?1`, decoded.
+pub(crate) async fn attempts_by<'c>(
+    conn: impl sqlx::Executor<'c, Database = sqlx::Sqlite>,
+    sql: &'static str,
+    key: &str,
+) -> Result<Vec<Attempt>, StoreError> {
+    let rows = sqlx::query(sql).bind(key).fetch_all(conn).await?;
+    rows.iter().map(attempt).collect()
+}
+
+/// The attempt `sql` selects with `key` bound as `?1`, if any, decoded.
+pub(crate) async fn attempt_by<'c>(
+    conn: impl sqlx::Executor<'c, Database = sqlx::Sqlite>,
+    sql: &'static str,
+    key: &str,
+) -> Result<Option<Attempt>, StoreError> {
+    let row = sqlx::query(sql).bind(key).fetch_optional(conn).await?;
+    row.as_ref().map(attempt).transpose()
 }
 
 /// Pushes the apalis wake-up job for `id`, due at `at`, on its kind's queue
@@ -369,46 +391,10 @@ pub(super) async fn apply_tx(
         }
     }
     if let Some(kind) = plan.notice {
-        sqlx::query(concat!(
-            "INSERT INTO notices (order_id, attempt_id, kind, decline_code, next_retry_at, created_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ",
-            now_ms!(),
-            ")"
-        ))
-        .bind(&now.order_id)
-        .bind(&id)
-        .bind(kind.as_str())
-        .bind(&now.decline_code)
-        .bind(
-            now.next_action_at
-                .filter(|_| kind == NoticeKind::RetryScheduled)
-                .map(|t| t.timestamp_millis()),
-        )
-        .execute(&mut *tx)
-        .await?;
+        apply::notice::<Sqlite>(&mut *tx, NOTICE, &now, kind).await?;
     }
     if let Some(check) = &change.add_check {
-        sqlx::query(concat!(
-            "INSERT INTO attempt_checks
-                (attempt_id, check_number, scheduled_at, started_at, finished_at, lookup_result,
-                 http_status, error_kind, actor)
-             VALUES (?1, ?2, ?3, ?4, ",
-            now_ms!(),
-            ", ?5, ?6, ?7, ?8)"
-        ))
-        .bind(&id)
-        .bind(now.check_count)
-        .bind(check.scheduled_at.timestamp_millis())
-        .bind(check.started_at.timestamp_millis())
-        .bind(
-            ev.and_then(|e| e.lookup_result.as_deref())
-                .unwrap_or("failed"),
-        )
-        .bind(ev.and_then(|e| e.http_status).map(i32::from))
-        .bind(ev.map(|e| e.error_kind.as_str()))
-        .bind(change.actor)
-        .execute(&mut *tx)
-        .await?;
+        apply::check::<Sqlite>(&mut *tx, CHECK, &now, check, change).await?;
     }
     if plan.wake
         && let Some(at) = now.next_action_at
@@ -418,76 +404,33 @@ pub(super) async fn apply_tx(
     Ok(Applied::Moved(Box::new(now)))
 }
 
-pub(super) async fn sweep(
-    pool: &SqlitePool,
-    grace: Duration,
-    every: Duration,
-    limit: i64,
-) -> Result<u64, StoreError> {
-    let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
-    let woken: Vec<(String, String)> = sqlx::query_as(concat!(
-        "UPDATE payment_attempts SET woken_at = ",
-        now_ms!(),
-        " WHERE id IN (
-            SELECT id FROM payment_attempts
-             WHERE ((lease_owner IS NOT NULL AND next_action_at <= ",
-        now_ms!(),
-        ")
-                 OR (lease_owner IS NULL AND state IN ('PENDIENTE', 'DESCONOCIDO', 'RECHAZADO')
-                     AND next_action_at <= ",
-        now_ms!(),
-        " - ?1)
-                 OR (lease_owner IS NULL AND state IN ('PENDIENTE', 'DESCONOCIDO')
-                     AND next_action_at IS NULL AND updated_at <= ",
-        now_ms!(),
-        " - ?1))
-               AND state IN ('PENDIENTE', 'EN_PROCESO', 'DESCONOCIDO', 'RECHAZADO')
-               AND (state <> 'RECHAZADO' OR next_action_at IS NOT NULL)
-               AND parked_since IS NULL
-               AND (woken_at IS NULL OR woken_at <= ",
-        now_ms!(),
-        " - ?2)
-               -- late behind a backlog, not lost: its own wake-up is queued and due
-               -- (the expression of index jobs_pending_wake_target, named: left
-               -- to itself SQLite searched idx_jobs_status_run_at instead and
-               -- read every pending job per attempt, 51 s a sweep behind a
-               -- 14,000-charge backlog)
-               AND NOT EXISTS (SELECT 1 FROM Jobs j INDEXED BY jobs_pending_wake_target
-                                WHERE CASE WHEN json_valid(CAST(j.job AS TEXT))
-                                           THEN json_extract(CAST(j.job AS TEXT), '$.attempt_id') END
-                                      -- `+` drops the column's TEXT affinity, which
-                                      -- would keep SQLite off the index
-                                      = +payment_attempts.id
-                                  AND j.status = 'Pending' AND j.run_at <= unixepoch())
-",
-        due_last!(),
-        ")
-         RETURNING id, state"
-    ))
-    .bind(grace.as_millis() as i64)
-    .bind(every.as_millis() as i64)
-    .bind(limit)
-    .fetch_all(&mut *tx)
-    .await?;
-    for (id, state) in &woken {
-        let priority = i32::from(state != State::Pendiente.as_str());
-        push_wake(&mut tx, uuid(id)?, Utc::now(), priority).await?;
-    }
-    tx.commit().await?;
-    Ok(woken.len() as u64)
-}
+/// The customer notice a move writes (see `store::apply::notice`).
+const NOTICE: &str = concat!(
+    "INSERT INTO notices (order_id, attempt_id, kind, decline_code, next_retry_at, created_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ",
+    now_ms!(),
+    ")"
+);
+
+/// The check record a move writes (see `store::apply::check`).
+const CHECK: &str = concat!(
+    "INSERT INTO attempt_checks
+                (attempt_id, check_number, scheduled_at, started_at, finished_at, lookup_result,
+                 http_status, error_kind, actor)
+             VALUES (?1, ?2, ?3, ?4, ",
+    now_ms!(),
+    ", ?5, ?6, ?7, ?8)"
+);
 
 pub(super) async fn attempts_for_order(
     pool: &SqlitePool,
     order_id: &str,
 ) -> Result<Vec<Attempt>, StoreError> {
-    let rows =
-        sqlx::query("SELECT * FROM payment_attempts WHERE order_id = ?1 ORDER BY created_at, id")
-            .bind(order_id)
-            .fetch_all(pool)
-            .await?;
-    rows.iter().map(attempt).collect()
+    attempts_by(pool, ATTEMPTS_OF_ORDER, order_id).await
 }
+
+const ATTEMPTS_OF_ORDER: &str =
+    "SELECT * FROM payment_attempts WHERE order_id = ?1 ORDER BY created_at, id";
 
 /// The order's attempts, oldest first (the transaction holds the write
 /// lock, so no attempt of the order can be inserted meanwhile).
@@ -495,22 +438,12 @@ pub(super) async fn order_locked(
     tx: &mut SqliteConnection,
     order_id: &str,
 ) -> Result<Vec<Attempt>, StoreError> {
-    sqlx::query("SELECT * FROM payment_attempts WHERE order_id = ?1 ORDER BY created_at, id")
-        .bind(order_id)
-        .fetch_all(&mut *tx)
-        .await?
-        .iter()
-        .map(attempt)
-        .collect()
+    attempts_by(&mut *tx, ATTEMPTS_OF_ORDER, order_id).await
 }
 
 pub(super) async fn refunds_of(pool: &SqlitePool, id: Uuid) -> Result<Vec<Attempt>, StoreError> {
-    let rows =
-        sqlx::query("SELECT * FROM payment_attempts WHERE refund_of = ?1 ORDER BY created_at, id")
-            .bind(id.hyphenated().to_string())
-            .fetch_all(pool)
-            .await?;
-    rows.iter().map(attempt).collect()
+    let sql = "SELECT * FROM payment_attempts WHERE refund_of = ?1 ORDER BY created_at, id";
+    attempts_by(pool, sql, &id.hyphenated().to_string()).await
 }
 
 pub(super) async fn transitions(

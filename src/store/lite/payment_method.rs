@@ -3,7 +3,7 @@
 
 use sqlx::SqlitePool;
 
-use super::attempt;
+use super::attempts_by;
 use crate::domain::PaymentMethod;
 use crate::store::payment_method::{MethodUpdateError, MethodUpdated, decide};
 
@@ -14,13 +14,9 @@ pub(crate) async fn update(
     by: &str,
 ) -> Result<MethodUpdated, MethodUpdateError> {
     let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
-    let rows = sqlx::query(
-        "SELECT * FROM payment_attempts WHERE order_id = ?1 ORDER BY attempt_number, created_at",
-    )
-    .bind(order_id)
-    .fetch_all(&mut *tx)
-    .await?;
-    let attempts = rows.iter().map(attempt).collect::<Result<Vec<_>, _>>()?;
+    let sql =
+        "SELECT * FROM payment_attempts WHERE order_id = ?1 ORDER BY attempt_number, created_at";
+    let attempts = attempts_by(&mut *tx, sql, order_id).await?;
     let last = decide(order_id, &attempts)?;
     let update_id: i64 = sqlx::query_scalar(concat!(
         "INSERT INTO payment_method_updates (order_id, after_attempt_id, payment_method, actor, created_at)

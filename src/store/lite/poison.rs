@@ -1,13 +1,12 @@
 //! SQLite SQL for poison wake-ups (see `store::poison`); the transaction
 //! holds the write lock (`BEGIN IMMEDIATE`), times are milliseconds.
 
-use chrono::{DateTime, Utc};
-use sqlx::{Row, SqliteConnection};
+use sqlx::{Row, Sqlite, SqliteConnection};
 use uuid::Uuid;
 
 use super::ms;
 use crate::store::StoreError;
-use crate::store::poison::{Next, Seen, details};
+use crate::store::poison::{self, Failed, Seen, details};
 
 /// What is known of the attempt's failures, and the case it points to.
 pub(crate) async fn seen(
@@ -41,12 +40,9 @@ pub(crate) async fn seen(
 /// Opens the attempt's `poison_wakeup` case; its id.
 pub(crate) async fn open_case(
     tx: &mut SqliteConnection,
-    attempt_id: Uuid,
-    error: &str,
-    n: &Next,
-    now: DateTime<Utc>,
+    f: &Failed<'_>,
 ) -> Result<i64, StoreError> {
-    let id = attempt_id.hyphenated().to_string();
+    let id = f.attempt_id.hyphenated().to_string();
     let state: String = sqlx::query_scalar("SELECT state FROM payment_attempts WHERE id = ?1")
         .bind(&id)
         .fetch_optional(&mut *tx)
@@ -61,9 +57,9 @@ pub(crate) async fn open_case(
          RETURNING id",
     )
     .bind(&id)
-    .bind(n.first_failed_at.timestamp_millis())
-    .bind(details(error, n, &state).to_string())
-    .bind(now.timestamp_millis())
+    .bind(f.next.first_failed_at.timestamp_millis())
+    .bind(details(f.error, &f.next, &state).to_string())
+    .bind(f.now.timestamp_millis())
     .fetch_one(&mut *tx)
     .await?)
 }
@@ -71,28 +67,16 @@ pub(crate) async fn open_case(
 /// The attempt's failure count, last error and case.
 pub(crate) async fn write(
     tx: &mut SqliteConnection,
-    attempt_id: Uuid,
-    error: &str,
-    n: &Next,
-    now: DateTime<Utc>,
+    f: &Failed<'_>,
     case_id: Option<i64>,
 ) -> Result<(), StoreError> {
-    sqlx::query(
-        "INSERT INTO wake_failures
+    poison::write::<Sqlite>(tx, WRITE, f, case_id).await
+}
+
+const WRITE: &str = "INSERT INTO wake_failures
             (attempt_id, failures, first_failed_at, last_failed_at, last_error, case_id)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6)
          ON CONFLICT (attempt_id) DO UPDATE SET
             failures = excluded.failures, first_failed_at = excluded.first_failed_at,
             last_failed_at = excluded.last_failed_at, last_error = excluded.last_error,
-            case_id = excluded.case_id",
-    )
-    .bind(attempt_id.hyphenated().to_string())
-    .bind(n.failures)
-    .bind(n.first_failed_at.timestamp_millis())
-    .bind(now.timestamp_millis())
-    .bind(error)
-    .bind(case_id)
-    .execute(&mut *tx)
-    .await?;
-    Ok(())
-}
+            case_id = excluded.case_id";

@@ -4,13 +4,11 @@
 use std::time::Duration;
 
 use sqlx::sqlite::SqliteRow;
-use sqlx::{Row, SqlitePool};
+use sqlx::{Row, Sqlite, SqlitePool};
 
 use super::{attempt, json, ms, uuid};
 use crate::domain::{Finding, Window};
-use crate::store::recon::{
-    CaseCursor, CaseStatus, CaseWrite, ReconCase, ReconRun, ReconScope, RunClaim,
-};
+use crate::store::recon::{self, CaseCursor, CaseWrite, ReconCase, ReconRun, ReconScope, RunClaim};
 use crate::store::{Attempt, StoreError};
 
 fn json_list<T: serde::Serialize>(items: &[T]) -> Result<String, StoreError> {
@@ -74,23 +72,8 @@ pub(crate) async fn case_tx(
     .bind(window.to.timestamp_millis())
     .fetch_optional(&mut *tx)
     .await?;
-    let (id, status) = match new {
-        Some(id) => (id, CaseStatus::New),
-        None => {
-            let (id, resolved): (i64, bool) = sqlx::query_as(
-                "SELECT id, resolved_at IS NOT NULL FROM recon_cases WHERE dedupe_key = ?1",
-            )
-            .bind(&f.dedupe_key)
-            .fetch_one(&mut *tx)
-            .await?;
-            (id, CaseStatus::existing(resolved))
-        }
-    };
-    Ok(CaseWrite {
-        id,
-        dedupe_key: f.dedupe_key.clone(),
-        status,
-    })
+    let existing = "SELECT id, resolved_at IS NOT NULL FROM recon_cases WHERE dedupe_key = ?1";
+    recon::case_written::<Sqlite>(tx, existing, f, new).await
 }
 
 fn case_row(r: &SqliteRow) -> Result<ReconCase, StoreError> {

@@ -32,9 +32,7 @@ pub(crate) async fn business_retry(
     .fetch_optional(&mut *tx)
     .await?
     else {
-        return Err(RetryError::NotFound(format!(
-            "no attempt with id {attempt_id}"
-        )));
+        return Err(RetryError::no_attempt(attempt_id));
     };
     let (order, state): (String, String) = (old.try_get("order_id")?, old.try_get("state")?);
     let (version, due): (i64, Option<i64>) =

@@ -7,7 +7,7 @@ use sqlx::{SqliteConnection, SqlitePool};
 use super::uuid;
 use crate::domain::settlement::SettledCharge;
 use crate::store::StoreError;
-use crate::store::settlement::SettlementTotal;
+use crate::store::settlement::{self, SettlementTotal, Stored};
 
 /// Records one settled charge; true when it is new (a row already there
 /// keeps its figures; only a missing payout is filled in). SQLite has no
@@ -44,62 +44,33 @@ pub(crate) async fn insert(
     Ok(!existed)
 }
 
-type Row = (
-    String,
-    String,
-    Option<String>,
-    String,
-    i64,
-    i64,
-    i64,
-    String,
-    Option<String>,
-    i64,
-);
-
 pub(crate) async fn between(
     pool: &SqlitePool,
     from: DateTime<Utc>,
     to: DateTime<Utc>,
 ) -> Result<Vec<SettledCharge>, StoreError> {
-    let rows: Vec<Row> = sqlx::query_as(
-        "SELECT s.attempt_id, a.order_id, a.gateway_charge_id, s.balance_txn,
+    let stored = Stored {
+        id: |id: String| uuid(&id),
+        at: |at| {
+            DateTime::from_timestamp_millis(at)
+                .ok_or_else(|| StoreError::Corrupt(format!("settled_at {at} out of range")))
+        },
+    };
+    settlement::between(pool, BETWEEN, stored, from, to).await
+}
+
+const BETWEEN: &str = "SELECT s.attempt_id, a.order_id, a.gateway_charge_id, s.balance_txn,
                 s.gross_minor, s.fee_minor, s.net_minor, s.currency, s.payout, s.settled_at
            FROM settlements s
            JOIN payment_attempts a ON a.id = s.attempt_id
           WHERE s.settled_at >= ?1 AND s.settled_at < ?2
-          ORDER BY s.settled_at, s.attempt_id",
-    )
-    .bind(from.timestamp_millis())
-    .bind(to.timestamp_millis())
-    .fetch_all(pool)
-    .await?;
-    rows.into_iter()
-        .map(|r| {
-            Ok(SettledCharge {
-                attempt_id: uuid(&r.0)?,
-                order_id: r.1,
-                gateway_charge_id: r.2.unwrap_or_default(),
-                balance_txn: r.3,
-                gross_minor: r.4,
-                fee_minor: r.5,
-                net_minor: r.6,
-                currency: r.7,
-                payout: r.8,
-                settled_at: DateTime::from_timestamp_millis(r.9).ok_or_else(|| {
-                    StoreError::Corrupt(format!("settled_at {} out of range", r.9))
-                })?,
-            })
-        })
-        .collect()
-}
+          ORDER BY s.settled_at, s.attempt_id";
 
 pub(crate) async fn totals(pool: &SqlitePool) -> Result<Vec<SettlementTotal>, StoreError> {
-    let rows: Vec<(String, i64, i64, i64, i64)> = sqlx::query_as(
+    settlement::totals(
+        pool,
         "SELECT currency, count(*), sum(gross_minor), sum(fee_minor), sum(net_minor)
            FROM settlements GROUP BY currency ORDER BY currency",
     )
-    .fetch_all(pool)
-    .await?;
-    Ok(rows.into_iter().map(SettlementTotal::from).collect())
+    .await
 }

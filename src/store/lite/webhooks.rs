@@ -3,12 +3,12 @@
 //! database for writing: the attempt cannot change between the read and
 //! the write.
 
-use sqlx::{Row, SqliteConnection, SqlitePool};
+use sqlx::{Sqlite, SqliteConnection, SqlitePool};
 
 use uuid::Uuid;
 
-use super::attempt;
-use crate::store::webhooks::{IncomingEvent, Rejected};
+use super::{attempt_by, attempts_by};
+use crate::store::webhooks::{self, IncomingEvent, Rejected};
 use crate::store::{Attempt, StoreError};
 
 /// Stores a new event as `ignored`; false when its id is stored already.
@@ -38,16 +38,10 @@ pub(crate) async fn set_outcome(
     detail: Option<String>,
     attempt: Option<Uuid>,
 ) -> Result<(), StoreError> {
-    sqlx::query(
-        "UPDATE webhook_events SET outcome = ?2, detail = ?3, attempt_id = ?4 WHERE event_id = ?1",
-    )
-    .bind(event_id)
-    .bind(outcome)
-    .bind(detail)
-    .bind(attempt.map(|id| id.hyphenated().to_string()))
-    .execute(&mut *tx)
-    .await?;
-    Ok(())
+    let sql =
+        "UPDATE webhook_events SET outcome = ?2, detail = ?3, attempt_id = ?4 WHERE event_id = ?1";
+    let attempt = attempt.map(|id| id.hyphenated().to_string());
+    webhooks::set_outcome::<Sqlite, _>(tx, sql, event_id, outcome, detail, attempt).await
 }
 
 /// The attempt with this key (the transaction holds the write lock).
@@ -55,12 +49,8 @@ pub(crate) async fn attempt_by_key(
     tx: &mut SqliteConnection,
     key: Uuid,
 ) -> Result<Option<Attempt>, StoreError> {
-    sqlx::query("SELECT * FROM payment_attempts WHERE idempotency_key = ?1")
-        .bind(key.hyphenated().to_string())
-        .fetch_optional(&mut *tx)
-        .await?
-        .map(|r| attempt(&r))
-        .transpose()
+    let sql = "SELECT * FROM payment_attempts WHERE idempotency_key = ?1";
+    attempt_by(&mut *tx, sql, &key.hyphenated().to_string()).await
 }
 
 /// The scheduled retries that charge `payment_method` (the write lock is
@@ -69,22 +59,16 @@ pub(crate) async fn retries_charging(
     tx: &mut SqliteConnection,
     payment_method: &str,
 ) -> Result<Vec<Attempt>, StoreError> {
-    sqlx::query(
-        "SELECT a.* FROM payment_attempts a
+    let sql = "SELECT a.* FROM payment_attempts a
           WHERE a.state = 'RECHAZADO' AND a.kind <> 'refund' AND a.next_action_at IS NOT NULL
             AND coalesce((SELECT u.payment_method FROM payment_method_updates u
                            WHERE u.order_id = a.order_id ORDER BY u.id DESC LIMIT 1),
                          a.payment_method) = ?1
-          ORDER BY a.id",
-    )
-    .bind(payment_method)
-    .fetch_all(&mut *tx)
-    .await?
-    .iter()
-    .map(attempt)
-    .collect()
+          ORDER BY a.id";
+    attempts_by(&mut *tx, sql, payment_method).await
 }
 
+/// Per backend: the headers are text and the body size an i64 here (PostgreSQL: jsonb, int).
 pub(crate) async fn record_rejected(pool: &SqlitePool, r: &Rejected<'_>) -> Result<(), StoreError> {
     sqlx::query(concat!(
         "INSERT INTO rejected_webhooks (reason, detail, headers, body_size, minute, received_at)
@@ -103,20 +87,14 @@ pub(crate) async fn record_rejected(pool: &SqlitePool, r: &Rejected<'_>) -> Resu
 }
 
 pub(crate) async fn counts(pool: &SqlitePool) -> Result<(i64, i64), StoreError> {
-    let row = sqlx::query(
-        "SELECT (SELECT count(*) FROM webhook_events), (SELECT count(*) FROM rejected_webhooks)",
-    )
-    .fetch_one(pool)
-    .await?;
-    Ok((row.try_get(0)?, row.try_get(1)?))
+    let sql =
+        "SELECT (SELECT count(*) FROM webhook_events), (SELECT count(*) FROM rejected_webhooks)";
+    webhooks::counts(pool, sql).await
 }
 
 pub(crate) async fn rejected_reasons(pool: &SqlitePool) -> Result<Vec<String>, StoreError> {
-    Ok(
-        sqlx::query_scalar("SELECT reason FROM rejected_webhooks ORDER BY id")
-            .fetch_all(pool)
-            .await?,
-    )
+    let sql = "SELECT reason FROM rejected_webhooks ORDER BY id";
+    webhooks::rejected_reasons(pool, sql).await
 }
 
 /// The attempt whose recorded gateway object (a PaymentIntent) is `gateway_ref`.
@@ -124,9 +102,10 @@ pub(crate) async fn by_gateway_ref(
     pool: &SqlitePool,
     gateway_ref: &str,
 ) -> Result<Option<crate::store::Attempt>, StoreError> {
-    let row = sqlx::query("SELECT * FROM payment_attempts WHERE gateway_ref = ?1")
-        .bind(gateway_ref)
-        .fetch_optional(pool)
-        .await?;
-    row.as_ref().map(attempt).transpose()
+    attempt_by(
+        pool,
+        "SELECT * FROM payment_attempts WHERE gateway_ref = ?1",
+        gateway_ref,
+    )
+    .await
 }

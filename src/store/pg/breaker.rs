@@ -4,10 +4,10 @@
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use sqlx::{PgConnection, PgPool};
+use sqlx::{PgConnection, PgPool, Postgres};
 
 use crate::store::StoreError;
-use crate::store::breaker::{BreakerEvent, BreakerRow, GatewayHealth};
+use crate::store::breaker::{self, BreakerEvent, BreakerRow, GatewayHealth};
 
 pub(crate) async fn get(pool: &PgPool, gateway: &str) -> Result<Option<BreakerRow>, StoreError> {
     Ok(
@@ -38,29 +38,14 @@ pub(crate) async fn write(
     gateway: &str,
     new: &BreakerRow,
 ) -> Result<(), StoreError> {
-    sqlx::query(
-        "UPDATE cobro.gateway_breakers SET
+    breaker::write::<Postgres>(tx, WRITE, gateway, new).await
+}
+
+const WRITE: &str = "UPDATE cobro.gateway_breakers SET
             state = $2, failures = $3, failing_since = $4, last_failure = $5,
             last_failure_at = $6, last_answer_at = $7, opened_at = $8, closed_at = $9,
             next_probe_at = $10, probes = $11, next_rewake_at = $12
-          WHERE gateway = $1",
-    )
-    .bind(gateway)
-    .bind(&new.state)
-    .bind(new.failures)
-    .bind(new.failing_since)
-    .bind(&new.last_failure)
-    .bind(new.last_failure_at)
-    .bind(new.last_answer_at)
-    .bind(new.opened_at)
-    .bind(new.closed_at)
-    .bind(new.next_probe_at)
-    .bind(new.probes)
-    .bind(new.next_rewake_at)
-    .execute(&mut *tx)
-    .await?;
-    Ok(())
-}
+          WHERE gateway = $1";
 
 pub(crate) async fn log_event(
     tx: &mut PgConnection,
@@ -69,20 +54,12 @@ pub(crate) async fn log_event(
     actor: &str,
     at: DateTime<Utc>,
 ) -> Result<(), StoreError> {
-    sqlx::query(
-        "INSERT INTO cobro.gateway_breaker_events (gateway, state, cause, actor, detail, at)
-         VALUES ($1, $2, $3, $4, $5, $6)",
-    )
-    .bind(gateway)
-    .bind(ev.state)
-    .bind(&ev.cause)
-    .bind(actor)
-    .bind(&ev.detail)
-    .bind(at)
-    .execute(&mut *tx)
-    .await?;
-    Ok(())
+    breaker::log_event::<Postgres>(tx, LOG_EVENT, gateway, ev, actor, at).await
 }
+
+const LOG_EVENT: &str =
+    "INSERT INTO cobro.gateway_breaker_events (gateway, state, cause, actor, detail, at)
+         VALUES ($1, $2, $3, $4, $5, $6)";
 
 pub(crate) async fn claim_probe(
     pool: &PgPool,

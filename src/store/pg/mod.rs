@@ -9,13 +9,13 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use sqlx::postgres::PgPoolOptions;
-use sqlx::{Connection, PgConnection, PgPool};
+use sqlx::{Connection, PgConnection, PgPool, Postgres};
 use uuid::Uuid;
 
-use super::change::{Applied, Change, NoticeKind, Plan};
+use super::change::{Applied, Change, Plan};
 use super::enqueue::{EnqueueError, Enqueued};
 use super::refund::{RefundError, Refunded};
-use super::{Attempt, Check, StoreError, Transition};
+use super::{Attempt, Check, StoreError, Transition, apply};
 use crate::domain::{ChargeRequest, IdempotencyKey};
 
 /// The sweeps' last conditions (the main sweep's and the review sweep's):
@@ -283,43 +283,11 @@ pub(super) async fn apply_tx(
     let Some(now) = move_and_log(&mut *tx, seen, change, plan).await? else {
         return Ok(Applied::Lost);
     };
-    let ev = change.evidence;
     if let Some(kind) = plan.notice {
-        sqlx::query(
-            "INSERT INTO cobro.notices (order_id, attempt_id, kind, decline_code, next_retry_at)
-             VALUES ($1, $2, $3, $4, $5)",
-        )
-        .bind(&now.order_id)
-        .bind(seen.id)
-        .bind(kind.as_str())
-        .bind(&now.decline_code)
-        .bind(
-            now.next_action_at
-                .filter(|_| kind == NoticeKind::RetryScheduled),
-        )
-        .execute(&mut *tx)
-        .await?;
+        apply::notice::<Postgres>(&mut *tx, NOTICE, &now, kind).await?;
     }
     if let Some(check) = &change.add_check {
-        sqlx::query(
-            "INSERT INTO cobro.attempt_checks
-                (attempt_id, check_number, scheduled_at, started_at, lookup_result,
-                 http_status, error_kind, actor)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
-        )
-        .bind(seen.id)
-        .bind(now.check_count)
-        .bind(check.scheduled_at)
-        .bind(check.started_at)
-        .bind(
-            ev.and_then(|e| e.lookup_result.as_deref())
-                .unwrap_or("failed"),
-        )
-        .bind(ev.and_then(|e| e.http_status).map(i32::from))
-        .bind(ev.map(|e| e.error_kind.as_str()))
-        .bind(change.actor)
-        .execute(&mut *tx)
-        .await?;
+        apply::check::<Postgres>(&mut *tx, CHECK, &now, check, change).await?;
     }
     if plan.wake
         && let Some(at) = now.next_action_at
@@ -333,6 +301,17 @@ pub(super) async fn apply_tx(
     }
     Ok(Applied::Moved(Box::new(now)))
 }
+
+/// The customer notice a move writes (see `store::apply::notice`).
+const NOTICE: &str =
+    "INSERT INTO cobro.notices (order_id, attempt_id, kind, decline_code, next_retry_at)
+             VALUES ($1, $2, $3, $4, $5)";
+
+/// The check record a move writes (see `store::apply::check`).
+const CHECK: &str = "INSERT INTO cobro.attempt_checks
+                (attempt_id, check_number, scheduled_at, started_at, lookup_result,
+                 http_status, error_kind, actor)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)";
 
 pub(super) async fn wake(pool: &PgPool, id: Uuid) -> Result<(), StoreError> {
     sqlx::query("SELECT cobro.wake($1)")
@@ -348,7 +327,7 @@ pub(super) async fn sweep(
     every: Duration,
     limit: i64,
 ) -> Result<u64, StoreError> {
-    let n: i64 = sqlx::query_scalar(concat!(
+    let sql = concat!(
         "WITH due AS (
             SELECT id FROM cobro.payment_attempts
              WHERE ((lease_owner IS NOT NULL AND next_action_at <= now())
@@ -378,12 +357,26 @@ pub(super) async fn sweep(
          )
          SELECT count(cobro.wake(id, now(), CASE WHEN state = 'PENDIENTE' THEN 0 ELSE 1 END))
            FROM marked",
-    ))
-    .bind(grace.as_secs_f64())
-    .bind(every.as_secs_f64())
-    .bind(limit)
-    .fetch_one(pool)
-    .await?;
+    );
+    run_sweep(pool, sql, grace, every, limit).await
+}
+
+/// Runs a sweep's statement (this one's, or the review sweep's): it binds
+/// the grace and the re-wake interval in seconds, then the limit, and
+/// counts the attempts it woke.
+pub(crate) async fn run_sweep(
+    pool: &PgPool,
+    sql: &'static str,
+    grace: Duration,
+    every: Duration,
+    limit: i64,
+) -> Result<u64, StoreError> {
+    let n: i64 = sqlx::query_scalar(sql)
+        .bind(grace.as_secs_f64())
+        .bind(every.as_secs_f64())
+        .bind(limit)
+        .fetch_one(pool)
+        .await?;
     Ok(n as u64)
 }
 

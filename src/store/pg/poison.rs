@@ -1,11 +1,11 @@
 //! PostgreSQL SQL for poison wake-ups (see `store::poison`).
 
 use chrono::{DateTime, Utc};
-use sqlx::PgConnection;
+use sqlx::{PgConnection, Postgres};
 use uuid::Uuid;
 
 use crate::store::StoreError;
-use crate::store::poison::{Next, Seen, details};
+use crate::store::poison::{self, Failed, Seen, details};
 
 /// What is known of the attempt's failures, its row locked, and the case
 /// it points to.
@@ -35,16 +35,10 @@ pub(crate) async fn seen(
 }
 
 /// Opens the attempt's `poison_wakeup` case; its id.
-pub(crate) async fn open_case(
-    tx: &mut PgConnection,
-    attempt_id: Uuid,
-    error: &str,
-    n: &Next,
-    now: DateTime<Utc>,
-) -> Result<i64, StoreError> {
+pub(crate) async fn open_case(tx: &mut PgConnection, f: &Failed<'_>) -> Result<i64, StoreError> {
     let state: String =
         sqlx::query_scalar("SELECT state FROM cobro.payment_attempts WHERE id = $1")
-            .bind(attempt_id)
+            .bind(f.attempt_id)
             .fetch_optional(&mut *tx)
             .await?
             .unwrap_or_default();
@@ -56,11 +50,14 @@ pub(crate) async fn open_case(
            FROM cobro.payment_attempts a WHERE a.id = $1
          RETURNING id",
     )
-    .bind(attempt_id)
-    .bind(n.first_failed_at.timestamp_millis().to_string())
-    .bind(details(error, n, &state))
-    .bind(n.first_failed_at)
-    .bind(now.max(n.first_failed_at + chrono::TimeDelta::milliseconds(1)))
+    .bind(f.attempt_id)
+    .bind(f.next.first_failed_at.timestamp_millis().to_string())
+    .bind(details(f.error, &f.next, &state))
+    .bind(f.next.first_failed_at)
+    .bind(
+        f.now
+            .max(f.next.first_failed_at + chrono::TimeDelta::milliseconds(1)),
+    )
     .fetch_one(&mut *tx)
     .await?)
 }
@@ -68,28 +65,16 @@ pub(crate) async fn open_case(
 /// The attempt's failure count, last error and case.
 pub(crate) async fn write(
     tx: &mut PgConnection,
-    attempt_id: Uuid,
-    error: &str,
-    n: &Next,
-    now: DateTime<Utc>,
+    f: &Failed<'_>,
     case_id: Option<i64>,
 ) -> Result<(), StoreError> {
-    sqlx::query(
-        "INSERT INTO cobro.wake_failures
+    poison::write::<Postgres>(tx, WRITE, f, case_id).await
+}
+
+const WRITE: &str = "INSERT INTO cobro.wake_failures
             (attempt_id, failures, first_failed_at, last_failed_at, last_error, case_id)
          VALUES ($1, $2, $3, $4, $5, $6)
          ON CONFLICT (attempt_id) DO UPDATE SET
             failures = EXCLUDED.failures, first_failed_at = EXCLUDED.first_failed_at,
             last_failed_at = EXCLUDED.last_failed_at, last_error = EXCLUDED.last_error,
-            case_id = EXCLUDED.case_id",
-    )
-    .bind(attempt_id)
-    .bind(n.failures)
-    .bind(n.first_failed_at)
-    .bind(now)
-    .bind(error)
-    .bind(case_id)
-    .execute(&mut *tx)
-    .await?;
-    Ok(())
-}
+            case_id = EXCLUDED.case_id";

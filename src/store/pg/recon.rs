@@ -2,12 +2,10 @@
 
 use std::time::Duration;
 
-use sqlx::PgPool;
+use sqlx::{PgPool, Postgres};
 
 use crate::domain::{Finding, Window};
-use crate::store::recon::{
-    CaseCursor, CaseStatus, CaseWrite, ReconCase, ReconRun, ReconScope, RunClaim,
-};
+use crate::store::recon::{self, CaseCursor, CaseWrite, ReconCase, ReconRun, ReconScope, RunClaim};
 use crate::store::{Attempt, StoreError};
 
 pub(crate) async fn attempts(
@@ -59,23 +57,9 @@ pub(crate) async fn case_tx(
     .bind(window.to)
     .fetch_optional(&mut *tx)
     .await?;
-    let (id, status) = match new {
-        Some(id) => (id, CaseStatus::New),
-        None => {
-            let (id, resolved): (i64, bool) = sqlx::query_as(
-                "SELECT id, resolved_at IS NOT NULL FROM cobro.recon_cases WHERE dedupe_key = $1",
-            )
-            .bind(&f.dedupe_key)
-            .fetch_one(&mut *tx)
-            .await?;
-            (id, CaseStatus::existing(resolved))
-        }
-    };
-    Ok(CaseWrite {
-        id,
-        dedupe_key: f.dedupe_key.clone(),
-        status,
-    })
+    let existing =
+        "SELECT id, resolved_at IS NOT NULL FROM cobro.recon_cases WHERE dedupe_key = $1";
+    recon::case_written::<Postgres>(tx, existing, f, new).await
 }
 
 pub(crate) async fn cases(pool: &PgPool, open_only: bool) -> Result<Vec<ReconCase>, StoreError> {

@@ -2,11 +2,10 @@
 
 use chrono::{DateTime, Utc};
 use sqlx::{PgConnection, PgPool};
-use uuid::Uuid;
 
 use crate::domain::settlement::SettledCharge;
 use crate::store::StoreError;
-use crate::store::settlement::SettlementTotal;
+use crate::store::settlement::{self, SettlementTotal, Stored};
 
 /// Records one settled charge; true when it is new (a row already there
 /// keeps its figures; only a missing payout is filled in).
@@ -31,60 +30,29 @@ pub(crate) async fn insert(tx: &mut PgConnection, r: &SettledCharge) -> Result<b
     .await?)
 }
 
-type Row = (
-    Uuid,
-    String,
-    Option<String>,
-    String,
-    i64,
-    i64,
-    i64,
-    String,
-    Option<String>,
-    DateTime<Utc>,
-);
-
 pub(crate) async fn between(
     pool: &PgPool,
     from: DateTime<Utc>,
     to: DateTime<Utc>,
 ) -> Result<Vec<SettledCharge>, StoreError> {
-    let rows: Vec<Row> = sqlx::query_as(
-        "SELECT s.attempt_id, a.order_id, a.gateway_charge_id, s.balance_txn,
+    let stored = Stored { id: Ok, at: Ok };
+    settlement::between(pool, BETWEEN, stored, from, to).await
+}
+
+const BETWEEN: &str = "SELECT s.attempt_id, a.order_id, a.gateway_charge_id, s.balance_txn,
                 s.gross_minor, s.fee_minor, s.net_minor, s.currency, s.payout, s.settled_at
            FROM cobro.settlements s
            JOIN cobro.payment_attempts a ON a.id = s.attempt_id
           WHERE s.settled_at >= $1 AND s.settled_at < $2
-          ORDER BY s.settled_at, s.attempt_id",
-    )
-    .bind(from)
-    .bind(to)
-    .fetch_all(pool)
-    .await?;
-    Ok(rows
-        .into_iter()
-        .map(|r| SettledCharge {
-            attempt_id: r.0,
-            order_id: r.1,
-            gateway_charge_id: r.2.unwrap_or_default(),
-            balance_txn: r.3,
-            gross_minor: r.4,
-            fee_minor: r.5,
-            net_minor: r.6,
-            currency: r.7,
-            payout: r.8,
-            settled_at: r.9,
-        })
-        .collect())
-}
+          ORDER BY s.settled_at, s.attempt_id";
 
+/// The sums are cast back to bigint (PostgreSQL's sum of bigint is numeric).
 pub(crate) async fn totals(pool: &PgPool) -> Result<Vec<SettlementTotal>, StoreError> {
-    let rows: Vec<(String, i64, i64, i64, i64)> = sqlx::query_as(
+    settlement::totals(
+        pool,
         "SELECT currency, count(*), sum(gross_minor)::bigint, sum(fee_minor)::bigint,
                 sum(net_minor)::bigint
            FROM cobro.settlements GROUP BY currency ORDER BY currency",
     )
-    .fetch_all(pool)
-    .await?;
-    Ok(rows.into_iter().map(SettlementTotal::from).collect())
+    .await
 }

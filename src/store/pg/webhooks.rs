@@ -1,10 +1,10 @@
 //! PostgreSQL SQL for gateway webhooks (see `store::webhooks`).
 
-use sqlx::{PgConnection, PgPool};
+use sqlx::{PgConnection, PgPool, Postgres};
 
 use uuid::Uuid;
 
-use crate::store::webhooks::{IncomingEvent, Rejected};
+use crate::store::webhooks::{self, IncomingEvent, Rejected};
 use crate::store::{Attempt, StoreError};
 
 /// Stores a new event as `ignored`; false when its id is stored already.
@@ -35,17 +35,9 @@ pub(crate) async fn set_outcome(
     detail: Option<String>,
     attempt: Option<Uuid>,
 ) -> Result<(), StoreError> {
-    sqlx::query(
-        "UPDATE cobro.webhook_events SET outcome = $2, detail = $3, attempt_id = $4
-          WHERE event_id = $1",
-    )
-    .bind(event_id)
-    .bind(outcome)
-    .bind(detail)
-    .bind(attempt)
-    .execute(&mut *tx)
-    .await?;
-    Ok(())
+    let sql = "UPDATE cobro.webhook_events SET outcome = $2, detail = $3, attempt_id = $4
+          WHERE event_id = $1";
+    webhooks::set_outcome::<Postgres, _>(tx, sql, event_id, outcome, detail, attempt).await
 }
 
 /// The attempt with this key, its row locked (`FOR UPDATE`).
@@ -81,6 +73,7 @@ pub(crate) async fn retries_charging(
     .await?)
 }
 
+/// Per backend: the headers are jsonb and the body size an int here (SQLite: text, i64).
 pub(crate) async fn record_rejected(pool: &PgPool, r: &Rejected<'_>) -> Result<(), StoreError> {
     sqlx::query(
         "INSERT INTO cobro.rejected_webhooks (reason, detail, headers, body_size, minute)
@@ -98,20 +91,14 @@ pub(crate) async fn record_rejected(pool: &PgPool, r: &Rejected<'_>) -> Result<(
 }
 
 pub(crate) async fn counts(pool: &PgPool) -> Result<(i64, i64), StoreError> {
-    Ok(sqlx::query_as(
-        "SELECT (SELECT count(*) FROM cobro.webhook_events),
-                (SELECT count(*) FROM cobro.rejected_webhooks)",
-    )
-    .fetch_one(pool)
-    .await?)
+    let sql = "SELECT (SELECT count(*) FROM cobro.webhook_events),
+                (SELECT count(*) FROM cobro.rejected_webhooks)";
+    webhooks::counts(pool, sql).await
 }
 
 pub(crate) async fn rejected_reasons(pool: &PgPool) -> Result<Vec<String>, StoreError> {
-    Ok(
-        sqlx::query_scalar("SELECT reason FROM cobro.rejected_webhooks ORDER BY id")
-            .fetch_all(pool)
-            .await?,
-    )
+    let sql = "SELECT reason FROM cobro.rejected_webhooks ORDER BY id";
+    webhooks::rejected_reasons(pool, sql).await
 }
 
 /// The attempt whose recorded gateway object (a PaymentIntent) is `gateway_ref`.
