@@ -13,8 +13,7 @@ use std::process::Command;
 
 #[test]
 fn the_benchmarks_find_the_hot_statements_in_src_and_they_prepare() {
-    const TEST: &str = "the_benchmarks_find_the_hot_statements_in_src_and_they_prepare";
-    if common::skip_postgres(TEST) {
+    if common::skip_postgres() {
         return;
     }
     // The script talks to PostgreSQL with its client; a PostgreSQL reached
@@ -22,11 +21,7 @@ fn the_benchmarks_find_the_hot_statements_in_src_and_they_prepare() {
     let psql = Command::new("psql").arg("--version").output();
     if !psql.is_ok_and(|o| o.status.success()) {
         assert!(std::env::var_os("CI").is_none(), "psql is missing in CI");
-        common::python::skipped(
-            TEST,
-            "no psql on PATH",
-            "apt-get install -y postgresql-client",
-        );
+        common::python::skipped("no psql on PATH", "apt-get install -y postgresql-client");
         return;
     }
     // The binaries cargo built for this test run: `cobro migrate` sets up

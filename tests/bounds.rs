@@ -338,8 +338,7 @@ async fn the_library_stops_at_the_ceiling_or_at_its_own_limit(b: Backend) {
 
 #[tokio::test]
 async fn postgres_the_sql_functions_refuse_amounts_above_the_ceiling() {
-    let Some(db) = postgres_db("postgres_the_sql_functions_refuse_amounts_above_the_ceiling").await
-    else {
+    let Some(db) = postgres_db().await else {
         return;
     };
     let pool = db.store.pg_pool().unwrap();

@@ -13,7 +13,7 @@ use common::*;
 
 #[test]
 fn a_short_soak_with_killed_workers_charges_nobody_twice_and_loses_nothing() {
-    if skip_postgres("chaos::a_short_soak") {
+    if skip_postgres() {
         return;
     }
     let seed = 1_000 + u64::from(std::process::id() % 1_000);

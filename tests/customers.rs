@@ -27,7 +27,7 @@ on_both_backends!(
 /// Rust API, HTTP and the CLI above).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_sql_function_takes_a_customer_or_none() {
-    if skip_postgres("postgres_sql_function_takes_a_customer_or_none") {
+    if skip_postgres() {
         return;
     }
     the_sql_function_takes_a_customer_or_none().await

@@ -75,9 +75,7 @@ async fn a_rolled_back_transaction_leaves_neither_attempt_nor_job(b: Backend) {
 
 #[tokio::test]
 async fn postgres_the_sql_function_commits_and_rolls_back_with_the_caller() {
-    let Some(db) =
-        postgres_db("postgres_the_sql_function_commits_and_rolls_back_with_the_caller").await
-    else {
+    let Some(db) = postgres_db().await else {
         return;
     };
     let pool = db.store.pg_pool().unwrap();
@@ -179,9 +177,7 @@ async fn a_second_live_attempt_for_an_order_is_refused(b: Backend) {
 
 #[tokio::test]
 async fn postgres_bad_input_through_sql_names_the_field_and_writes_nothing() {
-    let Some(db) =
-        postgres_db("postgres_bad_input_through_sql_names_the_field_and_writes_nothing").await
-    else {
+    let Some(db) = postgres_db().await else {
         return;
     };
     let pool = db.store.pg_pool().unwrap();
@@ -350,7 +346,7 @@ async fn migrate_twice_is_a_no_op(b: Backend) {
 /// drops four.
 #[tokio::test]
 async fn postgres_no_index_duplicates_another() {
-    let Some(db) = postgres_db("postgres_no_index_duplicates_another").await else {
+    let Some(db) = postgres_db().await else {
         return;
     };
     let pool = db.store.pg_pool().unwrap();
@@ -396,7 +392,7 @@ async fn postgres_no_index_duplicates_another() {
 /// a write would change a value already set, and then it refuses.
 #[tokio::test]
 async fn postgres_gateway_ref_is_set_once_by_the_database() {
-    let Some(db) = postgres_db("postgres_gateway_ref_is_set_once_by_the_database").await else {
+    let Some(db) = postgres_db().await else {
         return;
     };
     let pool = db.store.pg_pool().unwrap();

@@ -45,7 +45,7 @@ impl Drop for Serve {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_100k_row_export_streams_in_flat_memory() {
-    let Some(db) = postgres_db("a_100k_row_export_streams_in_flat_memory").await else {
+    let Some(db) = postgres_db().await else {
         return;
     };
     // In batches: the charge rule's trigger locks each order for the

@@ -32,12 +32,7 @@ on_both_backends!(
 /// start, so the claim's log row and the job's lock carry the same instant.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_real_worker_claims_a_lone_charge_in_its_fetch() {
-    let Some((db, sim)) = postgres_db_and_sim(
-        "a_real_worker_claims_a_lone_charge_in_its_fetch",
-        Faults::default(),
-    )
-    .await
-    else {
+    let Some((db, sim)) = postgres_db_and_sim(Faults::default()).await else {
         return;
     };
     let worker = spawn_worker(worker_args(&db.url, &sim.url()));

@@ -130,7 +130,7 @@ async fn cross_site_pages_change_nothing(browser: &fantoccini::Client, db: &Test
 }
 
 async fn a_finance_person_lists_opens_and_resolves_an_item_in_a_browser(b: Backend) {
-    let Some(driver) = start_driver("finance_browser").await else {
+    let Some(driver) = start_driver().await else {
         return;
     };
     let db = TestDb::new(b).await;

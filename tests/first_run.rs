@@ -304,7 +304,7 @@ async fn an_unusable_postgres_is_reported_at_once_with_where_and_why() {
         "{unknown}"
     );
 
-    if common::skip_postgres("an_unusable_postgres_is_reported_at_once_with_where_and_why") {
+    if common::skip_postgres() {
         return;
     }
     let admin = admin_url();

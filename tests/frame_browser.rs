@@ -40,7 +40,7 @@ async fn framed(browser: &fantoccini::Client, index: u16) -> (String, bool, bool
 }
 
 async fn another_site_cannot_frame_the_finance_page(b: Backend) {
-    let Some(driver) = start_driver("frame_browser").await else {
+    let Some(driver) = start_driver().await else {
         return;
     };
     let db = TestDb::new(b).await;

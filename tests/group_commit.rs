@@ -20,7 +20,7 @@ async fn claimed(store: &Store, order: &str) -> (Attempt, Attempt) {
 
 #[tokio::test]
 async fn answers_finishing_together_share_statements_and_a_stale_one_loses_alone() {
-    let Some(db) = postgres_db("group_commit").await else {
+    let Some(db) = postgres_db().await else {
         return;
     };
     let mut held = Vec::new();
@@ -76,7 +76,7 @@ async fn answers_finishing_together_share_statements_and_a_stale_one_loses_alone
 
 #[tokio::test]
 async fn a_row_the_database_refuses_fails_alone_and_the_others_land() {
-    let Some(db) = postgres_db("group_commit").await else {
+    let Some(db) = postgres_db().await else {
         return;
     };
     let mut held = Vec::new();

@@ -89,7 +89,7 @@ use world::World;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_model() {
-    if common::skip_postgres("model") {
+    if common::skip_postgres() {
         return;
     }
     run(Backend::Postgres).await;

@@ -32,12 +32,12 @@ on_both_backends!(
 );
 
 fn python_library_available() -> bool {
-    python::python_with("standardwebhooks", "notices").is_some()
+    python::python_with("standardwebhooks").is_some()
 }
 
 /// The interpreter that imports `standardwebhooks` (after [`python_library_available`]).
 fn py() -> std::path::PathBuf {
-    python::python_with("standardwebhooks", "notices").expect("python_library_available() first")
+    python::python_with("standardwebhooks").expect("python_library_available() first")
 }
 
 /// The receiver process; killed when dropped.

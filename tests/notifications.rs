@@ -17,12 +17,7 @@ use common::*;
 /// done within seconds, through the process's one listener.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_listener_per_process_wakes_both_queues() {
-    let Some((db, sim)) = postgres_db_and_sim(
-        "one_listener_per_process_wakes_both_queues",
-        Faults::default(),
-    )
-    .await
-    else {
+    let Some((db, sim)) = postgres_db_and_sim(Faults::default()).await else {
         return;
     };
     let mut args = worker_args(&db.url, &sim.url());

@@ -36,7 +36,7 @@ async fn text_of(browser: &Client, id: &str) -> String {
 }
 
 async fn an_operator_searches_an_order_and_reads_its_history_while_paused(b: Backend) {
-    let Some(driver) = start_driver("operator_browser").await else {
+    let Some(driver) = start_driver().await else {
         return;
     };
     let db = TestDb::new(b).await;

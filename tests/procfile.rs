@@ -60,12 +60,12 @@ fn path_with_binaries() -> String {
 }
 
 fn honcho_available() -> bool {
-    python::python_with("honcho", "procfile").is_some()
+    python::python_with("honcho").is_some()
 }
 
 /// The interpreter that imports `honcho` (after [`honcho_available`]).
 fn py() -> std::path::PathBuf {
-    python::python_with("honcho", "procfile").expect("honcho_available() first")
+    python::python_with("honcho").expect("honcho_available() first")
 }
 
 /// A base port for honcho: it gives the n-th process type `base + 100 * n`;

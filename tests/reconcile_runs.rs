@@ -321,9 +321,7 @@ async fn the_due_window_is_computed_from_the_database_clock(b: Backend) {
 /// due window follows it, whatever the process clock says.
 #[tokio::test]
 async fn postgres_the_due_window_follows_the_database_clock_not_the_process_clock() {
-    if common::skip_postgres(
-        "postgres_the_due_window_follows_the_database_clock_not_the_process_clock",
-    ) {
+    if common::skip_postgres() {
         return;
     }
     let db = TestDb::new(Backend::Postgres).await;

@@ -268,9 +268,7 @@ async fn sql_verdict(pool: &PgPool, input: &Input) -> Result<(), (String, String
 
 #[tokio::test]
 async fn postgres_the_parsers_and_the_sql_function_agree_on_every_field() {
-    let Some(db) =
-        postgres_db("postgres_the_parsers_and_the_sql_function_agree_on_every_field").await
-    else {
+    let Some(db) = postgres_db().await else {
         return;
     };
     // The fields' own rules, up to the ceiling: the deployment's maximum
@@ -332,9 +330,7 @@ fn every_char() -> impl Iterator<Item = char> {
 
 #[tokio::test]
 async fn postgres_every_code_point_gets_the_same_verdict_from_rust_and_sql() {
-    let Some(db) =
-        postgres_db("postgres_every_code_point_gets_the_same_verdict_from_rust_and_sql").await
-    else {
+    let Some(db) = postgres_db().await else {
         return;
     };
     let pool = db.store.pg_pool().unwrap();

@@ -41,8 +41,7 @@ fn worker(db: &TestDb, tap: &Tap) -> InProcessWorker {
 }
 
 async fn a_saved_card_is_charged_with_its_customer(b: Backend) {
-    let Some((db, stripe)) = db_and_stripe(b, "a_saved_card_is_charged_with_its_customer").await
-    else {
+    let Some((db, stripe)) = db_and_stripe(b).await else {
         return;
     };
     let tap = Tap::start(&stripe.url).await;
@@ -83,12 +82,7 @@ async fn a_saved_card_is_charged_with_its_customer(b: Backend) {
 }
 
 async fn a_business_retry_of_a_saved_card_carries_the_customer_off_session(b: Backend) {
-    let Some((db, stripe)) = db_and_stripe(
-        b,
-        "a_business_retry_of_a_saved_card_carries_the_customer_off_session",
-    )
-    .await
-    else {
+    let Some((db, stripe)) = db_and_stripe(b).await else {
         return;
     };
     let tap = Tap::start(&stripe.url).await;
@@ -165,12 +159,7 @@ async fn a_business_retry_of_a_saved_card_carries_the_customer_off_session(b: Ba
 }
 
 async fn without_the_customer_localstripe_still_charges_a_saved_card(b: Backend) {
-    let Some((db, stripe)) = db_and_stripe(
-        b,
-        "without_the_customer_localstripe_still_charges_a_saved_card",
-    )
-    .await
-    else {
+    let Some((db, stripe)) = db_and_stripe(b).await else {
         return;
     };
     let tap = Tap::start(&stripe.url).await;

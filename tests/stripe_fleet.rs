@@ -114,7 +114,7 @@ async fn lossy_fleet(
 }
 
 async fn the_fleet_through_a_lossy_proxy_charges_no_order_twice(b: Backend) {
-    if !localstripe_installed("the_fleet_through_a_lossy_proxy_charges_no_order_twice") {
+    if !localstripe_installed() {
         return;
     }
     init_logs();
@@ -233,9 +233,7 @@ async fn the_fleet_through_a_lossy_proxy_charges_no_order_twice(b: Backend) {
 async fn saved_cards_and_their_retries_through_a_lossy_proxy_are_charged_once_with_their_customer(
     b: Backend,
 ) {
-    if !localstripe_installed(
-        "saved_cards_and_their_retries_through_a_lossy_proxy_are_charged_once_with_their_customer",
-    ) {
+    if !localstripe_installed() {
         return;
     }
     init_logs();
@@ -353,8 +351,7 @@ async fn saved_cards_and_their_retries_through_a_lossy_proxy_are_charged_once_wi
 }
 
 async fn a_refund_whose_answer_is_lost_is_one_refund(b: Backend) {
-    let Some((db, stripe)) = db_and_stripe(b, "a_refund_whose_answer_is_lost_is_one_refund").await
-    else {
+    let Some((db, stripe)) = db_and_stripe(b).await else {
         return;
     };
     let proxy = start_proxy(&stripe.url, 7, Faults::default()).await;

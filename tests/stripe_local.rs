@@ -30,12 +30,7 @@ on_both_backends!(
 );
 
 async fn a_charge_is_one_succeeded_payment_intent_recorded_before_its_confirm(b: Backend) {
-    let Some((db, stripe)) = db_and_stripe(
-        b,
-        "a_charge_is_one_succeeded_payment_intent_recorded_before_its_confirm",
-    )
-    .await
-    else {
+    let Some((db, stripe)) = db_and_stripe(b).await else {
         return;
     };
     let worker = spawn_worker(stripe_worker_args(&db.url, &stripe.url));
@@ -86,9 +81,7 @@ async fn a_charge_is_one_succeeded_payment_intent_recorded_before_its_confirm(b:
 }
 
 async fn a_declined_card_is_rechazado_with_stripes_code(b: Backend) {
-    let Some((db, stripe)) =
-        db_and_stripe(b, "a_declined_card_is_rechazado_with_stripes_code").await
-    else {
+    let Some((db, stripe)) = db_and_stripe(b).await else {
         return;
     };
     let worker = spawn_worker(stripe_worker_args(&db.url, &stripe.url));
@@ -121,9 +114,7 @@ async fn a_declined_card_is_rechazado_with_stripes_code(b: Backend) {
 }
 
 async fn a_key_stripe_refuses_stops_the_worker_before_it_charges(b: Backend) {
-    let Some((db, stripe)) =
-        db_and_stripe(b, "a_key_stripe_refuses_stops_the_worker_before_it_charges").await
-    else {
+    let Some((db, stripe)) = db_and_stripe(b).await else {
         return;
     };
     let mut ids = Vec::new();
@@ -175,12 +166,7 @@ async fn a_key_stripe_refuses_stops_the_worker_before_it_charges(b: Backend) {
 /// RECHAZADO `authentication_required`, never retried on its own, and the
 /// customer gets a notice.
 async fn a_card_that_needs_3d_secure_is_canceled_and_the_customer_told(b: Backend) {
-    let Some((db, stripe)) = db_and_stripe(
-        b,
-        "a_card_that_needs_3d_secure_is_canceled_and_the_customer_told",
-    )
-    .await
-    else {
+    let Some((db, stripe)) = db_and_stripe(b).await else {
         return;
     };
     // Stripe's test card that always asks for authentication, registered
@@ -215,12 +201,7 @@ async fn a_card_that_needs_3d_secure_is_canceled_and_the_customer_told(b: Backen
 /// charges match; a second charge of the same order made outside cobro is
 /// a double charge for finance.
 async fn reconciliation_lists_payment_intents_and_finds_a_double_charge(b: Backend) {
-    let Some((db, stripe)) = db_and_stripe(
-        b,
-        "reconciliation_lists_payment_intents_and_finds_a_double_charge",
-    )
-    .await
-    else {
+    let Some((db, stripe)) = db_and_stripe(b).await else {
         return;
     };
     let args = stripe_worker_args(&db.url, &stripe.url);
@@ -254,12 +235,7 @@ async fn reconciliation_lists_payment_intents_and_finds_a_double_charge(b: Backe
 
 /// `cobro demo --gateway stripe` on a small fleet, through its lossy proxy.
 async fn the_demo_runs_the_fleet_against_a_stripe_compatible_server(b: Backend) {
-    let Some((db, stripe)) = db_and_stripe(
-        b,
-        "the_demo_runs_the_fleet_against_a_stripe_compatible_server",
-    )
-    .await
-    else {
+    let Some((db, stripe)) = db_and_stripe(b).await else {
         return;
     };
     let opts = cobro::demo::DemoOptions {
@@ -295,12 +271,7 @@ async fn finances_decline_cancels_the_payment_intent_before_it_is_recorded(b: Ba
     use cobro::finance::{Resolution, ResolveRequest, resolve};
     use cobro::state::Event;
     use cobro::store::{Applied, Change, Lease};
-    let Some((db, stripe)) = db_and_stripe(
-        b,
-        "finances_decline_cancels_the_payment_intent_before_it_is_recorded",
-    )
-    .await
-    else {
+    let Some((db, stripe)) = db_and_stripe(b).await else {
         return;
     };
     let in_review = |order: &'static str| {

@@ -275,9 +275,7 @@ async fn a_search_not_found_within_its_lag_is_checked_again_and_nothing_is_sent(
 }
 
 async fn against_localstripe_search_falls_back_to_the_listing(b: Backend) {
-    let Some((db, ls)) =
-        db_and_stripe(b, "against_localstripe_search_falls_back_to_the_listing").await
-    else {
+    let Some((db, ls)) = db_and_stripe(b).await else {
         return;
     };
     let (req, id) = in_doubt(&db, "unrecorded-1", None).await;

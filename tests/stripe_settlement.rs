@@ -23,9 +23,7 @@ mod stripe_support;
 on_both_backends!(charges_approved_through_localstripe_are_found_settled);
 
 async fn charges_approved_through_localstripe_are_found_settled(b: Backend) {
-    let Some((db, stripe)) =
-        db_and_stripe(b, "charges_approved_through_localstripe_are_found_settled").await
-    else {
+    let Some((db, stripe)) = db_and_stripe(b).await else {
         return;
     };
     let args = stripe_worker_args(&db.url, &stripe.url);

@@ -84,12 +84,7 @@ async fn desconocido_with_intent(
 /// `payment_intent.succeeded`, signed by localstripe, settles it; the same
 /// event again is a duplicate.
 async fn a_webhook_from_localstripe_settles_a_desconocido_attempt_once(b: Backend) {
-    let Some((db, stripe)) = db_and_stripe(
-        b,
-        "a_webhook_from_localstripe_settles_a_desconocido_attempt_once",
-    )
-    .await
-    else {
+    let Some((db, stripe)) = db_and_stripe(b).await else {
         return;
     };
     let (secret, verifier) = stripe_verifier();
@@ -135,8 +130,7 @@ async fn a_webhook_from_localstripe_settles_a_desconocido_attempt_once(b: Backen
 /// here, in Stripe's shape) opens one case, matched to the attempt by its
 /// PaymentIntent; a redelivery opens nothing more.
 async fn a_dispute_opens_a_case_for_finance_once(b: Backend) {
-    let Some((db, stripe)) = db_and_stripe(b, "a_dispute_opens_a_case_for_finance_once").await
-    else {
+    let Some((db, stripe)) = db_and_stripe(b).await else {
         return;
     };
     let worker = spawn_worker(stripe_worker_args(&db.url, &stripe.url));
@@ -169,12 +163,7 @@ async fn a_dispute_opens_a_case_for_finance_once(b: Backend) {
 /// trims nothing, but another integration may have rewritten it) still
 /// settles its attempt, found by the PaymentIntent id recorded on it.
 async fn an_event_without_cobros_metadata_finds_its_attempt_by_payment_intent(b: Backend) {
-    let Some((db, stripe)) = db_and_stripe(
-        b,
-        "an_event_without_cobros_metadata_finds_its_attempt_by_payment_intent",
-    )
-    .await
-    else {
+    let Some((db, stripe)) = db_and_stripe(b).await else {
         return;
     };
     let (_, verifier) = stripe_verifier();

@@ -48,13 +48,12 @@ fn python(script: &str, args: &[&str], stdin: &str) -> Option<std::process::Outp
 }
 
 fn python_library_available() -> bool {
-    python::python_with("standardwebhooks", "webhook_interop").is_some()
+    python::python_with("standardwebhooks").is_some()
 }
 
 /// The interpreter that imports `standardwebhooks` (after [`python_library_available`]).
 fn py() -> std::path::PathBuf {
-    python::python_with("standardwebhooks", "webhook_interop")
-        .expect("python_library_available() first")
+    python::python_with("standardwebhooks").expect("python_library_available() first")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

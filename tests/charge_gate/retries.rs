@@ -68,9 +68,7 @@ async fn a_business_retry_key_is_derived_from_the_order_and_its_number(b: Backen
 /// (which honours keys) charges the order once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_a_retry_created_again_after_a_lossy_failover_is_charged_once() {
-    let Some(db) =
-        postgres_db("postgres_a_retry_created_again_after_a_lossy_failover_is_charged_once").await
-    else {
+    let Some(db) = postgres_db().await else {
         return;
     };
     let pool = db.store.pg_pool().unwrap().clone();

@@ -32,14 +32,13 @@ impl Drop for Driver {
 
 /// chromedriver, listening; `None` (skip) when chromium is not installed
 /// and `CI` is unset.
-pub async fn start_driver(test: &str) -> Option<Driver> {
+pub async fn start_driver() -> Option<Driver> {
     if !std::path::Path::new(CHROMIUM).exists() || !std::path::Path::new(CHROMEDRIVER).exists() {
         assert!(
             std::env::var_os("CI").is_none(),
             "CI=true but {CHROMIUM} or {CHROMEDRIVER} is missing (apt-get install chromium chromium-driver)"
         );
         super::common::python::skipped(
-            test,
             &format!("{CHROMIUM} / {CHROMEDRIVER} not installed"),
             "apt-get install chromium chromium-driver (as root)",
         );

@@ -31,8 +31,8 @@ fn sqlite_dir(name: &str) -> (String, PathBuf) {
 
 /// A new database of its own on PostgreSQL, for a PostgreSQL-only test;
 /// `None` when the test is skipped (see [`super::skip_postgres`]).
-pub async fn postgres_db(test: &str) -> Option<TestDb> {
-    if super::skip_postgres(test) {
+pub async fn postgres_db() -> Option<TestDb> {
+    if super::skip_postgres() {
         return None;
     }
     Some(TestDb::new(Backend::Postgres).await)

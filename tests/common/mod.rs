@@ -61,7 +61,7 @@ pub use worker::*;
 /// reachable AND `CI` is unset (a newcomer without PostgreSQL still runs
 /// the SQLite suite). With `CI` set an unreachable PostgreSQL is a failure.
 /// The skip notice bypasses the test harness' output capture on purpose.
-pub fn skip_postgres(test: &str) -> bool {
+pub fn skip_postgres() -> bool {
     static READY: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     let url = admin_url();
     let ready = *READY.get_or_init(|| {
@@ -95,7 +95,6 @@ pub fn skip_postgres(test: &str) -> bool {
         );
     }
     python::skipped(
-        &format!("postgres::{test}"),
         &format!("PostgreSQL not reachable at {url}"),
         "a PostgreSQL 13+ reachable at TEST_DATABASE_URL (README: Quick start)",
     );
@@ -110,7 +109,7 @@ macro_rules! on_both_backends {
         mod postgres {
             $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn $name() {
-                if super::common::skip_postgres(stringify!($name)) {
+                if super::common::skip_postgres() {
                     return;
                 }
                 super::$name(cobro::store::Backend::Postgres).await

@@ -51,10 +51,22 @@ fn install_hint() -> String {
     )
 }
 
-/// Records that `test` ran nothing: on stderr at once, and in
-/// [`skips_file`] for the run's closing count (keyed by the `cargo test`
-/// process, so an earlier run's lines are not counted again).
-pub fn skipped(test: &str, reason: &str, command: &str) {
+/// The running test's path (`stripe_local::postgres::a_declined_card…`):
+/// the test harness names each test's thread after it, and a
+/// `#[tokio::test]` body runs on that thread (only the tasks it spawns do
+/// not). So a skip names its test without the test spelling its own name.
+pub fn this_test() -> String {
+    std::thread::current()
+        .name()
+        .unwrap_or("a test on an unnamed thread")
+        .to_owned()
+}
+
+/// Records that this test ([`this_test`]) ran nothing: on stderr at once,
+/// and in [`skips_file`] for the run's closing count (keyed by the `cargo
+/// test` process, so an earlier run's lines are not counted again).
+pub fn skipped(reason: &str, command: &str) {
+    let test = this_test();
     let _ = writeln!(
         std::io::stderr(),
         "SKIPPED {test}: {reason}; to run it: {command}"
@@ -63,7 +75,7 @@ pub fn skipped(test: &str, reason: &str, command: &str) {
     let line = format!(
         "{}\t{}\t{}\t{}\n",
         std::os::unix::process::parent_id(),
-        clean(test),
+        clean(&test),
         clean(reason),
         clean(command)
     );
@@ -80,7 +92,7 @@ pub fn skipped(test: &str, reason: &str, command: &str) {
 /// The interpreter that imports `module`, installing the pinned tools into
 /// the project's virtual environment on first use; `None` (the test is
 /// skipped and recorded) when that cannot be done and `CI` is unset.
-pub fn python_with(module: &str, test: &str) -> Option<PathBuf> {
+pub fn python_with(module: &str) -> Option<PathBuf> {
     static READY: OnceLock<Result<PathBuf, String>> = OnceLock::new();
     let ready = READY.get_or_init(|| match std::env::var_os("COBRO_TEST_PYTHON") {
         Some(p) => Ok(PathBuf::from(p)),
@@ -96,7 +108,7 @@ pub fn python_with(module: &str, test: &str) -> Option<PathBuf> {
         "CI is set and the Python tools cannot run: {why} ({})",
         install_hint()
     );
-    skipped(test, &why, &install_hint());
+    skipped(&why, &install_hint());
     None
 }
 

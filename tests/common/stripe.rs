@@ -50,14 +50,14 @@ pub struct Intent {
 /// Whether localstripe can run (from the system's python3, or installed
 /// into `target/pyenv` on first use). Without it the test is skipped and
 /// recorded, unless `CI` is set: then it fails.
-pub fn localstripe_installed(test: &str) -> bool {
-    super::common::python::python_with("localstripe", test).is_some()
+pub fn localstripe_installed() -> bool {
+    super::common::python::python_with("localstripe").is_some()
 }
 
-/// A database and localstripe for `test`; `None` when localstripe cannot
+/// A database and localstripe for this test; `None` when localstripe cannot
 /// run (the test is skipped, see [`localstripe_installed`]).
-pub async fn db_and_stripe(b: Backend, test: &str) -> Option<(TestDb, LocalStripe)> {
-    if !localstripe_installed(test) {
+pub async fn db_and_stripe(b: Backend) -> Option<(TestDb, LocalStripe)> {
+    if !localstripe_installed() {
         return None;
     }
     super::common::init_logs();
@@ -81,7 +81,7 @@ impl LocalStripe {
     pub async fn start() -> Self {
         let port = super::common::free_port();
         let script = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/localstripe/serve");
-        let python = super::common::python::python_with("localstripe", "localstripe")
+        let python = super::common::python::python_with("localstripe")
             .expect("localstripe_installed() before LocalStripe::start()");
         let child = Command::new(python)
             .arg(script)

@@ -118,8 +118,8 @@ pub async fn db_and_sim(b: Backend, faults: Faults) -> (TestDb, SimHandle) {
 
 /// [`db_and_sim`] on PostgreSQL, for a PostgreSQL-only test; `None` when
 /// the test is skipped (see [`super::skip_postgres`]).
-pub async fn postgres_db_and_sim(test: &str, faults: Faults) -> Option<(TestDb, SimHandle)> {
-    if super::skip_postgres(test) {
+pub async fn postgres_db_and_sim(faults: Faults) -> Option<(TestDb, SimHandle)> {
+    if super::skip_postgres() {
         return None;
     }
     Some(db_and_sim(Backend::Postgres, faults).await)
