@@ -12,7 +12,7 @@ mod browser;
 
 use std::time::Duration;
 
-use browser::{chromium, replaced, signed_in, start_driver};
+use browser::{chromium, open_row, replaced, signed_in, start_driver, text_of};
 use cobro::state::State;
 use common::*;
 use fantoccini::Locator;
@@ -153,14 +153,7 @@ async fn a_finance_person_lists_opens_and_resolves_an_item_in_a_browser(b: Backe
     // Signed in (Basic auth; the browser keeps it for the site).
     let signed = signed_in(&web.url, "ana");
     browser.goto(&format!("{signed}/finance")).await.unwrap();
-    let who = browser
-        .find(Locator::Id("person"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    assert_eq!(who, "ana");
+    assert_eq!(text_of(&browser, "person").await, "ana");
     let row = browser
         .find(Locator::Css(&format!("tr[data-attempt='{}']", item.id)))
         .await
@@ -176,29 +169,9 @@ async fn a_finance_person_lists_opens_and_resolves_an_item_in_a_browser(b: Backe
     );
 
     // Open it: evidence and history are there.
-    row.find(Locator::Css("a.open"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
-    let state = browser
-        .wait()
-        .at_most(Duration::from_secs(10))
-        .for_element(Locator::Id("state"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    assert_eq!(state, "EN_REVISION");
-    let history = browser
-        .find(Locator::Id("history"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    open_row(&row).await;
+    assert_eq!(text_of(&browser, "state").await, "EN_REVISION");
+    let history = text_of(&browser, "history").await;
     assert!(
         history.contains("DESCONOCIDO") && history.contains("EN_REVISION"),
         "{history}"
@@ -217,15 +190,7 @@ async fn a_finance_person_lists_opens_and_resolves_an_item_in_a_browser(b: Backe
     replaced(&page).await;
 
     // Back on the queue: resolved, and gone.
-    let flash = browser
-        .wait()
-        .at_most(Duration::from_secs(10))
-        .for_element(Locator::Id("flash"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let flash = text_of(&browser, "flash").await;
     assert!(flash.contains(&item.id.to_string()), "{flash}");
     browser
         .wait()

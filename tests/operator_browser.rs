@@ -15,25 +15,13 @@ mod browser;
 
 use std::time::Duration;
 
-use browser::{chromium, replaced, signed_in, start_driver};
+use browser::{chromium, open_row, replaced, signed_in, start_driver, text_of};
 use cobro::domain::ChargeRequest;
 use cobro::state::Event;
 use common::*;
-use fantoccini::{Client, Locator};
+use fantoccini::Locator;
 
 on_both_backends!(an_operator_searches_an_order_and_reads_its_history_while_paused,);
-
-async fn text_of(browser: &Client, id: &str) -> String {
-    browser
-        .wait()
-        .at_most(Duration::from_secs(10))
-        .for_element(Locator::Id(id))
-        .await
-        .unwrap_or_else(|e| panic!("#{id}: {e}"))
-        .text()
-        .await
-        .unwrap()
-}
 
 async fn an_operator_searches_an_order_and_reads_its_history_while_paused(b: Backend) {
     let Some(driver) = start_driver().await else {
@@ -107,12 +95,7 @@ async fn an_operator_searches_an_order_and_reads_its_history_while_paused(b: Bac
     assert!(text_of(&browser, "paused").await.contains("INC-7"));
 
     // Open it: its history and its lookups, under the banner.
-    row.find(Locator::Css("a.open"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    open_row(&row).await;
     assert_eq!(text_of(&browser, "state").await, "EN_REVISION");
     let history = browser
         .find_all(Locator::Css("#history tbody tr"))

@@ -107,22 +107,22 @@ async fn an_orders_cancel_and_payment_method_refuse_an_unknown_field(b: Backend)
     let req = ChargeRequest::parse("uf-3", 2_500, "USD", None, Some("pm_old")).unwrap();
     let id = db.store.enqueue(&req).await.unwrap().attempt_id;
 
-    let got = post(
-        &web,
-        "app",
-        "/orders/uf-3/cancel",
-        json!({"reason": "customer_request", "notify_customer": true}),
-    )
-    .await;
-    assert_unknown(&got, "notify_customer", "reason");
-    let got = post(
-        &web,
-        "app",
-        "/orders/uf-3/payment-method",
-        json!({"payment_method": "pm_new", "card_number": "4242424242424242"}),
-    )
-    .await;
-    assert_unknown(&got, "card_number", "payment_method");
+    for (path, body, field, expected) in [
+        (
+            "/orders/uf-3/cancel",
+            json!({"reason": "customer_request", "notify_customer": true}),
+            "notify_customer",
+            "reason",
+        ),
+        (
+            "/orders/uf-3/payment-method",
+            json!({"payment_method": "pm_new", "card_number": "4242424242424242"}),
+            "card_number",
+            "payment_method",
+        ),
+    ] {
+        assert_unknown(&post(&web, "app", path, body).await, field, expected);
+    }
 
     let (a, _) = db.store.load(id).await.unwrap();
     assert_eq!(a.state, State::Pendiente, "not cancelled");
@@ -156,48 +156,42 @@ async fn finances_api_refuses_an_unknown_field_and_moves_nothing(b: Backend) {
 
     // A resolution takes the fields of its action only.
     let resolve = format!("/finance/api/attempts/{}/resolve", a.id);
-    let got = post(
-        &web,
-        "ana",
-        &resolve,
-        json!({"action": "approve", "version": a.version, "note": "seen at the gateway",
-               "charge_id": "ch_1", "code": "do_not_honor"}),
-    )
-    .await;
-    assert_unknown(&got, "code", "action, version, note, charge_id");
-    let got = post(
-        &web,
-        "ana",
-        &resolve,
-        json!({"action": "check_now", "version": a.version, "note": "again", "chargeId": "ch_1"}),
-    )
-    .await;
-    assert_unknown(&got, "chargeId", "action, version, note");
-    let got = post(
-        &web,
-        "ana",
-        "/finance/api/check-now",
-        json!({"note": "all of them", "stat": "EN_REVISION"}),
-    )
-    .await;
-    assert_unknown(&got, "stat", "note, state, currency, kind, min_age_secs");
-    // Checked before the case is looked for (there is none).
-    let got = post(
-        &web,
-        "ana",
-        "/finance/api/cases/1/resolve",
-        json!({"note": "ok", "resolution": "refunded"}),
-    )
-    .await;
-    assert_unknown(&got, "resolution", "note");
-    let got = post(
-        &web,
-        "ana",
-        "/finance/api/cases/1/refund-duplicate",
-        json!({"charge_id": "ch_2", "amount_minor": 100}),
-    )
-    .await;
-    assert_unknown(&got, "amount_minor", "charge_id");
+    for (path, body, field, expected) in [
+        (
+            resolve.as_str(),
+            json!({"action": "approve", "version": a.version, "note": "seen at the gateway",
+                   "charge_id": "ch_1", "code": "do_not_honor"}),
+            "code",
+            "action, version, note, charge_id",
+        ),
+        (
+            &resolve,
+            json!({"action": "check_now", "version": a.version, "note": "again", "chargeId": "ch_1"}),
+            "chargeId",
+            "action, version, note",
+        ),
+        (
+            "/finance/api/check-now",
+            json!({"note": "all of them", "stat": "EN_REVISION"}),
+            "stat",
+            "note, state, currency, kind, min_age_secs",
+        ),
+        // Checked before the case is looked for (there is none).
+        (
+            "/finance/api/cases/1/resolve",
+            json!({"note": "ok", "resolution": "refunded"}),
+            "resolution",
+            "note",
+        ),
+        (
+            "/finance/api/cases/1/refund-duplicate",
+            json!({"charge_id": "ch_2", "amount_minor": 100}),
+            "amount_minor",
+            "charge_id",
+        ),
+    ] {
+        assert_unknown(&post(&web, "ana", path, body).await, field, expected);
+    }
 
     let (now, _) = db.store.load(a.id).await.unwrap();
     assert_eq!(now.state, State::EnRevision);

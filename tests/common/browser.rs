@@ -10,7 +10,7 @@
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use fantoccini::ClientBuilder;
+use fantoccini::{ClientBuilder, Locator};
 
 use super::common::{eventually, secret};
 
@@ -104,6 +104,30 @@ pub async fn replaced(old: &fantoccini::elements::Element) {
         },
     )
     .await;
+}
+
+/// The text of the element with id `id`, waiting up to 10 s for it to
+/// appear (after a click, the next page may still be loading).
+pub async fn text_of(browser: &fantoccini::Client, id: &str) -> String {
+    browser
+        .wait()
+        .at_most(Duration::from_secs(10))
+        .for_element(Locator::Id(id))
+        .await
+        .unwrap_or_else(|e| panic!("#{id}: {e}"))
+        .text()
+        .await
+        .unwrap()
+}
+
+/// Follows the "open" link of a listed row (to its detail page).
+pub async fn open_row(row: &fantoccini::elements::Element) {
+    row.find(Locator::Css("a.open"))
+        .await
+        .expect("the row has an open link")
+        .click()
+        .await
+        .unwrap();
 }
 
 /// `web_url` with test key `name`'s Basic sign-in in it: the browser keeps
