@@ -35,8 +35,7 @@ use crate::store::{CancelError, CancelReason, Cancelled};
         (status = 409, description = "The order cannot be cancelled (e.g. already approved).", body = crate::web::openapi::ErrorBody),
         (status = 422, description = "`reason` is missing or not one of the reasons, or an unknown field.", body = crate::web::openapi::ErrorBody),
         crate::web::openapi::scope::ChargesWrite,
-        crate::web::openapi::NotJson,
-        crate::web::openapi::JsonBodyRefusals,
+        crate::web::openapi::PlainJsonBodyRefusals,
         crate::web::openapi::Unavailable
     ),
     security(("api_key" = ["charges:write"]))

@@ -16,7 +16,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 use uuid::Uuid;
 
-use super::{API_BODY_LIMIT, AppState, error};
+use super::{API_BODY_LIMIT, AppState, error, invalid};
 use crate::domain::{Amount, ChargeRequest, IdempotencyKey, InputError, MaxAmount};
 use crate::http::auth::Caller;
 use crate::http::{Type, is_json, typed};
@@ -55,12 +55,14 @@ const TYPES: &[(&str, Type)] = &[
 /// What every create endpoint checks before its own fields: the JSON
 /// content type (415), the `Idempotency-Key` header (a UUID), the body
 /// (read within the route's size limit: 413 past it), a JSON body, and no
-/// field but `fields` (422 naming it, [`super::known_fields`]). `Err` is
-/// the finished error response.
+/// field but `fields` (422 naming it, [`super::known_fields`]), each field
+/// of `types` of its JSON type (422 naming it, [`typed`]). `Err` is the
+/// finished error response.
 pub(super) fn keyed_json(
     headers: &HeaderMap,
     body: Result<Bytes, BytesRejection>,
     fields: &[&str],
+    types: &[(&str, Type)],
 ) -> Result<(IdempotencyKey, Value), Box<Response>> {
     if !is_json(headers) {
         return Err(Box::new(error(
@@ -94,6 +96,7 @@ pub(super) fn keyed_json(
         ))
     })?;
     super::known_fields(&v, fields)?;
+    typed(&v, types)?;
     Ok((key, v))
 }
 
@@ -107,13 +110,7 @@ pub(super) fn keyed_json(
 pub(super) fn amount(v: &Value) -> Result<Amount, Box<Response>> {
     typed(v, &[("amount_minor", AMOUNT)])?;
     let max = MaxAmount::CEILING;
-    let refused = |e: InputError| {
-        Box::new(error(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            Some(e.field),
-            e.to_string(),
-        ))
-    };
+    let refused = |e: InputError| Box::new(invalid(&e));
     let n = match v.get("amount_minor") {
         Some(Value::Number(n)) => n,
         _ => {
@@ -170,7 +167,6 @@ pub(super) fn created(body: Value, location: String, replayed: bool) -> Response
         (status = 409, description = "The key was used for another body, or the database's charge rule refused the order (`reason`: approved, live_attempt, open_case, cancelled).", body = crate::web::openapi::ErrorBody),
         crate::web::openapi::KeyedBodyRefusals,
         crate::web::openapi::scope::ChargesWrite,
-        crate::web::openapi::JsonBodyRefusals,
         crate::web::openapi::Unavailable
     ),
     security(("api_key" = ["charges:write"]))
@@ -181,13 +177,10 @@ pub(super) async fn create(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    let (key, v) = match keyed_json(&headers, body, FIELDS) {
+    let (key, v) = match keyed_json(&headers, body, FIELDS, TYPES) {
         Ok(ok) => ok,
         Err(resp) => return *resp,
     };
-    if let Err(refused) = typed(&v, TYPES) {
-        return *refused;
-    }
     let raw_key = key.to_string();
     let raw_key = raw_key.as_str();
     let text = |field: &str| v.get(field).and_then(Value::as_str);
@@ -215,13 +208,7 @@ pub(super) async fn create(
         .and_then(|r| r.with_customer(text("customer")));
     let req = match req {
         Ok(r) => r,
-        Err(e) => {
-            return error(
-                StatusCode::UNPROCESSABLE_ENTITY,
-                Some(e.field),
-                e.to_string(),
-            );
-        }
+        Err(e) => return invalid(&e),
     };
     match app.store.enqueue_as(&req, &caller.actor()).await {
         Ok(out) => {
@@ -240,11 +227,7 @@ pub(super) async fn create(
             }
             created(body, format!("/charges/{}", out.attempt_id), !out.created)
         }
-        Err(EnqueueError::Invalid(e)) => error(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            Some(e.field),
-            e.to_string(),
-        ),
+        Err(EnqueueError::Invalid(e)) => invalid(&e),
         Err(EnqueueError::KeyReused(m)) => error(StatusCode::CONFLICT, Some(KEY), m),
         Err(
             e @ (EnqueueError::LiveAttempt(_)
@@ -275,8 +258,7 @@ pub(super) async fn create(
     ),
     responses(
         crate::web::openapi::AttemptRead,
-        crate::web::openapi::scope::AttemptsRead,
-        crate::web::openapi::Unavailable
+        crate::web::openapi::scope::AttemptsRead
     ),
     security(("api_key" = ["attempts:read"]))
 )]
@@ -313,8 +295,7 @@ pub(super) async fn show(State(app): AppState, Path(id): Path<String>) -> Respon
     ),
     responses(
         crate::web::openapi::AttemptRead,
-        crate::web::openapi::scope::AttemptsRead,
-        crate::web::openapi::Unavailable
+        crate::web::openapi::scope::AttemptsRead
     ),
     security(("api_key" = ["attempts:read"]))
 )]
@@ -335,8 +316,7 @@ pub(super) async fn show_attempt(app: AppState, id: Path<String>) -> Response {
     ),
     responses(
         crate::web::openapi::AttemptRead,
-        crate::web::openapi::scope::AttemptsRead,
-        crate::web::openapi::Unavailable
+        crate::web::openapi::scope::AttemptsRead
     ),
     security(("api_key" = ["attempts:read"]))
 )]

@@ -33,8 +33,7 @@ use crate::http::{Type, no_fields, typed};
         (status = 200, description = "Sending is paused.", body = crate::web::openapi::PauseState),
         (status = 422, description = "`reason` is missing or empty, or an unknown field.", body = crate::web::openapi::ErrorBody),
         crate::web::openapi::scope::FinanceWrite,
-        crate::web::openapi::NotJson,
-        crate::web::openapi::JsonBodyRefusals,
+        crate::web::openapi::PlainJsonBodyRefusals,
         crate::web::openapi::Unavailable
     ),
     security(("api_key" = ["finance:write"]))

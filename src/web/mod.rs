@@ -96,6 +96,16 @@ pub(crate) fn conflict(hold: Option<crate::store::Hold>, message: impl Into<Stri
     (StatusCode::CONFLICT, Json(body)).into_response()
 }
 
+/// 422 for input the domain refused, naming its field
+/// ([`crate::domain::InputError`]).
+pub(crate) fn invalid(e: &crate::domain::InputError) -> Response {
+    error(
+        StatusCode::UNPROCESSABLE_ENTITY,
+        Some(e.field),
+        e.to_string(),
+    )
+}
+
 /// 503 for a database failure. The driver's words (hosts, users, files)
 /// go to the log only; the caller reads `advice` ("retry with the same
 /// key", …), or, when the schema is missing or behind the binary, the fix:

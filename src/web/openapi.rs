@@ -23,6 +23,9 @@
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
+use std::collections::BTreeMap;
+
+use utoipa::openapi::RefOr;
 use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
 use utoipa::{IntoParams, IntoResponses, Modify, OpenApi, ToSchema};
 
@@ -329,6 +332,25 @@ pub(crate) struct CheckNowBody {
     min_age_secs: Option<i64>,
 }
 
+/// Answers made of others: `answers!(Name = A, B)` is an
+/// [`IntoResponses`] with every status of each part, for the answers that
+/// several routes give together because they share the step that gives
+/// them (a body read by one function, an attempt read from the database).
+macro_rules! answers {
+    ($(#[$doc:meta])* $name:ident = $($part:path),+ $(,)?) => {
+        $(#[$doc])*
+        pub(crate) struct $name;
+
+        impl IntoResponses for $name {
+            fn responses() -> BTreeMap<String, RefOr<utoipa::openapi::response::Response>> {
+                let mut all = BTreeMap::new();
+                $(all.extend(<$part as IntoResponses>::responses());)+
+                all
+            }
+        }
+    };
+}
+
 /// The 503 of every route that reads or writes the database.
 #[derive(IntoResponses)]
 #[response(
@@ -351,18 +373,29 @@ pub(crate) enum JsonBodyRefusals {
     NotJson(ErrorBody),
 }
 
-/// The 400 of a route whose only header to check is the body's (it
-/// goes with [`JsonBodyRefusals`]).
+/// The 400 of a body that is not JSON.
 #[derive(IntoResponses)]
 #[response(status = 400, description = "The body is not JSON.")]
 #[expect(dead_code, reason = "only its description and schema are used")]
 pub(crate) struct NotJson(ErrorBody);
 
-/// The 400 and 422 of a route that takes an `Idempotency-Key` header and a
-/// JSON body (`POST /charges`, `POST /refunds`).
+answers!(
+    /// The 400, 413 and 415 of a route whose only header to check is the
+    /// body's ([`super::json_body`] and the `json_only` layer).
+    PlainJsonBodyRefusals = NotJson, JsonBodyRefusals
+);
+
+answers!(
+    /// The 400, 413, 415 and 422 of a route that takes an
+    /// `Idempotency-Key` header and a JSON body (`POST /charges`, `POST
+    /// /refunds`): what [`super::charges::keyed_json`] refuses.
+    KeyedBodyRefusals = KeyedRefusals, JsonBodyRefusals
+);
+
+/// The 400 and 422 of the `Idempotency-Key` header and the body's fields.
 #[derive(IntoResponses)]
 #[expect(dead_code, reason = "only its descriptions and schemas are used")]
-pub(crate) enum KeyedBodyRefusals {
+pub(crate) enum KeyedRefusals {
     #[response(
         status = 400,
         description = "The `Idempotency-Key` header is missing or not a UUID, or the body is not JSON."
@@ -435,17 +468,39 @@ pub(crate) struct AttemptSearch {
     limit: Option<String>,
 }
 
+answers!(
+    /// The refusals of a finance action on an attempt with a JSON body
+    /// (`POST /finance/api/attempts/{id}/…`): a malformed id or body, no
+    /// such attempt, the body's size and type, the database.
+    AttemptActionRefusals = BadIdOrJson, NoSuchAttempt, JsonBodyRefusals, Unavailable
+);
+
+/// The 400 of a route that names an attempt and takes a JSON body.
+#[derive(IntoResponses)]
+#[response(
+    status = 400,
+    description = "`id` is not a UUID, or the body is not JSON."
+)]
+#[expect(dead_code, reason = "only its description and schema are used")]
+pub(crate) struct BadIdOrJson(ErrorBody);
+
 /// The 404 of a route that names an attempt.
 #[derive(IntoResponses)]
 #[response(status = 404, description = "No such attempt.")]
 #[expect(dead_code, reason = "only its description and schema are used")]
 pub(crate) struct NoSuchAttempt(ErrorBody);
 
-/// An attempt read as JSON (`GET /charges/{attempt_id}` and its aliases):
-/// the attempt, a malformed id, or no such attempt.
+answers!(
+    /// An attempt read as JSON (`GET /charges/{attempt_id}` and its
+    /// aliases, one handler): the attempt, a malformed id, no such attempt,
+    /// or the database unavailable.
+    AttemptRead = AttemptFound, Unavailable
+);
+
+/// An attempt read as JSON, or the id's refusals.
 #[derive(IntoResponses)]
 #[expect(dead_code, reason = "only its descriptions and schemas are used")]
-pub(crate) enum AttemptRead {
+pub(crate) enum AttemptFound {
     #[response(
         status = 200,
         description = "The attempt, its history and its lookups."
@@ -457,11 +512,16 @@ pub(crate) enum AttemptRead {
     NotFound(ErrorBody),
 }
 
-/// An attempt's page (operator's or finance's): the page, a malformed id,
-/// or no such attempt as a page.
+answers!(
+    /// An attempt's page (operator's or finance's): the page, a malformed
+    /// id, no such attempt as a page, or the database unavailable.
+    AttemptPage = AttemptPageFound, Unavailable
+);
+
+/// An attempt's page, or the id's refusals.
 #[derive(IntoResponses)]
 #[expect(dead_code, reason = "only its descriptions and schemas are used")]
-pub(crate) enum AttemptPage {
+pub(crate) enum AttemptPageFound {
     #[response(status = 200, description = "The page.", content_type = "text/html")]
     Page,
     #[response(status = 400, description = "`id` is not a UUID.")]
@@ -474,11 +534,17 @@ pub(crate) enum AttemptPage {
     NotFound,
 }
 
-/// The refusals of a page's form (the browser's sign-in, the form token,
-/// a same-origin request), and its answers as a page when it is refused.
+answers!(
+    /// The refusals of a page's form (the browser's sign-in, the form
+    /// token, a same-origin request, its answers as a page when it is
+    /// refused) and the database's 503.
+    FormRefusals = FormRefusal, Unavailable
+);
+
+/// A page's form refused, before or by the action it asks for.
 #[derive(IntoResponses)]
 #[expect(dead_code, reason = "only its descriptions and schemas are used")]
-pub(crate) enum FormRefusals {
+pub(crate) enum FormRefusal {
     #[response(status = 401, description = UNAUTHORIZED)]
     Unauthorized(ErrorBody),
     #[response(

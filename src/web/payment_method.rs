@@ -36,8 +36,7 @@ use crate::store::MethodUpdateError;
         (status = 409, description = "The order is already approved or has no retry pending.", body = crate::web::openapi::ErrorBody),
         (status = 422, description = "`payment_method` is missing or malformed, or an unknown field.", body = crate::web::openapi::ErrorBody),
         crate::web::openapi::scope::ChargesWrite,
-        crate::web::openapi::NotJson,
-        crate::web::openapi::JsonBodyRefusals,
+        crate::web::openapi::PlainJsonBodyRefusals,
         crate::web::openapi::Unavailable
     ),
     security(("api_key" = ["charges:write"]))

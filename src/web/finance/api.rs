@@ -27,7 +27,7 @@ use crate::finance::{
 use crate::http::auth::Caller as Person;
 use crate::http::{Type, typed};
 use crate::store::{Escalated, OverrideReason, ReconCase, RetryError, StoreError};
-use crate::web::{conflict, error, known_fields};
+use crate::web::{conflict, error, invalid, known_fields};
 
 pub(super) fn bad_id() -> Response {
     error(StatusCode::BAD_REQUEST, Some("id"), "must be a UUID")
@@ -148,11 +148,7 @@ pub(in crate::web) struct EscalationsPage {
 
 pub(super) fn queue_error(e: QueueError) -> Response {
     match e {
-        QueueError::Invalid(e) => error(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            Some(e.field),
-            e.to_string(),
-        ),
+        QueueError::Invalid(e) => invalid(&e),
         QueueError::Store(e) => unavailable(&e),
     }
 }
@@ -217,8 +213,7 @@ struct CheckNowBody {
         (status = 200, description = "How many were scheduled.", body = crate::finance::BulkCheck),
         (status = 422, description = "A filter is malformed, or an unknown field.", body = crate::web::openapi::ErrorBody),
         crate::web::openapi::scope::FinanceWrite,
-        crate::web::openapi::NotJson,
-        crate::web::openapi::JsonBodyRefusals,
+        crate::web::openapi::PlainJsonBodyRefusals,
         crate::web::openapi::Unavailable
     ),
     security(("api_key" = ["finance:write"]))
@@ -297,13 +292,10 @@ struct ResolveBody {
     responses(
         (status = 200, description = "Resolved: the attempt now.", body = crate::store::Attempt),
         (status = 202, description = "A decline was asked for; the attempt stays EN_REVISION (in review) until the gateway is final.", body = crate::store::Attempt),
-        (status = 400, description = "`id` is not a UUID, or the body is not JSON.", body = crate::web::openapi::ErrorBody),
-        crate::web::openapi::NoSuchAttempt,
         (status = 409, description = "The attempt moved since `version`, or is already settled.", body = crate::web::openapi::ErrorBody),
         (status = 422, description = "A field is missing, of the wrong type, or unknown.", body = crate::web::openapi::ErrorBody),
         crate::web::openapi::scope::FinanceWrite,
-        crate::web::openapi::JsonBodyRefusals,
-        crate::web::openapi::Unavailable
+        crate::web::openapi::AttemptActionRefusals
     ),
     security(("api_key" = ["finance:write"]))
 )]
@@ -360,11 +352,7 @@ pub(in crate::web) async fn resolve(
 
 pub(super) fn resolve_error(e: ResolveError) -> Response {
     match e {
-        ResolveError::Invalid(e) => error(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            Some(e.field),
-            e.to_string(),
-        ),
+        ResolveError::Invalid(e) => invalid(&e),
         ResolveError::NotFound(_) => error(StatusCode::NOT_FOUND, Some("id"), e.to_string()),
         ResolveError::Moved(m) => error(StatusCode::CONFLICT, Some("version"), m),
         ResolveError::NotEscalated(m) | ResolveError::Busy(m) | ResolveError::OpenAtGateway(m) => {
@@ -394,13 +382,10 @@ pub(super) fn resolve_error(e: ResolveError) -> Response {
     params(crate::web::openapi::AttemptId),
     responses(
         (status = 202, description = "The new attempt was enqueued.", body = crate::store::RetryRequested),
-        (status = 400, description = "`id` is not a UUID, or the body is not JSON.", body = crate::web::openapi::ErrorBody),
-        crate::web::openapi::NoSuchAttempt,
         (status = 409, description = "Refused by the database's charge rule or the caps (`reason` says which).", body = crate::web::openapi::ErrorBody),
         (status = 422, description = "`override_reason` is empty or of the wrong type, or an unknown field.", body = crate::web::openapi::ErrorBody),
         crate::web::openapi::scope::FinanceWrite,
-        crate::web::openapi::JsonBodyRefusals,
-        crate::web::openapi::Unavailable
+        crate::web::openapi::AttemptActionRefusals
     ),
     security(("api_key" = ["finance:write"]))
 )]

@@ -16,7 +16,7 @@ use crate::finance;
 use crate::http::Type;
 use crate::http::auth::Caller as Person;
 use crate::store::{CaseError, RefundError, StoreError};
-use crate::web::error;
+use crate::web::{error, invalid};
 
 /// The body of `POST /finance/api/cases/{id}/resolve`.
 #[derive(Deserialize, utoipa::ToSchema)]
@@ -44,8 +44,7 @@ struct CaseBody {
         (status = 409, description = "The case is already closed.", body = crate::web::openapi::ErrorBody),
         (status = 422, description = "The note is missing, empty or of the wrong type, or an unknown field.", body = crate::web::openapi::ErrorBody),
         crate::web::openapi::scope::FinanceWrite,
-        crate::web::openapi::NotJson,
-        crate::web::openapi::JsonBodyRefusals,
+        crate::web::openapi::PlainJsonBodyRefusals,
         crate::web::openapi::Unavailable
     ),
     security(("api_key" = ["finance:write"]))
@@ -101,8 +100,7 @@ struct DuplicateBody {
         (status = 409, description = "The charge is not this case's duplicate, or not refundable.", body = crate::web::openapi::ErrorBody),
         (status = 422, description = "`charge_id` is missing or of the wrong type, or an unknown field.", body = crate::web::openapi::ErrorBody),
         crate::web::openapi::scope::FinanceWrite,
-        crate::web::openapi::NotJson,
-        crate::web::openapi::JsonBodyRefusals,
+        crate::web::openapi::PlainJsonBodyRefusals,
         crate::web::openapi::Unavailable
     ),
     security(("api_key" = ["finance:write"]))
@@ -138,11 +136,7 @@ pub(in crate::web) async fn refund_duplicate(
 
 pub(super) fn duplicate_error(e: RefundError) -> Response {
     match e {
-        RefundError::Invalid(e) => error(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            Some(e.field),
-            e.to_string(),
-        ),
+        RefundError::Invalid(e) => invalid(&e),
         RefundError::NotFound(m) => error(StatusCode::NOT_FOUND, Some("id"), m),
         RefundError::Db(e) => unavailable(&StoreError::Db(e)),
         other => error(StatusCode::CONFLICT, Some("charge_id"), other.to_string()),

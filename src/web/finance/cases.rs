@@ -118,8 +118,7 @@ pub(in crate::web) struct DuplicateForm {
     params(crate::web::openapi::CaseId),
     responses(
         (status = 303, description = "Refund asked for: back to the page."),
-        crate::web::openapi::FormRefusals,
-        crate::web::openapi::Unavailable
+        crate::web::openapi::FormRefusals
     ),
     security(("sign_in" = ["finance:write"]))
 )]
@@ -172,8 +171,7 @@ pub(in crate::web) struct CaseForm {
     params(crate::web::openapi::CaseId),
     responses(
         (status = 303, description = "Closed: back to the page."),
-        crate::web::openapi::FormRefusals,
-        crate::web::openapi::Unavailable
+        crate::web::openapi::FormRefusals
     ),
     security(("sign_in" = ["finance:write"]))
 )]

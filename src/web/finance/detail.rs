@@ -32,8 +32,7 @@ use crate::web::html::{checks, history};
     params(crate::web::openapi::AttemptId),
     responses(
         crate::web::openapi::AttemptPage,
-        crate::web::openapi::scope::FinanceRead,
-        crate::web::openapi::Unavailable
+        crate::web::openapi::scope::FinanceRead
     ),
     security(("api_key" = ["finance:read"]), ("sign_in" = ["finance:read"]))
 )]
@@ -179,8 +178,7 @@ pub(in crate::web) struct ResolveForm {
     responses(
         (status = 303, description = "Resolved: back to the page."),
         (status = 400, description = "`id` is not a UUID.", body = crate::web::openapi::ErrorBody),
-        crate::web::openapi::FormRefusals,
-        crate::web::openapi::Unavailable
+        crate::web::openapi::FormRefusals
     ),
     security(("sign_in" = ["finance:write"]))
 )]

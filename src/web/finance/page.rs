@@ -265,8 +265,7 @@ pub(in crate::web) struct CheckNowForm {
     request_body(content = CheckNowForm, content_type = "application/x-www-form-urlencoded"),
     responses(
         (status = 303, description = "Scheduled: back to the page."),
-        crate::web::openapi::FormRefusals,
-        crate::web::openapi::Unavailable
+        crate::web::openapi::FormRefusals
     ),
     security(("sign_in" = ["finance:write"]))
 )]

@@ -175,8 +175,7 @@ fn table(found: &AttemptsPage, s: &Search) -> Markup {
     params(crate::web::openapi::AttemptId),
     responses(
         crate::web::openapi::AttemptPage,
-        crate::web::openapi::scope::AttemptsRead,
-        crate::web::openapi::Unavailable
+        crate::web::openapi::scope::AttemptsRead
     ),
     security(("api_key" = ["attempts:read"]), ("sign_in" = ["attempts:read"]))
 )]
