@@ -120,38 +120,35 @@ async fn render_detail(
     (status, page(&title, person, body)).into_response()
 }
 
+/// The three resolutions, one form each: the same hidden fields (the
+/// version shown, the form token, the action) and note, with what each
+/// action adds.
 fn forms(token: &str, id: Uuid, version: i64) -> Markup {
     let action = format!("/finance/attempts/{id}/resolve");
-    let hidden = html! {
-        input type="hidden" name="version" value=(version);
-        input type="hidden" name="form_token" value=(token);
+    let form = |name: &str, heading: &str, field: Markup, button: &str| {
+        html! {
+            form.inline #(name) method="post" action=(action) {
+                input type="hidden" name="version" value=(version);
+                input type="hidden" name="form_token" value=(token);
+                input type="hidden" name="action" value=(name);
+                b { (heading) }
+                (field)
+                label { "Note " textarea name="note" rows="2" required {} }
+                button type="submit" { (button) }
+            }
+        }
     };
-    let note = html! { label { "Note " textarea name="note" rows="2" required {} } };
+    let charge_id = html! {
+        label { "Gateway charge id " input type="text" name="charge_id" required; }
+    };
+    let code = html! {
+        label { "Decline code " input type="text" name="code" value="finance_declined" required; }
+    };
     html! {
         h2 { "Resolve" }
-        form.inline #approve method="post" action=(action) {
-            (hidden)
-            input type="hidden" name="action" value="approve";
-            b { "The gateway charged" }
-            label { "Gateway charge id " input type="text" name="charge_id" required; }
-            (note)
-            button type="submit" { "Mark APROBADO" }
-        }
-        form.inline #decline method="post" action=(action) {
-            (hidden)
-            input type="hidden" name="action" value="decline";
-            b { "The gateway did not charge" }
-            label { "Decline code " input type="text" name="code" value="finance_declined" required; }
-            (note)
-            button type="submit" { "Mark RECHAZADO" }
-        }
-        form.inline #check_now method="post" action=(action) {
-            (hidden)
-            input type="hidden" name="action" value="check_now";
-            b { "Not sure yet" }
-            (note)
-            button type="submit" { "Check again now" }
-        }
+        (form("approve", "The gateway charged", charge_id, "Mark APROBADO"))
+        (form("decline", "The gateway did not charge", code, "Mark RECHAZADO"))
+        (form("check_now", "Not sure yet", html! {}, "Check again now"))
     }
 }
 
