@@ -1,6 +1,7 @@
 //! The OpenAPI document (`GET /openapi.json`, `cobro openapi`) names
-//! exactly the routes the web process serves: every `.route(…)` of
-//! `src/web/` (read from the source, with its methods) is in the document,
+//! exactly the routes the web process serves: every `.route(…)` and
+//! `.guarded(…)` of `src/web/` (read from the source, with its methods) is
+//! in the document,
 //! and the document names no other; and the running web process answers
 //! every (path, method) the document names, and 405 to the methods it
 //! does not name; a charge, its attempt, a refusal, the health check, a
@@ -47,9 +48,10 @@ fn documented() -> Routes {
     out
 }
 
-/// Every (path, method) that a `.route(path, …)` in `src/web/` mounts:
-/// the path is a string literal or a `const` of `src/web/`; the methods
-/// are the `get(`, `post(`, `.put(`, … calls inside the route's arguments.
+/// Every (path, method) that a `.route(path, …)` or a `.guarded(path, …)`
+/// (a route behind its guard, `web::access`) in `src/web/` mounts: the
+/// path is a string literal or a `const` of `src/web/`; the methods are
+/// the `get(`, `post(`, `.put(`, … calls inside the route's arguments.
 fn routed() -> Routes {
     let mut files = Vec::new();
     rust_files(
@@ -71,10 +73,19 @@ fn routed() -> Routes {
     let mut out = Routes::new();
     for (file, code) in &sources {
         let mut rest = code.as_str();
-        while let Some(at) = rest.find(".route(") {
-            let args = balanced(&rest[at + ".route(".len()..]);
-            rest = &rest[at + ".route(".len() + args.len()..];
+        while let Some((at, call)) = [".route(", ".guarded("]
+            .into_iter()
+            .filter_map(|call| Some((rest.find(call)?, call)))
+            .min()
+        {
+            let args = balanced(&rest[at + call.len()..]);
+            rest = &rest[at + call.len() + args.len()..];
             let first = args.split(',').next().unwrap().trim();
+            if call == ".route(" && first == "path" && file.ends_with("/access.rs") {
+                // `Guarded::guarded` itself: it mounts the path each
+                // `.guarded(` call names, read there.
+                continue;
+            }
             let path = if let Some(lit) = first.strip_prefix('"') {
                 lit.trim_end_matches('"').to_owned()
             } else {
@@ -127,7 +138,7 @@ fn balanced(s: &str) -> &str {
             _ => {}
         }
     }
-    panic!("unbalanced .route(")
+    panic!("unbalanced .route( or .guarded(")
 }
 
 /// Whether `args` calls `method(` as a word (`get(`, `.get(`), not as the

@@ -159,17 +159,15 @@ pub(super) fn created(body: Value, location: String, replayed: bool) -> Response
     operation_id = "post_charges",
     summary = "Enqueue a charge",
     tag = "charges",
-    description = "Enqueue a charge. The `Idempotency-Key` header (a UUID) makes a retry of this request safe: the same key and body get the first answer back with `Idempotent-Replayed: true`. Needs an API key with `charges:write` (Bearer).",
+    description = "Enqueue a charge. The `Idempotency-Key` header (a UUID) makes a retry of this request safe: the same key and body get the first answer back with `Idempotent-Replayed: true`.",
     request_body = crate::web::openapi::ChargeBody,
     params(crate::web::openapi::IdempotencyKey),
     responses(
         (status = 201, description = "Enqueued (or replayed); `Location` is the attempt.", body = crate::web::openapi::ChargeCreated),
         (status = 409, description = "The key was used for another body, or the database's charge rule refused the order (`reason`: approved, live_attempt, open_case, cancelled).", body = crate::web::openapi::ErrorBody),
         crate::web::openapi::KeyedBodyRefusals,
-        crate::web::openapi::scope::ChargesWrite,
         crate::web::openapi::Unavailable
-    ),
-    security(("api_key" = ["charges:write"]))
+    )
 )]
 pub(super) async fn create(
     State(app): AppState,
@@ -252,15 +250,13 @@ pub(super) async fn create(
     operation_id = "get_charges_attempt_id",
     summary = "Read a charge attempt",
     tag = "charges",
-    description = "One attempt with its state, history and gateway lookups. Needs an API key with `attempts:read` (Bearer).",
+    description = "One attempt with its state, history and gateway lookups.",
     params(
         ("attempt_id" = String, Path, description = "The attempt's UUID.")
     ),
     responses(
-        crate::web::openapi::AttemptRead,
-        crate::web::openapi::scope::AttemptsRead
-    ),
-    security(("api_key" = ["attempts:read"]))
+        crate::web::openapi::AttemptRead
+    )
 )]
 pub(super) async fn show(State(app): AppState, Path(id): Path<String>) -> Response {
     let Ok(id) = Uuid::try_parse(&id) else {
@@ -289,15 +285,13 @@ pub(super) async fn show(State(app): AppState, Path(id): Path<String>) -> Respon
     operation_id = "get_attempts_attempt_id",
     summary = "Read an attempt",
     tag = "operator",
-    description = "One attempt with its state, history and gateway lookups (the same answer as `GET /charges/{attempt_id}`). Needs an API key with `attempts:read` (Bearer).",
+    description = "One attempt with its state, history and gateway lookups (the same answer as `GET /charges/{attempt_id}`).",
     params(
         ("attempt_id" = String, Path, description = "The attempt's UUID.")
     ),
     responses(
-        crate::web::openapi::AttemptRead,
-        crate::web::openapi::scope::AttemptsRead
-    ),
-    security(("api_key" = ["attempts:read"]))
+        crate::web::openapi::AttemptRead
+    )
 )]
 pub(super) async fn show_attempt(app: AppState, id: Path<String>) -> Response {
     show(app, id).await
@@ -310,15 +304,13 @@ pub(super) async fn show_attempt(app: AppState, id: Path<String>) -> Response {
     operation_id = "get_refunds_refund_id",
     summary = "Read a refund",
     tag = "refunds",
-    description = "A refund (an attempt of kind refund) with its state, history and gateway lookups. Needs an API key with `attempts:read` (Bearer).",
+    description = "A refund (an attempt of kind refund) with its state, history and gateway lookups.",
     params(
         ("refund_id" = String, Path, description = "The refund's UUID.")
     ),
     responses(
-        crate::web::openapi::AttemptRead,
-        crate::web::openapi::scope::AttemptsRead
-    ),
-    security(("api_key" = ["attempts:read"]))
+        crate::web::openapi::AttemptRead
+    )
 )]
 pub(super) async fn show_refund(app: AppState, id: Path<String>) -> Response {
     show(app, id).await

@@ -2,8 +2,11 @@
 //! `GET /openapi.json` and printed by `cobro openapi`.
 //!
 //! Each route's operation is the `#[utoipa::path]` on its own handler (the
-//! method, the path, the statuses the handler returns, the credential and
-//! scope); this file gathers them into one document and holds the schemas
+//! method, the path, the statuses the handler returns); a guarded route's
+//! credential and scope (its `security`, the sentence of its description
+//! that says what it needs, its 401 and 403) are written by [`Guards`] from
+//! [`access::GUARDED`], the table the routers build their guards from.
+//! This file gathers them into one document and holds the schemas
 //! of the JSON bodies that the handlers read field by field from a
 //! `serde_json::Value` (they check each field themselves so a refusal
 //! names it), so there is no struct of theirs to derive a schema from.
@@ -11,9 +14,9 @@
 //! posts them to the running handlers, which must take the schema's names
 //! and refuse a body without a required one. It also holds the answers many
 //! routes share, which a route's `responses(...)` names as one type
-//! ([`utoipa::IntoResponses`]): the 401 and 403 of each scope
-//! ([`scope`]), the 413 and 415 of a JSON body, the database's 503 and the
-//! refusals of a page's form.
+//! ([`utoipa::IntoResponses`], several composed by `answers!`): the 413
+//! and 415 of a JSON body, the database's 503, the refusals of a page's
+//! form.
 //!
 //! Invariant: every route of [`super::WebConfig::router`] is in the
 //! document and the document names no other (`tests/openapi.rs` reads the
@@ -26,8 +29,12 @@ use serde::Serialize;
 use std::collections::BTreeMap;
 
 use utoipa::openapi::RefOr;
+use utoipa::openapi::path::Operation;
+use utoipa::openapi::security::SecurityRequirement;
 use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
 use utoipa::{IntoParams, IntoResponses, Modify, OpenApi, ToSchema};
+
+use super::access::{self, Credential, Rule};
 
 /// The document.
 #[derive(OpenApi)]
@@ -79,7 +86,7 @@ use utoipa::{IntoParams, IntoResponses, Modify, OpenApi, ToSchema};
         super::finance::case_api::resolve_case,
         super::finance::case_api::refund_duplicate,
     ),
-    modifiers(&Credentials),
+    modifiers(&Credentials, &Guards),
     tags(
         (name = "charges", description = "Enqueue a charge and read its attempt."),
         (name = "refunds", description = "Ask for a refund of an approved charge."),
@@ -535,23 +542,16 @@ pub(crate) enum AttemptPageFound {
 }
 
 answers!(
-    /// The refusals of a page's form (the browser's sign-in, the form
-    /// token, a same-origin request, its answers as a page when it is
-    /// refused) and the database's 503.
+    /// The refusals of a page's form by what it asks for (its answers as a
+    /// page) and the database's 503.
     FormRefusals = FormRefusal, Unavailable
 );
 
-/// A page's form refused, before or by the action it asks for.
+/// A page's form refused by the action it asks for (its 401 and 403, the
+/// sign-in's, same-origin and form token's, are [`Guards`]').
 #[derive(IntoResponses)]
 #[expect(dead_code, reason = "only its descriptions and schemas are used")]
 pub(crate) enum FormRefusal {
-    #[response(status = 401, description = UNAUTHORIZED)]
-    Unauthorized(ErrorBody),
-    #[response(
-        status = 403,
-        description = "The key lacks `finance:write`, the request is not same-origin, or the form token is stale or not of this sign-in (nothing changed)."
-    )]
-    Forbidden,
     #[response(
         status = 404,
         description = "No such attempt or case.",
@@ -576,34 +576,103 @@ pub(crate) enum FormRefusal {
 const UNAUTHORIZED: &str =
     "No credential, a wrong one, or the wrong scheme (`WWW-Authenticate` says which).";
 
-/// A route's 401 and 403, per the scope it needs: `responses(...,
-/// scope::FinanceRead)`.
-pub(crate) mod scope {
-    use super::{ErrorBody, UNAUTHORIZED};
+/// The 401 of every guarded route (the 403 is built from it,
+/// [`Guards`]).
+#[derive(IntoResponses)]
+#[response(status = 401, description = UNAUTHORIZED)]
+#[expect(dead_code, reason = "only its description and schema are used")]
+struct Unauthorized(ErrorBody);
 
-    macro_rules! scopes {
-        ($($name:ident = $scope:literal),* $(,)?) => {$(
-            #[doc = concat!("401, and 403 for a key without `", $scope, "`.")]
-            #[derive(utoipa::IntoResponses)]
-            #[expect(dead_code, reason = "only its descriptions and schemas are used")]
-            pub(crate) enum $name {
-                #[response(status = 401, description = UNAUTHORIZED)]
-                Unauthorized(ErrorBody),
-                #[response(
-                    status = 403,
-                    description = concat!("The key lacks the scope `", $scope, "`.")
-                )]
-                Forbidden(ErrorBody),
+/// Each guarded operation's credential and scope, written from
+/// [`access::GUARDED`] (the table the routers build their guards from):
+/// its `security`, the sentence of its description that says what it
+/// needs, its 401, and its 403 naming the scope. An operation of a guarded
+/// path that states any of these itself is a mistake: the document is not
+/// built.
+struct Guards;
+
+impl Modify for Guards {
+    fn modify(&self, doc: &mut utoipa::openapi::OpenApi) {
+        for rule in access::GUARDED {
+            let Some(item) = doc.paths.paths.get_mut(rule.path) else {
+                panic!(
+                    "{} is in web::access::GUARDED but not in the document",
+                    rule.path
+                );
+            };
+            let operations = [
+                &mut item.get,
+                &mut item.put,
+                &mut item.post,
+                &mut item.delete,
+                &mut item.options,
+                &mut item.head,
+                &mut item.patch,
+                &mut item.trace,
+            ];
+            for op in operations.into_iter().flatten() {
+                guard(op, rule);
             }
-        )*};
+        }
     }
+}
 
-    scopes!(
-        ChargesWrite = "charges:write",
-        RefundsWrite = "refunds:write",
-        AttemptsRead = "attempts:read",
-        FinanceRead = "finance:read",
-        FinanceWrite = "finance:write",
-        MetricsRead = "metrics:read",
+fn guard(op: &mut Operation, rule: &Rule) {
+    let scope = rule.scope.as_str();
+    let name = op.operation_id.clone().unwrap_or_else(|| rule.path.into());
+    assert!(
+        op.security.is_none(),
+        "{name}: its security is web::access::GUARDED's, not its #[utoipa::path]'s"
     );
+    let (schemes, needs): (&[&str], _) = match rule.credential {
+        Credential::ApiKey => (
+            &["api_key"],
+            format!("Needs an API key with `{scope}` (Bearer)."),
+        ),
+        Credential::PageOrKey => (
+            &["api_key", "sign_in"],
+            format!("Needs `{scope}`: the browser's sign-in (Basic) or an API key (Bearer)."),
+        ),
+        Credential::Form => (
+            &["sign_in"],
+            format!(
+                "Needs `{scope}` by the browser's sign-in (Basic), the page's form token \
+                 (of this sign-in, not expired) and a same-origin request."
+            ),
+        ),
+    };
+    op.security = Some(
+        schemes
+            .iter()
+            .map(|s| SecurityRequirement::new(*s, [scope]))
+            .collect(),
+    );
+    op.description = Some(match op.description.take() {
+        Some(what) => format!("{what} {needs}"),
+        None => needs,
+    });
+    let Some(RefOr::T(unauthorized)) = Unauthorized::responses().remove("401") else {
+        unreachable!("Unauthorized is a 401");
+    };
+    let forbidden = match rule.credential {
+        Credential::Form => utoipa::openapi::response::Response::new(format!(
+            "The key lacks `{scope}`, the request is not same-origin, or the form token is \
+             stale or not of this sign-in (nothing changed)."
+        )),
+        Credential::ApiKey | Credential::PageOrKey => {
+            let mut forbidden = unauthorized.clone();
+            forbidden.description = format!("The key lacks the scope `{scope}`.");
+            forbidden
+        }
+    };
+    for (status, answer) in [("401", unauthorized), ("403", forbidden)] {
+        let own = op
+            .responses
+            .responses
+            .insert(status.into(), RefOr::T(answer));
+        assert!(
+            own.is_none(),
+            "{name}: its {status} is web::access::GUARDED's, not its #[utoipa::path]'s"
+        );
+    }
 }

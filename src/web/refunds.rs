@@ -27,7 +27,7 @@ use crate::store::RefundError;
     operation_id = "post_refunds",
     summary = "Ask for a refund",
     tag = "refunds",
-    description = "Ask for a refund of an APROBADO (approved) charge, with an `Idempotency-Key` header (a UUID). Needs an API key with `refunds:write` (Bearer).",
+    description = "Ask for a refund of an APROBADO (approved) charge, with an `Idempotency-Key` header (a UUID).",
     request_body = crate::web::openapi::RefundBody,
     params(crate::web::openapi::IdempotencyKey),
     responses(
@@ -35,10 +35,8 @@ use crate::store::RefundError;
         (status = 404, description = "No such charge attempt.", body = crate::web::openapi::ErrorBody),
         (status = 409, description = "The charge is not refundable, the amount exceeds what was captured, or the key was used for another body.", body = crate::web::openapi::ErrorBody),
         crate::web::openapi::KeyedBodyRefusals,
-        crate::web::openapi::scope::RefundsWrite,
         crate::web::openapi::Unavailable
-    ),
-    security(("api_key" = ["refunds:write"]))
+    )
 )]
 pub(super) async fn create(
     State(app): AppState,

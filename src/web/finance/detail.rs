@@ -28,13 +28,9 @@ use crate::web::html::{checks, history};
     operation_id = "get_finance_attempts_id",
     summary = "One attempt in finance's view (page)",
     tag = "finance",
-    description = "One attempt in finance's view, as a page with its resolve form. Needs `finance:read`: the browser's sign-in (Basic) or an API key (Bearer).",
+    description = "One attempt in finance's view, as a page with its resolve form.",
     params(crate::web::openapi::AttemptId),
-    responses(
-        crate::web::openapi::AttemptPage,
-        crate::web::openapi::scope::FinanceRead
-    ),
-    security(("api_key" = ["finance:read"]), ("sign_in" = ["finance:read"]))
+    responses(crate::web::openapi::AttemptPage)
 )]
 pub(in crate::web) async fn detail(
     State(fin): FinanceState,
@@ -169,15 +165,14 @@ pub(in crate::web) struct ResolveForm {
     operation_id = "post_finance_attempts_id_resolve",
     summary = "Resolve an attempt (form)",
     tag = "finance",
-    description = "The attempt page's resolve form: approve (with the gateway's charge id), decline (with a code) or check now. Needs `finance:write` by the browser's sign-in (Basic), the page's form token (of this sign-in, not expired) and a same-origin request.",
+    description = "The attempt page's resolve form: approve (with the gateway's charge id), decline (with a code) or check now.",
     request_body(content = ResolveForm, content_type = "application/x-www-form-urlencoded"),
     params(crate::web::openapi::AttemptId),
     responses(
         (status = 303, description = "Resolved: back to the page."),
         (status = 400, description = "`id` is not a UUID.", body = crate::web::openapi::ErrorBody),
         crate::web::openapi::FormRefusals
-    ),
-    security(("sign_in" = ["finance:write"]))
+    )
 )]
 pub(in crate::web) async fn resolve(
     State(fin): FinanceState,
