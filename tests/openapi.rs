@@ -230,6 +230,103 @@ fn each_403_names_the_scope_the_route_needs() {
     assert!(checked >= 25, "only {checked} routes with a 403");
 }
 
+/// The test key that holds one of `scopes` (`holds`), or one that holds
+/// none of them (`!holds`).
+fn key_that(holds: bool, scopes: &[&str]) -> &'static str {
+    TEST_KEYS
+        .iter()
+        .find(|(_, has)| has.split('+').any(|s| scopes.contains(&s)) == holds)
+        .map(|(name, _)| *name)
+        .unwrap_or_else(|| panic!("no test key with holds={holds} for {scopes:?}"))
+}
+
+/// Every operation the document guards is guarded by the running router
+/// exactly as its `security` says: no credential → 401; a key without its
+/// scope, by each scheme it names → 403 naming the scope; a key with the
+/// scope, by a scheme it does not name → 401, and by each one it names →
+/// past the guard (neither 401 nor 403).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_router_guards_each_operation_as_the_document_says() {
+    let db = TestDb::new(Backend::Sqlite).await;
+    let web = web_on(&db.store).await;
+    let http = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let doc: Value = serde_json::from_str(&cobro::web::openapi_document()).unwrap();
+    let mut checked = 0;
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        for (method, op) in item.as_object().unwrap() {
+            if !METHODS.contains(&method.as_str()) {
+                continue;
+            }
+            // scheme → the scopes it needs (any one of them).
+            let mut schemes = BTreeSet::new();
+            let mut scopes = BTreeSet::new();
+            for requirement in op["security"].as_array().unwrap() {
+                for (scheme, needs) in requirement.as_object().unwrap() {
+                    schemes.insert(scheme.as_str());
+                    scopes.extend(
+                        needs
+                            .as_array()
+                            .unwrap()
+                            .iter()
+                            .map(|s| s.as_str().unwrap()),
+                    );
+                }
+            }
+            if schemes.is_empty() {
+                continue; // `security: [{}]`: no credential
+            }
+            let scopes: Vec<&str> = scopes.into_iter().collect();
+            let name = format!("{method} {path}");
+            let send = |scheme: Option<&str>, key: &str| {
+                let m = reqwest::Method::from_bytes(method.to_uppercase().as_bytes()).unwrap();
+                let req = http
+                    .request(m, format!("{}{}", web.url, concrete(path)))
+                    .header("content-type", "application/json")
+                    .body("{}");
+                let req = match scheme {
+                    None => req,
+                    Some("api_key") => req.bearer_auth(secret(key)),
+                    Some("sign_in") => req.basic_auth(key, Some(secret(key))),
+                    Some(other) => panic!("{name}: unknown scheme {other}"),
+                };
+                async move {
+                    let resp = req.send().await.unwrap();
+                    (resp.status(), resp.text().await.unwrap())
+                }
+            };
+            let (status, _) = send(None, "").await;
+            assert_eq!(status, 401, "{name} without a credential");
+            let (holder, outsider) = (key_that(true, &scopes), key_that(false, &scopes));
+            for scheme in ["api_key", "sign_in"] {
+                let (status, body) = send(Some(scheme), outsider).await;
+                let (held, held_body) = send(Some(scheme), holder).await;
+                if schemes.contains(scheme) {
+                    assert_eq!(status, 403, "{name}: {outsider} by {scheme}: {body}");
+                    for scope in &scopes {
+                        assert!(body.contains(scope), "{name}: 403 naming {scope}: {body}");
+                    }
+                    assert!(
+                        held != 401 && held != 403,
+                        "{name}: {holder} by {scheme} answered {held}: {held_body}"
+                    );
+                } else {
+                    assert_eq!(
+                        held, 401,
+                        "{name}: {holder} by {scheme}, not taken: {held_body}"
+                    );
+                }
+            }
+            checked += 1;
+        }
+    }
+    assert!(checked >= 30, "only {checked} guarded operations");
+    println!("{checked} guarded operations, each guarded as documented");
+    finish_web(web, db).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_web_process_answers_what_the_document_names_and_nothing_else() {
     let db = TestDb::new(Backend::Sqlite).await;
