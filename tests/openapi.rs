@@ -1,6 +1,7 @@
 //! The OpenAPI document (`GET /openapi.json`, `cobro openapi`) names
-//! exactly the routes the web process serves: every `.route(…)` of
-//! `src/web/` (read from the source, with its methods) is in the document,
+//! exactly the routes the web process serves: every `.route(…)` and
+//! `.guarded(…)` of `src/web/` (read from the source, with its methods) is
+//! in the document,
 //! and the document names no other; and the running web process answers
 //! every (path, method) the document names, and 405 to the methods it
 //! does not name; a charge, its attempt, a refusal, the health check, a
@@ -47,9 +48,10 @@ fn documented() -> Routes {
     out
 }
 
-/// Every (path, method) that a `.route(path, …)` in `src/web/` mounts:
-/// the path is a string literal or a `const` of `src/web/`; the methods
-/// are the `get(`, `post(`, `.put(`, … calls inside the route's arguments.
+/// Every (path, method) that a `.route(path, …)` or a `.guarded(path, …)`
+/// (a route behind its guard, `web::access`) in `src/web/` mounts: the
+/// path is a string literal or a `const` of `src/web/`; the methods are
+/// the `get(`, `post(`, `.put(`, … calls inside the route's arguments.
 fn routed() -> Routes {
     let mut files = Vec::new();
     rust_files(
@@ -71,10 +73,19 @@ fn routed() -> Routes {
     let mut out = Routes::new();
     for (file, code) in &sources {
         let mut rest = code.as_str();
-        while let Some(at) = rest.find(".route(") {
-            let args = balanced(&rest[at + ".route(".len()..]);
-            rest = &rest[at + ".route(".len() + args.len()..];
+        while let Some((at, call)) = [".route(", ".guarded("]
+            .into_iter()
+            .filter_map(|call| Some((rest.find(call)?, call)))
+            .min()
+        {
+            let args = balanced(&rest[at + call.len()..]);
+            rest = &rest[at + call.len() + args.len()..];
             let first = args.split(',').next().unwrap().trim();
+            if call == ".route(" && first == "path" && file.ends_with("/access.rs") {
+                // `Guarded::guarded` itself: it mounts the path each
+                // `.guarded(` call names, read there.
+                continue;
+            }
             let path = if let Some(lit) = first.strip_prefix('"') {
                 lit.trim_end_matches('"').to_owned()
             } else {
@@ -127,7 +138,7 @@ fn balanced(s: &str) -> &str {
             _ => {}
         }
     }
-    panic!("unbalanced .route(")
+    panic!("unbalanced .route( or .guarded(")
 }
 
 /// Whether `args` calls `method(` as a word (`get(`, `.get(`), not as the
@@ -217,6 +228,103 @@ fn each_403_names_the_scope_the_route_needs() {
         }
     }
     assert!(checked >= 25, "only {checked} routes with a 403");
+}
+
+/// The test key that holds one of `scopes` (`holds`), or one that holds
+/// none of them (`!holds`).
+fn key_that(holds: bool, scopes: &[&str]) -> &'static str {
+    TEST_KEYS
+        .iter()
+        .find(|(_, has)| has.split('+').any(|s| scopes.contains(&s)) == holds)
+        .map(|(name, _)| *name)
+        .unwrap_or_else(|| panic!("no test key with holds={holds} for {scopes:?}"))
+}
+
+/// Every operation the document guards is guarded by the running router
+/// exactly as its `security` says: no credential → 401; a key without its
+/// scope, by each scheme it names → 403 naming the scope; a key with the
+/// scope, by a scheme it does not name → 401, and by each one it names →
+/// past the guard (neither 401 nor 403).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_router_guards_each_operation_as_the_document_says() {
+    let db = TestDb::new(Backend::Sqlite).await;
+    let web = web_on(&db.store).await;
+    let http = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let doc: Value = serde_json::from_str(&cobro::web::openapi_document()).unwrap();
+    let mut checked = 0;
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        for (method, op) in item.as_object().unwrap() {
+            if !METHODS.contains(&method.as_str()) {
+                continue;
+            }
+            // scheme → the scopes it needs (any one of them).
+            let mut schemes = BTreeSet::new();
+            let mut scopes = BTreeSet::new();
+            for requirement in op["security"].as_array().unwrap() {
+                for (scheme, needs) in requirement.as_object().unwrap() {
+                    schemes.insert(scheme.as_str());
+                    scopes.extend(
+                        needs
+                            .as_array()
+                            .unwrap()
+                            .iter()
+                            .map(|s| s.as_str().unwrap()),
+                    );
+                }
+            }
+            if schemes.is_empty() {
+                continue; // `security: [{}]`: no credential
+            }
+            let scopes: Vec<&str> = scopes.into_iter().collect();
+            let name = format!("{method} {path}");
+            let send = |scheme: Option<&str>, key: &str| {
+                let m = reqwest::Method::from_bytes(method.to_uppercase().as_bytes()).unwrap();
+                let req = http
+                    .request(m, format!("{}{}", web.url, concrete(path)))
+                    .header("content-type", "application/json")
+                    .body("{}");
+                let req = match scheme {
+                    None => req,
+                    Some("api_key") => req.bearer_auth(secret(key)),
+                    Some("sign_in") => req.basic_auth(key, Some(secret(key))),
+                    Some(other) => panic!("{name}: unknown scheme {other}"),
+                };
+                async move {
+                    let resp = req.send().await.unwrap();
+                    (resp.status(), resp.text().await.unwrap())
+                }
+            };
+            let (status, _) = send(None, "").await;
+            assert_eq!(status, 401, "{name} without a credential");
+            let (holder, outsider) = (key_that(true, &scopes), key_that(false, &scopes));
+            for scheme in ["api_key", "sign_in"] {
+                let (status, body) = send(Some(scheme), outsider).await;
+                let (held, held_body) = send(Some(scheme), holder).await;
+                if schemes.contains(scheme) {
+                    assert_eq!(status, 403, "{name}: {outsider} by {scheme}: {body}");
+                    for scope in &scopes {
+                        assert!(body.contains(scope), "{name}: 403 naming {scope}: {body}");
+                    }
+                    assert!(
+                        held != 401 && held != 403,
+                        "{name}: {holder} by {scheme} answered {held}: {held_body}"
+                    );
+                } else {
+                    assert_eq!(
+                        held, 401,
+                        "{name}: {holder} by {scheme}, not taken: {held_body}"
+                    );
+                }
+            }
+            checked += 1;
+        }
+    }
+    assert!(checked >= 30, "only {checked} guarded operations");
+    println!("{checked} guarded operations, each guarded as documented");
+    finish_web(web, db).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -26,7 +26,7 @@ use crate::store::{CancelError, CancelReason, Cancelled};
     operation_id = "post_orders_order_id_cancel",
     summary = "Cancel an order's unsent attempts",
     tag = "orders",
-    description = "Cancel what was not sent for an order: a PENDIENTE (waiting) attempt stops; one already with the gateway is not touched. Needs an API key with `charges:write` (Bearer).",
+    description = "Cancel what was not sent for an order: a PENDIENTE (waiting) attempt stops; one already with the gateway is not touched.",
     request_body = crate::web::openapi::CancelBody,
     params(crate::web::openapi::OrderId),
     responses(
@@ -34,12 +34,9 @@ use crate::store::{CancelError, CancelReason, Cancelled};
         (status = 404, description = "No such order.", body = crate::web::openapi::ErrorBody),
         (status = 409, description = "The order cannot be cancelled (e.g. already approved).", body = crate::web::openapi::ErrorBody),
         (status = 422, description = "`reason` is missing or not one of the reasons, or an unknown field.", body = crate::web::openapi::ErrorBody),
-        crate::web::openapi::scope::ChargesWrite,
-        crate::web::openapi::NotJson,
-        crate::web::openapi::JsonBodyRefusals,
+        crate::web::openapi::PlainJsonBodyRefusals,
         crate::web::openapi::Unavailable
-    ),
-    security(("api_key" = ["charges:write"]))
+    )
 )]
 pub(super) async fn cancel(
     State(app): AppState,

@@ -16,7 +16,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 use uuid::Uuid;
 
-use super::{API_BODY_LIMIT, AppState, error};
+use super::{API_BODY_LIMIT, AppState, error, invalid};
 use crate::domain::{Amount, ChargeRequest, IdempotencyKey, InputError, MaxAmount};
 use crate::http::auth::Caller;
 use crate::http::{Type, is_json, typed};
@@ -55,12 +55,14 @@ const TYPES: &[(&str, Type)] = &[
 /// What every create endpoint checks before its own fields: the JSON
 /// content type (415), the `Idempotency-Key` header (a UUID), the body
 /// (read within the route's size limit: 413 past it), a JSON body, and no
-/// field but `fields` (422 naming it, [`super::known_fields`]). `Err` is
-/// the finished error response.
+/// field but `fields` (422 naming it, [`super::known_fields`]), each field
+/// of `types` of its JSON type (422 naming it, [`typed`]). `Err` is the
+/// finished error response.
 pub(super) fn keyed_json(
     headers: &HeaderMap,
     body: Result<Bytes, BytesRejection>,
     fields: &[&str],
+    types: &[(&str, Type)],
 ) -> Result<(IdempotencyKey, Value), Box<Response>> {
     if !is_json(headers) {
         return Err(Box::new(error(
@@ -94,6 +96,7 @@ pub(super) fn keyed_json(
         ))
     })?;
     super::known_fields(&v, fields)?;
+    typed(&v, types)?;
     Ok((key, v))
 }
 
@@ -107,13 +110,7 @@ pub(super) fn keyed_json(
 pub(super) fn amount(v: &Value) -> Result<Amount, Box<Response>> {
     typed(v, &[("amount_minor", AMOUNT)])?;
     let max = MaxAmount::CEILING;
-    let refused = |e: InputError| {
-        Box::new(error(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            Some(e.field),
-            e.to_string(),
-        ))
-    };
+    let refused = |e: InputError| Box::new(invalid(&e));
     let n = match v.get("amount_minor") {
         Some(Value::Number(n)) => n,
         _ => {
@@ -162,18 +159,15 @@ pub(super) fn created(body: Value, location: String, replayed: bool) -> Response
     operation_id = "post_charges",
     summary = "Enqueue a charge",
     tag = "charges",
-    description = "Enqueue a charge. The `Idempotency-Key` header (a UUID) makes a retry of this request safe: the same key and body get the first answer back with `Idempotent-Replayed: true`. Needs an API key with `charges:write` (Bearer).",
+    description = "Enqueue a charge. The `Idempotency-Key` header (a UUID) makes a retry of this request safe: the same key and body get the first answer back with `Idempotent-Replayed: true`.",
     request_body = crate::web::openapi::ChargeBody,
     params(crate::web::openapi::IdempotencyKey),
     responses(
         (status = 201, description = "Enqueued (or replayed); `Location` is the attempt.", body = crate::web::openapi::ChargeCreated),
         (status = 409, description = "The key was used for another body, or the database's charge rule refused the order (`reason`: approved, live_attempt, open_case, cancelled).", body = crate::web::openapi::ErrorBody),
         crate::web::openapi::KeyedBodyRefusals,
-        crate::web::openapi::scope::ChargesWrite,
-        crate::web::openapi::JsonBodyRefusals,
         crate::web::openapi::Unavailable
-    ),
-    security(("api_key" = ["charges:write"]))
+    )
 )]
 pub(super) async fn create(
     State(app): AppState,
@@ -181,13 +175,10 @@ pub(super) async fn create(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    let (key, v) = match keyed_json(&headers, body, FIELDS) {
+    let (key, v) = match keyed_json(&headers, body, FIELDS, TYPES) {
         Ok(ok) => ok,
         Err(resp) => return *resp,
     };
-    if let Err(refused) = typed(&v, TYPES) {
-        return *refused;
-    }
     let raw_key = key.to_string();
     let raw_key = raw_key.as_str();
     let text = |field: &str| v.get(field).and_then(Value::as_str);
@@ -215,13 +206,7 @@ pub(super) async fn create(
         .and_then(|r| r.with_customer(text("customer")));
     let req = match req {
         Ok(r) => r,
-        Err(e) => {
-            return error(
-                StatusCode::UNPROCESSABLE_ENTITY,
-                Some(e.field),
-                e.to_string(),
-            );
-        }
+        Err(e) => return invalid(&e),
     };
     match app.store.enqueue_as(&req, &caller.actor()).await {
         Ok(out) => {
@@ -240,11 +225,7 @@ pub(super) async fn create(
             }
             created(body, format!("/charges/{}", out.attempt_id), !out.created)
         }
-        Err(EnqueueError::Invalid(e)) => error(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            Some(e.field),
-            e.to_string(),
-        ),
+        Err(EnqueueError::Invalid(e)) => invalid(&e),
         Err(EnqueueError::KeyReused(m)) => error(StatusCode::CONFLICT, Some(KEY), m),
         Err(
             e @ (EnqueueError::LiveAttempt(_)
@@ -269,16 +250,13 @@ pub(super) async fn create(
     operation_id = "get_charges_attempt_id",
     summary = "Read a charge attempt",
     tag = "charges",
-    description = "One attempt with its state, history and gateway lookups. Needs an API key with `attempts:read` (Bearer).",
+    description = "One attempt with its state, history and gateway lookups.",
     params(
         ("attempt_id" = String, Path, description = "The attempt's UUID.")
     ),
     responses(
-        crate::web::openapi::AttemptRead,
-        crate::web::openapi::scope::AttemptsRead,
-        crate::web::openapi::Unavailable
-    ),
-    security(("api_key" = ["attempts:read"]))
+        crate::web::openapi::AttemptRead
+    )
 )]
 pub(super) async fn show(State(app): AppState, Path(id): Path<String>) -> Response {
     let Ok(id) = Uuid::try_parse(&id) else {
@@ -307,16 +285,13 @@ pub(super) async fn show(State(app): AppState, Path(id): Path<String>) -> Respon
     operation_id = "get_attempts_attempt_id",
     summary = "Read an attempt",
     tag = "operator",
-    description = "One attempt with its state, history and gateway lookups (the same answer as `GET /charges/{attempt_id}`). Needs an API key with `attempts:read` (Bearer).",
+    description = "One attempt with its state, history and gateway lookups (the same answer as `GET /charges/{attempt_id}`).",
     params(
         ("attempt_id" = String, Path, description = "The attempt's UUID.")
     ),
     responses(
-        crate::web::openapi::AttemptRead,
-        crate::web::openapi::scope::AttemptsRead,
-        crate::web::openapi::Unavailable
-    ),
-    security(("api_key" = ["attempts:read"]))
+        crate::web::openapi::AttemptRead
+    )
 )]
 pub(super) async fn show_attempt(app: AppState, id: Path<String>) -> Response {
     show(app, id).await
@@ -329,16 +304,13 @@ pub(super) async fn show_attempt(app: AppState, id: Path<String>) -> Response {
     operation_id = "get_refunds_refund_id",
     summary = "Read a refund",
     tag = "refunds",
-    description = "A refund (an attempt of kind refund) with its state, history and gateway lookups. Needs an API key with `attempts:read` (Bearer).",
+    description = "A refund (an attempt of kind refund) with its state, history and gateway lookups.",
     params(
         ("refund_id" = String, Path, description = "The refund's UUID.")
     ),
     responses(
-        crate::web::openapi::AttemptRead,
-        crate::web::openapi::scope::AttemptsRead,
-        crate::web::openapi::Unavailable
-    ),
-    security(("api_key" = ["attempts:read"]))
+        crate::web::openapi::AttemptRead
+    )
 )]
 pub(super) async fn show_refund(app: AppState, id: Path<String>) -> Response {
     show(app, id).await

@@ -27,17 +27,14 @@ use crate::http::{Type, no_fields, typed};
     operation_id = "post_control_pause",
     summary = "Pause sending",
     tag = "control",
-    description = "Pause sending to the gateway (the incident switch), with a reason everyone sees. Needs an API key with `finance:write` (Bearer).",
+    description = "Pause sending to the gateway (the incident switch), with a reason everyone sees.",
     request_body = crate::web::openapi::PauseBody,
     responses(
         (status = 200, description = "Sending is paused.", body = crate::web::openapi::PauseState),
         (status = 422, description = "`reason` is missing or empty, or an unknown field.", body = crate::web::openapi::ErrorBody),
-        crate::web::openapi::scope::FinanceWrite,
-        crate::web::openapi::NotJson,
-        crate::web::openapi::JsonBodyRefusals,
+        crate::web::openapi::PlainJsonBodyRefusals,
         crate::web::openapi::Unavailable
-    ),
-    security(("api_key" = ["finance:write"]))
+    )
 )]
 pub(super) async fn pause(
     State(app): AppState,
@@ -68,15 +65,13 @@ pub(super) async fn pause(
     operation_id = "post_control_resume",
     summary = "Resume sending",
     tag = "control",
-    description = "Resume sending. The body is empty or `{}`. Needs an API key with `finance:write` (Bearer).",
+    description = "Resume sending. The body is empty or `{}`.",
     responses(
         (status = 200, description = "Sending resumed.", body = crate::web::openapi::PauseState),
         (status = 422, description = "The body has a field (none is taken).", body = crate::web::openapi::ErrorBody),
-        crate::web::openapi::scope::FinanceWrite,
         crate::web::openapi::JsonBodyRefusals,
         crate::web::openapi::Unavailable
-    ),
-    security(("api_key" = ["finance:write"]))
+    )
 )]
 pub(super) async fn resume(
     State(app): AppState,
@@ -98,13 +93,11 @@ pub(super) async fn resume(
     operation_id = "get_control_pause",
     summary = "Read the incident switch",
     tag = "control",
-    description = "Whether sending is paused, by whom and why. Needs an API key with `finance:write` (Bearer).",
+    description = "Whether sending is paused, by whom and why.",
     responses(
         (status = 200, description = "The switch.", body = crate::web::openapi::PauseState),
-        crate::web::openapi::scope::FinanceWrite,
         crate::web::openapi::Unavailable
-    ),
-    security(("api_key" = ["finance:write"]))
+    )
 )]
 pub(super) async fn show(State(app): AppState) -> Response {
     match app.store.pause_state().await {

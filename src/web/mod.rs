@@ -1,40 +1,41 @@
 //! The `web` process (`cobro serve`): gateway webhooks, the HTTP API,
 //! finance's pages, metrics and a health check.
 //!
-//! Routes, and who may call them ([`crate::http::auth`]):
+//! Routes ([`crate::http::auth`] checks the callers; the scope and the
+//! credential of each guarded route are one row of [`access::GUARDED`],
+//! which its router and the OpenAPI document both read):
 //! - `POST /webhooks/gateway`: anyone; the signature decides ([`webhooks`]).
 //!   Without webhook secrets it is not mounted (404), logged at start-up.
 //! - `GET /health`, `GET /ready`: anyone; whether the database answers
 //!   and has the schema this binary needs ([`health`]).
 //! - `GET /openapi.json`: anyone; the OpenAPI 3.1 document of these
 //!   routes, mounted beside `/health` on every listener ([`openapi`]).
-//! - `POST /charges` (`charges:write`), `GET /charges/{attempt_id}`
-//!   (`attempts:read`: the attempt, its history and lookups) ([`charges`]).
-//! - `POST /refunds` (`refunds:write`), `GET /refunds/{refund_id}`
-//!   (`attempts:read`) ([`refunds`]).
+//! - `POST /charges`, `GET /charges/{attempt_id}` (the attempt, its
+//!   history and lookups) ([`charges`]).
+//! - `POST /refunds`, `GET /refunds/{refund_id}` ([`refunds`]).
 //! - `GET /attempts?order_id=&key=&state=&kind=&from=&to=&cursor=&limit=`
-//!   and `GET /attempts/{attempt_id}` (`attempts:read`, Bearer): the
-//!   operator's search over every attempt, and one attempt with its
-//!   history and lookups (the same handler as `GET /charges/{attempt_id}`)
-//!   ([`operator`]).
-//! - `GET /operator/attempts`, `GET /operator/attempts/{id}`
-//!   (`attempts:read`, Basic or Bearer): the same as pages, with the
+//!   and `GET /attempts/{attempt_id}` (an API key): the operator's search
+//!   over every attempt, and one attempt with its history and lookups (the
+//!   same handler as `GET /charges/{attempt_id}`) ([`operator`]).
+//! - `GET /operator/attempts`, `GET /operator/attempts/{id}` (the
+//!   browser's sign-in or an API key): the same as pages, with the
 //!   incident switch's banner ([`operator`]).
-//! - `POST /orders/{order_id}/cancel` (`charges:write`): stop what was not
-//!   sent ([`cancel`]).
-//! - `POST /orders/{order_id}/payment-method` (`charges:write`): a new token
-//!   for the order's next business retry ([`payment_method`]).
-//! - `POST /control/pause`, `POST /control/resume`, `GET /control/pause`
-//!   (`finance:write`): the incident switch ([`control`]).
-//! - `/finance…`: the escalation queue (`finance:read`, `finance:write`) ([`finance`]).
+//! - `POST /orders/{order_id}/cancel`: stop what was not sent ([`cancel`]).
+//! - `POST /orders/{order_id}/payment-method`: a new token for the order's
+//!   next business retry ([`payment_method`]).
+//! - `POST /control/pause`, `POST /control/resume`, `GET /control/pause`:
+//!   the incident switch ([`control`]).
+//! - `/finance…`: the escalation queue, its pages, forms and JSON API
+//!   ([`finance`]).
 //!
 //! - `GET /`: a signed-in landing page linking the pages the key may see
-//!   ([`home`]); `GET /assets/cobro.css`: the pages' stylesheet.
+//!   ([`home`]; it checks its caller itself); `GET /assets/cobro.css`: the
+//!   pages' stylesheet.
 //!
 //! The pages (finance's, the operator's, the landing page) share [`html`];
 //! every response carries its no-framing, no-sniffing, same-origin-referrer
 //! headers.
-//! - `GET /metrics` (`metrics:read`) ([`crate::metrics`]).
+//! - `GET /metrics` ([`crate::metrics`]).
 //!
 //! With `COBRO_INTERNAL_LISTEN` the public listener serves only the webhook
 //! receiver, `/health`, `/ready` and `/openapi.json`, and everything else
@@ -51,6 +52,7 @@
 //! secrets never reach logs or `Debug`; every listener runs with timeouts
 //! and limits.
 
+mod access;
 mod cancel;
 mod charges;
 mod control;
@@ -80,9 +82,10 @@ use axum::{Json, Router};
 use serde_json::json;
 
 use crate::backoff::parse_duration_arg as duration;
-use crate::http::auth::{ApiKeys, Guard, Scope, Via};
+use crate::http::auth::ApiKeys;
 pub(crate) use crate::http::error;
 use crate::http::{json_only, json_or_nothing};
+use access::Guarded;
 
 /// 409 for a refusal by the database's charge rule: the message, and
 /// `"reason"` naming which part refused (`approved`, `live_attempt`,
@@ -94,6 +97,16 @@ pub(crate) fn conflict(hold: Option<crate::store::Hold>, message: impl Into<Stri
         body["reason"] = json!(h.as_str());
     }
     (StatusCode::CONFLICT, Json(body)).into_response()
+}
+
+/// 422 for input the domain refused, naming its field
+/// ([`crate::domain::InputError`]).
+pub(crate) fn invalid(e: &crate::domain::InputError) -> Response {
+    error(
+        StatusCode::UNPROCESSABLE_ENTITY,
+        Some(e.field),
+        e.to_string(),
+    )
 }
 
 /// 503 for a database failure. The driver's words (hosts, users, files)
@@ -239,49 +252,35 @@ impl WebConfig {
             );
         }
         let public = public.with_state(app.clone());
-        let bearer = |scope| Guard::new(keys.clone(), scope, Via::Bearer);
         let internal = Router::new()
-            .route(
-                "/charges",
-                bearer(Scope::ChargesWrite).on(post(charges::create)),
-            )
-            .route(
-                "/charges/{attempt_id}",
-                bearer(Scope::AttemptsRead).on(get(charges::show)),
-            )
-            .route(
-                "/attempts/{attempt_id}",
-                bearer(Scope::AttemptsRead).on(get(charges::show_attempt)),
-            )
-            .route(
-                "/refunds",
-                bearer(Scope::RefundsWrite).on(post(refunds::create)),
-            )
-            .route(
-                "/refunds/{refund_id}",
-                bearer(Scope::AttemptsRead).on(get(charges::show_refund)),
-            )
-            .route(
+            .guarded("/charges", post(charges::create), &keys)
+            .guarded("/charges/{attempt_id}", get(charges::show), &keys)
+            .guarded("/attempts/{attempt_id}", get(charges::show_attempt), &keys)
+            .guarded("/refunds", post(refunds::create), &keys)
+            .guarded("/refunds/{refund_id}", get(charges::show_refund), &keys)
+            .guarded(
                 "/orders/{order_id}/cancel",
-                bearer(Scope::ChargesWrite).on(post(cancel::cancel).layer(from_fn(json_only))),
+                post(cancel::cancel).layer(from_fn(json_only)),
+                &keys,
             )
-            .route(
+            .guarded(
                 "/orders/{order_id}/payment-method",
-                bearer(Scope::ChargesWrite)
-                    .on(post(payment_method::update).layer(from_fn(json_only))),
+                post(payment_method::update).layer(from_fn(json_only)),
+                &keys,
             )
-            .route(
+            .guarded(
                 "/control/pause",
-                bearer(Scope::FinanceWrite).on(post(control::pause)
+                post(control::pause)
                     .layer(from_fn(json_only))
-                    .get(control::show)),
+                    .get(control::show),
+                &keys,
             )
-            .route(
+            .guarded(
                 "/control/resume",
-                bearer(Scope::FinanceWrite)
-                    .on(post(control::resume).layer(from_fn(json_or_nothing))),
+                post(control::resume).layer(from_fn(json_or_nothing)),
+                &keys,
             )
-            .route("/metrics", bearer(Scope::MetricsRead).on(get(metrics)))
+            .guarded("/metrics", get(metrics), &keys)
             .with_state(app.clone())
             .route("/", get(home::landing).with_state(keys.clone()))
             .route(html::STYLESHEET_PATH, get(html::stylesheet))
@@ -328,12 +327,10 @@ pub(crate) type AppState = State<Arc<App>>;
     operation_id = "get_metrics",
     summary = "Prometheus metrics",
     tag = "operations",
-    description = "Prometheus metrics, in the text exposition format. Needs an API key with `metrics:read` (Bearer).",
+    description = "Prometheus metrics, in the text exposition format.",
     responses(
-        (status = 200, description = "The metrics.", content_type = "text/plain; version=0.0.4"),
-        crate::web::openapi::scope::MetricsRead
-    ),
-    security(("api_key" = ["metrics:read"]))
+        (status = 200, description = "The metrics.", content_type = "text/plain; version=0.0.4")
+    )
 )]
 async fn metrics(State(app): AppState) -> Response {
     app.scraper.response().await

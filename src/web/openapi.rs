@@ -2,8 +2,11 @@
 //! `GET /openapi.json` and printed by `cobro openapi`.
 //!
 //! Each route's operation is the `#[utoipa::path]` on its own handler (the
-//! method, the path, the statuses the handler returns, the credential and
-//! scope); this file gathers them into one document and holds the schemas
+//! method, the path, the statuses the handler returns); a guarded route's
+//! credential and scope (its `security`, the sentence of its description
+//! that says what it needs, its 401 and 403) are written by [`Guards`] from
+//! [`access::GUARDED`], the table the routers build their guards from.
+//! This file gathers them into one document and holds the schemas
 //! of the JSON bodies that the handlers read field by field from a
 //! `serde_json::Value` (they check each field themselves so a refusal
 //! names it), so there is no struct of theirs to derive a schema from.
@@ -11,9 +14,9 @@
 //! posts them to the running handlers, which must take the schema's names
 //! and refuse a body without a required one. It also holds the answers many
 //! routes share, which a route's `responses(...)` names as one type
-//! ([`utoipa::IntoResponses`]): the 401 and 403 of each scope
-//! ([`scope`]), the 413 and 415 of a JSON body, the database's 503 and the
-//! refusals of a page's form.
+//! ([`utoipa::IntoResponses`], several composed by `answers!`): the 413
+//! and 415 of a JSON body, the database's 503, the refusals of a page's
+//! form.
 //!
 //! Invariant: every route of [`super::WebConfig::router`] is in the
 //! document and the document names no other (`tests/openapi.rs` reads the
@@ -23,8 +26,15 @@
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
+use std::collections::BTreeMap;
+
+use utoipa::openapi::RefOr;
+use utoipa::openapi::path::Operation;
+use utoipa::openapi::security::SecurityRequirement;
 use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
 use utoipa::{IntoParams, IntoResponses, Modify, OpenApi, ToSchema};
+
+use super::access::{self, Credential, Rule};
 
 /// The document.
 #[derive(OpenApi)]
@@ -76,7 +86,7 @@ use utoipa::{IntoParams, IntoResponses, Modify, OpenApi, ToSchema};
         super::finance::case_api::resolve_case,
         super::finance::case_api::refund_duplicate,
     ),
-    modifiers(&Credentials),
+    modifiers(&Credentials, &Guards),
     tags(
         (name = "charges", description = "Enqueue a charge and read its attempt."),
         (name = "refunds", description = "Ask for a refund of an approved charge."),
@@ -329,6 +339,25 @@ pub(crate) struct CheckNowBody {
     min_age_secs: Option<i64>,
 }
 
+/// Answers made of others: `answers!(Name = A, B)` is an
+/// [`IntoResponses`] with every status of each part, for the answers that
+/// several routes give together because they share the step that gives
+/// them (a body read by one function, an attempt read from the database).
+macro_rules! answers {
+    ($(#[$doc:meta])* $name:ident = $($part:path),+ $(,)?) => {
+        $(#[$doc])*
+        pub(crate) struct $name;
+
+        impl IntoResponses for $name {
+            fn responses() -> BTreeMap<String, RefOr<utoipa::openapi::response::Response>> {
+                let mut all = BTreeMap::new();
+                $(all.extend(<$part as IntoResponses>::responses());)+
+                all
+            }
+        }
+    };
+}
+
 /// The 503 of every route that reads or writes the database.
 #[derive(IntoResponses)]
 #[response(
@@ -351,18 +380,29 @@ pub(crate) enum JsonBodyRefusals {
     NotJson(ErrorBody),
 }
 
-/// The 400 of a route whose only header to check is the body's (it
-/// goes with [`JsonBodyRefusals`]).
+/// The 400 of a body that is not JSON.
 #[derive(IntoResponses)]
 #[response(status = 400, description = "The body is not JSON.")]
 #[expect(dead_code, reason = "only its description and schema are used")]
 pub(crate) struct NotJson(ErrorBody);
 
-/// The 400 and 422 of a route that takes an `Idempotency-Key` header and a
-/// JSON body (`POST /charges`, `POST /refunds`).
+answers!(
+    /// The 400, 413 and 415 of a route whose only header to check is the
+    /// body's ([`super::json_body`] and the `json_only` layer).
+    PlainJsonBodyRefusals = NotJson, JsonBodyRefusals
+);
+
+answers!(
+    /// The 400, 413, 415 and 422 of a route that takes an
+    /// `Idempotency-Key` header and a JSON body (`POST /charges`, `POST
+    /// /refunds`): what [`super::charges::keyed_json`] refuses.
+    KeyedBodyRefusals = KeyedRefusals, JsonBodyRefusals
+);
+
+/// The 400 and 422 of the `Idempotency-Key` header and the body's fields.
 #[derive(IntoResponses)]
 #[expect(dead_code, reason = "only its descriptions and schemas are used")]
-pub(crate) enum KeyedBodyRefusals {
+pub(crate) enum KeyedRefusals {
     #[response(
         status = 400,
         description = "The `Idempotency-Key` header is missing or not a UUID, or the body is not JSON."
@@ -435,17 +475,39 @@ pub(crate) struct AttemptSearch {
     limit: Option<String>,
 }
 
+answers!(
+    /// The refusals of a finance action on an attempt with a JSON body
+    /// (`POST /finance/api/attempts/{id}/…`): a malformed id or body, no
+    /// such attempt, the body's size and type, the database.
+    AttemptActionRefusals = BadIdOrJson, NoSuchAttempt, JsonBodyRefusals, Unavailable
+);
+
+/// The 400 of a route that names an attempt and takes a JSON body.
+#[derive(IntoResponses)]
+#[response(
+    status = 400,
+    description = "`id` is not a UUID, or the body is not JSON."
+)]
+#[expect(dead_code, reason = "only its description and schema are used")]
+pub(crate) struct BadIdOrJson(ErrorBody);
+
 /// The 404 of a route that names an attempt.
 #[derive(IntoResponses)]
 #[response(status = 404, description = "No such attempt.")]
 #[expect(dead_code, reason = "only its description and schema are used")]
 pub(crate) struct NoSuchAttempt(ErrorBody);
 
-/// An attempt read as JSON (`GET /charges/{attempt_id}` and its aliases):
-/// the attempt, a malformed id, or no such attempt.
+answers!(
+    /// An attempt read as JSON (`GET /charges/{attempt_id}` and its
+    /// aliases, one handler): the attempt, a malformed id, no such attempt,
+    /// or the database unavailable.
+    AttemptRead = AttemptFound, Unavailable
+);
+
+/// An attempt read as JSON, or the id's refusals.
 #[derive(IntoResponses)]
 #[expect(dead_code, reason = "only its descriptions and schemas are used")]
-pub(crate) enum AttemptRead {
+pub(crate) enum AttemptFound {
     #[response(
         status = 200,
         description = "The attempt, its history and its lookups."
@@ -457,11 +519,16 @@ pub(crate) enum AttemptRead {
     NotFound(ErrorBody),
 }
 
-/// An attempt's page (operator's or finance's): the page, a malformed id,
-/// or no such attempt as a page.
+answers!(
+    /// An attempt's page (operator's or finance's): the page, a malformed
+    /// id, no such attempt as a page, or the database unavailable.
+    AttemptPage = AttemptPageFound, Unavailable
+);
+
+/// An attempt's page, or the id's refusals.
 #[derive(IntoResponses)]
 #[expect(dead_code, reason = "only its descriptions and schemas are used")]
-pub(crate) enum AttemptPage {
+pub(crate) enum AttemptPageFound {
     #[response(status = 200, description = "The page.", content_type = "text/html")]
     Page,
     #[response(status = 400, description = "`id` is not a UUID.")]
@@ -474,18 +541,17 @@ pub(crate) enum AttemptPage {
     NotFound,
 }
 
-/// The refusals of a page's form (the browser's sign-in, the form token,
-/// a same-origin request), and its answers as a page when it is refused.
+answers!(
+    /// The refusals of a page's form by what it asks for (its answers as a
+    /// page) and the database's 503.
+    FormRefusals = FormRefusal, Unavailable
+);
+
+/// A page's form refused by the action it asks for (its 401 and 403, the
+/// sign-in's, same-origin and form token's, are [`Guards`]').
 #[derive(IntoResponses)]
 #[expect(dead_code, reason = "only its descriptions and schemas are used")]
-pub(crate) enum FormRefusals {
-    #[response(status = 401, description = UNAUTHORIZED)]
-    Unauthorized(ErrorBody),
-    #[response(
-        status = 403,
-        description = "The key lacks `finance:write`, the request is not same-origin, or the form token is stale or not of this sign-in (nothing changed)."
-    )]
-    Forbidden,
+pub(crate) enum FormRefusal {
     #[response(
         status = 404,
         description = "No such attempt or case.",
@@ -510,34 +576,103 @@ pub(crate) enum FormRefusals {
 const UNAUTHORIZED: &str =
     "No credential, a wrong one, or the wrong scheme (`WWW-Authenticate` says which).";
 
-/// A route's 401 and 403, per the scope it needs: `responses(...,
-/// scope::FinanceRead)`.
-pub(crate) mod scope {
-    use super::{ErrorBody, UNAUTHORIZED};
+/// The 401 of every guarded route (the 403 is built from it,
+/// [`Guards`]).
+#[derive(IntoResponses)]
+#[response(status = 401, description = UNAUTHORIZED)]
+#[expect(dead_code, reason = "only its description and schema are used")]
+struct Unauthorized(ErrorBody);
 
-    macro_rules! scopes {
-        ($($name:ident = $scope:literal),* $(,)?) => {$(
-            #[doc = concat!("401, and 403 for a key without `", $scope, "`.")]
-            #[derive(utoipa::IntoResponses)]
-            #[expect(dead_code, reason = "only its descriptions and schemas are used")]
-            pub(crate) enum $name {
-                #[response(status = 401, description = UNAUTHORIZED)]
-                Unauthorized(ErrorBody),
-                #[response(
-                    status = 403,
-                    description = concat!("The key lacks the scope `", $scope, "`.")
-                )]
-                Forbidden(ErrorBody),
+/// Each guarded operation's credential and scope, written from
+/// [`access::GUARDED`] (the table the routers build their guards from):
+/// its `security`, the sentence of its description that says what it
+/// needs, its 401, and its 403 naming the scope. An operation of a guarded
+/// path that states any of these itself is a mistake: the document is not
+/// built.
+struct Guards;
+
+impl Modify for Guards {
+    fn modify(&self, doc: &mut utoipa::openapi::OpenApi) {
+        for rule in access::GUARDED {
+            let Some(item) = doc.paths.paths.get_mut(rule.path) else {
+                panic!(
+                    "{} is in web::access::GUARDED but not in the document",
+                    rule.path
+                );
+            };
+            let operations = [
+                &mut item.get,
+                &mut item.put,
+                &mut item.post,
+                &mut item.delete,
+                &mut item.options,
+                &mut item.head,
+                &mut item.patch,
+                &mut item.trace,
+            ];
+            for op in operations.into_iter().flatten() {
+                guard(op, rule);
             }
-        )*};
+        }
     }
+}
 
-    scopes!(
-        ChargesWrite = "charges:write",
-        RefundsWrite = "refunds:write",
-        AttemptsRead = "attempts:read",
-        FinanceRead = "finance:read",
-        FinanceWrite = "finance:write",
-        MetricsRead = "metrics:read",
+fn guard(op: &mut Operation, rule: &Rule) {
+    let scope = rule.scope.as_str();
+    let name = op.operation_id.clone().unwrap_or_else(|| rule.path.into());
+    assert!(
+        op.security.is_none(),
+        "{name}: its security is web::access::GUARDED's, not its #[utoipa::path]'s"
     );
+    let (schemes, needs): (&[&str], _) = match rule.credential {
+        Credential::ApiKey => (
+            &["api_key"],
+            format!("Needs an API key with `{scope}` (Bearer)."),
+        ),
+        Credential::PageOrKey => (
+            &["api_key", "sign_in"],
+            format!("Needs `{scope}`: the browser's sign-in (Basic) or an API key (Bearer)."),
+        ),
+        Credential::Form => (
+            &["sign_in"],
+            format!(
+                "Needs `{scope}` by the browser's sign-in (Basic), the page's form token \
+                 (of this sign-in, not expired) and a same-origin request."
+            ),
+        ),
+    };
+    op.security = Some(
+        schemes
+            .iter()
+            .map(|s| SecurityRequirement::new(*s, [scope]))
+            .collect(),
+    );
+    op.description = Some(match op.description.take() {
+        Some(what) => format!("{what} {needs}"),
+        None => needs,
+    });
+    let Some(RefOr::T(unauthorized)) = Unauthorized::responses().remove("401") else {
+        unreachable!("Unauthorized is a 401");
+    };
+    let forbidden = match rule.credential {
+        Credential::Form => utoipa::openapi::response::Response::new(format!(
+            "The key lacks `{scope}`, the request is not same-origin, or the form token is \
+             stale or not of this sign-in (nothing changed)."
+        )),
+        Credential::ApiKey | Credential::PageOrKey => {
+            let mut forbidden = unauthorized.clone();
+            forbidden.description = format!("The key lacks the scope `{scope}`.");
+            forbidden
+        }
+    };
+    for (status, answer) in [("401", unauthorized), ("403", forbidden)] {
+        let own = op
+            .responses
+            .responses
+            .insert(status.into(), RefOr::T(answer));
+        assert!(
+            own.is_none(),
+            "{name}: its {status} is web::access::GUARDED's, not its #[utoipa::path]'s"
+        );
+    }
 }

@@ -27,7 +27,7 @@ use crate::store::MethodUpdateError;
     operation_id = "post_orders_order_id_payment_method",
     summary = "Set a new payment method for the next retry",
     tag = "orders",
-    description = "A new payment-method token for the order's next business retry. Needs an API key with `charges:write` (Bearer).",
+    description = "A new payment-method token for the order's next business retry.",
     request_body = crate::web::openapi::PaymentMethodBody,
     params(crate::web::openapi::OrderId),
     responses(
@@ -35,12 +35,9 @@ use crate::store::MethodUpdateError;
         (status = 404, description = "No such order.", body = crate::web::openapi::ErrorBody),
         (status = 409, description = "The order is already approved or has no retry pending.", body = crate::web::openapi::ErrorBody),
         (status = 422, description = "`payment_method` is missing or malformed, or an unknown field.", body = crate::web::openapi::ErrorBody),
-        crate::web::openapi::scope::ChargesWrite,
-        crate::web::openapi::NotJson,
-        crate::web::openapi::JsonBodyRefusals,
+        crate::web::openapi::PlainJsonBodyRefusals,
         crate::web::openapi::Unavailable
-    ),
-    security(("api_key" = ["charges:write"]))
+    )
 )]
 pub(super) async fn update(
     State(app): AppState,

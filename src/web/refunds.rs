@@ -16,9 +16,9 @@ use serde_json::{Value, json};
 use uuid::Uuid;
 
 use super::charges::{KEY, amount, created, keyed_json};
-use super::{AppState, error};
+use super::{AppState, error, invalid};
+use crate::http::Type;
 use crate::http::auth::Caller;
-use crate::http::{Type, typed};
 use crate::store::RefundError;
 
 #[utoipa::path(
@@ -27,7 +27,7 @@ use crate::store::RefundError;
     operation_id = "post_refunds",
     summary = "Ask for a refund",
     tag = "refunds",
-    description = "Ask for a refund of an APROBADO (approved) charge, with an `Idempotency-Key` header (a UUID). Needs an API key with `refunds:write` (Bearer).",
+    description = "Ask for a refund of an APROBADO (approved) charge, with an `Idempotency-Key` header (a UUID).",
     request_body = crate::web::openapi::RefundBody,
     params(crate::web::openapi::IdempotencyKey),
     responses(
@@ -35,11 +35,8 @@ use crate::store::RefundError;
         (status = 404, description = "No such charge attempt.", body = crate::web::openapi::ErrorBody),
         (status = 409, description = "The charge is not refundable, the amount exceeds what was captured, or the key was used for another body.", body = crate::web::openapi::ErrorBody),
         crate::web::openapi::KeyedBodyRefusals,
-        crate::web::openapi::scope::RefundsWrite,
-        crate::web::openapi::JsonBodyRefusals,
         crate::web::openapi::Unavailable
-    ),
-    security(("api_key" = ["refunds:write"]))
+    )
 )]
 pub(super) async fn create(
     State(app): AppState,
@@ -47,14 +44,13 @@ pub(super) async fn create(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    let (key, v) = match keyed_json(&headers, body, &["attempt_id", "amount_minor"]) {
+    let what = "the UUID of the APROBADO charge attempt to refund";
+    let fields = ["attempt_id", "amount_minor"];
+    let types = [("attempt_id", Type::Text(what))];
+    let (key, v) = match keyed_json(&headers, body, &fields, &types) {
         Ok(ok) => ok,
         Err(resp) => return *resp,
     };
-    let what = "the UUID of the APROBADO charge attempt to refund";
-    if let Err(refused) = typed(&v, &[("attempt_id", Type::Text(what))]) {
-        return *refused;
-    }
     let attempt_id = match v.get("attempt_id").and_then(Value::as_str) {
         None => {
             return error(
@@ -92,11 +88,7 @@ pub(super) async fn create(
             });
             created(body, format!("/refunds/{}", r.refund_id), !r.created)
         }
-        Err(RefundError::Invalid(e)) => error(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            Some(e.field),
-            e.to_string(),
-        ),
+        Err(RefundError::Invalid(e)) => invalid(&e),
         Err(RefundError::NotFound(m)) => error(StatusCode::NOT_FOUND, Some("attempt_id"), m),
         Err(RefundError::NotRefundable(m)) => error(StatusCode::CONFLICT, Some("attempt_id"), m),
         Err(RefundError::ExceedsCapture(m)) => error(StatusCode::CONFLICT, Some("amount_minor"), m),

@@ -27,7 +27,7 @@ use crate::finance::{
 use crate::http::auth::Caller as Person;
 use crate::http::{Type, typed};
 use crate::store::{Escalated, OverrideReason, ReconCase, RetryError, StoreError};
-use crate::web::{conflict, error, known_fields};
+use crate::web::{conflict, error, invalid, known_fields};
 
 pub(super) fn bad_id() -> Response {
     error(StatusCode::BAD_REQUEST, Some("id"), "must be a UUID")
@@ -88,17 +88,15 @@ impl ListParams {
     operation_id = "get_finance_api_escalations",
     summary = "Escalation queue",
     tag = "finance",
-    description = "A page of the escalation queue (`items`, `total`, `next`) and of the open reconciliation cases (`cases`, `cases_total`, `cases_next`). Needs an API key with `finance:read` (Bearer).",
+    description = "A page of the escalation queue (`items`, `total`, `next`) and of the open reconciliation cases (`cases`, `cases_total`, `cases_next`).",
     params(
         ListParams
     ),
     responses(
         (status = 200, description = "The queue.", body = EscalationsPage),
         (status = 422, description = "A filter or cursor is malformed.", body = crate::web::openapi::ErrorBody),
-        crate::web::openapi::scope::FinanceRead,
         crate::web::openapi::Unavailable
-    ),
-    security(("api_key" = ["finance:read"]))
+    )
 )]
 pub(in crate::web) async fn list(
     State(fin): FinanceState,
@@ -148,11 +146,7 @@ pub(in crate::web) struct EscalationsPage {
 
 pub(super) fn queue_error(e: QueueError) -> Response {
     match e {
-        QueueError::Invalid(e) => error(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            Some(e.field),
-            e.to_string(),
-        ),
+        QueueError::Invalid(e) => invalid(&e),
         QueueError::Store(e) => unavailable(&e),
     }
 }
@@ -211,17 +205,14 @@ struct CheckNowBody {
     operation_id = "post_finance_api_check_now",
     summary = "Check again now, in bulk",
     tag = "finance",
-    description = "Bulk check now: the next gateway lookup of every attempt in review that the filters select is pulled to now. Needs an API key with `finance:write` (Bearer).",
+    description = "Bulk check now: the next gateway lookup of every attempt in review that the filters select is pulled to now.",
     request_body = crate::web::openapi::CheckNowBody,
     responses(
         (status = 200, description = "How many were scheduled.", body = crate::finance::BulkCheck),
         (status = 422, description = "A filter is malformed, or an unknown field.", body = crate::web::openapi::ErrorBody),
-        crate::web::openapi::scope::FinanceWrite,
-        crate::web::openapi::NotJson,
-        crate::web::openapi::JsonBodyRefusals,
+        crate::web::openapi::PlainJsonBodyRefusals,
         crate::web::openapi::Unavailable
-    ),
-    security(("api_key" = ["finance:write"]))
+    )
 )]
 pub(in crate::web) async fn check_now(
     State(fin): FinanceState,
@@ -254,16 +245,14 @@ pub(in crate::web) async fn check_now(
     operation_id = "get_finance_api_attempts_id",
     summary = "One attempt in finance's view",
     tag = "finance",
-    description = "One attempt with its history and lookups. Needs an API key with `finance:read` (Bearer).",
+    description = "One attempt with its history and lookups.",
     params(crate::web::openapi::AttemptId),
     responses(
         (status = 200, description = "The attempt.", body = crate::finance::Detail),
         (status = 400, description = "`id` is not a UUID.", body = crate::web::openapi::ErrorBody),
         crate::web::openapi::NoSuchAttempt,
-        crate::web::openapi::scope::FinanceRead,
         crate::web::openapi::Unavailable
-    ),
-    security(("api_key" = ["finance:read"]))
+    )
 )]
 pub(in crate::web) async fn detail(State(fin): FinanceState, Path(id): Path<String>) -> Response {
     let Ok(id) = Uuid::try_parse(&id) else {
@@ -291,21 +280,16 @@ struct ResolveBody {
     operation_id = "post_finance_api_attempts_id_resolve",
     summary = "Resolve an attempt",
     tag = "finance",
-    description = "Resolve an attempt in review: approve (with the gateway's charge id), decline (with a code) or check now, at the version you saw. Needs an API key with `finance:write` (Bearer).",
+    description = "Resolve an attempt in review: approve (with the gateway's charge id), decline (with a code) or check now, at the version you saw.",
     request_body = crate::web::openapi::ResolveBody,
     params(crate::web::openapi::AttemptId),
     responses(
         (status = 200, description = "Resolved: the attempt now.", body = crate::store::Attempt),
         (status = 202, description = "A decline was asked for; the attempt stays EN_REVISION (in review) until the gateway is final.", body = crate::store::Attempt),
-        (status = 400, description = "`id` is not a UUID, or the body is not JSON.", body = crate::web::openapi::ErrorBody),
-        crate::web::openapi::NoSuchAttempt,
         (status = 409, description = "The attempt moved since `version`, or is already settled.", body = crate::web::openapi::ErrorBody),
         (status = 422, description = "A field is missing, of the wrong type, or unknown.", body = crate::web::openapi::ErrorBody),
-        crate::web::openapi::scope::FinanceWrite,
-        crate::web::openapi::JsonBodyRefusals,
-        crate::web::openapi::Unavailable
-    ),
-    security(("api_key" = ["finance:write"]))
+        crate::web::openapi::AttemptActionRefusals
+    )
 )]
 pub(in crate::web) async fn resolve(
     State(fin): FinanceState,
@@ -360,11 +344,7 @@ pub(in crate::web) async fn resolve(
 
 pub(super) fn resolve_error(e: ResolveError) -> Response {
     match e {
-        ResolveError::Invalid(e) => error(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            Some(e.field),
-            e.to_string(),
-        ),
+        ResolveError::Invalid(e) => invalid(&e),
         ResolveError::NotFound(_) => error(StatusCode::NOT_FOUND, Some("id"), e.to_string()),
         ResolveError::Moved(m) => error(StatusCode::CONFLICT, Some("version"), m),
         ResolveError::NotEscalated(m) | ResolveError::Busy(m) | ResolveError::OpenAtGateway(m) => {
@@ -389,20 +369,15 @@ pub(super) fn resolve_error(e: ResolveError) -> Response {
     operation_id = "post_finance_api_attempts_id_retry",
     summary = "Retry a declined attempt",
     tag = "finance",
-    description = "A manual retry of a declined attempt: a new attempt with a new derived key, within the card networks' caps unless `override_reason` is given. The body may be empty. Needs an API key with `finance:write` (Bearer).",
+    description = "A manual retry of a declined attempt: a new attempt with a new derived key, within the card networks' caps unless `override_reason` is given. The body may be empty.",
     request_body = RetryBody,
     params(crate::web::openapi::AttemptId),
     responses(
         (status = 202, description = "The new attempt was enqueued.", body = crate::store::RetryRequested),
-        (status = 400, description = "`id` is not a UUID, or the body is not JSON.", body = crate::web::openapi::ErrorBody),
-        crate::web::openapi::NoSuchAttempt,
         (status = 409, description = "Refused by the database's charge rule or the caps (`reason` says which).", body = crate::web::openapi::ErrorBody),
         (status = 422, description = "`override_reason` is empty or of the wrong type, or an unknown field.", body = crate::web::openapi::ErrorBody),
-        crate::web::openapi::scope::FinanceWrite,
-        crate::web::openapi::JsonBodyRefusals,
-        crate::web::openapi::Unavailable
-    ),
-    security(("api_key" = ["finance:write"]))
+        crate::web::openapi::AttemptActionRefusals
+    )
 )]
 pub(in crate::web) async fn retry(
     State(fin): FinanceState,
@@ -476,13 +451,11 @@ struct RetryBody {
     operation_id = "get_finance_api_summary",
     summary = "Daily summary",
     tag = "finance",
-    description = "The daily summary: counts and amounts per state and currency. Needs an API key with `finance:read` (Bearer).",
+    description = "The daily summary: counts and amounts per state and currency.",
     responses(
         (status = 200, description = "The summary.", body = crate::finance::Summary),
-        crate::web::openapi::scope::FinanceRead,
         crate::web::openapi::Unavailable
-    ),
-    security(("api_key" = ["finance:read"]))
+    )
 )]
 pub(in crate::web) async fn summary(State(fin): FinanceState) -> Response {
     match finance::summarize(&fin.store, fin.cfg.stale_after, chrono::Utc::now()).await {

@@ -16,7 +16,7 @@ use crate::finance;
 use crate::http::Type;
 use crate::http::auth::Caller as Person;
 use crate::store::{CaseError, RefundError, StoreError};
-use crate::web::error;
+use crate::web::{error, invalid};
 
 /// The body of `POST /finance/api/cases/{id}/resolve`.
 #[derive(Deserialize, utoipa::ToSchema)]
@@ -35,7 +35,7 @@ struct CaseBody {
     operation_id = "post_finance_api_cases_id_resolve",
     summary = "Close a reconciliation case",
     tag = "finance",
-    description = "Close a reconciliation case, with a note (required: what you found). Needs an API key with `finance:write` (Bearer).",
+    description = "Close a reconciliation case, with a note (required: what you found).",
     request_body = CaseBody,
     params(crate::web::openapi::CaseId),
     responses(
@@ -43,12 +43,9 @@ struct CaseBody {
         (status = 404, description = "No such case.", body = crate::web::openapi::ErrorBody),
         (status = 409, description = "The case is already closed.", body = crate::web::openapi::ErrorBody),
         (status = 422, description = "The note is missing, empty or of the wrong type, or an unknown field.", body = crate::web::openapi::ErrorBody),
-        crate::web::openapi::scope::FinanceWrite,
-        crate::web::openapi::NotJson,
-        crate::web::openapi::JsonBodyRefusals,
+        crate::web::openapi::PlainJsonBodyRefusals,
         crate::web::openapi::Unavailable
-    ),
-    security(("api_key" = ["finance:write"]))
+    )
 )]
 pub(in crate::web) async fn resolve_case(
     State(fin): FinanceState,
@@ -91,7 +88,7 @@ struct DuplicateBody {
     operation_id = "post_finance_api_cases_id_refund_duplicate",
     summary = "Refund a duplicate charge",
     tag = "finance",
-    description = "Refund a gateway-side duplicate of a double-charge case. Needs an API key with `finance:write` (Bearer).",
+    description = "Refund a gateway-side duplicate of a double-charge case.",
     request_body = DuplicateBody,
     params(crate::web::openapi::CaseId),
     responses(
@@ -100,12 +97,9 @@ struct DuplicateBody {
         (status = 404, description = "No such case.", body = crate::web::openapi::ErrorBody),
         (status = 409, description = "The charge is not this case's duplicate, or not refundable.", body = crate::web::openapi::ErrorBody),
         (status = 422, description = "`charge_id` is missing or of the wrong type, or an unknown field.", body = crate::web::openapi::ErrorBody),
-        crate::web::openapi::scope::FinanceWrite,
-        crate::web::openapi::NotJson,
-        crate::web::openapi::JsonBodyRefusals,
+        crate::web::openapi::PlainJsonBodyRefusals,
         crate::web::openapi::Unavailable
-    ),
-    security(("api_key" = ["finance:write"]))
+    )
 )]
 pub(in crate::web) async fn refund_duplicate(
     State(fin): FinanceState,
@@ -138,11 +132,7 @@ pub(in crate::web) async fn refund_duplicate(
 
 pub(super) fn duplicate_error(e: RefundError) -> Response {
     match e {
-        RefundError::Invalid(e) => error(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            Some(e.field),
-            e.to_string(),
-        ),
+        RefundError::Invalid(e) => invalid(&e),
         RefundError::NotFound(m) => error(StatusCode::NOT_FOUND, Some("id"), m),
         RefundError::Db(e) => unavailable(&StoreError::Db(e)),
         other => error(StatusCode::CONFLICT, Some("charge_id"), other.to_string()),

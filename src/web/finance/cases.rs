@@ -113,15 +113,13 @@ pub(in crate::web) struct DuplicateForm {
     operation_id = "post_finance_cases_id_refund_duplicate",
     summary = "Refund a duplicate charge (form)",
     tag = "finance",
-    description = "The queue page's form refunding a gateway-side duplicate of a double-charge case. Needs `finance:write` by the browser's sign-in (Basic), the page's form token (of this sign-in, not expired) and a same-origin request.",
+    description = "The queue page's form refunding a gateway-side duplicate of a double-charge case.",
     request_body(content = DuplicateForm, content_type = "application/x-www-form-urlencoded"),
     params(crate::web::openapi::CaseId),
     responses(
         (status = 303, description = "Refund asked for: back to the page."),
-        crate::web::openapi::FormRefusals,
-        crate::web::openapi::Unavailable
-    ),
-    security(("sign_in" = ["finance:write"]))
+        crate::web::openapi::FormRefusals
+    )
 )]
 pub(in crate::web) async fn refund_duplicate(
     State(fin): FinanceState,
@@ -167,15 +165,13 @@ pub(in crate::web) struct CaseForm {
     operation_id = "post_finance_cases_id_resolve",
     summary = "Close a reconciliation case (form)",
     tag = "finance",
-    description = "The queue page's form closing a reconciliation case, with a note. Needs `finance:write` by the browser's sign-in (Basic), the page's form token (of this sign-in, not expired) and a same-origin request.",
+    description = "The queue page's form closing a reconciliation case, with a note.",
     request_body(content = CaseForm, content_type = "application/x-www-form-urlencoded"),
     params(crate::web::openapi::CaseId),
     responses(
         (status = 303, description = "Closed: back to the page."),
-        crate::web::openapi::FormRefusals,
-        crate::web::openapi::Unavailable
-    ),
-    security(("sign_in" = ["finance:write"]))
+        crate::web::openapi::FormRefusals
+    )
 )]
 pub(in crate::web) async fn resolve(
     State(fin): FinanceState,

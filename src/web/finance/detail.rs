@@ -28,14 +28,9 @@ use crate::web::html::{checks, history};
     operation_id = "get_finance_attempts_id",
     summary = "One attempt in finance's view (page)",
     tag = "finance",
-    description = "One attempt in finance's view, as a page with its resolve form. Needs `finance:read`: the browser's sign-in (Basic) or an API key (Bearer).",
+    description = "One attempt in finance's view, as a page with its resolve form.",
     params(crate::web::openapi::AttemptId),
-    responses(
-        crate::web::openapi::AttemptPage,
-        crate::web::openapi::scope::FinanceRead,
-        crate::web::openapi::Unavailable
-    ),
-    security(("api_key" = ["finance:read"]), ("sign_in" = ["finance:read"]))
+    responses(crate::web::openapi::AttemptPage)
 )]
 pub(in crate::web) async fn detail(
     State(fin): FinanceState,
@@ -121,38 +116,35 @@ async fn render_detail(
     (status, page(&title, person, body)).into_response()
 }
 
+/// The three resolutions, one form each: the same hidden fields (the
+/// version shown, the form token, the action) and note, with what each
+/// action adds.
 fn forms(token: &str, id: Uuid, version: i64) -> Markup {
     let action = format!("/finance/attempts/{id}/resolve");
-    let hidden = html! {
-        input type="hidden" name="version" value=(version);
-        input type="hidden" name="form_token" value=(token);
+    let form = |name: &str, heading: &str, field: Markup, button: &str| {
+        html! {
+            form.inline #(name) method="post" action=(action) {
+                input type="hidden" name="version" value=(version);
+                input type="hidden" name="form_token" value=(token);
+                input type="hidden" name="action" value=(name);
+                b { (heading) }
+                (field)
+                label { "Note " textarea name="note" rows="2" required {} }
+                button type="submit" { (button) }
+            }
+        }
     };
-    let note = html! { label { "Note " textarea name="note" rows="2" required {} } };
+    let charge_id = html! {
+        label { "Gateway charge id " input type="text" name="charge_id" required; }
+    };
+    let code = html! {
+        label { "Decline code " input type="text" name="code" value="finance_declined" required; }
+    };
     html! {
         h2 { "Resolve" }
-        form.inline #approve method="post" action=(action) {
-            (hidden)
-            input type="hidden" name="action" value="approve";
-            b { "The gateway charged" }
-            label { "Gateway charge id " input type="text" name="charge_id" required; }
-            (note)
-            button type="submit" { "Mark APROBADO" }
-        }
-        form.inline #decline method="post" action=(action) {
-            (hidden)
-            input type="hidden" name="action" value="decline";
-            b { "The gateway did not charge" }
-            label { "Decline code " input type="text" name="code" value="finance_declined" required; }
-            (note)
-            button type="submit" { "Mark RECHAZADO" }
-        }
-        form.inline #check_now method="post" action=(action) {
-            (hidden)
-            input type="hidden" name="action" value="check_now";
-            b { "Not sure yet" }
-            (note)
-            button type="submit" { "Check again now" }
-        }
+        (form("approve", "The gateway charged", charge_id, "Mark APROBADO"))
+        (form("decline", "The gateway did not charge", code, "Mark RECHAZADO"))
+        (form("check_now", "Not sure yet", html! {}, "Check again now"))
     }
 }
 
@@ -173,16 +165,14 @@ pub(in crate::web) struct ResolveForm {
     operation_id = "post_finance_attempts_id_resolve",
     summary = "Resolve an attempt (form)",
     tag = "finance",
-    description = "The attempt page's resolve form: approve (with the gateway's charge id), decline (with a code) or check now. Needs `finance:write` by the browser's sign-in (Basic), the page's form token (of this sign-in, not expired) and a same-origin request.",
+    description = "The attempt page's resolve form: approve (with the gateway's charge id), decline (with a code) or check now.",
     request_body(content = ResolveForm, content_type = "application/x-www-form-urlencoded"),
     params(crate::web::openapi::AttemptId),
     responses(
         (status = 303, description = "Resolved: back to the page."),
         (status = 400, description = "`id` is not a UUID.", body = crate::web::openapi::ErrorBody),
-        crate::web::openapi::FormRefusals,
-        crate::web::openapi::Unavailable
-    ),
-    security(("sign_in" = ["finance:write"]))
+        crate::web::openapi::FormRefusals
+    )
 )]
 pub(in crate::web) async fn resolve(
     State(fin): FinanceState,

@@ -30,14 +30,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
-use axum::extract::{Request, State};
-use axum::http::{StatusCode, header};
-use axum::middleware::{self, Next};
-use axum::response::Response;
+use axum::extract::State;
+use axum::middleware;
 use axum::routing::{get, post};
 use clap::Args;
 
-use crate::http::auth::{ApiKeys, Guard, Scope, Via, same_origin};
+use super::access::Guarded;
+use crate::http::auth::ApiKeys;
 use crate::http::{json_only, json_or_nothing};
 use crate::store::Store;
 
@@ -94,96 +93,57 @@ pub(crate) struct Finance {
 
 pub(crate) type FinanceState = State<Arc<Finance>>;
 
-/// The finance routes, each behind its scope (merge them into the web
+/// The finance routes, each behind the scope and credential
+/// [`crate::web::access::GUARDED`] gives it (merge them into the web
 /// process's router).
 pub fn router(store: Store, cfg: FinanceConfig, keys: Arc<ApiKeys>) -> Router {
     let state = Arc::new(Finance { store, cfg });
-    let page = Guard::new(keys.clone(), Scope::FinanceRead, Via::Either);
-    let form = Guard::new(keys.clone(), Scope::FinanceWrite, Via::Basic);
-    let read = Guard::new(keys.clone(), Scope::FinanceRead, Via::Bearer);
-    let write = Guard::new(keys, Scope::FinanceWrite, Via::Bearer);
+    let json = || middleware::from_fn(json_only);
     Router::new()
-        .route("/finance", page.clone().on(get(page::list)))
-        .route(
-            "/finance/attempts/{id}",
-            page.clone().on(get(detail::detail)),
-        )
-        .route("/finance/summary", page.clone().on(get(page::summary)))
-        .route(
-            "/finance/escalations.csv",
-            page.clone().on(get(export::csv)),
-        )
-        .route("/finance/settlements.csv", page.on(get(settled::csv)))
-        .route(
+        .guarded("/finance", get(page::list), &keys)
+        .guarded("/finance/attempts/{id}", get(detail::detail), &keys)
+        .guarded("/finance/summary", get(page::summary), &keys)
+        .guarded("/finance/escalations.csv", get(export::csv), &keys)
+        .guarded("/finance/settlements.csv", get(settled::csv), &keys)
+        .guarded(
             "/finance/attempts/{id}/resolve",
-            form.clone()
-                .on(post(detail::resolve).layer(middleware::from_fn(same_origin_only))),
+            post(detail::resolve),
+            &keys,
         )
-        .route(
-            "/finance/cases/{id}/resolve",
-            form.clone()
-                .on(post(cases::resolve).layer(middleware::from_fn(same_origin_only))),
-        )
-        .route(
+        .guarded("/finance/cases/{id}/resolve", post(cases::resolve), &keys)
+        .guarded(
             "/finance/cases/{id}/refund-duplicate",
-            form.clone()
-                .on(post(cases::refund_duplicate).layer(middleware::from_fn(same_origin_only))),
+            post(cases::refund_duplicate),
+            &keys,
         )
-        .route(
-            "/finance/check-now",
-            form.on(post(page::check_now).layer(middleware::from_fn(same_origin_only))),
-        )
-        .route("/finance/api/escalations", read.clone().on(get(api::list)))
-        .route(
-            "/finance/api/attempts/{id}",
-            read.clone().on(get(api::detail)),
-        )
-        .route("/finance/api/summary", read.on(get(api::summary)))
-        .route(
+        .guarded("/finance/check-now", post(page::check_now), &keys)
+        .guarded("/finance/api/escalations", get(api::list), &keys)
+        .guarded("/finance/api/attempts/{id}", get(api::detail), &keys)
+        .guarded("/finance/api/summary", get(api::summary), &keys)
+        .guarded(
             "/finance/api/attempts/{id}/resolve",
-            write
-                .clone()
-                .on(post(api::resolve).layer(middleware::from_fn(json_only))),
+            post(api::resolve).layer(json()),
+            &keys,
         )
-        .route(
+        .guarded(
             "/finance/api/attempts/{id}/retry",
-            write
-                .clone()
-                .on(post(api::retry).layer(middleware::from_fn(json_or_nothing))),
+            post(api::retry).layer(middleware::from_fn(json_or_nothing)),
+            &keys,
         )
-        .route(
+        .guarded(
             "/finance/api/check-now",
-            write
-                .clone()
-                .on(post(api::check_now).layer(middleware::from_fn(json_only))),
+            post(api::check_now).layer(json()),
+            &keys,
         )
-        .route(
+        .guarded(
             "/finance/api/cases/{id}/resolve",
-            write
-                .clone()
-                .on(post(case_api::resolve_case).layer(middleware::from_fn(json_only))),
+            post(case_api::resolve_case).layer(json()),
+            &keys,
         )
-        .route(
+        .guarded(
             "/finance/api/cases/{id}/refund-duplicate",
-            write.on(post(case_api::refund_duplicate).layer(middleware::from_fn(json_only))),
+            post(case_api::refund_duplicate).layer(json()),
+            &keys,
         )
         .with_state(state)
-}
-
-/// A form that changes something must come from our own page (the
-/// browser says where it came from); the form token is checked after.
-async fn same_origin_only(req: Request, next: Next) -> Response {
-    if let Err(why) = same_origin(req.headers()) {
-        let mut resp = super::error(
-            StatusCode::FORBIDDEN,
-            None,
-            format!("{why}: nothing was changed"),
-        );
-        resp.headers_mut().insert(
-            header::CACHE_CONTROL,
-            header::HeaderValue::from_static("no-store"),
-        );
-        return resp;
-    }
-    next.run(req).await
 }

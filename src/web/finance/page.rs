@@ -108,17 +108,15 @@ impl ListQuery {
     operation_id = "get_finance",
     summary = "Escalation queue (page)",
     tag = "finance",
-    description = "Finance's escalation queue and open reconciliation cases, as a page with forms. Needs `finance:read`: the browser's sign-in (Basic) or an API key (Bearer).",
+    description = "Finance's escalation queue and open reconciliation cases, as a page with forms.",
     params(
         ListQuery
     ),
     responses(
         (status = 200, description = "The page.", content_type = "text/html"),
         (status = 422, description = "A filter is malformed (the page says which).", content_type = "text/html"),
-        crate::web::openapi::scope::FinanceRead,
         crate::web::openapi::Unavailable
-    ),
-    security(("api_key" = ["finance:read"]), ("sign_in" = ["finance:read"]))
+    )
 )]
 pub(in crate::web) async fn list(
     State(fin): FinanceState,
@@ -261,14 +259,12 @@ pub(in crate::web) struct CheckNowForm {
     operation_id = "post_finance_check_now",
     summary = "Check again now, in bulk (form)",
     tag = "finance",
-    description = "The queue page's bulk form: the next gateway lookup of every attempt in review that the filters select is pulled to now. Needs `finance:write` by the browser's sign-in (Basic), the page's form token (of this sign-in, not expired) and a same-origin request.",
+    description = "The queue page's bulk form: the next gateway lookup of every attempt in review that the filters select is pulled to now.",
     request_body(content = CheckNowForm, content_type = "application/x-www-form-urlencoded"),
     responses(
         (status = 303, description = "Scheduled: back to the page."),
-        crate::web::openapi::FormRefusals,
-        crate::web::openapi::Unavailable
-    ),
-    security(("sign_in" = ["finance:write"]))
+        crate::web::openapi::FormRefusals
+    )
 )]
 pub(in crate::web) async fn check_now(
     State(fin): FinanceState,
@@ -378,13 +374,11 @@ fn age(secs: i64) -> String {
     operation_id = "get_finance_summary",
     summary = "Daily summary (page)",
     tag = "finance",
-    description = "The daily summary, as a page. Needs `finance:read`: the browser's sign-in (Basic) or an API key (Bearer).",
+    description = "The daily summary, as a page.",
     responses(
         (status = 200, description = "The page.", content_type = "text/html"),
-        crate::web::openapi::scope::FinanceRead,
         crate::web::openapi::Unavailable
-    ),
-    security(("api_key" = ["finance:read"]), ("sign_in" = ["finance:read"]))
+    )
 )]
 pub(in crate::web) async fn summary(
     State(fin): FinanceState,

@@ -29,17 +29,15 @@ pub(in crate::web) struct Params {
     operation_id = "get_finance_settlements_csv",
     summary = "Settlements (CSV)",
     tag = "finance",
-    description = "What the gateway settled between `from` and `to`, as CSV. Needs `finance:read`: the browser's sign-in (Basic) or an API key (Bearer).",
+    description = "What the gateway settled between `from` and `to`, as CSV.",
     params(
         Params
     ),
     responses(
         (status = 200, description = "The settlements as CSV.", content_type = "text/csv"),
         (status = 422, description = "`from` or `to` is malformed, or `to` is before `from`.", body = crate::web::openapi::ErrorBody),
-        crate::web::openapi::scope::FinanceRead,
         crate::web::openapi::Unavailable
-    ),
-    security(("api_key" = ["finance:read"]), ("sign_in" = ["finance:read"]))
+    )
 )]
 pub(in crate::web) async fn csv(State(fin): FinanceState, Query(p): Query<Params>) -> Response {
     let when = |field: &'static str, raw: Option<String>, default| match raw {

@@ -16,15 +16,13 @@ use crate::web::error;
     operation_id = "get_attempts",
     summary = "Search attempts",
     tag = "operator",
-    description = "Search every attempt: a page of `items` and a `next_cursor` (null on the last page). Needs an API key with `attempts:read` (Bearer).",
+    description = "Search every attempt: a page of `items` and a `next_cursor` (null on the last page).",
     params(crate::web::openapi::AttemptSearch),
     responses(
         (status = 200, description = "A page of attempts.", body = crate::operator::AttemptsPage),
         (status = 400, description = "A parameter is malformed (`field` names it).", body = crate::web::openapi::ErrorBody),
-        crate::web::openapi::scope::AttemptsRead,
         crate::web::openapi::Unavailable
-    ),
-    security(("api_key" = ["attempts:read"]))
+    )
 )]
 pub(in crate::web) async fn list(
     State(op): OperatorState,

@@ -20,7 +20,8 @@ use axum::Router;
 use axum::extract::State;
 use axum::routing::get;
 
-use crate::http::auth::{ApiKeys, Guard, Scope, Via};
+use super::access::Guarded;
+use crate::http::auth::ApiKeys;
 use crate::store::Store;
 
 pub(crate) struct Operator {
@@ -29,15 +30,14 @@ pub(crate) struct Operator {
 
 pub(crate) type OperatorState = State<Arc<Operator>>;
 
-/// The operator's routes, each behind `attempts:read`.
+/// The operator's routes, each behind `attempts:read` (as
+/// [`super::access::GUARDED`] says).
 pub(crate) fn router(store: Store, keys: Arc<ApiKeys>) -> Router {
     let state = Arc::new(Operator { store });
-    let page = Guard::new(keys.clone(), Scope::AttemptsRead, Via::Either);
-    let api = Guard::new(keys, Scope::AttemptsRead, Via::Bearer);
     Router::new()
-        .route("/attempts", api.on(get(api::list)))
-        .route("/operator/attempts", page.clone().on(get(page::list)))
-        .route("/operator/attempts/{id}", page.on(get(page::detail)))
+        .guarded("/attempts", get(api::list), &keys)
+        .guarded("/operator/attempts", get(page::list), &keys)
+        .guarded("/operator/attempts/{id}", get(page::detail), &keys)
         .with_state(state)
 }
 

@@ -37,15 +37,13 @@ fn time(t: chrono::DateTime<chrono::Utc>) -> String {
     operation_id = "get_operator_attempts",
     summary = "Search attempts (page)",
     tag = "operator",
-    description = "The operator view's search, as a page. Needs `attempts:read`: the browser's sign-in (Basic) or an API key (Bearer).",
+    description = "The operator view's search, as a page.",
     params(crate::web::openapi::AttemptSearch),
     responses(
         (status = 200, description = "The page.", content_type = "text/html"),
         (status = 400, description = "A parameter is malformed (the page says which).", content_type = "text/html"),
-        crate::web::openapi::scope::AttemptsRead,
         crate::web::openapi::Unavailable
-    ),
-    security(("api_key" = ["attempts:read"]), ("sign_in" = ["attempts:read"]))
+    )
 )]
 pub(in crate::web) async fn list(
     State(op): OperatorState,
@@ -171,14 +169,9 @@ fn table(found: &AttemptsPage, s: &Search) -> Markup {
     operation_id = "get_operator_attempts_id",
     summary = "One attempt (page)",
     tag = "operator",
-    description = "One attempt, as a page. Needs `attempts:read`: the browser's sign-in (Basic) or an API key (Bearer).",
+    description = "One attempt, as a page.",
     params(crate::web::openapi::AttemptId),
-    responses(
-        crate::web::openapi::AttemptPage,
-        crate::web::openapi::scope::AttemptsRead,
-        crate::web::openapi::Unavailable
-    ),
-    security(("api_key" = ["attempts:read"]), ("sign_in" = ["attempts:read"]))
+    responses(crate::web::openapi::AttemptPage)
 )]
 pub(in crate::web) async fn detail(
     State(op): OperatorState,
