@@ -21,6 +21,7 @@ on_both_backends!(
     every_json_post_refuses_another_content_type_and_writes_nothing,
     a_wrong_json_type_is_named_with_the_type_and_writes_nothing,
     bodiless_posts_take_no_body_or_an_empty_json_one,
+    a_body_that_is_not_json_is_a_400_on_every_json_post,
     an_order_id_of_150_accented_letters_is_enqueued_and_found,
 );
 
@@ -171,6 +172,28 @@ async fn every_json_post_refuses_another_content_type_and_writes_nothing(b: Back
         assert_ne!(status, 415, "{path}: {reply}");
     }
     assert_ne!(snapshot(&db, &ids).await, before, "the JSON posts acted");
+    finish_web(web, db).await;
+}
+
+/// Declared as JSON but not JSON: 400 on every route, as the OpenAPI
+/// document says (finance's API used to answer 422), and nothing written.
+async fn a_body_that_is_not_json_is_a_400_on_every_json_post(b: Backend) {
+    let db = TestDb::new(b).await;
+    let web = web_on(&db.store).await;
+    let s = seed(&db).await;
+    let ids = [s.approved, s.pending, s.review.id];
+    let before = snapshot(&db, &ids).await;
+    let mut posts = json_posts(s.approved, &s.review);
+    let retry = format!("/finance/api/attempts/{}/retry", s.review.id);
+    posts.push(("ana", retry, Value::Null));
+    let ct = Some("application/json");
+    for (who, path, _) in posts {
+        let (status, reply) = post(&web, who, &path, ct, "{\"note\": ".into()).await;
+        assert_eq!(status, 400, "{path}: {reply}");
+        let error = reply["error"].as_str().unwrap_or_default();
+        assert!(error.starts_with("the body is not JSON"), "{path}: {reply}");
+    }
+    assert_eq!(snapshot(&db, &ids).await, before, "nothing written");
     finish_web(web, db).await;
 }
 

@@ -88,13 +88,7 @@ pub(super) fn keyed_json(
         };
         Box::new(error(rejection.status(), None, message))
     })?;
-    let v = serde_json::from_slice::<Value>(&body).map_err(|_| {
-        Box::new(error(
-            StatusCode::BAD_REQUEST,
-            None,
-            "the body is not valid JSON",
-        ))
-    })?;
+    let v = super::parsed_json(&body)?;
     super::known_fields(&v, fields)?;
     typed(&v, types)?;
     Ok((key, v))

@@ -145,15 +145,21 @@ pub(crate) fn json_body(
             "the body is too large",
         )));
     };
-    let v = serde_json::from_slice(&body).map_err(|e| {
+    let v = parsed_json(&body)?;
+    known_fields(&v, fields)?;
+    Ok(v)
+}
+
+/// A request body as JSON, or the 400 every JSON route answers when it is
+/// not JSON (with the parser's line and column).
+pub(crate) fn parsed_json(body: &[u8]) -> Result<serde_json::Value, Box<Response>> {
+    serde_json::from_slice(body).map_err(|e| {
         Box::new(error(
             StatusCode::BAD_REQUEST,
             None,
             format!("the body is not JSON: {e}"),
         ))
-    })?;
-    known_fields(&v, fields)?;
-    Ok(v)
+    })
 }
 
 /// Every JSON body the web process takes is checked here before anything

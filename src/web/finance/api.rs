@@ -151,9 +151,10 @@ pub(super) fn queue_error(e: QueueError) -> Response {
     }
 }
 
-/// The body as `T`, or the finished 422: not JSON, a field other than
-/// `fields`, a field not of its type in `types`, or not the shape
-/// `expected` shows (naming `field`, when the route has one to name).
+/// The body as `T`, or the finished refusal: 400 when it is not JSON (as
+/// every JSON route answers, [`crate::web::parsed_json`]); 422 for a field
+/// other than `fields`, a field not of its type in `types`, or not the
+/// shape `expected` shows (naming `field`, when the route has one to name).
 pub(super) fn body_as<T: serde::de::DeserializeOwned>(
     body: &[u8],
     fields: &[&str],
@@ -168,7 +169,7 @@ pub(super) fn body_as<T: serde::de::DeserializeOwned>(
             format!("expected {expected}: {e}"),
         ))
     };
-    let v = serde_json::from_slice::<Value>(body).map_err(refused)?;
+    let v = crate::web::parsed_json(body)?;
     known_fields(&v, fields)?;
     typed(&v, types)?;
     serde_json::from_value(v).map_err(refused)
