@@ -249,10 +249,7 @@ fn key_that(holds: bool, scopes: &[&str]) -> &'static str {
 async fn the_router_guards_each_operation_as_the_document_says() {
     let db = TestDb::new(Backend::Sqlite).await;
     let web = web_on(&db.store).await;
-    let http = reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
-        .unwrap();
+    let http = no_redirects();
     let doc: Value = serde_json::from_str(&cobro::web::openapi_document()).unwrap();
     let mut checked = 0;
     for (path, item) in doc["paths"].as_object().unwrap() {
@@ -331,10 +328,7 @@ async fn the_router_guards_each_operation_as_the_document_says() {
 async fn the_web_process_answers_what_the_document_names_and_nothing_else() {
     let db = TestDb::new(Backend::Sqlite).await;
     let web = web_on(&db.store).await;
-    let http = reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
-        .unwrap();
+    let http = no_redirects();
     let doc = documented();
     let paths: BTreeSet<&String> = doc.iter().map(|(p, _)| p).collect();
     for path in paths {
