@@ -113,7 +113,10 @@ pub fn document() -> String {
     security(())
 )]
 pub(super) async fn openapi_json() -> Response {
-    ([(header::CONTENT_TYPE, "application/json")], document()).into_response()
+    // The same text for every request of this binary: built on the first.
+    static SERVED: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    let text = SERVED.get_or_init(document).clone();
+    ([(header::CONTENT_TYPE, "application/json")], text).into_response()
 }
 
 /// The credentials: an API key as a Bearer token (`COBRO_API_KEYS`), or the
