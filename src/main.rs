@@ -29,7 +29,7 @@ pub(crate) enum Command {
     /// Create or upgrade the database schema (apalis' and cobro's).
     Migrate {
         /// The database: `postgres://…` or `sqlite://path`.
-        #[arg(long, env = "DATABASE_URL")]
+        #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
         database_url: String,
         /// Set the largest `amount_minor` every door accepts (POST /charges,
         /// POST /refunds, the SQL functions, the CLI, the Rust API): it is
@@ -43,7 +43,7 @@ pub(crate) enum Command {
     /// Record a charge attempt with its idempotency key and wake a worker.
     Enqueue {
         /// The database: `postgres://…` or `sqlite://path`.
-        #[arg(long, env = "DATABASE_URL")]
+        #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
         database_url: String,
         /// The app's order id.
         #[arg(long = "order")]
@@ -73,7 +73,7 @@ pub(crate) enum Command {
     /// the gateway's breaker and the attempts waiting for it.
     Status {
         /// The database: `postgres://…` or `sqlite://path`.
-        #[arg(long, env = "DATABASE_URL")]
+        #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
         database_url: String,
         /// An order id: that order's attempts.
         #[arg(long = "order", conflicts_with = "attempt")]
@@ -101,7 +101,7 @@ pub(crate) enum Command {
     /// --override-reason says why it may be passed (kept in the log).
     Retry {
         /// The database: `postgres://…` or `sqlite://path`.
-        #[arg(long, env = "DATABASE_URL")]
+        #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
         database_url: String,
         /// The declined attempt.
         #[arg(long)]
@@ -124,7 +124,7 @@ pub(crate) enum Command {
     /// a charge. The same key again returns the same refund.
     Refund {
         /// The database: `postgres://…` or `sqlite://path`.
-        #[arg(long, env = "DATABASE_URL")]
+        #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
         database_url: String,
         /// The APROBADO charge attempt to refund.
         #[arg(long)]
@@ -149,7 +149,7 @@ pub(crate) enum Command {
     /// nothing cancelled, while an attempt may have reached the gateway.
     Cancel {
         /// The database: `postgres://…` or `sqlite://path`.
-        #[arg(long, env = "DATABASE_URL")]
+        #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
         database_url: String,
         #[arg(long)]
         order: String,
@@ -169,7 +169,7 @@ pub(crate) enum Command {
     /// and attempts due meanwhile wait, parked.
     Pause {
         /// The database: `postgres://…` or `sqlite://path`.
-        #[arg(long, env = "DATABASE_URL")]
+        #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
         database_url: String,
         /// Why (shown on finance's page and in `cobro status`).
         #[arg(long)]
@@ -181,7 +181,7 @@ pub(crate) enum Command {
     /// re-woken a few per second.
     Resume {
         /// The database: `postgres://…` or `sqlite://path`.
-        #[arg(long, env = "DATABASE_URL")]
+        #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
         database_url: String,
         #[arg(long, default_value = "cli")]
         actor: String,
@@ -203,7 +203,7 @@ pub(crate) enum Command {
     /// The customer-notice outbox: list notices, or acknowledge one.
     Notices {
         /// The database: `postgres://…` or `sqlite://path`.
-        #[arg(long, env = "DATABASE_URL")]
+        #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
         database_url: String,
         /// Include acknowledged notices.
         #[arg(long)]
@@ -295,7 +295,7 @@ pub(crate) enum Command {
         #[arg(long, default_value = "2s,4s,8s,16s,32s")]
         check_schedule: String,
         /// Use this database instead of a throwaway SQLite file per world.
-        #[arg(long, env = "DATABASE_URL")]
+        #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
         database_url: Option<String>,
         /// Print the report as JSON (no progress bars).
         #[arg(long)]

@@ -555,6 +555,42 @@ mod tests {
         }
     }
 
+    /// A setting whose value may carry a secret: a URL (a password or a
+    /// token in it), a secret, a key.
+    fn may_hold_a_secret(var: &str) -> bool {
+        var.ends_with("_URL")
+            || var.ends_with("_BASE")
+            || var.contains("SECRET")
+            || var.ends_with("_KEY")
+            || var.ends_with("_KEYS")
+    }
+
+    /// clap prints an `env` setting's current value in `--help` unless told
+    /// not to: `DATABASE_URL=postgres://u:pw@…` showed its password there.
+    #[test]
+    fn help_never_prints_a_setting_that_may_hold_a_secret() {
+        let mut shown = Vec::new();
+        for program in programs() {
+            for place in places(&program) {
+                for arg in place.cmd.get_arguments() {
+                    let Some(var) = arg.get_env().map(|v| v.to_string_lossy().into_owned()) else {
+                        continue;
+                    };
+                    if may_hold_a_secret(&var) && !arg.is_hide_env_values_set() {
+                        shown.push(format!("{} --{} ({var})", place.path, arg.get_id()));
+                    }
+                }
+            }
+        }
+        assert!(
+            shown.is_empty(),
+            "these settings' values would be printed by --help; give each \
+             `hide_env_values = true`:\n{}",
+            shown.join("\n")
+        );
+        assert!(may_hold_a_secret("DATABASE_URL") && !may_hold_a_secret("COBRO_KEY_LIFETIME"));
+    }
+
     #[test]
     fn the_pages_name_every_setting_and_command() {
         let settings = render(&ReferencePage::Settings);

@@ -27,7 +27,12 @@ pub struct GatewayLink {
     /// The simulator's (or a compatible gateway's) base URL: `http://…` or
     /// `https://…` (checked at start-up). No default: with neither this
     /// nor `COBRO_GATEWAY` the process refuses to start.
-    #[arg(long = "gateway-url", value_name = "GATEWAY_URL", env = "GATEWAY_URL")]
+    #[arg(
+        long = "gateway-url",
+        value_name = "GATEWAY_URL",
+        env = "GATEWAY_URL",
+        hide_env_values = true
+    )]
     pub url: Option<String>,
     /// A PEM file of extra root certificates to trust for an `https://`
     /// gateway (a private CA, a staging gateway); the public roots stay trusted.
@@ -95,7 +100,12 @@ pub struct GatewayChoice {
     #[arg(long, env = "STRIPE_SECRET_KEY", hide_env_values = true)]
     pub stripe_secret_key: Option<String>,
     /// Stripe's API base URL, or a Stripe-compatible server's.
-    #[arg(long, env = "STRIPE_API_BASE", default_value = DEFAULT_API_BASE)]
+    #[arg(
+        long,
+        env = "STRIPE_API_BASE",
+        default_value = DEFAULT_API_BASE,
+        hide_env_values = true
+    )]
     pub stripe_api_base: String,
     /// Confirm business retries as merchant-initiated (`off_session=true`).
     #[arg(long, env = "STRIPE_OFF_SESSION_RETRIES", default_value_t = true, action = ArgAction::Set)]

@@ -42,7 +42,7 @@ const JITTER: f64 = 0.1;
 #[derive(Clone, Args)]
 pub struct NotifyArgs {
     /// The app's URL for customer notices (`http://` or `https://`); off when unset.
-    #[arg(long, env = "COBRO_NOTICE_URL")]
+    #[arg(long, env = "COBRO_NOTICE_URL", hide_env_values = true)]
     pub notice_url: Option<String>,
     /// The notices' own signing secret, `whsec_<base64>` (Standard Webhooks).
     #[arg(long, env = "COBRO_NOTICE_SECRET", hide_env_values = true)]

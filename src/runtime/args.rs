@@ -29,7 +29,7 @@ pub struct WorkerCli {
 #[derive(Clone, Args)]
 pub struct WorkerArgs {
     /// `postgres://…` or `sqlite://path`.
-    #[arg(long, env = "DATABASE_URL")]
+    #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
     pub database_url: String,
     /// The gateway's URL, extra roots and timeouts (`GATEWAY_URL`, …).
     #[command(flatten)]

@@ -39,7 +39,7 @@ pub struct ServeArgs {
     #[arg(long, env = "COBRO_INTERNAL_LISTEN")]
     pub internal_listen: Option<SocketAddr>,
     /// `postgres://…` or `sqlite://path`.
-    #[arg(long, env = "DATABASE_URL")]
+    #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
     pub database_url: String,
     /// Active webhook signing secrets, comma-separated (several during a
     /// rotation). Standard Webhooks: `whsec_<base64>`; Stripe: `whsec_…`.
