@@ -17,6 +17,8 @@ mod common;
 #[path = "common/declines.rs"]
 mod declines;
 
+#[path = "charge_gate/after_creation.rs"]
+mod after_creation;
 #[path = "charge_gate/database.rs"]
 mod database;
 #[path = "charge_gate/doors.rs"]

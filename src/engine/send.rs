@@ -19,7 +19,9 @@ use crate::domain::{
 use crate::gateway::{ChargeCall, ChargeOutcome, Deferral, Prepared, RefundCall};
 use crate::policy::{Action, decide};
 use crate::state::Event;
-use crate::store::{Applied, Attempt, Change, CheckRecord, ClaimPlan, Lease, Store, StoreError};
+use crate::store::{
+    Applied, Attempt, Change, CheckRecord, ClaimPlan, Hold, Lease, Store, StoreError, send_held,
+};
 
 impl Engine {
     /// What to send for `a`: its charge, or its refund of the charge it
@@ -56,11 +58,47 @@ impl Engine {
             claim.add_check = Some(record);
             claim.evidence = Some(evidence);
         }
-        let Applied::Moved(claimed) = self.store.apply(seen, &claim).await? else {
-            debug!("another worker claimed it first");
-            return Ok(None);
+        let claimed = match self.store.apply(seen, &claim).await {
+            Ok(Applied::Moved(claimed)) => claimed,
+            Ok(_) => {
+                debug!("another worker claimed it first");
+                return Ok(None);
+            }
+            Err(e) => match send_held(&e) {
+                Some((hold, refusal)) => {
+                    return self.held(seen, hold, &refusal).await.map(|()| None);
+                }
+                None => return Err(e),
+            },
         };
         self.deliver(claimed, call, event).await
+    }
+
+    /// The database's charge rule refused the claim: a case opened on the
+    /// order, or it was cancelled with a reason that means "do not charge
+    /// it", after this attempt was created. Nothing is sent; finance gets it
+    /// (`EN_REVISION`) with the refusal, and decides it with the case.
+    async fn held(&self, seen: &Attempt, hold: Hold, refusal: &str) -> Result<(), StoreError> {
+        warn!(
+            hold = hold.as_str(),
+            refusal, "the charge rule holds the order; not sending, finance reviews it"
+        );
+        let evidence = crate::gateway::Evidence {
+            call: "charge".into(),
+            error_kind: "order_held".into(),
+            detail: Some(refusal.to_owned()),
+            ..Default::default()
+        };
+        let mut change = Change::new(Some(Event::Unsendable), "order_held", &self.actor);
+        // Sent before (certainly not executed): the janitor keeps looking.
+        if seen.send_count > 0 {
+            change.act_in = Some(self.cfg.review.first());
+        }
+        change.evidence = Some(&evidence);
+        if self.store.apply(seen, &change).await? == Applied::Lost {
+            debug!("the attempt moved meanwhile; its next wake-up decides again");
+        }
+        Ok(())
     }
 
     /// The claim of `send`: `EN_PROCESO` with `event`, the lease for this

@@ -64,6 +64,19 @@ impl Hold {
     }
 }
 
+/// The charge rule's refusal of a charge's first send (the claim,
+/// `PENDIENTE` -> `EN_PROCESO`): the hold (an open case, a cancel that
+/// means "do not charge it") and the database's message.
+pub fn send_held(e: &super::StoreError) -> Option<(Hold, String)> {
+    let super::StoreError::Db(e) = e else {
+        return None;
+    };
+    let (code, msg) = refusal(e)?;
+    Hold::from_code(&code)
+        .filter(|h| matches!(h, Hold::OpenCase | Hold::Cancelled))
+        .map(|h| (h, msg))
+}
+
 /// A refusal by one of the database's rules: its code (`CB0..`, or the
 /// SQLSTATE `22023` for bad input such as an amount over the maximum) and
 /// the message without SQLite's leading code.

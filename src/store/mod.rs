@@ -66,7 +66,7 @@ pub use change::{Applied, Change, CheckRecord, Lease, NoticeKind};
 pub use contradiction::Contradiction;
 pub use enqueue::{EnqueueError, Enqueued};
 pub use escalation::{Escalated, QueueCursor, QueueQuery, Totals};
-pub use gate::Hold;
+pub use gate::{Hold, send_held};
 pub use listing::{AttemptFilter, AttemptKind};
 pub use lite::enqueue_charge as enqueue_charge_sqlite;
 pub use metrics::{Gauges, OnCall, RetryOutcome, RetryTally};

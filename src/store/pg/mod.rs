@@ -58,9 +58,13 @@ pub(super) async fn connect(url: &str, max: u32) -> Result<PgPool, StoreError> {
     // (it expects a million index entries and reads ten thousand): at 10 M
     // attempts the compilation took 0.6-1.1 s of a 50 ms statement
     // (BENCHMARKS.md, Scale). cobro's statements are short; none gains.
-    let options = url
-        .parse::<sqlx::postgres::PgConnectOptions>()?
-        .options([("jit", "off")]);
+    // READ COMMITTED whatever the database's default: the rules'
+    // triggers read what other transactions committed after taking their
+    // lock, and refuse to run under another level (CB013).
+    let options = url.parse::<sqlx::postgres::PgConnectOptions>()?.options([
+        ("jit", "off"),
+        ("default_transaction_isolation", "read committed"),
+    ]);
     // One direct connection first: a server that cannot be used is
     // reported at once, with where and why, not as the pool's timeout.
     super::schema::probe_pg(&options).await?;
