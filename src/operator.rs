@@ -107,19 +107,11 @@ impl Search {
     /// The store's filter, the page's start and size; a bad value names
     /// its parameter.
     pub fn parse(&self) -> Result<(AttemptFilter, Option<QueueCursor>, u32), InputError> {
+        // Checked as the enqueue checks it (length in characters, no
+        // control characters: PostgreSQL refuses a NUL in text).
         let order_id = match given(&self.order_id) {
-            // Counted as the enqueue counts it: characters, not bytes.
-            Some(o) if o.chars().count() > crate::domain::ORDER_ID_MAX_CHARS => {
-                return Err(InputError::new(
-                    "order_id",
-                    format!(
-                        "at most {} characters, got {}",
-                        crate::domain::ORDER_ID_MAX_CHARS,
-                        o.chars().count()
-                    ),
-                ));
-            }
-            o => o.map(str::to_owned),
+            Some(o) => Some(crate::domain::OrderId::parse(o)?.as_str().to_owned()),
+            None => None,
         };
         let idempotency_key = given(&self.key)
             .map(|k| {

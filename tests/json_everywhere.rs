@@ -22,6 +22,7 @@ on_both_backends!(
     a_wrong_json_type_is_named_with_the_type_and_writes_nothing,
     bodiless_posts_take_no_body_or_an_empty_json_one,
     a_body_that_is_not_json_is_a_400_on_every_json_post,
+    a_nul_in_a_persons_text_or_an_order_id_is_refused_naming_it,
     an_order_id_of_150_accented_letters_is_enqueued_and_found,
 );
 
@@ -194,6 +195,100 @@ async fn a_body_that_is_not_json_is_a_400_on_every_json_post(b: Backend) {
         assert!(error.starts_with("the body is not JSON"), "{path}: {reply}");
     }
     assert_eq!(snapshot(&db, &ids).await, before, "nothing written");
+    finish_web(web, db).await;
+}
+
+/// A NUL (PostgreSQL refuses it in text) in a person's text or in an order
+/// id of a path or a query used to reach the database and fail there, as a
+/// 503 "the database is not available; retry", which a retry cannot cure.
+/// Each is refused before, naming its field, and nothing is written.
+async fn a_nul_in_a_persons_text_or_an_order_id_is_refused_naming_it(b: Backend) {
+    let db = TestDb::new(b).await;
+    let web = web_on(&db.store).await;
+    let s = seed(&db).await;
+    db.exec(
+        "INSERT INTO cobro.recon_cases (kind, dedupe_key, order_id, gateway_ref, details, window_from, window_to)
+         VALUES ('unmatched_charge', 'unmatched_charge:ch_nul', 'je-case', 'ch_nul', '{}', now() - interval '1 day', now())",
+        "INSERT INTO recon_cases (kind, dedupe_key, order_id, gateway_ref, details, window_from, window_to, opened_at)
+         VALUES ('unmatched_charge', 'unmatched_charge:ch_nul', 'je-case', 'ch_nul', '{}', 0, 1, 2)",
+        &[],
+    )
+    .await
+    .unwrap();
+    let case = db.store.open_cases().await.unwrap()[0].id;
+    let ids = [s.approved, s.pending, s.review.id];
+    let before = snapshot(&db, &ids).await;
+    let ct = Some("application/json");
+    let posts: Vec<(&str, String, Value, &str)> = vec![
+        (
+            "ana",
+            "/control/pause".into(),
+            json!({"reason": "inc\0ident"}),
+            "reason",
+        ),
+        (
+            "ana",
+            format!("/finance/api/attempts/{}/resolve", s.review.id),
+            json!({"action": "approve", "version": s.review.version, "note": "seen\0",
+                   "charge_id": "ch_1"}),
+            "note",
+        ),
+        (
+            "ana",
+            "/finance/api/check-now".into(),
+            json!({"note": "a\0b"}),
+            "note",
+        ),
+        (
+            "ana",
+            format!("/finance/api/cases/{case}/resolve"),
+            json!({"note": "done\0"}),
+            "note",
+        ),
+        (
+            "app",
+            "/orders/je%00pending/cancel".into(),
+            json!({"reason": "customer_request"}),
+            "order_id",
+        ),
+        (
+            "app",
+            "/orders/je%00pending/payment-method".into(),
+            json!({"payment_method": "pm_new"}),
+            "order_id",
+        ),
+    ];
+    for (who, path, body, field) in posts {
+        let (status, reply) = post(&web, who, &path, ct, body.to_string()).await;
+        assert_eq!(status, 422, "{path}: {reply}");
+        assert_eq!(reply["field"], field, "{path}: {reply}");
+        assert!(
+            reply["error"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("U+0000"),
+            "{path}: {reply}"
+        );
+    }
+    let resp = reqwest::Client::new()
+        .get(format!("{}/attempts?order_id=je%00pending", web.url))
+        .bearer_auth(secret("app"))
+        .send()
+        .await
+        .unwrap();
+    let status = resp.status().as_u16();
+    let reply: Value = resp.json().await.unwrap_or(Value::Null);
+    assert_eq!(
+        (status, &reply["field"]),
+        (400, &json!("order_id")),
+        "{reply}"
+    );
+    assert_eq!(snapshot(&db, &ids).await, before, "nothing written");
+    assert_eq!(
+        db.store.open_cases().await.unwrap().len(),
+        1,
+        "the case is still open"
+    );
     finish_web(web, db).await;
 }
 
@@ -421,7 +516,7 @@ async fn an_order_id_of_150_accented_letters_is_enqueued_and_found(b: Backend) {
     assert_eq!(over["field"], "order_id");
     assert_eq!(
         over["error"],
-        "invalid order_id: at most 200 characters, got 201"
+        "invalid order_id: must be at most 200 characters, got 201"
     );
     finish_web(web, db).await;
 }

@@ -124,9 +124,53 @@ pub fn unusable(field: &str, raw: &str, why: &UnusableId) -> String {
     )
 }
 
+/// A person's free text (a finance note, why sending is paused): 1 to
+/// `max_chars` characters, not only whitespace, and no control character
+/// but line breaks and tabs. PostgreSQL refuses a NUL in text, so one
+/// reaching the database would fail the write as if the database were
+/// down; refused here, the error names the field.
+pub fn note<'a>(
+    field: &'static str,
+    raw: &'a str,
+    max_chars: usize,
+    what: &str,
+) -> Result<&'a str, super::InputError> {
+    let refuse = |why: String| Err(super::InputError::new(field, why));
+    let chars = raw.chars().count();
+    if raw.trim().is_empty() || chars > max_chars {
+        return refuse(format!("{what} is required (1-{max_chars} characters)"));
+    }
+    match raw
+        .chars()
+        .find(|c| c.is_control() && !matches!(c, '\n' | '\r' | '\t'))
+    {
+        Some(c) => refuse(format!(
+            "must not contain control characters but line breaks and tabs, found U+{:04X}",
+            u32::from(c)
+        )),
+        None => Ok(raw),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_note_keeps_line_breaks_and_refuses_other_controls() {
+        assert_eq!(note("note", "seen\n\tok", 10, "a note"), Ok("seen\n\tok"));
+        for (raw, why) in [
+            ("", "required"),
+            ("  \n", "required"),
+            ("12345678901", "1-10 characters"),
+            ("a\0b", "U+0000"),
+            ("a\u{85}b", "U+0085"),
+        ] {
+            let e = note("note", raw, 10, "a note").unwrap_err();
+            assert_eq!(e.field, "note");
+            assert!(e.to_string().contains(why), "{raw:?}: {e}");
+        }
+    }
 
     #[test]
     fn control_characters_are_escaped_and_the_rest_is_kept() {

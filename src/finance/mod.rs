@@ -136,12 +136,7 @@ fn validate_person(by: &str, note: &str) -> Result<(), InputError> {
             "who resolves it is required (1-100 characters)",
         ));
     }
-    if note.trim().is_empty() || note.chars().count() > 2000 {
-        return Err(InputError::new(
-            "note",
-            "a note is required (1-2000 characters): what you checked and why",
-        ));
-    }
+    crate::domain::text::note("note", note, 2000, "a note of what you checked and why")?;
     Ok(())
 }
 

@@ -218,12 +218,17 @@ impl Store {
         note: &str,
     ) -> Result<ReconCase, CaseError> {
         let (by, note) = (by.trim(), note.trim());
-        if by.is_empty() || by.chars().count() > 200 {
-            return Err(InputError::new("resolved_by", "must be 1-200 characters").into());
+        if by.is_empty() || by.chars().count() > 200 || by.chars().any(char::is_control) {
+            return Err(InputError::new(
+                "resolved_by",
+                "must be 1-200 characters, no control characters",
+            )
+            .into());
         }
         if note.is_empty() {
             return Err(InputError::new("resolution_note", "must not be empty").into());
         }
+        crate::domain::text::note("resolution_note", note, 2000, "a note of what was done")?;
         let resolved = match &self.db {
             Db::Pg(p) => pg::recon::resolve(p, id, by, note).await?,
             Db::Lite(p) => lite::recon::resolve(p, id, by, note).await?,

@@ -44,6 +44,11 @@ pub(super) async fn cancel(
     Path(order_id): Path<String>,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
+    // No order has an id that fails the enqueue's rules; one with a NUL
+    // would fail the database's read as if it were down.
+    if let Err(e) = crate::domain::OrderId::parse(&order_id) {
+        return super::invalid(&e);
+    }
     const REASONS: &str =
         "paid_by_other_means, customer_request, fraud_suspected, duplicate_order or other";
     let v = match super::json_body(body, &["reason"]) {

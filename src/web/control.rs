@@ -56,6 +56,11 @@ pub(super) async fn pause(
             "is required: why sending is paused (shown to everyone who looks)",
         );
     };
+    // The store keeps the first 500 characters; a control character would
+    // fail the write (PostgreSQL refuses NUL) or break the line it is shown on.
+    if let Err(e) = crate::domain::text::note("reason", &reason, usize::MAX, "a reason") {
+        return super::invalid(&e);
+    }
     set(&app, &caller, true, Some(&reason)).await
 }
 

@@ -45,6 +45,11 @@ pub(super) async fn update(
     Path(order_id): Path<String>,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
+    // No order has an id that fails the enqueue's rules; one with a NUL
+    // would fail the database's read as if it were down.
+    if let Err(e) = crate::domain::OrderId::parse(&order_id) {
+        return super::invalid(&e);
+    }
     let v = match super::json_body(body, &["payment_method"]) {
         Ok(v) => v,
         Err(refused) => return *refused,
