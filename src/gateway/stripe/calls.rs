@@ -166,8 +166,8 @@ impl StripeGateway {
                     evidence: ev(k, None, None),
                 });
             }
-            Err(Transport::Unknown(k)) => {
-                return Prepared::Failed(unanswered_create(ev(k, None, None)));
+            Err(t @ (Transport::Unknown(_) | Transport::TooLarge { .. })) => {
+                return Prepared::Failed(unanswered_create(ev(t.kind(), t.status(), t.detail())));
             }
         };
         if a.code == 200 {
@@ -384,24 +384,23 @@ fn unanswered_create(evidence: Evidence) -> ChargeOutcome {
     }
 }
 
-/// A send (a confirm, a refund) that got no response: not sent when the
-/// connection was never made, unknown otherwise. `ev` is the call's
-/// evidence; its kind becomes the transport's.
+/// A send (a confirm, a refund) that got no answer it could read: not sent
+/// when the connection was never made, unknown otherwise (an answer too
+/// large to read came after the request left). `ev` is the call's
+/// evidence; its kind, status and detail become the transport's.
 pub(super) fn unanswered_send(t: Transport, ev: Evidence) -> ChargeOutcome {
+    let evidence = Evidence {
+        error_kind: t.kind().into(),
+        http_status: t.status(),
+        detail: t.detail(),
+        ..ev
+    };
     match t {
-        Transport::NotSent(kind) => ChargeOutcome::Deferred {
+        Transport::NotSent(_) => ChargeOutcome::Deferred {
             why: Deferral::NotSent,
             retry_after: None,
-            evidence: Evidence {
-                error_kind: kind.into(),
-                ..ev
-            },
+            evidence,
         },
-        Transport::Unknown(kind) => ChargeOutcome::Unknown {
-            evidence: Evidence {
-                error_kind: kind.into(),
-                ..ev
-            },
-        },
+        Transport::Unknown(_) | Transport::TooLarge { .. } => ChargeOutcome::Unknown { evidence },
     }
 }
