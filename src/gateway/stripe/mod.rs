@@ -15,8 +15,12 @@
 //!    which can succeed at most once), or still processing.
 //!
 //! Invariant: nothing but the recorded PaymentIntent is ever confirmed; a
-//! 400 to a confirm (`payment_intent_unexpected_state`, or a server's bare
-//! "Bad request") means "look it up", never "create another"; a 401/403 is
+//! 400 to a confirm (`payment_intent_unexpected_state`, or a server's
+//! "Bad request" without a code) means "look it up", never "create
+//! another"; a 4xx is a decline or a refusal only when it carries Stripe's
+//! error object (with its `type`): one without (a proxy's 408, 413 or 425,
+//! a bare 404) says nothing of what Stripe did, so a create is made again
+//! (same key), and a confirm or refund is unknown; a 401/403 is
 //! a configuration fault (not executed, counted by the breaker, logged as
 //! an error), never a decline; a redirect is never followed (a 301, 302,
 //! 307 or 308 to a create, confirm or refund was not executed there; any
