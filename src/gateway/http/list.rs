@@ -7,7 +7,8 @@
 //!
 //! Invariant: every page goes through the same client (connect and request
 //! timeouts) as charges; the first page that fails fails the listing, and a
-//! page that does not move the cursor on is an error, never a loop. An item
+//! page that does not move the cursor on is an error, never a loop, as is
+//! a listing past [`MAX_PAGES`] (never a list cut short). An item
 //! whose id (or refunded charge id) cannot be stored as it is fails the
 //! listing as one without an id does; its other texts are escaped and
 //! bounded ([`crate::domain::text`]).
@@ -25,6 +26,10 @@ use crate::gateway::{GatewayRecord, ListError, Listed};
 
 /// Records asked for per page (the simulator's default; its maximum is 1000).
 pub(super) const PAGE_SIZE: usize = 100;
+/// A runaway listing stops here (a million records, as Stripe's does): a
+/// gateway that keeps saying `has_more` fails the listing instead of
+/// growing it without end.
+const MAX_PAGES: usize = 10_000;
 
 #[derive(Deserialize)]
 struct Page {
@@ -57,7 +62,7 @@ impl From<Listed> for Resource {
 }
 
 impl HttpGateway {
-    /// Every record of `[from, to)`, all pages.
+    /// Every record of `[from, to)`, all pages (at most [`MAX_PAGES`]).
     pub(super) async fn list_all(
         &self,
         kind: Listed,
@@ -66,7 +71,7 @@ impl HttpGateway {
     ) -> Result<Vec<GatewayRecord>, ListError> {
         let mut records: Vec<GatewayRecord> = Vec::new();
         let mut after: Option<String> = None;
-        loop {
+        for _ in 0..MAX_PAGES {
             let page = self.list_page(kind, from, to, after.as_deref()).await?;
             for item in page.data {
                 records.push(record(kind, item)?);
@@ -83,6 +88,14 @@ impl HttpGateway {
             }
             after = next;
         }
+        // Never the records read so far: a cut list would read as "missing
+        // at the gateway" to reconciliation.
+        Err(ListError::BadPage {
+            kind,
+            detail: format!(
+                "more than {MAX_PAGES} pages of {PAGE_SIZE}, and the gateway still says there are more"
+            ),
+        })
     }
 
     async fn list_page(
