@@ -4,20 +4,22 @@
 //! one classification. Listing for reconciliation is in [`list`]; the URL
 //! and TLS trust, checked at start-up, in [`client`].
 //!
-//! Invariant: explicit connect and request timeouts on every call, and every
-//! failure classified the same way for charges and refunds: only a parsed 200
-//! (approved), 402/400/422 (declined or refused, never executed) and the
-//! gateway's own 404 `not_found` on lookup are definite; a connect failure
-//! (refused, DNS, TLS handshake, connect timeout: nothing was written) is
-//! *not sent*, a 429 or a 503 with `Retry-After` *not executed*, and so is a
-//! 301/302/307/308 to a create (never followed: the request was not
-//! processed at this URL, and is never sent to another host); everything
-//! else (timeouts, resets, other 5xx, 401/403/404 from something that may
-//! not be the gateway, a 303 or another 3xx) is unknown, and a redirected
-//! lookup failed (never "not found"). Every text of an answer is made fit to
-//! store where it is parsed ([`crate::domain::text`]): an id that cannot be
-//! stored as it is reads as a missing one (an approval without it is
-//! unknown), every other text is escaped and bounded.
+//! Invariant: explicit connect and request timeouts on every call, every
+//! body read within a cap ([`body`]: 1 MiB an answer, 8 MiB a page), and
+//! every failure classified the same way for charges and refunds: only a
+//! parsed 200 (approved), 402/400/422 (declined or refused, never executed)
+//! and the gateway's own 404 `not_found` on lookup are definite; a connect
+//! failure (refused, DNS, TLS handshake, connect timeout: nothing was
+//! written) is *not sent*, a 429 or a 503 with `Retry-After` *not
+//! executed*, and so is a 301/302/307/308 to a create (never followed: the
+//! request was not processed at this URL, and is never sent to another
+//! host); everything else (timeouts, resets, other 5xx, 401/403/404 from
+//! something that may not be the gateway, a 303 or another 3xx, an answer
+//! past its cap) is unknown, and a redirected lookup failed (never "not
+//! found"). Every text of an answer is made fit to store where it is parsed
+//! ([`crate::domain::text`]): an id that cannot be stored as it is reads as
+//! a missing one (an approval without it is unknown), every other text is
+//! escaped and bounded.
 
 use std::time::{Duration, Instant};
 
@@ -34,6 +36,7 @@ use super::{
 use crate::domain::IdempotencyKey;
 use crate::domain::text::{self, Kind};
 
+pub(super) mod body;
 pub(super) mod client;
 mod list;
 mod wire;
@@ -261,14 +264,21 @@ impl HttpGateway {
         let call = resource.call();
         match read(sent).await {
             Ok(answer) => classify_create(resource, answer, started),
-            Err(Transport::NotSent(kind)) => ChargeOutcome::Deferred {
-                why: Deferral::NotSent,
-                retry_after: None,
-                evidence: evidence(call, None, kind, None, started),
-            },
-            Err(Transport::Unknown(kind)) => ChargeOutcome::Unknown {
-                evidence: evidence(call, None, kind, None, started),
-            },
+            Err(t) => {
+                let evidence = evidence(call, t.status(), t.kind(), t.detail(), started);
+                match t {
+                    Transport::NotSent(_) => ChargeOutcome::Deferred {
+                        why: Deferral::NotSent,
+                        retry_after: None,
+                        evidence,
+                    },
+                    // An answer too large to read came after the request
+                    // left: the gateway may have executed it.
+                    Transport::Unknown(_) | Transport::TooLarge { .. } => {
+                        ChargeOutcome::Unknown { evidence }
+                    }
+                }
+            }
         }
     }
 
@@ -282,14 +292,20 @@ impl HttpGateway {
             .await;
         match read(sent).await {
             Ok(answer) => classify_lookup(resource, answer, started),
-            Err(Transport::NotSent(kind)) => LookupOutcome::Deferred {
+            Err(t @ Transport::NotSent(_)) => LookupOutcome::Deferred {
                 why: Deferral::NotSent,
                 retry_after: None,
-                evidence: lookup_evidence(resource, None, kind, "not_sent", started),
+                evidence: lookup_evidence(resource, None, t.kind(), "not_sent", started),
             },
-            Err(Transport::Unknown(kind)) => LookupOutcome::Failed {
-                evidence: lookup_evidence(resource, None, kind, "failed", started),
-            },
+            Err(t @ (Transport::Unknown(_) | Transport::TooLarge { .. })) => {
+                LookupOutcome::Failed {
+                    evidence: Evidence {
+                        http_status: t.status(),
+                        detail: t.detail(),
+                        ..lookup_evidence(resource, None, t.kind(), "failed", started)
+                    },
+                }
+            }
         }
     }
 }

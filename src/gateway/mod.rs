@@ -8,7 +8,8 @@
 //! handshake, connect timeout), *not executed* (the gateway said so before
 //! executing: 429, or 503 with `Retry-After`), *unknown* (the request may
 //! have left and no definite answer came: a timeout, a reset connection, an
-//! EOF, another 5xx), or a definite answer.
+//! EOF, another 5xx, an answer too large to be a real one, which is never
+//! read), or a definite answer.
 //!
 //! Invariant: only the first two may be sent again without a lookup, and
 //! only with the same key; an unknown outcome is never a decline and never
@@ -48,7 +49,8 @@ pub struct Evidence {
     pub http_status: Option<u16>,
     /// `ok`, `declined`, `not_found`, `timeout`, `connect` (not sent),
     /// `connection_closed`, `http_5xx`, `http_4xx`, `throttled` and
-    /// `unavailable` (not executed), `bad_body`.
+    /// `unavailable` (not executed), `bad_body`, `answer_too_large` (an
+    /// answer past 1 MiB or a page past 8 MiB, never read).
     pub error_kind: String,
     /// The lookup's answer: `approved`, `declined`, `not_found`, `failed`.
     pub lookup_result: Option<String>,

@@ -6,7 +6,8 @@
 //!
 //! Invariant: all or nothing, as the charge listing: every page is read
 //! with Stripe's cursor (`starting_after` = the last id, while `has_more`),
-//! pages are bounded ([`PAGE`] objects, at most [`MAX_PAGES`]), a page that
+//! pages are bounded ([`PAGE`] objects of at most 8 MiB, at most
+//! [`MAX_PAGES`]), a page that
 //! does not move on fails the listing, and a 429 is its own error
 //! ([`SettleError::Throttled`]) so the run defers instead of judging a
 //! partial view. Texts from the gateway are bounded and checked: an id that
@@ -66,13 +67,21 @@ pub(crate) struct PageAnswer {
     pub body: Option<Value>,
 }
 
+/// Why a page request brought no page to read.
+pub(crate) enum PageError {
+    /// No answer: how the call failed (`connect`, `timeout`, …).
+    NoAnswer(String),
+    /// An answer past the page cap, in words ("a page larger than 8 MiB").
+    TooLarge(&'static str),
+}
+
 /// How an adapter sends one `GET` (its own client, auth and timeouts).
 pub(crate) trait PageSource: Sync {
     fn fetch<'a>(
         &'a self,
         path: &'a str,
         query: Vec<(String, String)>,
-    ) -> BoxFuture<'a, Result<PageAnswer, String>>;
+    ) -> BoxFuture<'a, Result<PageAnswer, PageError>>;
 }
 
 /// Reads the settlement of `[from, to)`. `server_filter`: the server
@@ -221,10 +230,13 @@ async fn all(
         if let Some(a) = &after {
             query.push(("starting_after".into(), a.clone()));
         }
-        let answer = src
-            .fetch(path, query)
-            .await
-            .map_err(|error_kind| SettleError::Transport { path, error_kind })?;
+        let answer = src.fetch(path, query).await.map_err(|e| match e {
+            PageError::NoAnswer(error_kind) => SettleError::Transport { path, error_kind },
+            PageError::TooLarge(what) => SettleError::BadPage {
+                path,
+                detail: what.into(),
+            },
+        })?;
         match answer.code {
             200 => {}
             429 => {

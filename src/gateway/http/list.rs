@@ -1,12 +1,14 @@
 //! The HTTP adapter's listing: `GET /v1/charges` and `GET /v1/refunds` with
 //! `from`, `to`, `limit` and `starting_after`, page after page until
 //! `has_more` is false; and the page source the settlement reader pages
-//! with (`GET /v1/balance_transactions`, `GET /v1/payouts`, bodies of at
-//! most 8 MiB).
+//! with (`GET /v1/balance_transactions`, `GET /v1/payouts`). Every page's
+//! body is read within [`Cap::PAGE`] (8 MiB): a larger one fails the
+//! listing.
 //!
 //! Invariant: every page goes through the same client (connect and request
 //! timeouts) as charges; the first page that fails fails the listing, and a
-//! page that does not move the cursor on is an error, never a loop. An item
+//! page that does not move the cursor on is an error, never a loop, as is
+//! a listing past [`MAX_PAGES`] (never a list cut short). An item
 //! whose id (or refunded charge id) cannot be stored as it is fails the
 //! listing as one without an id does; its other texts are escaped and
 //! bounded ([`crate::domain::text`]).
@@ -16,13 +18,18 @@ use futures::FutureExt;
 use futures::future::BoxFuture;
 use serde::Deserialize;
 
+use super::body::{self, Cap, Unread};
 use super::{HttpGateway, Resource, transport_kind};
 use crate::domain::text::{self, Kind};
-use crate::gateway::settlement::{PageAnswer, PageSource};
+use crate::gateway::settlement::{PageAnswer, PageError, PageSource};
 use crate::gateway::{GatewayRecord, ListError, Listed};
 
 /// Records asked for per page (the simulator's default; its maximum is 1000).
 pub(super) const PAGE_SIZE: usize = 100;
+/// A runaway listing stops here (a million records, as Stripe's does): a
+/// gateway that keeps saying `has_more` fails the listing instead of
+/// growing it without end.
+const MAX_PAGES: usize = 10_000;
 
 #[derive(Deserialize)]
 struct Page {
@@ -55,7 +62,7 @@ impl From<Listed> for Resource {
 }
 
 impl HttpGateway {
-    /// Every record of `[from, to)`, all pages.
+    /// Every record of `[from, to)`, all pages (at most [`MAX_PAGES`]).
     pub(super) async fn list_all(
         &self,
         kind: Listed,
@@ -64,7 +71,7 @@ impl HttpGateway {
     ) -> Result<Vec<GatewayRecord>, ListError> {
         let mut records: Vec<GatewayRecord> = Vec::new();
         let mut after: Option<String> = None;
-        loop {
+        for _ in 0..MAX_PAGES {
             let page = self.list_page(kind, from, to, after.as_deref()).await?;
             for item in page.data {
                 records.push(record(kind, item)?);
@@ -81,6 +88,14 @@ impl HttpGateway {
             }
             after = next;
         }
+        // Never the records read so far: a cut list would read as "missing
+        // at the gateway" to reconciliation.
+        Err(ListError::BadPage {
+            kind,
+            detail: format!(
+                "more than {MAX_PAGES} pages of {PAGE_SIZE}, and the gateway still says there are more"
+            ),
+        })
     }
 
     async fn list_page(
@@ -110,7 +125,13 @@ impl HttpGateway {
         if status != 200 {
             return Err(ListError::Status { kind, status });
         }
-        let bytes = resp.bytes().await.map_err(|e| transport(kind, e))?;
+        let bytes = body::read(resp, Cap::PAGE).await.map_err(|u| match u {
+            Unread::Broken(e) => transport(kind, e),
+            Unread::TooLarge(what) => ListError::BadPage {
+                kind,
+                detail: what.into(),
+            },
+        })?;
         serde_json::from_slice(&bytes).map_err(|e| ListError::BadPage {
             kind,
             detail: format!("unreadable page: {e}"),
@@ -165,15 +186,12 @@ fn record(kind: Listed, item: Item) -> Result<GatewayRecord, ListError> {
     })
 }
 
-/// The largest page body read from the gateway (bytes).
-const MAX_PAGE_BYTES: usize = 8 << 20;
-
 impl PageSource for HttpGateway {
     fn fetch<'a>(
         &'a self,
         path: &'a str,
         query: Vec<(String, String)>,
-    ) -> BoxFuture<'a, Result<PageAnswer, String>> {
+    ) -> BoxFuture<'a, Result<PageAnswer, PageError>> {
         async move {
             let resp = self
                 .client
@@ -181,26 +199,17 @@ impl PageSource for HttpGateway {
                 .query(&query)
                 .send()
                 .await
-                .map_err(|e| transport_kind(&e).to_owned())?;
+                .map_err(|e| PageError::NoAnswer(transport_kind(&e).to_owned()))?;
             let code = resp.status().as_u16();
             let retry_after = resp
                 .headers()
                 .get(reqwest::header::RETRY_AFTER)
                 .and_then(|v| v.to_str().ok())
                 .and_then(|v| super::retry_after(v, Utc::now()));
-            if resp
-                .content_length()
-                .is_some_and(|n| n > MAX_PAGE_BYTES as u64)
-            {
-                return Err("a page larger than 8 MiB".to_owned());
-            }
-            let bytes = resp
-                .bytes()
-                .await
-                .map_err(|e| transport_kind(&e).to_owned())?;
-            if bytes.len() > MAX_PAGE_BYTES {
-                return Err("a page larger than 8 MiB".to_owned());
-            }
+            let bytes = body::read(resp, Cap::PAGE).await.map_err(|u| match u {
+                Unread::Broken(e) => PageError::NoAnswer(transport_kind(&e).to_owned()),
+                Unread::TooLarge(what) => PageError::TooLarge(what),
+            })?;
             Ok(PageAnswer {
                 code,
                 retry_after,

@@ -1,13 +1,15 @@
 //! What came back over the wire, before it is classified: a response's
-//! status, `Retry-After`, `Location` and JSON body, or how a call that got
-//! no response failed (not sent, or unknown). Redirects are read, logged
-//! and never followed.
+//! status, `Retry-After`, `Location` and JSON body (read within
+//! [`body::Cap::ANSWER`]), or how a call that got no answer it could read
+//! failed (not sent, unknown, or an answer too large to read). Redirects
+//! are read, logged and never followed.
 
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use tracing::warn;
 
+use super::body::{self, Cap};
 use super::{Reply, shown_url};
 use crate::domain::text::{self, Kind};
 
@@ -20,12 +22,43 @@ pub(super) struct Answer {
     pub(super) reply: Option<Reply>,
 }
 
-/// A call that got no response, by what the gateway could have done.
+/// A call that got no answer it could read, by what the gateway could
+/// have done.
 pub(crate) enum Transport {
     /// Nothing was written (the connection was never made).
     NotSent(&'static str),
     /// The request may have left.
     Unknown(&'static str),
+    /// The status line (`status`) arrived, so the request certainly left,
+    /// but its body went past its cap ([`body`]) and was not read: `what`
+    /// says so in words. A send is unknown; a listing page fails.
+    TooLarge { status: u16, what: &'static str },
+}
+
+impl Transport {
+    /// The evidence's `error_kind`.
+    pub(crate) fn kind(&self) -> &'static str {
+        match self {
+            Transport::NotSent(kind) | Transport::Unknown(kind) => kind,
+            Transport::TooLarge { .. } => "answer_too_large",
+        }
+    }
+
+    /// The HTTP status, when one arrived.
+    pub(crate) fn status(&self) -> Option<u16> {
+        match self {
+            Transport::NotSent(_) | Transport::Unknown(_) => None,
+            Transport::TooLarge { status, .. } => Some(*status),
+        }
+    }
+
+    /// What happened, in words, when there is more to say than the kind.
+    pub(crate) fn detail(&self) -> Option<String> {
+        match self {
+            Transport::NotSent(_) | Transport::Unknown(_) => None,
+            Transport::TooLarge { what, .. } => Some((*what).to_owned()),
+        }
+    }
 }
 
 /// The gateway said it did not execute the request: a 429, or a 503 that
@@ -107,10 +140,9 @@ pub(super) async fn read(
     let resp = sent.map_err(|e| transport(&e))?;
     let (code, retry_after, location) = head(&resp);
     // The status line and headers arrived; a body cut short is unknown.
-    let bytes = resp
-        .bytes()
+    let bytes = body::read(resp, Cap::ANSWER)
         .await
-        .map_err(|e| Transport::Unknown(unknown_kind(&e)))?;
+        .map_err(|u| u.after(code))?;
     Ok(Answer {
         code,
         retry_after,
@@ -125,25 +157,22 @@ pub(super) async fn read(
 /// before any byte of the request is written: not sent. Anything after it
 /// (a reused connection that dies, a request timeout) may have left.
 pub(crate) fn transport(e: &reqwest::Error) -> Transport {
-    if e.is_connect() {
-        Transport::NotSent(if e.is_timeout() {
-            "connect_timeout"
-        } else {
-            "connect"
-        })
-    } else {
-        Transport::Unknown(unknown_kind(e))
+    match e.is_connect() {
+        true => Transport::NotSent(transport_kind(e)),
+        false => Transport::Unknown(transport_kind(e)),
     }
 }
 
 /// The evidence's `error_kind` of a call that got no response.
 pub(crate) fn transport_kind(e: &reqwest::Error) -> &'static str {
-    match transport(e) {
-        Transport::NotSent(kind) | Transport::Unknown(kind) => kind,
+    match (e.is_connect(), e.is_timeout()) {
+        (true, true) => "connect_timeout",
+        (true, false) => "connect",
+        (false, _) => unknown_kind(e),
     }
 }
 
-fn unknown_kind(e: &reqwest::Error) -> &'static str {
+pub(super) fn unknown_kind(e: &reqwest::Error) -> &'static str {
     if e.is_timeout() {
         "timeout"
     } else {

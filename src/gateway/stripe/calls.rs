@@ -25,10 +25,15 @@ pub(super) enum Refusal {
     NotNow,
     /// The key is in use with other parameters.
     Idempotency,
-    /// 402: the card was declined.
+    /// 402 with Stripe's error object: the card was declined.
     Card(StripeError),
-    /// Another 4xx: the request itself was refused.
-    Invalid(Option<StripeError>),
+    /// Another 4xx with Stripe's error object: the request itself was
+    /// refused.
+    Invalid(StripeError),
+    /// A 4xx (402 included) without Stripe's error object: a proxy, a load
+    /// balancer or a firewall may have answered it (a 408, 413 or 425, a
+    /// bare 404), not Stripe, so what Stripe did is not known.
+    NotFromStripe,
     /// 409: a request with the same key is still running.
     Conflict,
     /// 5xx without `Retry-After`, or anything else.
@@ -46,14 +51,29 @@ pub(super) fn refusal(call: &str, a: &Answer) -> Refusal {
     if a.code != 409 && classify::is_idempotency_error(err.as_ref()) {
         return Refusal::Idempotency;
     }
-    match (a.code, a.retry_after) {
-        (401 | 403, _) => Refusal::Auth,
-        (429, _) | (503, Some(_)) => Refusal::NotNow,
-        (402, _) => Refusal::Card(err.unwrap_or_default()),
-        (409, _) => Refusal::Conflict,
-        (400..=499, _) => Refusal::Invalid(err),
+    match (a.code, a.retry_after, err) {
+        (401 | 403, _, _) => Refusal::Auth,
+        (429, _, _) | (503, Some(_), _) => Refusal::NotNow,
+        (409, _, _) => Refusal::Conflict,
+        (402, _, Some(e)) => Refusal::Card(e),
+        (400..=499, _, Some(e)) => Refusal::Invalid(e),
+        (400..=499, _, None) => Refusal::NotFromStripe,
         _ => Refusal::Server,
     }
+}
+
+/// The evidence of a [`Refusal::NotFromStripe`].
+pub(super) fn not_from_stripe(call: &str, a: &Answer, started: Instant) -> Evidence {
+    evidence(
+        call,
+        Some(a.code),
+        "http_4xx_unexpected",
+        Some(format!(
+            "HTTP {} without Stripe's error object: a proxy or load balancer may have answered; what Stripe did is not known",
+            a.code
+        )),
+        started,
+    )
 }
 
 pub(super) fn detail_of(a: &Answer) -> Option<String> {
@@ -166,8 +186,8 @@ impl StripeGateway {
                     evidence: ev(k, None, None),
                 });
             }
-            Err(Transport::Unknown(k)) => {
-                return Prepared::Failed(unanswered_create(ev(k, None, None)));
+            Err(t @ (Transport::Unknown(_) | Transport::TooLarge { .. })) => {
+                return Prepared::Failed(unanswered_create(ev(t.kind(), t.status(), t.detail())));
             }
         };
         if a.code == 200 {
@@ -207,13 +227,12 @@ impl StripeGateway {
             Refusal::Card(e) => card_declined(&e, None, ev("declined", Some(a.code), None)),
             // Refused as a request: the PaymentIntent does not exist.
             Refusal::Invalid(e) => ChargeOutcome::Declined {
-                code: e
-                    .as_ref()
-                    .and_then(|e| e.code.clone())
-                    .unwrap_or_else(|| format!("http_{}", a.code)),
+                code: e.code.clone().unwrap_or_else(|| format!("http_{}", a.code)),
                 charge_id: None,
-                evidence: ev("http_4xx", Some(a.code), e.as_ref().map(classify::codes)),
+                evidence: ev("http_4xx", Some(a.code), Some(classify::codes(&e))),
             },
+            // Stripe may have created it: made again later, same key.
+            Refusal::NotFromStripe => unanswered_create(not_from_stripe("create", &a, started)),
             Refusal::Conflict | Refusal::Server => {
                 unanswered_create(ev("http_5xx_or_409", Some(a.code), detail_of(&a)))
             }
@@ -280,8 +299,14 @@ impl StripeGateway {
                 evidence: ev("idempotency_error", Some(a.code), detail_of(&a)),
             },
             Refusal::Card(e) => card_declined(&e, Some(pi), ev("declined", Some(a.code), None)),
+            // Stripe may have run the confirm, or never seen it: looked up
+            // on the schedule; still unconfirmed, confirmed again.
+            Refusal::NotFromStripe => ChargeOutcome::Unknown {
+                evidence: not_from_stripe("charge", &a, started),
+            },
             // Already confirmed (`payment_intent_unexpected_state`), or a
-            // server's bare 400: never "create another"; read it now.
+            // server's 400 without a code (localstripe's "Bad request"):
+            // never "create another"; read it now.
             Refusal::Invalid(_) | Refusal::Conflict => {
                 let refused = detail_of(&a);
                 let found = self.intent(pi, call.key, false).await;
@@ -384,24 +409,23 @@ fn unanswered_create(evidence: Evidence) -> ChargeOutcome {
     }
 }
 
-/// A send (a confirm, a refund) that got no response: not sent when the
-/// connection was never made, unknown otherwise. `ev` is the call's
-/// evidence; its kind becomes the transport's.
+/// A send (a confirm, a refund) that got no answer it could read: not sent
+/// when the connection was never made, unknown otherwise (an answer too
+/// large to read came after the request left). `ev` is the call's
+/// evidence; its kind, status and detail become the transport's.
 pub(super) fn unanswered_send(t: Transport, ev: Evidence) -> ChargeOutcome {
+    let evidence = Evidence {
+        error_kind: t.kind().into(),
+        http_status: t.status(),
+        detail: t.detail(),
+        ..ev
+    };
     match t {
-        Transport::NotSent(kind) => ChargeOutcome::Deferred {
+        Transport::NotSent(_) => ChargeOutcome::Deferred {
             why: Deferral::NotSent,
             retry_after: None,
-            evidence: Evidence {
-                error_kind: kind.into(),
-                ..ev
-            },
+            evidence,
         },
-        Transport::Unknown(kind) => ChargeOutcome::Unknown {
-            evidence: Evidence {
-                error_kind: kind.into(),
-                ..ev
-            },
-        },
+        Transport::Unknown(_) | Transport::TooLarge { .. } => ChargeOutcome::Unknown { evidence },
     }
 }

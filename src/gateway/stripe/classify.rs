@@ -287,10 +287,14 @@ pub(super) fn codes(err: &StripeError) -> String {
     out.join(" ")
 }
 
-/// `{"error": {…}}` out of a body, if it is one.
+/// Stripe's error object out of a body, if it is one: `{"error": {…}}`
+/// with a `type`, which Stripe (and localstripe) always sends. An `error`
+/// without one is someone else's (a proxy's, a load balancer's), never
+/// read as Stripe's word.
 pub(super) fn error_of(body: Option<&Value>) -> Option<StripeError> {
     serde_json::from_value::<StripeError>(body?.get("error")?.clone())
         .ok()
+        .filter(|e| e.kind.is_some())
         .map(StripeError::tidied)
 }
 

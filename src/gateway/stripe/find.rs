@@ -88,7 +88,7 @@ impl StripeGateway {
             ),
             ("limit".to_owned(), SEARCH_LIMIT.to_owned()),
         ];
-        let a = match self.get("/v1/payment_intents/search", &query).await {
+        let a = match self.get_page("/v1/payment_intents/search", &query).await {
             Ok(a) => a,
             Err(t) => return Some(Found::NoAnswer(transport_failed(t, &ev))),
         };
@@ -214,8 +214,9 @@ impl StripeGateway {
 pub(super) type EvidenceOf<'a> =
     dyn Fn(&str, Option<u16>, &str, Option<String>) -> crate::gateway::Evidence + 'a;
 
-/// A lookup request that got no HTTP answer: not sent (deferred, no check)
-/// or unknown (failed).
+/// A lookup request that got no HTTP answer it could read: not sent
+/// (deferred, no check) or unknown, or an answer too large to read
+/// (failed).
 pub(super) fn transport_failed(t: Transport, ev: &EvidenceOf) -> LookupOutcome {
     match t {
         Transport::NotSent(k) => LookupOutcome::Deferred {
@@ -223,8 +224,8 @@ pub(super) fn transport_failed(t: Transport, ev: &EvidenceOf) -> LookupOutcome {
             retry_after: None,
             evidence: ev(k, None, "not_sent", None),
         },
-        Transport::Unknown(k) => LookupOutcome::Failed {
-            evidence: ev(k, None, "failed", None),
+        Transport::Unknown(_) | Transport::TooLarge { .. } => LookupOutcome::Failed {
+            evidence: ev(t.kind(), t.status(), "failed", t.detail()),
         },
     }
 }

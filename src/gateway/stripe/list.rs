@@ -67,11 +67,15 @@ impl StripeGateway {
             if let Some(a) = &after {
                 query.push(("starting_after".into(), a.clone()));
             }
-            let answer = self.get(path, &query).await.map_err(|t| {
-                Walk::Failed(ListError::Transport {
-                    kind,
-                    error_kind: match t {
-                        Transport::NotSent(k) | Transport::Unknown(k) => k.into(),
+            let answer = self.get_page(path, &query).await.map_err(|t| {
+                Walk::Failed(match t {
+                    Transport::NotSent(k) | Transport::Unknown(k) => ListError::Transport {
+                        kind,
+                        error_kind: k.into(),
+                    },
+                    Transport::TooLarge { what, .. } => ListError::BadPage {
+                        kind,
+                        detail: what.into(),
                     },
                 })
             })?;

@@ -139,8 +139,8 @@ impl StripeGateway {
             Ok(a) => LookupOutcome::Failed {
                 evidence: ev("cancel_refused", Some(a.code), "failed", detail_of(&a)),
             },
-            Err(Transport::NotSent(k) | Transport::Unknown(k)) => LookupOutcome::Failed {
-                evidence: ev(k, None, "failed", None),
+            Err(t) => LookupOutcome::Failed {
+                evidence: ev(t.kind(), t.status(), "failed", t.detail()),
             },
         }
     }
@@ -209,9 +209,14 @@ impl StripeGateway {
                 retry_after: None,
                 evidence: ev(k, None, "not_sent"),
             },
-            Err(Transport::Unknown(k)) => LookupOutcome::Failed {
-                evidence: ev(k, None, "failed"),
-            },
+            Err(t @ (Transport::Unknown(_) | Transport::TooLarge { .. })) => {
+                LookupOutcome::Failed {
+                    evidence: Evidence {
+                        detail: t.detail(),
+                        ..ev(t.kind(), t.status(), "failed")
+                    },
+                }
+            }
         }
     }
 }

@@ -15,14 +15,21 @@
 //!    which can succeed at most once), or still processing.
 //!
 //! Invariant: nothing but the recorded PaymentIntent is ever confirmed; a
-//! 400 to a confirm (`payment_intent_unexpected_state`, or a server's bare
-//! "Bad request") means "look it up", never "create another"; a 401/403 is
+//! 400 to a confirm (`payment_intent_unexpected_state`, or a server's
+//! "Bad request" without a code) means "look it up", never "create
+//! another"; a 4xx is a decline or a refusal only when it carries Stripe's
+//! error object (with its `type`): one without (a proxy's 408, 413 or 425,
+//! a bare 404) says nothing of what Stripe did, so a create is made again
+//! (same key), and a confirm or refund is unknown; a 401/403 is
 //! a configuration fault (not executed, counted by the breaker, logged as
 //! an error), never a decline; a redirect is never followed (a 301, 302,
 //! 307 or 308 to a create, confirm or refund was not executed there; any
 //! other 3xx is unknown; a redirected lookup failed), counted by the breaker
-//! like a 401/403; `idempotency_error` goes to finance. The secret key is sent in the `Authorization` header only and is never in a
-//! log, an error or `Debug`.
+//! like a 401/403; `idempotency_error` goes to finance. Every answer is read
+//! within a cap (1 MiB an object, 8 MiB a list's page): one past it is
+//! never read, so a create charged nothing, a confirm or refund is unknown,
+//! a lookup failed and a listing failed. The secret key is sent in the
+//! `Authorization` header only and is never in a log, an error or `Debug`.
 
 mod calls;
 mod classify;
@@ -57,7 +64,9 @@ use futures::FutureExt;
 use futures::future::BoxFuture;
 use serde_json::Value;
 
+use super::http::body::{self, Cap};
 use super::http::{Transport, client, transport};
+use super::settlement::PageError;
 use super::{
     ChargeCall, ChargeOutcome, Evidence, Gateway, GatewayConfigError, GatewayRecord, ListError,
     Listed, LookupCall, LookupOutcome, Prepared, RefundCall,
@@ -173,11 +182,25 @@ impl StripeGateway {
             .form(form)
             .send()
             .await;
-        read(sent).await
+        read(sent, Cap::ANSWER).await
     }
 
-    /// `GET {base}{path}?query`.
+    /// `GET {base}{path}?query` of one object.
     async fn get(&self, path: &str, query: &[(String, String)]) -> Result<Answer, Transport> {
+        self.get_within(path, query, Cap::ANSWER).await
+    }
+
+    /// `GET {base}{path}?query` of a list's page (a larger [`Cap`]).
+    async fn get_page(&self, path: &str, query: &[(String, String)]) -> Result<Answer, Transport> {
+        self.get_within(path, query, Cap::PAGE).await
+    }
+
+    async fn get_within(
+        &self,
+        path: &str,
+        query: &[(String, String)],
+        cap: Cap,
+    ) -> Result<Answer, Transport> {
         let sent = self
             .client
             .get(format!("{}{path}", self.base))
@@ -186,7 +209,7 @@ impl StripeGateway {
             .query(query)
             .send()
             .await;
-        read(sent).await
+        read(sent, cap).await
     }
 }
 
@@ -198,17 +221,15 @@ pub(super) struct Answer {
     body: Option<Value>,
 }
 
-async fn read(sent: Result<reqwest::Response, reqwest::Error>) -> Result<Answer, Transport> {
+/// Reads an answer whose body is at most `cap`.
+async fn read(
+    sent: Result<reqwest::Response, reqwest::Error>,
+    cap: Cap,
+) -> Result<Answer, Transport> {
     let resp = sent.map_err(|e| transport(&e))?;
     let (code, retry_after, location) = super::http::head(&resp);
-    let bytes = resp
-        .bytes()
-        .await
-        .map_err(|e| transport(&e))
-        .map_err(|t| match t {
-            // The status line arrived: the request certainly left.
-            Transport::NotSent(k) | Transport::Unknown(k) => Transport::Unknown(k),
-        })?;
+    // The status line arrived: the request certainly left.
+    let bytes = body::read(resp, cap).await.map_err(|u| u.after(code))?;
     Ok(Answer {
         code,
         retry_after,
@@ -302,10 +323,11 @@ impl crate::gateway::settlement::PageSource for StripeGateway {
         &'a self,
         path: &'a str,
         query: Vec<(String, String)>,
-    ) -> BoxFuture<'a, Result<crate::gateway::settlement::PageAnswer, String>> {
+    ) -> BoxFuture<'a, Result<crate::gateway::settlement::PageAnswer, PageError>> {
         async move {
-            let answer = self.get(path, &query).await.map_err(|t| match t {
-                Transport::NotSent(k) | Transport::Unknown(k) => k.to_owned(),
+            let answer = self.get_page(path, &query).await.map_err(|t| match t {
+                Transport::NotSent(k) | Transport::Unknown(k) => PageError::NoAnswer(k.to_owned()),
+                Transport::TooLarge { what, .. } => PageError::TooLarge(what),
             })?;
             Ok(crate::gateway::settlement::PageAnswer {
                 code: answer.code,

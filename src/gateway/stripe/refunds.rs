@@ -5,7 +5,8 @@
 use std::time::Instant;
 
 use super::calls::{
-    Refusal, auth_refused, detail_of, not_now, parse, redirected, refusal, unanswered_send,
+    Refusal, auth_refused, detail_of, not_from_stripe, not_now, parse, redirected, refusal,
+    unanswered_send,
 };
 use super::classify::{self, META_KEY, META_ORDER, Object};
 use super::list::Walk;
@@ -48,15 +49,14 @@ impl StripeGateway {
             Refusal::Idempotency => ChargeOutcome::Refused {
                 evidence: ev("idempotency_error", Some(a.code), detail_of(&a)),
             },
-            Refusal::Card(e) | Refusal::Invalid(Some(e)) => ChargeOutcome::Declined {
+            Refusal::Card(e) | Refusal::Invalid(e) => ChargeOutcome::Declined {
                 code: e.code.clone().unwrap_or_else(|| format!("http_{}", a.code)),
                 charge_id: None,
                 evidence: ev("http_4xx", Some(a.code), Some(classify::codes(&e))),
             },
-            Refusal::Invalid(None) => ChargeOutcome::Declined {
-                code: format!("http_{}", a.code),
-                charge_id: None,
-                evidence: ev("http_4xx", Some(a.code), None),
+            // Not Stripe's word: the refund may exist; looked up by its key.
+            Refusal::NotFromStripe => ChargeOutcome::Unknown {
+                evidence: not_from_stripe("refund", &a, started),
             },
             Refusal::Conflict | Refusal::Server => ChargeOutcome::Unknown {
                 evidence: ev("http_5xx_or_409", Some(a.code), detail_of(&a)),

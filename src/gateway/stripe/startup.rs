@@ -44,6 +44,12 @@ impl StripeGateway {
                 KeyCheck::Refused(answer.code)
             }
             Ok(_) => KeyCheck::Accepted,
+            // An answer arrived, too large to read: only its status counts.
+            Err(Transport::TooLarge {
+                status: code @ (401 | 403),
+                ..
+            }) => KeyCheck::Refused(code),
+            Err(Transport::TooLarge { .. }) => KeyCheck::Accepted,
             Err(Transport::NotSent(why) | Transport::Unknown(why)) => KeyCheck::Unreachable(why),
         }
     }

@@ -1,9 +1,11 @@
 //! The HTTP adapter's listing against a real simulator on 127.0.0.1: every
 //! page walked, the window half-open, refunds with their charge, and a
-//! failed listing an error (never an empty list).
+//! failed listing an error (never an empty list); and against a gateway
+//! whose pages never end, an error at the page cap (never a list cut
+//! short).
 //!
-//! Invariant: each test starts its own simulator and talks to it only over
-//! HTTP (the adapter, or reqwest for `/control/*` and `/ledger`).
+//! Invariant: each test starts its own simulator or server and talks to it
+//! only over HTTP (the adapter, or reqwest for `/control/*` and `/ledger`).
 
 use chrono::{DateTime, TimeDelta, Utc};
 
@@ -140,6 +142,49 @@ async fn a_failed_listing_is_an_error_never_an_empty_list() -> TestResult {
             }
         ),
         "{err:?}"
+    );
+    Ok(())
+}
+
+/// A gateway on 127.0.0.1 whose listing never ends: every page holds one
+/// new charge and says `has_more`. Counts the pages it served.
+async fn endless_listing() -> TestResult<(String, std::sync::Arc<std::sync::atomic::AtomicUsize>)> {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let pages = Arc::new(AtomicUsize::new(0));
+    let served = pages.clone();
+    let app = axum::Router::new().fallback(move || {
+        let n = served.fetch_add(1, Ordering::SeqCst);
+        async move {
+            axum::Json(serde_json::json!({"has_more": true, "data": [{
+                "charge_id": format!("ch_{n}"), "idempotency_key": format!("k{n}"),
+                "order_id": "o", "amount_minor": 1, "currency": "EUR",
+                "status": "approved", "at": "2026-11-30T12:00:00Z"}]}))
+        }
+    });
+    let listener = TcpListener::bind("127.0.0.1:0").await?;
+    let url = format!("http://{}", listener.local_addr()?);
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    Ok((url, pages))
+}
+
+#[tokio::test]
+async fn a_listing_that_never_ends_fails_at_the_page_cap_never_cut_short() -> TestResult {
+    let (url, pages) = endless_listing().await?;
+    let gw = gateway_at(&url)?;
+    let (from, to) = (Utc::now() - TimeDelta::hours(1), Utc::now());
+    let listed = tokio::time::timeout(Duration::from_secs(120), gw.list(Listed::Charges, from, to))
+        .await
+        .map_err(|_| "the listing is still paging after 2 minutes: it has no bound")?;
+    let err = listed.unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "listing charges failed: more than 10000 pages of 100, and the gateway still says there are more"
+    );
+    assert_eq!(
+        pages.load(std::sync::atomic::Ordering::SeqCst),
+        10_000,
+        "not a page more"
     );
     Ok(())
 }

@@ -3,7 +3,9 @@
 //! the evidence naming the call), `failures.rs` (every failure by what the
 //! gateway could have done: a refused connection, a 429 or a 503 with
 //! `Retry-After`, a bare 503, a redirect), `strangers.rs` (a gateway's
-//! words and ids stored bounded and NUL-free, or not taken at all). This
+//! words and ids stored bounded and NUL-free, or not taken at all),
+//! `oversized.rs` (an answer or a page too large to be a real one is never
+//! read). This
 //! file holds what they share: the simulator each test starts, the
 //! adapter pointed at it or at any URL, and the calls they make.
 //!
@@ -13,6 +15,7 @@
 
 mod failures;
 mod listing;
+pub(super) mod oversized;
 mod refunds;
 mod strangers;
 

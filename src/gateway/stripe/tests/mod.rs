@@ -8,11 +8,15 @@
 //! how their answers and lookups read), `untrusted.rs` (Stripe's words and
 //! ids stored bounded or not taken, a redirect never followed),
 //! `listings.rs` (the `created` window, paging, a page that fails whole),
-//! `startup.rs` (the probe and the secret key). This file holds the
-//! scripted server and the calls they make.
+//! `oversized.rs` (an answer or a page too large to be a real one is never
+//! read), `proxies.rs` (a 4xx without Stripe's error object is not
+//! Stripe's word), `startup.rs` (the probe and the secret key). This file
+//! holds the scripted server and the calls they make.
 
 mod charges;
 mod listings;
+mod oversized;
+mod proxies;
 mod startup;
 mod untrusted;
 

@@ -1,0 +1,197 @@
+//! A 4xx from something in front of Stripe (a proxy's or load balancer's
+//! 408 with an empty body) is not Stripe's answer, through the real engine
+//! and store on both backends: to the create, the charge goes back to
+//! `PENDIENTE` (an unconfirmed PaymentIntent moved no money; it is created
+//! again with the same key), never `RECHAZADO`; to the confirm, it is
+//! `DESCONOCIDO`, looked up, found still unconfirmed and confirmed again
+//! (the same PaymentIntent), so it ends `APROBADO`, never in finance's
+//! queue on a guess.
+//!
+//! The gateway is a real HTTP server on 127.0.0.1: Stripe's shapes, with
+//! the proxy's 408 where the scenario puts it.
+
+#[macro_use]
+mod common;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::http::{Method, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use cobro::backoff::CheckSchedule;
+use cobro::domain::ChargeRequest;
+use cobro::gateway::stripe::{FindConfig, SecretKey};
+use cobro::gateway::{StripeConfig, StripeGateway};
+use cobro::state::State;
+use common::*;
+use serde_json::json;
+
+on_both_backends!(
+    a_proxys_408_to_the_create_puts_the_charge_back_and_never_declines_it,
+    a_proxys_408_to_the_confirm_is_looked_up_and_confirmed_again_never_sent_to_finance,
+);
+
+/// What the server has seen and what it answers next.
+#[derive(Default)]
+struct Stripe {
+    /// The proxy answers this many confirms 408 (an empty body) first.
+    lost_confirms: usize,
+    confirms: usize,
+    /// A confirm got through: the PaymentIntent succeeded.
+    succeeded: bool,
+    /// Every request, as `METHOD /path`.
+    seen: Vec<String>,
+}
+
+type Shared = Arc<Mutex<Stripe>>;
+
+/// A proxy's answer: 408 with nothing in it.
+fn proxy_408() -> Response {
+    StatusCode::REQUEST_TIMEOUT.into_response()
+}
+
+fn pi(status: &str) -> Response {
+    axum::Json(json!({"id": "pi_proxied", "object": "payment_intent", "status": status,
+                      "amount": 1999, "currency": "usd", "created": chrono::Utc::now().timestamp()}))
+    .into_response()
+}
+
+/// Stripe behind a proxy on 127.0.0.1; `create_lost`: the proxy answers
+/// every create 408.
+async fn stripe(create_lost: bool, lost_confirms: usize) -> (String, Shared) {
+    let s: Shared = Arc::new(Mutex::new(Stripe {
+        lost_confirms,
+        ..Stripe::default()
+    }));
+    let state = s.clone();
+    let app = axum::Router::new().fallback(move |method: Method, uri: Uri| {
+        let s = state.clone();
+        async move {
+            let mut s = s.lock().unwrap();
+            s.seen.push(format!("{method} {}", uri.path()));
+            match (method, uri.path()) {
+                (Method::POST, "/v1/payment_intents") if create_lost => proxy_408(),
+                (Method::POST, "/v1/payment_intents") => pi("requires_confirmation"),
+                (Method::POST, "/v1/payment_intents/pi_proxied/confirm") => {
+                    s.confirms += 1;
+                    if s.confirms <= s.lost_confirms {
+                        return proxy_408();
+                    }
+                    s.succeeded = true;
+                    pi("succeeded")
+                }
+                (Method::GET, "/v1/payment_intents/pi_proxied") if s.succeeded => pi("succeeded"),
+                (Method::GET, "/v1/payment_intents/pi_proxied") => pi("requires_confirmation"),
+                _ => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
+            }
+        }
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (url, s)
+}
+
+/// An engine on Stripe at `api_base`, checking at a tenth of the usual
+/// 2-4-8-16-32 s.
+fn engine(db: &TestDb, api_base: &str) -> cobro::engine::Engine {
+    let gw = StripeGateway::new(StripeConfig {
+        api_base: api_base.into(),
+        secret_key: SecretKey::new("sk_test_proxied_0123"),
+        connect_timeout: Duration::from_millis(500),
+        request_timeout: Duration::from_secs(2),
+        ca_file: None,
+        off_session_retries: false,
+        created_filter: true,
+        find: FindConfig::default(),
+    })
+    .unwrap();
+    cobro::engine::Engine::new(
+        db.store.clone(),
+        Arc::new(gw),
+        engine_config("proxied", CheckSchedule::default().scaled(0.1)),
+    )
+}
+
+async fn enqueue(db: &TestDb, order: &str) -> uuid::Uuid {
+    let req = ChargeRequest::parse(order, 1_999, "USD", None, Some("pm_card_visa")).unwrap();
+    db.store.enqueue(&req).await.unwrap().attempt_id
+}
+
+async fn a_proxys_408_to_the_create_puts_the_charge_back_and_never_declines_it(b: Backend) {
+    init_logs();
+    let db = TestDb::new(b).await;
+    let (url, seen) = stripe(true, 0).await;
+    let id = enqueue(&db, "proxied-create").await;
+
+    engine(&db, &url).process(id).await.unwrap();
+
+    let (a, _) = db.store.load(id).await.unwrap();
+    assert_eq!(a.state, State::Pendiente, "created again later, same key");
+    assert_eq!(a.decline_code, None);
+    let p = path(&db.store, id).await;
+    assert!(
+        p.iter().all(|s| s == "PENDIENTE" || s == "EN_PROCESO"),
+        "{p:?}"
+    );
+    assert!(
+        causes(&db.store, id)
+            .await
+            .iter()
+            .any(|c| c == "gateway_create_unanswered"),
+        "{p:?}"
+    );
+    let ev = a.last_evidence.unwrap_or_default();
+    assert_eq!(ev["http_status"], 408, "{ev}");
+    assert_eq!(ev["error_kind"], "http_4xx_unexpected", "{ev}");
+    let seen = seen.lock().unwrap().seen.clone();
+    assert!(
+        seen.iter().all(|r| r == "POST /v1/payment_intents"),
+        "nothing but creates: {seen:?}"
+    );
+    db.drop_db().await;
+}
+
+async fn a_proxys_408_to_the_confirm_is_looked_up_and_confirmed_again_never_sent_to_finance(
+    b: Backend,
+) {
+    init_logs();
+    let db = TestDb::new(b).await;
+    let (url, seen) = stripe(false, 1).await;
+    let id = enqueue(&db, "proxied-confirm").await;
+    let e = engine(&db, &url);
+
+    let a = eventually(Duration::from_secs(10), "the charge to settle", || async {
+        e.process(id).await.unwrap();
+        let (a, _) = db.store.load(id).await.unwrap();
+        (a.state != State::Desconocido && a.state != State::Pendiente).then_some(a)
+    })
+    .await;
+    assert_eq!(a.state, State::Aprobado);
+    assert_eq!(a.gateway_charge_id.as_deref(), Some("pi_proxied"));
+    let p = path(&db.store, id).await;
+    assert!(
+        p.iter().any(|s| s == "DESCONOCIDO"),
+        "in doubt first: {p:?}"
+    );
+    assert!(
+        !p.iter().any(|s| s == "EN_REVISION" || s == "RECHAZADO"),
+        "{p:?}"
+    );
+    let seen = seen.lock().unwrap().seen.clone();
+    assert_eq!(
+        seen.iter()
+            .filter(|r| *r == "POST /v1/payment_intents")
+            .count(),
+        1,
+        "one PaymentIntent, confirmed again: {seen:?}"
+    );
+    assert_eq!(
+        seen.iter()
+            .filter(|r| *r == "POST /v1/payment_intents/pi_proxied/confirm")
+            .count(),
+        2,
+        "{seen:?}"
+    );
+    db.drop_db().await;
+}
