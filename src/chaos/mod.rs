@@ -37,7 +37,7 @@ use tracing::{info, warn};
 
 use crate::store::Store;
 
-#[derive(Debug, Clone, Args)]
+#[derive(Clone, Args)]
 pub struct ChaosArgs {
     /// A PostgreSQL URL of a role that may create databases; the soak runs
     /// in a fresh database `cobro_chaos_<seed>` and drops it when it passes.
@@ -436,4 +436,18 @@ pub async fn run(args: &ChaosArgs) -> Result<Outcome> {
         gateway,
         report,
     })
+}
+
+/// By hand: `admin_url` may hold a password.
+impl std::fmt::Debug for ChaosArgs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ChaosArgs")
+            .field("admin_url", &"<redacted>")
+            .field("orders", &self.orders)
+            .field("workers", &self.workers)
+            .field("kills", &self.kills)
+            .field("pg_restarts", &self.pg_restarts)
+            .field("seed", &self.seed)
+            .finish_non_exhaustive()
+    }
 }

@@ -164,3 +164,47 @@ fn the_pages_name_every_setting_and_command() {
         }
     }
 }
+
+/// The parsed arguments of the commands that take a database URL, a
+/// role's URL or a signing secret show none of it in `Debug`.
+#[test]
+fn no_parsed_command_shows_a_secret_in_debug() {
+    use clap::Parser;
+    let url = "postgres://user:s3cret@db.internal/cobro";
+    let shown = |args: &[&str]| -> String {
+        let cli = crate::Cli::try_parse_from(args).expect("the command parses");
+        match cli.command {
+            crate::Command::Reconcile(c) => format!("{c:?}"),
+            crate::Command::Chaos(c) => format!("{c:?}"),
+            crate::Command::GatewaySim(c) => format!("{c:?}"),
+            _ => unreachable!("a command this test does not read"),
+        }
+    };
+    for args in [
+        &[
+            "cobro",
+            "reconcile",
+            "--database-url",
+            url,
+            "--from",
+            "2026-01-01",
+            "--to",
+            "2026-01-02",
+        ][..],
+        &["cobro", "chaos", "--admin-url", url][..],
+        &[
+            "cobro",
+            "gateway-sim",
+            "--webhook-url",
+            "http://127.0.0.1:1/",
+            "--webhook-secret",
+            "whsec_s3cret",
+        ][..],
+    ] {
+        let debug = shown(args);
+        assert!(
+            !debug.contains("s3cret") && debug.contains("redacted"),
+            "{args:?}: {debug}"
+        );
+    }
+}

@@ -41,7 +41,7 @@ use crate::store::Store;
 /// The naive client's attempts per order (the lesson's module-3 retry).
 pub const NAIVE_MAX_ATTEMPTS: u32 = 4;
 
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct DemoOptions {
     pub orders: usize,
     /// Probability that the gateway's response is lost after it charged.
@@ -460,5 +460,22 @@ pub(crate) fn percent_of(part: i128, whole: i128) -> f64 {
         part as f64 * 100.0 / whole as f64
     } else {
         0.0
+    }
+}
+
+/// By hand: `database_url` may hold a password.
+impl std::fmt::Debug for DemoOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DemoOptions")
+            .field("orders", &self.orders)
+            .field("loss", &self.loss)
+            .field("seed", &self.seed)
+            .field("workers", &self.workers)
+            .field(
+                "database_url",
+                &self.database_url.as_ref().map(|_| "<redacted>"),
+            )
+            .field("gateway", &self.gateway)
+            .finish_non_exhaustive()
     }
 }

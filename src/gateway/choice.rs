@@ -264,6 +264,20 @@ mod tests {
             "sk_test_supersecretvalue",
         ]);
         assert!(!format!("{:?}", cli.g).contains("supersecret"));
+        // A key of a shape Stripe does not make (a typo) shows nothing of
+        // itself either.
+        for odd in [
+            "sklive_supersecretvalue",
+            "sk-live-supersecretvalue",
+            "supersecret",
+        ] {
+            let cli = Cli::parse_from(["x", "--gateway", "stripe", "--stripe-secret-key", odd]);
+            let shown = format!("{:?}", cli.g);
+            assert!(
+                !shown.contains("supersecret") && shown.contains("redacted"),
+                "{shown}"
+            );
+        }
         let http = HttpGatewayConfig {
             base_url: "http://127.0.0.1:1".into(),
             connect_timeout: std::time::Duration::from_secs(1),

@@ -22,7 +22,7 @@ fn when(s: &str) -> Result<DateTime<Utc>, String> {
 /// Compare the gateway's charges and refunds of a window with ours: open a
 /// case once per discrepancy, settle DESCONOCIDO/EN_REVISION attempts the
 /// gateway shows approved under their key.
-#[derive(Debug, Clone, Args)]
+#[derive(Clone, Args)]
 pub struct ReconcileCommand {
     /// The database: `postgres://…` or `sqlite://path`.
     #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
@@ -87,4 +87,17 @@ pub async fn run_command(cmd: ReconcileCommand) -> anyhow::Result<()> {
     }
     store.close().await;
     Ok(())
+}
+
+/// By hand: `database_url` may hold a password.
+impl std::fmt::Debug for ReconcileCommand {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReconcileCommand")
+            .field("database_url", &"<redacted>")
+            .field("from", &self.from)
+            .field("to", &self.to)
+            .field("settlement", &self.settlement)
+            .field("json", &self.json)
+            .finish_non_exhaustive()
+    }
 }

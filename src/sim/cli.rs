@@ -30,7 +30,7 @@ fn rate(s: &str) -> Result<f64, String> {
 }
 
 /// Flags of the `sim` command.
-#[derive(clap::Args, Debug, Clone)]
+#[derive(clap::Args, Clone)]
 pub struct SimArgs {
     /// Address to listen on.
     #[arg(long, default_value = "127.0.0.1:8089")]
@@ -225,6 +225,20 @@ impl SimArgs {
     /// The address to listen on.
     pub fn listen(&self) -> SocketAddr {
         self.listen
+    }
+}
+
+/// By hand: `webhook_secret` signs the simulator's webhooks.
+impl std::fmt::Debug for SimArgs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SimArgs")
+            .field("webhook_url", &self.webhook_url)
+            .field(
+                "webhook_secret",
+                &self.webhook_secret.as_ref().map(|_| "<redacted>"),
+            )
+            .field("webhook_scheme", &self.webhook_scheme)
+            .finish_non_exhaustive()
     }
 }
 

@@ -112,10 +112,15 @@ impl SecretKey {
 
 impl std::fmt::Debug for SecretKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let kind = self.0.split('_').take(2).collect::<Vec<_>>().join("_");
-        match kind.is_empty() {
-            true => f.write_str("<empty>"),
-            false => write!(f, "{kind}_…(redacted)"),
+        // Only a prefix Stripe documents: a key of another shape (a typo,
+        // no underscore) is shown as nothing of itself.
+        const KINDS: [&str; 6] = [
+            "sk_live_", "sk_test_", "rk_live_", "rk_test_", "pk_live_", "pk_test_",
+        ];
+        match KINDS.iter().find(|k| self.0.starts_with(*k)) {
+            _ if self.0.is_empty() => f.write_str("<empty>"),
+            Some(kind) => write!(f, "{kind}…(redacted)"),
+            None => f.write_str("…(redacted)"),
         }
     }
 }
