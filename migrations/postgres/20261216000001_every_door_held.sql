@@ -20,7 +20,10 @@
 --    order listing that gateway charge as approved, in the refund's
 --    currency, for at least the refund's amount (CB007).
 -- 4. An attempt's cancel_reason could be cleared or changed by an UPDATE,
---    lifting CB012. It is now written once (CB020).
+--    lifting CB012. Once written it only ever changes from a reason that
+--    does not hold the order to one that does (a cancel for the customer,
+--    then fraud suspected: `cobro cancel` records the hold); anything else
+--    is refused (CB020).
 --
 -- charge_gate keeps its checks and their order; its case and cancel checks
 -- are the helper's (the same messages, the same codes).
@@ -156,12 +159,14 @@ CREATE TRIGGER guard_duplicate_refund
 
 CREATE FUNCTION cobro.cancel_reason_once() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    RAISE EXCEPTION 'attempt % was cancelled (%): a cancel is never undone or reworded',
+    RAISE EXCEPTION 'attempt % was cancelled (%): a cancel is never undone or reworded, only made one that holds the order',
         OLD.id, OLD.cancel_reason USING ERRCODE = 'CB020';
 END;
 $$;
 CREATE TRIGGER cancel_reason_once
     BEFORE UPDATE OF cancel_reason ON cobro.payment_attempts
     FOR EACH ROW WHEN (OLD.cancel_reason IS NOT NULL
-                       AND OLD.cancel_reason IS DISTINCT FROM NEW.cancel_reason)
+                       AND OLD.cancel_reason IS DISTINCT FROM NEW.cancel_reason
+                       AND NOT (NOT cobro.cancel_holds_order(OLD.cancel_reason)
+                                AND coalesce(cobro.cancel_holds_order(NEW.cancel_reason), false)))
     EXECUTE FUNCTION cobro.cancel_reason_once();

@@ -10,7 +10,8 @@
 -- 3. A duplicate's refund must be listed as approved, in its currency and
 --    for at least its amount, by an open double_charge case of the order
 --    (CB007).
--- 4. An attempt's cancel_reason is written once (CB020).
+-- 4. An attempt's cancel_reason, once written, only ever changes from a
+--    reason that does not hold the order to one that does (CB020).
 -- 5. INSERT OR REPLACE of an existing attempt deleted the row and inserted
 --    another without an UPDATE, so no state rule ran (a RECHAZADO attempt
 --    became APROBADO). An insert whose id exists is refused (CB020).
@@ -52,8 +53,10 @@ END;
 
 CREATE TRIGGER cancel_reason_once BEFORE UPDATE OF cancel_reason ON payment_attempts
 WHEN OLD.cancel_reason IS NOT NULL AND OLD.cancel_reason IS NOT NEW.cancel_reason
+ AND NOT (OLD.cancel_reason NOT IN (SELECT reason FROM order_holding_cancel_reasons)
+          AND NEW.cancel_reason IN (SELECT reason FROM order_holding_cancel_reasons))
 BEGIN
-    SELECT RAISE(ABORT, 'CB020: this attempt was cancelled: a cancel is never undone or reworded');
+    SELECT RAISE(ABORT, 'CB020: this attempt was cancelled: a cancel is never undone or reworded, only made one that holds the order');
 END;
 
 CREATE TRIGGER attempts_never_replaced BEFORE INSERT ON payment_attempts

@@ -145,15 +145,23 @@ fn decide(
     if !todo.is_empty() {
         return Ok(todo);
     }
+    // Nothing in flight, but a reason that holds the order is recorded
+    // even so, on its latest declined attempt: over none, or over a reason
+    // that did not hold (a cancel for the customer, then fraud suspected).
     let approved = attempts.iter().any(|a| a.state == State::Aprobado);
+    let holds = |a: &&Attempt| {
+        a.cancel_reason
+            .as_deref()
+            .and_then(|r| CancelReason::parse(r).ok())
+            .is_some_and(CancelReason::holds_order)
+    };
+    let held = attempts.iter().any(holds);
     let hold_on = attempts
         .iter()
         .filter(|a| a.state == State::Rechazado)
         .max_by_key(|a| (a.attempt_number, a.created_at));
     match hold_on {
-        Some(a) if reason.holds_order() && !approved && a.cancel_reason.is_none() => {
-            Ok(vec![(*a).clone()])
-        }
+        Some(a) if reason.holds_order() && !approved && !held => Ok(vec![(*a).clone()]),
         _ => Err(CancelError::NothingToCancel(order.to_owned())),
     }
 }

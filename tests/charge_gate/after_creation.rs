@@ -19,6 +19,7 @@ on_both_backends!(
     a_case_that_opens_before_the_first_send_holds_the_send,
     a_duplicates_refund_needs_its_open_case_in_the_database,
     a_cancel_is_written_once,
+    a_cancel_that_holds_the_order_is_recorded_over_one_that_did_not,
     the_rules_own_tables_and_rows_are_not_rewritten,
 );
 
@@ -162,6 +163,51 @@ async fn a_cancel_is_written_once(b: Backend) {
     let again = ChargeRequest::parse("gate-cancel-once", 3_000, "USD", None, None).unwrap();
     let e = db.store.enqueue(&again).await.unwrap_err();
     assert_eq!(e.hold(), Some(cobro::store::Hold::Cancelled), "{e}");
+    db.drop_db().await;
+}
+
+/// The review's case: a cancel for the customer, then "fraud suspected".
+/// Nothing is left in flight, but the hold is recorded over the first
+/// reason, so no door charges the order again; and the database takes that
+/// change (a reason made one that holds), never the reverse.
+async fn a_cancel_that_holds_the_order_is_recorded_over_one_that_did_not(b: Backend) {
+    let db = TestDb::new(b).await;
+    let req = ChargeRequest::parse("gate-upgrade", 3_000, "USD", None, None).unwrap();
+    let a = enqueued(&db.store, &req).await;
+    db.store
+        .cancel_order("gate-upgrade", CancelReason::CustomerRequest, "app")
+        .await
+        .unwrap();
+    let again = db
+        .store
+        .cancel_order("gate-upgrade", CancelReason::FraudSuspected, "finance:ana")
+        .await
+        .unwrap();
+    assert_eq!(again.retries_stopped, vec![a.id], "{again:?}");
+    let (held, _) = db.store.load(a.id).await.unwrap();
+    assert_eq!(
+        (held.state, held.cancel_reason.as_deref()),
+        (State::Rechazado, Some("fraud_suspected"))
+    );
+    let new_key = ChargeRequest::parse("gate-upgrade", 3_000, "USD", None, None).unwrap();
+    let e = db.store.enqueue(&new_key).await.unwrap_err();
+    assert_eq!(e.hold(), Some(cobro::store::Hold::Cancelled), "{e}");
+    // Already held: a third cancel finds nothing left to do.
+    assert!(
+        db.store
+            .cancel_order("gate-upgrade", CancelReason::DuplicateOrder, "app")
+            .await
+            .is_err()
+    );
+    let back = db
+        .exec(
+            "UPDATE cobro.payment_attempts SET cancel_reason = 'other' WHERE id = $1::uuid",
+            "UPDATE payment_attempts SET cancel_reason = 'other' WHERE id = ?1",
+            &[&a.id.to_string()],
+        )
+        .await
+        .unwrap_err();
+    assert!(back.to_string().contains("never undone"), "{back}");
     db.drop_db().await;
 }
 
