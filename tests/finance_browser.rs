@@ -26,16 +26,7 @@ on_both_backends!(a_finance_person_lists_opens_and_resolves_an_item_in_a_browser
 /// leaked). Nothing changes, whatever the browser sends along.
 async fn cross_site_pages_change_nothing(browser: &fantoccini::Client, db: &TestDb, web: &Web) {
     let victim = in_review(&db.store, "order-browser-victim").await;
-    db.exec(
-        "INSERT INTO cobro.recon_cases (kind, dedupe_key, order_id, gateway_ref, details, window_from, window_to)
-         VALUES ('unmatched_charge', 'unmatched_charge:ch_b', 'order-b', 'ch_b', '{}', now() - interval '1 day', now())",
-        "INSERT INTO recon_cases (kind, dedupe_key, order_id, gateway_ref, details, window_from, window_to, opened_at)
-         VALUES ('unmatched_charge', 'unmatched_charge:ch_b', 'order-b', 'ch_b', '{}', 0, 1, 2)",
-        &[],
-    )
-    .await
-    .unwrap();
-    let case = db.store.open_cases().await.unwrap()[0].id;
+    let case = open_case(db, "unmatched_charge", "order-b", "ch_b", "{}").await;
     let page = get_text(
         &format!("{}/finance/attempts/{}", web.url, victim.id),
         As::Basic("ana"),

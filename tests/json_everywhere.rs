@@ -206,16 +206,7 @@ async fn a_nul_in_a_persons_text_or_an_order_id_is_refused_naming_it(b: Backend)
     let db = TestDb::new(b).await;
     let web = web_on(&db.store).await;
     let s = seed(&db).await;
-    db.exec(
-        "INSERT INTO cobro.recon_cases (kind, dedupe_key, order_id, gateway_ref, details, window_from, window_to)
-         VALUES ('unmatched_charge', 'unmatched_charge:ch_nul', 'je-case', 'ch_nul', '{}', now() - interval '1 day', now())",
-        "INSERT INTO recon_cases (kind, dedupe_key, order_id, gateway_ref, details, window_from, window_to, opened_at)
-         VALUES ('unmatched_charge', 'unmatched_charge:ch_nul', 'je-case', 'ch_nul', '{}', 0, 1, 2)",
-        &[],
-    )
-    .await
-    .unwrap();
-    let case = db.store.open_cases().await.unwrap()[0].id;
+    let case = open_case(&db, "unmatched_charge", "je-case", "ch_nul", "{}").await;
     let ids = [s.approved, s.pending, s.review.id];
     let before = snapshot(&db, &ids).await;
     let ct = Some("application/json");

@@ -25,8 +25,10 @@
 --    then fraud suspected: `cobro cancel` records the hold); anything else
 --    is refused (CB020).
 --
--- charge_gate keeps its checks and their order; its case and cancel checks
--- are the helper's (the same messages, the same codes).
+-- charge_gate keeps its checks, their order, messages and codes; it is now
+-- made of helpers (cobro.refuse_over_maximum, cobro.refuse_charged_or_live,
+-- cobro.refuse_held_order), and a later migration changes a helper, not the
+-- trigger (tests/layers.rs).
 
 CREATE FUNCTION cobro.require_read_committed(p_what text) RETURNS void
 LANGUAGE plpgsql AS $$
@@ -73,38 +75,59 @@ BEGIN
 END;
 $$;
 
-CREATE OR REPLACE FUNCTION cobro.charge_gate() RETURNS trigger LANGUAGE plpgsql AS $$
+-- The checks of a new attempt that do not hold an order, as helpers too,
+-- so that charge_gate is now made of helpers like the three big rules
+-- (20261215000001_rule_helpers.sql) and the next change to one decision
+-- redefines that helper, not the trigger (tests/layers.rs).
+CREATE FUNCTION cobro.refuse_over_maximum(p_amount_minor bigint, p_currency text) RETURNS void
+LANGUAGE plpgsql AS $$
 DECLARE
-    v_max   bigint;
+    v_max bigint;
+BEGIN
+    SELECT s.max_amount_minor INTO v_max FROM cobro.settings s;
+    IF p_amount_minor > v_max THEN
+        RAISE EXCEPTION 'invalid amount_minor: must be at most % minor units (%), the maximum in cobro.settings (set by `cobro migrate --max-amount-minor` or COBRO_MAX_AMOUNT_MINOR), got %',
+            v_max, cobro.major(v_max, p_currency), p_amount_minor
+            USING ERRCODE = '22023';
+    END IF;
+END;
+$$;
+
+-- An order with an approved charge (CB002) or an attempt live or in doubt
+-- (CB001) takes no new charge attempt. Reads what is committed after the
+-- order's lock, which the caller holds.
+CREATE FUNCTION cobro.refuse_charged_or_live(p_order_id text) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
     v_id    uuid;
     v_state text;
 BEGIN
-    SELECT s.max_amount_minor INTO v_max FROM cobro.settings s;
-    IF NEW.amount_minor > v_max THEN
-        RAISE EXCEPTION 'invalid amount_minor: must be at most % minor units (%), the maximum in cobro.settings (set by `cobro migrate --max-amount-minor` or COBRO_MAX_AMOUNT_MINOR), got %',
-            v_max, cobro.major(v_max, NEW.currency), NEW.amount_minor
-            USING ERRCODE = '22023';
+    SELECT a.id INTO v_id FROM cobro.payment_attempts a
+     WHERE a.order_id = p_order_id AND a.kind <> 'refund' AND a.state = 'APROBADO' LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'order % already has an approved charge (attempt %): no new charge attempt',
+            p_order_id, v_id USING ERRCODE = 'CB002';
     END IF;
+    SELECT a.id, a.state INTO v_id, v_state FROM cobro.payment_attempts a
+     WHERE a.order_id = p_order_id AND a.kind <> 'refund'
+       AND a.state IN ('PENDIENTE', 'EN_PROCESO', 'DESCONOCIDO', 'EN_REVISION') LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'order % already has a live attempt (% is %): no new charge attempt until it settles',
+            p_order_id, v_id, v_state USING ERRCODE = 'CB001';
+    END IF;
+END;
+$$;
+
+CREATE OR REPLACE FUNCTION cobro.charge_gate() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM cobro.refuse_over_maximum(NEW.amount_minor, NEW.currency);
     PERFORM cobro.require_read_committed(
         CASE WHEN NEW.kind = 'refund' THEN 'a refund' ELSE 'a charge attempt' END);
     IF NEW.kind = 'refund' THEN
         RETURN NEW;
     END IF;
     PERFORM cobro.lock_order(NEW.order_id);
-    -- Each statement below reads what is committed after the lock.
-    SELECT a.id INTO v_id FROM cobro.payment_attempts a
-     WHERE a.order_id = NEW.order_id AND a.kind <> 'refund' AND a.state = 'APROBADO' LIMIT 1;
-    IF FOUND THEN
-        RAISE EXCEPTION 'order % already has an approved charge (attempt %): no new charge attempt',
-            NEW.order_id, v_id USING ERRCODE = 'CB002';
-    END IF;
-    SELECT a.id, a.state INTO v_id, v_state FROM cobro.payment_attempts a
-     WHERE a.order_id = NEW.order_id AND a.kind <> 'refund'
-       AND a.state IN ('PENDIENTE', 'EN_PROCESO', 'DESCONOCIDO', 'EN_REVISION') LIMIT 1;
-    IF FOUND THEN
-        RAISE EXCEPTION 'order % already has a live attempt (% is %): no new charge attempt until it settles',
-            NEW.order_id, v_id, v_state USING ERRCODE = 'CB001';
-    END IF;
+    PERFORM cobro.refuse_charged_or_live(NEW.order_id);
     PERFORM cobro.refuse_held_order(NEW.order_id, 'new charge attempt', NULL);
     RETURN NEW;
 END;

@@ -10,7 +10,7 @@ use cobro::store::{Attempt, Store};
 use serde_json::json;
 use uuid::Uuid;
 
-use super::common::{TestDb, form_token_in, secret, send_text, step};
+use super::common::{self, TestDb, form_token_in, secret, send_text, step};
 
 /// A client like a browser after its first page: it carries one sign-in
 /// cookie, to which the forms' tokens are bound.
@@ -67,22 +67,7 @@ pub async fn in_review(store: &Store, order: &str) -> Attempt {
 }
 
 pub async fn open_case(db: &TestDb, gateway_ref: &str) -> i64 {
-    let dedupe = format!("unmatched_charge:{gateway_ref}");
-    db.exec(
-        "INSERT INTO cobro.recon_cases (kind, dedupe_key, order_id, gateway_ref, details, window_from, window_to)
-         VALUES ('unmatched_charge', $1, 'order-x', $2, '{}', now() - interval '1 day', now())",
-        "INSERT INTO recon_cases (kind, dedupe_key, order_id, gateway_ref, details, window_from, window_to, opened_at)
-         VALUES ('unmatched_charge', ?1, 'order-x', ?2, '{}', 0, 1, 2)",
-        &[&dedupe, gateway_ref],
-    )
-    .await
-    .unwrap();
-    let cases = db.store.open_cases().await.unwrap();
-    cases
-        .iter()
-        .find(|c| c.gateway_ref.as_deref() == Some(gateway_ref))
-        .unwrap()
-        .id
+    common::open_case(db, "unmatched_charge", "order-x", gateway_ref, "{}").await
 }
 
 /// A `double_charge` case for `order`: its approved charge `ch_access`
@@ -96,18 +81,8 @@ pub async fn double_charge_case(db: &TestDb, order: &str) -> i64 {
     let details =
         json!({"gateway": [record("ch_access"), record("ch_dup_api"), record("ch_dup_form")]})
             .to_string();
-    db.exec(
-        "INSERT INTO cobro.recon_cases (kind, dedupe_key, order_id, gateway_ref, details, window_from, window_to)
-         VALUES ('double_charge', 'double_charge:access', $1, 'ch_access,ch_dup_api,ch_dup_form',
-                 $2::jsonb, now() - interval '1 day', now())",
-        "INSERT INTO recon_cases (kind, dedupe_key, order_id, gateway_ref, details, window_from, window_to, opened_at)
-         VALUES ('double_charge', 'double_charge:access', ?1, 'ch_access,ch_dup_api,ch_dup_form', ?2, 0, 1, 2)",
-        &[order, &details],
-    )
-    .await
-    .unwrap();
-    let cases = db.store.open_cases().await.unwrap();
-    cases.iter().find(|c| c.kind == "double_charge").unwrap().id
+    let charges = "ch_access,ch_dup_api,ch_dup_form";
+    common::open_case(db, "double_charge", order, charges, &details).await
 }
 
 /// What a refused request must leave as it was: every attempt's version

@@ -12,7 +12,8 @@ use cobro::state::{Event, State};
 use cobro::store::CancelReason;
 
 use super::common::{
-    self, Backend, TestDb, causes, db_and_sim, enqueued, finish_sim, ledger, postgres_db, step,
+    self, Backend, TestDb, causes, db_and_sim, enqueued, finish_sim, ledger, open_case,
+    postgres_db, step,
 };
 
 on_both_backends!(
@@ -23,20 +24,6 @@ on_both_backends!(
     the_rules_own_tables_and_rows_are_not_rewritten,
 );
 
-/// A case on the order, opened by another transaction (reconciliation, a
-/// contradicting webhook), as raw SQL.
-async fn open_case(db: &TestDb, order: &str, kind: &str, details: &str) {
-    db.exec(
-        "INSERT INTO cobro.recon_cases (kind, dedupe_key, order_id, gateway_ref, details, window_from, window_to)
-         VALUES ($1, $1 || ':' || $2, $2, 'ch_late', $3::jsonb, now() - interval '1 day', now())",
-        "INSERT INTO recon_cases (kind, dedupe_key, order_id, gateway_ref, details, window_from, window_to, opened_at)
-         VALUES (?1, ?1 || ':' || ?2, ?2, 'ch_late', ?3, 0, 1, 2)",
-        &[kind, order, details],
-    )
-    .await
-    .unwrap();
-}
-
 /// The review's scenario: retry #2 of an order was created (PENDIENTE),
 /// then a late approval of #1 opened a case. The rule used to run only when
 /// #2 was inserted, so #2 was still sent: the order charged twice.
@@ -44,7 +31,7 @@ async fn a_case_that_opens_before_the_first_send_holds_the_send(b: Backend) {
     let (db, sim) = db_and_sim(b, Faults::default()).await;
     let req = ChargeRequest::parse("gate-late-case", 3_000, "USD", None, None).unwrap();
     let a = enqueued(&db.store, &req).await;
-    open_case(&db, "gate-late-case", "unmatched_charge", "{}").await;
+    open_case(&db, "unmatched_charge", "gate-late-case", "ch_late", "{}").await;
 
     // Every door that would send it meets the rule: a raw UPDATE...
     let raw = db
@@ -79,7 +66,14 @@ async fn a_case_that_opens_before_the_first_send_holds_the_send(b: Backend) {
     // hold approved) does not stop a send.
     let req = ChargeRequest::parse("gate-harmless-case", 3_000, "USD", None, None).unwrap();
     let b2 = enqueued(&db.store, &req).await;
-    open_case(&db, "gate-harmless-case", "missing_at_gateway", "{}").await;
+    open_case(
+        &db,
+        "missing_at_gateway",
+        "gate-harmless-case",
+        "ch_late",
+        "{}",
+    )
+    .await;
     let sent = step(&db.store, &b2, Event::Claim, None).await;
     assert_eq!(sent.state, State::EnProceso);
     finish_sim(sim, db).await;
@@ -115,7 +109,14 @@ async fn a_duplicates_refund_needs_its_open_case_in_the_database(b: Backend) {
         {"id": "ch_own", "status": "approved", "order_id": "gate-dup", "amount_minor": 1000, "currency": "USD"},
         {"id": "ch_dup", "status": "approved", "order_id": "gate-dup", "amount_minor": 1000, "currency": "USD"},
         {"id": "ch_failed", "status": "declined", "order_id": "gate-dup", "amount_minor": 1000, "currency": "USD"}]}"#;
-    open_case(&db, "gate-dup", "double_charge", listed).await;
+    open_case(
+        &db,
+        "double_charge",
+        "gate-dup",
+        "ch_own,ch_dup,ch_failed",
+        listed,
+    )
+    .await;
     for (charge, amount, why) in [
         ("ch_dup", "1001", "more than the duplicate"),
         ("ch_failed", "1000", "a charge the case lists as declined"),
