@@ -33,7 +33,8 @@
 CREATE FUNCTION cobro.require_read_committed(p_what text) RETURNS void
 LANGUAGE plpgsql AS $$
 BEGIN
-    IF current_setting('transaction_isolation') <> 'read committed' THEN
+    -- PostgreSQL runs READ UNCOMMITTED as READ COMMITTED.
+    IF current_setting('transaction_isolation') NOT IN ('read committed', 'read uncommitted') THEN
         RAISE EXCEPTION 'cobro''s rules must see what other transactions committed, so % runs under READ COMMITTED; this transaction is %',
             p_what, upper(current_setting('transaction_isolation'))
             USING ERRCODE = 'CB013',
