@@ -10,8 +10,6 @@
 //! arrived, so a charge or refund is unknown (the gateway may have executed
 //! it), and a listing page fails its listing.
 
-use super::Transport;
-
 /// The largest answer to one call (a charge, a refund, a lookup, an error):
 /// Stripe's objects are a few KB and the simulator's smaller, so no real
 /// answer comes near it.
@@ -50,18 +48,6 @@ pub(crate) enum Unread {
     /// The body went past its cap: what it was, in words ("an answer
     /// larger than 1 MiB").
     TooLarge(&'static str),
-}
-
-impl Unread {
-    /// As a call's [`Transport`] failure, once the status line (`status`)
-    /// has arrived: the request certainly left, so a broken body is
-    /// unknown, and one too large was never read.
-    pub(crate) fn after(self, status: u16) -> Transport {
-        match self {
-            Unread::Broken(e) => Transport::Unknown(super::wire::unknown_kind(&e)),
-            Unread::TooLarge(what) => Transport::TooLarge { status, what },
-        }
-    }
 }
 
 /// The body of `resp`, at most `cap`; dropping the response early closes

@@ -190,3 +190,17 @@ pub(crate) fn retry_after(value: &str, now: DateTime<Utc>) -> Option<Duration> {
     let at = DateTime::parse_from_rfc2822(value).ok()?;
     Some((at.with_timezone(&Utc) - now).to_std().unwrap_or_default())
 }
+
+// Here, not in body.rs, so that body.rs reads bodies without knowing the
+// failure classes (and the two files do not import each other).
+impl body::Unread {
+    /// As a call's [`Transport`] failure, once the status line (`status`)
+    /// has arrived: the request certainly left, so a broken body is
+    /// unknown, and one too large was never read.
+    pub(crate) fn after(self, status: u16) -> Transport {
+        match self {
+            body::Unread::Broken(e) => Transport::Unknown(unknown_kind(&e)),
+            body::Unread::TooLarge(what) => Transport::TooLarge { status, what },
+        }
+    }
+}
