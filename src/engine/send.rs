@@ -89,16 +89,7 @@ impl Engine {
             detail: Some(refusal.to_owned()),
             ..Default::default()
         };
-        let mut change = Change::new(Some(Event::Unsendable), "order_held", &self.actor);
-        // Sent before (certainly not executed): the janitor keeps looking.
-        if seen.send_count > 0 {
-            change.act_in = Some(self.cfg.review.first());
-        }
-        change.evidence = Some(&evidence);
-        if self.store.apply(seen, &change).await? == Applied::Lost {
-            debug!("the attempt moved meanwhile; its next wake-up decides again");
-        }
-        Ok(())
+        self.to_finance(seen, "order_held", &evidence, None).await
     }
 
     /// The claim of `send`: `EN_PROCESO` with `event`, the lease for this
@@ -298,14 +289,26 @@ impl Engine {
         error!(%invalid, "stored attempt fails validation; not sending it, finance reviews it");
         let (record, lookup) = check.unzip();
         let evidence = unsendable_evidence(seen, invalid, lookup);
-        let mut change = Change::new(Some(Event::Unsendable), "unsendable", &self.actor);
+        self.to_finance(seen, "unsendable", &evidence, record).await
+    }
+
+    /// Gives `seen` to finance (`EN_REVISION`) unsent, with `cause`, its
+    /// `evidence` and the lookup that led here, if any.
+    async fn to_finance(
+        &self,
+        seen: &Attempt,
+        cause: &str,
+        evidence: &crate::gateway::Evidence,
+        check: Option<CheckRecord>,
+    ) -> Result<(), StoreError> {
+        let mut change = Change::new(Some(Event::Unsendable), cause, &self.actor);
         // Sent before: the gateway may hold a charge, so the janitor keeps
         // looking. Never sent: there is nothing to find; finance decides.
         if seen.send_count > 0 {
             change.act_in = Some(self.cfg.review.first());
         }
-        change.evidence = Some(&evidence);
-        change.add_check = record;
+        change.evidence = Some(evidence);
+        change.add_check = check;
         if self.store.apply(seen, &change).await? == Applied::Lost {
             debug!("the attempt moved meanwhile; its next wake-up decides again");
         }
