@@ -7,8 +7,9 @@
 mod common;
 
 use cobro::domain::{CURRENCIES, ChargeRequest};
-use cobro::store::{EnqueueError, enqueue_charge, enqueue_charge_sqlite};
-use common::{Backend, TestDb, postgres_db};
+use cobro::state::{Event, State};
+use cobro::store::{Applied, Change, EnqueueError, enqueue_charge, enqueue_charge_sqlite};
+use common::{Backend, TestDb, postgres_db, raw_move};
 
 on_both_backends!(
     a_rolled_back_transaction_leaves_neither_attempt_nor_job,
@@ -16,6 +17,7 @@ on_both_backends!(
     a_second_live_attempt_for_an_order_is_refused,
     the_database_enforces_the_invariants_without_the_code,
     the_transition_log_is_append_only,
+    every_change_of_state_has_its_log_row,
     the_database_knows_the_same_currencies_as_the_code,
     migrate_twice_is_a_no_op,
 );
@@ -159,13 +161,10 @@ async fn a_second_live_attempt_for_an_order_is_refused(b: Backend) {
     assert_eq!(db.attempts().await, 1);
 
     // Once approved, a new charge for the order is refused too.
-    db.exec(
-        "UPDATE cobro.payment_attempts SET state = 'APROBADO', gateway_charge_id = 'ch_1'",
-        "UPDATE payment_attempts SET state = 'APROBADO', gateway_charge_id = 'ch_1'",
-        &[],
-    )
-    .await
-    .unwrap();
+    assert_eq!(
+        raw_move(&db, "order_id = 'o-1'", "APROBADO").await.unwrap(),
+        1
+    );
     let err = db
         .store
         .enqueue(&req("o-1", 1000, other_key))
@@ -308,6 +307,129 @@ async fn the_transition_log_is_append_only(b: Backend) {
         assert!(err.to_string().contains("append-only"), "{pg}: {err}");
     }
     assert_eq!(db.store.transition_rows().await.unwrap(), 1);
+    db.drop_db().await;
+}
+
+/// Runs `statements` (each a PostgreSQL and a SQLite text) in one
+/// transaction, as a door of the app's own would.
+async fn in_one_tx(db: &TestDb, statements: &[(&str, &str)]) -> Result<(), sqlx::Error> {
+    use sqlx::AssertSqlSafe;
+    match db.backend {
+        Backend::Postgres => {
+            let mut tx = db.store.pg_pool().unwrap().begin().await?;
+            for (pg, _) in statements {
+                sqlx::query(AssertSqlSafe(*pg)).execute(&mut *tx).await?;
+            }
+            tx.commit().await
+        }
+        Backend::Sqlite => {
+            let pool = db.store.sqlite_pool().unwrap();
+            let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
+            for (_, lite) in statements {
+                sqlx::query(AssertSqlSafe(*lite)).execute(&mut *tx).await?;
+            }
+            tx.commit().await
+        }
+    }
+}
+
+/// Every change of an attempt's state has its row in the transition log,
+/// whatever door moved it: a raw UPDATE without one, or with a row that is
+/// not its own (another version), is refused (CB021) and writes nothing;
+/// one that writes its row goes through. The store's own moves carry the
+/// attempt's version, and a compare-and-set that lost writes no row.
+async fn every_change_of_state_has_its_log_row(b: Backend) {
+    let db = TestDb::new(b).await;
+    let id = db
+        .store
+        .enqueue(&req("o-1", 1000, KEY))
+        .await
+        .unwrap()
+        .attempt_id;
+    let (enqueued, _) = db.store.load(id).await.unwrap();
+    let claim = (
+        "UPDATE cobro.payment_attempts SET state = 'EN_PROCESO', version = version + 1",
+        "UPDATE payment_attempts SET state = 'EN_PROCESO', version = version + 1",
+    );
+    let refused_for_its_row = |err: sqlx::Error| {
+        assert!(err.to_string().contains("without its row in"), "{err}");
+        if b == Backend::Postgres {
+            let code = err.as_database_error().and_then(|e| e.code());
+            assert_eq!(code.as_deref(), Some("CB021"), "{err}");
+        }
+    };
+    refused_for_its_row(db.exec(claim.0, claim.1, &[]).await.unwrap_err());
+    // A row of another version (the attempt's old one) is not its row.
+    let stale_row = (
+        "INSERT INTO cobro.attempt_transitions (attempt_id, from_state, to_state, cause, actor, version)
+         SELECT id, 'PENDIENTE', 'EN_PROCESO', 'raw_sql', 'test', version FROM cobro.payment_attempts",
+        "INSERT INTO attempt_transitions (attempt_id, from_state, to_state, cause, actor, version, at)
+         SELECT id, 'PENDIENTE', 'EN_PROCESO', 'raw_sql', 'test', version, 0 FROM payment_attempts",
+    );
+    refused_for_its_row(in_one_tx(&db, &[stale_row, claim]).await.unwrap_err());
+    assert_eq!(db.store.load(id).await.unwrap().0.state, State::Pendiente);
+    assert_eq!(db.store.transition_rows().await.unwrap(), 1);
+
+    // With its row, the same move goes through.
+    assert_eq!(
+        raw_move(&db, "order_id = 'o-1'", "EN_PROCESO")
+            .await
+            .unwrap(),
+        1
+    );
+    assert_eq!(db.store.load(id).await.unwrap().0.state, State::EnProceso);
+    if b == Backend::Postgres {
+        // PostgreSQL checks at commit: the row may follow the move.
+        in_one_tx(
+            &db,
+            &[
+                (
+                    "UPDATE cobro.payment_attempts SET state = 'DESCONOCIDO', version = version + 1",
+                    "",
+                ),
+                (
+                    "INSERT INTO cobro.attempt_transitions (attempt_id, from_state, to_state, cause, actor, version)
+                     SELECT id, 'EN_PROCESO', 'DESCONOCIDO', 'raw_sql', 'test', version FROM cobro.payment_attempts",
+                    "",
+                ),
+            ],
+        )
+        .await
+        .unwrap();
+    }
+
+    // The store's own moves: a compare-and-set that lost writes no row...
+    let rows = db.store.transition_rows().await.unwrap();
+    let change = Change::new(Some(Event::Claim), "test", "worker:test");
+    assert!(matches!(
+        db.store.apply(&enqueued, &change).await.unwrap(),
+        Applied::Lost
+    ));
+    assert_eq!(db.store.transition_rows().await.unwrap(), rows);
+    // ...and one that moved logs the attempt's new version.
+    let (now, _) = db.store.load(id).await.unwrap();
+    let mut approved = Change::new(Some(Event::Approved), "test", "worker:test");
+    approved.charge_id = Some("ch_logged");
+    let Applied::Moved(moved) = db.store.apply(&now, &approved).await.unwrap() else {
+        panic!("lost a race nobody runs");
+    };
+    assert_eq!(moved.state, State::Aprobado);
+    let unlogged = db
+        .scalar(
+            "SELECT count(*) FROM cobro.attempt_transitions t JOIN cobro.payment_attempts a ON a.id = t.attempt_id
+              WHERE t.from_state IS NOT NULL AND t.version IS NULL",
+            "SELECT count(*) FROM attempt_transitions t JOIN payment_attempts a ON a.id = t.attempt_id
+              WHERE t.from_state IS NOT NULL AND t.version IS NULL",
+        )
+        .await;
+    assert_eq!(unlogged, 0);
+    let last = db
+        .scalar(
+            "SELECT max(version) FROM cobro.attempt_transitions",
+            "SELECT max(version) FROM attempt_transitions",
+        )
+        .await;
+    assert_eq!(last, moved.version);
     db.drop_db().await;
 }
 

@@ -437,14 +437,12 @@ async fn double_approved_orders_and_open_cases_are_counted_from_the_rows(b: Back
     );
 
     // The database refuses a second approval for the order...
-    let approve_both = db.sql(
-        "UPDATE cobro.payment_attempts SET state = 'APROBADO', gateway_charge_id = 'ch_' || id::text
-          WHERE order_id = 'm-twice'",
-        "UPDATE payment_attempts SET state = 'APROBADO', gateway_charge_id = 'ch_' || id
-          WHERE order_id = 'm-twice'",
+    let approve_both = || raw_move(&db, "order_id = 'm-twice'", "APROBADO");
+    let refused = approve_both().await;
+    assert!(
+        refused.is_err(),
+        "one_approved_per_order and the settled states refuse it"
     );
-    let refused = db.exec(approve_both, approve_both, &[]).await;
-    assert!(refused.is_err(), "one_approved_per_order refuses it");
     // ...and were those guards (the unique index, settled states held) ever
     // lost, the gauge would say so.
     db.exec(
@@ -461,7 +459,7 @@ async fn double_approved_orders_and_open_cases_are_counted_from_the_rows(b: Back
     )
     .await
     .unwrap();
-    assert_eq!(db.exec(approve_both, approve_both, &[]).await.unwrap(), 2);
+    assert_eq!(approve_both().await.unwrap(), 2);
     assert_eq!(db.store.gauges().await.unwrap().double_approved_orders, 1);
     let s = scrape(&web.url).await;
     assert_eq!(s.get("cobro_orders_double_approved", &[]), 1.0);

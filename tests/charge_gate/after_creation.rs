@@ -13,7 +13,7 @@ use cobro::store::CancelReason;
 
 use super::common::{
     self, Backend, TestDb, causes, db_and_sim, enqueued, finish_sim, ledger, open_case,
-    postgres_db, step,
+    postgres_db, raw_move, step,
 };
 
 on_both_backends!(
@@ -33,13 +33,9 @@ async fn a_case_that_opens_before_the_first_send_holds_the_send(b: Backend) {
     let a = enqueued(&db.store, &req).await;
     open_case(&db, "unmatched_charge", "gate-late-case", "ch_late", "{}").await;
 
-    // Every door that would send it meets the rule: a raw UPDATE...
-    let raw = db
-        .exec(
-            "UPDATE cobro.payment_attempts SET state = 'EN_PROCESO' WHERE id = $1::uuid",
-            "UPDATE payment_attempts SET state = 'EN_PROCESO' WHERE id = ?1",
-            &[&a.id.to_string()],
-        )
+    // Every door that would send it meets the rule: a raw UPDATE (that
+    // writes its log row)...
+    let raw = raw_move(&db, &format!("id = '{}'", a.id), "EN_PROCESO")
         .await
         .unwrap_err();
     assert!(

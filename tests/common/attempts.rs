@@ -2,15 +2,16 @@
 //! store's compare-and-set writer: one event at a time (with or without the
 //! gateway's evidence), to `EN_REVISION`, declined with a retry scheduled,
 //! charged at the simulator and recorded, refunds asked for, a retry made
-//! due; and what a test reads back (the states an attempt went through and
-//! why, the open cases, waiting for a state).
+//! due, a raw SQL move that writes its log row as a careful door would; and
+//! what a test reads back (the states an attempt went through and why, the
+//! open cases, waiting for a state).
 
 use std::time::Duration;
 
 use cobro::store::Store;
 use uuid::Uuid;
 
-use super::{TestDb, eventually};
+use super::{Backend, TestDb, eventually};
 
 /// Enqueues `req`; its attempt as stored.
 pub async fn enqueued(store: &Store, req: &cobro::domain::ChargeRequest) -> cobro::store::Attempt {
@@ -134,6 +135,63 @@ pub async fn settled(
         (a.state == want).then_some(a)
     })
     .await
+}
+
+/// Moves the attempts `which` picks (a `WHERE` condition over the attempts
+/// table, the same text on both backends) to `to` by raw SQL, as a careful
+/// door would: each one's transition-log row (`cause` `raw_sql`, with its
+/// new version), then the `UPDATE`, in one transaction; an approval gets a
+/// gateway charge id `ch_<attempt id>` unless it has one. The rows moved,
+/// or the database's refusal (nothing is then written).
+pub async fn raw_move(db: &TestDb, which: &str, to: &str) -> Result<u64, sqlx::Error> {
+    use sqlx::AssertSqlSafe;
+    let log = format!(
+        "INSERT INTO {t}attempt_transitions (attempt_id, from_state, to_state, cause, actor, version{at})
+         SELECT id, state, {to}, 'raw_sql', 'test', version + 1{now} FROM {t}payment_attempts WHERE {which}",
+        t = db.sql("cobro.", ""),
+        at = db.sql("", ", at"),
+        now = db.sql("", ", CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER)"),
+        to = db.sql("$1", "?1"),
+    );
+    let update = format!(
+        "UPDATE {t}payment_attempts SET state = {to}, version = version + 1,
+                gateway_charge_id = CASE WHEN {to} = 'APROBADO'
+                                         THEN COALESCE(gateway_charge_id, 'ch_' || id{cast})
+                                         ELSE gateway_charge_id END
+          WHERE {which}",
+        t = db.sql("cobro.", ""),
+        to = db.sql("$1", "?1"),
+        cast = db.sql("::text", ""),
+    );
+    match db.backend {
+        Backend::Postgres => {
+            let mut tx = db.store.pg_pool().unwrap().begin().await?;
+            sqlx::query(AssertSqlSafe(log))
+                .bind(to)
+                .execute(&mut *tx)
+                .await?;
+            let moved = sqlx::query(AssertSqlSafe(update))
+                .bind(to)
+                .execute(&mut *tx)
+                .await?;
+            tx.commit().await?;
+            Ok(moved.rows_affected())
+        }
+        Backend::Sqlite => {
+            let pool = db.store.sqlite_pool().unwrap();
+            let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
+            sqlx::query(AssertSqlSafe(log))
+                .bind(to)
+                .execute(&mut *tx)
+                .await?;
+            let moved = sqlx::query(AssertSqlSafe(update))
+                .bind(to)
+                .execute(&mut *tx)
+                .await?;
+            tx.commit().await?;
+            Ok(moved.rows_affected())
+        }
+    }
 }
 
 /// Makes attempt `id`'s next action (a declined attempt's business retry)

@@ -315,6 +315,34 @@ pub(super) async fn apply_tx(
     plan: &Plan<'_>,
 ) -> Result<Applied, StoreError> {
     let id = seen.id.hyphenated().to_string();
+    // The log row first: SQLite has no deferred triggers, so the UPDATE's
+    // `state_change_logged` must find it. It is written only if the
+    // compare-and-set below will move the row (the same fence, under the
+    // same BEGIN IMMEDIATE), so a lost write leaves no row either.
+    if plan.log {
+        let ev = change.evidence;
+        sqlx::query(concat!(
+            "INSERT INTO attempt_transitions
+                (attempt_id, from_state, to_state, cause, actor,
+                 http_status, error_kind, lookup_result, evidence, version, at)
+             SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10 + 1, ",
+            now_ms!(),
+            "
+               FROM payment_attempts WHERE id = ?1 AND version = ?10 AND state = ?2"
+        ))
+        .bind(&id)
+        .bind(seen.state.as_str())
+        .bind(plan.to.as_str())
+        .bind(change.cause)
+        .bind(change.actor)
+        .bind(ev.and_then(|e| e.http_status).map(i32::from))
+        .bind(ev.map(|e| e.error_kind.as_str()))
+        .bind(ev.and_then(|e| e.lookup_result.as_deref()))
+        .bind(plan.evidence_json.as_deref())
+        .bind(seen.version)
+        .execute(&mut *tx)
+        .await?;
+    }
     let row = sqlx::query(concat!(
         "UPDATE payment_attempts SET
             state = ?3,
@@ -365,30 +393,8 @@ pub(super) async fn apply_tx(
         return Ok(Applied::Lost);
     };
     let now = attempt(&row)?;
-    let ev = change.evidence;
-    if plan.log {
-        sqlx::query(concat!(
-            "INSERT INTO attempt_transitions
-                (attempt_id, from_state, to_state, cause, actor,
-                 http_status, error_kind, lookup_result, evidence, at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ",
-            now_ms!(),
-            ")"
-        ))
-        .bind(&id)
-        .bind(seen.state.as_str())
-        .bind(plan.to.as_str())
-        .bind(change.cause)
-        .bind(change.actor)
-        .bind(ev.and_then(|e| e.http_status).map(i32::from))
-        .bind(ev.map(|e| e.error_kind.as_str()))
-        .bind(ev.and_then(|e| e.lookup_result.as_deref()))
-        .bind(plan.evidence_json.as_deref())
-        .execute(&mut *tx)
-        .await?;
-        if plan.to != seen.state {
-            crate::store::observe::transition_written(seen.state, plan.to, change.cause);
-        }
+    if plan.log && plan.to != seen.state {
+        crate::store::observe::transition_written(seen.state, plan.to, change.cause);
     }
     if let Some(kind) = plan.notice {
         apply::notice::<Sqlite>(&mut *tx, NOTICE, &now, kind).await?;

@@ -268,14 +268,15 @@ pub(crate) async fn mark_refund_failed(
     }
     sqlx::query(concat!(
         "INSERT INTO attempt_transitions
-            (attempt_id, from_state, to_state, cause, actor, evidence, at)
-         VALUES (?1, 'APROBADO', 'APROBADO', 'refund_failed_after_success', ?2, ?3, ",
+            (attempt_id, from_state, to_state, cause, actor, evidence, version, at)
+         VALUES (?1, 'APROBADO', 'APROBADO', 'refund_failed_after_success', ?2, ?3, ?4, ",
         now_ms!(),
         ")"
     ))
     .bind(&id)
     .bind(actor)
     .bind(details.to_string())
+    .bind(seen.version + 1)
     .execute(&mut *tx)
     .await?;
     Ok(true)

@@ -3,7 +3,9 @@
 //! concurrently finishing handlers together (River's batch completer).
 //!
 //! Each row is still fenced by its own `version` and `state`, and its
-//! transition-log row is written by the same statement, only if it moved.
+//! transition-log row (with the row's new `version`, which the database's
+//! `state_change_logged` checks at commit) is written by the same
+//! statement, only if it moved.
 //! Nothing here decides what to write: every [`Cas`] comes from
 //! [`super::super::change::plan`].
 
@@ -101,8 +103,8 @@ WITH moved AS (
 ), logged AS (
     INSERT INTO cobro.attempt_transitions
         (attempt_id, from_state, to_state, cause, actor,
-         http_status, error_kind, lookup_result, evidence)
-    SELECT id, $12, $3, $17, $18, $19, $20, $21, $11::jsonb
+         http_status, error_kind, lookup_result, evidence, version)
+    SELECT id, $12, $3, $17, $18, $19, $20, $21, $11::jsonb, version
       FROM moved WHERE $16
 )
 SELECT * FROM moved";
@@ -150,9 +152,9 @@ WITH v AS (
 ), logged AS (
     INSERT INTO cobro.attempt_transitions
         (attempt_id, from_state, to_state, cause, actor,
-         http_status, error_kind, lookup_result, evidence)
+         http_status, error_kind, lookup_result, evidence, version)
     SELECT m.id, v.from_state, v.to_state, v.cause, v.actor,
-           v.http_status, v.error_kind, v.lookup_result, v.evidence::jsonb
+           v.http_status, v.error_kind, v.lookup_result, v.evidence::jsonb, m.version
       FROM moved m JOIN v ON v.id = m.id
      WHERE v.log
 )

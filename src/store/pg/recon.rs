@@ -209,12 +209,13 @@ pub(crate) async fn mark_refund_failed(
     }
     sqlx::query(
         "INSERT INTO cobro.attempt_transitions
-            (attempt_id, from_state, to_state, cause, actor, evidence)
-         VALUES ($1, 'APROBADO', 'APROBADO', 'refund_failed_after_success', $2, $3)",
+            (attempt_id, from_state, to_state, cause, actor, evidence, version)
+         VALUES ($1, 'APROBADO', 'APROBADO', 'refund_failed_after_success', $2, $3, $4)",
     )
     .bind(seen.id)
     .bind(actor)
     .bind(details)
+    .bind(seen.version + 1)
     .execute(&mut *tx)
     .await?;
     Ok(true)
