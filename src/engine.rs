@@ -370,17 +370,16 @@ impl Engine {
     }
 
     /// How long before the lookup `held` is making the last send started
-    /// (its claim, by the database's clock). Read only when it matters: a
-    /// "not found" from a gateway without key support.
+    /// (its claim, by the database's clock), `None` if it was never sent.
+    /// Read only when it matters, a "not found" (from a gateway with key
+    /// support only whether it was sent; the time does not matter there).
     async fn since_last_send(
         &self,
         held: &Attempt,
         outcome: &LookupOutcome,
-    ) -> Result<Duration, StoreError> {
-        if self.cfg.not_found.gateway_idempotent
-            || !matches!(outcome, LookupOutcome::NotFound { .. })
-        {
-            return Ok(Duration::MAX);
+    ) -> Result<Option<Duration>, StoreError> {
+        if !matches!(outcome, LookupOutcome::NotFound { .. }) {
+            return Ok(Some(Duration::MAX));
         }
         let log = self.store.transitions(held.id).await?;
         let sent = log
@@ -388,9 +387,17 @@ impl Engine {
             .rev()
             .find(|t| t.to_state == crate::state::State::EnProceso.as_str())
             .map(|t| t.at);
-        Ok(sent
-            .and_then(|at| (held.updated_at - at).to_std().ok())
-            .unwrap_or_default())
+        // Never sent only when neither its log nor its count says it was.
+        if sent.is_none() && held.send_count == 0 {
+            return Ok(None);
+        }
+        if self.cfg.not_found.gateway_idempotent {
+            return Ok(Some(Duration::MAX));
+        }
+        Ok(Some(
+            sent.and_then(|at| (held.updated_at - at).to_std().ok())
+                .unwrap_or_default(),
+        ))
     }
 
     /// The wait before trying again a request that certainly did not run.

@@ -97,34 +97,37 @@ pub struct NotFoundRule {
 
 /// `checks_done` counts this check too. `key_age` is how long ago the key was
 /// created; a key older than the gateway keeps keys is never re-sent.
-/// `since_send` is how long before this lookup the last send started.
+/// `since_send` is how long before this lookup the last send started;
+/// `None` when the attempt was never sent (finance looked up an attempt
+/// given to it before its first send): then "not found" is certain, and a
+/// send would be a first send decided by a lookup, so finance keeps it.
 pub fn after_lookup(
     outcome: &LookupOutcome,
     checks_done: u32,
     key_age: Duration,
     key_lifetime: Duration,
     schedule: &CheckSchedule,
-    since_send: Duration,
+    since_send: Option<Duration>,
     rule: NotFoundRule,
 ) -> LookupPlan {
     match outcome {
         LookupOutcome::Approved { .. } => LookupPlan::Apply(Event::Approved),
         LookupOutcome::Declined { .. } => LookupPlan::Apply(Event::Declined),
-        LookupOutcome::NotFound { .. } if key_age >= key_lifetime => {
-            LookupPlan::Apply(Event::KeyExpired)
-        }
-        // Every check counts, found or not: a gateway that keeps losing our
-        // requests (or lying about them) ends in finance's queue too, not in
-        // an endless send-lookup loop.
-        LookupOutcome::NotFound { .. } if checks_done >= schedule.max_checks() => {
-            LookupPlan::Apply(Event::ChecksExhausted)
-        }
-        LookupOutcome::NotFound { .. }
-            if !rule.gateway_idempotent && since_send < rule.max_processing =>
-        {
-            LookupPlan::CheckAfter(rule.max_processing - since_send)
-        }
-        LookupOutcome::NotFound { .. } => LookupPlan::Apply(Event::Resend),
+        LookupOutcome::NotFound { .. } => match since_send {
+            // Never sent: nothing to find, and nothing a lookup may send.
+            None => LookupPlan::Apply(Event::ChecksExhausted),
+            Some(_) if key_age >= key_lifetime => LookupPlan::Apply(Event::KeyExpired),
+            // Every check counts, found or not: a gateway that keeps losing
+            // our requests (or lying about them) ends in finance's queue
+            // too, not in an endless send-lookup loop.
+            Some(_) if checks_done >= schedule.max_checks() => {
+                LookupPlan::Apply(Event::ChecksExhausted)
+            }
+            Some(since) if !rule.gateway_idempotent && since < rule.max_processing => {
+                LookupPlan::CheckAfter(rule.max_processing - since)
+            }
+            Some(_) => LookupPlan::Apply(Event::Resend),
+        },
         LookupOutcome::Failed { .. } if checks_done >= schedule.max_checks() => {
             LookupPlan::Apply(Event::ChecksExhausted)
         }
@@ -250,7 +253,7 @@ mod tests {
                     Duration::ZERO,
                     day,
                     &sched,
-                    hour,
+                    Some(hour),
                     KEYS
                 ),
                 LookupPlan::Defer,
@@ -271,11 +274,25 @@ mod tests {
         ];
         for (outcome, checks, age, want) in cases {
             assert_eq!(
-                after_lookup(outcome, checks, age, day, &sched, hour, KEYS),
+                after_lookup(outcome, checks, age, day, &sched, Some(hour), KEYS),
                 want,
                 "{outcome:?} after {checks} checks, key age {age:?}"
             );
         }
+        // Never sent (given to finance before its first send, then looked
+        // up at its "check now"): not found goes back to finance, at any
+        // count, never to a send; what was found still settles it.
+        for checks in [1, 4] {
+            assert_eq!(
+                after_lookup(&missing, checks, hour, day, &sched, None, KEYS),
+                LookupPlan::Apply(Event::ChecksExhausted),
+                "never sent, not found after {checks} checks"
+            );
+        }
+        assert_eq!(
+            after_lookup(&approved, 1, hour, day, &sched, None, KEYS),
+            LookupPlan::Apply(Event::Approved)
+        );
     }
 
     /// A gateway that honours keys.
@@ -315,7 +332,7 @@ mod tests {
         ];
         for (checks, since_send, rule, want) in cases {
             assert_eq!(
-                after_lookup(&missing, checks, hour, day, &sched, since_send, rule),
+                after_lookup(&missing, checks, hour, day, &sched, Some(since_send), rule),
                 want,
                 "check {checks}, {since_send:?} after the send, {rule:?}"
             );

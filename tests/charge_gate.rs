@@ -9,7 +9,9 @@
 //! order from a new charge), `database.rs` (the rules the database holds by
 //! itself), `retries.rs` (a business retry's key and pre-check),
 //! `late_changes.rs` (what the gateway may change after we recorded an
-//! outcome), and `doors.rs` (the requests they all send).
+//! outcome), `after_creation.rs` (what holds an attempt that already
+//! exists), `resends.rs` (what holds a send after a lookup found nothing),
+//! and `doors.rs` (the requests they all send).
 
 #[macro_use]
 mod common;
@@ -27,5 +29,7 @@ mod doors;
 mod holds;
 #[path = "charge_gate/late_changes.rs"]
 mod late_changes;
+#[path = "charge_gate/resends.rs"]
+mod resends;
 #[path = "charge_gate/retries.rs"]
 mod retries;

@@ -66,7 +66,8 @@ impl Engine {
             }
             Err(e) => match send_held(&e) {
                 Some((hold, refusal)) => {
-                    return self.held(seen, hold, &refusal).await.map(|()| None);
+                    let check = claim.add_check.take();
+                    return self.held(seen, hold, &refusal, check).await.map(|()| None);
                 }
                 None => return Err(e),
             },
@@ -74,11 +75,19 @@ impl Engine {
         self.deliver(claimed, call, event).await
     }
 
-    /// The database's charge rule refused the claim: a case opened on the
-    /// order, or it was cancelled with a reason that means "do not charge
-    /// it", after this attempt was created. Nothing is sent; finance gets it
+    /// The database's charge rule refused the claim (a first send, or a
+    /// resend after a lookup found nothing): a case opened on the order, or
+    /// it was cancelled with a reason that means "do not charge it", after
+    /// this attempt was created. Nothing is sent; finance gets it
     /// (`EN_REVISION`) with the refusal, and decides it with the case.
-    async fn held(&self, seen: &Attempt, hold: Hold, refusal: &str) -> Result<(), StoreError> {
+    /// `check`: the lookup that led to the resend, recorded with the move.
+    async fn held(
+        &self,
+        seen: &Attempt,
+        hold: Hold,
+        refusal: &str,
+        check: Option<CheckRecord>,
+    ) -> Result<(), StoreError> {
         warn!(
             hold = hold.as_str(),
             refusal, "the charge rule holds the order; not sending, finance reviews it"
@@ -89,7 +98,7 @@ impl Engine {
             detail: Some(refusal.to_owned()),
             ..Default::default()
         };
-        self.to_finance(seen, "order_held", &evidence, None).await
+        self.to_finance(seen, "order_held", &evidence, check).await
     }
 
     /// The claim of `send`: `EN_PROCESO` with `event`, the lease for this
