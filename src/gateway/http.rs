@@ -310,9 +310,9 @@ impl HttpGateway {
     }
 }
 
-/// What a create call (`POST`) answered: only a parsed 200 approval and a
-/// 402/400/422 are definite; a 429, or a 503 with `Retry-After`, was not
-/// executed.
+/// What a create call (`POST`) answered: only a parsed 200 approval, a 402
+/// whose body says declined and a 400/422 carrying the gateway's `error`
+/// are definite; a 429, or a 503 with `Retry-After`, was not executed.
 fn classify_create(resource: Resource, answer: Answer, started: Instant) -> ChargeOutcome {
     let call = resource.call();
     let Answer {
@@ -355,7 +355,10 @@ fn classify_create(resource: Resource, answer: Answer, started: Instant) -> Char
                 None => bad_body(call, code, r.unusable, &ev),
             }
         }
-        (402, Some(mut r)) => ChargeOutcome::Declined {
+        // A decline is the gateway's own answer: its body says so. A 402,
+        // 400 or 422 with another body (a proxy's, a firewall's) falls
+        // through to the unexpected 4xx below, and is looked up.
+        (402, Some(mut r)) if r.status.as_deref() == Some("declined") => ChargeOutcome::Declined {
             charge_id: resource.take_id(&mut r),
             code: r.decline(),
             evidence: Evidence {
@@ -367,13 +370,15 @@ fn classify_create(resource: Resource, answer: Answer, started: Instant) -> Char
             evidence: ev("http_4xx_retryable", r.and_then(|r| r.error)),
         },
         // The gateway refused the request as such: never executed.
-        (400 | 422, r) => ChargeOutcome::Declined {
-            code: r
-                .as_ref()
-                .and_then(|r| r.error.clone())
-                .unwrap_or_else(|| format!("http_{code}")),
+        (
+            400 | 422,
+            Some(Reply {
+                error: Some(error), ..
+            }),
+        ) => ChargeOutcome::Declined {
+            code: error.clone(),
             charge_id: None,
-            evidence: ev("http_4xx", r.and_then(|r| r.error)),
+            evidence: ev("http_4xx", Some(error)),
         },
         // 401, 403, 404, ...: credentials, a firewall or a proxy may be
         // answering, not the gateway. Not a decline: look it up.

@@ -130,3 +130,60 @@ async fn an_approval_whose_id_cannot_be_stored_is_unknown_never_altered() -> Tes
     ));
     Ok(())
 }
+
+/// A gateway whose every answer is `status` with `body` as plain text.
+async fn answering_text(status: u16, body: &'static str) -> TestResult<String> {
+    use axum::http::StatusCode;
+    let app = axum::Router::new()
+        .fallback(move || async move { (StatusCode::from_u16(status).unwrap(), body) });
+    let listener = TcpListener::bind("127.0.0.1:0").await?;
+    let url = format!("http://{}", listener.local_addr()?);
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    Ok(url)
+}
+
+/// A 400, 402 or 422 that is not in the gateway's words (a proxy's or a
+/// firewall's page, an object without the gateway's `error` or `status`)
+/// is no decline: the request may or may not have reached the gateway, so
+/// the charge or refund is unknown and looked up, never declined on it.
+#[tokio::test]
+async fn a_refusal_not_in_the_gateways_words_is_not_a_decline() -> TestResult {
+    let json = [
+        (400, serde_json::json!({})),
+        (422, serde_json::json!({"message": "unprocessable"})),
+        (402, serde_json::json!({})),
+        (402, serde_json::json!({"error": "payment required"})),
+    ];
+    let mut urls = Vec::new();
+    for (status, body) in json {
+        urls.push((status, answering_body(status, body).await?));
+    }
+    for status in [400, 402, 422] {
+        urls.push((
+            status,
+            answering_text(status, "<html>Bad Request</html>").await?,
+        ));
+    }
+    for (status, url) in urls {
+        let gw = gateway_at(&url)?;
+        let charge = gw.charge(&charge_call("order-proxy", 1000)?).await;
+        let refund = gw.refund(&refund_call("ch_1", "order-proxy", 500)?).await;
+        for outcome in [charge, refund] {
+            let ChargeOutcome::Unknown { evidence } = &outcome else {
+                panic!("{status}: {outcome:?}");
+            };
+            assert_eq!(evidence.http_status, Some(status));
+            assert_eq!(evidence.error_kind, "http_4xx_unexpected");
+        }
+    }
+    // The gateway's own refusal and decline stay definite.
+    let refused = answering_body(400, serde_json::json!({"error": "invalid_amount"})).await?;
+    let outcome = gateway_at(&refused)?
+        .charge(&charge_call("order-proxy", 1000)?)
+        .await;
+    assert!(
+        matches!(&outcome, ChargeOutcome::Declined { code, .. } if code == "invalid_amount"),
+        "{outcome:?}"
+    );
+    Ok(())
+}
