@@ -7,8 +7,11 @@
 //! (the same PaymentIntent), so it ends `APROBADO`, never in finance's
 //! queue on a guess.
 //!
+//! And a 500 Stripe keeps for the key and replays (`Idempotent-Replayed`)
+//! sends the charge to finance instead of a day of creates.
+//!
 //! The gateway is a real HTTP server on 127.0.0.1: Stripe's shapes, with
-//! the proxy's 408 where the scenario puts it.
+//! the proxy's 408 (or Stripe's 500) where the scenario puts it.
 
 #[macro_use]
 mod common;
@@ -29,7 +32,21 @@ use serde_json::json;
 on_both_backends!(
     a_proxys_408_to_the_create_puts_the_charge_back_and_never_declines_it,
     a_proxys_408_to_the_confirm_is_looked_up_and_confirmed_again_never_sent_to_finance,
+    a_create_500_stripe_replays_goes_to_finance_not_a_day_of_creates,
 );
+
+/// What the server answers a create.
+#[derive(Clone, Copy, PartialEq)]
+enum Create {
+    /// The PaymentIntent, unconfirmed.
+    Made,
+    /// The proxy's 408.
+    Lost,
+    /// Stripe's 500 with its error object; every later create with the
+    /// key gets it replayed (`Idempotent-Replayed: true`), as Stripe keeps
+    /// a key's first answer for 24 hours.
+    Failed,
+}
 
 /// What the server has seen and what it answers next.
 #[derive(Default)]
@@ -41,6 +58,7 @@ struct Stripe {
     succeeded: bool,
     /// Every request, as `METHOD /path`.
     seen: Vec<String>,
+    creates: usize,
 }
 
 type Shared = Arc<Mutex<Stripe>>;
@@ -56,9 +74,19 @@ fn pi(status: &str) -> Response {
     .into_response()
 }
 
-/// Stripe behind a proxy on 127.0.0.1; `create_lost`: the proxy answers
-/// every create 408.
-async fn stripe(create_lost: bool, lost_confirms: usize) -> (String, Shared) {
+/// Stripe's own 500, replayed after the first.
+fn stripe_500(replayed: bool) -> Response {
+    let body = json!({"error": {"type": "api_error", "message": "An unknown error occurred"}});
+    let mut resp = (StatusCode::INTERNAL_SERVER_ERROR, axum::Json(body)).into_response();
+    if replayed {
+        resp.headers_mut()
+            .insert("idempotent-replayed", "true".parse().unwrap());
+    }
+    resp
+}
+
+/// Stripe behind a proxy on 127.0.0.1, answering creates as `create`.
+async fn stripe(create: Create, lost_confirms: usize) -> (String, Shared) {
     let s: Shared = Arc::new(Mutex::new(Stripe {
         lost_confirms,
         ..Stripe::default()
@@ -70,8 +98,14 @@ async fn stripe(create_lost: bool, lost_confirms: usize) -> (String, Shared) {
             let mut s = s.lock().unwrap();
             s.seen.push(format!("{method} {}", uri.path()));
             match (method, uri.path()) {
-                (Method::POST, "/v1/payment_intents") if create_lost => proxy_408(),
-                (Method::POST, "/v1/payment_intents") => pi("requires_confirmation"),
+                (Method::POST, "/v1/payment_intents") => {
+                    s.creates += 1;
+                    match create {
+                        Create::Made => pi("requires_confirmation"),
+                        Create::Lost => proxy_408(),
+                        Create::Failed => stripe_500(s.creates > 1),
+                    }
+                }
                 (Method::POST, "/v1/payment_intents/pi_proxied/confirm") => {
                     s.confirms += 1;
                     if s.confirms <= s.lost_confirms {
@@ -121,7 +155,7 @@ async fn enqueue(db: &TestDb, order: &str) -> uuid::Uuid {
 async fn a_proxys_408_to_the_create_puts_the_charge_back_and_never_declines_it(b: Backend) {
     init_logs();
     let db = TestDb::new(b).await;
-    let (url, seen) = stripe(true, 0).await;
+    let (url, seen) = stripe(Create::Lost, 0).await;
     let id = enqueue(&db, "proxied-create").await;
 
     engine(&db, &url).process(id).await.unwrap();
@@ -157,7 +191,7 @@ async fn a_proxys_408_to_the_confirm_is_looked_up_and_confirmed_again_never_sent
 ) {
     init_logs();
     let db = TestDb::new(b).await;
-    let (url, seen) = stripe(false, 1).await;
+    let (url, seen) = stripe(Create::Made, 1).await;
     let id = enqueue(&db, "proxied-confirm").await;
     let e = engine(&db, &url);
 
@@ -192,6 +226,47 @@ async fn a_proxys_408_to_the_confirm_is_looked_up_and_confirmed_again_never_sent
             .count(),
         2,
         "{seen:?}"
+    );
+    db.drop_db().await;
+}
+
+/// Stripe answered the create 500 and keeps that answer for the key for
+/// 24 hours: the first 500 may be a passing fault (created again later,
+/// same key), but once Stripe says it replays it, sending again gets the
+/// same 500 all day. Finance gets the attempt (nothing was confirmed, so
+/// nothing charged), instead of a create every few seconds for a day.
+async fn a_create_500_stripe_replays_goes_to_finance_not_a_day_of_creates(b: Backend) {
+    init_logs();
+    let db = TestDb::new(b).await;
+    let (url, seen) = stripe(Create::Failed, 0).await;
+    let id = enqueue(&db, "replayed-500").await;
+    let e = engine(&db, &url);
+
+    // (the engine sends again within this call: the deferral is short)
+    e.process(id).await.unwrap();
+
+    let (a, _) = db.store.load(id).await.unwrap();
+    assert_eq!(a.state, State::EnRevision);
+    assert_eq!(
+        causes(&db.store, id).await,
+        [
+            "enqueued",
+            "claim",
+            "gateway_create_unanswered",
+            "claim",
+            "gateway_refused"
+        ],
+        "the first 500 may pass: created again; its replay goes to finance"
+    );
+    let ev = a.last_evidence.unwrap_or_default();
+    assert_eq!(ev["error_kind"], "idempotent_replay_of_error", "{ev}");
+    let detail = ev["detail"].as_str().unwrap_or_default();
+    assert!(detail.contains("cobro escalations resolve"), "{detail}");
+    let seen = seen.lock().unwrap().seen.clone();
+    assert_eq!(
+        seen,
+        ["POST /v1/payment_intents", "POST /v1/payment_intents"],
+        "two creates, never a confirm"
     );
     db.drop_db().await;
 }

@@ -233,6 +233,21 @@ impl StripeGateway {
             },
             // Stripe may have created it: made again later, same key.
             Refusal::NotFromStripe => unanswered_create(not_from_stripe("create", &a, started)),
+            // Stripe keeps a create's first answer for its key, a 500
+            // included, and replays it for 24 hours: sent again, the create
+            // gets nothing else. Nothing was confirmed, so nothing charged;
+            // finance decides (decline it, then retry with a new key).
+            Refusal::Server if a.replayed => ChargeOutcome::Refused {
+                evidence: ev(
+                    "idempotent_replay_of_error",
+                    Some(a.code),
+                    Some(format!(
+                        "Stripe replays this key's first answer (HTTP {}) for 24 hours; the PaymentIntent was never confirmed, nothing was charged: decline it (cobro escalations resolve --as decline), then retry it with a new key (cobro retry){}",
+                        a.code,
+                        detail_of(&a).map(|d| format!(" ({d})")).unwrap_or_default()
+                    )),
+                ),
+            },
             Refusal::Conflict | Refusal::Server => {
                 unanswered_create(ev("http_5xx_or_409", Some(a.code), detail_of(&a)))
             }

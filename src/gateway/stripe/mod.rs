@@ -218,11 +218,13 @@ impl StripeGateway {
     }
 }
 
-/// A response: status, `Retry-After`, `Location`, JSON body if any.
+/// A response: status, `Retry-After`, `Location`, whether Stripe replayed
+/// the key's first answer (`Idempotent-Replayed: true`), JSON body if any.
 pub(super) struct Answer {
     code: u16,
     retry_after: Option<Duration>,
     location: Option<String>,
+    replayed: bool,
     body: Option<Value>,
 }
 
@@ -233,12 +235,17 @@ async fn read(
 ) -> Result<Answer, Transport> {
     let resp = sent.map_err(|e| transport(&e))?;
     let (code, retry_after, location) = super::http::head(&resp);
+    let replayed = resp
+        .headers()
+        .get("idempotent-replayed")
+        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"true"));
     // The status line arrived: the request certainly left.
     let bytes = body::read(resp, cap).await.map_err(|u| u.after(code))?;
     Ok(Answer {
         code,
         retry_after,
         location,
+        replayed,
         body: serde_json::from_slice(&bytes).ok(),
     })
 }
