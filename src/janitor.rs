@@ -174,10 +174,16 @@ pub fn listing_outcome(
         mine.len(),
         records.len()
     );
-    if let Some(r) = mine.iter().find(|r| r.is_approved()) {
+    if let Some(r) = mine.iter().find(|r| r.is_final()) {
         return LookupOutcome::Approved {
             charge_id: r.id.clone(),
             evidence: evidence("ok", "approved", detail),
+        };
+    }
+    // A refund the gateway accepted that may still fail: no answer yet.
+    if mine.iter().any(|r| r.is_pending()) {
+        return LookupOutcome::Failed {
+            evidence: evidence("pending", "failed", detail),
         };
     }
     if let Some(r) = mine.first() {
@@ -309,6 +315,17 @@ mod tests {
             LookupOutcome::Declined { code, charge_id: Some(id), .. }
                 if code == LISTED_DECLINE_CODE && id == "ch_1"
         ));
+        // Pending (a refund that may still fail) settles nothing: no answer.
+        let pending = listing_outcome(
+            Listed::Refunds,
+            Ok(vec![rec(&k, "re_1", "pending")]),
+            key,
+            w,
+        );
+        assert!(
+            matches!(pending, LookupOutcome::Failed { .. }),
+            "{pending:?}"
+        );
         let missing = out(vec![rec(&Uuid::new_v4().to_string(), "ch_9", "approved")]);
         assert!(matches!(missing, LookupOutcome::NotFound { .. }));
         assert_eq!(missing.evidence().call, "list_charges");

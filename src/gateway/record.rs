@@ -47,7 +47,9 @@ pub struct GatewayRecord {
     /// Integer minor units.
     pub amount_minor: i64,
     pub currency: String,
-    /// `approved` or `declined` (anything else is not an approval).
+    /// `approved`, `declined`, or `pending`: a refund the gateway accepted
+    /// that may still fail (Stripe's `pending`). Anything else is not an
+    /// approval.
     pub status: String,
     /// A refund's charge (the gateway's charge id); `None` for a charge.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -57,7 +59,20 @@ pub struct GatewayRecord {
 }
 
 impl GatewayRecord {
+    /// Approved, or pending: money the gateway has accepted to move. The
+    /// reconciliation's report counts it; only a final approval
+    /// ([`GatewayRecord::is_final`]) settles an attempt.
     pub fn is_approved(&self) -> bool {
+        self.status == "approved" || self.is_pending()
+    }
+
+    /// Accepted, and may still fail: settles nothing yet.
+    pub fn is_pending(&self) -> bool {
+        self.status == "pending"
+    }
+
+    /// Approved for good: what may settle an attempt `APROBADO`.
+    pub fn is_final(&self) -> bool {
         self.status == "approved"
     }
 

@@ -133,6 +133,8 @@ pub fn judge(g: &GatewayRecord, ours: Option<&Attempt>, approvals_under_key: usi
             Some(a),
             "our attempt is APROBADO with another gateway id",
         )),
+        // Pending (a refund that may still fail) settles nothing yet.
+        State::Desconocido | State::EnRevision if g.is_pending() => Verdict::InFlight,
         State::Desconocido | State::EnRevision if ours_key && approvals_under_key == 1 => {
             Verdict::Resolve
         }

@@ -329,6 +329,32 @@ fn judge_on_a_settled_attempt_is_a_match_and_on_a_declined_one_a_case() {
 }
 
 #[test]
+fn a_pending_refund_settles_nothing_yet_but_counts_as_present() {
+    let charge = attempt("o-p", 1000, State::Aprobado, Some("ch_1"));
+    let mut refund = attempt("o-p", 400, State::EnRevision, None);
+    refund.kind = "refund".into();
+    refund.refund_of = Some(charge.id);
+    let pending = GatewayRecord {
+        status: "pending".into(),
+        ..refund_of(&refund, "re_1", "ch_1")
+    };
+    assert!(pending.is_approved() && !pending.is_final());
+    assert_eq!(judge(&pending, Some(&refund), 1), Verdict::InFlight);
+    let c = compare(
+        &window(),
+        &[charge_of(&charge, "ch_1")],
+        std::slice::from_ref(&pending),
+        &[charge.clone(), refund.clone()],
+    );
+    assert!(c.resolutions.is_empty(), "{:?}", c.resolutions);
+    assert_eq!(c.in_flight, [refund.id]);
+    assert!(c.findings.is_empty(), "{:?}", c.findings);
+    // Succeeded: the refund settles.
+    let done = refund_of(&refund, "re_1", "ch_1");
+    assert_eq!(judge(&done, Some(&refund), 1), Verdict::Resolve);
+}
+
+#[test]
 fn the_due_window_is_the_previous_utc_day_once_the_time_has_passed() {
     let at = NaiveTime::from_hms_opt(2, 30, 0).unwrap();
     let day = |d: u32| Utc.with_ymd_and_hms(2026, 11, d, 0, 0, 0).unwrap();
