@@ -543,5 +543,29 @@ async fn a_retryable_decline_by_webhook_schedules_the_business_retry(b: Backend)
             other => panic!("{code}: {other:?}"),
         }
     }
+    // A declined refund is final (the app decides), as when the worker
+    // hears it: no business retry, whatever the code.
+    let (charge, _) = pending(&db.store, "wh-refund").await;
+    let a = db.store.load(charge).await.unwrap().0;
+    let a = step(&db.store, &a, cobro::state::Event::Claim, None).await;
+    step(&db.store, &a, cobro::state::Event::Approved, Some("ch_r")).await;
+    let refund = ask_refund(&db.store, charge, 1_000, "test").await;
+    let eid = "evt_wh-refund";
+    let body = json!({"id": eid, "type": "charge.failed",
+                      "data": {"idempotency_key": refund.idempotency_key,
+                               "decline_code": "insufficient_funds"}})
+    .to_string()
+    .into_bytes();
+    let (status, reply) = post(&web, &signed(&v, eid, &body), &body).await;
+    assert_eq!(
+        (status, reply["outcome"]["result"].as_str()),
+        (200, Some("applied"))
+    );
+    let (r, _) = db.store.load(refund.refund_id).await.unwrap();
+    assert_eq!(
+        (r.state, r.next_action_at),
+        (State::Rechazado, None),
+        "a refund's decline schedules nothing"
+    );
     finish_web(web, db).await;
 }

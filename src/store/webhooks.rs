@@ -152,7 +152,11 @@ fn change_for<'a>(
             let mut c = Change::new(Some(Event::Declined), "webhook_declined", actor);
             c.decline_code = Some(code);
             c.charge_id = charge_id.as_deref();
-            c.act_in = retry.and_then(|p| p.retry_in(code, seen.attempt_number));
+            // A declined refund is final (the app decides), as the
+            // engine's own decline of one is.
+            c.act_in = retry
+                .filter(|_| !seen.is_refund())
+                .and_then(|p| p.retry_in(code, seen.attempt_number));
             c
         }
         // Handled by the backends before an attempt is looked up by key.
