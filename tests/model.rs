@@ -14,8 +14,9 @@
 //! The gateway is honest: it executes what it is sent, its webhooks tell
 //! what its ledger holds, and a late approval (it approves a charge it had
 //! declined) is told by webhook in the same step; it is only allowed for the
-//! order's latest attempt, so no second charge can already be on its way
-//! when cobro hears of it. Finance is honest too: it decides an attempt in
+//! order's latest attempt, or for the one before a business retry not yet
+//! sent, so no second charge can already be on its way when cobro hears of
+//! it (the unsent retry is cobro's to hold). Finance is honest too: it decides an attempt in
 //! doubt by what the gateway's ledger shows (a refund the gateway neither
 //! approved nor declined it has looked up again, never declines). So every
 //! difference between the two sides is cobro's to prevent or to explain.
@@ -80,6 +81,7 @@ mod steps;
 #[path = "model/world.rs"]
 mod world;
 
+use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use cobro::store::Backend;
@@ -112,6 +114,10 @@ pub struct Run {
     pub failure: Option<Failure>,
     /// What cobro answered each step that ran.
     pub outcomes: Vec<String>,
+    /// The causes in the attempts' transition logs: which of cobro's moves
+    /// the case reached (printed at the end of a run, so a reader sees what
+    /// the random steps covered).
+    pub causes: BTreeSet<String>,
 }
 
 /// Runs `steps` in a fresh world (its database a copy of `template`),
@@ -122,6 +128,12 @@ pub async fn run_case(template: &common::TestDb, steps: &[Step]) -> Run {
     let mut marks = Marks::default();
     let mut outcomes = Vec::with_capacity(steps.len());
     let mut failure = None;
+    let mut causes = BTreeSet::new();
+    let mut reached = |snapshot: &world::Snapshot| {
+        for (_, log) in &snapshot.attempts {
+            causes.extend(log.iter().map(|t| t.cause.clone()));
+        }
+    };
     for (i, step) in steps.iter().enumerate() {
         let outcome = world.exec(step).await;
         if verbose {
@@ -129,6 +141,7 @@ pub async fn run_case(template: &common::TestDb, steps: &[Step]) -> Run {
         }
         outcomes.push(outcome);
         let snapshot = world.snapshot().await;
+        reached(&snapshot);
         if let Err(violation) = invariants::after_step(&snapshot, &mut marks) {
             failure = Some(Failure {
                 after_step: Some(i),
@@ -145,6 +158,7 @@ pub async fn run_case(template: &common::TestDb, steps: &[Step]) -> Run {
             }),
             Ok(()) => {
                 let snapshot = world.snapshot().await;
+                reached(&snapshot);
                 invariants::after_step(&snapshot, &mut marks)
                     .and_then(|()| invariants::reconciled(&snapshot))
             }
@@ -155,7 +169,11 @@ pub async fn run_case(template: &common::TestDb, steps: &[Step]) -> Run {
         });
     }
     world.stop().await;
-    Run { failure, outcomes }
+    Run {
+        failure,
+        outcomes,
+        causes,
+    }
 }
 
 struct Settings {
@@ -217,6 +235,7 @@ async fn run(backend: Backend) {
     let mut reports = Vec::new();
     // Answers 5xx: no invariant, but worth a look (see the verbose output).
     let mut server_errors = 0;
+    let mut causes = BTreeSet::new();
     for &seed in &s.seeds {
         let case_started = Instant::now();
         let steps = steps::generate(seed, s.steps, &s.without);
@@ -226,6 +245,7 @@ async fn run(backend: Backend) {
             .iter()
             .filter(|o| o.contains("SERVER ERROR"))
             .count();
+        causes.extend(run.causes.iter().cloned());
         let Some(failure) = &run.failure else {
             println!(
                 "{name} seed {seed}: {} steps, every invariant held ({:.1} s)",
@@ -255,6 +275,11 @@ async fn run(backend: Backend) {
         reports.push(report);
     }
     template.drop_db().await;
+    println!(
+        "{name}: the transition causes these cases reached ({}): {}",
+        causes.len(),
+        causes.into_iter().collect::<Vec<_>>().join(", ")
+    );
     assert!(
         reports.is_empty(),
         "{} failed:\n\n{}",

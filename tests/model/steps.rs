@@ -97,7 +97,8 @@ pub enum Step {
     /// key, with the refund's id (what cobro's event format acts on).
     Webhook { pick: u8, replay: bool },
     /// The gateway approves, late, the charge it had declined under the key
-    /// of the order's latest attempt, and says so by webhook
+    /// of the order's latest attempt (or of the one before a business retry
+    /// not yet sent, which cobro must then hold), and says so by webhook
     /// (`charge.failed` then `charge.succeeded` for the same key).
     LateApproval { order: u8 },
     /// Finance decides an attempt of the order in `DESCONOCIDO` or

@@ -1,7 +1,8 @@
 //! The gateway's side of a case: the signed webhook of any entry of its
 //! ledger (charges, then refunds; delivered again under the same event id
 //! when replayed), and a late approval of what it had declined, told by
-//! webhook in the same step.
+//! webhook in the same step (of an order's latest charge, or of the one
+//! before a retry not yet sent).
 
 use cobro::sim::LedgerEntry;
 use cobro::state::State;
@@ -82,26 +83,43 @@ impl World {
     }
 
     /// The gateway approves, late, what it had declined under the key of
-    /// the order's latest attempt (or the next order's, if that one's
-    /// latest was not declined by the gateway), and sends
-    /// `charge.succeeded`.
+    /// the order's latest attempt, or of the one before it while the latest
+    /// waits unsent (`PENDIENTE`, nothing under its key at the gateway: a
+    /// business retry not yet charged, which cobro must now hold), or the
+    /// next order's if that one has neither; and sends `charge.succeeded`.
     pub(super) async fn late_approval(&mut self, order: u8) -> String {
         let ledger = self.ledger().await;
+        let declined_there = |key: &str| {
+            ledger.entries_for_key(key).next().is_some()
+                && ledger.entries_for_key(key).all(|e| !e.is_approved())
+        };
         let mut found = None;
         for k in 0..ORDERS {
-            let Some(latest) = self.charges((order + k) % ORDERS).await.pop() else {
+            let mut charges = self.charges((order + k) % ORDERS).await;
+            let Some(mut latest) = charges.pop() else {
                 continue;
             };
+            let unsent = |a: &cobro::store::Attempt| {
+                a.state == State::Pendiente
+                    && ledger
+                        .entries_for_key(&a.idempotency_key.to_string())
+                        .next()
+                        .is_none()
+            };
+            if unsent(&latest) {
+                match charges.pop() {
+                    Some(before) => latest = before,
+                    None => continue,
+                }
+            }
             let key = latest.idempotency_key.to_string();
-            let declined_there = ledger.entries_for_key(&key).next().is_some()
-                && ledger.entries_for_key(&key).all(|e| !e.is_approved());
-            if latest.state == State::Rechazado && declined_there {
+            if latest.state == State::Rechazado && declined_there(&key) {
                 found = Some((latest, key));
                 break;
             }
         }
         let Some((latest, key)) = found else {
-            return "no order's latest charge was declined by the gateway".into();
+            return "no order's latest charge (or the one before an unsent retry) was declined by the gateway".into();
         };
         let resp = self
             .http
