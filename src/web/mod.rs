@@ -109,6 +109,35 @@ pub(crate) fn invalid(e: &crate::domain::InputError) -> Response {
     )
 }
 
+/// A refusal a handler gives up with: the finished error response, boxed
+/// so that a `Result` carrying it stays small. A handler that returns
+/// [`Answer`] refuses with `?` on the helpers that return
+/// `Result<_, Box<Response>>` ([`json_body`], [`known_fields`],
+/// [`crate::http::typed`], …) or with `Err(error(…).into())`; the client
+/// reads the same response either way.
+pub(crate) struct Refusal(Box<Response>);
+
+impl From<Box<Response>> for Refusal {
+    fn from(refused: Box<Response>) -> Self {
+        Self(refused)
+    }
+}
+
+impl From<Response> for Refusal {
+    fn from(refused: Response) -> Self {
+        Self(Box::new(refused))
+    }
+}
+
+impl IntoResponse for Refusal {
+    fn into_response(self) -> Response {
+        *self.0
+    }
+}
+
+/// What a handler answers: its response, or the refusal it stopped at.
+pub(crate) type Answer = Result<Response, Refusal>;
+
 /// 503 for a database failure. The driver's words (hosts, users, files)
 /// go to the log only; the caller reads `advice` ("retry with the same
 /// key", …), or, when the schema is missing or behind the binary, the fix:

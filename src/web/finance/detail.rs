@@ -20,6 +20,7 @@ use crate::finance::{self, Resolution, ResolveError, ResolveRequest};
 use crate::http::auth::Caller as Person;
 use crate::state::State as AttemptState;
 use crate::store::StoreError;
+use crate::web::Answer;
 use crate::web::html::{checks, history};
 
 #[utoipa::path(
@@ -36,11 +37,11 @@ pub(in crate::web) async fn detail(
     State(fin): FinanceState,
     Extension(person): Extension<Person>,
     Path(id): Path<String>,
-) -> Response {
+) -> Answer {
     let Ok(id) = Uuid::try_parse(&id) else {
-        return bad_id();
+        return Err(bad_id().into());
     };
-    render_detail(&fin, &person, id, None, StatusCode::OK).await
+    Ok(render_detail(&fin, &person, id, None, StatusCode::OK).await)
 }
 
 async fn render_detail(
@@ -179,12 +180,12 @@ pub(in crate::web) async fn resolve(
     Extension(person): Extension<Person>,
     Path(id): Path<String>,
     Form(form): Form<ResolveForm>,
-) -> Response {
+) -> Answer {
     let Ok(id) = Uuid::try_parse(&id) else {
-        return bad_id();
+        return Err(bad_id().into());
     };
     if let Some(refused) = refused_form(&person, &form.form_token, fin.cfg.form_token_ttl) {
-        return refused;
+        return Err(refused.into());
     }
     let resolution = match form.action.as_str() {
         "approve" => Resolution::Approve {
@@ -195,14 +196,10 @@ pub(in crate::web) async fn resolve(
         },
         "check_now" => Resolution::CheckNow,
         _ => {
-            return render_detail(
-                &fin,
-                &person,
-                id,
-                Some("Unknown action."),
-                StatusCode::UNPROCESSABLE_ENTITY,
-            )
-            .await;
+            let (problem, status) = (Some("Unknown action."), StatusCode::UNPROCESSABLE_ENTITY);
+            return Err(render_detail(&fin, &person, id, problem, status)
+                .await
+                .into());
         }
     };
     let req = ResolveRequest {
@@ -212,7 +209,7 @@ pub(in crate::web) async fn resolve(
         by: &person.name,
         note: &form.note,
     };
-    match finance::resolve(&fin.store, &req).await {
+    Ok(match finance::resolve(&fin.store, &req).await {
         Ok(_) => Redirect::to(&format!("/finance?resolved={id}")).into_response(),
         Err(ResolveError::Store(e)) => unavailable(&e),
         Err(e) => {
@@ -223,5 +220,5 @@ pub(in crate::web) async fn resolve(
             };
             render_detail(&fin, &person, id, Some(&e.to_string()), status).await
         }
-    }
+    })
 }
