@@ -9,13 +9,13 @@
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{Extension, Path, State};
+use axum::extract::{Extension, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 use serde_json::{Value, json};
 
-use super::{Answer, AppState, error};
+use super::{Answer, AppState, OrderInPath, error};
 use crate::http::auth::Caller;
 use crate::http::{Type, typed};
 use crate::store::{CancelError, CancelReason, Cancelled};
@@ -41,12 +41,9 @@ use crate::store::{CancelError, CancelReason, Cancelled};
 pub(super) async fn cancel(
     State(app): AppState,
     Extension(caller): Extension<Caller>,
-    Path(order_id): Path<String>,
+    OrderInPath(order_id): OrderInPath,
     body: Result<Bytes, BytesRejection>,
 ) -> Answer {
-    // No order has an id that fails the enqueue's rules; one with a NUL
-    // would fail the database's read as if it were down.
-    crate::domain::OrderId::parse(&order_id).map_err(|e| super::invalid(&e))?;
     const REASONS: &str =
         "paid_by_other_means, customer_request, fraud_suspected, duplicate_order or other";
     let v = super::json_body(body, &["reason"])?;

@@ -138,6 +138,28 @@ impl IntoResponse for Refusal {
 /// What a handler answers: its response, or the refusal it stopped at.
 pub(crate) type Answer = Result<Response, Refusal>;
 
+/// The `{order_id}` of a route's path, checked against the enqueue's rules
+/// before the handler runs: no order has an id that fails them, and one
+/// with a NUL would fail the database's read as if it were down. A bad one
+/// is refused with 422 naming it ([`invalid`]).
+pub(crate) struct OrderInPath(pub String);
+
+impl<S: Send + Sync> axum::extract::FromRequestParts<S> for OrderInPath {
+    type Rejection = Response;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        state: &S,
+    ) -> Result<Self, Response> {
+        let axum::extract::Path(order_id) =
+            axum::extract::Path::<String>::from_request_parts(parts, state)
+                .await
+                .map_err(IntoResponse::into_response)?;
+        crate::domain::OrderId::parse(&order_id).map_err(|e| invalid(&e))?;
+        Ok(Self(order_id))
+    }
+}
+
 /// 503 for a database failure. The driver's words (hosts, users, files)
 /// go to the log only; the caller reads `advice` ("retry with the same
 /// key", …), or, when the schema is missing or behind the binary, the fix:

@@ -10,12 +10,12 @@
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{Extension, Path, State};
+use axum::extract::{Extension, State};
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use serde_json::json;
 
-use super::{Answer, AppState, error};
+use super::{Answer, AppState, OrderInPath, error};
 use crate::domain::PaymentMethod;
 use crate::http::auth::Caller;
 use crate::http::{Type, typed};
@@ -42,12 +42,9 @@ use crate::store::MethodUpdateError;
 pub(super) async fn update(
     State(app): AppState,
     Extension(caller): Extension<Caller>,
-    Path(order_id): Path<String>,
+    OrderInPath(order_id): OrderInPath,
     body: Result<Bytes, BytesRejection>,
 ) -> Answer {
-    // No order has an id that fails the enqueue's rules; one with a NUL
-    // would fail the database's read as if it were down.
-    crate::domain::OrderId::parse(&order_id).map_err(|e| super::invalid(&e))?;
     let v = super::json_body(body, &["payment_method"])?;
     let what = "the gateway's payment-method token";
     typed(&v, &[("payment_method", Type::Text(what))])?;
