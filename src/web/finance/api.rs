@@ -27,10 +27,13 @@ use crate::finance::{
 use crate::http::auth::Caller as Person;
 use crate::http::{Type, typed};
 use crate::store::{Escalated, OverrideReason, ReconCase, RetryError, StoreError};
-use crate::web::{Answer, conflict, error, invalid, known_fields};
+use crate::web::{Answer, Refusal, conflict, error, invalid, known_fields};
 
-pub(super) fn bad_id() -> Response {
-    error(StatusCode::BAD_REQUEST, Some("id"), "must be a UUID")
+/// The `{id}` of an attempt's route, or the 400 naming `id` when it is not
+/// a UUID.
+pub(super) fn attempt_id(raw: &str) -> Result<Uuid, Refusal> {
+    Uuid::try_parse(raw)
+        .map_err(|_| error(StatusCode::BAD_REQUEST, Some("id"), "must be a UUID").into())
 }
 
 pub(super) fn unavailable(e: &StoreError) -> Response {
@@ -252,9 +255,7 @@ pub(in crate::web) async fn check_now(
     )
 )]
 pub(in crate::web) async fn detail(State(fin): FinanceState, Path(id): Path<String>) -> Answer {
-    let Ok(id) = Uuid::try_parse(&id) else {
-        return Err(bad_id().into());
-    };
+    let id = attempt_id(&id)?;
     Ok(match finance::detail(&fin.store, id).await {
         Ok(d) => Json(d).into_response(),
         Err(StoreError::NotFound(_)) => error(StatusCode::NOT_FOUND, Some("id"), "no such attempt"),
@@ -294,9 +295,7 @@ pub(in crate::web) async fn resolve(
     Path(id): Path<String>,
     body: Bytes,
 ) -> Answer {
-    let Ok(id) = Uuid::try_parse(&id) else {
-        return Err(bad_id().into());
-    };
+    let id = attempt_id(&id)?;
     let expected = r#"{"action": "approve"|"decline"|"check_now", "version": N, "note": "…", "charge_id"|"code": "…"}"#;
     // The fields a resolution takes depend on its action: `charge_id` to
     // approve, `code` to decline, neither to check now.
@@ -379,9 +378,7 @@ pub(in crate::web) async fn retry(
     Path(id): Path<String>,
     body: Bytes,
 ) -> Answer {
-    let Ok(id) = Uuid::try_parse(&id) else {
-        return Err(bad_id().into());
-    };
+    let id = attempt_id(&id)?;
     let field = OverrideReason::FIELD;
     let cap_override = if body.iter().all(u8::is_ascii_whitespace) {
         None

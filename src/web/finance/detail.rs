@@ -13,7 +13,7 @@ use serde::Deserialize;
 use uuid::Uuid;
 
 use super::FinanceState;
-use super::api::{bad_id, unavailable};
+use super::api::{attempt_id, unavailable};
 use super::page::{page, refused_form};
 use crate::domain::decimal;
 use crate::finance::{self, Resolution, ResolveError, ResolveRequest};
@@ -38,9 +38,7 @@ pub(in crate::web) async fn detail(
     Extension(person): Extension<Person>,
     Path(id): Path<String>,
 ) -> Answer {
-    let Ok(id) = Uuid::try_parse(&id) else {
-        return Err(bad_id().into());
-    };
+    let id = attempt_id(&id)?;
     Ok(render_detail(&fin, &person, id, None, StatusCode::OK).await)
 }
 
@@ -181,9 +179,7 @@ pub(in crate::web) async fn resolve(
     Path(id): Path<String>,
     Form(form): Form<ResolveForm>,
 ) -> Answer {
-    let Ok(id) = Uuid::try_parse(&id) else {
-        return Err(bad_id().into());
-    };
+    let id = attempt_id(&id)?;
     if let Some(refused) = refused_form(&person, &form.form_token, fin.cfg.form_token_ttl) {
         return Err(refused.into());
     }
