@@ -14,7 +14,7 @@ use uuid::Uuid;
 
 use super::FinanceState;
 use super::api::{attempt_id, unavailable};
-use super::page::{page, refused_form};
+use super::page::{form_token_ok, page};
 use crate::domain::decimal;
 use crate::finance::{self, Resolution, ResolveError, ResolveRequest};
 use crate::http::auth::Caller as Person;
@@ -180,9 +180,7 @@ pub(in crate::web) async fn resolve(
     Form(form): Form<ResolveForm>,
 ) -> Answer {
     let id = attempt_id(&id)?;
-    if let Some(refused) = refused_form(&person, &form.form_token, fin.cfg.form_token_ttl) {
-        return Err(refused.into());
-    }
+    form_token_ok(&person, &form.form_token, fin.cfg.form_token_ttl)?;
     let resolution = match form.action.as_str() {
         "approve" => Resolution::Approve {
             charge_id: form.charge_id.unwrap_or_default().trim().to_owned(),
