@@ -9,13 +9,13 @@
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{Extension, Path, State};
+use axum::extract::{Extension, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 use serde_json::{Value, json};
 
-use super::{AppState, error};
+use super::{Answer, AppState, OrderInPath, error};
 use crate::http::auth::Caller;
 use crate::http::{Type, typed};
 use crate::store::{CancelError, CancelReason, Cancelled};
@@ -41,43 +41,36 @@ use crate::store::{CancelError, CancelReason, Cancelled};
 pub(super) async fn cancel(
     State(app): AppState,
     Extension(caller): Extension<Caller>,
-    Path(order_id): Path<String>,
+    OrderInPath(order_id): OrderInPath,
     body: Result<Bytes, BytesRejection>,
-) -> Response {
-    // No order has an id that fails the enqueue's rules; one with a NUL
-    // would fail the database's read as if it were down.
-    if let Err(e) = crate::domain::OrderId::parse(&order_id) {
-        return super::invalid(&e);
-    }
+) -> Answer {
     const REASONS: &str =
         "paid_by_other_means, customer_request, fraud_suspected, duplicate_order or other";
-    let v = match super::json_body(body, &["reason"]) {
-        Ok(v) => v,
-        Err(refused) => return *refused,
-    };
-    if let Err(refused) = typed(&v, &[("reason", Type::Text(REASONS))]) {
-        return *refused;
-    }
+    let v = super::json_body(body, &["reason"])?;
+    typed(&v, &[("reason", Type::Text(REASONS))])?;
     let reason = match v
         .get("reason")
         .and_then(Value::as_str)
         .map(CancelReason::parse)
     {
         Some(Ok(r)) => r,
-        Some(Err(e)) => return error(StatusCode::UNPROCESSABLE_ENTITY, Some("reason"), e),
+        Some(Err(e)) => {
+            return Err(error(StatusCode::UNPROCESSABLE_ENTITY, Some("reason"), e).into());
+        }
         None => {
-            return error(
+            return Err(error(
                 StatusCode::UNPROCESSABLE_ENTITY,
                 Some("reason"),
                 format!("is required: {REASONS}"),
-            );
+            )
+            .into());
         }
     };
-    match app
+    let cancelled = app
         .store
         .cancel_order(&order_id, reason, &caller.actor())
-        .await
-    {
+        .await;
+    Ok(match cancelled {
         Ok(done) => answer(done, None),
         Err(CancelError::NothingToCancel(_)) => answer(
             Cancelled {
@@ -99,7 +92,7 @@ pub(super) async fn cancel(
             &e,
             "nothing was cancelled; retry",
         ),
-    }
+    })
 }
 
 /// The answer of a cancel: what it did, and `detail` when there was nothing

@@ -16,7 +16,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 use uuid::Uuid;
 
-use super::{API_BODY_LIMIT, AppState, error, invalid};
+use super::{API_BODY_LIMIT, Answer, AppState, error, invalid};
 use crate::domain::{Amount, ChargeRequest, IdempotencyKey, InputError, MaxAmount};
 use crate::http::auth::Caller;
 use crate::http::{Type, is_json, typed};
@@ -168,41 +168,22 @@ pub(super) async fn create(
     Extension(caller): Extension<Caller>,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
-) -> Response {
-    let (key, v) = match keyed_json(&headers, body, FIELDS, TYPES) {
-        Ok(ok) => ok,
-        Err(resp) => return *resp,
-    };
+) -> Answer {
+    let (key, v) = keyed_json(&headers, body, FIELDS, TYPES)?;
     let raw_key = key.to_string();
     let raw_key = raw_key.as_str();
     let text = |field: &str| v.get(field).and_then(Value::as_str);
     let (order_id, currency, payment_method) =
         (text("order_id"), text("currency"), text("payment_method"));
-    let Some(order_id) = order_id else {
-        return error(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            Some("order_id"),
-            "is required",
-        );
-    };
-    let Some(currency) = currency else {
-        return error(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            Some("currency"),
-            "is required",
-        );
-    };
-    let amount = match amount(&v) {
-        Ok(a) => a.minor(),
-        Err(resp) => return *resp,
-    };
+    let required =
+        |field: &str| error(StatusCode::UNPROCESSABLE_ENTITY, Some(field), "is required");
+    let order_id = order_id.ok_or_else(|| required("order_id"))?;
+    let currency = currency.ok_or_else(|| required("currency"))?;
+    let amount = amount(&v)?.minor();
     let req = ChargeRequest::parse(order_id, amount, currency, Some(raw_key), payment_method)
         .and_then(|r| r.with_customer(text("customer")));
-    let req = match req {
-        Ok(r) => r,
-        Err(e) => return invalid(&e),
-    };
-    match app.store.enqueue_as(&req, &caller.actor()).await {
+    let req = req.map_err(|e| invalid(&e))?;
+    Ok(match app.store.enqueue_as(&req, &caller.actor()).await {
         Ok(out) => {
             let mut body = json!({
                 "attempt_id": out.attempt_id,
@@ -232,7 +213,7 @@ pub(super) async fn create(
             &e,
             "retry with the same key",
         ),
-    }
+    })
 }
 
 /// `GET /charges/{attempt_id}`, `GET /refunds/{refund_id}`, `GET

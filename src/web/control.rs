@@ -17,7 +17,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
-use super::{AppState, error};
+use super::{Answer, AppState, error};
 use crate::http::auth::Caller;
 use crate::http::{Type, no_fields, typed};
 
@@ -40,28 +40,24 @@ pub(super) async fn pause(
     State(app): AppState,
     Extension(caller): Extension<Caller>,
     body: Result<Bytes, BytesRejection>,
-) -> Response {
+) -> Answer {
     let what = "why sending is paused, shown to everyone who looks";
-    let v = match super::json_body(body, &["reason"])
-        .and_then(|v| typed(&v, &[("reason", Type::Text(what))]).map(|()| v))
-    {
-        Ok(v) => v,
-        Err(refused) => return *refused,
-    };
+    let v = super::json_body(body, &["reason"])?;
+    typed(&v, &[("reason", Type::Text(what))])?;
     let reason = v.get("reason").and_then(Value::as_str).map(str::to_owned);
     let Some(reason) = reason.filter(|r| !r.trim().is_empty()) else {
-        return error(
+        return Err(error(
             StatusCode::UNPROCESSABLE_ENTITY,
             Some("reason"),
             "is required: why sending is paused (shown to everyone who looks)",
-        );
+        )
+        .into());
     };
     // The store keeps the first 500 characters; a control character would
     // fail the write (PostgreSQL refuses NUL) or break the line it is shown on.
-    if let Err(e) = crate::domain::text::note("reason", &reason, usize::MAX, "a reason") {
-        return super::invalid(&e);
-    }
-    set(&app, &caller, true, Some(&reason)).await
+    crate::domain::text::note("reason", &reason, usize::MAX, "a reason")
+        .map_err(|e| super::invalid(&e))?;
+    Ok(set(&app, &caller, true, Some(&reason)).await)
 }
 
 #[utoipa::path(
@@ -82,14 +78,12 @@ pub(super) async fn resume(
     State(app): AppState,
     Extension(caller): Extension<Caller>,
     body: Result<Bytes, BytesRejection>,
-) -> Response {
+) -> Answer {
     let Ok(body) = body else {
-        return error(StatusCode::PAYLOAD_TOO_LARGE, None, "the body is too large");
+        return Err(error(StatusCode::PAYLOAD_TOO_LARGE, None, "the body is too large").into());
     };
-    if let Err(refused) = no_fields(&body) {
-        return *refused;
-    }
-    set(&app, &caller, false, None).await
+    no_fields(&body)?;
+    Ok(set(&app, &caller, false, None).await)
 }
 
 #[utoipa::path(

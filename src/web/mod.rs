@@ -109,6 +109,57 @@ pub(crate) fn invalid(e: &crate::domain::InputError) -> Response {
     )
 }
 
+/// A refusal a handler gives up with: the finished error response, boxed
+/// so that a `Result` carrying it stays small. A handler that returns
+/// [`Answer`] refuses with `?` on the helpers that return
+/// `Result<_, Box<Response>>` ([`json_body`], [`known_fields`],
+/// [`crate::http::typed`], …) or with `Err(error(…).into())`; the client
+/// reads the same response either way.
+pub(crate) struct Refusal(Box<Response>);
+
+impl From<Box<Response>> for Refusal {
+    fn from(refused: Box<Response>) -> Self {
+        Self(refused)
+    }
+}
+
+impl From<Response> for Refusal {
+    fn from(refused: Response) -> Self {
+        Self(Box::new(refused))
+    }
+}
+
+impl IntoResponse for Refusal {
+    fn into_response(self) -> Response {
+        *self.0
+    }
+}
+
+/// What a handler answers: its response, or the refusal it stopped at.
+pub(crate) type Answer = Result<Response, Refusal>;
+
+/// The `{order_id}` of a route's path, checked against the enqueue's rules
+/// before the handler runs: no order has an id that fails them, and one
+/// with a NUL would fail the database's read as if it were down. A bad one
+/// is refused with 422 naming it ([`invalid`]).
+pub(crate) struct OrderInPath(pub String);
+
+impl<S: Send + Sync> axum::extract::FromRequestParts<S> for OrderInPath {
+    type Rejection = Response;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        state: &S,
+    ) -> Result<Self, Response> {
+        let axum::extract::Path(order_id) =
+            axum::extract::Path::<String>::from_request_parts(parts, state)
+                .await
+                .map_err(IntoResponse::into_response)?;
+        crate::domain::OrderId::parse(&order_id).map_err(|e| invalid(&e))?;
+        Ok(Self(order_id))
+    }
+}
+
 /// 503 for a database failure. The driver's words (hosts, users, files)
 /// go to the log only; the caller reads `advice` ("retry with the same
 /// key", …), or, when the schema is missing or behind the binary, the fix:

@@ -10,12 +10,12 @@
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{Extension, Path, State};
+use axum::extract::{Extension, State};
 use axum::http::StatusCode;
-use axum::response::{IntoResponse, Response};
+use axum::response::IntoResponse;
 use serde_json::json;
 
-use super::{AppState, error};
+use super::{Answer, AppState, OrderInPath, error};
 use crate::domain::PaymentMethod;
 use crate::http::auth::Caller;
 use crate::http::{Type, typed};
@@ -42,22 +42,12 @@ use crate::store::MethodUpdateError;
 pub(super) async fn update(
     State(app): AppState,
     Extension(caller): Extension<Caller>,
-    Path(order_id): Path<String>,
+    OrderInPath(order_id): OrderInPath,
     body: Result<Bytes, BytesRejection>,
-) -> Response {
-    // No order has an id that fails the enqueue's rules; one with a NUL
-    // would fail the database's read as if it were down.
-    if let Err(e) = crate::domain::OrderId::parse(&order_id) {
-        return super::invalid(&e);
-    }
-    let v = match super::json_body(body, &["payment_method"]) {
-        Ok(v) => v,
-        Err(refused) => return *refused,
-    };
+) -> Answer {
+    let v = super::json_body(body, &["payment_method"])?;
     let what = "the gateway's payment-method token";
-    if let Err(refused) = typed(&v, &[("payment_method", Type::Text(what))]) {
-        return *refused;
-    }
+    typed(&v, &[("payment_method", Type::Text(what))])?;
     let token = match v
         .get("payment_method")
         .and_then(|t| t.as_str())
@@ -65,21 +55,22 @@ pub(super) async fn update(
     {
         Some(Ok(t)) => t,
         Some(Err(e)) => {
-            return error(StatusCode::UNPROCESSABLE_ENTITY, Some(e.field), e.reason);
+            return Err(error(StatusCode::UNPROCESSABLE_ENTITY, Some(e.field), e.reason).into());
         }
         None => {
-            return error(
+            return Err(error(
                 StatusCode::UNPROCESSABLE_ENTITY,
                 Some("payment_method"),
                 "is required: the gateway's payment-method token",
-            );
+            )
+            .into());
         }
     };
-    match app
+    let updated = app
         .store
         .update_payment_method(&order_id, &token, &caller.actor())
-        .await
-    {
+        .await;
+    Ok(match updated {
         Ok(done) => (StatusCode::OK, Json(json!(done))).into_response(),
         Err(e @ MethodUpdateError::NotFound(_)) => {
             error(StatusCode::NOT_FOUND, Some("order_id"), e.to_string())
@@ -98,5 +89,5 @@ pub(super) async fn update(
             &e,
             "nothing was changed; retry",
         ),
-    }
+    })
 }

@@ -11,12 +11,11 @@ use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{Extension, State};
 use axum::http::{HeaderMap, StatusCode};
-use axum::response::Response;
 use serde_json::{Value, json};
 use uuid::Uuid;
 
 use super::charges::{KEY, amount, created, keyed_json};
-use super::{AppState, error, invalid};
+use super::{Answer, AppState, error, invalid};
 use crate::http::Type;
 use crate::http::auth::Caller;
 use crate::store::RefundError;
@@ -43,42 +42,32 @@ pub(super) async fn create(
     Extension(caller): Extension<Caller>,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
-) -> Response {
+) -> Answer {
     let what = "the UUID of the APROBADO charge attempt to refund";
     let fields = ["attempt_id", "amount_minor"];
     let types = [("attempt_id", Type::Text(what))];
-    let (key, v) = match keyed_json(&headers, body, &fields, &types) {
-        Ok(ok) => ok,
-        Err(resp) => return *resp,
+    let (key, v) = keyed_json(&headers, body, &fields, &types)?;
+    let refused = |message| {
+        error(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            Some("attempt_id"),
+            message,
+        )
     };
-    let attempt_id = match v.get("attempt_id").and_then(Value::as_str) {
-        None => {
-            return error(
-                StatusCode::UNPROCESSABLE_ENTITY,
-                Some("attempt_id"),
-                format!("is required: {what}"),
-            );
-        }
-        Some(s) => match Uuid::try_parse(s) {
-            Ok(id) => id,
-            Err(_) => {
-                return error(
-                    StatusCode::UNPROCESSABLE_ENTITY,
-                    Some("attempt_id"),
-                    format!("attempt_id must be {what}; got a string that is not a UUID"),
-                );
-            }
-        },
+    let Some(raw) = v.get("attempt_id").and_then(Value::as_str) else {
+        return Err(refused(format!("is required: {what}")).into());
     };
-    let amount = match amount(&v) {
-        Ok(a) => a,
-        Err(resp) => return *resp,
-    };
-    match app
+    let attempt_id = Uuid::try_parse(raw).map_err(|_| {
+        refused(format!(
+            "attempt_id must be {what}; got a string that is not a UUID"
+        ))
+    })?;
+    let amount = amount(&v)?;
+    let requested = app
         .store
         .request_refund(attempt_id, amount, key, &caller.actor())
-        .await
-    {
+        .await;
+    Ok(match requested {
         Ok(r) => {
             let body = json!({
                 "refund_id": r.refund_id,
@@ -99,5 +88,5 @@ pub(super) async fn create(
             &e,
             "retry with the same key",
         ),
-    }
+    })
 }

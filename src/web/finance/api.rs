@@ -27,10 +27,13 @@ use crate::finance::{
 use crate::http::auth::Caller as Person;
 use crate::http::{Type, typed};
 use crate::store::{Escalated, OverrideReason, ReconCase, RetryError, StoreError};
-use crate::web::{conflict, error, invalid, known_fields};
+use crate::web::{Answer, Refusal, conflict, error, invalid, known_fields};
 
-pub(super) fn bad_id() -> Response {
-    error(StatusCode::BAD_REQUEST, Some("id"), "must be a UUID")
+/// The `{id}` of an attempt's route, or the 400 naming `id` when it is not
+/// a UUID.
+pub(super) fn attempt_id(raw: &str) -> Result<Uuid, Refusal> {
+    Uuid::try_parse(raw)
+        .map_err(|_| error(StatusCode::BAD_REQUEST, Some("id"), "must be a UUID").into())
 }
 
 pub(super) fn unavailable(e: &StoreError) -> Response {
@@ -219,25 +222,21 @@ pub(in crate::web) async fn check_now(
     State(fin): FinanceState,
     Extension(person): Extension<Person>,
     body: Bytes,
-) -> Response {
+) -> Answer {
     let expected = r#"{"note": "…", "state"?, "currency"?, "kind"?, "min_age_secs"?}"#;
-    let body =
-        match body_as::<CheckNowBody>(&body, CHECK_NOW_FIELDS, CHECK_NOW_TYPES, expected, None) {
-            Ok(b) => b,
-            Err(refused) => return *refused,
-        };
-    match finance::check_now_all(
+    let body = body_as::<CheckNowBody>(&body, CHECK_NOW_FIELDS, CHECK_NOW_TYPES, expected, None)?;
+    let scheduled = finance::check_now_all(
         &fin.store,
         fin.cfg.stale_after,
         &body.filter,
         &person.name,
         &body.note,
     )
-    .await
-    {
+    .await;
+    Ok(match scheduled {
         Ok(done) => Json(done).into_response(),
         Err(e) => queue_error(e),
-    }
+    })
 }
 
 #[utoipa::path(
@@ -255,15 +254,13 @@ pub(in crate::web) async fn check_now(
         crate::web::openapi::Unavailable
     )
 )]
-pub(in crate::web) async fn detail(State(fin): FinanceState, Path(id): Path<String>) -> Response {
-    let Ok(id) = Uuid::try_parse(&id) else {
-        return bad_id();
-    };
-    match finance::detail(&fin.store, id).await {
+pub(in crate::web) async fn detail(State(fin): FinanceState, Path(id): Path<String>) -> Answer {
+    let id = attempt_id(&id)?;
+    Ok(match finance::detail(&fin.store, id).await {
         Ok(d) => Json(d).into_response(),
         Err(StoreError::NotFound(_)) => error(StatusCode::NOT_FOUND, Some("id"), "no such attempt"),
         Err(e) => unavailable(&e),
-    }
+    })
 }
 
 #[derive(Deserialize)]
@@ -297,10 +294,8 @@ pub(in crate::web) async fn resolve(
     Extension(person): Extension<Person>,
     Path(id): Path<String>,
     body: Bytes,
-) -> Response {
-    let Ok(id) = Uuid::try_parse(&id) else {
-        return bad_id();
-    };
+) -> Answer {
+    let id = attempt_id(&id)?;
     let expected = r#"{"action": "approve"|"decline"|"check_now", "version": N, "note": "…", "charge_id"|"code": "…"}"#;
     // The fields a resolution takes depend on its action: `charge_id` to
     // approve, `code` to decline, neither to check now.
@@ -320,10 +315,7 @@ pub(in crate::web) async fn resolve(
         ("charge_id", Type::Text("the gateway's charge id")),
         ("code", Type::Text("the gateway's decline code")),
     ];
-    let body = match body_as::<ResolveBody>(&body, fields, &types, expected, None) {
-        Ok(b) => b,
-        Err(refused) => return *refused,
-    };
+    let body = body_as::<ResolveBody>(&body, fields, &types, expected, None)?;
     let req = ResolveRequest {
         attempt_id: id,
         version: body.version,
@@ -332,7 +324,7 @@ pub(in crate::web) async fn resolve(
         note: &body.note,
     };
     let declining = matches!(req.resolution, finance::Resolution::Decline { .. });
-    match finance::resolve(&fin.store, &req).await {
+    Ok(match finance::resolve(&fin.store, &req).await {
         // A decline still in review was asked for (its payment object may
         // still succeed): a worker records it once the gateway is final.
         Ok(now) if declining && now.state == crate::state::State::EnRevision => {
@@ -340,7 +332,7 @@ pub(in crate::web) async fn resolve(
         }
         Ok(now) => Json(now).into_response(),
         Err(e) => resolve_error(e),
-    }
+    })
 }
 
 pub(super) fn resolve_error(e: ResolveError) -> Response {
@@ -385,10 +377,8 @@ pub(in crate::web) async fn retry(
     Extension(person): Extension<Person>,
     Path(id): Path<String>,
     body: Bytes,
-) -> Response {
-    let Ok(id) = Uuid::try_parse(&id) else {
-        return bad_id();
-    };
+) -> Answer {
+    let id = attempt_id(&id)?;
     let field = OverrideReason::FIELD;
     let cap_override = if body.iter().all(u8::is_ascii_whitespace) {
         None
@@ -404,17 +394,18 @@ pub(in crate::web) async fn retry(
             "{\"override_reason\": \"...\"} or no body",
             None,
         );
-        match parsed {
-            Err(refused) => return *refused,
-            Ok(RetryBody {
+        match parsed? {
+            RetryBody {
                 override_reason: None,
-            }) => None,
-            Ok(RetryBody {
+            } => None,
+            RetryBody {
                 override_reason: Some(raw),
-            }) => match OverrideReason::parse(&raw) {
+            } => match OverrideReason::parse(&raw) {
                 Ok(r) => Some(r),
                 Err(e) => {
-                    return error(StatusCode::UNPROCESSABLE_ENTITY, Some(field), e.to_string());
+                    let refused =
+                        error(StatusCode::UNPROCESSABLE_ENTITY, Some(field), e.to_string());
+                    return Err(refused.into());
                 }
             },
         }
@@ -424,7 +415,7 @@ pub(in crate::web) async fn retry(
         .store
         .request_retry(id, &actor, fin.cfg.card_caps, cap_override.as_ref())
         .await;
-    match asked {
+    Ok(match asked {
         Ok(r) => {
             if let Some(reason) = &r.cap_override {
                 tracing::warn!(attempt = %id, %actor, cap_override = %reason,
@@ -435,7 +426,7 @@ pub(in crate::web) async fn retry(
         Err(RetryError::NotFound(m)) => error(StatusCode::NOT_FOUND, Some("id"), m),
         Err(RetryError::Db(e)) => unavailable(&StoreError::Db(e)),
         Err(refused) => conflict(refused.hold(), refused.to_string()),
-    }
+    })
 }
 
 /// The body of `POST /finance/api/attempts/{id}/retry`.

@@ -16,7 +16,7 @@ use crate::finance;
 use crate::http::Type;
 use crate::http::auth::Caller as Person;
 use crate::store::{CaseError, RefundError, StoreError};
-use crate::web::{error, invalid};
+use crate::web::{Answer, error, invalid};
 
 /// The body of `POST /finance/api/cases/{id}/resolve`.
 #[derive(Deserialize, utoipa::ToSchema)]
@@ -52,7 +52,7 @@ pub(in crate::web) async fn resolve_case(
     Extension(person): Extension<Person>,
     Path(id): Path<i64>,
     body: Bytes,
-) -> Response {
+) -> Answer {
     // An empty body, or one without a note, is read as an empty note, which
     // `finance::resolve_case` refuses naming `note`; anything else must be a
     // JSON object with at most a note, a string.
@@ -60,15 +60,13 @@ pub(in crate::web) async fn resolve_case(
         String::new()
     } else {
         let expected = r#"{"note": "…"}"#;
-        match body_as::<CaseBody>(&body, &["note"], &[NOTE], expected, None) {
-            Ok(b) => b.note,
-            Err(refused) => return *refused,
-        }
+        body_as::<CaseBody>(&body, &["note"], &[NOTE], expected, None)?.note
     };
-    match finance::resolve_case(&fin.store, id, &person.name, &note).await {
+    let closed = finance::resolve_case(&fin.store, id, &person.name, &note).await;
+    Ok(match closed {
         Ok(case) => Json(case).into_response(),
         Err(e) => case_error(e),
-    }
+    })
 }
 
 /// The body of `POST /finance/api/cases/{id}/refund-duplicate`.
@@ -106,28 +104,20 @@ pub(in crate::web) async fn refund_duplicate(
     Extension(person): Extension<Person>,
     Path(id): Path<i64>,
     body: Bytes,
-) -> Response {
+) -> Answer {
     let expected = r#"{"charge_id": "<the duplicate's gateway id>"}"#;
     let types = [("charge_id", Type::Text("the duplicate's gateway charge id"))];
-    let body = match body_as::<DuplicateBody>(
-        &body,
-        &["charge_id"],
-        &types,
-        expected,
-        Some("charge_id"),
-    ) {
-        Ok(b) => b,
-        Err(refused) => return *refused,
-    };
-    match fin
+    let body =
+        body_as::<DuplicateBody>(&body, &["charge_id"], &types, expected, Some("charge_id"))?;
+    let refunded = fin
         .store
         .refund_duplicate(id, &body.charge_id, &person.name)
-        .await
-    {
+        .await;
+    Ok(match refunded {
         Ok(r) if r.created => (StatusCode::CREATED, Json(r)).into_response(),
         Ok(r) => Json(r).into_response(),
         Err(e) => duplicate_error(e),
-    }
+    })
 }
 
 pub(super) fn duplicate_error(e: RefundError) -> Response {

@@ -7,15 +7,16 @@
 
 use axum::extract::{Extension, Form, Path, State};
 use axum::http::StatusCode;
-use axum::response::{IntoResponse, Redirect, Response};
+use axum::response::{IntoResponse, Redirect};
 use maud::{Markup, html};
 use serde::Deserialize;
 
 use super::FinanceState;
 use super::api::unavailable;
-use super::page::{problem, refused_form};
+use super::page::{form_token_ok, problem};
 use crate::finance::{self, CasesPage};
 use crate::http::auth::Caller as Person;
+use crate::web::Answer;
 use crate::web::html::url_encode;
 
 /// One page of the open cases; `filters`: the queue's query string, kept
@@ -126,15 +127,13 @@ pub(in crate::web) async fn refund_duplicate(
     Extension(person): Extension<Person>,
     Path(id): Path<i64>,
     Form(form): Form<DuplicateForm>,
-) -> Response {
-    if let Some(refused) = refused_form(&person, &form.form_token, fin.cfg.form_token_ttl) {
-        return refused;
-    }
-    match fin
+) -> Answer {
+    form_token_ok(&person, &form.form_token, fin.cfg.form_token_ttl)?;
+    let refunded = fin
         .store
         .refund_duplicate(id, &form.charge_id, &person.name)
-        .await
-    {
+        .await;
+    Ok(match refunded {
         Ok(r) => Redirect::to(&format!(
             "/finance/attempts/{}?duplicate_refund_of_case={id}",
             r.refund_id
@@ -149,7 +148,7 @@ pub(in crate::web) async fn refund_duplicate(
             };
             problem(status, "Nothing refunded", &person, &e.to_string())
         }
-    }
+    })
 }
 
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
@@ -178,11 +177,10 @@ pub(in crate::web) async fn resolve(
     Extension(person): Extension<Person>,
     Path(id): Path<i64>,
     Form(form): Form<CaseForm>,
-) -> Response {
-    if let Some(refused) = refused_form(&person, &form.form_token, fin.cfg.form_token_ttl) {
-        return refused;
-    }
-    match finance::resolve_case(&fin.store, id, &person.name, &form.note).await {
+) -> Answer {
+    form_token_ok(&person, &form.form_token, fin.cfg.form_token_ttl)?;
+    let closed = finance::resolve_case(&fin.store, id, &person.name, &form.note).await;
+    Ok(match closed {
         Ok(_) => Redirect::to(&format!("/finance?resolved_case={id}")).into_response(),
         Err(crate::store::CaseError::Store(e)) => unavailable(&e),
         Err(e) => {
@@ -193,5 +191,5 @@ pub(in crate::web) async fn resolve(
             };
             problem(status, "Case not closed", &person, &e.to_string())
         }
-    }
+    })
 }

@@ -13,13 +13,14 @@ use serde::Deserialize;
 use uuid::Uuid;
 
 use super::FinanceState;
-use super::api::{bad_id, unavailable};
-use super::page::{page, refused_form};
+use super::api::{attempt_id, unavailable};
+use super::page::{form_token_ok, page};
 use crate::domain::decimal;
 use crate::finance::{self, Resolution, ResolveError, ResolveRequest};
 use crate::http::auth::Caller as Person;
 use crate::state::State as AttemptState;
 use crate::store::StoreError;
+use crate::web::Answer;
 use crate::web::html::{checks, history};
 
 #[utoipa::path(
@@ -36,11 +37,9 @@ pub(in crate::web) async fn detail(
     State(fin): FinanceState,
     Extension(person): Extension<Person>,
     Path(id): Path<String>,
-) -> Response {
-    let Ok(id) = Uuid::try_parse(&id) else {
-        return bad_id();
-    };
-    render_detail(&fin, &person, id, None, StatusCode::OK).await
+) -> Answer {
+    let id = attempt_id(&id)?;
+    Ok(render_detail(&fin, &person, id, None, StatusCode::OK).await)
 }
 
 async fn render_detail(
@@ -179,13 +178,9 @@ pub(in crate::web) async fn resolve(
     Extension(person): Extension<Person>,
     Path(id): Path<String>,
     Form(form): Form<ResolveForm>,
-) -> Response {
-    let Ok(id) = Uuid::try_parse(&id) else {
-        return bad_id();
-    };
-    if let Some(refused) = refused_form(&person, &form.form_token, fin.cfg.form_token_ttl) {
-        return refused;
-    }
+) -> Answer {
+    let id = attempt_id(&id)?;
+    form_token_ok(&person, &form.form_token, fin.cfg.form_token_ttl)?;
     let resolution = match form.action.as_str() {
         "approve" => Resolution::Approve {
             charge_id: form.charge_id.unwrap_or_default().trim().to_owned(),
@@ -195,14 +190,10 @@ pub(in crate::web) async fn resolve(
         },
         "check_now" => Resolution::CheckNow,
         _ => {
-            return render_detail(
-                &fin,
-                &person,
-                id,
-                Some("Unknown action."),
-                StatusCode::UNPROCESSABLE_ENTITY,
-            )
-            .await;
+            let (problem, status) = (Some("Unknown action."), StatusCode::UNPROCESSABLE_ENTITY);
+            return Err(render_detail(&fin, &person, id, problem, status)
+                .await
+                .into());
         }
     };
     let req = ResolveRequest {
@@ -212,7 +203,7 @@ pub(in crate::web) async fn resolve(
         by: &person.name,
         note: &form.note,
     };
-    match finance::resolve(&fin.store, &req).await {
+    Ok(match finance::resolve(&fin.store, &req).await {
         Ok(_) => Redirect::to(&format!("/finance?resolved={id}")).into_response(),
         Err(ResolveError::Store(e)) => unavailable(&e),
         Err(e) => {
@@ -223,5 +214,5 @@ pub(in crate::web) async fn resolve(
             };
             render_detail(&fin, &person, id, Some(&e.to_string()), status).await
         }
-    }
+    })
 }

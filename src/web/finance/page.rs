@@ -25,6 +25,7 @@ use crate::http::auth::Caller as Person;
 use crate::store::Escalated;
 
 use crate::web::html::{select, shell, url_encode};
+use crate::web::{Answer, Refusal};
 
 pub(super) fn page(title: &str, person: &Person, body: Markup) -> Markup {
     shell("cobro finance", title, person, body)
@@ -39,18 +40,22 @@ pub(super) fn problem(status: StatusCode, title: &str, person: &Person, text: &s
     (status, page(title, person, body)).into_response()
 }
 
-/// The form's token is not this sign-in's, or is too old: 403, saying to
-/// reload the page (which carries a fresh token), nothing written.
-/// `None` when the token is good.
-pub(super) fn refused_form(person: &Person, token: &str, ttl: Duration) -> Option<Response> {
-    let why = person.check_form_token(token, ttl).err()?;
+/// `Ok` when the form's token is this sign-in's and fresh; otherwise the
+/// refusal: 403, saying to reload the page (which carries a fresh token),
+/// nothing written.
+pub(super) fn form_token_ok(person: &Person, token: &str, ttl: Duration) -> Result<(), Refusal> {
+    let Err(why) = person.check_form_token(token, ttl) else {
+        return Ok(());
+    };
     let body = html! {
         p.note.err #problem {
             (why) ". Reload the page and submit the form again. Nothing was changed."
         }
         p { a href="/finance" { "Back to the queue" } }
     };
-    Some((StatusCode::FORBIDDEN, page("Refused", person, body)).into_response())
+    Err((StatusCode::FORBIDDEN, page("Refused", person, body))
+        .into_response()
+        .into())
 }
 
 #[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
@@ -270,10 +275,8 @@ pub(in crate::web) async fn check_now(
     State(fin): FinanceState,
     Extension(person): Extension<Person>,
     Form(form): Form<CheckNowForm>,
-) -> Response {
-    if let Some(refused) = refused_form(&person, &form.form_token, fin.cfg.form_token_ttl) {
-        return refused;
-    }
+) -> Answer {
+    form_token_ok(&person, &form.form_token, fin.cfg.form_token_ttl)?;
     let q = ListQuery {
         state: form.state,
         currency: form.currency,
@@ -281,15 +284,15 @@ pub(in crate::web) async fn check_now(
         min_age_h: form.min_age_h,
         ..ListQuery::default()
     };
-    match finance::check_now_all(
+    let scheduled = finance::check_now_all(
         &fin.store,
         fin.cfg.stale_after,
         &q.filter(),
         &person.name,
         &form.note,
     )
-    .await
-    {
+    .await;
+    Ok(match scheduled {
         Ok(done) => {
             let filters = q.query_string();
             let sep = if filters.is_empty() { "" } else { "&" };
@@ -308,7 +311,7 @@ pub(in crate::web) async fn check_now(
             let status = StatusCode::UNPROCESSABLE_ENTITY;
             (status, page("Escalation queue", &person, body)).into_response()
         }
-    }
+    })
 }
 
 /// "next automatic check at …" for an item of the queue.
