@@ -378,7 +378,9 @@ impl Engine {
         held: &Attempt,
         outcome: &LookupOutcome,
     ) -> Result<Option<Duration>, StoreError> {
-        if !matches!(outcome, LookupOutcome::NotFound { .. }) {
+        let idempotent = self.cfg.not_found.gateway_idempotent;
+        if !matches!(outcome, LookupOutcome::NotFound { .. }) || (idempotent && held.send_count > 0)
+        {
             return Ok(Some(Duration::MAX));
         }
         let log = self.store.transitions(held.id).await?;
@@ -391,7 +393,7 @@ impl Engine {
         if sent.is_none() && held.send_count == 0 {
             return Ok(None);
         }
-        if self.cfg.not_found.gateway_idempotent {
+        if idempotent {
             return Ok(Some(Duration::MAX));
         }
         Ok(Some(
