@@ -310,29 +310,6 @@ async fn the_transition_log_is_append_only(b: Backend) {
     db.drop_db().await;
 }
 
-/// Runs `statements` (each a PostgreSQL and a SQLite text) in one
-/// transaction, as a door of the app's own would.
-async fn in_one_tx(db: &TestDb, statements: &[(&str, &str)]) -> Result<(), sqlx::Error> {
-    use sqlx::AssertSqlSafe;
-    match db.backend {
-        Backend::Postgres => {
-            let mut tx = db.store.pg_pool().unwrap().begin().await?;
-            for (pg, _) in statements {
-                sqlx::query(AssertSqlSafe(*pg)).execute(&mut *tx).await?;
-            }
-            tx.commit().await
-        }
-        Backend::Sqlite => {
-            let pool = db.store.sqlite_pool().unwrap();
-            let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
-            for (_, lite) in statements {
-                sqlx::query(AssertSqlSafe(*lite)).execute(&mut *tx).await?;
-            }
-            tx.commit().await
-        }
-    }
-}
-
 /// Every change of an attempt's state has its row in the transition log,
 /// whatever door moved it: a raw UPDATE without one, or with a row that is
 /// not its own (another version), is refused (CB021) and writes nothing;
@@ -366,7 +343,8 @@ async fn every_change_of_state_has_its_log_row(b: Backend) {
         "INSERT INTO attempt_transitions (attempt_id, from_state, to_state, cause, actor, version, at)
          SELECT id, 'PENDIENTE', 'EN_PROCESO', 'raw_sql', 'test', version, 0 FROM payment_attempts",
     );
-    refused_for_its_row(in_one_tx(&db, &[stale_row, claim]).await.unwrap_err());
+    let (stale_row, claim) = (db.sql(stale_row.0, stale_row.1), db.sql(claim.0, claim.1));
+    refused_for_its_row(db.in_one_tx(&[stale_row, claim], &[]).await.unwrap_err());
     assert_eq!(db.store.load(id).await.unwrap().0.state, State::Pendiente);
     assert_eq!(db.store.transition_rows().await.unwrap(), 1);
 
@@ -380,19 +358,13 @@ async fn every_change_of_state_has_its_log_row(b: Backend) {
     assert_eq!(db.store.load(id).await.unwrap().0.state, State::EnProceso);
     if b == Backend::Postgres {
         // PostgreSQL checks at commit: the row may follow the move.
-        in_one_tx(
-            &db,
+        db.in_one_tx(
             &[
-                (
-                    "UPDATE cobro.payment_attempts SET state = 'DESCONOCIDO', version = version + 1",
-                    "",
-                ),
-                (
-                    "INSERT INTO cobro.attempt_transitions (attempt_id, from_state, to_state, cause, actor, version)
-                     SELECT id, 'EN_PROCESO', 'DESCONOCIDO', 'raw_sql', 'test', version FROM cobro.payment_attempts",
-                    "",
-                ),
+                "UPDATE cobro.payment_attempts SET state = 'DESCONOCIDO', version = version + 1",
+                "INSERT INTO cobro.attempt_transitions (attempt_id, from_state, to_state, cause, actor, version)
+                 SELECT id, 'EN_PROCESO', 'DESCONOCIDO', 'raw_sql', 'test', version FROM cobro.payment_attempts",
             ],
+            &[],
         )
         .await
         .unwrap();

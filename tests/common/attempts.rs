@@ -11,7 +11,7 @@ use std::time::Duration;
 use cobro::store::Store;
 use uuid::Uuid;
 
-use super::{Backend, TestDb, eventually};
+use super::{TestDb, eventually};
 
 /// Enqueues `req`; its attempt as stored.
 pub async fn enqueued(store: &Store, req: &cobro::domain::ChargeRequest) -> cobro::store::Attempt {
@@ -144,7 +144,6 @@ pub async fn settled(
 /// gateway charge id `ch_<attempt id>` unless it has one. The rows moved,
 /// or the database's refusal (nothing is then written).
 pub async fn raw_move(db: &TestDb, which: &str, to: &str) -> Result<u64, sqlx::Error> {
-    use sqlx::AssertSqlSafe;
     let log = format!(
         "INSERT INTO {t}attempt_transitions (attempt_id, from_state, to_state, cause, actor, version{at})
          SELECT id, state, {to}, 'raw_sql', 'test', version + 1{now} FROM {t}payment_attempts WHERE {which}",
@@ -163,35 +162,8 @@ pub async fn raw_move(db: &TestDb, which: &str, to: &str) -> Result<u64, sqlx::E
         to = db.sql("$1", "?1"),
         cast = db.sql("::text", ""),
     );
-    match db.backend {
-        Backend::Postgres => {
-            let mut tx = db.store.pg_pool().unwrap().begin().await?;
-            sqlx::query(AssertSqlSafe(log))
-                .bind(to)
-                .execute(&mut *tx)
-                .await?;
-            let moved = sqlx::query(AssertSqlSafe(update))
-                .bind(to)
-                .execute(&mut *tx)
-                .await?;
-            tx.commit().await?;
-            Ok(moved.rows_affected())
-        }
-        Backend::Sqlite => {
-            let pool = db.store.sqlite_pool().unwrap();
-            let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
-            sqlx::query(AssertSqlSafe(log))
-                .bind(to)
-                .execute(&mut *tx)
-                .await?;
-            let moved = sqlx::query(AssertSqlSafe(update))
-                .bind(to)
-                .execute(&mut *tx)
-                .await?;
-            tx.commit().await?;
-            Ok(moved.rows_affected())
-        }
-    }
+    let rows = db.in_one_tx(&[&log, &update], &[to]).await?;
+    Ok(rows[1])
 }
 
 /// Makes attempt `id`'s next action (a declined attempt's business retry)

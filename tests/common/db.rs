@@ -200,6 +200,41 @@ impl TestDb {
         }
     }
 
+    /// Runs `statements` (each already in this backend's SQL, each bound to
+    /// `binds`) in one transaction, as a door of the app's own would: the
+    /// rows each affected, or the first refusal (nothing is then written).
+    pub async fn in_one_tx(
+        &self,
+        statements: &[&str],
+        binds: &[&str],
+    ) -> Result<Vec<u64>, sqlx::Error> {
+        macro_rules! run {
+            ($tx:expr) => {{
+                let mut tx = $tx;
+                let mut rows = Vec::with_capacity(statements.len());
+                for sql in statements {
+                    let mut q = sqlx::query(sqlx::AssertSqlSafe(sql.to_string()));
+                    for b in binds {
+                        q = q.bind(*b);
+                    }
+                    rows.push(q.execute(&mut *tx).await?.rows_affected());
+                }
+                tx.commit().await?;
+                Ok(rows)
+            }};
+        }
+        match self.backend {
+            Backend::Postgres => run!(self.store.pg_pool().unwrap().begin().await?),
+            Backend::Sqlite => run!(
+                self.store
+                    .sqlite_pool()
+                    .unwrap()
+                    .begin_with("BEGIN IMMEDIATE")
+                    .await?
+            ),
+        }
+    }
+
     pub async fn scalar(&self, pg: &'static str, lite: &'static str) -> i64 {
         let sql = self.sql(pg, lite);
         match self.backend {
