@@ -23,10 +23,7 @@ async fn answering(status: u16, retry_after: Option<&'static str>) -> TestResult
         }
         resp
     });
-    let listener = TcpListener::bind("127.0.0.1:0").await?;
-    let url = format!("http://{}", listener.local_addr()?);
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    Ok(url)
+    serve(app).await
 }
 
 #[tokio::test]
@@ -120,10 +117,7 @@ async fn counting() -> TestResult<(String, std::sync::Arc<std::sync::atomic::Ato
         seen.fetch_add(1, Ordering::SeqCst);
         async { axum::Json(serde_json::json!({"status": "approved", "charge_id": "ch_elsewhere"})) }
     });
-    let listener = TcpListener::bind("127.0.0.1:0").await?;
-    let url = format!("http://{}", listener.local_addr()?);
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    Ok((url, hits))
+    Ok((serve(app).await?, hits))
 }
 
 /// A gateway whose every answer is `status` with `Location: {to}{path}`.
@@ -138,10 +132,7 @@ async fn redirecting(status: u16, to: String) -> TestResult<String> {
             )
         }
     });
-    let listener = TcpListener::bind("127.0.0.1:0").await?;
-    let url = format!("http://{}", listener.local_addr()?);
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    Ok(url)
+    serve(app).await
 }
 
 #[tokio::test]

@@ -162,10 +162,7 @@ async fn endless_listing() -> TestResult<(String, std::sync::Arc<std::sync::atom
                 "status": "approved", "at": "2026-11-30T12:00:00Z"}]}))
         }
     });
-    let listener = TcpListener::bind("127.0.0.1:0").await?;
-    let url = format!("http://{}", listener.local_addr()?);
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    Ok((url, pages))
+    Ok((serve(app).await?, pages))
 }
 
 #[tokio::test]

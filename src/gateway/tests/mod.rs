@@ -33,6 +33,14 @@ async fn start_sim() -> TestResult<SimHandle> {
     Ok(sim::spawn(listener, SimConfig::default()).await?)
 }
 
+/// Serves `app` on 127.0.0.1 (a gateway a test shapes by hand); its URL.
+async fn serve(app: axum::Router) -> TestResult<String> {
+    let listener = TcpListener::bind("127.0.0.1:0").await?;
+    let url = format!("http://{}", listener.local_addr()?);
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    Ok(url)
+}
+
 fn gateway(sim: &SimHandle) -> TestResult<HttpGateway> {
     gateway_at(&sim.url())
 }

@@ -12,10 +12,7 @@ async fn answering_body(status: u16, body: serde_json::Value) -> TestResult<Stri
         let body = body.clone();
         async move { (StatusCode::from_u16(status).unwrap(), axum::Json(body)) }
     });
-    let listener = TcpListener::bind("127.0.0.1:0").await?;
-    let url = format!("http://{}", listener.local_addr()?);
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    Ok(url)
+    serve(app).await
 }
 
 /// About 100 KB of a message with a NUL every 20 bytes.
@@ -136,10 +133,7 @@ async fn answering_text(status: u16, body: &'static str) -> TestResult<String> {
     use axum::http::StatusCode;
     let app = axum::Router::new()
         .fallback(move || async move { (StatusCode::from_u16(status).unwrap(), body) });
-    let listener = TcpListener::bind("127.0.0.1:0").await?;
-    let url = format!("http://{}", listener.local_addr()?);
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    Ok(url)
+    serve(app).await
 }
 
 /// A 400, 402 or 422 that is not in the gateway's words (a proxy's or a
