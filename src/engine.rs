@@ -312,6 +312,9 @@ impl Engine {
                 let action = decide(snapshot(&attempt), now);
                 debug!(state = %attempt.state, ?action, "decided");
                 match action {
+                    Action::Send if !self.key_guards(&attempt, now) => {
+                        return self.key_outlived(&attempt).await;
+                    }
                     Action::Send | Action::Check | Action::Retry | Action::Review
                         if self.gateway_down() =>
                     {

@@ -136,6 +136,25 @@ pub fn after_lookup(
     }
 }
 
+/// Whether an attempt waiting in `PENDIENTE` may be sent now with its own
+/// key. One whose outcome was once unknown (`checks_done > 0`: a lookup
+/// found nothing, it was sent again, and that send was refused or
+/// throttled) leans on the key: a send the gateway did execute after all
+/// (a lookup can miss one) is replayed, not made again, only while the
+/// gateway keeps the key. Past the key's lifetime only a recorded gateway
+/// object (a PaymentIntent, which succeeds once) keeps a send safe; else
+/// finance gets it, and the review janitor looks for it in the gateway's
+/// listing. Sends that never had an unknown outcome made nothing at the
+/// gateway: the key's age does not matter to them.
+pub fn key_guards_resend(
+    checks_done: u32,
+    key_age: Duration,
+    key_lifetime: Duration,
+    object_recorded: bool,
+) -> bool {
+    checks_done == 0 || object_recorded || key_age < key_lifetime
+}
+
 /// The longest `Retry-After` honoured as given; a longer one (or a date far
 /// ahead) is cut to this, so a wrong header cannot park an attempt for days.
 pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(3600);
@@ -335,6 +354,29 @@ mod tests {
                 after_lookup(&missing, checks, hour, day, &sched, Some(since_send), rule),
                 want,
                 "check {checks}, {since_send:?} after the send, {rule:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_resend_leans_on_a_live_key_or_a_recorded_object() {
+        let (hour, day) = (Duration::from_secs(3600), Duration::from_secs(2 * 86_400));
+        let lifetime = Duration::from_secs(86_400);
+        let cases = [
+            // Never unknown: refused or throttled sends made nothing.
+            (0, day, false, true),
+            // Once unknown, sent again: only while the key is kept...
+            (1, hour, false, true),
+            (3, day, false, false),
+            (1, lifetime, false, false),
+            // ... or on the recorded object, which succeeds once.
+            (2, day, true, true),
+        ];
+        for (checks, age, object, want) in cases {
+            assert_eq!(
+                key_guards_resend(checks, age, lifetime, object),
+                want,
+                "{checks} checks, key {age:?} old, object {object}"
             );
         }
     }

@@ -121,7 +121,9 @@ pub enum Event {
     /// The last scheduled check failed too: hand it to finance.
     ChecksExhausted,
     /// Not found at the gateway but the key is older than the gateway keeps
-    /// keys: re-sending could charge twice, so hand it to finance.
+    /// keys: re-sending could charge twice, so hand it to finance. Also a
+    /// `PENDIENTE` attempt whose outcome was once unknown, due to be sent
+    /// again after its key expired ([`crate::policy::key_guards_resend`]).
     KeyExpired,
     /// Finance asks for a fresh lookup of an attempt in review ("check
     /// again now"). The lookup that follows counts past the schedule, so an
@@ -233,6 +235,7 @@ pub fn transition(from: State, event: Event) -> Result<Next, InvalidTransition> 
         (S::Desconocido, E::ChecksExhausted | E::KeyExpired) => {
             to(S::EnRevision, Then::AwaitFinance)
         }
+        (S::Pendiente, E::KeyExpired) => to(S::EnRevision, Then::AwaitFinance),
         (S::Pendiente | S::EnProceso | S::Desconocido, E::Unsendable) => {
             to(S::EnRevision, Then::AwaitFinance)
         }
@@ -248,7 +251,7 @@ pub fn transition(from: State, event: Event) -> Result<Next, InvalidTransition> 
         (S::EnProceso | S::Desconocido | S::EnRevision | S::Aprobado, E::Cancel) => invalid,
 
         (S::Pendiente, E::Resend | E::Unknown | E::LeaseExpired)
-        | (S::Pendiente, E::ChecksExhausted | E::KeyExpired)
+        | (S::Pendiente, E::ChecksExhausted)
         | (S::EnProceso, E::Claim | E::Resend | E::ChecksExhausted | E::KeyExpired)
         | (S::Desconocido, E::Claim | E::Unknown | E::LeaseExpired)
         | (S::EnRevision, E::Claim | E::Resend | E::Unknown | E::LeaseExpired)
@@ -312,6 +315,12 @@ mod tests {
                 Then::AwaitFinance,
             ),
             (
+                S::Pendiente,
+                E::KeyExpired,
+                S::EnRevision,
+                Then::AwaitFinance,
+            ),
+            (
                 S::Desconocido,
                 E::Unsendable,
                 S::EnRevision,
@@ -348,7 +357,7 @@ mod tests {
                 valid += usize::from(got.is_some());
             }
         }
-        assert_eq!(valid, 24, "the table above lists 24 valid transitions");
+        assert_eq!(valid, 25, "the table above lists 25 valid transitions");
     }
 
     #[test]

@@ -22,6 +22,7 @@ on_both_backends!(
     a_decline_is_final_for_the_attempt_and_a_5xx_is_unknown,
     duplicated_wake_ups_and_racing_workers_charge_once,
     an_old_key_is_never_resent,
+    a_resend_put_off_past_the_keys_lifetime_goes_to_finance_unsent,
     a_lost_wake_up_is_recreated_by_the_sweeper,
     a_wake_up_late_behind_a_backlog_is_not_duplicated_by_the_sweeper,
     a_gateway_that_keeps_losing_requests_ends_in_review_not_in_a_loop,
@@ -286,6 +287,86 @@ async fn an_old_key_is_never_resent(b: Backend) {
     let last = db.store.transitions(id).await.unwrap().pop().unwrap();
     assert_eq!(last.cause, "key_expired_not_found");
     assert_eq!(ledger(&sim.url()).await.stats.charge_requests, 0);
+    finish_sim(sim, db).await;
+}
+
+/// Review finding 4 (stop 39): a charge whose send timed out, found
+/// missing by a lookup and sent again, that second send refused (the
+/// gateway down), then put off for longer than the gateway keeps keys (an
+/// outage of more than a day). Sending it now would not be replayed if the
+/// first send executed after all: it goes to finance unsent, the janitor
+/// scheduled. Its twin with a young key, and one whose sends were only ever
+/// refused (nothing could have executed), are sent.
+async fn a_resend_put_off_past_the_keys_lifetime_goes_to_finance_unsent(b: Backend) {
+    use cobro::state::Event;
+    use cobro::store::ClaimPlan;
+    let (db, sim) = db_and_sim(b, Faults::default()).await;
+    // (order, checks done, key age in hours, sent now?)
+    let cases = [
+        ("order-resend-old", 1, 48, false),
+        ("order-resend-young", 1, 2, true),
+        ("order-refused-old", 0, 48, true),
+    ];
+    let engine = engine(&db.store, &sim.url(), "w");
+    let mut sent_orders = 0u64;
+    for (order, checks, hours, sent) in cases {
+        let id = enqueue(&db.store, order, 4_200).await;
+        let a = db.store.load(id).await.unwrap().0;
+        let a = step(&db.store, &a, Event::Claim, None).await;
+        let a = if checks > 0 {
+            let a = step(&db.store, &a, Event::Unknown, None).await;
+            step(&db.store, &a, Event::Resend, None).await
+        } else {
+            a
+        };
+        step(&db.store, &a, Event::Deferred, None).await;
+        let aged = db
+            .exec(
+                "UPDATE cobro.payment_attempts
+                    SET send_count = 1 + $2::int, check_count = $2::int, next_action_at = now(),
+                        created_at = now() - make_interval(hours => $3::int)
+                  WHERE id = $1::uuid",
+                "UPDATE payment_attempts
+                    SET send_count = 1 + ?2, check_count = ?2, next_action_at = 0,
+                        created_at = created_at - ?3 * 3600000
+                  WHERE id = ?1",
+                &[&id.to_string(), &checks.to_string(), &hours.to_string()],
+            )
+            .await
+            .unwrap();
+        assert_eq!(aged, 1);
+        let (due, _) = db.store.load(id).await.unwrap();
+        assert_eq!(due.state, State::Pendiente);
+        assert_eq!(
+            engine.claim_for(&due, chrono::Utc::now()).is_some(),
+            sent,
+            "{order}: the wake-up fetch's claim"
+        );
+        engine.process(id).await.unwrap();
+        let (a, _) = db.store.load(id).await.unwrap();
+        if sent {
+            sent_orders += 1;
+            assert_eq!(a.state, State::Aprobado, "{order}");
+            continue;
+        }
+        assert_eq!(a.state, State::EnRevision, "{order}");
+        assert_eq!(a.send_count, 2, "{order}: not sent a third time");
+        assert!(a.next_action_at.is_some(), "{order}: the janitor looks");
+        let last = db.store.transitions(id).await.unwrap().pop().unwrap();
+        assert_eq!(last.cause, "key_expired_before_resend");
+        let evidence = last.evidence.unwrap_or_default();
+        let detail = evidence["detail"].as_str().unwrap_or_default();
+        assert!(
+            detail.contains("24 h") && detail.contains("cobro escalations resolve --as approve"),
+            "{detail}"
+        );
+    }
+    let l = ledger(&sim.url()).await;
+    assert_eq!(
+        l.stats.charge_requests, sent_orders,
+        "the old resend never sent"
+    );
+    assert!(l.entries.iter().all(|e| e.order_id != "order-resend-old"));
     finish_sim(sim, db).await;
 }
 

@@ -101,6 +101,52 @@ impl Engine {
         self.to_finance(seen, "order_held", &evidence, check).await
     }
 
+    /// Whether `seen`, due in `PENDIENTE`, may be sent at `now` with its
+    /// own key ([`crate::policy::key_guards_resend`]).
+    pub(super) fn key_guards(&self, seen: &Attempt, now: chrono::DateTime<chrono::Utc>) -> bool {
+        let key_age = (now - seen.created_at).to_std().unwrap_or_default();
+        crate::policy::key_guards_resend(
+            seen.check_count.max(0) as u32,
+            key_age,
+            self.cfg.key_lifetime,
+            seen.gateway_ref.is_some(),
+        )
+    }
+
+    /// `seen` waits in `PENDIENTE` to be sent again after an unknown
+    /// outcome, but its key has outlived the gateway's memory of it: a send
+    /// the gateway executed after all would not be replayed but made again.
+    /// Nothing is sent; finance gets it (`KeyExpired`), and the review
+    /// janitor looks for it in the gateway's listing meanwhile.
+    pub(super) async fn key_outlived(&self, seen: &Attempt) -> Result<(), StoreError> {
+        warn!(
+            sends = seen.send_count,
+            "key past the gateway's lifetime before a resend; not sending, finance reviews it"
+        );
+        let evidence = crate::gateway::Evidence {
+            call: if seen.is_refund() { "refund" } else { "charge" }.into(),
+            error_kind: "key_expired_before_resend".into(),
+            detail: Some(format!(
+                "sent {} time(s), once with an unknown outcome, and due to be sent again, \
+                 but its key was created {} and the gateway keeps keys {}: a send the \
+                 gateway executed after all would be made again, not replayed. Nothing \
+                 was sent. The review janitor looks for it in the gateway's listing; \
+                 failing that, find it in the gateway's dashboard and decide it with \
+                 `cobro escalations resolve --as approve` or `--as decline`",
+                seen.send_count,
+                seen.created_at.format("%Y-%m-%d %H:%M UTC"),
+                shown_lifetime(self.cfg.key_lifetime),
+            )),
+            ..Default::default()
+        };
+        let mut change = self.to_review(Event::KeyExpired, "key_expired_before_resend");
+        change.evidence = Some(&evidence);
+        if self.store.apply(seen, &change).await? == Applied::Lost {
+            debug!("the attempt moved meanwhile; its next wake-up decides again");
+        }
+        Ok(())
+    }
+
     /// The claim of `send`: `EN_PROCESO` with `event`, the lease for this
     /// worker, one more send.
     pub(super) fn claim<'a>(&'a self, event: Event, cause: &'a str) -> Change<'a> {
@@ -340,7 +386,8 @@ impl ClaimPlan for Engine {
             && self.pace.as_ref().is_none_or(|p| !p.limits())
             && !self.gateway_down()
             && !self.held_back(seen)
-            && decide(snapshot(seen), now) == Action::Send;
+            && decide(snapshot(seen), now) == Action::Send
+            && self.key_guards(seen, now);
         (at_once && sendable(seen)).then(|| self.claim(Event::Claim, "claim"))
     }
 
@@ -352,6 +399,14 @@ impl ClaimPlan for Engine {
         );
         change.act_in = Some(Duration::ZERO);
         change
+    }
+}
+
+/// A key lifetime as people say it: "24 h", or seconds when not whole hours.
+fn shown_lifetime(d: Duration) -> String {
+    match d.as_secs() {
+        s if s >= 3600 && s % 3600 == 0 => format!("{} h", s / 3600),
+        s => format!("{s} s"),
     }
 }
 
