@@ -79,6 +79,11 @@ pub enum LookupPlan {
     /// The lookup did not reach the gateway, or the gateway would not
     /// answer yet: not a check; look again after [`defer_delay`].
     Defer,
+    /// "Not found" of an attempt never sent (finance looked up an attempt
+    /// given to it before its first send): certain, and nothing a lookup
+    /// may send. Back to finance (`ChecksExhausted`) with nothing for the
+    /// review janitor to find.
+    NeverSent,
 }
 
 /// When the gateway's "not found" is the truth.
@@ -114,8 +119,7 @@ pub fn after_lookup(
         LookupOutcome::Approved { .. } => LookupPlan::Apply(Event::Approved),
         LookupOutcome::Declined { .. } => LookupPlan::Apply(Event::Declined),
         LookupOutcome::NotFound { .. } => match since_send {
-            // Never sent: nothing to find, and nothing a lookup may send.
-            None => LookupPlan::Apply(Event::ChecksExhausted),
+            None => LookupPlan::NeverSent,
             Some(_) if key_age >= key_lifetime => LookupPlan::Apply(Event::KeyExpired),
             // Every check counts, found or not: a gateway that keeps losing
             // our requests (or lying about them) ends in finance's queue
@@ -304,7 +308,7 @@ mod tests {
         for checks in [1, 4] {
             assert_eq!(
                 after_lookup(&missing, checks, hour, day, &sched, None, KEYS),
-                LookupPlan::Apply(Event::ChecksExhausted),
+                LookupPlan::NeverSent,
                 "never sent, not found after {checks} checks"
             );
         }

@@ -200,15 +200,12 @@ async fn check_again_now_takes_a_fresh_lookup_through_a_real_worker(b: Backend) 
 
     // The gateway answers again; finance asks for a fresh lookup.
     set_faults(&sim.url(), &Faults::default()).await;
-    let req = ResolveRequest {
-        attempt_id: id,
-        version: review.version,
-        resolution: Resolution::CheckNow,
-        by: "ana",
-        note: "gateway status page says the incident is over",
-    };
-    let now = finance::resolve(&db.store, &req).await.unwrap();
-    assert_eq!(now.state, State::Desconocido);
+    check_now(
+        &db.store,
+        &review,
+        "gateway status page says the incident is over",
+    )
+    .await;
     let done = settled(&db.store, id, State::Aprobado, Duration::from_secs(20)).await;
     assert_eq!(done.send_count, 1, "looked up, never re-sent");
     let log = db.store.transitions(id).await.unwrap();

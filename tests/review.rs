@@ -15,7 +15,6 @@ use chrono::{DateTime, Utc};
 use cobro::backoff::CheckSchedule;
 use cobro::domain::ChargeRequest;
 use cobro::engine::{Engine, EngineConfig};
-use cobro::finance::{self, Resolution, ResolveRequest};
 use cobro::janitor::ReviewSchedule;
 use cobro::sim::Faults;
 use cobro::state::{Event, State};
@@ -241,15 +240,7 @@ async fn not_found_stays_in_review_and_the_next_check_follows_the_schedule(b: Ba
     // Finance's single "check again now" still goes through DESCONOCIDO;
     // its lookup counts past the schedule, so "not found" returns it to
     // review (a fresh schedule), never to a send.
-    let req = ResolveRequest {
-        attempt_id: id,
-        version: a.version,
-        resolution: Resolution::CheckNow,
-        by: "ana",
-        note: "look once more",
-    };
-    let now = finance::resolve(&db.store, &req).await.unwrap();
-    assert_eq!(now.state, State::Desconocido);
+    check_now(&db.store, &a, "look once more").await;
     e.process(id).await.unwrap();
     let (a, _) = db.store.load(id).await.unwrap();
     assert_eq!(a.state, State::EnRevision);

@@ -97,11 +97,13 @@ impl Engine {
             (LookupPlan::Apply(event @ Event::KeyExpired), _) => {
                 self.to_review(event, "key_expired_not_found")
             }
-            // Never sent: there is nothing the janitor could find, so no
-            // review check is scheduled; finance decides.
-            (LookupPlan::Apply(event), LookupOutcome::NotFound { .. }) if since_send.is_none() => {
-                Change::new(Some(event), "lookup_not_found_never_sent", &self.actor)
-            }
+            // Nothing the janitor could find, so no review check is
+            // scheduled; finance decides.
+            (LookupPlan::NeverSent, _) => Change::new(
+                Some(Event::ChecksExhausted),
+                "lookup_not_found_never_sent",
+                &self.actor,
+            ),
             (LookupPlan::Apply(event), _) => self.to_review(event, "checks_exhausted"),
             (LookupPlan::CheckAgain | LookupPlan::Defer, _) => {
                 let mut c = Change::new(None, "lookup_failed", &self.actor);

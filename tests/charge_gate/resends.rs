@@ -4,13 +4,13 @@
 //! now" of an attempt that was never sent looks it up and never sends it.
 
 use cobro::domain::ChargeRequest;
-use cobro::finance::{self, Resolution, ResolveRequest};
+use cobro::finance;
 use cobro::sim::Faults;
 use cobro::state::{Event, State};
 
 use super::common::{
-    self, Backend, causes, db_and_sim, enqueued, finish_sim, ledger, open_case, raw_move,
-    retry_now, step,
+    self, Backend, causes, check_now, db_and_sim, enqueued, finish_sim, ledger, open_case,
+    raw_move, retry_now, step,
 };
 
 on_both_backends!(
@@ -78,15 +78,7 @@ async fn check_now_of_an_attempt_never_sent_never_sends_it(b: Backend) {
                 .unwrap();
         }
         let (seen, _) = db.store.load(a.id).await.unwrap();
-        let req = ResolveRequest {
-            attempt_id: a.id,
-            version: seen.version,
-            resolution: Resolution::CheckNow,
-            by: "ana",
-            note: "look once more",
-        };
-        let now = finance::resolve(&db.store, &req).await.unwrap();
-        assert_eq!(now.state, State::Desconocido);
+        check_now(&db.store, &seen, "look once more").await;
         engine.process(a.id).await.unwrap();
         let (back, _) = db.store.load(a.id).await.unwrap();
         assert_eq!(back.state, State::EnRevision, "case open: {case_open}");

@@ -2,7 +2,8 @@
 //! store's compare-and-set writer: one event at a time (with or without the
 //! gateway's evidence), to `EN_REVISION`, declined with a retry scheduled,
 //! charged at the simulator and recorded, refunds asked for, a retry made
-//! due, a raw SQL move that writes its log row as a careful door would; and
+//! due, finance's "check again now", a raw SQL move that writes its log
+//! row as a careful door would; and
 //! what a test reads back (the states an attempt went through and why, the
 //! open cases, waiting for a state).
 
@@ -17,6 +18,31 @@ use super::{TestDb, eventually};
 pub async fn enqueued(store: &Store, req: &cobro::domain::ChargeRequest) -> cobro::store::Attempt {
     let id = store.enqueue(req).await.unwrap().attempt_id;
     store.load(id).await.unwrap().0
+}
+
+/// Finance's "check again now" of `a`, in review, at the version `a`
+/// carries, by `ana` with `note`: the attempt, `DESCONOCIDO` now, waits
+/// for a worker's lookup.
+pub async fn check_now(
+    store: &Store,
+    a: &cobro::store::Attempt,
+    note: &str,
+) -> cobro::store::Attempt {
+    use cobro::finance::{Resolution, ResolveRequest};
+    let req = ResolveRequest {
+        attempt_id: a.id,
+        version: a.version,
+        resolution: Resolution::CheckNow,
+        by: "ana",
+        note,
+    };
+    let now = cobro::finance::resolve(store, &req).await.unwrap();
+    assert_eq!(
+        now.state,
+        cobro::state::State::Desconocido,
+        "check now looks it up"
+    );
+    now
 }
 
 /// Moves `a` with `event` through the store's compare-and-set writer, as a
