@@ -2,8 +2,8 @@
 //! both backends. A case is a seed; the seed gives a sequence of steps over
 //! three orders (so the steps collide): enqueues over HTTP and SQL (new keys
 //! and replayed ones), worker wake-ups with the gateway losing answers,
-//! timing out, declining or down, a worker that vanishes mid-send, time
-//! passing, signed gateway webhooks in any order, duplicated and
+//! timing out, declining, throttling or down, a worker that vanishes
+//! mid-send, time passing (minutes, or more than a day), signed gateway webhooks in any order, duplicated and
 //! contradictory, finance's resolutions, manual retries and case closes,
 //! cancels with every reason, refunds, and the app's raw SQL. Everything is
 //! real: PostgreSQL or SQLite, the gateway simulator and the web process as
@@ -36,6 +36,11 @@
 //!    `fraud_suspected`, `duplicate_order`) is final: once one is recorded
 //!    for an order, the gateway approves no charge for it under a key it
 //!    had not seen before the cancel.
+//! 6. No attempt is sent again after an unknown outcome (a move into
+//!    `EN_PROCESO` with `DESCONOCIDO` earlier in its log) once its key is
+//!    older than the gateway keeps keys, unless its gateway object is
+//!    recorded: the gateway would make it again, not replay it. A step
+//!    ages every key by two days (more than a day passes).
 //!
 //! Checked at the end of a case, after draining (time passes and the workers
 //! run, the gateway healthy, until no attempt has work left; one that never
@@ -56,6 +61,10 @@
 //! A failure prints the backend, the seed and the failing sequence shrunk
 //! (each step's `Debug`, one per line, with what cobro answered it).
 //!
+//! Before the random cases, every run replays a small corpus of fixed
+//! cases (`model/corpus.rs`): chains of steps that reach a rare hold only by
+//! a long run of luck.
+//!
 //! Environment:
 //! - `COBRO_MODEL_SEED=N`: run only the case of seed N (replay a failure).
 //! - `COBRO_MODEL_CASES` (default 40), `COBRO_MODEL_FIRST_SEED` (default 1):
@@ -72,6 +81,8 @@
 
 #[macro_use]
 mod common;
+#[path = "model/corpus.rs"]
+mod corpus;
 #[path = "model/invariants.rs"]
 mod invariants;
 #[path = "model/shrink.rs"]
@@ -236,6 +247,24 @@ async fn run(backend: Backend) {
     // Answers 5xx: no invariant, but worth a look (see the verbose output).
     let mut server_errors = 0;
     let mut causes = BTreeSet::new();
+    // The corpus first: the rarest holds, driven every run.
+    for (what, steps) in corpus::cases() {
+        let run = run_case(&template, &steps).await;
+        causes.extend(run.causes.iter().cloned());
+        match &run.failure {
+            None => println!("{name} corpus, {what}: every invariant held"),
+            Some(failure) => {
+                let mut report = format!(
+                    "model test failed on {name}, corpus case {what}: {}\n",
+                    failure.violation
+                );
+                for (step, outcome) in steps.iter().zip(&run.outcomes) {
+                    report.push_str(&format!("  {step:?}\n      => {outcome}\n"));
+                }
+                reports.push(report);
+            }
+        }
+    }
     for &seed in &s.seeds {
         let case_started = Instant::now();
         let steps = steps::generate(seed, s.steps, &s.without);

@@ -38,6 +38,7 @@ pub fn name(invariant: u8) -> &'static str {
         3 => "every transition log is a valid chain of the state machine",
         4 => "after draining, our totals equal the gateway's or a case or review explains it",
         5 => "a cancel that means \"do not charge\" is final",
+        6 => "no send after an unknown outcome once the key is past the gateway's lifetime",
         _ => "unknown invariant",
     }
 }
@@ -60,6 +61,9 @@ impl fmt::Display for Violation {
 #[derive(Debug, Default)]
 pub struct Marks {
     do_not_charge: HashMap<String, (u64, String)>,
+    /// For each attempt, how many rows its log had when it was last seen
+    /// with a key younger than the gateway's lifetime.
+    young_rows: HashMap<uuid::Uuid, usize>,
 }
 
 /// The cancels after which an order must never be charged.
@@ -81,12 +85,13 @@ const GATEWAY_DECLINES: [&str; 6] = [
     "finance_declined",
 ];
 
-/// Invariants 1, 2, 3 and 5, in that order; the first broken one.
+/// Invariants 1, 2, 3, 5 and 6, in that order; the first broken one.
 pub fn after_step(s: &Snapshot, marks: &mut Marks) -> Result<(), Violation> {
     one_charge_per_order(s)?;
     only_the_gateway_declines_refunds(s)?;
     valid_logs(s)?;
-    do_not_charge_is_final(s, marks)
+    do_not_charge_is_final(s, marks)?;
+    no_resend_on_a_forgotten_key(s, marks)
 }
 
 fn short(id: impl fmt::Display) -> String {
@@ -292,6 +297,46 @@ fn do_not_charge_is_final(s: &Snapshot, marks: &mut Marks) -> Result<(), Violati
                     short(&e.idempotency_key)
                 ),
             ));
+        }
+    }
+    Ok(())
+}
+
+/// 6: once an attempt's key is older than the gateway keeps keys, it is
+/// not sent again after an unknown outcome (a move into `EN_PROCESO` with
+/// `DESCONOCIDO` earlier in its log) unless its gateway object is recorded:
+/// a send the gateway executed after all would be made again, not
+/// replayed. Rows written while the key was young are not judged.
+fn no_resend_on_a_forgotten_key(s: &Snapshot, marks: &mut Marks) -> Result<(), Violation> {
+    for (a, log) in &s.attempts {
+        let age = (s.now - a.created_at).to_std().unwrap_or_default();
+        if age < s.key_lifetime {
+            marks.young_rows.insert(a.id, log.len());
+            continue;
+        }
+        if a.gateway_ref.is_some() {
+            continue;
+        }
+        let judged = marks.young_rows.get(&a.id).copied().unwrap_or(0);
+        for (i, t) in log.iter().enumerate().skip(judged) {
+            let sent = t.to_state == State::EnProceso.as_str()
+                && t.from_state.as_deref() != Some(State::EnProceso.as_str());
+            if sent
+                && log[..i]
+                    .iter()
+                    .any(|r| r.to_state == State::Desconocido.as_str())
+            {
+                return Err(Violation::new(
+                    6,
+                    format!(
+                        "{} was sent again ({}) after an unknown outcome with a key {} h old, past the gateway's {} h",
+                        who(a),
+                        row(t),
+                        age.as_secs() / 3600,
+                        s.key_lifetime.as_secs() / 3600
+                    ),
+                ));
+            }
         }
     }
     Ok(())

@@ -41,6 +41,10 @@ pub enum Net {
     Timeout,
     /// 503 before executing (nothing charged): unknown, then looked up.
     Error503,
+    /// Charges and refunds answer 503 with `Retry-After` before executing
+    /// (nothing charged, certainly): sent again later with the same key;
+    /// lookups answer.
+    Throttled,
     /// Every call answers 503, lookups too.
     Down,
 }
@@ -90,6 +94,9 @@ pub enum Step {
     /// Time passes: every scheduled check, business retry and review is
     /// due, and a vanished worker's lease has run out.
     TimePasses,
+    /// More than a day passes (as [`Step::TimePasses`]), and every key made
+    /// so far is older than the gateway keeps keys.
+    DayPasses,
     /// The gateway delivers (again) the webhook of the `pick`-th entry of
     /// its ledger, charges then refunds, signed: under the delivery id it
     /// used before for that entry (`replay`) or under a new one. A refund's
@@ -129,6 +136,7 @@ impl Step {
             Step::RunDue { .. } => "run_due",
             Step::Crash { .. } => "crash",
             Step::TimePasses => "time_passes",
+            Step::DayPasses => "day_passes",
             Step::Webhook { .. } => "webhook",
             Step::LateApproval { .. } => "late_approval",
             Step::Resolve { .. } => "resolve",
@@ -190,13 +198,14 @@ impl Step {
 }
 
 /// Every kind of step with its weight (how often the generator picks it).
-const WEIGHTS: [(&str, u32); 14] = [
+const WEIGHTS: [(&str, u32); 15] = [
     ("enqueue_http", 10),
     ("enqueue_sql", 7),
     ("wake", 18),
     ("run_due", 5),
     ("crash", 3),
     ("time_passes", 10),
+    ("day_passes", 4),
     ("webhook", 9),
     ("late_approval", 4),
     ("resolve", 4),
@@ -267,6 +276,7 @@ fn one(kind: &str, rng: &mut StdRng) -> Step {
             sent: rng.random_bool(0.5),
         },
         "time_passes" => Step::TimePasses,
+        "day_passes" => Step::DayPasses,
         "webhook" => Step::Webhook {
             pick,
             replay: rng.random_bool(0.4),
@@ -302,13 +312,14 @@ fn key(rng: &mut StdRng) -> Key {
 
 fn net(rng: &mut StdRng) -> Net {
     match rng.random_range(0..100) {
-        0..35 => Net::Clean,
-        35..47 => Net::Decline(Code::InsufficientFunds),
-        47..57 => Net::Decline(Code::CardDeclined),
-        57..72 => Net::LoseAnswer,
-        72..85 => Net::LoseAnswerAndLookups,
-        85..90 => Net::Timeout,
-        90..95 => Net::Error503,
+        0..30 => Net::Clean,
+        30..40 => Net::Decline(Code::InsufficientFunds),
+        40..48 => Net::Decline(Code::CardDeclined),
+        48..60 => Net::LoseAnswer,
+        60..70 => Net::LoseAnswerAndLookups,
+        70..74 => Net::Timeout,
+        74..85 => Net::Error503,
+        85..97 => Net::Throttled,
         _ => Net::Down,
     }
 }

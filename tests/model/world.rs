@@ -65,6 +65,10 @@ pub struct Snapshot {
     pub ledger: Ledger,
     /// Every reconciliation case, open or resolved.
     pub cases: Vec<ReconCase>,
+    /// When the snapshot was taken, and how long the gateway keeps keys
+    /// (as the worker is told): a key older than that guards no resend.
+    pub now: chrono::DateTime<chrono::Utc>,
+    pub key_lifetime: std::time::Duration,
 }
 
 pub struct World {
@@ -136,6 +140,8 @@ impl World {
             attempts: with_logs,
             ledger: self.ledger().await,
             cases: self.db.store.all_cases().await.unwrap(),
+            now: chrono::Utc::now(),
+            key_lifetime: worker::KEY_LIFETIME,
         }
     }
 
@@ -198,6 +204,7 @@ impl World {
             }
             Step::Crash { order, sent } => self.crash(order, sent).await,
             Step::TimePasses => format!("{} made due", self.time_passes().await),
+            Step::DayPasses => format!("{} keys aged two days", self.day_passes().await),
             Step::Webhook { pick, replay } => self.webhook(pick, replay).await,
             Step::LateApproval { order } => self.late_approval(order).await,
             Step::Resolve { order, check_now } => self.resolve(order, check_now).await,

@@ -15,6 +15,10 @@ use super::super::common;
 use super::super::steps::{Net, ORDERS};
 use super::{World, label};
 
+/// How long the gateway keeps idempotency keys (Stripe's 24 h), as the
+/// worker is told; [`Step::DayPasses`] ages every key past it.
+pub const KEY_LIFETIME: Duration = Duration::from_secs(86_400);
+
 /// The lease owner of a worker that vanished mid-send.
 const CRASHED: &str = "crashed";
 
@@ -51,10 +55,20 @@ impl World {
     }
 
     /// A worker claims the order's `PENDIENTE` charge, perhaps sends it,
-    /// and is never heard of again.
+    /// and is never heard of again. Only a charge a worker would send: not
+    /// one whose key no longer guards its resend.
     pub(super) async fn crash(&mut self, order: u8, sent: bool) -> String {
+        let sendable = |a: &Attempt| {
+            let age = (chrono::Utc::now() - a.created_at)
+                .to_std()
+                .unwrap_or_default();
+            let checks = a.check_count.max(0) as u32;
+            cobro::policy::key_guards_resend(checks, age, KEY_LIFETIME, a.gateway_ref.is_some())
+        };
         let Some(a) = self
-            .candidates(order, |a| !a.is_refund() && a.state == State::Pendiente)
+            .candidates(order, |a| {
+                !a.is_refund() && a.state == State::Pendiente && sendable(a)
+            })
             .await
             .into_iter()
             .next()
@@ -123,6 +137,17 @@ impl World {
             .exec(leases, leases, &[CRASHED])
             .await
             .expect(leases)
+    }
+
+    /// More than a day passes: what [`World::time_passes`] does, and every
+    /// attempt's key is two days old (its `created_at` moved back: the key's
+    /// age, never a state).
+    pub async fn day_passes(&self) -> u64 {
+        let aged = "UPDATE cobro.payment_attempts SET created_at = created_at - interval '2 days'";
+        let aged_lite = "UPDATE payment_attempts SET created_at = created_at - 172800000";
+        let n = self.db.exec(aged, aged_lite, &[]).await.expect(aged);
+        self.time_passes().await;
+        n
     }
 
     /// Runs the workers, with the gateway healthy, until nothing is due:
@@ -196,6 +221,11 @@ fn faults(net: Net) -> Faults {
             ..base
         },
         Net::Error503 => Faults { p_5xx: 1.0, ..base },
+        Net::Throttled => Faults {
+            p_503_retry_after: 1.0,
+            retry_after_s: 30,
+            ..base
+        },
         Net::Down => Faults {
             outage: true,
             ..base
@@ -227,7 +257,7 @@ pub(super) fn engine(store: &cobro::store::Store, gateway_url: &str) -> Engine {
             worker_name: "model".into(),
             lease_ttl: Duration::from_secs(3),
             schedule: cobro::backoff::CheckSchedule::parse(&schedule, 0.0).unwrap(),
-            key_lifetime: Duration::from_secs(86_400),
+            key_lifetime: KEY_LIFETIME,
             retry: retry_policy(),
             defer_backoff: Duration::from_millis(100),
             not_found: cobro::policy::NotFoundRule {
