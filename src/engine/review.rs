@@ -15,7 +15,7 @@ use tracing::{debug, info};
 use super::Engine;
 use crate::gateway::{Listed, LookupOutcome};
 use crate::janitor::{decline_requested, entered_review, listing_outcome, listing_window};
-use crate::state::Event;
+use crate::state::{Event, State};
 use crate::store::{Applied, Attempt, Change, CheckRecord, Lease, StoreError, Transition};
 
 impl Engine {
@@ -42,6 +42,19 @@ impl Engine {
         c
     }
 
+    /// Whether the last send of `held` (its last move into `EN_PROCESO`)
+    /// began longer ago than the gateway may take to show what it executed,
+    /// by the database's clock of the lease just taken: a "not found" then
+    /// means the gateway never executed it.
+    fn sent_long_ago(&self, held: &Attempt, log: &[Transition]) -> bool {
+        let sent = State::EnProceso.as_str();
+        log.iter()
+            .rev()
+            .find(|t| t.to_state == sent)
+            .and_then(|t| (held.updated_at - t.at).to_std().ok())
+            .is_some_and(|since| since >= self.cfg.not_found.max_processing)
+    }
+
     /// `EN_REVISION` and due: look it up again (by key within the key's
     /// lifetime, in the gateway's listing past it) and settle it, or
     /// schedule the next check.
@@ -64,7 +77,12 @@ impl Engine {
         // Finance asked to decline it and its payment object is recorded:
         // asked by that object (valid at any age), cancelled first if it
         // could still succeed.
-        let make_final = held.gateway_ref.is_some() && decline_requested(&log);
+        let asked = decline_requested(&log);
+        let make_final = held.gateway_ref.is_some() && asked;
+        // Finance asked to decline a refund that was sent: recorded only on
+        // the gateway's word, a decline or no record of it long after the
+        // send (declining a refund frees its amount to be refunded again).
+        let refund_decline = held.is_refund() && asked;
         let by_key = key_age < self.cfg.key_lifetime || make_final;
         let outcome = if by_key {
             match self
@@ -97,7 +115,7 @@ impl Engine {
             LookupOutcome::Declined {
                 code, charge_id, ..
             } => {
-                let cause = if make_final {
+                let cause = if make_final || refund_decline {
                     "finance_decline_confirmed"
                 } else if by_key {
                     "review_lookup_declined"
@@ -108,6 +126,15 @@ impl Engine {
                 c.decline_code = Some(code);
                 c.charge_id = charge_id.as_deref();
                 c.act_in = self.retry_after(&held, code);
+                c
+            }
+            LookupOutcome::NotFound { .. } if refund_decline && self.sent_long_ago(&held, &log) => {
+                let mut c = Change::new(
+                    Some(Event::Declined),
+                    "finance_decline_confirmed",
+                    &self.actor,
+                );
+                c.decline_code = Some("not_found_at_gateway");
                 c
             }
             LookupOutcome::NotFound { .. }

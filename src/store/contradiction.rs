@@ -35,17 +35,20 @@ pub struct Contradiction {
 }
 
 impl Contradiction {
-    /// The gateway approved `charge_id` under the key of `seen`, said by
-    /// `source` (e.g. `webhook evt_1`), at `now`. `None` unless we hold
-    /// `seen` as a declined charge.
+    /// The gateway approved `charge_id` (a charge, or a refund) under the
+    /// key of `seen`, said by `source` (e.g. `webhook evt_1`), at `now`.
+    /// `None` unless we hold `seen` as declined.
     pub fn approved(
         seen: &Attempt,
         charge_id: &str,
         source: &str,
         now: DateTime<Utc>,
     ) -> Option<Self> {
-        if seen.state != State::Rechazado || seen.is_refund() {
+        if seen.state != State::Rechazado {
             return None;
+        }
+        if seen.is_refund() {
+            return Some(Self::refunded(seen, charge_id, source, now));
         }
         let cancel_retry = seen.next_action_at.is_some();
         Some(Self {
@@ -68,6 +71,32 @@ impl Contradiction {
             cancel_retry,
             refund_failed: false,
         })
+    }
+
+    /// The gateway made refund `refund_id` under the key of `seen`, a refund
+    /// we hold as declined: the money left, though our books say it did
+    /// not, and the amount we hold as free may be refunded again. Finance
+    /// sees the case before anyone refunds this charge again.
+    fn refunded(seen: &Attempt, refund_id: &str, source: &str, now: DateTime<Utc>) -> Self {
+        Self {
+            finding: Finding {
+                kind: CaseKind::UnmatchedRefund,
+                dedupe_key: format!("unmatched_refund:{refund_id}"),
+                order_id: Some(seen.order_id.clone()),
+                attempt_id: Some(seen.id),
+                gateway_ref: Some(refund_id.to_owned()),
+                details: json!({
+                    "reason": format!(
+                        "the gateway says refund {refund_id} under our key succeeded ({source}); we hold the refund as RECHAZADO, so its amount counts as not refunded: check the charge's refunds at the gateway before refunding it again"
+                    ),
+                    "ours": summary(seen),
+                    "source": source,
+                }),
+            },
+            window: window(seen, now),
+            cancel_retry: false,
+            refund_failed: false,
+        }
     }
 
     /// The gateway declined (`code`) the charge, or failed the refund, we

@@ -1,8 +1,9 @@
 //! What the gateway may still change after cobro recorded an outcome: a
 //! refund Stripe reports failed after it succeeded (it stays APROBADO,
-//! marked failed once, a case opens and its amount is free again), and a
-//! PaymentIntent that may still succeed, which finance cannot decline
-//! outright.
+//! marked failed once, a case opens and its amount is free again), a
+//! refund it reports made that we hold as declined (a case opens), and a
+//! PaymentIntent or a sent refund that may still succeed, which finance
+//! cannot decline outright.
 
 use cobro::domain::{ChargeRequest, IdempotencyKey};
 use cobro::state::{Event, State};
@@ -10,13 +11,57 @@ use cobro::store::{Applied, Attempt, Change};
 use cobro::webhook::{Scheme, Verifier};
 use serde_json::json;
 
-use super::common::{self, Backend, TestDb, enqueued, finish_web, start_web, step, web_on};
+use super::common::{
+    self, Backend, TestDb, ask_refund, enqueued, finish_web, start_web, step, web_on,
+};
 use super::doors::post;
 
 on_both_backends!(
     a_refund_that_fails_after_success_opens_a_case_and_frees_its_amount,
+    a_refund_made_at_the_gateway_that_we_hold_declined_opens_a_case,
     finance_cannot_decline_a_payment_object_that_may_still_succeed,
+    finance_declines_a_sent_refund_only_on_the_gateways_word,
 );
+
+/// Posts `body` to the web process's webhook route, signed by `v`: 200.
+async fn signed(web: &common::Web, v: &Verifier, body: &str) {
+    let mut post = reqwest::Client::new()
+        .post(format!("{}/webhooks/gateway", web.url))
+        .header("Content-Type", "application/json")
+        .body(body.to_owned());
+    for (k, val) in v.sign("", chrono::Utc::now().timestamp(), body.as_bytes()) {
+        post = post.header(k, val);
+    }
+    let resp = post.send().await.unwrap();
+    assert_eq!(resp.status(), 200, "{:?}", resp.text().await);
+}
+
+/// A Stripe verifier and the web process that uses it.
+async fn stripe_web(db: &TestDb) -> (common::Web, Verifier) {
+    let secret = "whsec_cobro_test_refund_failed_0123456789";
+    let v = Verifier::new(
+        Scheme::Stripe,
+        vec![cobro::webhook::Secret::parse(Scheme::Stripe, secret).unwrap()],
+    )
+    .unwrap();
+    (start_web(&db.store, v.clone()).await, v)
+}
+
+/// Stripe's `refund.updated` for refund `id` of `amount` cents under our
+/// refund `key`, with `status`.
+fn refund_updated(event: &str, id: &str, status: &str, amount: i64, key: uuid::Uuid) -> String {
+    json!({
+        "id": event, "type": "refund.updated", "object": "event",
+        "created": chrono::Utc::now().timestamp(),
+        "data": {"object": {
+            "id": id, "object": "refund", "status": status,
+            "failure_reason": if status == "failed" { "expired_or_canceled_card" } else { "" },
+            "amount": amount, "currency": "usd", "payment_intent": "pi_1",
+            "metadata": {cobro::gateway::stripe::META_KEY: key.to_string()}
+        }}
+    })
+    .to_string()
+}
 
 /// The fourth situation: Stripe says a refund we hold APROBADO
 /// failed (`refund.updated`, status `failed`). It is not a no-op: the
@@ -26,13 +71,7 @@ on_both_backends!(
 async fn a_refund_that_fails_after_success_opens_a_case_and_frees_its_amount(b: Backend) {
     use cobro::domain::Amount;
     let db = TestDb::new(b).await;
-    let secret = "whsec_cobro_test_refund_failed_0123456789";
-    let v = Verifier::new(
-        Scheme::Stripe,
-        vec![cobro::webhook::Secret::parse(Scheme::Stripe, secret).unwrap()],
-    )
-    .unwrap();
-    let web = start_web(&db.store, v.clone()).await;
+    let (web, v) = stripe_web(&db).await;
     let req = ChargeRequest::parse("gate-refund-failed", 3_000, "USD", None, None).unwrap();
     let a = enqueued(&db.store, &req).await;
     let a = step(&db.store, &a, Event::Claim, None).await;
@@ -56,26 +95,14 @@ async fn a_refund_that_fails_after_success_opens_a_case_and_frees_its_amount(b: 
     let r = step(&db.store, &r, Event::Approved, Some("re_1")).await;
     assert!(refund(1).await.is_err(), "all of it is refunded");
 
-    let body = json!({
-        "id": "evt_refund_failed", "type": "refund.updated", "object": "event",
-        "created": chrono::Utc::now().timestamp(),
-        "data": {"object": {
-            "id": "re_1", "object": "refund", "status": "failed",
-            "failure_reason": "expired_or_canceled_card", "amount": 3000, "currency": "usd",
-            "payment_intent": "pi_1",
-            "metadata": {cobro::gateway::stripe::META_KEY: r.idempotency_key.to_string()}
-        }}
-    })
-    .to_string();
-    let mut post = reqwest::Client::new()
-        .post(format!("{}/webhooks/gateway", web.url))
-        .header("Content-Type", "application/json")
-        .body(body.clone());
-    for (k, val) in v.sign("", chrono::Utc::now().timestamp(), body.as_bytes()) {
-        post = post.header(k, val);
-    }
-    let resp = post.send().await.unwrap();
-    assert_eq!(resp.status(), 200, "{:?}", resp.text().await);
+    let body = refund_updated(
+        "evt_refund_failed",
+        "re_1",
+        "failed",
+        3_000,
+        r.idempotency_key,
+    );
+    signed(&web, &v, &body).await;
 
     let now = db.store.load(r.id).await.unwrap().0;
     assert_eq!(now.state, State::Aprobado, "settled states stay settled");
@@ -152,4 +179,201 @@ async fn finance_cannot_decline_a_payment_object_that_may_still_succeed(b: Backe
     assert_eq!(now.state, State::EnRevision);
     assert_eq!(now.decline_code, None);
     finish_web(web, db).await;
+}
+
+/// Review of refunds (stop 40): a refund we hold `RECHAZADO` (declined by
+/// the gateway's first answer, or by finance) that the gateway then reports
+/// made. It is not a no-op: the refund stays `RECHAZADO` (settled states
+/// stay settled) and a case opens for finance, naming the refund, before
+/// anyone refunds its amount again.
+async fn a_refund_made_at_the_gateway_that_we_hold_declined_opens_a_case(b: Backend) {
+    let db = TestDb::new(b).await;
+    let (web, v) = stripe_web(&db).await;
+    let req = ChargeRequest::parse("gate-refund-made", 3_000, "USD", None, None).unwrap();
+    let a = enqueued(&db.store, &req).await;
+    let a = step(&db.store, &a, Event::Claim, None).await;
+    let charge = step(&db.store, &a, Event::Approved, Some("pi_1")).await;
+    let r = ask_refund(&db.store, charge.id, 1_000, "app").await;
+    let r = db.store.load(r.refund_id).await.unwrap().0;
+    let r = step(&db.store, &r, Event::Claim, None).await;
+    let r = step(&db.store, &r, Event::Declined, Some("expired_card")).await;
+    assert!(common::open_case_ids(&db.store).await.is_empty());
+
+    let body = refund_updated(
+        "evt_refund_made",
+        "re_7",
+        "succeeded",
+        1_000,
+        r.idempotency_key,
+    );
+    signed(&web, &v, &body).await;
+    let now = db.store.load(r.id).await.unwrap().0;
+    assert_eq!(now.state, State::Rechazado, "settled states stay settled");
+    let cases = db.store.open_cases().await.unwrap();
+    assert_eq!(cases.len(), 1, "{cases:?}");
+    assert_eq!(cases[0].kind.as_str(), "unmatched_refund");
+    assert_eq!(cases[0].attempt_id, Some(r.id));
+    assert_eq!(cases[0].gateway_ref.as_deref(), Some("re_7"));
+    let reason = cases[0].details["reason"].as_str().unwrap_or_default();
+    assert!(reason.contains("before refunding it again"), "{reason}");
+    // Delivered again: still one case.
+    signed(
+        &web,
+        &v,
+        &body.replace("evt_refund_made", "evt_refund_made_2"),
+    )
+    .await;
+    assert_eq!(db.store.open_cases().await.unwrap().len(), 1);
+    finish_web(web, db).await;
+}
+
+/// Review of refunds (stop 40): finance's decline of a refund that was
+/// sent would free its amount while the gateway may still make it. Still
+/// being checked it is refused, saying why; in review it is asked for, and
+/// the janitor records what the gateway says: the refund it made
+/// (`APROBADO`, not declined), or no record of one long after the send
+/// (declined, its amount free again).
+async fn finance_declines_a_sent_refund_only_on_the_gateways_word(b: Backend) {
+    use cobro::finance::{self, Resolution, ResolveError, ResolveRequest};
+    use cobro::gateway::{ChargeOutcome, Gateway, RefundCall};
+    let (db, sim) = common::db_and_sim(b, cobro::sim::Faults::default()).await;
+    let gw = std::sync::Arc::new(common::sim_gateway(&sim.url()));
+    let decline = |a: &Attempt| ResolveRequest {
+        attempt_id: a.id,
+        version: a.version,
+        resolution: Resolution::Decline {
+            code: "customer_says_not_refunded".into(),
+        },
+        by: "luis",
+        note: "the dashboard shows no refund",
+    };
+    let engine = |max_processing: std::time::Duration| {
+        let mut cfg = common::engine_config("w", Default::default());
+        cfg.not_found.max_processing = max_processing;
+        cobro::engine::Engine::new(db.store.clone(), gw.clone(), cfg)
+    };
+    // A refund sent, made at the gateway, its answer lost; then in review.
+    let charge = common::charged(&db.store, &gw, "refund-doubt-1", 3_000).await;
+    let r = ask_refund(&db.store, charge.id, 3_000, "app").await;
+    let r = db.store.load(r.refund_id).await.unwrap().0;
+    let r = claimed(&db.store, &r).await;
+    let call = RefundCall {
+        key: IdempotencyKey::from_uuid(r.idempotency_key),
+        charge_id: charge.gateway_charge_id.clone().unwrap(),
+        order_id: cobro::domain::OrderId::parse("refund-doubt-1").unwrap(),
+        amount: cobro::domain::Amount::parse(3_000).unwrap(),
+        currency: cobro::domain::Currency::parse("EUR").unwrap(),
+    };
+    assert!(matches!(
+        gw.refund(&call).await,
+        ChargeOutcome::Approved { .. }
+    ));
+    let r = step(&db.store, &r, Event::Unknown, None).await;
+    match finance::resolve(&db.store, &decline(&r)).await {
+        Err(ResolveError::OpenAtGateway(msg)) => {
+            assert!(msg.contains("once it is in EN_REVISION"), "{msg}")
+        }
+        other => panic!("a refund in doubt declined outright: {other:?}"),
+    }
+    let r = step(&db.store, &r, Event::ChecksExhausted, None).await;
+    let asked = finance::resolve(&db.store, &decline(&r)).await.unwrap();
+    assert_eq!(
+        (asked.state, asked.decline_code.as_deref()),
+        (State::EnRevision, None),
+        "asked for, not recorded"
+    );
+    assert!(
+        ask_refund_err(&db.store, charge.id).await,
+        "its amount stays held meanwhile"
+    );
+    engine(std::time::Duration::ZERO)
+        .process(r.id)
+        .await
+        .unwrap();
+    let made = db.store.load(r.id).await.unwrap().0;
+    assert_eq!(
+        made.state,
+        State::Aprobado,
+        "the gateway made it: not declined"
+    );
+
+    // A refund claimed but never made at the gateway: declined once the
+    // gateway has no record of it long after the send.
+    let charge = common::charged(&db.store, &gw, "refund-doubt-2", 2_000).await;
+    let r = ask_refund(&db.store, charge.id, 2_000, "app").await;
+    let r = db.store.load(r.refund_id).await.unwrap().0;
+    let r = claimed(&db.store, &r).await;
+    let r = step(&db.store, &r, Event::Unknown, None).await;
+    let r = step(&db.store, &r, Event::ChecksExhausted, None).await;
+    finance::resolve(&db.store, &decline(&r)).await.unwrap();
+    // Too soon after the send: the gateway may not show it yet.
+    engine(std::time::Duration::from_secs(60))
+        .process(r.id)
+        .await
+        .unwrap();
+    let waiting = db.store.load(r.id).await.unwrap().0;
+    assert_eq!(
+        (waiting.state, waiting.decline_code),
+        (State::EnRevision, None)
+    );
+    let looked = db.store.checks(r.id).await.unwrap();
+    assert_eq!(
+        looked.last().map(|c| c.lookup_result.as_str()),
+        Some("not_found"),
+        "{looked:?}"
+    );
+    db.exec(
+        "UPDATE cobro.payment_attempts SET next_action_at = now() WHERE id = $1::uuid",
+        "UPDATE payment_attempts SET next_action_at = 0 WHERE id = ?1",
+        &[&r.id.to_string()],
+    )
+    .await
+    .unwrap();
+    engine(std::time::Duration::ZERO)
+        .process(r.id)
+        .await
+        .unwrap();
+    let declined = db.store.load(r.id).await.unwrap().0;
+    assert_eq!(declined.state, State::Rechazado);
+    assert_eq!(
+        declined.decline_code.as_deref(),
+        Some("not_found_at_gateway")
+    );
+    let last = db.store.transitions(r.id).await.unwrap().pop().unwrap();
+    assert_eq!(last.cause, "finance_decline_confirmed");
+    ask_refund(&db.store, charge.id, 2_000, "app").await;
+    let refunds = common::ledger(&sim.url()).await.refunds;
+    assert_eq!(
+        refunds.len(),
+        1,
+        "one refund made at the gateway: {refunds:?}"
+    );
+    common::finish_sim(sim, db).await;
+}
+
+/// A worker's claim of `a`: its lease, and one more send.
+async fn claimed(store: &cobro::store::Store, a: &Attempt) -> Attempt {
+    let mut claim = Change::new(Some(Event::Claim), "claim", "worker:w");
+    claim.lease = cobro::store::Lease::Take {
+        owner: "w",
+        ttl: std::time::Duration::from_secs(30),
+    };
+    claim.add_send = true;
+    let Applied::Moved(a) = store.apply(a, &claim).await.unwrap() else {
+        panic!("the claim lost a race nobody runs");
+    };
+    *a
+}
+
+/// Whether a refund of one cent of `charge` is refused (nothing left).
+async fn ask_refund_err(store: &cobro::store::Store, charge: uuid::Uuid) -> bool {
+    store
+        .request_refund(
+            charge,
+            cobro::domain::Amount::parse(1).unwrap(),
+            IdempotencyKey::generate(),
+            "app",
+        )
+        .await
+        .is_err()
 }
