@@ -4,7 +4,9 @@
 //! gateway made twice, the gauge says so, finance refunds the duplicate
 //! from the case through the API (approved by a named person, in the log),
 //! the refund's answer is lost and found by lookup, the gateway's ledger
-//! shows exactly one refund, of the duplicate, and the next run's gauge is 0.
+//! shows exactly one refund, of the duplicate, and the next run's gauge is 0;
+//! should that refund fail after it succeeded, the duplicate can be refunded
+//! again.
 
 #[macro_use]
 mod common;
@@ -15,7 +17,7 @@ use cobro::domain::ChargeRequest;
 use cobro::recon::{Intraday, ReconcileArgs, ReconcileAt};
 use cobro::sim::{Faults, LedgerEntry};
 use cobro::state::State;
-use cobro::store::{ReconCase, Store};
+use cobro::store::{Contradiction, ReconCase, Store};
 use common::*;
 use serde_json::{Value, json};
 
@@ -166,6 +168,25 @@ async fn a_double_charge_is_found_the_same_day_and_its_duplicate_refunded_once(b
         .filter(|c| c.kind == "double_charge")
         .count();
     assert_eq!(n, 1);
+
+    // The refund then fails at the gateway after it succeeded (Stripe's
+    // `refund.updated`, failed): marked, its amount free again. Finance
+    // may refund the duplicate again, and is not told it is refunded.
+    let failed = Contradiction::declined(
+        &refund,
+        "expired_or_canceled_card",
+        "test",
+        chrono::Utc::now(),
+    )
+    .expect("a settled refund contradicted");
+    db.store
+        .contradicted(&refund, &failed, "webhook:test")
+        .await
+        .unwrap();
+    let (status, anew) = refund_duplicate("ana", duplicate.charge_id.clone()).await;
+    assert_eq!(status, 201, "{anew}");
+    assert_eq!(anew["created"], true);
+    assert_ne!(anew["refund_id"], asked["refund_id"]);
 
     web.stop().await;
     finish(worker, sim, db).await;
