@@ -295,6 +295,7 @@ impl WebConfig {
         let app = Arc::new(App {
             scraper: Scraper::new(self.store.clone(), self.metrics_cache),
             rejects: webhooks::RejectSampler::default(),
+            health: health::Probe::default(),
             store: self.store.clone(),
             verifier: self.verifier,
             max_body: self.max_webhook_body,
@@ -374,9 +375,14 @@ pub(crate) struct App {
     pub(crate) retry: crate::retry::RetryPolicy,
     pub(crate) rejects: webhooks::RejectSampler,
     scraper: Scraper,
+    /// `/health` and `/ready`'s shared look at the database.
+    health: health::Probe,
 }
 
 pub(crate) type AppState = State<Arc<App>>;
+
+/// How long `/health` and `/ready` answer from one look at the database.
+pub const HEALTH_FRESH: Duration = health::FRESH;
 
 #[utoipa::path(
     get,
