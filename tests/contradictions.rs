@@ -3,7 +3,8 @@
 //! makes before a business retry) for an attempt we hold as `RECHAZADO`
 //! opens one case for finance and cancels the scheduled retry, so the order
 //! is not charged again under a new key; a late decline of an `APROBADO`
-//! charge opens a case too.
+//! charge opens a case too; and news whose object is not the attempt its
+//! key names (another amount or currency) moves nothing and opens a case.
 
 #[macro_use]
 mod common;
@@ -22,6 +23,7 @@ on_both_backends!(
     a_late_approval_by_webhook_opens_a_case_and_cancels_the_retry,
     a_late_decline_of_an_approved_charge_opens_a_case,
     the_lookup_before_a_business_retry_stops_it_when_the_gateway_approved,
+    news_of_another_amount_or_currency_moves_nothing_and_opens_a_case,
 );
 
 async fn webhook(web: &Web, v: &Verifier, id: &str, kind: &str, a: &Attempt) -> Value {
@@ -157,4 +159,62 @@ async fn the_lookup_before_a_business_retry_stops_it_when_the_gateway_approved(b
             .contains("before its business retry")
     );
     finish(worker, sim, db).await;
+}
+
+/// Review of the webhook door (stop 40): an event names our attempt by key
+/// alone. One that says another amount or currency than the attempt's is
+/// not news of it: nothing moves, an `amount_mismatch` case opens (once);
+/// the same news with the attempt's own amount then settles it.
+async fn news_of_another_amount_or_currency_moves_nothing_and_opens_a_case(b: Backend) {
+    let db = TestDb::new(b).await;
+    let v = Verifier::from_env_value(Scheme::StandardWebhooks, &test_secret()).unwrap();
+    let web = start_web(&db.store, v.clone()).await;
+    let req = ChargeRequest::parse("mismatch-1", 2_500, "EUR", None, None).unwrap();
+    let a = enqueued(&db.store, &req).await;
+    let a = step(&db.store, &a, Event::Claim, None).await;
+    let a = step(&db.store, &a, Event::Unknown, None).await;
+    let said = |id: &str, amount: i64, currency: &str| {
+        let body = json!({
+            "id": id, "type": "charge.succeeded", "created": chrono::Utc::now().timestamp(),
+            "data": {"charge_id": "ch_other", "idempotency_key": a.idempotency_key,
+                     "amount_minor": amount, "currency": currency, "status": "approved"}
+        })
+        .to_string();
+        let mut req = reqwest::Client::new()
+            .post(format!("{}/webhooks/gateway", web.url))
+            .header("content-type", "application/json")
+            .body(body.clone());
+        for (k, val) in v.sign(id, chrono::Utc::now().timestamp(), body.as_bytes()) {
+            req = req.header(k, val);
+        }
+        async move {
+            let resp = req.send().await.unwrap();
+            assert_eq!(resp.status(), 200);
+            resp.json::<Value>().await.unwrap()
+        }
+    };
+    for (id, amount, currency) in [("evt_mm_1", 25_000, "EUR"), ("evt_mm_2", 2_500, "USD")] {
+        let reply = said(id, amount, currency).await;
+        assert_eq!(reply["outcome"]["result"], "noop", "{reply}");
+        let now = db.store.load(a.id).await.unwrap().0;
+        assert_eq!(now.state, State::Desconocido, "{id}: nothing moves");
+    }
+    let cases = db.store.open_cases().await.unwrap();
+    assert_eq!(cases.len(), 1, "one case for the object: {cases:?}");
+    assert_eq!(
+        (cases[0].kind.as_str(), cases[0].dedupe_key.as_str()),
+        ("amount_mismatch", "amount_mismatch:ch_other")
+    );
+    assert_eq!(cases[0].attempt_id, Some(a.id));
+    let reason = cases[0].details["reason"].as_str().unwrap_or_default();
+    assert!(
+        reason.contains("amount 25000 minor units, the attempt's 2500"),
+        "{reason}"
+    );
+    // Its own amount and currency (any case): news of it, applied.
+    let reply = said("evt_mm_3", 2_500, "eur").await;
+    assert_eq!(reply["outcome"]["result"], "applied", "{reply}");
+    let now = db.store.load(a.id).await.unwrap().0;
+    assert_eq!(now.state, State::Aprobado);
+    finish_web(web, db).await;
 }

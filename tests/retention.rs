@@ -30,6 +30,7 @@ fn approved(event_id: &str, key: Uuid) -> IncomingEvent {
         outcome: EventOutcome::Approved {
             charge_id: "ch_retention".into(),
         },
+        said: Default::default(),
         payload: "{}".into(),
     }
 }

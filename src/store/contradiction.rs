@@ -99,6 +99,38 @@ impl Contradiction {
         }
     }
 
+    /// News whose object is not the attempt its key names (`off` says how:
+    /// another kind, amount or currency), said by `source` about the
+    /// gateway's `object`: nothing moves; a case opens for finance.
+    pub fn mismatched(
+        seen: &Attempt,
+        object: Option<&str>,
+        off: &str,
+        source: &str,
+        now: DateTime<Utc>,
+    ) -> Self {
+        let named = object.map_or_else(|| seen.id.to_string(), str::to_owned);
+        Self {
+            finding: Finding {
+                kind: CaseKind::AmountMismatch,
+                dedupe_key: format!("amount_mismatch:{named}"),
+                order_id: Some(seen.order_id.clone()),
+                attempt_id: Some(seen.id),
+                gateway_ref: object.map(str::to_owned),
+                details: json!({
+                    "reason": format!(
+                        "the gateway's news ({source}) under our key does not match the attempt: {off}; nothing was recorded from it"
+                    ),
+                    "ours": summary(seen),
+                    "source": source,
+                }),
+            },
+            window: window(seen, now),
+            cancel_retry: false,
+            refund_failed: false,
+        }
+    }
+
     /// The gateway declined (`code`) the charge, or failed the refund, we
     /// hold as `APROBADO`.
     pub fn declined(seen: &Attempt, code: &str, source: &str, now: DateTime<Utc>) -> Option<Self> {

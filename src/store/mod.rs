@@ -85,7 +85,7 @@ pub use retry::{Retried, RetryError, RetryRequested};
 pub use schema::{AppliedMigration, MIGRATE_HINT, Readiness, Scheme, described, is_missing_schema};
 pub use settings::Settings;
 pub use settlement::SettlementTotal;
-pub use webhooks::{EventOutcome, IncomingEvent, WebhookResult};
+pub use webhooks::{EventOutcome, IncomingEvent, Said, WebhookResult};
 
 use std::time::Duration;
 

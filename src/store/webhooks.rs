@@ -52,8 +52,53 @@ pub struct IncomingEvent {
     /// Our idempotency key, which the gateway echoes on the charge.
     pub key: Option<Uuid>,
     pub outcome: EventOutcome,
+    /// What the event says of its object, checked against the attempt
+    /// its key names before anything moves.
+    pub said: Said,
     /// The raw JSON body.
     pub payload: String,
+}
+
+/// What an event says of the object it is about, where it says it: whether
+/// it is a refund, its amount and currency. A gateway's event names our
+/// attempt by key alone; one whose object is of another kind, amount or
+/// currency moves nothing and opens a case (`amount_mismatch`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Said {
+    pub refund: Option<bool>,
+    pub amount_minor: Option<i64>,
+    /// ISO 4217, any case.
+    pub currency: Option<String>,
+}
+
+impl Said {
+    /// How the event's object differs from `a`, in words; `None` when
+    /// nothing it says contradicts it.
+    pub fn differs(&self, a: &Attempt) -> Option<String> {
+        let mut off = Vec::new();
+        if let Some(refund) = self.refund.filter(|r| *r != a.is_refund()) {
+            let kind = |r: bool| if r { "a refund" } else { "a charge" };
+            off.push(format!(
+                "it is about {}, the attempt is {}",
+                kind(refund),
+                kind(a.is_refund())
+            ));
+        }
+        if let Some(amount) = self.amount_minor.filter(|m| *m != a.amount_minor) {
+            off.push(format!(
+                "amount {amount} minor units, the attempt's {}",
+                a.amount_minor
+            ));
+        }
+        if let Some(currency) = self
+            .currency
+            .as_deref()
+            .filter(|c| !c.eq_ignore_ascii_case(&a.currency))
+        {
+            off.push(format!("currency {currency}, the attempt's {}", a.currency));
+        }
+        (!off.is_empty()).then(|| off.join("; "))
+    }
 }
 
 impl IncomingEvent {
@@ -171,6 +216,9 @@ fn change_for<'a>(
 enum Decision<'a> {
     Done(WebhookResult, Option<String>),
     Apply(&'a Attempt, Box<(Change<'a>, Plan<'a>)>),
+    /// The event's object is not the attempt its key names (another kind,
+    /// amount or currency): nothing moves, a case opens.
+    Mismatch(&'a Attempt, String),
 }
 
 fn decide<'a>(
@@ -187,6 +235,13 @@ fn decide<'a>(
         };
         return Decision::Done(result, None);
     };
+    let moves = matches!(
+        ev.outcome,
+        EventOutcome::Approved { .. } | EventOutcome::Declined { .. }
+    );
+    if let Some(off) = ev.said.differs(seen).filter(|_| moves) {
+        return Decision::Mismatch(seen, off);
+    }
     match change_for(seen, ev, actor, evidence, retry) {
         Ok(None) => Decision::Done(WebhookResult::Ignored, None),
         Ok(Some(write)) => Decision::Apply(seen, Box::new(write)),
@@ -278,6 +333,21 @@ async fn record_in(
             }
         }
         Decision::Done(result, detail) => (result, detail),
+        Decision::Mismatch(a, off) => {
+            let c = super::contradiction::Contradiction::mismatched(
+                a,
+                ev.gateway_object(),
+                &off,
+                &format!("webhook {} ({})", ev.event_id, ev.event_type),
+                chrono::Utc::now(),
+            );
+            super::contradiction::contradicted_in(tx, a, &c, &actor).await?;
+            let result = WebhookResult::Noop {
+                attempt_id: a.id,
+                state: a.state,
+            };
+            (result, Some(format!("not applied: {off}; case opened")))
+        }
         Decision::Apply(seen, write) => {
             let (change, plan) = *write;
             after_apply(seen, tx.apply(seen, &change, &plan).await?)

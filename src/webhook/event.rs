@@ -29,7 +29,7 @@ use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use crate::domain::text::{self, Kind};
-use crate::store::{EventOutcome, IncomingEvent};
+use crate::store::{EventOutcome, IncomingEvent, Said};
 
 pub const CHARGE_SUCCEEDED: &str = "charge.succeeded";
 pub const CHARGE_FAILED: &str = "charge.failed";
@@ -81,11 +81,17 @@ pub fn parse(body: &[u8]) -> Result<IncomingEvent, MalformedEvent> {
     ev.kind = text::stored(&ev.kind, Kind::Code);
     if let Some(object) = ev.data.get("object") {
         let (key, outcome) = stripe_outcome(&ev.kind, object)?;
+        let said = Said {
+            refund: Some(ev.kind.starts_with("refund.")),
+            amount_minor: object.get("amount").and_then(|v| v.as_i64()),
+            currency: code(object.get("currency")),
+        };
         return Ok(IncomingEvent {
             event_id: ev.id,
             event_type: ev.kind,
             key,
             outcome,
+            said,
             payload: String::from_utf8_lossy(body).into_owned(),
         });
     }
@@ -97,6 +103,7 @@ pub fn parse(body: &[u8]) -> Result<IncomingEvent, MalformedEvent> {
             event_type: ev.kind,
             key: None,
             outcome: EventOutcome::CardUpdated { payment_method },
+            said: Said::default(),
             payload: String::from_utf8_lossy(body).into_owned(),
         });
     }
@@ -135,11 +142,18 @@ pub fn parse(body: &[u8]) -> Result<IncomingEvent, MalformedEvent> {
         },
         _ => EventOutcome::NotActionable,
     };
+    // The simulator announces refunds as `charge.*` too: it says no kind.
+    let said = Said {
+        refund: None,
+        amount_minor: ev.data.get("amount_minor").and_then(|v| v.as_i64()),
+        currency: text("currency"),
+    };
     Ok(IncomingEvent {
         event_id: ev.id,
         event_type: ev.kind,
         key,
         outcome,
+        said,
         payload: String::from_utf8_lossy(body).into_owned(),
     })
 }
@@ -240,6 +254,19 @@ mod tests {
                 charge_id: Some("re_1".into())
             }
         );
+        // What each says of its object, checked against the attempt.
+        let said = format!(
+            r#"{{"id":"evt_6","type":"refund.updated","data":{{"object":{{"id":"re_2","status":"succeeded","amount":1500,"currency":"usd","metadata":{{"cobro_key":"{key}"}}}}}}}}"#
+        );
+        assert_eq!(
+            parse(said.as_bytes()).unwrap().said,
+            Said {
+                refund: Some(true),
+                amount_minor: Some(1500),
+                currency: Some("usd".into())
+            }
+        );
+        assert_eq!(parse(ok.as_bytes()).unwrap().said.refund, Some(false));
         let dispute = r#"{"id":"evt_4","type":"charge.dispute.created","data":{"object":{"id":"dp_1","payment_intent":"pi_1"}}}"#;
         assert_eq!(
             parse(dispute.as_bytes()).unwrap().outcome,

@@ -19,6 +19,7 @@ use super::doors::post;
 on_both_backends!(
     a_refund_that_fails_after_success_opens_a_case_and_frees_its_amount,
     a_refund_made_at_the_gateway_that_we_hold_declined_opens_a_case,
+    a_refunds_news_under_a_charges_key_moves_nothing,
     finance_cannot_decline_a_payment_object_that_may_still_succeed,
     finance_declines_a_sent_refund_only_on_the_gateways_word,
 );
@@ -224,6 +225,35 @@ async fn a_refund_made_at_the_gateway_that_we_hold_declined_opens_a_case(b: Back
     )
     .await;
     assert_eq!(db.store.open_cases().await.unwrap().len(), 1);
+    finish_web(web, db).await;
+}
+
+/// Review of the webhook door (stop 40): Stripe's news of a refund that
+/// carries a charge's key (same amount) is not news of the charge: it does
+/// not approve it; an `amount_mismatch` case opens instead.
+async fn a_refunds_news_under_a_charges_key_moves_nothing(b: Backend) {
+    let db = TestDb::new(b).await;
+    let (web, v) = stripe_web(&db).await;
+    let req = ChargeRequest::parse("gate-kind", 3_000, "USD", None, None).unwrap();
+    let a = enqueued(&db.store, &req).await;
+    let a = step(&db.store, &a, Event::Claim, None).await;
+    let a = step(&db.store, &a, Event::Unknown, None).await;
+    let body = refund_updated("evt_kind", "re_9", "succeeded", 3_000, a.idempotency_key);
+    signed(&web, &v, &body).await;
+    let now = db.store.load(a.id).await.unwrap().0;
+    assert_eq!(
+        now.state,
+        State::Desconocido,
+        "a refund's news does not approve a charge"
+    );
+    let cases = db.store.open_cases().await.unwrap();
+    assert_eq!(cases.len(), 1, "{cases:?}");
+    assert_eq!(cases[0].dedupe_key, "amount_mismatch:re_9");
+    let reason = cases[0].details["reason"].as_str().unwrap_or_default();
+    assert!(
+        reason.contains("it is about a refund, the attempt is a charge"),
+        "{reason}"
+    );
     finish_web(web, db).await;
 }
 
