@@ -32,8 +32,13 @@ async fn webhook(web: &Web, v: &Verifier, id: &str, kind: &str, a: &Attempt) -> 
         "data": {"charge_id": "ch_late", "idempotency_key": a.idempotency_key,
                  "status": if kind == "charge.succeeded" { "approved" } else { "declined" },
                  "decline_code": (kind == "charge.failed").then_some("card_declined")}
-    })
-    .to_string();
+    });
+    signed(web, v, id, &body).await
+}
+
+/// Posts `body` (event `id`) signed by `v`; the receiver's 200 answer.
+async fn signed(web: &Web, v: &Verifier, id: &str, body: &Value) -> Value {
+    let body = body.to_string();
     let mut req = reqwest::Client::new()
         .post(format!("{}/webhooks/gateway", web.url))
         .header("content-type", "application/json")
@@ -173,25 +178,14 @@ async fn news_of_another_amount_or_currency_moves_nothing_and_opens_a_case(b: Ba
     let a = enqueued(&db.store, &req).await;
     let a = step(&db.store, &a, Event::Claim, None).await;
     let a = step(&db.store, &a, Event::Unknown, None).await;
-    let said = |id: &str, amount: i64, currency: &str| {
+    let said = |id: &'static str, amount: i64, currency: &str| {
         let body = json!({
             "id": id, "type": "charge.succeeded", "created": chrono::Utc::now().timestamp(),
             "data": {"charge_id": "ch_other", "idempotency_key": a.idempotency_key,
                      "amount_minor": amount, "currency": currency, "status": "approved"}
-        })
-        .to_string();
-        let mut req = reqwest::Client::new()
-            .post(format!("{}/webhooks/gateway", web.url))
-            .header("content-type", "application/json")
-            .body(body.clone());
-        for (k, val) in v.sign(id, chrono::Utc::now().timestamp(), body.as_bytes()) {
-            req = req.header(k, val);
-        }
-        async move {
-            let resp = req.send().await.unwrap();
-            assert_eq!(resp.status(), 200);
-            resp.json::<Value>().await.unwrap()
-        }
+        });
+        let (web, v) = (&web, &v);
+        async move { signed(web, v, id, &body).await }
     };
     for (id, amount, currency) in [("evt_mm_1", 25_000, "EUR"), ("evt_mm_2", 2_500, "USD")] {
         let reply = said(id, amount, currency).await;

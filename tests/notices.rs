@@ -140,7 +140,7 @@ async fn notices_reach_a_verifying_receiver_once_redelivered_after_500s_and_fail
     declined(&db.store, "n-expired", None).await;
     // The retry is approved: one more notice.
     set_faults(&sim.url(), &Faults::default()).await;
-    retry_now(&db, funds.id).await;
+    due_now(&db, funds.id).await;
 
     let all = eventually(Duration::from_secs(30), "every notice settled", || async {
         let all = db.store.notices(false).await.unwrap();

@@ -68,7 +68,7 @@ async fn the_next_retry_charges_the_new_payment_method_and_refusals_name_the_fie
 
     // The retry charges the new token at the gateway.
     set_faults(&sim.url(), &Faults::default()).await;
-    retry_now(&db, first.id).await;
+    due_now(&db, first.id).await;
     let attempts = eventually(Duration::from_secs(15), "the retry approved", || async {
         let all = db.store.attempts_for_order("pm-1").await.unwrap();
         (all.len() == 2 && all[1].state == State::Aprobado).then_some(all)

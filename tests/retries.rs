@@ -185,7 +185,7 @@ async fn a_retryable_decline_is_retried_later_with_a_new_key_and_a_final_one_nev
     // A day passes (the database's clock is the injectable one), and the
     // gateway would now approve.
     set_faults(&sim.url(), &Faults::default()).await;
-    retry_now(&db, first).await;
+    due_now(&db, first).await;
     let attempts = eventually(
         Duration::from_secs(15),
         "the retry to be approved",

@@ -352,13 +352,7 @@ async fn finance_declines_a_sent_refund_only_on_the_gateways_word(b: Backend) {
         Some("not_found"),
         "{looked:?}"
     );
-    db.exec(
-        "UPDATE cobro.payment_attempts SET next_action_at = now() WHERE id = $1::uuid",
-        "UPDATE payment_attempts SET next_action_at = 0 WHERE id = ?1",
-        &[&r.id.to_string()],
-    )
-    .await
-    .unwrap();
+    common::due_now(&db, r.id).await;
     engine(std::time::Duration::ZERO)
         .process(r.id)
         .await

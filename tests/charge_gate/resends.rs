@@ -9,8 +9,8 @@ use cobro::sim::Faults;
 use cobro::state::{Event, State};
 
 use super::common::{
-    self, Backend, causes, check_now, db_and_sim, enqueued, finish_sim, ledger, open_case,
-    raw_move, retry_now, step,
+    self, Backend, causes, check_now, db_and_sim, due_now, enqueued, finish_sim, ledger, open_case,
+    raw_move, step,
 };
 
 on_both_backends!(
@@ -41,7 +41,7 @@ async fn a_resend_after_not_found_meets_the_hold(b: Backend) {
     );
     // ...and so does the worker's, after its lookup.
     let engine = common::engine(&db.store, &sim.url(), "worker-resend");
-    retry_now(&db, a.id).await;
+    due_now(&db, a.id).await;
     engine.process(a.id).await.unwrap();
     let (held, _) = db.store.load(a.id).await.unwrap();
     assert_eq!(held.state, State::EnRevision, "{held:?}");

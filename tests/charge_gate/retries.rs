@@ -96,7 +96,7 @@ async fn postgres_a_retry_created_again_after_a_lossy_failover_is_charged_once()
             .await
         }
     };
-    common::retry_now(&db, first.id).await;
+    common::due_now(&db, first.id).await;
     let worker = spawn_worker(worker_args(&db.url, &sim.url()));
     let retry = charged(1).await;
     worker.stop().await;
@@ -144,7 +144,7 @@ async fn postgres_a_retry_created_again_after_a_lossy_failover_is_charged_once()
         .await
         .unwrap();
     tx.commit().await.unwrap();
-    common::retry_now(&db, first.id).await;
+    common::due_now(&db, first.id).await;
 
     let worker = spawn_worker(worker_args(&db.url, &sim.url()));
     let again = charged(1).await;
@@ -196,7 +196,7 @@ async fn past_the_key_lifetime_the_pre_check_reads_the_gateways_listing(b: Backe
     )
     .await
     .unwrap();
-    common::retry_now(&db, a.id).await;
+    common::due_now(&db, a.id).await;
     engine(&db.store, &sim.url(), "w")
         .process(a.id)
         .await

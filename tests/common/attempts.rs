@@ -192,9 +192,9 @@ pub async fn raw_move(db: &TestDb, which: &str, to: &str) -> Result<u64, sqlx::E
     Ok(rows[1])
 }
 
-/// Makes attempt `id`'s next action (a declined attempt's business retry)
-/// due now and wakes it.
-pub async fn retry_now(db: &TestDb, id: Uuid) {
+/// Makes attempt `id`'s next action (a declined attempt's business retry,
+/// the review janitor's next check) due now and wakes it.
+pub async fn due_now(db: &TestDb, id: Uuid) {
     db.exec(
         "UPDATE cobro.payment_attempts SET next_action_at = now() WHERE id = $1::uuid",
         "UPDATE payment_attempts SET next_action_at = 0 WHERE id = ?1",

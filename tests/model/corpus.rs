@@ -6,6 +6,19 @@
 
 use super::steps::{Code, Key, Net, Step};
 
+/// Order 0 enqueued over HTTP, woken with the gateway behaving as `net`,
+/// then time passes: where both cases begin.
+fn enqueued_then(net: Net) -> Vec<Step> {
+    vec![
+        Step::EnqueueHttp {
+            order: 0,
+            key: Key::New,
+        },
+        Step::Wake { order: 0, net },
+        Step::TimePasses,
+    ]
+}
+
 /// Each case's name (what it drives) and its steps.
 pub fn cases() -> Vec<(&'static str, Vec<Step>)> {
     vec![
@@ -13,52 +26,42 @@ pub fn cases() -> Vec<(&'static str, Vec<Step>)> {
             // With the send gate dropped, the retry was sent and the order
             // charged twice (invariant 1).
             "a business retry held by a late approval (order_held)",
-            vec![
-                Step::EnqueueHttp {
-                    order: 0,
-                    key: Key::New,
-                },
-                Step::Wake {
-                    order: 0,
-                    net: Net::Decline(Code::InsufficientFunds),
-                },
-                Step::TimePasses,
-                Step::Wake {
-                    order: 0,
-                    net: Net::Clean,
-                },
-                Step::LateApproval { order: 0 },
-                Step::TimePasses,
-                Step::Wake {
-                    order: 0,
-                    net: Net::Clean,
-                },
-            ],
+            [
+                enqueued_then(Net::Decline(Code::InsufficientFunds)),
+                vec![
+                    Step::Wake {
+                        order: 0,
+                        net: Net::Clean,
+                    },
+                    Step::LateApproval { order: 0 },
+                    Step::TimePasses,
+                    Step::Wake {
+                        order: 0,
+                        net: Net::Clean,
+                    },
+                ],
+            ]
+            .concat(),
         ),
         (
             // With `key_guards_resend` taken out, the resend was made on a
             // key the gateway had forgotten (invariant 6).
             "a resend put off past the key's lifetime (key_expired_before_resend)",
-            vec![
-                Step::EnqueueHttp {
-                    order: 0,
-                    key: Key::New,
-                },
-                Step::Wake {
-                    order: 0,
-                    net: Net::Error503,
-                },
-                Step::TimePasses,
-                Step::Wake {
-                    order: 0,
-                    net: Net::Throttled,
-                },
-                Step::DayPasses,
-                Step::Wake {
-                    order: 0,
-                    net: Net::Clean,
-                },
-            ],
+            [
+                enqueued_then(Net::Error503),
+                vec![
+                    Step::Wake {
+                        order: 0,
+                        net: Net::Throttled,
+                    },
+                    Step::DayPasses,
+                    Step::Wake {
+                        order: 0,
+                        net: Net::Clean,
+                    },
+                ],
+            ]
+            .concat(),
         ),
     ]
 }
