@@ -27,11 +27,48 @@ pub struct Contradiction {
     pub window: Window,
     /// The attempt is `RECHAZADO` with a business retry scheduled: cancel it.
     pub cancel_retry: bool,
-    /// The attempt is a refund we hold `APROBADO` that the gateway says
-    /// failed: mark it (`refund_failed_at`), which frees its amount to be
-    /// refunded again. Its state does not move (settled states stay
-    /// settled); finance sees the case.
-    pub refund_failed: bool,
+    /// The attempt is a refund the gateway settled the other way: mark it
+    /// (its state does not move: settled states stay settled; finance sees
+    /// the case).
+    pub refund_mark: Option<RefundMark>,
+}
+
+/// What the gateway did to a refund after cobro settled it the other way;
+/// the mark is set once, with a transition-log row, and never undone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RefundMark {
+    /// Failed after we held it `APROBADO` (`refund_failed_at`): its amount
+    /// is free to be refunded again.
+    FailedAfterSuccess,
+    /// Made after we held it `RECHAZADO` (`refund_made_at`): its amount
+    /// counts as refunded again, so it is not refunded twice.
+    MadeAfterDecline,
+}
+
+impl RefundMark {
+    /// The column the mark sets.
+    pub(crate) fn column(self) -> &'static str {
+        match self {
+            RefundMark::FailedAfterSuccess => "refund_failed_at",
+            RefundMark::MadeAfterDecline => "refund_made_at",
+        }
+    }
+
+    /// The state the refund is held in, and stays in.
+    pub(crate) fn state(self) -> State {
+        match self {
+            RefundMark::FailedAfterSuccess => State::Aprobado,
+            RefundMark::MadeAfterDecline => State::Rechazado,
+        }
+    }
+
+    /// The cause of its transition-log row.
+    pub(crate) fn cause(self) -> &'static str {
+        match self {
+            RefundMark::FailedAfterSuccess => "refund_failed_after_success",
+            RefundMark::MadeAfterDecline => "refund_made_after_decline",
+        }
+    }
 }
 
 impl Contradiction {
@@ -69,7 +106,7 @@ impl Contradiction {
             },
             window: window(seen, now),
             cancel_retry,
-            refund_failed: false,
+            refund_mark: None,
         })
     }
 
@@ -87,7 +124,7 @@ impl Contradiction {
                 gateway_ref: Some(refund_id.to_owned()),
                 details: json!({
                     "reason": format!(
-                        "the gateway says refund {refund_id} under our key succeeded ({source}); we hold the refund as RECHAZADO, so its amount counts as not refunded: check the charge's refunds at the gateway before refunding it again"
+                        "the gateway says refund {refund_id} under our key succeeded ({source}); we hold the refund as RECHAZADO: it is marked made and its amount counts as refunded, so the charge is not refunded twice; settle it with the gateway, then close the case"
                     ),
                     "ours": summary(seen),
                     "source": source,
@@ -95,7 +132,7 @@ impl Contradiction {
             },
             window: window(seen, now),
             cancel_retry: false,
-            refund_failed: false,
+            refund_mark: Some(RefundMark::MadeAfterDecline),
         }
     }
 
@@ -127,7 +164,7 @@ impl Contradiction {
             },
             window: window(seen, now),
             cancel_retry: false,
-            refund_failed: false,
+            refund_mark: None,
         }
     }
 
@@ -160,7 +197,7 @@ impl Contradiction {
             },
             window: window(seen, now),
             cancel_retry: false,
-            refund_failed: seen.is_refund(),
+            refund_mark: seen.is_refund().then_some(RefundMark::FailedAfterSuccess),
         })
     }
 }
@@ -217,10 +254,10 @@ pub(crate) async fn contradicted_in(
         let plan = plan(seen, &change).map_err(|e| StoreError::Corrupt(e.to_string()))?;
         tx.apply(seen, &change, &plan).await?;
     }
-    if c.refund_failed {
+    if let Some(mark) = c.refund_mark {
         // Fenced like every write: on the version seen, a settled refund
         // not marked yet. Lost: it moved meanwhile; the case is open anyway.
-        tx.mark_refund_failed(seen, actor, &c.finding.details)
+        tx.mark_refund(seen, mark, actor, &c.finding.details)
             .await?;
     }
     Ok(())

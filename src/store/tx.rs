@@ -23,6 +23,7 @@ use uuid::Uuid;
 
 use super::breaker::{BreakerEvent, BreakerRow};
 use super::change::{Applied, Change, Plan};
+use super::contradiction::RefundMark;
 use super::duplicate::{CaseView, NewRefund};
 use super::poison::{Failed, Seen};
 use super::refund::RefundError;
@@ -90,15 +91,16 @@ impl Tx {
         on!(self, recon::case_tx(window, f))
     }
 
-    /// Marks a settled refund as failed after its success (on the version
-    /// seen) and logs it; false when the refund moved meanwhile.
-    pub(crate) async fn mark_refund_failed(
+    /// Marks a settled refund with what the gateway did to it since (on the
+    /// version seen) and logs it; false when the refund moved meanwhile.
+    pub(crate) async fn mark_refund(
         &mut self,
         seen: &Attempt,
+        mark: RefundMark,
         actor: &str,
         details: &serde_json::Value,
     ) -> Result<bool, StoreError> {
-        on!(self, recon::mark_refund_failed(seen, actor, details))
+        on!(self, recon::mark_refund(seen, mark, actor, details))
     }
 
     /// Stores a new event as `ignored`; false when its id is stored already.

@@ -185,8 +185,8 @@ async fn finance_cannot_decline_a_payment_object_that_may_still_succeed(b: Backe
 /// Review of refunds (stop 40): a refund we hold `RECHAZADO` (declined by
 /// the gateway's first answer, or by finance) that the gateway then reports
 /// made. It is not a no-op: the refund stays `RECHAZADO` (settled states
-/// stay settled) and a case opens for finance, naming the refund, before
-/// anyone refunds its amount again.
+/// stay settled), marked made, once; its amount counts as refunded again,
+/// and a case opens for finance, naming the refund.
 async fn a_refund_made_at_the_gateway_that_we_hold_declined_opens_a_case(b: Backend) {
     let db = TestDb::new(b).await;
     let (web, v) = stripe_web(&db).await;
@@ -216,15 +216,38 @@ async fn a_refund_made_at_the_gateway_that_we_hold_declined_opens_a_case(b: Back
     assert_eq!(cases[0].attempt_id, Some(r.id));
     assert_eq!(cases[0].gateway_ref.as_deref(), Some("re_7"));
     let reason = cases[0].details["reason"].as_str().unwrap_or_default();
-    assert!(reason.contains("before refunding it again"), "{reason}");
-    // Delivered again: still one case.
-    signed(
-        &web,
-        &v,
-        &body.replace("evt_refund_made", "evt_refund_made_2"),
-    )
-    .await;
+    assert!(reason.contains("not refunded twice"), "{reason}");
+    let log = db.store.transitions(r.id).await.unwrap();
+    assert_eq!(log.last().unwrap().cause, "refund_made_after_decline");
+    // Delivered again: still one case, one mark.
+    let again = body.replace("evt_refund_made", "evt_refund_made_2");
+    signed(&web, &v, &again).await;
     assert_eq!(db.store.open_cases().await.unwrap().len(), 1);
+    assert_eq!(db.store.transitions(r.id).await.unwrap().len(), log.len());
+    // Its 1,000 count as refunded: 2,000 are left, not 3,000.
+    let over = db
+        .store
+        .request_refund(
+            charge.id,
+            cobro::domain::Amount::parse(2_001).unwrap(),
+            IdempotencyKey::generate(),
+            "app",
+        )
+        .await;
+    assert!(
+        matches!(over, Err(cobro::store::RefundError::ExceedsCapture(_))),
+        "{over:?}"
+    );
+    ask_refund(&db.store, charge.id, 2_000, "app").await;
+    let err = db
+        .exec(
+            "UPDATE cobro.payment_attempts SET refund_made_at = NULL WHERE id = $1::uuid",
+            "UPDATE payment_attempts SET refund_made_at = NULL WHERE id = ?1",
+            &[&r.id.to_string()],
+        )
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("never undone"), "{err}");
     finish_web(web, db).await;
 }
 

@@ -37,7 +37,8 @@ pub(crate) async fn refund_of_gateway(
     charge_id: &str,
 ) -> Result<Option<Attempt>, StoreError> {
     let sql = "SELECT * FROM payment_attempts
-          WHERE refund_of_gateway = ?1 AND state <> 'RECHAZADO' AND refund_failed_at IS NULL";
+          WHERE refund_of_gateway = ?1
+            AND ((state <> 'RECHAZADO' AND refund_failed_at IS NULL) OR refund_made_at IS NOT NULL)";
     attempt_by(&mut *tx, sql, charge_id).await
 }
 

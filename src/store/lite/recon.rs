@@ -8,6 +8,7 @@ use sqlx::{Row, Sqlite, SqlitePool};
 
 use super::{attempt, json, ms, uuid};
 use crate::domain::{Finding, Window};
+use crate::store::contradiction::RefundMark;
 use crate::store::recon::{self, CaseCursor, CaseWrite, ReconCase, ReconRun, ReconScope, RunClaim};
 use crate::store::{Attempt, StoreError};
 
@@ -242,23 +243,22 @@ pub(crate) async fn runs(pool: &SqlitePool) -> Result<Vec<ReconRun>, StoreError>
         .collect()
 }
 
-/// Marks a settled refund as failed after its success, on the version
-/// seen, and logs it; false when it moved meanwhile.
-pub(crate) async fn mark_refund_failed(
+/// Marks a settled refund with what the gateway did to it since, on the
+/// version seen, and logs it; false when it moved meanwhile.
+pub(crate) async fn mark_refund(
     tx: &mut sqlx::SqliteConnection,
     seen: &Attempt,
+    mark: RefundMark,
     actor: &str,
     details: &serde_json::Value,
 ) -> Result<bool, StoreError> {
     let id = seen.id.hyphenated().to_string();
-    let marked = sqlx::query(concat!(
-        "UPDATE payment_attempts SET refund_failed_at = ",
-        now_ms!(),
-        ", version = version + 1, updated_at = ",
-        now_ms!(),
-        " WHERE id = ?1 AND version = ?2 AND state = 'APROBADO' AND kind = 'refund'
-            AND refund_failed_at IS NULL"
-    ))
+    let (column, state, now) = (mark.column(), mark.state().as_str(), now_ms!());
+    let marked = sqlx::query(sqlx::AssertSqlSafe(format!(
+        "UPDATE payment_attempts SET {column} = {now}, version = version + 1, updated_at = {now}
+          WHERE id = ?1 AND version = ?2 AND state = '{state}' AND kind = 'refund'
+            AND {column} IS NULL"
+    )))
     .bind(&id)
     .bind(seen.version)
     .execute(&mut *tx)
@@ -269,7 +269,7 @@ pub(crate) async fn mark_refund_failed(
     sqlx::query(concat!(
         "INSERT INTO attempt_transitions
             (attempt_id, from_state, to_state, cause, actor, evidence, version, at)
-         VALUES (?1, 'APROBADO', 'APROBADO', 'refund_failed_after_success', ?2, ?3, ?4, ",
+         VALUES (?1, ?5, ?5, ?6, ?2, ?3, ?4, ",
         now_ms!(),
         ")"
     ))
@@ -277,6 +277,8 @@ pub(crate) async fn mark_refund_failed(
     .bind(actor)
     .bind(details.to_string())
     .bind(seen.version + 1)
+    .bind(state)
+    .bind(mark.cause())
     .execute(&mut *tx)
     .await?;
     Ok(true)

@@ -29,15 +29,16 @@ pub(crate) async fn case_view(
 }
 
 /// The refund of gateway charge `charge_id` already asked for, unless
-/// declined or failed after it succeeded (the rows `one_refund_per_duplicate`
-/// counts).
+/// declined or failed after it succeeded, but made after it was declined
+/// (the rows `one_refund_per_duplicate` counts).
 pub(crate) async fn refund_of_gateway(
     tx: &mut PgConnection,
     charge_id: &str,
 ) -> Result<Option<Attempt>, StoreError> {
     Ok(sqlx::query_as(
         "SELECT * FROM cobro.payment_attempts
-          WHERE refund_of_gateway = $1 AND state <> 'RECHAZADO' AND refund_failed_at IS NULL",
+          WHERE refund_of_gateway = $1
+            AND ((state <> 'RECHAZADO' AND refund_failed_at IS NULL) OR refund_made_at IS NOT NULL)",
     )
     .bind(charge_id)
     .fetch_optional(&mut *tx)

@@ -5,6 +5,7 @@ use std::time::Duration;
 use sqlx::{PgPool, Postgres};
 
 use crate::domain::{Finding, Window};
+use crate::store::contradiction::RefundMark;
 use crate::store::recon::{self, CaseCursor, CaseWrite, ReconCase, ReconRun, ReconScope, RunClaim};
 use crate::store::{Attempt, StoreError};
 
@@ -186,20 +187,22 @@ pub(crate) async fn runs(pool: &PgPool) -> Result<Vec<ReconRun>, StoreError> {
     .await?)
 }
 
-/// Marks a settled refund as failed after its success, on the version
-/// seen, and logs it; false when it moved meanwhile.
-pub(crate) async fn mark_refund_failed(
+/// Marks a settled refund with what the gateway did to it since, on the
+/// version seen, and logs it; false when it moved meanwhile.
+pub(crate) async fn mark_refund(
     tx: &mut sqlx::PgConnection,
     seen: &Attempt,
+    mark: RefundMark,
     actor: &str,
     details: &serde_json::Value,
 ) -> Result<bool, StoreError> {
-    let marked = sqlx::query(
+    let (column, state) = (mark.column(), mark.state().as_str());
+    let marked = sqlx::query(sqlx::AssertSqlSafe(format!(
         "UPDATE cobro.payment_attempts
-            SET refund_failed_at = now(), version = version + 1, updated_at = now()
-          WHERE id = $1 AND version = $2 AND state = 'APROBADO' AND kind = 'refund'
-            AND refund_failed_at IS NULL",
-    )
+            SET {column} = now(), version = version + 1, updated_at = now()
+          WHERE id = $1 AND version = $2 AND state = '{state}' AND kind = 'refund'
+            AND {column} IS NULL"
+    )))
     .bind(seen.id)
     .bind(seen.version)
     .execute(&mut *tx)
@@ -210,12 +213,14 @@ pub(crate) async fn mark_refund_failed(
     sqlx::query(
         "INSERT INTO cobro.attempt_transitions
             (attempt_id, from_state, to_state, cause, actor, evidence, version)
-         VALUES ($1, 'APROBADO', 'APROBADO', 'refund_failed_after_success', $2, $3, $4)",
+         VALUES ($1, $5, $5, $6, $2, $3, $4)",
     )
     .bind(seen.id)
     .bind(actor)
     .bind(details)
     .bind(seen.version + 1)
+    .bind(state)
+    .bind(mark.cause())
     .execute(&mut *tx)
     .await?;
     Ok(true)
