@@ -1,6 +1,8 @@
 //! Stripe's `charge.dispute.created`: the customer disputed a charge with
 //! their bank. It opens a case for finance (kind `dispute`), matched to our
-//! attempt by the PaymentIntent the dispute names.
+//! attempt by the PaymentIntent the dispute names: the one recorded on the
+//! attempt (one indexed read, whatever the attempt's day or state), or, for
+//! the older shape that names only the charge, the day's attempts.
 //!
 //! Invariant: the case is opened before the event is stored, and opening it
 //! is idempotent (its dedupe key is the dispute's id): a failure answers
@@ -36,21 +38,21 @@ pub async fn open_case(store: &Store, ev: &IncomingEvent) -> Result<(), StoreErr
         .unwrap_or_else(Utc::now);
     let window = Window::day(created.date_naive());
     let ours = match &pi {
-        Some(pi) => {
-            let scope = ReconScope {
-                keys: Vec::new(),
-                gateway_ids: vec![pi.clone()],
-                orders: Vec::new(),
-            };
-            store
-                .recon_attempts(&window, &scope)
-                .await?
-                .into_iter()
-                .find(|a| {
-                    a.gateway_charge_id.as_deref() == Some(pi)
-                        || a.gateway_ref.as_deref() == Some(pi)
-                })
-        }
+        Some(pi) => match store.attempt_by_gateway_ref(pi).await? {
+            Some(recorded) => Some(recorded),
+            None => {
+                let scope = ReconScope {
+                    keys: Vec::new(),
+                    gateway_ids: vec![pi.clone()],
+                    orders: Vec::new(),
+                };
+                store
+                    .recon_attempts(&window, &scope)
+                    .await?
+                    .into_iter()
+                    .find(|a| a.gateway_charge_id.as_deref() == Some(pi))
+            }
+        },
         None => None,
     };
     let finding = Finding {

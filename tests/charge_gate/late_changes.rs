@@ -22,6 +22,7 @@ on_both_backends!(
     a_refunds_news_under_a_charges_key_moves_nothing,
     finance_cannot_decline_a_payment_object_that_may_still_succeed,
     finance_declines_a_sent_refund_only_on_the_gateways_word,
+    a_dispute_finds_its_charge_by_payment_intent_on_any_day,
 );
 
 /// Posts `body` to the web process's webhook route, signed by `v`: 200.
@@ -423,4 +424,40 @@ async fn ask_refund_err(store: &cobro::store::Store, charge: uuid::Uuid) -> bool
         )
         .await
         .is_err()
+}
+
+/// Review of the webhook door (stop 40): Stripe's `charge.dispute.created`
+/// names the PaymentIntent. A charge still in review a day before the
+/// dispute (its PaymentIntent recorded, no charge id yet) was not found:
+/// only the dispute's day was read. It is found by its PaymentIntent, so
+/// the case names the attempt and the order (and holds the order).
+async fn a_dispute_finds_its_charge_by_payment_intent_on_any_day(b: Backend) {
+    let db = TestDb::new(b).await;
+    let (web, v) = stripe_web(&db).await;
+    let req = ChargeRequest::parse("gate-dispute", 3_000, "USD", None, None).unwrap();
+    let a = enqueued(&db.store, &req).await;
+    let a = step(&db.store, &a, Event::Claim, None).await;
+    let mut prepared = Change::new(Some(Event::Prepared), "payment_intent_created", "worker:w");
+    prepared.gateway_ref = Some("pi_disputed_1");
+    let Applied::Moved(a) = db.store.apply(&a, &prepared).await.unwrap() else {
+        panic!("not recorded");
+    };
+    let a = step(&db.store, &a, Event::Unknown, None).await;
+    step(&db.store, &a, Event::ChecksExhausted, None).await;
+    let tomorrow = chrono::Utc::now().timestamp() + 86_400;
+    let body = json!({
+        "id": "evt_dispute_late", "object": "event", "type": "charge.dispute.created",
+        "created": tomorrow,
+        "data": {"object": {"id": "dp_late", "object": "dispute", "amount": 3000,
+            "currency": "usd", "reason": "fraudulent", "status": "needs_response",
+            "payment_intent": "pi_disputed_1", "created": tomorrow}}
+    })
+    .to_string();
+    signed(&web, &v, &body).await;
+    let cases = db.store.open_cases().await.unwrap();
+    assert_eq!(cases.len(), 1, "{cases:?}");
+    assert_eq!(cases[0].kind.as_str(), "dispute");
+    assert_eq!(cases[0].attempt_id, Some(a.id));
+    assert_eq!(cases[0].order_id.as_deref(), Some("gate-dispute"));
+    finish_web(web, db).await;
 }
