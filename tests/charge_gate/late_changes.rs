@@ -142,15 +142,7 @@ async fn a_refund_that_fails_after_success_opens_a_case_and_frees_its_amount(b: 
 async fn finance_cannot_decline_a_payment_object_that_may_still_succeed(b: Backend) {
     let db = TestDb::new(b).await;
     let web = web_on(&db.store).await;
-    let req = ChargeRequest::parse("gate-pi", 3_000, "USD", None, None).unwrap();
-    let a = enqueued(&db.store, &req).await;
-    let a = step(&db.store, &a, Event::Claim, None).await;
-    let mut prepared = Change::new(Some(Event::Prepared), "payment_intent_created", "worker:w");
-    prepared.gateway_ref = Some("pi_open_1");
-    let Applied::Moved(a) = db.store.apply(&a, &prepared).await.unwrap() else {
-        panic!("not recorded");
-    };
-    let a = step(&db.store, &a, Event::Unknown, None).await;
+    let a = in_doubt_with_intent(&db.store, "gate-pi", "pi_open_1").await;
     let decline = |a: &Attempt| {
         let path = format!("/finance/api/attempts/{}/resolve", a.id);
         let body = json!({"action": "decline", "version": a.version, "code": "finance_declined",
@@ -399,6 +391,24 @@ async fn finance_declines_a_sent_refund_only_on_the_gateways_word(b: Backend) {
     common::finish_sim(sim, db).await;
 }
 
+/// A 30.00 USD charge for `order` whose PaymentIntent `pi` was created and
+/// recorded, then whose confirm had an unknown outcome: `DESCONOCIDO`.
+async fn in_doubt_with_intent(
+    store: &cobro::store::Store,
+    order: &str,
+    pi: &'static str,
+) -> Attempt {
+    let req = ChargeRequest::parse(order, 3_000, "USD", None, None).unwrap();
+    let a = enqueued(store, &req).await;
+    let a = step(store, &a, Event::Claim, None).await;
+    let mut prepared = Change::new(Some(Event::Prepared), "payment_intent_created", "worker:w");
+    prepared.gateway_ref = Some(pi);
+    let Applied::Moved(a) = store.apply(&a, &prepared).await.unwrap() else {
+        panic!("not recorded");
+    };
+    step(store, &a, Event::Unknown, None).await
+}
+
 /// A worker's claim of `a`: its lease, and one more send.
 async fn claimed(store: &cobro::store::Store, a: &Attempt) -> Attempt {
     let mut claim = Change::new(Some(Event::Claim), "claim", "worker:w");
@@ -434,15 +444,7 @@ async fn ask_refund_err(store: &cobro::store::Store, charge: uuid::Uuid) -> bool
 async fn a_dispute_finds_its_charge_by_payment_intent_on_any_day(b: Backend) {
     let db = TestDb::new(b).await;
     let (web, v) = stripe_web(&db).await;
-    let req = ChargeRequest::parse("gate-dispute", 3_000, "USD", None, None).unwrap();
-    let a = enqueued(&db.store, &req).await;
-    let a = step(&db.store, &a, Event::Claim, None).await;
-    let mut prepared = Change::new(Some(Event::Prepared), "payment_intent_created", "worker:w");
-    prepared.gateway_ref = Some("pi_disputed_1");
-    let Applied::Moved(a) = db.store.apply(&a, &prepared).await.unwrap() else {
-        panic!("not recorded");
-    };
-    let a = step(&db.store, &a, Event::Unknown, None).await;
+    let a = in_doubt_with_intent(&db.store, "gate-dispute", "pi_disputed_1").await;
     step(&db.store, &a, Event::ChecksExhausted, None).await;
     let tomorrow = chrono::Utc::now().timestamp() + 86_400;
     let body = json!({
