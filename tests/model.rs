@@ -18,16 +18,24 @@
 //! sent, so no second charge can already be on its way when cobro hears of
 //! it (the unsent retry is cobro's to hold). Finance is honest too: it decides an attempt in
 //! doubt by what the gateway's ledger shows (a refund the gateway neither
-//! approved nor declined it has looked up again, never declines). So every
-//! difference between the two sides is cobro's to prevent or to explain.
+//! approved nor declined it has looked up again). So every difference
+//! between the two sides is cobro's to prevent or to explain. Two steps
+//! are not honest, and cobro must hold against them: finance, hasty,
+//! declines a refund in doubt without looking (a refund that was sent is
+//! then declined only on the gateway's word); and a crossed webhook, signed,
+//! carries one ledger entry's news under the key of another order's
+//! attempt (a gateway's bug, or a stranger with the signing secret), which
+//! must move nothing.
 //!
 //! Checked after every step:
 //! 1. No order has two approved charges at the gateway (the simulator's
 //!    ledger) unless all but one are refunded in full.
 //! 2. Nothing but the gateway turns a refund down: a refund is `RECHAZADO`
 //!    only by a decline the gateway gave and its ledger shows (the answer, a
-//!    lookup, a webhook, the review janitor, or finance relaying it); never
-//!    by a cancel.
+//!    lookup, a webhook, the review janitor, or finance relaying it), by
+//!    finance's decline confirmed by the review janitor while the gateway
+//!    made no refund under its key, or by finance's decline of a refund
+//!    never sent; never by a cancel.
 //! 3. Every attempt's transition log is a valid chain: NULL -> `PENDIENTE`
 //!    first, each row starting where the previous one ended, each row a move
 //!    of `cobro::state::transition` for some event (or one that keeps the

@@ -4,20 +4,27 @@
 //! rule was taken out). The random cases cover the doors at large; these
 //! make sure the rarest holds are driven every time.
 
-use super::steps::{Code, Key, Net, Step};
+use super::steps::{Code, Key, Net, Part, Step};
 
-/// Order 0 enqueued over HTTP, woken with the gateway behaving as `net`,
-/// then time passes: where both cases begin.
-fn enqueued_then(net: Net) -> Vec<Step> {
+/// Order `order` enqueued over HTTP, woken with the gateway behaving as
+/// `net`, then time passes: where every case begins.
+fn enqueued_then(order: u8, net: Net) -> Vec<Step> {
     vec![
         Step::EnqueueHttp {
-            order: 0,
+            order,
             key: Key::New,
         },
-        Step::Wake { order: 0, net },
+        Step::Wake { order, net },
         Step::TimePasses,
     ]
 }
+
+/// Finance, hasty, declines order 0's attempt in doubt without looking.
+const HASTY: Step = Step::Resolve {
+    order: 0,
+    check_now: false,
+    hasty: true,
+};
 
 /// Each case's name (what it drives) and its steps.
 pub fn cases() -> Vec<(&'static str, Vec<Step>)> {
@@ -27,7 +34,7 @@ pub fn cases() -> Vec<(&'static str, Vec<Step>)> {
             // charged twice (invariant 1).
             "a business retry held by a late approval (order_held)",
             [
-                enqueued_then(Net::Decline(Code::InsufficientFunds)),
+                enqueued_then(0, Net::Decline(Code::InsufficientFunds)),
                 vec![
                     Step::Wake {
                         order: 0,
@@ -48,7 +55,7 @@ pub fn cases() -> Vec<(&'static str, Vec<Step>)> {
             // key the gateway had forgotten (invariant 6).
             "a resend put off past the key's lifetime (key_expired_before_resend)",
             [
-                enqueued_then(Net::Error503),
+                enqueued_then(0, Net::Error503),
                 vec![
                     Step::Wake {
                         order: 0,
@@ -60,6 +67,54 @@ pub fn cases() -> Vec<(&'static str, Vec<Step>)> {
                         net: Net::Clean,
                     },
                 ],
+            ]
+            .concat(),
+        ),
+        (
+            // With finance's decline of a sent refund recorded at once, the
+            // refund the gateway made was held RECHAZADO (invariant 2).
+            "a hasty decline of a refund that was sent (decline_requested)",
+            [
+                enqueued_then(0, Net::Clean),
+                vec![
+                    Step::Refund {
+                        order: 0,
+                        part: Part::Full,
+                        http: true,
+                    },
+                    Step::Wake {
+                        order: 0,
+                        net: Net::LoseAnswerAndLookups,
+                    },
+                    HASTY,
+                    Step::TimePasses,
+                    Step::Wake {
+                        order: 0,
+                        net: Net::LoseAnswerAndLookups,
+                    },
+                    HASTY,
+                    Step::TimePasses,
+                    Step::Wake {
+                        order: 0,
+                        net: Net::Clean,
+                    },
+                ],
+            ]
+            .concat(),
+        ),
+        (
+            // Without the webhook's check of what it says against the
+            // attempt its key names, order 1's charge was approved on
+            // order 0's news (invariant 4).
+            "news of order 0's charge under order 1's key (amount_mismatch)",
+            [
+                enqueued_then(0, Net::Clean),
+                enqueued_then(1, Net::Error503),
+                vec![Step::Webhook {
+                    pick: 0,
+                    replay: false,
+                    crossed: true,
+                }],
             ]
             .concat(),
         ),

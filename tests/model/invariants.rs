@@ -150,7 +150,10 @@ fn one_charge_per_order(s: &Snapshot) -> Result<(), Violation> {
 }
 
 /// 2: a refund is `RECHAZADO` only by a decline the gateway gave, which its
-/// ledger shows (finance may relay it).
+/// ledger shows (finance may relay it); or by finance's decline confirmed
+/// by the review janitor while the gateway made no refund under its key;
+/// or by finance's decline of a refund never sent, that the gateway never
+/// saw.
 fn only_the_gateway_declines_refunds(s: &Snapshot) -> Result<(), Violation> {
     for (a, log) in &s.attempts {
         if !a.is_refund() || a.state != State::Rechazado {
@@ -167,11 +170,17 @@ fn only_the_gateway_declines_refunds(s: &Snapshot) -> Result<(), Violation> {
             ));
         };
         let key = a.idempotency_key.to_string();
-        let fine = GATEWAY_DECLINES.contains(&entered.cause.as_str())
-            && s.ledger
-                .refunds
-                .iter()
-                .any(|r| r.idempotency_key == key && !r.is_approved());
+        let mut there = s.ledger.refunds.iter().filter(|r| r.idempotency_key == key);
+        let made_there = there.clone().any(|r| r.is_approved());
+        let fine = match entered.cause.as_str() {
+            // Finance's decline of a sent refund, recorded by the review
+            // janitor on the gateway's word: its decline, or no record of
+            // the refund long after the send.
+            "finance_decline_confirmed" => !made_there,
+            // Finance's decline of a refund never sent: nothing to ask.
+            "finance_declined" if a.send_count == 0 => there.next().is_none(),
+            cause => GATEWAY_DECLINES.contains(&cause) && there.any(|r| !r.is_approved()),
+        };
         if !fine {
             return Err(Violation::new(
                 2,

@@ -102,7 +102,14 @@ pub enum Step {
     /// used before for that entry (`replay`) or under a new one. A refund's
     /// news is `charge.succeeded` / `charge.failed` under the refund's own
     /// key, with the refund's id (what cobro's event format acts on).
-    Webhook { pick: u8, replay: bool },
+    /// `crossed`: the news of that entry under the key of an attempt of
+    /// another order (another amount), as a gateway's bug or a leaked
+    /// signing secret would send it: it must move nothing.
+    Webhook {
+        pick: u8,
+        replay: bool,
+        crossed: bool,
+    },
     /// The gateway approves, late, the charge it had declined under the key
     /// of the order's latest attempt (or of the one before a business retry
     /// not yet sent, which cobro must then hold), and says so by webhook
@@ -110,8 +117,14 @@ pub enum Step {
     LateApproval { order: u8 },
     /// Finance decides an attempt of the order in `DESCONOCIDO` or
     /// `EN_REVISION` by what the gateway's dashboard (its ledger) shows, or
-    /// asks for a fresh lookup (`check_now`).
-    Resolve { order: u8, check_now: bool },
+    /// asks for a fresh lookup (`check_now`); or, `hasty`, declines a
+    /// refund in doubt without looking (a refund that was sent must then
+    /// be declined only on the gateway's word).
+    Resolve {
+        order: u8,
+        check_now: bool,
+        hasty: bool,
+    },
     /// Finance: a manual business retry of the `pick`-th declined charge of the order.
     FinanceRetry { order: u8, pick: u8 },
     /// Finance closes the `pick`-th open reconciliation case, with a note.
@@ -152,7 +165,8 @@ impl Step {
 impl Step {
     /// Plainer versions of this step, for shrinking: a new key instead of a
     /// replayed one, a healthy gateway, a first delivery, a decision
-    /// instead of "check again", the first of a list.
+    /// instead of "check again" or a hasty one, news under its own key,
+    /// the first of a list.
     pub fn simpler(&self) -> Vec<Step> {
         match *self {
             Step::EnqueueHttp {
@@ -174,16 +188,23 @@ impl Step {
                 net: Net::Clean,
             }],
             Step::RunDue { net } if net != Net::Clean => vec![Step::RunDue { net: Net::Clean }],
-            Step::Webhook { pick, replay: true } => vec![Step::Webhook {
+            Step::Webhook {
+                pick,
+                replay,
+                crossed,
+            } if replay || crossed => vec![Step::Webhook {
                 pick,
                 replay: false,
+                crossed: false,
             }],
             Step::Resolve {
                 order,
-                check_now: true,
-            } => vec![Step::Resolve {
+                check_now,
+                hasty,
+            } if check_now || hasty => vec![Step::Resolve {
                 order,
                 check_now: false,
+                hasty: false,
             }],
             Step::FinanceRetry { order, pick } if pick > 0 => {
                 vec![Step::FinanceRetry { order, pick: 0 }]
@@ -280,11 +301,13 @@ fn one(kind: &str, rng: &mut StdRng) -> Step {
         "webhook" => Step::Webhook {
             pick,
             replay: rng.random_bool(0.4),
+            crossed: rng.random_bool(0.1),
         },
         "late_approval" => Step::LateApproval { order },
         "resolve" => Step::Resolve {
             order,
             check_now: rng.random_bool(0.25),
+            hasty: rng.random_bool(0.25),
         },
         "finance_retry" => Step::FinanceRetry { order, pick },
         "close_case" => Step::CloseCase { pick },

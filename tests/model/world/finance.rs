@@ -1,7 +1,9 @@
 //! Finance's side of a case, honest: it decides an attempt in doubt by what
 //! the gateway's ledger shows, asks for a declined charge's retry, and
 //! closes a case only after refunding at the gateway what the case says
-//! was charged and we do not hold as charged.
+//! was charged and we do not hold as charged. Once in a while it is hasty:
+//! it declines a refund in doubt without looking, which cobro must not
+//! record on its word alone when the refund was sent.
 
 use cobro::state::State;
 use serde_json::json;
@@ -11,8 +13,9 @@ use super::super::steps::ORDERS;
 use super::{World, answer, label};
 
 impl World {
-    /// Finance decides the order's attempt in doubt by the gateway's ledger.
-    pub(super) async fn resolve(&mut self, order: u8, check_now: bool) -> String {
+    /// Finance decides the order's attempt in doubt by the gateway's ledger
+    /// (or, `hasty`, declines a refund without looking).
+    pub(super) async fn resolve(&mut self, order: u8, check_now: bool, hasty: bool) -> String {
         let Some(a) = self
             .candidates(order, |a| {
                 matches!(a.state, State::Desconocido | State::EnRevision)
@@ -46,6 +49,10 @@ impl World {
         };
         let version = a.version;
         let body = match (check_now, approved) {
+            _ if hasty && a.is_refund() => {
+                json!({"action": "decline", "version": version,
+                       "code": "finance_hasty", "note": "model: declined without looking"})
+            }
             (false, Some(id)) => json!({"action": "approve", "version": version,
                                         "charge_id": id, "note": "model: seen in the dashboard"}),
             // A charge the gateway never executed is not charged: declined.
@@ -69,7 +76,8 @@ impl World {
             .send()
             .await
             .expect("POST /finance/api/attempts/{id}/resolve");
-        // 202: a decline asked for (a payment object that may still succeed).
+        // 202: a decline asked for (a payment object, or a sent refund, that
+        // may still succeed).
         let (status, reply) = answer(resp, &[200, 202, 404, 409, 422]).await;
         let what = body["action"].as_str().unwrap_or("");
         match status {

@@ -2,7 +2,9 @@
 //! ledger (charges, then refunds; delivered again under the same event id
 //! when replayed), and a late approval of what it had declined, told by
 //! webhook in the same step (of an order's latest charge, or of the one
-//! before a retry not yet sent).
+//! before a retry not yet sent). A crossed webhook carries one entry's news
+//! under the key of an attempt of another order: a gateway's bug, or a
+//! stranger with the signing secret.
 
 use cobro::sim::LedgerEntry;
 use cobro::state::State;
@@ -12,16 +14,17 @@ use super::super::steps::ORDERS;
 use super::{World, answer, label};
 
 impl World {
-    /// The webhook of one entry of the gateway's ledger (charges, then refunds).
-    pub(super) async fn webhook(&mut self, pick: u8, replay: bool) -> String {
+    /// The webhook of one entry of the gateway's ledger (charges, then
+    /// refunds); `crossed`, under another order's attempt's key.
+    pub(super) async fn webhook(&mut self, pick: u8, replay: bool, crossed: bool) -> String {
         let ledger = self.ledger().await;
         let n = ledger.entries.len() + ledger.refunds.len();
         if n == 0 {
             return "the gateway has sent nothing yet".into();
         }
         let i = usize::from(pick) % n;
-        match ledger.entries.get(i) {
-            Some(e) => self.deliver_charge(e, replay).await,
+        let (id, approved, mut data) = match ledger.entries.get(i) {
+            Some(e) => (format!("ch:{}", e.seq), e.is_approved(), charge_news(e)),
             None => {
                 let r = &ledger.refunds[i - ledger.entries.len()];
                 let data = json!({
@@ -29,20 +32,32 @@ impl World {
                     "order_id": r.order_id, "amount_minor": r.amount_minor,
                     "currency": r.currency, "status": r.status, "decline_code": r.decline_code,
                 });
-                let id = format!("re:{}", r.seq);
-                self.deliver(&id, r.is_approved(), data, replay).await
+                (format!("re:{}", r.seq), r.is_approved(), data)
             }
+        };
+        if !crossed {
+            return self.deliver(&id, approved, data, replay).await;
         }
+        let its_order = data["order_id"].as_str().unwrap_or("").to_owned();
+        let other = self
+            .candidates(pick, |a| a.order_id != its_order)
+            .await
+            .into_iter()
+            .next();
+        let Some(other) = other else {
+            return "no attempt of another order to cross the news onto".into();
+        };
+        data["idempotency_key"] = json!(other.idempotency_key.to_string());
+        let news = self
+            .deliver(&format!("crossed {id}"), approved, data, false)
+            .await;
+        format!("{id}'s news under the key of {}: {news}", label(&other))
     }
 
     async fn deliver_charge(&mut self, e: &LedgerEntry, replay: bool) -> String {
-        let data = json!({
-            "charge_id": e.charge_id, "idempotency_key": e.idempotency_key,
-            "order_id": e.order_id, "amount_minor": e.amount_minor,
-            "currency": e.currency, "status": e.status, "decline_code": e.decline_code,
-        });
         let id = format!("ch:{}", e.seq);
-        self.deliver(&id, e.is_approved(), data, replay).await
+        self.deliver(&id, e.is_approved(), charge_news(e), replay)
+            .await
     }
 
     /// Signs and POSTs the event about ledger entry `entry` to the web process.
@@ -140,4 +155,13 @@ impl World {
             entry.charge_id
         )
     }
+}
+
+/// What a webhook says of a charge in the gateway's ledger.
+fn charge_news(e: &LedgerEntry) -> Value {
+    json!({
+        "charge_id": e.charge_id, "idempotency_key": e.idempotency_key,
+        "order_id": e.order_id, "amount_minor": e.amount_minor,
+        "currency": e.currency, "status": e.status, "decline_code": e.decline_code,
+    })
 }
