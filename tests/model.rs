@@ -63,8 +63,9 @@
 //!    open reconciliation case names it (its attempt, or the gateway's id of
 //!    it or of one of its refunds). Finance closes a case only after
 //!    settling it at the gateway (it refunds there what the case says was
-//!    charged and we do not hold as charged), so a closed case explains
-//!    nothing: after it the two sides must agree again.
+//!    charged and we do not hold as charged; it waits while the case names
+//!    a charge whose attempt of ours is not settled yet), so a closed case
+//!    explains nothing: after it the two sides must agree again.
 //!
 //! A failure prints the backend, the seed and the failing sequence shrunk
 //! (each step's `Debug`, one per line, with what cobro answered it).

@@ -27,6 +27,7 @@ on_both_backends!(
     an_approved_attempt_missing_at_the_gateway_opens_exactly_one_case,
     an_amount_mismatch_opens_exactly_one_case,
     refund_discrepancies_open_one_case_each,
+    refunds_the_gateway_settled_the_other_way_are_marked,
     an_unknown_attempt_approved_at_the_gateway_is_settled_not_escalated,
     a_failed_listing_opens_nothing,
 );
@@ -295,6 +296,112 @@ async fn refund_discrepancies_open_one_case_each(b: Backend) {
     assert!(keys.contains(&format!("missing_at_gateway:{}", ghost.id)));
     assert_eq!(ledger(&sim.url()).await.stats.refund_lookup_requests, 1);
     assert_rerun_opens_nothing(&db.store, &gw, &r).await;
+    finish_sim(sim, db).await;
+}
+
+/// The reconciliation door marks a refund as the webhook door does: one
+/// the gateway made while we hold it declined counts as refunded; one it
+/// failed while we hold it approved frees its amount. Each once.
+async fn refunds_the_gateway_settled_the_other_way_are_marked(b: Backend) {
+    let (db, sim) = db_and_sim(b, Faults::default()).await;
+    let gw = sim_gateway(&sim.url());
+    let charge = charged(&db.store, &gw, "marks-1", 5_000).await;
+    let charge_id = charge.gateway_charge_id.clone().unwrap();
+    let refund_there = |key: Option<uuid::Uuid>, amount: i64| Injection {
+        kind: "refund".into(),
+        charge_id: Some(charge_id.clone()),
+        ..charge_injection("marks-1", amount, key)
+    };
+    // Declined here, made at the gateway under its key.
+    let asked = ask_refund(&db.store, charge.id, 400, "test").await;
+    let made = db.store.load(asked.refund_id).await.unwrap().0;
+    let made = step(&db.store, &made, Event::Claim, None).await;
+    let made = step(&db.store, &made, Event::Declined, Some("expired_card")).await;
+    let there: RefundEntry =
+        inject(&sim.url(), &refund_there(Some(made.idempotency_key), 400)).await;
+    assert!(there.is_approved());
+    // Approved here, failed at the gateway (nothing left of the charge
+    // there once someone else refunded the rest).
+    let asked = ask_refund(&db.store, charge.id, 300, "test").await;
+    let failed = db.store.load(asked.refund_id).await.unwrap().0;
+    let failed = step(&db.store, &failed, Event::Claim, None).await;
+    step(&db.store, &failed, Event::Approved, Some("re_said_ok")).await;
+    inject::<RefundEntry>(&sim.url(), &refund_there(None, 4_600)).await;
+    let refused: RefundEntry =
+        inject(&sim.url(), &refund_there(Some(failed.idempotency_key), 300)).await;
+    assert!(!refused.is_approved());
+
+    let r = run(&db.store, &gw).await;
+    let mut marked = r.refunds_marked.clone();
+    marked.sort();
+    let mut want = vec![made.id, failed.id];
+    want.sort();
+    assert_eq!(marked, want, "{r:#?}");
+    let last_cause = |id| {
+        let store = db.store.clone();
+        async move {
+            store
+                .transitions(id)
+                .await
+                .unwrap()
+                .last()
+                .unwrap()
+                .cause
+                .clone()
+        }
+    };
+    assert_eq!(last_cause(made.id).await, "refund_made_after_decline");
+    assert_eq!(last_cause(failed.id).await, "refund_failed_after_success");
+    let keys: Vec<String> = db
+        .store
+        .open_cases()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|c| c.dedupe_key)
+        .collect();
+    assert!(
+        keys.contains(&format!("unmatched_refund:{}", there.refund_id)),
+        "{keys:?}"
+    );
+    assert!(
+        keys.contains(&format!("missing_at_gateway:{}", failed.id)),
+        "{keys:?}"
+    );
+    // What is left to refund, in the database's count: 5,000 less the 400
+    // made; the 300 that failed is free again.
+    let ask = |amount| {
+        let store = db.store.clone();
+        async move {
+            store
+                .request_refund(
+                    charge.id,
+                    cobro::domain::Amount::parse(amount).unwrap(),
+                    cobro::domain::IdempotencyKey::generate(),
+                    "test",
+                )
+                .await
+        }
+    };
+    let over = ask(4_601).await;
+    assert!(
+        matches!(over, Err(cobro::store::RefundError::ExceedsCapture(_))),
+        "{over:?}"
+    );
+    ask(4_600).await.expect("the 300 that failed is free again");
+    // A second run marks nothing again.
+    let logs = (
+        db.store.transitions(made.id).await.unwrap().len(),
+        db.store.transitions(failed.id).await.unwrap().len(),
+    );
+    run(&db.store, &gw).await;
+    assert_eq!(
+        logs,
+        (
+            db.store.transitions(made.id).await.unwrap().len(),
+            db.store.transitions(failed.id).await.unwrap().len(),
+        )
+    );
     finish_sim(sim, db).await;
 }
 

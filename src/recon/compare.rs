@@ -35,6 +35,10 @@ pub struct Comparison {
     /// Approved at the gateway while our attempt is `EN_PROCESO`: the worker
     /// holding it records the answer (or its lookup will).
     pub in_flight: Vec<Uuid>,
+    /// Refunds we hold `RECHAZADO` that the gateway made under their own
+    /// key (same order, amount and currency), with the gateway's id: besides
+    /// their case, each is marked made, so its amount counts as refunded.
+    pub made_after_decline: Vec<(Attempt, String)>,
 }
 
 /// An attempt to move to `APROBADO` with the gateway's id.
@@ -85,7 +89,12 @@ pub fn compare(
                 Verdict::InFlight => out.in_flight.extend(a.map(|a| a.id)),
                 Verdict::Case(f)
                     if f.kind == CaseKind::UnmatchedCharge && doubled.contains(&g.id) => {}
-                Verdict::Case(f) => out.findings.push(with_order_context(f, g, &index)),
+                Verdict::Case(f) => {
+                    if let Some(a) = a.filter(|a| made_after_decline(g, a)) {
+                        out.made_after_decline.push((a.clone(), g.id.clone()));
+                    }
+                    out.findings.push(with_order_context(f, g, &index))
+                }
             }
         }
     }
@@ -150,6 +159,19 @@ pub fn judge(g: &GatewayRecord, ours: Option<&Attempt>, approvals_under_key: usi
             "approved at the gateway, not APROBADO here",
         )),
     }
+}
+
+/// Whether approved record `g` is a refund made under the key of `a`, a
+/// refund we hold as declined, for the same order, amount and currency
+/// (not pending: a pending refund may still fail).
+fn made_after_decline(g: &GatewayRecord, a: &Attempt) -> bool {
+    g.kind == Listed::Refunds
+        && !g.is_pending()
+        && a.is_refund()
+        && a.state == State::Rechazado
+        && g.key() == Some(a.idempotency_key)
+        && (g.order_id.as_str(), g.amount_minor, g.currency.as_str())
+            == (a.order_id.as_str(), a.amount_minor, a.currency.as_str())
 }
 
 /// Whether an APROBADO attempt the listing did not show is missing, given

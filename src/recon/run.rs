@@ -15,9 +15,11 @@ use uuid::Uuid;
 
 use super::compare::{Comparison, Resolution, Verdict, compare, confirm_missing, judge};
 use super::{ACTOR, CAUSE, CaseKind, Finding, Window};
-use crate::gateway::{Evidence, Gateway, GatewayRecord, ListError, Listed};
+use crate::gateway::{Evidence, Gateway, GatewayRecord, ListError, Listed, LookupOutcome};
 use crate::state::{Event, State};
-use crate::store::{Applied, Attempt, CaseStatus, Change, ReconScope, Store, StoreError};
+use crate::store::{
+    Applied, Attempt, CaseStatus, Change, Contradiction, ReconScope, Store, StoreError,
+};
 
 /// How many times a settling write that lost a race is judged again.
 const RESOLVE_TRIES: usize = 3;
@@ -55,6 +57,10 @@ pub struct Report {
     /// all refunded yet (the `cobro_gateway_double_charges` gauge: the
     /// seed's "any non-zero value opens a review").
     pub gateway_double_charges: usize,
+    /// Refunds the gateway settled the other way, marked as such (made
+    /// after we held them declined: their amount counts as refunded;
+    /// failed after we held them approved: their amount is free again).
+    pub refunds_marked: Vec<Uuid>,
 }
 
 /// A finding and its case.
@@ -129,8 +135,20 @@ pub async fn reconcile(
         resolutions,
         to_confirm,
         mut in_flight,
+        made_after_decline,
     } = compare(window, &charges, &refunds, &ours);
-    findings.extend(confirm(store, gateway, &to_confirm).await?);
+    let now = chrono::Utc::now();
+    let source = format!("reconciliation of {window}");
+    let mut marks: Vec<(Attempt, Contradiction)> = made_after_decline
+        .iter()
+        .filter_map(|(a, id)| Some((a.clone(), Contradiction::approved(a, id, &source, now)?)))
+        .collect();
+    let (missing, failed) = confirm(store, gateway, &to_confirm).await?;
+    findings.extend(missing);
+    marks.extend(failed.into_iter().filter_map(|(a, code)| {
+        let c = Contradiction::declined(&a, &code, &source, now)?;
+        Some((a, c))
+    }));
     let mut resolved = Vec::new();
     for r in &resolutions {
         match settle(store, r).await? {
@@ -141,10 +159,18 @@ pub async fn reconcile(
         }
     }
     let written = store.record_cases(window, &findings).await?;
+    // A refund the gateway settled the other way is marked as the webhook
+    // door marks it (its case is the one just recorded: same dedupe key).
+    let mut refunds_marked = Vec::new();
+    for (a, c) in &marks {
+        store.contradicted(a, c, ACTOR).await?;
+        refunds_marked.push(a.id);
+    }
     let report = report(window, &charges, &refunds, ours.len(), &findings, &written);
     let report = Report {
         resolved,
         in_flight,
+        refunds_marked,
         ..report
     };
     info!(
@@ -168,13 +194,15 @@ fn sorted_unique<T: Ord>(items: impl Iterator<Item = T>) -> Vec<T> {
     items.collect::<BTreeSet<_>>().into_iter().collect()
 }
 
-/// Looks each APROBADO attempt the listing did not show up by key.
+/// Looks each APROBADO attempt the listing did not show up by key: the
+/// cases of those missing, and the refunds among them the gateway says
+/// failed (with its code).
 async fn confirm(
     store: &Store,
     gateway: &dyn Gateway,
     attempts: &[Attempt],
-) -> Result<Vec<Finding>, ReconError> {
-    let mut found = Vec::new();
+) -> Result<(Vec<Finding>, Vec<(Attempt, String)>), ReconError> {
+    let (mut found, mut failed) = (Vec::new(), Vec::new());
     for a in attempts {
         let call = crate::engine::lookup_call(store, a).await?;
         let outcome = if a.is_refund() {
@@ -183,8 +211,11 @@ async fn confirm(
             gateway.lookup(&call).await
         };
         found.extend(confirm_missing(a, &outcome).map_err(ReconError::Lookup)?);
+        if let (true, LookupOutcome::Declined { code, .. }) = (a.is_refund(), &outcome) {
+            failed.push((a.clone(), code.clone()));
+        }
     }
-    Ok(found)
+    Ok((found, failed))
 }
 
 enum Settled {
@@ -270,6 +301,7 @@ fn report(
         cases,
         resolved: Vec::new(),
         in_flight: Vec::new(),
+        refunds_marked: Vec::new(),
         gateway_double_charges: findings
             .iter()
             .filter(|f| f.kind == CaseKind::DoubleCharge)
@@ -309,6 +341,15 @@ impl Report {
             "  in flight (left to their workers): {}\n",
             self.in_flight.len()
         ));
+        if !self.refunds_marked.is_empty() {
+            out.push_str(&format!(
+                "  refunds the gateway settled the other way, marked (see their cases): {}\n",
+                self.refunds_marked.len()
+            ));
+            for id in &self.refunds_marked {
+                out.push_str(&format!("    attempt {id}\n"));
+            }
+        }
         out
     }
 }

@@ -355,6 +355,44 @@ fn a_pending_refund_settles_nothing_yet_but_counts_as_present() {
 }
 
 #[test]
+fn a_refund_made_under_the_key_of_one_we_hold_declined_is_to_be_marked_made() {
+    let charge = attempt("o-m", 1000, State::Aprobado, Some("ch_1"));
+    let declined = refund_attempt(&charge, 400, State::Rechazado, None);
+    let made = refund_of(&declined, "re_1", "ch_1");
+    let listed = |r: &GatewayRecord| {
+        compare(
+            &window(),
+            &[charge_of(&charge, "ch_1")],
+            std::slice::from_ref(r),
+            &[charge.clone(), declined.clone()],
+        )
+    };
+    let c = listed(&made);
+    assert_eq!(
+        kinds(&c),
+        [(CaseKind::UnmatchedRefund, "unmatched_refund:re_1")]
+    );
+    assert_eq!(
+        c.made_after_decline,
+        [(declined.clone(), "re_1".to_owned())]
+    );
+    // Pending (it may still fail), or of another amount: a case, no mark.
+    let pending = GatewayRecord {
+        status: "pending".into(),
+        ..made.clone()
+    };
+    let other = GatewayRecord {
+        amount_minor: 300,
+        ..made.clone()
+    };
+    for r in [pending, other] {
+        let c = listed(&r);
+        assert_eq!(c.findings.len(), 1, "{:?}", c.findings);
+        assert!(c.made_after_decline.is_empty(), "{r:?}");
+    }
+}
+
+#[test]
 fn the_due_window_is_the_previous_utc_day_once_the_time_has_passed() {
     let at = NaiveTime::from_hms_opt(2, 30, 0).unwrap();
     let day = |d: u32| Utc.with_ymd_and_hms(2026, 11, d, 0, 0, 0).unwrap();
