@@ -1,7 +1,8 @@
 //! Finance's side of a case, honest: it decides an attempt in doubt by what
 //! the gateway's ledger shows, asks for a declined charge's retry, and
 //! closes a case only after refunding at the gateway what the case says
-//! was charged and we do not hold as charged. Once in a while it is hasty:
+//! was charged and we do not hold as charged (it waits while such a charge
+//! is an attempt of ours not settled yet). Once in a while it is hasty:
 //! it declines a refund in doubt without looking, which cobro must not
 //! record on its word alone when the refund was sent.
 
@@ -136,15 +137,37 @@ impl World {
         for order in 0..ORDERS {
             ours.extend(self.charges(order).await);
         }
+        let named: Vec<_> = c
+            .gateway_ref
+            .as_deref()
+            .unwrap_or("")
+            .split(',')
+            .filter_map(|id| {
+                ledger
+                    .entries
+                    .iter()
+                    .find(|e| e.charge_id == id.trim() && e.is_approved())
+            })
+            .collect();
+        // A charge whose attempt of ours is not settled yet is not judged
+        // yet: cobro may still record it (a case about news under another
+        // attempt's key can name one). Finance waits.
+        if let Some(live) = ours.iter().find(|a| {
+            !a.state.is_terminal()
+                && named
+                    .iter()
+                    .any(|e| e.idempotency_key == a.idempotency_key.to_string())
+        }) {
+            return format!(
+                "case {} ({}): waits, it names a charge of {} still {}",
+                c.id,
+                c.kind,
+                label(live),
+                live.state
+            );
+        }
         let mut refunded = Vec::new();
-        for id in c.gateway_ref.as_deref().unwrap_or("").split(',') {
-            let Some(e) = ledger
-                .entries
-                .iter()
-                .find(|e| e.charge_id == id.trim() && e.is_approved())
-            else {
-                continue;
-            };
+        for e in named {
             let held = ours.iter().any(|a| {
                 a.idempotency_key.to_string() == e.idempotency_key && a.state == State::Aprobado
             });
