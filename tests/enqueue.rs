@@ -9,7 +9,7 @@ mod common;
 use cobro::domain::{CURRENCIES, ChargeRequest};
 use cobro::state::{Event, State};
 use cobro::store::{Applied, Change, EnqueueError, enqueue_charge, enqueue_charge_sqlite};
-use common::{Backend, TestDb, postgres_db, raw_move};
+use common::{Backend, TestDb, ask_refund, postgres_db, raw_move, step};
 
 on_both_backends!(
     a_rolled_back_transaction_leaves_neither_attempt_nor_job,
@@ -18,6 +18,7 @@ on_both_backends!(
     the_database_enforces_the_invariants_without_the_code,
     the_transition_log_is_append_only,
     every_change_of_state_has_its_log_row,
+    every_mark_of_a_refund_has_its_log_row,
     the_database_knows_the_same_currencies_as_the_code,
     migrate_twice_is_a_no_op,
 );
@@ -402,6 +403,72 @@ async fn every_change_of_state_has_its_log_row(b: Backend) {
         )
         .await;
     assert_eq!(last, moved.version);
+    db.drop_db().await;
+}
+
+/// A refund's mark (failed after success, made after a decline) frees or
+/// holds its amount as a move of state would, so it has its log row too:
+/// a raw UPDATE that sets one without its row is refused (CB021) and
+/// writes nothing; one with its row goes through.
+async fn every_mark_of_a_refund_has_its_log_row(b: Backend) {
+    let db = TestDb::new(b).await;
+    let id = db
+        .store
+        .enqueue(&req("o-marks", 3000, KEY))
+        .await
+        .unwrap()
+        .attempt_id;
+    let (charge, _) = db.store.load(id).await.unwrap();
+    let charge = step(&db.store, &charge, Event::Claim, None).await;
+    let charge = step(&db.store, &charge, Event::Approved, Some("ch_marks")).await;
+    let refund = |minor| ask_refund(&db.store, charge.id, minor, "test");
+    let made = db.store.load(refund(1000).await.refund_id).await.unwrap().0;
+    let made = step(&db.store, &made, Event::Claim, None).await;
+    let made = step(&db.store, &made, Event::Declined, Some("expired_card")).await;
+    let failed = db.store.load(refund(500).await.refund_id).await.unwrap().0;
+    let failed = step(&db.store, &failed, Event::Claim, None).await;
+    let failed = step(&db.store, &failed, Event::Approved, Some("re_marks")).await;
+    let rows = db.store.transition_rows().await.unwrap();
+    let (made_id, failed_id) = (made.id.to_string(), failed.id.to_string());
+    let unlogged = [
+        (
+            "UPDATE cobro.payment_attempts SET refund_made_at = now(), version = version + 1 WHERE id = $1::uuid",
+            "UPDATE payment_attempts SET refund_made_at = 1, version = version + 1 WHERE id = ?1",
+            &made_id,
+        ),
+        (
+            "UPDATE cobro.payment_attempts SET refund_failed_at = now(), version = version + 1 WHERE id = $1::uuid",
+            "UPDATE payment_attempts SET refund_failed_at = 1, version = version + 1 WHERE id = ?1",
+            &failed_id,
+        ),
+    ];
+    for (pg, lite, id) in unlogged {
+        let err = db.exec(pg, lite, &[id]).await.unwrap_err();
+        assert!(err.to_string().contains("without its row in"), "{err}");
+        if b == Backend::Postgres {
+            let code = err.as_database_error().and_then(|e| e.code());
+            assert_eq!(code.as_deref(), Some("CB021"), "{err}");
+        }
+    }
+    assert_eq!(db.store.transition_rows().await.unwrap(), rows);
+    assert_eq!(
+        db.store.load(made.id).await.unwrap().0.version,
+        made.version
+    );
+    // With its row (the mark's cause, the new version), it goes through.
+    let logged = [
+        db.sql(
+            "INSERT INTO cobro.attempt_transitions (attempt_id, from_state, to_state, cause, actor, version)
+             SELECT id, state, state, 'refund_made_after_decline', 'raw_sql', version + 1
+               FROM cobro.payment_attempts WHERE id = $1::uuid",
+            "INSERT INTO attempt_transitions (attempt_id, from_state, to_state, cause, actor, version, at)
+             SELECT id, state, state, 'refund_made_after_decline', 'raw_sql', version + 1, 0
+               FROM payment_attempts WHERE id = ?1",
+        ),
+        db.sql(unlogged[0].0, unlogged[0].1),
+    ];
+    db.in_one_tx(&logged, &[&made_id]).await.unwrap();
+    assert_eq!(db.store.transition_rows().await.unwrap(), rows + 1);
     db.drop_db().await;
 }
 

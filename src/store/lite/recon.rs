@@ -244,7 +244,9 @@ pub(crate) async fn runs(pool: &SqlitePool) -> Result<Vec<ReconRun>, StoreError>
 }
 
 /// Marks a settled refund with what the gateway did to it since, on the
-/// version seen, and logs it; false when it moved meanwhile.
+/// version seen, and logs it; false when it moved meanwhile. The log row
+/// first, under the same fence (`refund_*_logged` must find it; SQLite
+/// has no deferred triggers), so a lost mark leaves no row either.
 pub(crate) async fn mark_refund(
     tx: &mut sqlx::SqliteConnection,
     seen: &Attempt,
@@ -254,31 +256,31 @@ pub(crate) async fn mark_refund(
 ) -> Result<bool, StoreError> {
     let id = seen.id.hyphenated().to_string();
     let (column, state, now) = (mark.column(), mark.state().as_str(), now_ms!());
-    let marked = sqlx::query(sqlx::AssertSqlSafe(format!(
-        "UPDATE payment_attempts SET {column} = {now}, version = version + 1, updated_at = {now}
-          WHERE id = ?1 AND version = ?2 AND state = '{state}' AND kind = 'refund'
-            AND {column} IS NULL"
+    let fence = format!(
+        "id = ?1 AND version = ?2 AND state = '{state}' AND kind = 'refund' AND {column} IS NULL"
+    );
+    let logged = sqlx::query(sqlx::AssertSqlSafe(format!(
+        "INSERT INTO attempt_transitions
+            (attempt_id, from_state, to_state, cause, actor, evidence, version, at)
+         SELECT ?1, state, state, ?3, ?4, ?5, ?2 + 1, {now}
+           FROM payment_attempts WHERE {fence}"
     )))
     .bind(&id)
     .bind(seen.version)
-    .execute(&mut *tx)
-    .await?;
-    if marked.rows_affected() == 0 {
-        return Ok(false);
-    }
-    sqlx::query(concat!(
-        "INSERT INTO attempt_transitions
-            (attempt_id, from_state, to_state, cause, actor, evidence, version, at)
-         VALUES (?1, ?5, ?5, ?6, ?2, ?3, ?4, ",
-        now_ms!(),
-        ")"
-    ))
-    .bind(&id)
+    .bind(mark.cause())
     .bind(actor)
     .bind(details.to_string())
-    .bind(seen.version + 1)
-    .bind(state)
-    .bind(mark.cause())
+    .execute(&mut *tx)
+    .await?;
+    if logged.rows_affected() == 0 {
+        return Ok(false);
+    }
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "UPDATE payment_attempts SET {column} = {now}, version = version + 1, updated_at = {now}
+          WHERE {fence}"
+    )))
+    .bind(&id)
+    .bind(seen.version)
     .execute(&mut *tx)
     .await?;
     Ok(true)
