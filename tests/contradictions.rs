@@ -22,6 +22,7 @@ use serde_json::{Value, json};
 on_both_backends!(
     a_late_approval_by_webhook_opens_a_case_and_cancels_the_retry,
     a_late_decline_of_an_approved_charge_opens_a_case,
+    an_approval_of_another_charge_under_an_approved_ones_key_opens_a_case,
     the_lookup_before_a_business_retry_stops_it_when_the_gateway_approved,
     news_of_another_amount_or_currency_moves_nothing_and_opens_a_case,
 );
@@ -117,6 +118,48 @@ async fn a_late_decline_of_an_approved_charge_opens_a_case(b: Backend) {
     assert_eq!(cases.len(), 1, "{cases:?}");
     assert_eq!(cases[0].kind, "missing_at_gateway");
     assert_eq!(cases[0].attempt_id, Some(id));
+    finish_web(web, db).await;
+}
+
+/// The same news reconciliation would judge ("APROBADO with another
+/// gateway id"): a second charge approved under one key. News of the
+/// charge we hold is a duplicate and opens nothing.
+async fn an_approval_of_another_charge_under_an_approved_ones_key_opens_a_case(b: Backend) {
+    let db = TestDb::new(b).await;
+    let v = Verifier::from_env_value(Scheme::StandardWebhooks, &test_secret()).unwrap();
+    let web = start_web(&db.store, v.clone()).await;
+    let approved_as = |order: &'static str, charge: &'static str| {
+        let store = db.store.clone();
+        async move {
+            let req = ChargeRequest::parse(order, 3_000, "USD", None, None).unwrap();
+            let a = enqueued(&store, &req).await;
+            let a = step(&store, &a, Event::Claim, None).await;
+            step(&store, &a, Event::Approved, Some(charge)).await
+        }
+    };
+    // The webhook's news is of ch_late.
+    let ours = approved_as("twice-0", "ch_late").await;
+    let reply = webhook(&web, &v, "evt_twice_0", "charge.succeeded", &ours).await;
+    assert_eq!(reply["outcome"]["result"], "noop");
+    assert!(db.store.open_cases().await.unwrap().is_empty());
+
+    let other = approved_as("twice-1", "ch_first").await;
+    let reply = webhook(&web, &v, "evt_twice_1", "charge.succeeded", &other).await;
+    assert_eq!(reply["outcome"]["result"], "noop");
+    let now = db.store.load(other.id).await.unwrap().0;
+    assert_eq!(
+        (now.state, now.gateway_charge_id.as_deref()),
+        (State::Aprobado, Some("ch_first"))
+    );
+    let cases = db.store.open_cases().await.unwrap();
+    assert_eq!(cases.len(), 1, "{cases:?}");
+    assert_eq!(cases[0].dedupe_key, "unmatched_charge:ch_late");
+    assert_eq!(cases[0].attempt_id, Some(other.id));
+    let reason = cases[0].details["reason"].as_str().unwrap_or_default();
+    assert!(
+        reason.contains("we hold the attempt as APROBADO with ch_first"),
+        "{reason}"
+    );
     finish_web(web, db).await;
 }
 

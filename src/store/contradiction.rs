@@ -74,13 +74,17 @@ impl RefundMark {
 impl Contradiction {
     /// The gateway approved `charge_id` (a charge, or a refund) under the
     /// key of `seen`, said by `source` (e.g. `webhook evt_1`), at `now`.
-    /// `None` unless we hold `seen` as declined.
+    /// `None` unless we hold `seen` as declined, or as approved as another
+    /// object.
     pub fn approved(
         seen: &Attempt,
         charge_id: &str,
         source: &str,
         now: DateTime<Utc>,
     ) -> Option<Self> {
+        if seen.state == State::Aprobado {
+            return Self::approved_as_another(seen, charge_id, source, now);
+        }
         if seen.state != State::Rechazado {
             return None;
         }
@@ -106,6 +110,45 @@ impl Contradiction {
             },
             window: window(seen, now),
             cancel_retry,
+            refund_mark: None,
+        })
+    }
+
+    /// The gateway approved `id` under the key of `seen`, which we hold
+    /// `APROBADO` as another object: two approvals under one key (the
+    /// customer charged, or refunded, twice) or news about something else.
+    /// The same case reconciliation opens for it. `None` when it is ours.
+    fn approved_as_another(
+        seen: &Attempt,
+        id: &str,
+        source: &str,
+        now: DateTime<Utc>,
+    ) -> Option<Self> {
+        let ours = seen.gateway_charge_id.as_deref()?;
+        if ours == id {
+            return None;
+        }
+        let (kind, what) = match seen.is_refund() {
+            true => (CaseKind::UnmatchedRefund, "refund"),
+            false => (CaseKind::UnmatchedCharge, "charge"),
+        };
+        Some(Self {
+            finding: Finding {
+                kind,
+                dedupe_key: format!("{}:{id}", kind.as_str()),
+                order_id: Some(seen.order_id.clone()),
+                attempt_id: Some(seen.id),
+                gateway_ref: Some(id.to_owned()),
+                details: json!({
+                    "reason": format!(
+                        "the gateway says {what} {id} under our key was approved ({source}); we hold the attempt as APROBADO with {ours}: the same key approved twice, or news of something else; compare both at the gateway"
+                    ),
+                    "ours": summary(seen),
+                    "source": source,
+                }),
+            },
+            window: window(seen, now),
+            cancel_retry: false,
             refund_mark: None,
         })
     }
