@@ -24,7 +24,7 @@ use axum::extract::{FromRequest, Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Map, Value, json};
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use super::{AppState, error};
 use crate::domain::text::{self, Kind};
@@ -99,10 +99,18 @@ pub(super) async fn receive(State(app): AppState, req: Request) -> Response {
         // The detail may quote the sender's bytes: escaped and bounded.
         let detail = text::stored(&detail, Kind::Message);
         async move {
-            warn!(reason, %detail, size, "webhook rejected");
             crate::metrics::webhook_rejected(reason);
             let minute = chrono::Utc::now().timestamp().div_euclid(60);
-            if app.rejects.take(reason, minute)
+            // A stranger can send rejections as fast as the connection
+            // limit allows: the log and the table keep the first of each
+            // reason a minute; the metric counts them all.
+            let first = app.rejects.take(reason, minute);
+            if first {
+                warn!(reason, %detail, size, "webhook rejected (the first of its reason this minute; cobro_webhooks_rejected_total counts every one)");
+            } else {
+                debug!(reason, %detail, size, "webhook rejected");
+            }
+            if first
                 && let Err(e) = app
                     .store
                     .record_rejected_webhook(reason, Some(&detail), &headers, size, minute)
