@@ -5,6 +5,7 @@
 //! timing out, declining, throttling or down, a worker that vanishes
 //! mid-send, time passing (minutes, or more than a day), signed gateway webhooks in any order, duplicated and
 //! contradictory, finance's resolutions, manual retries and case closes,
+//! the daily reconciliation (its cases, settlements and refund marks),
 //! cancels with every reason, refunds, and the app's raw SQL. Everything is
 //! real: PostgreSQL or SQLite, the gateway simulator and the web process as
 //! HTTP servers on 127.0.0.1, the worker's engine in this process. A
@@ -52,8 +53,9 @@
 //!
 //! Checked at the end of a case, after draining (time passes and the workers
 //! run, the gateway healthy, until no attempt has work left; one that never
-//! settles fails this invariant too; the daily reconciliation is not run, so
-//! a difference must already be on a case or in review):
+//! settles fails this invariant too; draining does not run the daily
+//! reconciliation, so a difference must already be on a case, from any door
+//! or a reconciliation step, or in review):
 //! 4. Per order, the sum of our `APROBADO` charges minus our `APROBADO`
 //!    refunds equals the gateway's approved charges minus its approved
 //!    refunds, to the cent. Where they differ, every charge that nets

@@ -129,6 +129,11 @@ pub enum Step {
     FinanceRetry { order: u8, pick: u8 },
     /// Finance closes the `pick`-th open reconciliation case, with a note.
     CloseCase { pick: u8 },
+    /// The daily reconciliation runs (`cobro::recon::reconcile`) over the
+    /// week up to now, against the gateway's listings: it opens cases,
+    /// settles an attempt in doubt its record makes unambiguous, and marks
+    /// a refund the gateway settled the other way.
+    Reconcile,
     /// The app: `POST /orders/{order}/cancel` with a reason.
     Cancel { order: u8, reason: CancelReason },
     /// The app asks for a refund of the order's approved charge (`POST
@@ -155,6 +160,7 @@ impl Step {
             Step::Resolve { .. } => "resolve",
             Step::FinanceRetry { .. } => "finance_retry",
             Step::CloseCase { .. } => "close_case",
+            Step::Reconcile => "reconcile",
             Step::Cancel { .. } => "cancel",
             Step::Refund { .. } => "refund",
             Step::RawReopen { .. } => "raw_reopen",
@@ -219,7 +225,7 @@ impl Step {
 }
 
 /// Every kind of step with its weight (how often the generator picks it).
-const WEIGHTS: [(&str, u32); 15] = [
+const WEIGHTS: [(&str, u32); 16] = [
     ("enqueue_http", 10),
     ("enqueue_sql", 7),
     ("wake", 18),
@@ -232,6 +238,7 @@ const WEIGHTS: [(&str, u32); 15] = [
     ("resolve", 4),
     ("finance_retry", 5),
     ("close_case", 2),
+    ("reconcile", 2),
     ("cancel", 5),
     ("refund", 6),
     ("raw_reopen", 1),
@@ -311,6 +318,7 @@ fn one(kind: &str, rng: &mut StdRng) -> Step {
         },
         "finance_retry" => Step::FinanceRetry { order, pick },
         "close_case" => Step::CloseCase { pick },
+        "reconcile" => Step::Reconcile,
         "cancel" => Step::Cancel {
             order,
             reason: CancelReason::ALL[rng.random_range(0..CancelReason::ALL.len())],

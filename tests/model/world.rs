@@ -12,7 +12,7 @@
 //! enqueues, refunds, cancels and raw SQL), `worker.rs` (wake-ups, a
 //! crashed worker, time passing, draining), `gateway.rs` (the gateway's
 //! webhooks and late approvals) and `finance.rs` (finance's resolutions,
-//! retries and case closes).
+//! retries, case closes and the daily reconciliation).
 
 #[path = "world/app.rs"]
 mod app;
@@ -218,6 +218,7 @@ impl World {
             } => self.resolve(order, check_now, hasty).await,
             Step::FinanceRetry { order, pick } => self.finance_retry(order, pick).await,
             Step::CloseCase { pick } => self.close_case(pick).await,
+            Step::Reconcile => self.reconcile().await,
             Step::Cancel { order, reason } => self.cancel(order, reason).await,
             Step::Refund { order, part, http } => self.refund(order, part, http).await,
             Step::RawReopen { order, pick } => self.raw_reopen(order, pick).await,

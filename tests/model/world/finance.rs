@@ -2,7 +2,8 @@
 //! the gateway's ledger shows, asks for a declined charge's retry, and
 //! closes a case only after refunding at the gateway what the case says
 //! was charged and we do not hold as charged (it waits while such a charge
-//! is an attempt of ours not settled yet). Once in a while it is hasty:
+//! is an attempt of ours not settled yet); it runs the daily
+//! reconciliation. Once in a while it is hasty:
 //! it declines a refund in doubt without looking, which cobro must not
 //! record on its word alone when the refund was sent.
 
@@ -222,5 +223,28 @@ impl World {
                 _ => format!(": {}", reply["error"]),
             }
         )
+    }
+
+    /// The daily reconciliation over the week up to now (keys aged by a
+    /// day passing included), against the gateway's listings.
+    pub(super) async fn reconcile(&mut self) -> String {
+        let now = chrono::Utc::now();
+        let window = cobro::domain::Window::new(
+            now - chrono::TimeDelta::days(7),
+            now + chrono::TimeDelta::minutes(1),
+        )
+        .expect("a week is a window");
+        let gateway = common::sim_gateway(&self.sim_url);
+        match cobro::recon::reconcile(&self.db.store, &gateway, &window).await {
+            Ok(r) => format!(
+                "reconciled: {} cases opened ({} already open), {} settled, {} refunds marked, {} in flight",
+                r.opened,
+                r.already_open,
+                r.resolved.len(),
+                r.refunds_marked.len(),
+                r.in_flight.len()
+            ),
+            Err(e) => format!("reconciliation failed: {e}"),
+        }
     }
 }
