@@ -9,7 +9,7 @@ mod common;
 use cobro::domain::{CURRENCIES, ChargeRequest};
 use cobro::state::{Event, State};
 use cobro::store::{Applied, Change, EnqueueError, enqueue_charge, enqueue_charge_sqlite};
-use common::{Backend, TestDb, ask_refund, postgres_db, raw_move, step};
+use common::{Backend, TestDb, ask_refund, enqueued, postgres_db, raw_move, step};
 
 on_both_backends!(
     a_rolled_back_transaction_leaves_neither_attempt_nor_job,
@@ -311,6 +311,15 @@ async fn the_transition_log_is_append_only(b: Backend) {
     db.drop_db().await;
 }
 
+/// `err` is the database's refusal of a write without its log row (CB021).
+fn refused_for_its_row(b: Backend, err: sqlx::Error) {
+    assert!(err.to_string().contains("without its row in"), "{err}");
+    if b == Backend::Postgres {
+        let code = err.as_database_error().and_then(|e| e.code());
+        assert_eq!(code.as_deref(), Some("CB021"), "{err}");
+    }
+}
+
 /// Every change of an attempt's state has its row in the transition log,
 /// whatever door moved it: a raw UPDATE without one, or with a row that is
 /// not its own (another version), is refused (CB021) and writes nothing;
@@ -329,13 +338,7 @@ async fn every_change_of_state_has_its_log_row(b: Backend) {
         "UPDATE cobro.payment_attempts SET state = 'EN_PROCESO', version = version + 1",
         "UPDATE payment_attempts SET state = 'EN_PROCESO', version = version + 1",
     );
-    let refused_for_its_row = |err: sqlx::Error| {
-        assert!(err.to_string().contains("without its row in"), "{err}");
-        if b == Backend::Postgres {
-            let code = err.as_database_error().and_then(|e| e.code());
-            assert_eq!(code.as_deref(), Some("CB021"), "{err}");
-        }
-    };
+    let refused_for_its_row = |err| refused_for_its_row(b, err);
     refused_for_its_row(db.exec(claim.0, claim.1, &[]).await.unwrap_err());
     // A row of another version (the attempt's old one) is not its row.
     let stale_row = (
@@ -412,13 +415,7 @@ async fn every_change_of_state_has_its_log_row(b: Backend) {
 /// writes nothing; one with its row goes through.
 async fn every_mark_of_a_refund_has_its_log_row(b: Backend) {
     let db = TestDb::new(b).await;
-    let id = db
-        .store
-        .enqueue(&req("o-marks", 3000, KEY))
-        .await
-        .unwrap()
-        .attempt_id;
-    let (charge, _) = db.store.load(id).await.unwrap();
+    let charge = enqueued(&db.store, &req("o-marks", 3000, KEY)).await;
     let charge = step(&db.store, &charge, Event::Claim, None).await;
     let charge = step(&db.store, &charge, Event::Approved, Some("ch_marks")).await;
     let refund = |minor| ask_refund(&db.store, charge.id, minor, "test");
@@ -443,12 +440,7 @@ async fn every_mark_of_a_refund_has_its_log_row(b: Backend) {
         ),
     ];
     for (pg, lite, id) in unlogged {
-        let err = db.exec(pg, lite, &[id]).await.unwrap_err();
-        assert!(err.to_string().contains("without its row in"), "{err}");
-        if b == Backend::Postgres {
-            let code = err.as_database_error().and_then(|e| e.code());
-            assert_eq!(code.as_deref(), Some("CB021"), "{err}");
-        }
+        refused_for_its_row(b, db.exec(pg, lite, &[id]).await.unwrap_err());
     }
     assert_eq!(db.store.transition_rows().await.unwrap(), rows);
     assert_eq!(

@@ -57,6 +57,12 @@ async fn assert_rerun_opens_nothing(store: &Store, gw: &HttpGateway, first: &Rep
     assert_eq!(open.len(), first.opened, "{open:#?}");
 }
 
+/// The dedupe keys of the open cases.
+async fn open_dedupe_keys(store: &Store) -> Vec<String> {
+    let open = store.open_cases().await.unwrap();
+    open.into_iter().map(|c| c.dedupe_key).collect()
+}
+
 async fn pending(store: &Store, order: &str, amount: i64) -> Attempt {
     let req = ChargeRequest::parse(order, amount, "EUR", None, None).unwrap();
     let id = store.enqueue(&req).await.unwrap().attempt_id;
@@ -284,14 +290,7 @@ async fn refund_discrepancies_open_one_case_each(b: Backend) {
         [CaseKind::UnmatchedRefund, CaseKind::MissingAtGateway],
         "{r:#?}"
     );
-    let keys: Vec<String> = db
-        .store
-        .open_cases()
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|c| c.dedupe_key)
-        .collect();
+    let keys = open_dedupe_keys(&db.store).await;
     assert!(keys.contains(&format!("unmatched_refund:{}", stranger.refund_id)));
     assert!(keys.contains(&format!("missing_at_gateway:{}", ghost.id)));
     assert_eq!(ledger(&sim.url()).await.stats.refund_lookup_requests, 1);
@@ -352,14 +351,7 @@ async fn refunds_the_gateway_settled_the_other_way_are_marked(b: Backend) {
     };
     assert_eq!(last_cause(made.id).await, "refund_made_after_decline");
     assert_eq!(last_cause(failed.id).await, "refund_failed_after_success");
-    let keys: Vec<String> = db
-        .store
-        .open_cases()
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|c| c.dedupe_key)
-        .collect();
+    let keys = open_dedupe_keys(&db.store).await;
     assert!(
         keys.contains(&format!("unmatched_refund:{}", there.refund_id)),
         "{keys:?}"
