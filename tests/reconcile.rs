@@ -311,21 +311,53 @@ async fn refunds_the_gateway_settled_the_other_way_are_marked(b: Backend) {
         charge_id: Some(charge_id.clone()),
         ..charge_injection("marks-1", amount, key)
     };
+    let declined_here = |amount| {
+        let store = db.store.clone();
+        async move {
+            let asked = ask_refund(&store, charge.id, amount, "test").await;
+            let r = store.load(asked.refund_id).await.unwrap().0;
+            let r = step(&store, &r, Event::Claim, None).await;
+            step(&store, &r, Event::Declined, Some("expired_card")).await
+        }
+    };
     // Declined here, made at the gateway under its key.
-    let asked = ask_refund(&db.store, charge.id, 400, "test").await;
-    let made = db.store.load(asked.refund_id).await.unwrap().0;
-    let made = step(&db.store, &made, Event::Claim, None).await;
-    let made = step(&db.store, &made, Event::Declined, Some("expired_card")).await;
+    let made = declined_here(400).await;
     let there: RefundEntry =
         inject(&sim.url(), &refund_there(Some(made.idempotency_key), 400)).await;
     assert!(there.is_approved());
+    // The same, but finance has already resolved its case: finance settled
+    // it with the gateway, so the books are not changed behind its back.
+    let settled = declined_here(200).await;
+    let there_too: RefundEntry = inject(
+        &sim.url(),
+        &refund_there(Some(settled.idempotency_key), 200),
+    )
+    .await;
+    let finding = cobro::domain::Finding {
+        kind: CaseKind::UnmatchedRefund,
+        dedupe_key: format!("unmatched_refund:{}", there_too.refund_id),
+        order_id: Some("marks-1".into()),
+        attempt_id: Some(settled.id),
+        gateway_ref: Some(there_too.refund_id.clone()),
+        details: serde_json::json!({"reason": "seen in the dashboard"}),
+    };
+    let case = db
+        .store
+        .record_cases(&around_now(), &[finding])
+        .await
+        .unwrap()[0]
+        .id;
+    db.store
+        .resolve_case(case, "ana", "refunded by hand; nothing to do")
+        .await
+        .unwrap();
     // Approved here, failed at the gateway (nothing left of the charge
     // there once someone else refunded the rest).
     let asked = ask_refund(&db.store, charge.id, 300, "test").await;
     let failed = db.store.load(asked.refund_id).await.unwrap().0;
     let failed = step(&db.store, &failed, Event::Claim, None).await;
     step(&db.store, &failed, Event::Approved, Some("re_said_ok")).await;
-    inject::<RefundEntry>(&sim.url(), &refund_there(None, 4_600)).await;
+    inject::<RefundEntry>(&sim.url(), &refund_there(None, 4_400)).await;
     let refused: RefundEntry =
         inject(&sim.url(), &refund_there(Some(failed.idempotency_key), 300)).await;
     assert!(!refused.is_approved());
@@ -351,6 +383,18 @@ async fn refunds_the_gateway_settled_the_other_way_are_marked(b: Backend) {
     };
     assert_eq!(last_cause(made.id).await, "refund_made_after_decline");
     assert_eq!(last_cause(failed.id).await, "refund_failed_after_success");
+    assert_eq!(
+        last_cause(settled.id).await,
+        "test",
+        "its case was resolved"
+    );
+    let made_case = db.store.open_cases().await.unwrap();
+    let made_case = made_case
+        .iter()
+        .find(|c| c.attempt_id == Some(made.id))
+        .expect("the made refund's case");
+    let reason = made_case.details["reason"].as_str().unwrap_or_default();
+    assert!(reason.contains("it is marked made"), "{reason}");
     let keys = open_dedupe_keys(&db.store).await;
     assert!(
         keys.contains(&format!("unmatched_refund:{}", there.refund_id)),
@@ -361,7 +405,8 @@ async fn refunds_the_gateway_settled_the_other_way_are_marked(b: Backend) {
         "{keys:?}"
     );
     // What is left to refund, in the database's count: 5,000 less the 400
-    // made; the 300 that failed is free again.
+    // made; the 300 that failed is free again (and the 200 finance settled
+    // stays declined).
     let ask = |amount| {
         let store = db.store.clone();
         async move {
@@ -386,7 +431,8 @@ async fn refunds_the_gateway_settled_the_other_way_are_marked(b: Backend) {
         db.store.transitions(made.id).await.unwrap().len(),
         db.store.transitions(failed.id).await.unwrap().len(),
     );
-    run(&db.store, &gw).await;
+    let again = run(&db.store, &gw).await;
+    assert!(again.refunds_marked.is_empty(), "{again:#?}");
     assert_eq!(
         logs,
         (

@@ -18,7 +18,7 @@ use super::{ACTOR, CAUSE, CaseKind, Finding, Window};
 use crate::gateway::{Evidence, Gateway, GatewayRecord, ListError, Listed, LookupOutcome};
 use crate::state::{Event, State};
 use crate::store::{
-    Applied, Attempt, CaseStatus, Change, Contradiction, ReconScope, Store, StoreError,
+    Applied, Attempt, CaseStatus, Change, Contradiction, Marked, ReconScope, Store, StoreError,
 };
 
 /// How many times a settling write that lost a race is judged again.
@@ -57,9 +57,11 @@ pub struct Report {
     /// all refunded yet (the `cobro_gateway_double_charges` gauge: the
     /// seed's "any non-zero value opens a review").
     pub gateway_double_charges: usize,
-    /// Refunds the gateway settled the other way, marked as such (made
-    /// after we held them declined: their amount counts as refunded;
-    /// failed after we held them approved: their amount is free again).
+    /// Refunds the gateway settled the other way, marked as such by this
+    /// run (made after we held them declined: their amount counts as
+    /// refunded; failed after we held them approved: their amount is free
+    /// again). One already marked, or whose case finance had resolved, is
+    /// not.
     pub refunds_marked: Vec<Uuid>,
 }
 
@@ -158,14 +160,17 @@ pub async fn reconcile(
             Settled::Nothing => {}
         }
     }
-    let written = store.record_cases(window, &findings).await?;
-    // A refund the gateway settled the other way is marked as the webhook
-    // door marks it (its case is the one just recorded: same dedupe key).
-    let mut refunds_marked = Vec::new();
-    for (a, c) in &marks {
-        store.contradicted(a, c, ACTOR).await?;
-        refunds_marked.push(a.id);
+    // A refund's case says what its mark does to the books.
+    for (_, c) in &marks {
+        if let Some(f) = findings
+            .iter_mut()
+            .find(|f| f.dedupe_key == c.finding.dedupe_key)
+        {
+            f.details["reason"] = c.finding.details["reason"].clone();
+        }
     }
+    let written = store.record_cases(window, &findings).await?;
+    let refunds_marked = mark_refunds(store, &marks).await;
     let report = report(window, &charges, &refunds, ours.len(), &findings, &written);
     let report = Report {
         resolved,
@@ -178,6 +183,27 @@ pub async fn reconcile(
         resolved = report.resolved.len(), "reconciliation done"
     );
     Ok(report)
+}
+
+/// Marks each refund the gateway settled the other way, as the webhook
+/// door marks it, with its case (the one just recorded: the same dedupe
+/// key); the ones marked now. A refund already marked, or whose case
+/// finance has resolved, is left as it is; one the database refuses to
+/// mark is logged and left to the next run (its case is open).
+async fn mark_refunds(store: &Store, marks: &[(Attempt, Contradiction)]) -> Vec<Uuid> {
+    let mut marked = Vec::new();
+    for (a, c) in marks {
+        if marked.contains(&a.id) {
+            continue;
+        }
+        match store.contradicted(a, c, ACTOR).await {
+            Ok(Marked::Marked) => marked.push(a.id),
+            Ok(Marked::Nothing | Marked::CaseResolved(_)) => {}
+            Err(e) => warn!(attempt = %a.id, case = %c.finding.dedupe_key, error = %e,
+                            "refund not marked; the next run tries again"),
+        }
+    }
+    marked
 }
 
 /// Which attempts the records name.

@@ -12,10 +12,11 @@
 
 use chrono::{DateTime, Utc};
 use serde_json::json;
+use tracing::warn;
 
 use super::change::{Change, plan};
 use super::tx::Tx;
-use super::{Attempt, Store, StoreError};
+use super::{Attempt, CaseStatus, Store, StoreError};
 use crate::domain::{CaseKind, Finding, Window};
 use crate::state::State;
 
@@ -275,10 +276,11 @@ impl Store {
         seen: &Attempt,
         c: &Contradiction,
         actor: &str,
-    ) -> Result<(), StoreError> {
+    ) -> Result<Marked, StoreError> {
         let mut tx = self.begin_write().await?;
-        contradicted_in(&mut tx, seen, c, actor).await?;
-        tx.commit().await
+        let marked = contradicted_in(&mut tx, seen, c, actor).await?;
+        tx.commit().await?;
+        Ok(marked)
     }
 }
 
@@ -290,18 +292,44 @@ pub(crate) async fn contradicted_in(
     seen: &Attempt,
     c: &Contradiction,
     actor: &str,
-) -> Result<(), StoreError> {
-    tx.open_case(&c.window, &c.finding).await?;
+) -> Result<Marked, StoreError> {
+    let case = tx.open_case(&c.window, &c.finding).await?;
     if c.cancel_retry {
         let change = Change::new(None, "retry_cancelled_contradicted", actor);
         let plan = plan(seen, &change).map_err(|e| StoreError::Corrupt(e.to_string()))?;
         tx.apply(seen, &change, &plan).await?;
     }
-    if let Some(mark) = c.refund_mark {
-        // Fenced like every write: on the version seen, a settled refund
-        // not marked yet. Lost: it moved meanwhile; the case is open anyway.
-        tx.mark_refund(seen, mark, actor, &c.finding.details)
-            .await?;
+    let Some(mark) = c.refund_mark else {
+        return Ok(Marked::Nothing);
+    };
+    // A mark changes what is left to refund: it goes with its case. When
+    // finance has already resolved that case, finance settled it with the
+    // gateway, and the books are not changed behind its back.
+    if case.status == CaseStatus::AlreadyResolved {
+        warn!(attempt = %seen.id, case = case.id, mark = mark.cause(),
+              "not marked: finance already resolved its case");
+        return Ok(Marked::CaseResolved(case.id));
     }
-    Ok(())
+    // Fenced like every write: on the version seen, a settled refund
+    // not marked yet. Lost: it moved meanwhile, or is marked already.
+    Ok(
+        match tx
+            .mark_refund(seen, mark, actor, &c.finding.details)
+            .await?
+        {
+            true => Marked::Marked,
+            false => Marked::Nothing,
+        },
+    )
+}
+
+/// What a contradiction did to its refund's mark.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Marked {
+    /// Set now, with its log row.
+    Marked,
+    /// No mark asked for, or the refund moved or was marked before.
+    Nothing,
+    /// Not set: finance had already resolved the case (its id).
+    CaseResolved(i64),
 }

@@ -244,7 +244,13 @@ impl World {
                 r.refunds_marked.len(),
                 r.in_flight.len()
             ),
-            Err(e) => format!("reconciliation failed: {e}"),
+            // The gateway did not answer a listing or a lookup: nothing
+            // written, an outcome. The database refusing a write: cobro's
+            // own failure, flagged as a server error is.
+            Err(e @ cobro::recon::ReconError::Store(_)) => {
+                format!("SERVER ERROR: reconciliation: {e}")
+            }
+            Err(e) => format!("reconciliation did not run: {e}"),
         }
     }
 }
