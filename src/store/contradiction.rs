@@ -167,9 +167,14 @@ impl Contradiction {
                 attempt_id: Some(seen.id),
                 gateway_ref: Some(refund_id.to_owned()),
                 details: json!({
-                    "reason": format!(
-                        "the gateway says refund {refund_id} under our key succeeded ({source}); we hold the refund as RECHAZADO: it is marked made and its amount counts as refunded, so the charge is not refunded twice; settle it with the gateway, then close the case"
-                    ),
+                    "reason": match seen.refund_of_gateway.as_deref() {
+                        None => format!(
+                            "the gateway says refund {refund_id} under our key succeeded ({source}); we hold the refund as RECHAZADO: it is marked made and its amount counts as refunded, so the charge is not refunded twice; settle it with the gateway, then close the case"
+                        ),
+                        Some(duplicate) => format!(
+                            "the gateway says refund {refund_id} under our key succeeded ({source}); we hold this refund of duplicate charge {duplicate} as RECHAZADO: it is marked made, unless another refund of {duplicate} already counts, in which case the duplicate was refunded twice at the gateway; settle it with the gateway, then close the case"
+                        ),
+                    },
                     "ours": summary(seen),
                     "source": source,
                 }),

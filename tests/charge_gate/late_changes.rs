@@ -19,6 +19,7 @@ use super::doors::post;
 on_both_backends!(
     a_refund_that_fails_after_success_opens_a_case_and_frees_its_amount,
     a_refund_made_at_the_gateway_that_we_hold_declined_opens_a_case,
+    a_duplicates_refund_made_after_another_was_asked_opens_its_case,
     a_refunds_news_under_a_charges_key_moves_nothing,
     finance_cannot_decline_a_payment_object_that_may_still_succeed,
     finance_declines_a_sent_refund_only_on_the_gateways_word,
@@ -241,6 +242,70 @@ async fn a_refund_made_at_the_gateway_that_we_hold_declined_opens_a_case(b: Back
         .await
         .unwrap_err();
     assert!(err.to_string().contains("never undone"), "{err}");
+    finish_web(web, db).await;
+}
+
+/// A refund of a duplicate the gateway declined, asked again (a second
+/// refund of it, live), then made after all: the duplicate is refunded
+/// twice at the gateway. The news opens its case; the mark, which would
+/// make a second refund of one duplicate count (`one_refund_per_duplicate`),
+/// is not set. Before, the mark failed the webhook's transaction: 503 on
+/// every delivery, and no case.
+async fn a_duplicates_refund_made_after_another_was_asked_opens_its_case(b: Backend) {
+    let db = TestDb::new(b).await;
+    let (web, v) = stripe_web(&db).await;
+    let req = ChargeRequest::parse("gate-dup", 3_000, "USD", None, None).unwrap();
+    let a = enqueued(&db.store, &req).await;
+    let a = step(&db.store, &a, Event::Claim, None).await;
+    step(&db.store, &a, Event::Approved, Some("pi_anchor")).await;
+    let listed = json!({"id": "pi_dup", "status": "approved", "order_id": "gate-dup",
+                        "amount_minor": 3_000, "currency": "USD"});
+    let double = cobro::domain::Finding {
+        kind: cobro::domain::CaseKind::DoubleCharge,
+        dedupe_key: "double_charge:gate-dup:pi_anchor,pi_dup".into(),
+        order_id: Some("gate-dup".into()),
+        attempt_id: None,
+        gateway_ref: Some("pi_anchor,pi_dup".into()),
+        details: json!({"gateway": [listed], "unrefunded": 2}),
+    };
+    let window = cobro::domain::Window::new(a.created_at, chrono::Utc::now()).unwrap();
+    let case = db.store.record_cases(&window, &[double]).await.unwrap()[0].id;
+    let ask = || db.store.refund_duplicate(case, "pi_dup", "ana");
+    let first = db
+        .store
+        .load(ask().await.unwrap().refund_id)
+        .await
+        .unwrap()
+        .0;
+    let first = step(&db.store, &first, Event::Claim, None).await;
+    let first = step(&db.store, &first, Event::Declined, Some("expired_card")).await;
+    let second = ask().await.unwrap();
+    assert!(second.created, "the first was declined: a second refund");
+
+    let made = refund_updated(
+        "evt_dup_made",
+        "re_dup_1",
+        "succeeded",
+        3_000,
+        first.idempotency_key,
+    );
+    signed(&web, &v, &made).await;
+    let cases = db.store.open_cases().await.unwrap();
+    let unmatched = cases
+        .iter()
+        .find(|c| c.dedupe_key == "unmatched_refund:re_dup_1")
+        .expect("the made refund's case");
+    assert_eq!(unmatched.attempt_id, Some(first.id));
+    let reason = unmatched.details["reason"].as_str().unwrap_or_default();
+    assert!(reason.contains("refunded twice at the gateway"), "{reason}");
+    let log = db.store.transitions(first.id).await.unwrap();
+    assert_ne!(log.last().unwrap().cause, "refund_made_after_decline");
+    let now = db.store.load(second.refund_id).await.unwrap().0;
+    assert_eq!(
+        now.state,
+        State::Pendiente,
+        "the second refund is untouched"
+    );
     finish_web(web, db).await;
 }
 

@@ -244,7 +244,8 @@ pub(crate) async fn runs(pool: &SqlitePool) -> Result<Vec<ReconRun>, StoreError>
 }
 
 /// Marks a settled refund with what the gateway did to it since, on the
-/// version seen, and logs it; false when it moved meanwhile. The log row
+/// version seen, and logs it; false when it moved meanwhile, or when it
+/// would be the second refund of a duplicate to count. The log row
 /// first, under the same fence (`refund_*_logged` must find it; SQLite
 /// has no deferred triggers), so a lost mark leaves no row either.
 pub(crate) async fn mark_refund(
@@ -256,8 +257,14 @@ pub(crate) async fn mark_refund(
 ) -> Result<bool, StoreError> {
     let id = seen.id.hyphenated().to_string();
     let (column, state, now) = (mark.column(), mark.state().as_str(), now_ms!());
+    // As on PostgreSQL: never a second refund of one duplicate counting.
     let fence = format!(
-        "id = ?1 AND version = ?2 AND state = '{state}' AND kind = 'refund' AND {column} IS NULL"
+        "id = ?1 AND version = ?2 AND state = '{state}' AND kind = 'refund' AND {column} IS NULL
+         AND NOT EXISTS (SELECT 1 FROM payment_attempts o
+                          WHERE o.refund_of_gateway = payment_attempts.refund_of_gateway
+                            AND o.id <> payment_attempts.id
+                            AND ((o.state <> 'RECHAZADO' AND o.refund_failed_at IS NULL)
+                                 OR o.refund_made_at IS NOT NULL))"
     );
     let logged = sqlx::query(sqlx::AssertSqlSafe(format!(
         "INSERT INTO attempt_transitions

@@ -187,8 +187,19 @@ pub(crate) async fn runs(pool: &PgPool) -> Result<Vec<ReconRun>, StoreError> {
     .await?)
 }
 
+/// A mark never makes a second refund of one duplicate count (what
+/// `one_refund_per_duplicate` would refuse, failing the whole write): the
+/// duplicate was then refunded twice at the gateway, which its case says.
+/// `a` is the refund being marked.
+const NO_SECOND_FOR_A_DUPLICATE: &str = "NOT EXISTS (
+    SELECT 1 FROM cobro.payment_attempts o
+     WHERE o.refund_of_gateway = a.refund_of_gateway AND o.id <> a.id
+       AND ((o.state <> 'RECHAZADO' AND o.refund_failed_at IS NULL)
+            OR o.refund_made_at IS NOT NULL))";
+
 /// Marks a settled refund with what the gateway did to it since, on the
-/// version seen, and logs it; false when it moved meanwhile.
+/// version seen, and logs it; false when it moved meanwhile, or when it
+/// would be the second refund of a duplicate to count.
 pub(crate) async fn mark_refund(
     tx: &mut sqlx::PgConnection,
     seen: &Attempt,
@@ -198,10 +209,10 @@ pub(crate) async fn mark_refund(
 ) -> Result<bool, StoreError> {
     let (column, state) = (mark.column(), mark.state().as_str());
     let marked = sqlx::query(sqlx::AssertSqlSafe(format!(
-        "UPDATE cobro.payment_attempts
+        "UPDATE cobro.payment_attempts a
             SET {column} = now(), version = version + 1, updated_at = now()
           WHERE id = $1 AND version = $2 AND state = '{state}' AND kind = 'refund'
-            AND {column} IS NULL"
+            AND {column} IS NULL AND {NO_SECOND_FOR_A_DUPLICATE}"
     )))
     .bind(seen.id)
     .bind(seen.version)
