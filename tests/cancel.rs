@@ -1,7 +1,8 @@
 //! Stop and cancel (`POST /orders/{order_id}/cancel`, `Store::cancel_order`,
 //! `cobro cancel`): a customer who paid by bank transfer is not charged
-//! again; an attempt that may have reached the gateway is never cancelled,
-//! only settled. On both backends, with a worker and the simulator running.
+//! again; an attempt that may have reached the gateway (being sent, in
+//! doubt, in review, or waiting to be sent again after an unknown outcome)
+//! is never cancelled, only settled. On both backends, with a worker and the simulator running.
 
 #[macro_use]
 mod common;
@@ -140,6 +141,37 @@ async fn an_attempt_that_may_have_charged_is_never_cancelled(b: Backend) {
         ),
         "{err}"
     );
+
+    // Looked up (not found), sent again with the same key, and that resend
+    // put off (a 503 with Retry-After): PENDIENTE again, while its first
+    // send may still be on its way. A cancel would settle it as declined
+    // on a guess, and a new key could then charge the order again.
+    let a = step(&db.store, &a, Event::Resend, None).await;
+    step(&db.store, &a, Event::Deferred, None).await;
+    let looked = db
+        .exec(
+            "UPDATE cobro.payment_attempts SET check_count = 1 WHERE id = $1::uuid",
+            "UPDATE payment_attempts SET check_count = 1 WHERE id = ?1",
+            &[&id.to_string()],
+        )
+        .await
+        .unwrap();
+    assert_eq!(looked, 1);
+    let a = db.store.load(id).await.unwrap().0;
+    let (status, body) = post_cancel(
+        &web,
+        "doubt-1",
+        serde_json::json!({"reason": "paid_by_other_means"}),
+    )
+    .await;
+    assert_eq!(status, 409, "{body}");
+    assert!(
+        body.to_string()
+            .contains("PENDIENTE to be sent again, with the same key, after an unknown outcome"),
+        "{body}"
+    );
+    let (after, _) = db.store.load(id).await.unwrap();
+    assert_eq!((after.state, after.version), (State::Pendiente, a.version));
     finish_web(web, db).await;
 }
 

@@ -90,13 +90,36 @@ pub enum CancelError {
     NotFound(String),
     /// Something may have reached the gateway: it can only be settled.
     #[error(
-        "attempt {attempt} is {state}: it may have reached the gateway, so it can only be settled, not cancelled; nothing was cancelled"
+        "attempt {attempt} is {}: it may have reached the gateway, so it can only be settled, not cancelled; nothing was cancelled",
+        in_flight(*state)
     )]
     InFlight { attempt: Uuid, state: State },
     #[error("order {0:?} has nothing left to cancel: no unsent attempt and no scheduled retry")]
     NothingToCancel(String),
     #[error(transparent)]
     Store(#[from] StoreError),
+}
+
+/// An attempt in flight's state, in words: a `PENDIENTE` one is waiting to
+/// be sent again after an unknown outcome.
+fn in_flight(state: State) -> String {
+    match state {
+        State::Pendiente => {
+            "PENDIENTE to be sent again, with the same key, after an unknown outcome".into()
+        }
+        other => other.to_string(),
+    }
+}
+
+/// Whether `a` (a charge) may have reached the gateway: being sent, in
+/// doubt, in review, or waiting to be sent again after an unknown outcome
+/// (a lookup found nothing, and the resend was put off).
+fn may_have_reached_the_gateway(a: &Attempt) -> bool {
+    match a.state {
+        State::EnProceso | State::Desconocido | State::EnRevision => true,
+        State::Pendiente => a.check_count > 0,
+        State::Aprobado | State::Rechazado => false,
+    }
 }
 
 impl From<sqlx::Error> for CancelError {
@@ -121,12 +144,7 @@ fn decide(
     if attempts.is_empty() {
         return Err(CancelError::NotFound(order.to_owned()));
     }
-    if let Some(a) = attempts.iter().find(|a| {
-        matches!(
-            a.state,
-            State::EnProceso | State::Desconocido | State::EnRevision
-        )
-    }) {
+    if let Some(a) = attempts.iter().find(|a| may_have_reached_the_gateway(a)) {
         return Err(CancelError::InFlight {
             attempt: a.id,
             state: a.state,

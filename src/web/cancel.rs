@@ -32,7 +32,7 @@ use crate::store::{CancelError, CancelReason, Cancelled};
     responses(
         (status = 200, description = "What was cancelled, or that there was nothing to cancel.", body = CancelAnswer),
         (status = 404, description = "No such order.", body = crate::web::openapi::ErrorBody),
-        (status = 409, description = "The order cannot be cancelled (e.g. already approved).", body = crate::web::openapi::ErrorBody),
+        (status = 409, description = "Nothing was cancelled: an attempt of the order may have reached the gateway (being sent, in doubt, in review, or waiting to be sent again after an unknown outcome); it can only be settled.", body = crate::web::openapi::ErrorBody),
         (status = 422, description = "`reason` is missing or not one of the reasons, or an unknown field.", body = crate::web::openapi::ErrorBody),
         crate::web::openapi::PlainJsonBodyRefusals,
         crate::web::openapi::Unavailable
