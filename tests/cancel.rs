@@ -21,11 +21,12 @@ on_both_backends!(
     an_unsent_attempt_is_cancelled_and_never_sent,
 );
 
-async fn post_cancel(web: &Web, order: &str, body: serde_json::Value) -> (u16, serde_json::Value) {
+/// `POST /orders/{order}/cancel` with `reason`, as the app.
+async fn post_cancel(web: &Web, order: &str, reason: &str) -> (u16, serde_json::Value) {
     let r = reqwest::Client::new()
         .post(format!("{}/orders/{order}/cancel", web.url))
         .bearer_auth(secret("app"))
-        .json(&body)
+        .json(&serde_json::json!({ "reason": reason }))
         .send()
         .await
         .unwrap();
@@ -44,12 +45,7 @@ async fn paying_by_transfer_cancels_the_scheduled_retry_and_nothing_more_is_char
     );
 
     // The customer paid by bank transfer; the app stops the order.
-    let (status, body) = post_cancel(
-        &web,
-        "transfer-1",
-        serde_json::json!({"reason": "paid_by_other_means"}),
-    )
-    .await;
+    let (status, body) = post_cancel(&web, "transfer-1", "paid_by_other_means").await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["retries_stopped"], serde_json::json!([first]));
     let (a, _) = db.store.load(first).await.unwrap();
@@ -76,18 +72,12 @@ async fn paying_by_transfer_cancels_the_scheduled_retry_and_nothing_more_is_char
     assert_eq!(charges, 1, "the gateway saw only the declined charge");
 
     // Cancelling again finds nothing left and says so without an error.
-    let (status, again) = post_cancel(
-        &web,
-        "transfer-1",
-        serde_json::json!({"reason": "paid_by_other_means"}),
-    )
-    .await;
+    let (status, again) = post_cancel(&web, "transfer-1", "paid_by_other_means").await;
     assert_eq!(
         (status, again["retries_stopped"].clone()),
         (200, serde_json::json!([]))
     );
-    let (status, bad) =
-        post_cancel(&web, "transfer-1", serde_json::json!({"reason": "because"})).await;
+    let (status, bad) = post_cancel(&web, "transfer-1", "because").await;
     assert_refused(status, &bad, 422, "reason");
     web.stop().await;
     finish_worker(worker, db).await;
@@ -103,12 +93,7 @@ async fn an_attempt_that_may_have_charged_is_never_cancelled(b: Backend) {
     let a = step(&db.store, &a, Event::Claim, None).await;
     let a = step(&db.store, &a, Event::Unknown, None).await;
     assert_eq!(a.state, State::Desconocido);
-    let (status, body) = post_cancel(
-        &web,
-        "doubt-1",
-        serde_json::json!({"reason": "customer_request"}),
-    )
-    .await;
+    let (status, body) = post_cancel(&web, "doubt-1", "customer_request").await;
     assert_eq!(status, 409, "{body}");
     let msg = body["error"]
         .as_str()
@@ -158,12 +143,7 @@ async fn an_attempt_that_may_have_charged_is_never_cancelled(b: Backend) {
         .unwrap();
     assert_eq!(looked, 1);
     let a = db.store.load(id).await.unwrap().0;
-    let (status, body) = post_cancel(
-        &web,
-        "doubt-1",
-        serde_json::json!({"reason": "paid_by_other_means"}),
-    )
-    .await;
+    let (status, body) = post_cancel(&web, "doubt-1", "paid_by_other_means").await;
     assert_eq!(status, 409, "{body}");
     assert!(
         body.to_string()

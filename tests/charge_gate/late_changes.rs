@@ -39,6 +39,14 @@ async fn signed(web: &common::Web, v: &Verifier, body: &str) {
     assert_eq!(resp.status(), 200, "{:?}", resp.text().await);
 }
 
+/// A 3,000 USD charge of `order`, approved as PaymentIntent `pi`.
+async fn approved(db: &TestDb, order: &str, pi: &str) -> Attempt {
+    let req = ChargeRequest::parse(order, 3_000, "USD", None, None).unwrap();
+    let a = enqueued(&db.store, &req).await;
+    let a = step(&db.store, &a, Event::Claim, None).await;
+    step(&db.store, &a, Event::Approved, Some(pi)).await
+}
+
 /// A Stripe verifier and the web process that uses it.
 async fn stripe_web(db: &TestDb) -> (common::Web, Verifier) {
     let secret = "whsec_cobro_test_refund_failed_0123456789";
@@ -75,10 +83,7 @@ async fn a_refund_that_fails_after_success_opens_a_case_and_frees_its_amount(b: 
     use cobro::domain::Amount;
     let db = TestDb::new(b).await;
     let (web, v) = stripe_web(&db).await;
-    let req = ChargeRequest::parse("gate-refund-failed", 3_000, "USD", None, None).unwrap();
-    let a = enqueued(&db.store, &req).await;
-    let a = step(&db.store, &a, Event::Claim, None).await;
-    let charge = step(&db.store, &a, Event::Approved, Some("pi_1")).await;
+    let charge = approved(&db, "gate-refund-failed", "pi_1").await;
     let refund = |amount: i64| {
         let store = db.store.clone();
         async move {
@@ -184,10 +189,7 @@ async fn finance_cannot_decline_a_payment_object_that_may_still_succeed(b: Backe
 async fn a_refund_made_at_the_gateway_that_we_hold_declined_opens_a_case(b: Backend) {
     let db = TestDb::new(b).await;
     let (web, v) = stripe_web(&db).await;
-    let req = ChargeRequest::parse("gate-refund-made", 3_000, "USD", None, None).unwrap();
-    let a = enqueued(&db.store, &req).await;
-    let a = step(&db.store, &a, Event::Claim, None).await;
-    let charge = step(&db.store, &a, Event::Approved, Some("pi_1")).await;
+    let charge = approved(&db, "gate-refund-made", "pi_1").await;
     let r = ask_refund(&db.store, charge.id, 1_000, "app").await;
     let r = db.store.load(r.refund_id).await.unwrap().0;
     let r = step(&db.store, &r, Event::Claim, None).await;
@@ -254,10 +256,7 @@ async fn a_refund_made_at_the_gateway_that_we_hold_declined_opens_a_case(b: Back
 async fn a_duplicates_refund_made_after_another_was_asked_opens_its_case(b: Backend) {
     let db = TestDb::new(b).await;
     let (web, v) = stripe_web(&db).await;
-    let req = ChargeRequest::parse("gate-dup", 3_000, "USD", None, None).unwrap();
-    let a = enqueued(&db.store, &req).await;
-    let a = step(&db.store, &a, Event::Claim, None).await;
-    step(&db.store, &a, Event::Approved, Some("pi_anchor")).await;
+    let a = approved(&db, "gate-dup", "pi_anchor").await;
     let listed = json!({"id": "pi_dup", "status": "approved", "order_id": "gate-dup",
                         "amount_minor": 3_000, "currency": "USD"});
     let double = cobro::domain::Finding {
