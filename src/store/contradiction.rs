@@ -93,26 +93,57 @@ impl Contradiction {
             return Some(Self::refunded(seen, charge_id, source, now));
         }
         let cancel_retry = seen.next_action_at.is_some();
+        let reason = format!(
+            "the gateway says charge {charge_id} under our key was approved ({source}); we hold the attempt as RECHAZADO{}",
+            if cancel_retry {
+                "; its scheduled business retry was cancelled"
+            } else {
+                ""
+            }
+        );
+        let case = Self::case(
+            seen,
+            CaseKind::UnmatchedCharge,
+            charge_id,
+            reason,
+            source,
+            now,
+        );
         Some(Self {
+            cancel_retry,
+            ..case
+        })
+    }
+
+    /// The case about `seen` of `kind`, keyed `<kind>:<object>` and naming
+    /// the gateway's `object`, with `reason`, said by `source` at `now`; no
+    /// retry cancelled and no mark (a caller that needs them, or that names
+    /// another gateway object, sets them).
+    fn case(
+        seen: &Attempt,
+        kind: CaseKind,
+        object: &str,
+        reason: String,
+        source: &str,
+        now: DateTime<Utc>,
+    ) -> Self {
+        Self {
             finding: Finding {
-                kind: CaseKind::UnmatchedCharge,
-                dedupe_key: format!("unmatched_charge:{charge_id}"),
+                kind,
+                dedupe_key: format!("{}:{object}", kind.as_str()),
                 order_id: Some(seen.order_id.clone()),
                 attempt_id: Some(seen.id),
-                gateway_ref: Some(charge_id.to_owned()),
+                gateway_ref: Some(object.to_owned()),
                 details: json!({
-                    "reason": format!(
-                        "the gateway says charge {charge_id} under our key was approved ({source}); we hold the attempt as RECHAZADO{}",
-                        if cancel_retry { "; its scheduled business retry was cancelled" } else { "" }
-                    ),
+                    "reason": reason,
                     "ours": summary(seen),
                     "source": source,
                 }),
             },
             window: window(seen, now),
-            cancel_retry,
+            cancel_retry: false,
             refund_mark: None,
-        })
+        }
     }
 
     /// The gateway approved `id` under the key of `seen`, which we hold
@@ -133,25 +164,10 @@ impl Contradiction {
             true => (CaseKind::UnmatchedRefund, "refund"),
             false => (CaseKind::UnmatchedCharge, "charge"),
         };
-        Some(Self {
-            finding: Finding {
-                kind,
-                dedupe_key: format!("{}:{id}", kind.as_str()),
-                order_id: Some(seen.order_id.clone()),
-                attempt_id: Some(seen.id),
-                gateway_ref: Some(id.to_owned()),
-                details: json!({
-                    "reason": format!(
-                        "the gateway says {what} {id} under our key was approved ({source}); we hold the attempt as APROBADO with {ours}: the same key approved twice, or news of something else; compare both at the gateway"
-                    ),
-                    "ours": summary(seen),
-                    "source": source,
-                }),
-            },
-            window: window(seen, now),
-            cancel_retry: false,
-            refund_mark: None,
-        })
+        let reason = format!(
+            "the gateway says {what} {id} under our key was approved ({source}); we hold the attempt as APROBADO with {ours}: the same key approved twice, or news of something else; compare both at the gateway"
+        );
+        Some(Self::case(seen, kind, id, reason, source, now))
     }
 
     /// The gateway made refund `refund_id` under the key of `seen`, a refund
@@ -159,29 +175,25 @@ impl Contradiction {
     /// not, and the amount we hold as free may be refunded again. Finance
     /// sees the case before anyone refunds this charge again.
     fn refunded(seen: &Attempt, refund_id: &str, source: &str, now: DateTime<Utc>) -> Self {
+        let reason = match seen.refund_of_gateway.as_deref() {
+            None => format!(
+                "the gateway says refund {refund_id} under our key succeeded ({source}); we hold the refund as RECHAZADO: it is marked made and its amount counts as refunded, so the charge is not refunded twice; settle it with the gateway, then close the case"
+            ),
+            Some(duplicate) => format!(
+                "the gateway says refund {refund_id} under our key succeeded ({source}); we hold this refund of duplicate charge {duplicate} as RECHAZADO: it is marked made, unless another refund of {duplicate} already counts, in which case the duplicate was refunded twice at the gateway; settle it with the gateway, then close the case"
+            ),
+        };
+        let case = Self::case(
+            seen,
+            CaseKind::UnmatchedRefund,
+            refund_id,
+            reason,
+            source,
+            now,
+        );
         Self {
-            finding: Finding {
-                kind: CaseKind::UnmatchedRefund,
-                dedupe_key: format!("unmatched_refund:{refund_id}"),
-                order_id: Some(seen.order_id.clone()),
-                attempt_id: Some(seen.id),
-                gateway_ref: Some(refund_id.to_owned()),
-                details: json!({
-                    "reason": match seen.refund_of_gateway.as_deref() {
-                        None => format!(
-                            "the gateway says refund {refund_id} under our key succeeded ({source}); we hold the refund as RECHAZADO: it is marked made and its amount counts as refunded, so the charge is not refunded twice; settle it with the gateway, then close the case"
-                        ),
-                        Some(duplicate) => format!(
-                            "the gateway says refund {refund_id} under our key succeeded ({source}); we hold this refund of duplicate charge {duplicate} as RECHAZADO: it is marked made, unless another refund of {duplicate} already counts, in which case the duplicate was refunded twice at the gateway; settle it with the gateway, then close the case"
-                        ),
-                    },
-                    "ours": summary(seen),
-                    "source": source,
-                }),
-            },
-            window: window(seen, now),
-            cancel_retry: false,
             refund_mark: Some(RefundMark::MadeAfterDecline),
+            ..case
         }
     }
 
@@ -196,25 +208,12 @@ impl Contradiction {
         now: DateTime<Utc>,
     ) -> Self {
         let named = object.map_or_else(|| seen.id.to_string(), str::to_owned);
-        Self {
-            finding: Finding {
-                kind: CaseKind::AmountMismatch,
-                dedupe_key: format!("amount_mismatch:{named}"),
-                order_id: Some(seen.order_id.clone()),
-                attempt_id: Some(seen.id),
-                gateway_ref: object.map(str::to_owned),
-                details: json!({
-                    "reason": format!(
-                        "the gateway's news ({source}) under our key does not match the attempt: {off}; nothing was recorded from it"
-                    ),
-                    "ours": summary(seen),
-                    "source": source,
-                }),
-            },
-            window: window(seen, now),
-            cancel_retry: false,
-            refund_mark: None,
-        }
+        let reason = format!(
+            "the gateway's news ({source}) under our key does not match the attempt: {off}; nothing was recorded from it"
+        );
+        let mut case = Self::case(seen, CaseKind::AmountMismatch, &named, reason, source, now);
+        case.finding.gateway_ref = object.map(str::to_owned);
+        case
     }
 
     /// The gateway declined (`code`) the charge, or failed the refund, we
@@ -231,23 +230,11 @@ impl Contradiction {
                 "the gateway says the refund under our key failed ({code}, {source}) after we held it as APROBADO: the money stayed with the merchant and the amount can be refunded again"
             ),
         };
-        Some(Self {
-            finding: Finding {
-                kind: CaseKind::MissingAtGateway,
-                dedupe_key: format!("missing_at_gateway:{}", seen.id),
-                order_id: Some(seen.order_id.clone()),
-                attempt_id: Some(seen.id),
-                gateway_ref: seen.gateway_charge_id.clone(),
-                details: json!({
-                    "reason": reason,
-                    "ours": summary(seen),
-                    "source": source,
-                }),
-            },
-            window: window(seen, now),
-            cancel_retry: false,
-            refund_mark: seen.is_refund().then_some(RefundMark::FailedAfterSuccess),
-        })
+        let ours = seen.id.to_string();
+        let mut case = Self::case(seen, CaseKind::MissingAtGateway, &ours, reason, source, now);
+        case.finding.gateway_ref = seen.gateway_charge_id.clone();
+        case.refund_mark = seen.is_refund().then_some(RefundMark::FailedAfterSuccess);
+        Some(case)
     }
 }
 
