@@ -189,7 +189,7 @@ pub async fn reconcile(
 /// door marks it, with its case (the one just recorded: the same dedupe
 /// key); the ones marked now. A refund already marked, or whose case
 /// finance has resolved, is left as it is; one the database refuses to
-/// mark is logged and left to the next run (its case is open).
+/// mark is logged and left to the next run (its case is recorded).
 async fn mark_refunds(store: &Store, marks: &[(Attempt, Contradiction)]) -> Vec<Uuid> {
     let mut marked = Vec::new();
     for (a, c) in marks {

@@ -246,7 +246,7 @@ pub(crate) async fn runs(pool: &SqlitePool) -> Result<Vec<ReconRun>, StoreError>
 /// Marks a settled refund with what the gateway did to it since, on the
 /// version seen, and logs it; false when it moved meanwhile, or when it
 /// would be the second refund of a duplicate to count. The log row
-/// first, under the same fence (`refund_*_logged` must find it; SQLite
+/// first, under the same fence (`refund_mark_logged` must find it; SQLite
 /// has no deferred triggers), so a lost mark leaves no row either.
 pub(crate) async fn mark_refund(
     tx: &mut sqlx::SqliteConnection,
