@@ -7,18 +7,14 @@
 mod common;
 
 use cobro::domain::{CURRENCIES, ChargeRequest};
-use cobro::state::{Event, State};
-use cobro::store::{Applied, Change, EnqueueError, enqueue_charge, enqueue_charge_sqlite};
-use common::{Backend, TestDb, ask_refund, enqueued, postgres_db, raw_move, step};
+use cobro::store::{EnqueueError, enqueue_charge, enqueue_charge_sqlite};
+use common::{Backend, TestDb, postgres_db, raw_move};
 
 on_both_backends!(
     a_rolled_back_transaction_leaves_neither_attempt_nor_job,
     the_same_key_twice_is_one_attempt_and_a_changed_charge_is_refused,
     a_second_live_attempt_for_an_order_is_refused,
     the_database_enforces_the_invariants_without_the_code,
-    the_transition_log_is_append_only,
-    every_change_of_state_has_its_log_row,
-    every_mark_of_a_refund_has_its_log_row,
     the_database_knows_the_same_currencies_as_the_code,
     migrate_twice_is_a_no_op,
 );
@@ -283,184 +279,6 @@ async fn the_database_enforces_the_invariants_without_the_code(b: Backend) {
         err.as_database_error().unwrap().is_check_violation(),
         "{err}"
     );
-    db.drop_db().await;
-}
-
-async fn the_transition_log_is_append_only(b: Backend) {
-    let db = TestDb::new(b).await;
-    db.store.enqueue(&req("o-1", 1000, KEY)).await.unwrap();
-    let statements: &[(&str, &str)] = &[
-        (
-            "UPDATE cobro.attempt_transitions SET cause = 'edited'",
-            "UPDATE attempt_transitions SET cause = 'edited'",
-        ),
-        (
-            "DELETE FROM cobro.attempt_transitions",
-            "DELETE FROM attempt_transitions",
-        ),
-        (
-            "TRUNCATE cobro.attempt_transitions",
-            "DELETE FROM attempt_transitions WHERE 1",
-        ),
-    ];
-    for (pg, lite) in statements {
-        let err = db.exec(pg, lite, &[]).await.expect_err(pg);
-        assert!(err.to_string().contains("append-only"), "{pg}: {err}");
-    }
-    assert_eq!(db.store.transition_rows().await.unwrap(), 1);
-    db.drop_db().await;
-}
-
-/// `err` is the database's refusal of a write without its log row (CB021).
-fn refused_for_its_row(b: Backend, err: sqlx::Error) {
-    assert!(err.to_string().contains("without its row in"), "{err}");
-    if b == Backend::Postgres {
-        let code = err.as_database_error().and_then(|e| e.code());
-        assert_eq!(code.as_deref(), Some("CB021"), "{err}");
-    }
-}
-
-/// Every change of an attempt's state has its row in the transition log,
-/// whatever door moved it: a raw UPDATE without one, or with a row that is
-/// not its own (another version), is refused (CB021) and writes nothing;
-/// one that writes its row goes through. The store's own moves carry the
-/// attempt's version, and a compare-and-set that lost writes no row.
-async fn every_change_of_state_has_its_log_row(b: Backend) {
-    let db = TestDb::new(b).await;
-    let id = db
-        .store
-        .enqueue(&req("o-1", 1000, KEY))
-        .await
-        .unwrap()
-        .attempt_id;
-    let (enqueued, _) = db.store.load(id).await.unwrap();
-    let claim = (
-        "UPDATE cobro.payment_attempts SET state = 'EN_PROCESO', version = version + 1",
-        "UPDATE payment_attempts SET state = 'EN_PROCESO', version = version + 1",
-    );
-    let refused_for_its_row = |err| refused_for_its_row(b, err);
-    refused_for_its_row(db.exec(claim.0, claim.1, &[]).await.unwrap_err());
-    // A row of another version (the attempt's old one) is not its row.
-    let stale_row = (
-        "INSERT INTO cobro.attempt_transitions (attempt_id, from_state, to_state, cause, actor, version)
-         SELECT id, 'PENDIENTE', 'EN_PROCESO', 'raw_sql', 'test', version FROM cobro.payment_attempts",
-        "INSERT INTO attempt_transitions (attempt_id, from_state, to_state, cause, actor, version, at)
-         SELECT id, 'PENDIENTE', 'EN_PROCESO', 'raw_sql', 'test', version, 0 FROM payment_attempts",
-    );
-    let (stale_row, claim) = (db.sql(stale_row.0, stale_row.1), db.sql(claim.0, claim.1));
-    refused_for_its_row(db.in_one_tx(&[stale_row, claim], &[]).await.unwrap_err());
-    assert_eq!(db.store.load(id).await.unwrap().0.state, State::Pendiente);
-    assert_eq!(db.store.transition_rows().await.unwrap(), 1);
-
-    // With its row, the same move goes through.
-    assert_eq!(
-        raw_move(&db, "order_id = 'o-1'", "EN_PROCESO")
-            .await
-            .unwrap(),
-        1
-    );
-    assert_eq!(db.store.load(id).await.unwrap().0.state, State::EnProceso);
-    if b == Backend::Postgres {
-        // PostgreSQL checks at commit: the row may follow the move.
-        db.in_one_tx(
-            &[
-                "UPDATE cobro.payment_attempts SET state = 'DESCONOCIDO', version = version + 1",
-                "INSERT INTO cobro.attempt_transitions (attempt_id, from_state, to_state, cause, actor, version)
-                 SELECT id, 'EN_PROCESO', 'DESCONOCIDO', 'raw_sql', 'test', version FROM cobro.payment_attempts",
-            ],
-            &[],
-        )
-        .await
-        .unwrap();
-    }
-
-    // The store's own moves: a compare-and-set that lost writes no row...
-    let rows = db.store.transition_rows().await.unwrap();
-    let change = Change::new(Some(Event::Claim), "test", "worker:test");
-    assert!(matches!(
-        db.store.apply(&enqueued, &change).await.unwrap(),
-        Applied::Lost
-    ));
-    assert_eq!(db.store.transition_rows().await.unwrap(), rows);
-    // ...and one that moved logs the attempt's new version.
-    let (now, _) = db.store.load(id).await.unwrap();
-    let mut approved = Change::new(Some(Event::Approved), "test", "worker:test");
-    approved.charge_id = Some("ch_logged");
-    let Applied::Moved(moved) = db.store.apply(&now, &approved).await.unwrap() else {
-        panic!("lost a race nobody runs");
-    };
-    assert_eq!(moved.state, State::Aprobado);
-    let unlogged = db
-        .scalar(
-            "SELECT count(*) FROM cobro.attempt_transitions t JOIN cobro.payment_attempts a ON a.id = t.attempt_id
-              WHERE t.from_state IS NOT NULL AND t.version IS NULL",
-            "SELECT count(*) FROM attempt_transitions t JOIN payment_attempts a ON a.id = t.attempt_id
-              WHERE t.from_state IS NOT NULL AND t.version IS NULL",
-        )
-        .await;
-    assert_eq!(unlogged, 0);
-    let last = db
-        .scalar(
-            "SELECT max(version) FROM cobro.attempt_transitions",
-            "SELECT max(version) FROM attempt_transitions",
-        )
-        .await;
-    assert_eq!(last, moved.version);
-    db.drop_db().await;
-}
-
-/// A refund's mark (failed after success, made after a decline) frees or
-/// holds its amount as a move of state would, so it has its log row too:
-/// a raw UPDATE that sets one without its row is refused (CB021) and
-/// writes nothing; one with its row goes through.
-async fn every_mark_of_a_refund_has_its_log_row(b: Backend) {
-    let db = TestDb::new(b).await;
-    let charge = enqueued(&db.store, &req("o-marks", 3000, KEY)).await;
-    let charge = step(&db.store, &charge, Event::Claim, None).await;
-    let charge = step(&db.store, &charge, Event::Approved, Some("ch_marks")).await;
-    let refund = |minor| ask_refund(&db.store, charge.id, minor, "test");
-    let made = db.store.load(refund(1000).await.refund_id).await.unwrap().0;
-    let made = step(&db.store, &made, Event::Claim, None).await;
-    let made = step(&db.store, &made, Event::Declined, Some("expired_card")).await;
-    let failed = db.store.load(refund(500).await.refund_id).await.unwrap().0;
-    let failed = step(&db.store, &failed, Event::Claim, None).await;
-    let failed = step(&db.store, &failed, Event::Approved, Some("re_marks")).await;
-    let rows = db.store.transition_rows().await.unwrap();
-    let (made_id, failed_id) = (made.id.to_string(), failed.id.to_string());
-    let unlogged = [
-        (
-            "UPDATE cobro.payment_attempts SET refund_made_at = now(), version = version + 1 WHERE id = $1::uuid",
-            "UPDATE payment_attempts SET refund_made_at = 1, version = version + 1 WHERE id = ?1",
-            &made_id,
-        ),
-        (
-            "UPDATE cobro.payment_attempts SET refund_failed_at = now(), version = version + 1 WHERE id = $1::uuid",
-            "UPDATE payment_attempts SET refund_failed_at = 1, version = version + 1 WHERE id = ?1",
-            &failed_id,
-        ),
-    ];
-    for (pg, lite, id) in unlogged {
-        refused_for_its_row(b, db.exec(pg, lite, &[id]).await.unwrap_err());
-    }
-    assert_eq!(db.store.transition_rows().await.unwrap(), rows);
-    assert_eq!(
-        db.store.load(made.id).await.unwrap().0.version,
-        made.version
-    );
-    // With its row (the mark's cause, the new version), it goes through.
-    let logged = [
-        db.sql(
-            "INSERT INTO cobro.attempt_transitions (attempt_id, from_state, to_state, cause, actor, version)
-             SELECT id, state, state, 'refund_made_after_decline', 'raw_sql', version + 1
-               FROM cobro.payment_attempts WHERE id = $1::uuid",
-            "INSERT INTO attempt_transitions (attempt_id, from_state, to_state, cause, actor, version, at)
-             SELECT id, state, state, 'refund_made_after_decline', 'raw_sql', version + 1, 0
-               FROM payment_attempts WHERE id = ?1",
-        ),
-        db.sql(unlogged[0].0, unlogged[0].1),
-    ];
-    db.in_one_tx(&logged, &[&made_id]).await.unwrap();
-    assert_eq!(db.store.transition_rows().await.unwrap(), rows + 1);
     db.drop_db().await;
 }
 

@@ -63,7 +63,7 @@ pub use breaker::{BreakerEvent, BreakerRow, GatewayHealth};
 pub use cancel::{CancelError, CancelReason, Cancelled};
 pub use caps::{BadOverrideReason, CardCaps, MAX_OVERRIDE_REASON, OverrideReason};
 pub use change::{Applied, Change, CheckRecord, Lease, NoticeKind};
-pub use contradiction::{Contradiction, Marked};
+pub use contradiction::{Contradiction, Marked, RefundMark};
 pub use enqueue::{EnqueueError, Enqueued};
 pub use escalation::{Escalated, QueueCursor, QueueQuery, Totals};
 pub use gate::{Hold, send_held};

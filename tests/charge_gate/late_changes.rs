@@ -7,7 +7,7 @@
 
 use cobro::domain::{ChargeRequest, IdempotencyKey};
 use cobro::state::{Event, State};
-use cobro::store::{Applied, Attempt, Change};
+use cobro::store::{Applied, Attempt, Change, RefundMark};
 use cobro::webhook::{Scheme, Verifier};
 use serde_json::json;
 
@@ -45,6 +45,22 @@ async fn approved(db: &TestDb, order: &str, pi: &str) -> Attempt {
     let a = enqueued(&db.store, &req).await;
     let a = step(&db.store, &a, Event::Claim, None).await;
     step(&db.store, &a, Event::Approved, Some(pi)).await
+}
+
+/// Clearing refund `id`'s `mark` by raw SQL is refused: a mark is never undone.
+async fn mark_is_never_undone(db: &TestDb, mark: RefundMark, id: uuid::Uuid) {
+    let (pg, lite) = match mark {
+        RefundMark::FailedAfterSuccess => (
+            "UPDATE cobro.payment_attempts SET refund_failed_at = NULL WHERE id = $1::uuid",
+            "UPDATE payment_attempts SET refund_failed_at = NULL WHERE id = ?1",
+        ),
+        RefundMark::MadeAfterDecline => (
+            "UPDATE cobro.payment_attempts SET refund_made_at = NULL WHERE id = $1::uuid",
+            "UPDATE payment_attempts SET refund_made_at = NULL WHERE id = ?1",
+        ),
+    };
+    let err = db.exec(pg, lite, &[&id.to_string()]).await.unwrap_err();
+    assert!(err.to_string().contains("never undone"), "{err}");
 }
 
 /// A Stripe verifier and the web process that uses it.
@@ -128,15 +144,7 @@ async fn a_refund_that_fails_after_success_opens_a_case_and_frees_its_amount(b: 
     refund(3_000)
         .await
         .expect("the failed refund's amount is refundable");
-    let err = db
-        .exec(
-            "UPDATE cobro.payment_attempts SET refund_failed_at = NULL WHERE id = $1::uuid",
-            "UPDATE payment_attempts SET refund_failed_at = NULL WHERE id = ?1",
-            &[&r.id.to_string()],
-        )
-        .await
-        .unwrap_err();
-    assert!(err.to_string().contains("never undone"), "{err}");
+    mark_is_never_undone(&db, RefundMark::FailedAfterSuccess, r.id).await;
     finish_web(web, db).await;
 }
 
@@ -235,15 +243,7 @@ async fn a_refund_made_at_the_gateway_that_we_hold_declined_opens_a_case(b: Back
         "{over:?}"
     );
     ask_refund(&db.store, charge.id, 2_000, "app").await;
-    let err = db
-        .exec(
-            "UPDATE cobro.payment_attempts SET refund_made_at = NULL WHERE id = $1::uuid",
-            "UPDATE payment_attempts SET refund_made_at = NULL WHERE id = ?1",
-            &[&r.id.to_string()],
-        )
-        .await
-        .unwrap_err();
-    assert!(err.to_string().contains("never undone"), "{err}");
+    mark_is_never_undone(&db, RefundMark::MadeAfterDecline, r.id).await;
     finish_web(web, db).await;
 }
 
