@@ -93,6 +93,7 @@ async fn an_attempt_that_may_have_charged_is_never_cancelled(b: Backend) {
     let a = step(&db.store, &a, Event::Claim, None).await;
     let a = step(&db.store, &a, Event::Unknown, None).await;
     assert_eq!(a.state, State::Desconocido);
+    refused_by_the_database(b, raw_cancel(&db, "doubt-1").await);
     let (status, body) = post_cancel(&web, "doubt-1", "customer_request").await;
     assert_eq!(status, 409, "{body}");
     let msg = body["error"]
@@ -152,7 +153,54 @@ async fn an_attempt_that_may_have_charged_is_never_cancelled(b: Backend) {
     );
     let (after, _) = db.store.load(id).await.unwrap();
     assert_eq!((after.state, after.version), (State::Pendiente, a.version));
+    // Nor does any other door: the database refuses the cancel itself.
+    refused_by_the_database(b, raw_cancel(&db, "doubt-1").await);
+    let (after, _) = db.store.load(id).await.unwrap();
+    assert_eq!((after.state, after.cancel_reason), (State::Pendiente, None));
+    // An attempt never sent is cancelled by the same raw SQL.
+    let unsent = ChargeRequest::parse("unsent-2", 1_000, "EUR", None, None).unwrap();
+    let unsent = db.store.enqueue(&unsent).await.unwrap().attempt_id;
+    assert_eq!(raw_cancel(&db, "unsent-2").await.unwrap(), vec![1, 1]);
+    let (after, _) = db.store.load(unsent).await.unwrap();
+    assert_eq!(after.state, State::Rechazado);
     finish_web(web, db).await;
+}
+
+/// Cancels every attempt of `order` by raw SQL, as a careful door would
+/// (its log row, then the `UPDATE`, in one transaction): the rows written,
+/// or the database's refusal.
+async fn raw_cancel(db: &TestDb, order: &str) -> Result<Vec<u64>, sqlx::Error> {
+    let log = format!(
+        "INSERT INTO {t}attempt_transitions (attempt_id, from_state, to_state, cause, actor, version{at})
+         SELECT id, state, 'RECHAZADO', 'cancelled', 'raw_sql', version + 1{now}
+           FROM {t}payment_attempts WHERE order_id = {order}",
+        t = db.sql("cobro.", ""),
+        at = db.sql("", ", at"),
+        now = db.sql("", ", 0"),
+        order = db.sql("$1", "?1"),
+    );
+    let update = format!(
+        "UPDATE {t}payment_attempts
+            SET state = 'RECHAZADO', cancel_reason = 'customer_request', version = version + 1
+          WHERE order_id = {order}",
+        t = db.sql("cobro.", ""),
+        order = db.sql("$1", "?1"),
+    );
+    db.in_one_tx(&[&log, &update], &[order]).await
+}
+
+/// `written` is the database's refusal of a cancel of an attempt that may
+/// have reached the gateway (CB020).
+fn refused_by_the_database(b: Backend, written: Result<Vec<u64>, sqlx::Error>) {
+    let err = written.expect_err("a cancel of an attempt that may have reached the gateway");
+    assert!(
+        err.to_string().contains("may have reached the gateway"),
+        "{err}"
+    );
+    if b == Backend::Postgres {
+        let code = err.as_database_error().and_then(|e| e.code());
+        assert_eq!(code.as_deref(), Some("CB020"), "{err}");
+    }
 }
 
 async fn an_unsent_attempt_is_cancelled_and_never_sent(b: Backend) {
