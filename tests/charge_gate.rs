@@ -9,9 +9,10 @@
 //! order from a new charge), `database.rs` (the rules the database holds by
 //! itself), `retries.rs` (a business retry's key and pre-check),
 //! `late_changes.rs` (what the gateway may change after we recorded an
-//! outcome), `after_creation.rs` (what holds an attempt that already
-//! exists), `resends.rs` (what holds a send after a lookup found nothing),
-//! and `doors.rs` (the requests they all send).
+//! outcome), `finance_declines.rs` (finance's decline of what was sent),
+//! `after_creation.rs` (what holds an attempt that already exists),
+//! `resends.rs` (what holds a send after a lookup found nothing), and
+//! `doors.rs` (the requests they all send).
 
 #[macro_use]
 mod common;
@@ -25,6 +26,8 @@ mod after_creation;
 mod database;
 #[path = "charge_gate/doors.rs"]
 mod doors;
+#[path = "charge_gate/finance_declines.rs"]
+mod finance_declines;
 #[path = "charge_gate/holds.rs"]
 mod holds;
 #[path = "charge_gate/late_changes.rs"]

@@ -331,14 +331,30 @@ async fn finance_works_the_escalation_queue_from_the_command_line(b: Backend) {
         "{}",
         text(&stale.stderr)
     );
+    // It was sent: the gateway may still be executing it, so the decline
+    // is asked for, and a worker records it on the gateway's word.
     let ok = resolve(a.version);
     assert!(ok.status.success(), "{}", text(&ok.stderr));
-    assert!(text(&ok.stdout).contains("RECHAZADO"));
-    let out = cobro(&db.url, &["escalations", "list"]);
-    assert_eq!(text(&out.stdout).trim(), "nothing needs finance");
+    let said = text(&ok.stdout);
+    assert!(
+        said.starts_with("decline requested: a worker looks it up at the gateway")
+            && said.contains("cobro escalations show --attempt"),
+        "{said}"
+    );
+    let (asked, _) = db.store.load(id).await.unwrap();
+    assert_eq!(
+        (asked.state, asked.decline_code),
+        (cobro::state::State::EnRevision, None)
+    );
+    let log = db.store.transitions(id).await.unwrap();
+    let last = log.last().unwrap();
+    assert_eq!(
+        (last.cause.as_str(), last.actor.as_str()),
+        ("finance_decline_requested", "finance:ana")
+    );
     let out = cobro(&db.url, &["escalations", "summary", "--json"]);
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(v["queue"]["en_revision"], 0);
+    assert_eq!(v["queue"]["en_revision"], 1);
     db.drop_db().await;
 }
 

@@ -261,13 +261,23 @@ async fn the_api_resolves_as_the_signed_in_person_and_refuses_clearly(b: Backend
         "note": "gateway shows no charge for this key"
     }))
     .await;
-    assert_eq!(status, 200, "{now}");
-    assert_eq!(now["state"], "RECHAZADO");
+    // It was sent: the decline is asked for (202), recorded by a worker
+    // on the gateway's word.
+    assert_eq!(status, 202, "{now}");
+    assert_eq!(now["state"], "EN_REVISION");
     let log = db.store.transitions(a.id).await.unwrap();
-    assert_eq!(log.last().unwrap().actor, "finance:luis");
+    let last = log.last().unwrap();
+    assert_eq!(
+        (last.cause.as_str(), last.actor.as_str()),
+        ("finance_decline_requested", "finance:luis")
+    );
     let (status, err) =
         resolve(json!({"action": "check_now", "version": a.version, "note": "again"})).await;
     assert_refused(status, &err, 409, "version");
+    // The gateway confirms it (the review janitor's part:
+    // charge_gate::finance_declines): declined.
+    let (asked, _) = db.store.load(a.id).await.unwrap();
+    step(&db.store, &asked, Event::Declined, Some("finance_declined")).await;
 
     // The HTML form refuses a post without the user's form token.
     let resp = http

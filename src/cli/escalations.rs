@@ -279,13 +279,17 @@ pub async fn run(
             let declining = matches!(req.resolution, finance::Resolution::Decline { .. });
             let now = finance::resolve(store, &req).await?;
             if declining && now.state == cobro::state::State::EnRevision {
+                let how = match now.gateway_ref.as_deref() {
+                    Some(object) => {
+                        format!("a worker cancels {object} at the gateway, then records")
+                    }
+                    None => "a worker looks it up at the gateway, and records".into(),
+                };
                 println!(
-                    "decline requested: a worker cancels {} at the gateway, then records attempt {} \
-                     as RECHAZADO (or what the gateway says instead); `cobro escalations show \
-                     --attempt {}` shows it",
-                    now.gateway_ref.as_deref().unwrap_or("its payment object"),
-                    now.id,
-                    now.id
+                    "decline requested: {how} attempt {} as RECHAZADO once the gateway says it is \
+                     final (or has no record of it long after its last send), or what the gateway \
+                     says instead; `cobro escalations show --attempt {}` shows it",
+                    now.id, now.id
                 );
             } else {
                 println!(

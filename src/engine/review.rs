@@ -79,10 +79,12 @@ impl Engine {
         // could still succeed.
         let asked = decline_requested(&log);
         let make_final = held.gateway_ref.is_some() && asked;
-        // Finance asked to decline a refund that was sent: recorded only on
+        // Finance asked to decline a charge with no payment object (a
+        // one-step gateway) or a refund, that was sent: recorded only on
         // the gateway's word, a decline or no record of it long after the
-        // send (declining a refund frees its amount to be refunded again).
-        let refund_decline = held.is_refund() && asked;
+        // send (until its execution ends, a send is on no dashboard; and
+        // declining a refund frees its amount to be refunded again).
+        let sent_decline = asked && (held.is_refund() || held.gateway_ref.is_none());
         let by_key = key_age < self.cfg.key_lifetime || make_final;
         let outcome = if by_key {
             match self
@@ -115,7 +117,7 @@ impl Engine {
             LookupOutcome::Declined {
                 code, charge_id, ..
             } => {
-                let cause = if make_final || refund_decline {
+                let cause = if make_final || sent_decline {
                     "finance_decline_confirmed"
                 } else if by_key {
                     "review_lookup_declined"
@@ -128,7 +130,7 @@ impl Engine {
                 c.act_in = self.retry_after(&held, code);
                 c
             }
-            LookupOutcome::NotFound { .. } if refund_decline && self.sent_long_ago(&held, &log) => {
+            LookupOutcome::NotFound { .. } if sent_decline && self.sent_long_ago(&held, &log) => {
                 let mut c = Change::new(
                     Some(Event::Declined),
                     "finance_decline_confirmed",

@@ -113,7 +113,7 @@ pub enum ResolveError {
     Busy(String),
     /// A decline of an attempt whose payment object (a Stripe
     /// PaymentIntent) exists at the gateway and may still succeed, or of a
-    /// refund that was sent, while it is still being checked
+    /// charge or refund that was sent, while it is still being checked
     /// (`DESCONOCIDO`): asked for once in review.
     #[error("{0}")]
     OpenAtGateway(String),
@@ -181,16 +181,17 @@ pub async fn resolve(store: &Store, req: &ResolveRequest<'_>) -> Result<Attempt,
             c.charge_id = Some(charge_id);
             c
         }
-        Resolution::Decline { code } if seen.gateway_ref.is_some() || sent_refund(&seen) => {
+        Resolution::Decline { code } if seen.gateway_ref.is_some() || seen.send_count > 0 => {
             // A two-step gateway's object (a Stripe PaymentIntent) could
             // still be confirmed and succeed behind a decline recorded here;
-            // a refund that was sent may still succeed (a pending refund),
-            // and a refund recorded as declined frees its amount to be
-            // refunded again. The decline is asked for: the review janitor
+            // a charge or refund that was sent may still be executing at
+            // the gateway, absent from its dashboard until it completes
+            // (and a refund recorded as declined frees its amount to be
+            // refunded again). The decline is asked for: the review janitor
             // cancels a payment object at the gateway, and records the
             // decline once the gateway says it is final, or has no record
-            // of a refund long after its send (or records what the gateway
-            // says instead, if it charged or refunded).
+            // of a send long after it (or records what the gateway says
+            // instead, if it charged or refunded).
             if seen.state != State::EnRevision {
                 let what = match seen.gateway_ref.as_deref() {
                     Some(object) => format!(
@@ -201,9 +202,11 @@ pub async fn resolve(store: &Store, req: &ResolveRequest<'_>) -> Result<Attempt,
                         seen.state
                     ),
                     None => format!(
-                        "is a refund that was sent to the gateway and may still succeed, and it \
-                         is still being checked ({}): decline it once it is in EN_REVISION, when \
-                         the worker confirms with the gateway before the decline is recorded",
+                        "is a {} that was sent to the gateway and may still be executing there, \
+                         and it is still being checked ({}): decline it once it is in \
+                         EN_REVISION, when the worker confirms with the gateway before the \
+                         decline is recorded",
+                        if seen.is_refund() { "refund" } else { "charge" },
                         seen.state
                     ),
                 };
@@ -241,12 +244,6 @@ pub async fn resolve(store: &Store, req: &ResolveRequest<'_>) -> Result<Attempt,
             Err(moved(&now, req.version))
         }
     }
-}
-
-/// A refund that reached (or may have reached) the gateway: declining it
-/// frees its amount, so only the gateway's word may.
-fn sent_refund(a: &Attempt) -> bool {
-    a.is_refund() && a.send_count > 0
 }
 
 fn moved(now: &Attempt, looked_at: i64) -> ResolveError {

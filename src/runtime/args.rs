@@ -104,7 +104,9 @@ pub struct WorkerArgs {
     pub gateway_idempotent: bool,
     /// The longest a request may take at the gateway, from our send to its
     /// record. Without key support, a re-send waits for a "not found" taken
-    /// at least this long after the send.
+    /// at least this long after the send; finance's decline of a charge or
+    /// refund that was sent is recorded on a "not found" only this long
+    /// after its last send.
     #[arg(long, env = "COBRO_GATEWAY_MAX_PROCESSING", default_value = "60s", value_parser = duration)]
     pub gateway_max_processing: Duration,
     /// This process's name (unique); default host-pid.

@@ -301,9 +301,10 @@ async fn every_route_needs_a_credential_with_its_scope(b: Backend) {
         actor_of_last(review_form.id).await,
         ("APROBADO".to_owned(), "finance:ana".to_owned())
     );
+    // A charge that was sent: its decline is asked for, in review.
     assert_eq!(
         actor_of_last(review_api.id).await,
-        ("RECHAZADO".to_owned(), "finance:ana".to_owned())
+        ("EN_REVISION".to_owned(), "finance:ana".to_owned())
     );
     let (refunds, duplicates): (Vec<_>, Vec<_>) = db
         .store

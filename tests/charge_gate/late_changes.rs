@@ -2,8 +2,8 @@
 //! refund Stripe reports failed after it succeeded (it stays APROBADO,
 //! marked failed once, a case opens and its amount is free again), a
 //! refund it reports made that we hold as declined (a case opens), and a
-//! PaymentIntent or a sent refund that may still succeed, which finance
-//! cannot decline outright.
+//! PaymentIntent that may still succeed, which finance cannot decline
+//! outright (a charge or refund that was sent: `finance_declines.rs`).
 
 use cobro::domain::{ChargeRequest, IdempotencyKey};
 use cobro::state::{Event, State};
@@ -22,7 +22,6 @@ on_both_backends!(
     a_duplicates_refund_made_after_another_was_asked_opens_its_case,
     a_refunds_news_under_a_charges_key_moves_nothing,
     finance_cannot_decline_a_payment_object_that_may_still_succeed,
-    finance_declines_a_sent_refund_only_on_the_gateways_word,
     a_dispute_finds_its_charge_by_payment_intent_on_any_day,
 );
 
@@ -337,124 +336,6 @@ async fn a_refunds_news_under_a_charges_key_moves_nothing(b: Backend) {
     finish_web(web, db).await;
 }
 
-/// Review of refunds (stop 40): finance's decline of a refund that was
-/// sent would free its amount while the gateway may still make it. Still
-/// being checked it is refused, saying why; in review it is asked for, and
-/// the janitor records what the gateway says: the refund it made
-/// (`APROBADO`, not declined), or no record of one long after the send
-/// (declined, its amount free again).
-async fn finance_declines_a_sent_refund_only_on_the_gateways_word(b: Backend) {
-    use cobro::finance::{self, Resolution, ResolveError, ResolveRequest};
-    use cobro::gateway::{ChargeOutcome, Gateway, RefundCall};
-    let (db, sim) = common::db_and_sim(b, cobro::sim::Faults::default()).await;
-    let gw = std::sync::Arc::new(common::sim_gateway(&sim.url()));
-    let decline = |a: &Attempt| ResolveRequest {
-        attempt_id: a.id,
-        version: a.version,
-        resolution: Resolution::Decline {
-            code: "customer_says_not_refunded".into(),
-        },
-        by: "luis",
-        note: "the dashboard shows no refund",
-    };
-    let engine = |max_processing: std::time::Duration| {
-        let mut cfg = common::engine_config("w", Default::default());
-        cfg.not_found.max_processing = max_processing;
-        cobro::engine::Engine::new(db.store.clone(), gw.clone(), cfg)
-    };
-    // A refund sent, made at the gateway, its answer lost; then in review.
-    let charge = common::charged(&db.store, &gw, "refund-doubt-1", 3_000).await;
-    let r = ask_refund(&db.store, charge.id, 3_000, "app").await;
-    let r = db.store.load(r.refund_id).await.unwrap().0;
-    let r = claimed(&db.store, &r).await;
-    let call = RefundCall {
-        key: IdempotencyKey::from_uuid(r.idempotency_key),
-        charge_id: charge.gateway_charge_id.clone().unwrap(),
-        order_id: cobro::domain::OrderId::parse("refund-doubt-1").unwrap(),
-        amount: cobro::domain::Amount::parse(3_000).unwrap(),
-        currency: cobro::domain::Currency::parse("EUR").unwrap(),
-    };
-    assert!(matches!(
-        gw.refund(&call).await,
-        ChargeOutcome::Approved { .. }
-    ));
-    let r = step(&db.store, &r, Event::Unknown, None).await;
-    match finance::resolve(&db.store, &decline(&r)).await {
-        Err(ResolveError::OpenAtGateway(msg)) => {
-            assert!(msg.contains("once it is in EN_REVISION"), "{msg}")
-        }
-        other => panic!("a refund in doubt declined outright: {other:?}"),
-    }
-    let r = step(&db.store, &r, Event::ChecksExhausted, None).await;
-    let asked = finance::resolve(&db.store, &decline(&r)).await.unwrap();
-    assert_eq!(
-        (asked.state, asked.decline_code.as_deref()),
-        (State::EnRevision, None),
-        "asked for, not recorded"
-    );
-    assert!(
-        ask_refund_err(&db.store, charge.id).await,
-        "its amount stays held meanwhile"
-    );
-    engine(std::time::Duration::ZERO)
-        .process(r.id)
-        .await
-        .unwrap();
-    let made = db.store.load(r.id).await.unwrap().0;
-    assert_eq!(
-        made.state,
-        State::Aprobado,
-        "the gateway made it: not declined"
-    );
-
-    // A refund claimed but never made at the gateway: declined once the
-    // gateway has no record of it long after the send.
-    let charge = common::charged(&db.store, &gw, "refund-doubt-2", 2_000).await;
-    let r = ask_refund(&db.store, charge.id, 2_000, "app").await;
-    let r = db.store.load(r.refund_id).await.unwrap().0;
-    let r = claimed(&db.store, &r).await;
-    let r = step(&db.store, &r, Event::Unknown, None).await;
-    let r = step(&db.store, &r, Event::ChecksExhausted, None).await;
-    finance::resolve(&db.store, &decline(&r)).await.unwrap();
-    // Too soon after the send: the gateway may not show it yet.
-    engine(std::time::Duration::from_secs(60))
-        .process(r.id)
-        .await
-        .unwrap();
-    let waiting = db.store.load(r.id).await.unwrap().0;
-    assert_eq!(
-        (waiting.state, waiting.decline_code),
-        (State::EnRevision, None)
-    );
-    let looked = db.store.checks(r.id).await.unwrap();
-    assert_eq!(
-        looked.last().map(|c| c.lookup_result.as_str()),
-        Some("not_found"),
-        "{looked:?}"
-    );
-    common::due_now(&db, r.id).await;
-    engine(std::time::Duration::ZERO)
-        .process(r.id)
-        .await
-        .unwrap();
-    let declined = db.store.load(r.id).await.unwrap().0;
-    assert_eq!(declined.state, State::Rechazado);
-    assert_eq!(
-        declined.decline_code.as_deref(),
-        Some("not_found_at_gateway")
-    );
-    let last = db.store.transitions(r.id).await.unwrap().pop().unwrap();
-    assert_eq!(last.cause, "finance_decline_confirmed");
-    ask_refund(&db.store, charge.id, 2_000, "app").await;
-    let refunds = common::ledger(&sim.url()).await.refunds;
-    assert_eq!(
-        refunds.len(),
-        1,
-        "one refund made at the gateway: {refunds:?}"
-    );
-    common::finish_sim(sim, db).await;
-}
-
 /// A 30.00 USD charge for `order` whose PaymentIntent `pi` was created and
 /// recorded, then whose confirm had an unknown outcome: `DESCONOCIDO`.
 async fn in_doubt_with_intent(
@@ -471,33 +352,6 @@ async fn in_doubt_with_intent(
         panic!("not recorded");
     };
     step(store, &a, Event::Unknown, None).await
-}
-
-/// A worker's claim of `a`: its lease, and one more send.
-async fn claimed(store: &cobro::store::Store, a: &Attempt) -> Attempt {
-    let mut claim = Change::new(Some(Event::Claim), "claim", "worker:w");
-    claim.lease = cobro::store::Lease::Take {
-        owner: "w",
-        ttl: std::time::Duration::from_secs(30),
-    };
-    claim.add_send = true;
-    let Applied::Moved(a) = store.apply(a, &claim).await.unwrap() else {
-        panic!("the claim lost a race nobody runs");
-    };
-    *a
-}
-
-/// Whether a refund of one cent of `charge` is refused (nothing left).
-async fn ask_refund_err(store: &cobro::store::Store, charge: uuid::Uuid) -> bool {
-    store
-        .request_refund(
-            charge,
-            cobro::domain::Amount::parse(1).unwrap(),
-            IdempotencyKey::generate(),
-            "app",
-        )
-        .await
-        .is_err()
 }
 
 /// Review of the webhook door (stop 40): Stripe's `charge.dispute.created`

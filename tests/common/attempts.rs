@@ -46,9 +46,10 @@ pub async fn check_now(
 }
 
 /// Moves `a` with `event` through the store's compare-and-set writer, as a
-/// worker would: a Claim takes a 30 s lease; `detail` is the gateway's
-/// charge id for Approved (default `ch_test`) or the decline code for
-/// Declined. Panics if the write loses (no test races itself).
+/// worker would: a Claim takes a 30 s lease and, as a Resend, counts a send;
+/// `detail` is the gateway's charge id for Approved (default `ch_test`) or
+/// the decline code for Declined. Panics if the write loses (no test races
+/// itself).
 pub async fn step(
     store: &Store,
     a: &cobro::store::Attempt,
@@ -80,12 +81,15 @@ async fn step_change(
     let mut c = Change::new(Some(event), "test", "worker:test");
     c.evidence = evidence;
     match event {
+        // A send, counted as the worker counts it (at the claim).
         Event::Claim => {
             c.lease = Lease::Take {
                 owner: "test",
                 ttl: Duration::from_secs(30),
-            }
+            };
+            c.add_send = true;
         }
+        Event::Resend => c.add_send = true,
         Event::Approved => c.charge_id = Some(detail.unwrap_or("ch_test")),
         Event::Declined => c.decline_code = detail,
         _ => {}
@@ -206,8 +210,8 @@ pub async fn due_now(db: &TestDb, id: Uuid) {
 }
 
 /// A charge for `order` (49.90 EUR) moved to `EN_REVISION` as a worker
-/// would: claimed, an unknown outcome (HTTP 503), then a failed lookup
-/// (recorded as a check) that exhausts the checks.
+/// would: claimed (a send counted), an unknown outcome (HTTP 503), then a
+/// failed lookup (recorded as a check) that exhausts the checks.
 pub async fn in_review(store: &Store, order: &str) -> cobro::store::Attempt {
     use cobro::state::Event;
     use cobro::store::{Applied, Change, CheckRecord, Lease};
@@ -228,7 +232,8 @@ pub async fn in_review(store: &Store, order: &str) -> cobro::store::Attempt {
                 c.lease = Lease::Take {
                     owner: "test",
                     ttl: Duration::from_secs(30),
-                }
+                };
+                c.add_send = true;
             }
             Event::ChecksExhausted => {
                 let now = chrono::Utc::now();

@@ -4,6 +4,8 @@
 //! rule was taken out). The random cases cover the doors at large; these
 //! make sure the rarest holds are driven every time.
 
+use cobro::store::CancelReason;
+
 use super::steps::{Code, Key, Net, Part, Step};
 
 /// Order `order` enqueued over HTTP, woken with the gateway behaving as
@@ -94,6 +96,66 @@ pub fn cases() -> Vec<(&'static str, Vec<Step>)> {
                     },
                     HASTY,
                     Step::TimePasses,
+                    Step::Wake {
+                        order: 0,
+                        net: Net::Clean,
+                    },
+                ],
+            ]
+            .concat(),
+        ),
+        (
+            // With finance's decline of a sent charge recorded at once, the
+            // charge was declined on finance's reading of a dashboard that
+            // did not show it yet, and the gateway then charged it
+            // (invariant 4).
+            "a decline of a charge the gateway is still executing (finance_decline_requested)",
+            [
+                enqueued_then(0, Net::Late),
+                vec![
+                    Step::Resolve {
+                        order: 0,
+                        check_now: false,
+                        hasty: false,
+                    },
+                    Step::Wake {
+                        order: 0,
+                        net: Net::Down,
+                    },
+                    Step::Resolve {
+                        order: 0,
+                        check_now: false,
+                        hasty: false,
+                    },
+                    Step::Wake {
+                        order: 0,
+                        net: Net::Clean,
+                    },
+                ],
+            ]
+            .concat(),
+        ),
+        (
+            // With a cancel allowed on an attempt PENDIENTE after a lookup
+            // (the store's rule and the database's taken out), the cancel
+            // settled it, a new key charged the order, and the first send
+            // then executed: charged twice (invariant 1).
+            "a cancel while a send executes late and its resend is put off (InFlight)",
+            [
+                enqueued_then(0, Net::Late),
+                vec![
+                    Step::Wake {
+                        order: 0,
+                        net: Net::Throttled,
+                    },
+                    Step::Cancel {
+                        order: 0,
+                        reason: CancelReason::CustomerRequest,
+                    },
+                    Step::EnqueueHttp {
+                        order: 0,
+                        key: Key::New,
+                    },
                     Step::Wake {
                         order: 0,
                         net: Net::Clean,

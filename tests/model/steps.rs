@@ -15,6 +15,11 @@ use rand::{Rng, SeedableRng};
 /// Orders per case: few, so that steps collide on the same orders.
 pub const ORDERS: u8 = 3;
 
+/// How long a [`Net::Late`] request takes to execute: longer than the
+/// worker's timeout and the next few steps, so a lookup and a resend can
+/// come before it.
+pub const LATE: std::time::Duration = std::time::Duration::from_millis(1_500);
+
 /// The idempotency key a create request carries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Key {
@@ -39,6 +44,11 @@ pub enum Net {
     LoseAnswerAndLookups,
     /// Executed, answer held past the worker's timeout.
     Timeout,
+    /// The gateway still working when the worker's timeout passes: the
+    /// charge (or refund) executes, and is recorded, only when its held
+    /// answer ends, [`LATE`] after it arrived; until then a lookup finds
+    /// nothing and a resend with its key is refused as in use.
+    Late,
     /// 503 before executing (nothing charged): unknown, then looked up.
     Error503,
     /// Charges and refunds answer 503 with `Retry-After` before executing
@@ -117,9 +127,9 @@ pub enum Step {
     LateApproval { order: u8 },
     /// Finance decides an attempt of the order in `DESCONOCIDO` or
     /// `EN_REVISION` by what the gateway's dashboard (its ledger) shows, or
-    /// asks for a fresh lookup (`check_now`); or, `hasty`, declines a
-    /// refund in doubt without looking (a refund that was sent must then
-    /// be declined only on the gateway's word).
+    /// asks for a fresh lookup (`check_now`); or, `hasty`, declines it
+    /// without looking (a charge or refund that was sent must then be
+    /// declined only on the gateway's word).
     Resolve {
         order: u8,
         check_now: bool,
@@ -348,9 +358,10 @@ fn net(rng: &mut StdRng) -> Net {
         40..48 => Net::Decline(Code::CardDeclined),
         48..60 => Net::LoseAnswer,
         60..70 => Net::LoseAnswerAndLookups,
-        70..74 => Net::Timeout,
-        74..85 => Net::Error503,
-        85..97 => Net::Throttled,
+        70..73 => Net::Timeout,
+        73..77 => Net::Late,
+        77..87 => Net::Error503,
+        87..97 => Net::Throttled,
         _ => Net::Down,
     }
 }

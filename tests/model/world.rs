@@ -86,6 +86,8 @@ pub struct World {
     deliveries: u64,
     /// Attempt ids in the order first seen.
     seen: Vec<Uuid>,
+    /// When the last request a [`Net::Late`] wake-up sent has executed.
+    late_until: Option<tokio::time::Instant>,
 }
 
 impl World {
@@ -112,6 +114,7 @@ impl World {
             delivered: HashMap::new(),
             deliveries: 0,
             seen: Vec::new(),
+            late_until: None,
         }
     }
 

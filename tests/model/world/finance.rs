@@ -4,8 +4,8 @@
 //! was charged and we do not hold as charged (it waits while such a charge
 //! is an attempt of ours not settled yet); it runs the daily
 //! reconciliation. Once in a while it is hasty:
-//! it declines a refund in doubt without looking, which cobro must not
-//! record on its word alone when the refund was sent.
+//! it declines a charge or refund in doubt without looking, which cobro
+//! must not record on its word alone when it was sent.
 
 use cobro::state::State;
 use serde_json::json;
@@ -16,7 +16,7 @@ use super::{World, answer, label};
 
 impl World {
     /// Finance decides the order's attempt in doubt by the gateway's ledger
-    /// (or, `hasty`, declines a refund without looking).
+    /// (or, `hasty`, declines it without looking).
     pub(super) async fn resolve(&mut self, order: u8, check_now: bool, hasty: bool) -> String {
         let Some(a) = self
             .candidates(order, |a| {
@@ -51,14 +51,15 @@ impl World {
         };
         let version = a.version;
         let body = match (check_now, approved) {
-            _ if hasty && a.is_refund() => {
+            _ if hasty => {
                 json!({"action": "decline", "version": version,
                        "code": "finance_hasty", "note": "model: declined without looking"})
             }
             (false, Some(id)) => json!({"action": "approve", "version": version,
                                         "charge_id": id, "note": "model: seen in the dashboard"}),
-            // A charge the gateway never executed is not charged: declined.
-            // A refund is the customer's money: finance does not turn one
+            // A charge not on the dashboard is declined: the gateway may
+            // still be executing it, and cobro must not record that on
+            // finance's word alone. A refund is the customer's money: finance does not turn one
             // down that the gateway did not decline; it has it looked up
             // again (and re-sent when not found).
             (false, None) if declined || !a.is_refund() => {
@@ -78,8 +79,8 @@ impl World {
             .send()
             .await
             .expect("POST /finance/api/attempts/{id}/resolve");
-        // 202: a decline asked for (a payment object, or a sent refund, that
-        // may still succeed).
+        // 202: a decline asked for (a payment object, or a sent charge or
+        // refund, that may still succeed).
         let (status, reply) = answer(resp, &[200, 202, 404, 409, 422]).await;
         let what = body["action"].as_str().unwrap_or("");
         match status {

@@ -12,7 +12,7 @@ use cobro::state::{Event, State};
 use cobro::store::{Applied, Attempt, Backend, Change, Lease};
 
 use super::super::common;
-use super::super::steps::{Net, ORDERS};
+use super::super::steps::{LATE, Net, ORDERS};
 use super::{World, label};
 
 /// How long the gateway keeps idempotency keys (Stripe's 24 h), as the
@@ -50,6 +50,10 @@ impl World {
         }
         if net != Net::Clean {
             common::set_faults(&self.sim_url, &Faults::default()).await;
+        }
+        if net == Net::Late {
+            // Every request of this wake-up arrived by now.
+            self.late_until = Some(tokio::time::Instant::now() + LATE);
         }
         moved.join(", ")
     }
@@ -153,8 +157,13 @@ impl World {
     /// Runs the workers, with the gateway healthy, until nothing is due:
     /// `Ok` once no attempt has work left, `Err` with what is still moving
     /// after `rounds` rounds.
+    /// A request still executing at the gateway ([`Net::Late`]) is waited
+    /// for first, so the end is judged on everything the gateway did.
     pub async fn drain(&mut self, rounds: usize) -> Result<(), String> {
         common::set_faults(&self.sim_url, &Faults::default()).await;
+        if let Some(until) = self.late_until.take() {
+            tokio::time::sleep_until(until + std::time::Duration::from_millis(100)).await;
+        }
         for _ in 0..rounds {
             self.time_passes().await;
             let mut all = Vec::new();
@@ -218,6 +227,12 @@ fn faults(net: Net) -> Faults {
         Net::Timeout => Faults {
             p_timeout_after_charge: 1.0,
             hold_ms: 700,
+            ..base
+        },
+        Net::Late => Faults {
+            p_timeout_after_charge: 1.0,
+            hold_ms: LATE.as_millis() as u64,
+            record_on_complete: true,
             ..base
         },
         Net::Error503 => Faults { p_5xx: 1.0, ..base },
