@@ -44,6 +44,65 @@ fn engine(db: &TestDb, gw: &Arc<HttpGateway>, max_processing: Duration) -> Engin
     Engine::new(db.store.clone(), gw.clone(), cfg)
 }
 
+/// Finance's `decline` of `a`, a `what` (charge or refund) that was sent,
+/// in doubt: refused while it is still being checked, saying to wait for
+/// review; once in review, asked for and nothing recorded. `a` in review.
+async fn asked_for_in_review<'n>(
+    db: &TestDb,
+    a: &Attempt,
+    what: &str,
+    decline: &impl Fn(&Attempt) -> ResolveRequest<'n>,
+) -> Attempt {
+    match finance::resolve(&db.store, &decline(a)).await {
+        Err(ResolveError::OpenAtGateway(msg)) => assert!(
+            msg.contains(&format!("a {what} that was sent"))
+                && msg.contains("once it is in EN_REVISION"),
+            "{msg}"
+        ),
+        other => panic!("a sent {what} in doubt declined outright: {other:?}"),
+    }
+    let a = step(&db.store, a, Event::ChecksExhausted, None).await;
+    let asked = finance::resolve(&db.store, &decline(&a)).await.unwrap();
+    assert_eq!(
+        (asked.state, asked.decline_code.as_deref()),
+        (State::EnRevision, None),
+        "asked for, not recorded"
+    );
+    a
+}
+
+/// A decline asked for of attempt `id`, which the gateway never executed:
+/// too soon after the send (the gateway may not show it yet) its lookup's
+/// "not found" leaves it in review; long after, it is declined
+/// (`not_found_at_gateway`, cause `finance_decline_confirmed`).
+async fn confirmed_long_after_the_send(
+    db: &TestDb,
+    engine: &impl Fn(Duration) -> Engine,
+    id: uuid::Uuid,
+) {
+    engine(Duration::from_secs(60)).process(id).await.unwrap();
+    let waiting = db.store.load(id).await.unwrap().0;
+    assert_eq!(
+        (waiting.state, waiting.decline_code),
+        (State::EnRevision, None)
+    );
+    let looked = db.store.checks(id).await.unwrap();
+    assert_eq!(
+        looked.last().map(|c| c.lookup_result.as_str()),
+        Some("not_found"),
+        "{looked:?}"
+    );
+    common::due_now(db, id).await;
+    engine(Duration::ZERO).process(id).await.unwrap();
+    let declined = db.store.load(id).await.unwrap().0;
+    assert_eq!(
+        (declined.state, declined.decline_code.as_deref()),
+        (State::Rechazado, Some("not_found_at_gateway"))
+    );
+    let last = db.store.transitions(id).await.unwrap().pop().unwrap();
+    assert_eq!(last.cause, "finance_decline_confirmed");
+}
+
 /// A 49.90 EUR charge of `order`, sent by a worker whose answer was lost:
 /// `DESCONOCIDO`.
 async fn sent_in_doubt(db: &TestDb, order: &str) -> Attempt {
@@ -82,20 +141,7 @@ async fn finance_declines_a_sent_charge_only_on_the_gateways_word(b: Backend) {
         gw.charge(&call).await,
         ChargeOutcome::Approved { .. }
     ));
-    match finance::resolve(&db.store, &decline(&a)).await {
-        Err(ResolveError::OpenAtGateway(msg)) => assert!(
-            msg.contains("a charge that was sent") && msg.contains("once it is in EN_REVISION"),
-            "{msg}"
-        ),
-        other => panic!("a sent charge in doubt declined outright: {other:?}"),
-    }
-    let a = step(&db.store, &a, Event::ChecksExhausted, None).await;
-    let asked = finance::resolve(&db.store, &decline(&a)).await.unwrap();
-    assert_eq!(
-        (asked.state, asked.decline_code.as_deref()),
-        (State::EnRevision, None),
-        "asked for, not recorded"
-    );
+    let a = asked_for_in_review(&db, &a, "charge", &decline).await;
     engine(Duration::ZERO).process(a.id).await.unwrap();
     let made = db.store.load(a.id).await.unwrap().0;
     assert_eq!(
@@ -108,22 +154,7 @@ async fn finance_declines_a_sent_charge_only_on_the_gateways_word(b: Backend) {
     let a = sent_in_doubt(&db, "charge-doubt-2").await;
     let a = step(&db.store, &a, Event::ChecksExhausted, None).await;
     finance::resolve(&db.store, &decline(&a)).await.unwrap();
-    // Too soon after the send: the gateway may not show it yet.
-    engine(Duration::from_secs(60)).process(a.id).await.unwrap();
-    let waiting = db.store.load(a.id).await.unwrap().0;
-    assert_eq!(
-        (waiting.state, waiting.decline_code),
-        (State::EnRevision, None)
-    );
-    common::due_now(&db, a.id).await;
-    engine(Duration::ZERO).process(a.id).await.unwrap();
-    let declined = db.store.load(a.id).await.unwrap().0;
-    assert_eq!(
-        (declined.state, declined.decline_code.as_deref()),
-        (State::Rechazado, Some("not_found_at_gateway"))
-    );
-    let last = db.store.transitions(a.id).await.unwrap().pop().unwrap();
-    assert_eq!(last.cause, "finance_decline_confirmed");
+    confirmed_long_after_the_send(&db, &engine, a.id).await;
 
     // Never sent (no worker could send it): declined at once.
     let req = ChargeRequest::parse("charge-unsent", 4_990, "EUR", None, None).unwrap();
@@ -179,19 +210,7 @@ async fn finance_declines_a_sent_refund_only_on_the_gateways_word(b: Backend) {
         ChargeOutcome::Approved { .. }
     ));
     let r = step(&db.store, &r, Event::Unknown, None).await;
-    match finance::resolve(&db.store, &decline(&r)).await {
-        Err(ResolveError::OpenAtGateway(msg)) => {
-            assert!(msg.contains("once it is in EN_REVISION"), "{msg}")
-        }
-        other => panic!("a refund in doubt declined outright: {other:?}"),
-    }
-    let r = step(&db.store, &r, Event::ChecksExhausted, None).await;
-    let asked = finance::resolve(&db.store, &decline(&r)).await.unwrap();
-    assert_eq!(
-        (asked.state, asked.decline_code.as_deref()),
-        (State::EnRevision, None),
-        "asked for, not recorded"
-    );
+    let r = asked_for_in_review(&db, &r, "refund", &decline).await;
     assert!(
         ask_refund_err(&db.store, charge.id).await,
         "its amount stays held meanwhile"
@@ -213,29 +232,7 @@ async fn finance_declines_a_sent_refund_only_on_the_gateways_word(b: Backend) {
     let r = step(&db.store, &r, Event::Unknown, None).await;
     let r = step(&db.store, &r, Event::ChecksExhausted, None).await;
     finance::resolve(&db.store, &decline(&r)).await.unwrap();
-    // Too soon after the send: the gateway may not show it yet.
-    engine(Duration::from_secs(60)).process(r.id).await.unwrap();
-    let waiting = db.store.load(r.id).await.unwrap().0;
-    assert_eq!(
-        (waiting.state, waiting.decline_code),
-        (State::EnRevision, None)
-    );
-    let looked = db.store.checks(r.id).await.unwrap();
-    assert_eq!(
-        looked.last().map(|c| c.lookup_result.as_str()),
-        Some("not_found"),
-        "{looked:?}"
-    );
-    common::due_now(&db, r.id).await;
-    engine(Duration::ZERO).process(r.id).await.unwrap();
-    let declined = db.store.load(r.id).await.unwrap().0;
-    assert_eq!(declined.state, State::Rechazado);
-    assert_eq!(
-        declined.decline_code.as_deref(),
-        Some("not_found_at_gateway")
-    );
-    let last = db.store.transitions(r.id).await.unwrap().pop().unwrap();
-    assert_eq!(last.cause, "finance_decline_confirmed");
+    confirmed_long_after_the_send(&db, &engine, r.id).await;
     ask_refund(&db.store, charge.id, 2_000, "app").await;
     let refunds = common::ledger(&sim.url()).await.refunds;
     assert_eq!(

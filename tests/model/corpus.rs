@@ -28,6 +28,13 @@ const HASTY: Step = Step::Resolve {
     hasty: true,
 };
 
+/// Finance decides order 0's attempt in doubt by the gateway's dashboard.
+const DECIDES: Step = Step::Resolve {
+    order: 0,
+    check_now: false,
+    hasty: false,
+};
+
 /// Each case's name (what it drives) and its steps.
 pub fn cases() -> Vec<(&'static str, Vec<Step>)> {
     vec![
@@ -113,20 +120,12 @@ pub fn cases() -> Vec<(&'static str, Vec<Step>)> {
             [
                 enqueued_then(0, Net::Late),
                 vec![
-                    Step::Resolve {
-                        order: 0,
-                        check_now: false,
-                        hasty: false,
-                    },
+                    DECIDES,
                     Step::Wake {
                         order: 0,
                         net: Net::Down,
                     },
-                    Step::Resolve {
-                        order: 0,
-                        check_now: false,
-                        hasty: false,
-                    },
+                    DECIDES,
                     Step::Wake {
                         order: 0,
                         net: Net::Clean,
