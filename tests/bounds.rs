@@ -53,10 +53,8 @@ pub(crate) async fn approved(store: &Store, order: &str, amount: i64) -> Attempt
 }
 
 pub(crate) async fn in_review(store: &Store, order: &str, amount: i64) -> Attempt {
-    let a = charge(store, order, amount).await;
-    let a = step(store, &a, Event::Claim, None).await;
-    let a = step(store, &a, Event::Unknown, None).await;
-    step(store, &a, Event::ChecksExhausted, None).await
+    let req = ChargeRequest::parse(order, amount, "USD", None, None).unwrap();
+    in_review_of(store, &req).await
 }
 
 async fn post(url: String, key: &str, body: &str) -> (u16, Value) {

@@ -260,25 +260,7 @@ async fn the_simulator_sends_the_card_update_itself(b: Backend) {
     let secret = test_secret();
     let v = Verifier::from_env_value(Scheme::StandardWebhooks, &secret).unwrap();
     let web = web_with(&db.store, v.clone()).await;
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let sim = cobro::sim::spawn(
-        listener,
-        cobro::sim::SimConfig {
-            idempotent: true,
-            seed: 5,
-            faults: cobro::sim::Faults::default(),
-            per_order_draws: false,
-            webhooks: Some(cobro::sim::WebhookTarget {
-                url: format!("{}/webhooks/gateway", web.url),
-                signer: v,
-                copies: 2,
-                delay_ms: 0,
-                jitter_ms: 50,
-            }),
-        },
-    )
-    .await
-    .unwrap();
+    let sim = sim_with_webhooks(&web, v, cobro::sim::Faults::default(), 2, 50).await;
     let three_days = Duration::from_secs(3 * 86_400);
     let a = declined(
         &db.store,

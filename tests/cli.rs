@@ -198,12 +198,7 @@ async fn finance_retries_a_declined_order_from_the_command_line(b: Backend) {
     assert!(out.status.success(), "{}", text(&out.stderr));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["attempt_number"], 2);
-    let log = db.store.transitions(id).await.unwrap();
-    let last = log.last().unwrap();
-    assert_eq!(
-        (last.cause.as_str(), last.actor.as_str()),
-        ("retry_requested", "manual:ana")
-    );
+    assert_last_move(&db.store, id, "retry_requested", "manual:ana").await;
     // A worker looks it up and creates the retry it announced.
     let sim = start_sim(true, cobro::sim::Faults::default()).await;
     engine(&db.store, &sim.url(), "w")
@@ -219,12 +214,7 @@ async fn finance_retries_a_declined_order_from_the_command_line(b: Backend) {
     sim.shutdown().await;
     // Again: the order already has a live attempt.
     let out = cobro(&db.url, &args);
-    assert!(!out.status.success());
-    assert!(
-        text(&out.stderr).contains("already has a live attempt"),
-        "{}",
-        text(&out.stderr)
-    );
+    assert_fails_saying(&out, "already has a live attempt");
     db.drop_db().await;
 }
 
@@ -256,12 +246,7 @@ async fn refunds_from_the_command_line(b: Backend) {
     step(&db.store, &a, Event::Approved, Some("ch_cli")).await;
 
     let out = refund("0", "");
-    assert!(!out.status.success());
-    assert!(
-        text(&out.stderr).contains("amount_minor"),
-        "{}",
-        text(&out.stderr)
-    );
+    assert_fails_saying(&out, "amount_minor");
 
     let key = uuid::Uuid::new_v4().to_string();
     let first = refund("400", &key);
@@ -271,12 +256,7 @@ async fn refunds_from_the_command_line(b: Backend) {
     assert!(again.status.success(), "{}", text(&again.stderr));
     assert!(text(&again.stdout).starts_with("already requested"));
     let over = refund("501", "");
-    assert!(!over.status.success());
-    assert!(
-        text(&over.stderr).contains("exceeds"),
-        "{}",
-        text(&over.stderr)
-    );
+    assert_fails_saying(&over, "exceeds");
     assert_eq!(db.store.refunds_of(id).await.unwrap().len(), 1);
     db.drop_db().await;
 }
@@ -325,12 +305,7 @@ async fn finance_works_the_escalation_queue_from_the_command_line(b: Backend) {
         )
     };
     let stale = resolve(a.version - 1);
-    assert!(!stale.status.success());
-    assert!(
-        text(&stale.stderr).contains("changed since you looked"),
-        "{}",
-        text(&stale.stderr)
-    );
+    assert_fails_saying(&stale, "changed since you looked");
     // It was sent: the gateway may still be executing it, so the decline
     // is asked for, and a worker records it on the gateway's word.
     let ok = resolve(a.version);
@@ -346,12 +321,7 @@ async fn finance_works_the_escalation_queue_from_the_command_line(b: Backend) {
         (asked.state, asked.decline_code),
         (cobro::state::State::EnRevision, None)
     );
-    let log = db.store.transitions(id).await.unwrap();
-    let last = log.last().unwrap();
-    assert_eq!(
-        (last.cause.as_str(), last.actor.as_str()),
-        ("finance_decline_requested", "finance:ana")
-    );
+    assert_last_move(&db.store, id, "finance_decline_requested", "finance:ana").await;
     let out = cobro(&db.url, &["escalations", "summary", "--json"]);
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["queue"]["en_revision"], 1);
@@ -458,7 +428,6 @@ async fn finance_pages_the_queue_and_checks_again_now_from_the_command_line(b: B
         &db.url,
         &["escalations", "check-now", "--by", "ana", "--note", " "],
     );
-    assert!(!out.status.success());
-    assert!(text(&out.stderr).contains("note"), "{}", text(&out.stderr));
+    assert_fails_saying(&out, "note");
     db.drop_db().await;
 }

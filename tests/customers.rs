@@ -170,12 +170,7 @@ async fn the_cli_takes_customer_and_status_shows_it(b: Backend) {
     let mut bad = base.to_vec();
     bad.extend(["--customer", "5555555555554444"]);
     let out = cobro(&db.url, &bad);
-    assert!(!out.status.success());
-    assert!(
-        text(&out.stderr).contains("customer"),
-        "{}",
-        text(&out.stderr)
-    );
+    assert_fails_saying(&out, "customer");
     assert_eq!(db.attempts().await, 0, "nothing written");
 
     let mut good = base.to_vec();

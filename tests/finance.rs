@@ -11,7 +11,6 @@ use std::time::Duration;
 
 use cobro::domain::ChargeRequest;
 use cobro::finance::{self, Filter, Resolution, ResolveError, ResolveRequest};
-use cobro::gateway::Evidence;
 use cobro::sim::Faults;
 use cobro::state::{Event, State};
 use cobro::store::{Attempt, Change, Lease, Store};
@@ -31,17 +30,7 @@ on_both_backends!(
 /// An attempt whose checks ran out: EN_REVISION with a 503 as last evidence.
 async fn in_review(store: &Store, order: &str, amount: i64, currency: &str) -> Attempt {
     let req = ChargeRequest::parse(order, amount, currency, None, None).unwrap();
-    let a = enqueued(store, &req).await;
-    let a = step(store, &a, Event::Claim, None).await;
-    let a = step(store, &a, Event::Unknown, None).await;
-    let ev = Evidence {
-        call: "lookup".into(),
-        http_status: Some(503),
-        error_kind: "http_5xx".into(),
-        lookup_result: Some("failed".into()),
-        ..Evidence::default()
-    };
-    step_with_evidence(store, &a, Event::ChecksExhausted, &ev).await
+    in_review_of(store, &req).await
 }
 
 /// An attempt left DESCONOCIDO (young).
@@ -265,12 +254,7 @@ async fn the_api_resolves_as_the_signed_in_person_and_refuses_clearly(b: Backend
     // on the gateway's word.
     assert_eq!(status, 202, "{now}");
     assert_eq!(now["state"], "EN_REVISION");
-    let log = db.store.transitions(a.id).await.unwrap();
-    let last = log.last().unwrap();
-    assert_eq!(
-        (last.cause.as_str(), last.actor.as_str()),
-        ("finance_decline_requested", "finance:luis")
-    );
+    assert_last_move(&db.store, a.id, "finance_decline_requested", "finance:luis").await;
     let (status, err) =
         resolve(json!({"action": "check_now", "version": a.version, "note": "again"})).await;
     assert_refused(status, &err, 409, "version");
@@ -301,12 +285,7 @@ async fn the_api_resolves_as_the_signed_in_person_and_refuses_clearly(b: Backend
     assert_eq!(status, 202);
     assert_eq!(asked["retry_of"], a.id.to_string());
     assert_eq!(asked["attempt_number"], 2);
-    let log = db.store.transitions(a.id).await.unwrap();
-    let last = log.last().unwrap();
-    assert_eq!(
-        (last.cause.as_str(), last.actor.as_str()),
-        ("retry_requested", "finance:luis")
-    );
+    assert_last_move(&db.store, a.id, "retry_requested", "finance:luis").await;
     // A worker looks the declined attempt up, then creates the retry with
     // the key the answer named.
     let sim = start_sim(true, cobro::sim::Faults::default()).await;

@@ -94,9 +94,7 @@ async fn refusing_api() -> (String, Arc<Mutex<Vec<(String, String)>>>) {
             )
         }
     });
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, app).await });
+    let url = stand_in(app).await;
     (url, seen)
 }
 

@@ -94,11 +94,6 @@ async fn the_cli_lists_pages_and_shows_an_attempt(b: Backend) {
         &url,
         &["attempts", "show", &uuid::Uuid::new_v4().to_string()],
     );
-    assert!(!out.status.success());
-    assert!(
-        text(&out.stderr).contains("no attempt"),
-        "{}",
-        text(&out.stderr)
-    );
+    assert_fails_saying(&out, "no attempt");
     s.db.drop_db().await;
 }

@@ -11,7 +11,7 @@ mod common;
 use std::time::Duration;
 
 use cobro::domain::ChargeRequest;
-use cobro::state::{Event, State};
+use cobro::state::State;
 use cobro::store::{Attempt, Store};
 use common::*;
 
@@ -26,10 +26,7 @@ const COOKIE_B: &str = "cobro_signin=bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb";
 
 async fn in_review(store: &Store, order: &str) -> Attempt {
     let req = ChargeRequest::parse(order, 1_000, "USD", None, Some("pm_test")).unwrap();
-    let a = enqueued(store, &req).await;
-    let a = step(store, &a, Event::Claim, None).await;
-    let a = step(store, &a, Event::Unknown, None).await;
-    step(store, &a, Event::ChecksExhausted, None).await
+    in_review_of(store, &req).await
 }
 
 async fn pages_forbid_framing_and_escape_markup(b: Backend) {

@@ -262,23 +262,13 @@ async fn reconcile_from_the_command_line(b: Backend) {
         &sim.url(),
         &["reconcile", "--from", &to, "--to", &from],
     );
-    assert!(!backwards.status.success());
-    assert!(
-        text(&backwards.stderr).contains("must be after"),
-        "{}",
-        text(&backwards.stderr)
-    );
+    assert_fails_saying(&backwards, "must be after");
     let garbage = cobro(
         &db.url,
         &sim.url(),
         &["reconcile", "--from", "yesterday", "--to", &to],
     );
-    assert!(!garbage.status.success());
-    assert!(
-        text(&garbage.stderr).contains("RFC 3339"),
-        "{}",
-        text(&garbage.stderr)
-    );
+    assert_fails_saying(&garbage, "RFC 3339");
 
     set_faults(&sim.url(), &outage()).await;
     let down = cobro(

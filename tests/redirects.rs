@@ -33,11 +33,7 @@ async fn elsewhere() -> (String, Arc<AtomicUsize>) {
         seen.fetch_add(1, Ordering::SeqCst);
         async { axum::Json(json!({"status": "approved", "charge_id": "ch_elsewhere"})) }
     });
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, app).await });
+    let url = stand_in(app).await;
     (url, hits)
 }
 
@@ -68,12 +64,7 @@ async fn gateway(to: String, redirect_posts: bool) -> String {
             }
         }
     });
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    url
+    stand_in(app).await
 }
 
 async fn a_charge_answered_307_is_not_executed_and_never_sent_to_the_other_host(b: Backend) {

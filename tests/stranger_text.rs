@@ -32,12 +32,7 @@ async fn gateway(charge: (u16, Value), lookup: (u16, Value)) -> String {
         };
         async move { (StatusCode::from_u16(status).unwrap(), axum::Json(body)) }
     });
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind gateway");
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    url
+    stand_in(app).await
 }
 
 /// No text anywhere in `v` holds a NUL.

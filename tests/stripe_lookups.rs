@@ -94,9 +94,7 @@ async fn answer(
 async fn fake(f: Fake) -> (String, Shared) {
     let s: Shared = Arc::new(Mutex::new(f));
     let app = Router::new().fallback(answer).with_state(s.clone());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let url = stand_in(app).await;
     (url, s)
 }
 

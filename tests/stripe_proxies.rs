@@ -120,9 +120,7 @@ async fn stripe(create: Create, lost_confirms: usize) -> (String, Shared) {
             }
         }
     });
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let url = stand_in(app).await;
     (url, s)
 }
 

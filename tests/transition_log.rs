@@ -17,15 +17,14 @@ on_both_backends!(
     every_mark_of_a_refund_has_its_log_row,
 );
 
-fn req(order: &str, amount: i64, key: &str) -> ChargeRequest {
-    ChargeRequest::parse(order, amount, "USD", Some(key), None).unwrap()
+/// A charge of `amount` US cents for `order`, with a fresh key.
+fn req(order: &str, amount: i64) -> ChargeRequest {
+    ChargeRequest::parse(order, amount, "USD", None, None).unwrap()
 }
-
-const KEY: &str = "0f8b7c1e-4a52-4d0e-9a8e-3c5b2f1d7e60";
 
 async fn the_transition_log_is_append_only(b: Backend) {
     let db = TestDb::new(b).await;
-    db.store.enqueue(&req("o-1", 1000, KEY)).await.unwrap();
+    db.store.enqueue(&req("o-1", 1000)).await.unwrap();
     let statements: &[(&str, &str)] = &[
         (
             "UPDATE cobro.attempt_transitions SET cause = 'edited'",
@@ -66,7 +65,7 @@ async fn every_change_of_state_has_its_log_row(b: Backend) {
     let db = TestDb::new(b).await;
     let id = db
         .store
-        .enqueue(&req("o-1", 1000, KEY))
+        .enqueue(&req("o-1", 1000))
         .await
         .unwrap()
         .attempt_id;
@@ -152,7 +151,7 @@ async fn every_change_of_state_has_its_log_row(b: Backend) {
 /// writes nothing; one with its row goes through.
 async fn every_mark_of_a_refund_has_its_log_row(b: Backend) {
     let db = TestDb::new(b).await;
-    let charge = enqueued(&db.store, &req("o-marks", 3000, KEY)).await;
+    let charge = enqueued(&db.store, &req("o-marks", 3000)).await;
     let charge = step(&db.store, &charge, Event::Claim, None).await;
     let charge = step(&db.store, &charge, Event::Approved, Some("ch_marks")).await;
     let refund = |minor| ask_refund(&db.store, charge.id, minor, "test");

@@ -8,7 +8,7 @@ mod common;
 use std::time::Duration;
 
 use cobro::domain::ChargeRequest;
-use cobro::sim::{Faults, SimConfig, WebhookTarget};
+use cobro::sim::Faults;
 use cobro::state::State;
 use cobro::store::Store;
 use cobro::webhook::{Scheme, Verifier};
@@ -106,39 +106,12 @@ async fn seed_test_2_the_same_webhook_three_times_is_one_transition(b: Backend) 
     finish_web(web, db).await;
 }
 
-async fn sim_with_webhooks(
-    web: &Web,
-    secret: &str,
-    faults: Faults,
-    copies: u32,
-) -> cobro::sim::SimHandle {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    cobro::sim::spawn(
-        listener,
-        SimConfig {
-            idempotent: true,
-            seed: 3,
-            faults,
-            per_order_draws: false,
-            webhooks: Some(WebhookTarget {
-                url: format!("{}/webhooks/gateway", web.url),
-                signer: verifier(secret),
-                copies,
-                delay_ms: 0,
-                jitter_ms: 100,
-            }),
-        },
-    )
-    .await
-    .unwrap()
-}
-
 async fn the_simulator_delivering_each_event_three_times_still_moves_the_attempt_once(b: Backend) {
     init_logs();
     let db = TestDb::new(b).await;
     let secret = test_secret();
     let web = start_web(&db.store, verifier(&secret)).await;
-    let sim = sim_with_webhooks(&web, &secret, Faults::default(), 3).await;
+    let sim = sim_with_webhooks(&web, verifier(&secret), Faults::default(), 3, 100).await;
     let worker = spawn_worker(worker_args(&db.url, &sim.url()));
     let (id, _) = pending(&db.store, "wh-sim").await;
     eventually(Duration::from_secs(15), "three deliveries", || async {
@@ -183,7 +156,7 @@ async fn seed_test_3_an_approval_before_the_synchronous_answer_wins_once(b: Back
         hold_ms: 1_500,
         ..Faults::default()
     };
-    let sim = sim_with_webhooks(&web, &secret, faults, 1).await;
+    let sim = sim_with_webhooks(&web, verifier(&secret), faults, 1, 100).await;
     let mut args = worker_args(&db.url, &sim.url());
     args.gateway_link.timeout = Duration::from_secs(4);
     args.lease_ttl = Duration::from_secs(6);

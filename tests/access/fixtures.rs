@@ -60,10 +60,8 @@ pub async fn retry_pending(store: &Store, order: &str) -> Attempt {
 }
 
 pub async fn in_review(store: &Store, order: &str) -> Attempt {
-    let a = pending(store, order).await;
-    let a = step(store, &a, Event::Claim, None).await;
-    let a = step(store, &a, Event::Unknown, None).await;
-    step(store, &a, Event::ChecksExhausted, None).await
+    let req = ChargeRequest::parse(order, 1_000, "USD", None, Some("pm_test")).unwrap();
+    common::in_review_of(store, &req).await
 }
 
 pub async fn open_case(db: &TestDb, gateway_ref: &str) -> i64 {

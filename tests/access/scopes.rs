@@ -9,7 +9,9 @@ use reqwest::{Method, RequestBuilder, StatusCode};
 use serde_json::{Value, json};
 use uuid::Uuid;
 
-use super::common::{self, Backend, TestDb, finish_web, open_case_ids, secret, send_json, web_on};
+use super::common::{
+    self, Backend, TestDb, assert_last_move, finish_web, open_case_ids, secret, send_json, web_on,
+};
 use super::fixtures::{
     approved, client, declined, double_charge_case, form_token, in_review, open_case,
     retry_pending, snapshot,
@@ -337,12 +339,7 @@ async fn every_route_needs_a_credential_with_its_scope(b: Backend) {
     );
     // Finance's retry: the declined attempt's retry asked for, by its person.
     let declined = db.store.attempts_for_order("acc-declined").await.unwrap();
-    let log = db.store.transitions(declined[0].id).await.unwrap();
-    let asked = log.last().unwrap();
-    assert_eq!(
-        (asked.cause.as_str(), asked.actor.as_str()),
-        ("retry_requested", "finance:luis")
-    );
+    assert_last_move(&db.store, declined[0].id, "retry_requested", "finance:luis").await;
     assert_eq!(
         open_case_ids(&db.store).await,
         [doubled],

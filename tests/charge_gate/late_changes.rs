@@ -12,7 +12,8 @@ use cobro::webhook::{Scheme, Verifier};
 use serde_json::json;
 
 use super::common::{
-    self, Backend, TestDb, ask_refund, enqueued, finish_web, start_web, step, web_on,
+    self, Backend, TestDb, ask_refund, assert_last_move, enqueued, finish_web, start_web, step,
+    web_on,
 };
 use super::doors::post;
 
@@ -176,12 +177,7 @@ async fn finance_cannot_decline_a_payment_object_that_may_still_succeed(b: Backe
     let (status, body) = decline(&a).await;
     assert_eq!(status, 202, "{body}");
     assert_eq!(body["state"], "EN_REVISION");
-    let log = db.store.transitions(a.id).await.unwrap();
-    let last = log.last().unwrap();
-    assert_eq!(
-        (last.cause.as_str(), last.actor.as_str()),
-        ("finance_decline_requested", "finance:luis")
-    );
+    assert_last_move(&db.store, a.id, "finance_decline_requested", "finance:luis").await;
     let now = db.store.load(a.id).await.unwrap().0;
     assert_eq!(now.state, State::EnRevision);
     assert_eq!(now.decline_code, None);

@@ -47,7 +47,7 @@ pub async fn check_now(
 
 /// Moves `a` with `event` through the store's compare-and-set writer, as a
 /// worker would: a Claim takes a 30 s lease and, as a Resend, counts a send;
-/// `detail` is the gateway's charge id for Approved (default `ch_test`) or
+/// ChecksExhausted counts its failed lookup as a check; `detail` is the gateway's charge id for Approved (default `ch_test`) or
 /// the decline code for Declined. Panics if the write loses (no test races
 /// itself).
 pub async fn step(
@@ -90,6 +90,14 @@ async fn step_change(
             c.add_send = true;
         }
         Event::Resend => c.add_send = true,
+        // The failed lookup that ran out of checks, counted as one.
+        Event::ChecksExhausted => {
+            let now = chrono::Utc::now();
+            c.add_check = Some(cobro::store::CheckRecord {
+                scheduled_at: now,
+                started_at: now,
+            });
+        }
         Event::Approved => c.charge_id = Some(detail.unwrap_or("ch_test")),
         Event::Declined => c.decline_code = detail,
         _ => {}
@@ -120,6 +128,18 @@ pub async fn causes(store: &Store, id: Uuid) -> Vec<String> {
         .into_iter()
         .map(|t| t.cause)
         .collect()
+}
+
+/// Panics unless attempt `id`'s last transition was made for `cause` by
+/// `actor`.
+pub async fn assert_last_move(store: &Store, id: Uuid, cause: &str, actor: &str) {
+    let log = store.transitions(id).await.unwrap();
+    let last = log.last().expect("a transition");
+    assert_eq!(
+        (last.cause.as_str(), last.actor.as_str()),
+        (cause, actor),
+        "attempt {id}'s last move"
+    );
 }
 
 /// The ids of the open reconciliation cases.
@@ -209,47 +229,31 @@ pub async fn due_now(db: &TestDb, id: Uuid) {
     db.store.wake(id).await.unwrap();
 }
 
-/// A charge for `order` (49.90 EUR) moved to `EN_REVISION` as a worker
-/// would: claimed (a send counted), an unknown outcome (HTTP 503), then a
-/// failed lookup (recorded as a check) that exhausts the checks.
+/// A charge for `order` (49.90 EUR) in `EN_REVISION`: [`in_review_of`].
 pub async fn in_review(store: &Store, order: &str) -> cobro::store::Attempt {
-    use cobro::state::Event;
-    use cobro::store::{Applied, Change, CheckRecord, Lease};
     let req = cobro::domain::ChargeRequest::parse(order, 4_990, "EUR", None, None).unwrap();
-    let mut a = enqueued(store, &req).await;
-    for event in [Event::Claim, Event::Unknown, Event::ChecksExhausted] {
-        let mut c = Change::new(Some(event), "test", "worker:test");
-        let ev = cobro::gateway::Evidence {
-            call: "lookup".into(),
-            http_status: Some(503),
-            error_kind: "http_5xx".into(),
-            lookup_result: Some("failed".into()),
-            ..Default::default()
-        };
-        c.evidence = Some(&ev);
-        match event {
-            Event::Claim => {
-                c.lease = Lease::Take {
-                    owner: "test",
-                    ttl: Duration::from_secs(30),
-                };
-                c.add_send = true;
-            }
-            Event::ChecksExhausted => {
-                let now = chrono::Utc::now();
-                c.add_check = Some(CheckRecord {
-                    scheduled_at: now,
-                    started_at: now,
-                });
-            }
-            _ => {}
-        }
-        a = match store.apply(&a, &c).await.unwrap() {
-            Applied::Moved(now) => *now,
-            Applied::Lost => panic!("lost a race nobody runs"),
-        };
-    }
-    a
+    in_review_of(store, &req).await
+}
+
+/// The charge `req` enqueued and moved to `EN_REVISION` as a worker would:
+/// claimed (a send counted), an unknown outcome (HTTP 503), then a failed
+/// lookup (recorded as a check) that exhausts the checks.
+pub async fn in_review_of(
+    store: &Store,
+    req: &cobro::domain::ChargeRequest,
+) -> cobro::store::Attempt {
+    use cobro::state::Event;
+    let a = enqueued(store, req).await;
+    let a = step(store, &a, Event::Claim, None).await;
+    let a = step(store, &a, Event::Unknown, None).await;
+    let failed_lookup = cobro::gateway::Evidence {
+        call: "lookup".into(),
+        http_status: Some(503),
+        error_kind: "http_5xx".into(),
+        lookup_result: Some("failed".into()),
+        ..Default::default()
+    };
+    step_with_evidence(store, &a, Event::ChecksExhausted, &failed_lookup).await
 }
 
 /// A charge declined with `insufficient_funds` (3 000 USD minor units, on

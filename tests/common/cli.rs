@@ -50,6 +50,13 @@ pub fn assert_success(out: &Output) {
     assert!(out.status.success(), "{}", text(&out.stderr));
 }
 
+/// Panics unless the process failed with `words` in its stderr.
+pub fn assert_fails_saying(out: &Output, words: &str) {
+    let err = text(&out.stderr);
+    assert!(!out.status.success(), "it succeeded: {}", text(&out.stdout));
+    assert!(err.contains(words), "{err}");
+}
+
 /// A process's output as text (lossy).
 pub fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()

@@ -9,21 +9,60 @@ use cobro::gateway::{HttpGateway, HttpGatewayConfig};
 use cobro::sim::{Faults, Injection, Ledger, LedgerEntry, SimConfig, SimHandle};
 
 pub async fn start_sim(idempotent: bool, faults: Faults) -> SimHandle {
+    spawn_sim(SimConfig {
+        per_order_draws: false,
+        webhooks: None,
+        idempotent,
+        seed: 7,
+        faults,
+    })
+    .await
+}
+
+/// The simulator (honouring keys) that also delivers its outcomes to
+/// `web`'s `/webhooks/gateway`, signed by `signer`: each event `copies`
+/// times, up to `jitter_ms` apart.
+pub async fn sim_with_webhooks(
+    web: &super::Web,
+    signer: cobro::webhook::Verifier,
+    faults: Faults,
+    copies: u32,
+    jitter_ms: u64,
+) -> SimHandle {
+    spawn_sim(SimConfig {
+        idempotent: true,
+        seed: 3,
+        faults,
+        per_order_draws: false,
+        webhooks: Some(cobro::sim::WebhookTarget {
+            url: format!("{}/webhooks/gateway", web.url),
+            signer,
+            copies,
+            delay_ms: 0,
+            jitter_ms,
+        }),
+    })
+    .await
+}
+
+async fn spawn_sim(cfg: SimConfig) -> SimHandle {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind sim");
-    cobro::sim::spawn(
-        listener,
-        SimConfig {
-            per_order_draws: false,
-            webhooks: None,
-            idempotent,
-            seed: 7,
-            faults,
-        },
-    )
-    .await
-    .expect("start gateway simulator")
+    cobro::sim::spawn(listener, cfg)
+        .await
+        .expect("start gateway simulator")
+}
+
+/// A stand-in gateway (plain axum: the test writes its answers) on
+/// 127.0.0.1:0, serving until the test ends: its base URL.
+pub async fn stand_in(app: axum::Router) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind a stand-in gateway");
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    url
 }
 
 pub async fn ledger(sim_url: &str) -> Ledger {
