@@ -11,8 +11,9 @@
 //! `late_changes.rs` (what the gateway may change after we recorded an
 //! outcome), `finance_declines.rs` (finance's decline of what was sent),
 //! `after_creation.rs` (what holds an attempt that already exists),
-//! `resends.rs` (what holds a send after a lookup found nothing), and
-//! `doors.rs` (the requests they all send).
+//! `resends.rs` (what holds a send after a lookup found nothing),
+//! `rule_refusals.rs` (how a door answers a rule its code did not check
+//! first), and `doors.rs` (the requests they all send).
 
 #[macro_use]
 mod common;
@@ -36,3 +37,5 @@ mod late_changes;
 mod resends;
 #[path = "charge_gate/retries.rs"]
 mod retries;
+#[path = "charge_gate/rule_refusals.rs"]
+mod rule_refusals;

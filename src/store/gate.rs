@@ -100,6 +100,18 @@ pub(crate) fn refusal(e: &sqlx::Error) -> Option<(String, String)> {
         .then(|| ("22023".to_owned(), msg.to_owned()))
 }
 
+impl super::StoreError {
+    /// The database rule that refused the write, when one did: its code
+    /// and words ([`refusal`]). The transaction rolled back, so nothing
+    /// was written, and a retry meets the same rule.
+    pub fn rule_refusal(&self) -> Option<(String, String)> {
+        match self {
+            super::StoreError::Db(e) => refusal(e),
+            _ => None,
+        }
+    }
+}
+
 /// A refusal from SQLite worded as PostgreSQL's (the order, the attempt,
 /// the case, the reason, the maximum in major units). SQLite's trigger
 /// messages are constant strings (a schema whose `RAISE` takes an

@@ -86,12 +86,9 @@ pub(super) async fn cancel(
         Err(e @ CancelError::InFlight { .. }) => {
             error(StatusCode::CONFLICT, Some("order_id"), e.to_string())
         }
-        Err(CancelError::Store(e)) => super::unavailable(
-            e.is_missing_schema(),
-            "cancel failed",
-            &e,
-            "nothing was cancelled; retry",
-        ),
+        Err(CancelError::Store(e)) => {
+            super::db_failed(&e, "cancel failed", "nothing was cancelled; retry")
+        }
     })
 }
 

@@ -207,10 +207,9 @@ pub(super) async fn create(
             | EnqueueError::AlreadyApproved(_)
             | EnqueueError::Held(..)),
         ) => super::conflict(e.hold(), e.to_string()),
-        Err(EnqueueError::Db(e)) => super::unavailable(
-            crate::store::is_missing_schema(&e),
+        Err(EnqueueError::Db(e)) => super::db_failed(
+            &crate::store::StoreError::Db(e),
             "enqueue failed",
-            &e,
             "retry with the same key",
         ),
     })
@@ -244,12 +243,7 @@ pub(super) async fn show(State(app): AppState, Path(id): Path<String>) -> Respon
     match crate::finance::detail(&app.store, id).await {
         Ok(detail) => Json(detail).into_response(),
         Err(StoreError::NotFound(_)) => error(StatusCode::NOT_FOUND, None, "no such attempt"),
-        Err(e) => super::unavailable(
-            e.is_missing_schema(),
-            "reading an attempt failed",
-            &e,
-            "try again",
-        ),
+        Err(e) => super::db_failed(&e, "reading an attempt failed", "try again"),
     }
 }
 

@@ -102,7 +102,7 @@ pub(super) async fn show(State(app): AppState) -> Response {
     match app.store.pause_state().await {
         Ok(s) => Json(json!({ "paused": s.as_ref().is_some_and(|s| s.paused), "switch": s }))
             .into_response(),
-        Err(e) => unavailable(&e),
+        Err(e) => db_failed(&e),
     }
 }
 
@@ -113,10 +113,11 @@ async fn set(app: &super::App, caller: &Caller, paused: bool, reason: Option<&st
         .await
     {
         Ok(s) => Json(json!({ "paused": s.paused, "switch": s })).into_response(),
-        Err(e) => unavailable(&e),
+        Err(e) => db_failed(&e),
     }
 }
 
-fn unavailable(e: &crate::store::StoreError) -> Response {
-    super::unavailable(e.is_missing_schema(), "incident switch", e, "retry")
+/// The database failed: [`super::db_failed`].
+fn db_failed(e: &crate::store::StoreError) -> Response {
+    super::db_failed(e, "incident switch", "retry")
 }

@@ -160,18 +160,29 @@ impl<S: Send + Sync> axum::extract::FromRequestParts<S> for OrderInPath {
     }
 }
 
-/// 503 for a database failure. The driver's words (hosts, users, files)
-/// go to the log only; the caller reads `advice` ("retry with the same
-/// key", …), or, when the schema is missing or behind the binary, the fix:
-/// run `cobro migrate`.
-pub(crate) fn unavailable(
-    missing_schema: bool,
-    failed: &str,
-    e: &dyn std::fmt::Display,
-    advice: &str,
-) -> Response {
+/// A failed database call as the client reads it. When one of the
+/// database's rules refused the write (a `CB0..` code, listed in the
+/// errors reference), 409 with the rule's code and words (422 for input
+/// it refused as invalid): the transaction rolled back and a retry meets
+/// the same rule, so there is no "retry" to advise. When the schema is
+/// missing or behind the binary, 503 with the fix (`cobro migrate`). Else
+/// 503 with `advice` ("retry with the same key", …). The driver's words
+/// (hosts, users, files) go to the log only.
+pub(crate) fn db_failed(e: &crate::store::StoreError, failed: &str, advice: &str) -> Response {
+    if let Some((code, words)) = e.rule_refusal() {
+        tracing::warn!(%code, "{failed}: refused by a database rule: {words}");
+        let status = match code.as_str() {
+            "22023" => StatusCode::UNPROCESSABLE_ENTITY,
+            _ => StatusCode::CONFLICT,
+        };
+        let body = json!({
+            "error": format!("{words} (the database's rule {code} refused it; nothing was written)"),
+            "code": code,
+        });
+        return (status, Json(body)).into_response();
+    }
     tracing::warn!(error = %e, "{failed}");
-    let message = if missing_schema {
+    let message = if e.is_missing_schema() {
         format!(
             "the database schema is missing or older than this cobro: {}",
             crate::store::MIGRATE_HINT

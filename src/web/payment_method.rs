@@ -83,10 +83,9 @@ pub(super) async fn update(
             Some("payment_method"),
             reason,
         ),
-        Err(MethodUpdateError::Store(e)) => super::unavailable(
-            e.is_missing_schema(),
-            "payment-method update failed",
+        Err(MethodUpdateError::Store(e)) => super::db_failed(
             &e,
+            "payment-method update failed",
             "nothing was changed; retry",
         ),
     })

@@ -82,10 +82,9 @@ pub(super) async fn create(
         Err(RefundError::NotRefundable(m)) => error(StatusCode::CONFLICT, Some("attempt_id"), m),
         Err(RefundError::ExceedsCapture(m)) => error(StatusCode::CONFLICT, Some("amount_minor"), m),
         Err(RefundError::KeyReused(m)) => error(StatusCode::CONFLICT, Some(KEY), m),
-        Err(RefundError::Db(e)) => super::unavailable(
-            crate::store::is_missing_schema(&e),
+        Err(RefundError::Db(e)) => super::db_failed(
+            &crate::store::StoreError::Db(e),
             "refund request failed",
-            &e,
             "retry with the same key",
         ),
     })

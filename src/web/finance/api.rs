@@ -36,13 +36,9 @@ pub(super) fn attempt_id(raw: &str) -> Result<Uuid, Refusal> {
         .map_err(|_| error(StatusCode::BAD_REQUEST, Some("id"), "must be a UUID").into())
 }
 
-pub(super) fn unavailable(e: &StoreError) -> Response {
-    crate::web::unavailable(
-        e.is_missing_schema(),
-        "finance request failed",
-        e,
-        "try again",
-    )
+/// The database failed: [`crate::web::db_failed`].
+pub(super) fn db_failed(e: &StoreError) -> Response {
+    crate::web::db_failed(e, "finance request failed", "try again")
 }
 
 /// The query string of the queue's list: its filters and its page. (Not
@@ -150,7 +146,7 @@ pub(in crate::web) struct EscalationsPage {
 pub(super) fn queue_error(e: QueueError) -> Response {
     match e {
         QueueError::Invalid(e) => invalid(&e),
-        QueueError::Store(e) => unavailable(&e),
+        QueueError::Store(e) => db_failed(&e),
     }
 }
 
@@ -259,7 +255,7 @@ pub(in crate::web) async fn detail(State(fin): FinanceState, Path(id): Path<Stri
     Ok(match finance::detail(&fin.store, id).await {
         Ok(d) => Json(d).into_response(),
         Err(StoreError::NotFound(_)) => error(StatusCode::NOT_FOUND, Some("id"), "no such attempt"),
-        Err(e) => unavailable(&e),
+        Err(e) => db_failed(&e),
     })
 }
 
@@ -343,7 +339,7 @@ pub(super) fn resolve_error(e: ResolveError) -> Response {
         ResolveError::NotEscalated(m) | ResolveError::Busy(m) | ResolveError::OpenAtGateway(m) => {
             error(StatusCode::CONFLICT, None, m)
         }
-        ResolveError::Store(e) => unavailable(&e),
+        ResolveError::Store(e) => db_failed(&e),
     }
 }
 
@@ -424,7 +420,7 @@ pub(in crate::web) async fn retry(
             (StatusCode::ACCEPTED, Json(r)).into_response()
         }
         Err(RetryError::NotFound(m)) => error(StatusCode::NOT_FOUND, Some("id"), m),
-        Err(RetryError::Db(e)) => unavailable(&StoreError::Db(e)),
+        Err(RetryError::Db(e)) => db_failed(&StoreError::Db(e)),
         Err(refused) => conflict(refused.hold(), refused.to_string()),
     })
 }
@@ -452,6 +448,6 @@ struct RetryBody {
 pub(in crate::web) async fn summary(State(fin): FinanceState) -> Response {
     match finance::summarize(&fin.store, fin.cfg.stale_after, chrono::Utc::now()).await {
         Ok(s) => Json(s).into_response(),
-        Err(e) => unavailable(&e),
+        Err(e) => db_failed(&e),
     }
 }

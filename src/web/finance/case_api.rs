@@ -11,7 +11,7 @@ use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 
 use super::FinanceState;
-use super::api::{NOTE, body_as, unavailable};
+use super::api::{NOTE, body_as, db_failed};
 use crate::finance;
 use crate::http::Type;
 use crate::http::auth::Caller as Person;
@@ -124,7 +124,7 @@ pub(super) fn duplicate_error(e: RefundError) -> Response {
     match e {
         RefundError::Invalid(e) => invalid(&e),
         RefundError::NotFound(m) => error(StatusCode::NOT_FOUND, Some("id"), m),
-        RefundError::Db(e) => unavailable(&StoreError::Db(e)),
+        RefundError::Db(e) => db_failed(&StoreError::Db(e)),
         other => error(StatusCode::CONFLICT, Some("charge_id"), other.to_string()),
     }
 }
@@ -142,6 +142,6 @@ pub(super) fn case_error(e: CaseError) -> Response {
         ),
         CaseError::NotFound(_) => error(StatusCode::NOT_FOUND, Some("id"), e.to_string()),
         CaseError::AlreadyResolved { .. } => error(StatusCode::CONFLICT, None, e.to_string()),
-        CaseError::Store(e) => unavailable(&e),
+        CaseError::Store(e) => db_failed(&e),
     }
 }

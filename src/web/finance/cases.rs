@@ -12,7 +12,7 @@ use maud::{Markup, html};
 use serde::Deserialize;
 
 use super::FinanceState;
-use super::api::unavailable;
+use super::api::db_failed;
 use super::page::{form_token_ok, problem};
 use crate::finance::{self, CasesPage};
 use crate::http::auth::Caller as Person;
@@ -139,7 +139,7 @@ pub(in crate::web) async fn refund_duplicate(
             r.refund_id
         ))
         .into_response(),
-        Err(crate::store::RefundError::Db(e)) => unavailable(&crate::store::StoreError::Db(e)),
+        Err(crate::store::RefundError::Db(e)) => db_failed(&crate::store::StoreError::Db(e)),
         Err(e) => {
             let status = match e {
                 crate::store::RefundError::Invalid(_) => StatusCode::UNPROCESSABLE_ENTITY,
@@ -182,7 +182,7 @@ pub(in crate::web) async fn resolve(
     let closed = finance::resolve_case(&fin.store, id, &person.name, &form.note).await;
     Ok(match closed {
         Ok(_) => Redirect::to(&format!("/finance?resolved_case={id}")).into_response(),
-        Err(crate::store::CaseError::Store(e)) => unavailable(&e),
+        Err(crate::store::CaseError::Store(e)) => db_failed(&e),
         Err(e) => {
             let status = match e {
                 crate::store::CaseError::Invalid(_) => StatusCode::UNPROCESSABLE_ENTITY,

@@ -13,7 +13,7 @@ use serde::Deserialize;
 use uuid::Uuid;
 
 use super::FinanceState;
-use super::api::{attempt_id, unavailable};
+use super::api::{attempt_id, db_failed};
 use super::page::{form_token_ok, page};
 use crate::domain::decimal;
 use crate::finance::{self, Resolution, ResolveError, ResolveRequest};
@@ -55,7 +55,7 @@ async fn render_detail(
             let body = html! { p.note.err { "No such attempt." } };
             return (StatusCode::NOT_FOUND, page("Not found", person, body)).into_response();
         }
-        Err(e) => return unavailable(&e),
+        Err(e) => return db_failed(&e),
     };
     let a = &d.attempt;
     let (status_code, kind, lookup) = finance::last_evidence(a);
@@ -205,7 +205,7 @@ pub(in crate::web) async fn resolve(
     };
     Ok(match finance::resolve(&fin.store, &req).await {
         Ok(_) => Redirect::to(&format!("/finance?resolved={id}")).into_response(),
-        Err(ResolveError::Store(e)) => unavailable(&e),
+        Err(ResolveError::Store(e)) => db_failed(&e),
         Err(e) => {
             let status = match e {
                 ResolveError::Invalid(_) => StatusCode::UNPROCESSABLE_ENTITY,

@@ -8,7 +8,7 @@ use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
 
 use super::FinanceState;
-use super::api::{queue_error, unavailable};
+use super::api::{db_failed, queue_error};
 use crate::finance::{self, Filter};
 use crate::store::{Escalated, QueueCursor, QueueQuery, Store};
 
@@ -89,7 +89,7 @@ pub(in crate::web) async fn csv(
         .await
     {
         Ok(items) => items,
-        Err(e) => return unavailable(&e),
+        Err(e) => return db_failed(&e),
     };
     let export = Export {
         store: fin.store.clone(),

@@ -18,7 +18,7 @@ use maud::{Markup, html};
 use serde::Deserialize;
 
 use super::FinanceState;
-use super::api::unavailable;
+use super::api::db_failed;
 use crate::domain::decimal;
 use crate::finance::{self, Filter};
 use crate::http::auth::Caller as Person;
@@ -135,7 +135,7 @@ pub(in crate::web) async fn list(
     let queue =
         match finance::queue_page(&fin.store, fin.cfg.stale_after, &q.filter(), &request).await {
             Ok(page) => page,
-            Err(finance::QueueError::Store(e)) => return unavailable(&e),
+            Err(finance::QueueError::Store(e)) => return db_failed(&e),
             Err(finance::QueueError::Invalid(e)) => {
                 let status = StatusCode::UNPROCESSABLE_ENTITY;
                 return problem(status, "Escalation queue", &person, &e.to_string());
@@ -147,7 +147,7 @@ pub(in crate::web) async fn list(
     };
     let cases = match finance::cases_page(&fin.store, &cases_request, "cases_after").await {
         Ok(cases) => cases,
-        Err(finance::QueueError::Store(e)) => return unavailable(&e),
+        Err(finance::QueueError::Store(e)) => return db_failed(&e),
         Err(finance::QueueError::Invalid(e)) => {
             let status = StatusCode::UNPROCESSABLE_ENTITY;
             return problem(status, "Escalation queue", &person, &e.to_string());
@@ -302,7 +302,7 @@ pub(in crate::web) async fn check_now(
             ))
             .into_response()
         }
-        Err(finance::QueueError::Store(e)) => unavailable(&e),
+        Err(finance::QueueError::Store(e)) => db_failed(&e),
         Err(finance::QueueError::Invalid(e)) => {
             let body = html! {
                 p.note.err #problem { (e) ". Nothing was changed." }
@@ -396,6 +396,6 @@ pub(in crate::web) async fn summary(
             };
             page("Daily summary", &person, body).into_response()
         }
-        Err(e) => unavailable(&e),
+        Err(e) => db_failed(&e),
     }
 }

@@ -13,7 +13,7 @@ use chrono::{TimeDelta, Utc};
 use serde::Deserialize;
 
 use super::FinanceState;
-use super::api::unavailable;
+use super::api::db_failed;
 use crate::web::error;
 
 #[derive(Deserialize, utoipa::IntoParams)]
@@ -72,6 +72,6 @@ pub(in crate::web) async fn csv(State(fin): FinanceState, Query(p): Query<Params
             )
                 .into_response()
         }
-        Err(e) => unavailable(&e),
+        Err(e) => db_failed(&e),
     }
 }

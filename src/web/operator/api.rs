@@ -37,6 +37,6 @@ pub(in crate::web) async fn list(
         Err(SearchError::Invalid(e)) => {
             error(StatusCode::BAD_REQUEST, Some(e.field), e.to_string())
         }
-        Err(SearchError::Store(e)) => super::unavailable(&e),
+        Err(SearchError::Store(e)) => super::db_failed(&e),
     }
 }

@@ -41,12 +41,7 @@ pub(crate) fn router(store: Store, keys: Arc<ApiKeys>) -> Router {
         .with_state(state)
 }
 
-/// The database failed: 503 without its error (hosts, users: logs only).
-fn unavailable(e: &crate::store::StoreError) -> axum::response::Response {
-    super::unavailable(
-        e.is_missing_schema(),
-        "operator request failed",
-        e,
-        "try again",
-    )
+/// The database failed: [`super::db_failed`].
+fn db_failed(e: &crate::store::StoreError) -> axum::response::Response {
+    super::db_failed(e, "operator request failed", "try again")
 }

@@ -57,7 +57,7 @@ pub(in crate::web) async fn list(
             let found = match operator::search(&op.store, &s).await {
                 Ok(page) => Ok(page),
                 Err(SearchError::Invalid(e)) => Err(e.to_string()),
-                Err(SearchError::Store(e)) => return super::unavailable(&e),
+                Err(SearchError::Store(e)) => return super::db_failed(&e),
             };
             (s, found)
         }
@@ -192,7 +192,7 @@ pub(in crate::web) async fn detail(
             let body = html! { p.note.err #problem { "No such attempt." } };
             return (StatusCode::NOT_FOUND, page("Not found", &person, body)).into_response();
         }
-        Err(e) => return super::unavailable(&e),
+        Err(e) => return super::db_failed(&e),
     };
     let a = &d.attempt;
     let opt = |v: &Option<String>| v.clone().unwrap_or_else(|| "-".into());
