@@ -229,6 +229,47 @@ impl World {
     }
 }
 
+/// A door's answer: its status, its JSON body ([`answer`]), and whether it
+/// was a replay of a first answer (`Idempotent-Replayed`).
+struct Answered {
+    status: u16,
+    body: Value,
+    replayed: bool,
+}
+
+impl World {
+    /// `POST path` on the web process as `who` (a test key, by name), with
+    /// `key` as its `Idempotency-Key` when given.
+    async fn post(
+        &self,
+        who: &str,
+        path: &str,
+        key: Option<String>,
+        body: &Value,
+        expected: &[u16],
+    ) -> Answered {
+        let mut req = self
+            .http
+            .post(format!("{}{path}", self.web.url))
+            .bearer_auth(common::secret(who))
+            .json(body);
+        if let Some(key) = key {
+            req = req.header("Idempotency-Key", key);
+        }
+        let resp = req
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("POST {path}: {e}"));
+        let replayed = resp.headers().contains_key("idempotent-replayed");
+        let (status, body) = answer(resp, expected).await;
+        Answered {
+            status,
+            body,
+            replayed,
+        }
+    }
+}
+
 /// Status and JSON body of a door's answer. A status outside `expected`
 /// that is a server error (5xx) is recorded as the outcome, flagged; any
 /// other is a harness problem (a wrong route, key or body).

@@ -8,9 +8,8 @@ use cobro::store::{Backend, CancelReason};
 use serde_json::json;
 use uuid::Uuid;
 
-use super::super::common;
 use super::super::steps::{Key, Part};
-use super::{World, amount_of, answer, db_message, label, order_id, payment_method, short};
+use super::{Answered, World, amount_of, db_message, label, order_id, payment_method, short};
 
 impl World {
     fn key(&self, order: u8, key: Key) -> Uuid {
@@ -30,22 +29,25 @@ impl World {
 
     pub(super) async fn enqueue_http(&mut self, order: u8, key: Key) -> String {
         let key = self.key(order, key);
-        let resp = self
-            .http
-            .post(format!("{}/charges", self.web.url))
-            .bearer_auth(common::secret("app"))
-            .header("Idempotency-Key", key.to_string())
-            .json(&json!({
-                "order_id": order_id(order),
-                "amount_minor": amount_of(order),
-                "currency": "EUR",
-                "payment_method": payment_method(order),
-            }))
-            .send()
-            .await
-            .expect("POST /charges");
-        let replayed = resp.headers().contains_key("idempotent-replayed");
-        let (status, body) = answer(resp, &[201, 409, 422]).await;
+        let charge = json!({
+            "order_id": order_id(order),
+            "amount_minor": amount_of(order),
+            "currency": "EUR",
+            "payment_method": payment_method(order),
+        });
+        let Answered {
+            status,
+            body,
+            replayed,
+        } = self
+            .post(
+                "app",
+                "/charges",
+                Some(key.to_string()),
+                &charge,
+                &[201, 409, 422],
+            )
+            .await;
         if status != 201 {
             return format!("{status} {}", body["error"]);
         }
@@ -118,19 +120,11 @@ impl World {
 
     /// The app cancels the order with `reason` (`POST /orders/{id}/cancel`).
     pub(super) async fn cancel(&self, order: u8, reason: CancelReason) -> String {
-        let resp = self
-            .http
-            .post(format!(
-                "{}/orders/{}/cancel",
-                self.web.url,
-                order_id(order)
-            ))
-            .bearer_auth(common::secret("app"))
-            .json(&json!({ "reason": reason.as_str() }))
-            .send()
-            .await
-            .expect("POST /orders/{id}/cancel");
-        let (status, body) = answer(resp, &[200, 404, 409]).await;
+        let path = format!("/orders/{}/cancel", order_id(order));
+        let reason = json!({ "reason": reason.as_str() });
+        let Answered { status, body, .. } = self
+            .post("app", &path, None, &reason, &[200, 404, 409])
+            .await;
         match status {
             200 => format!(
                 "200 cancelled {} stopped {}",
@@ -170,16 +164,15 @@ impl World {
                 Err(e) => format!("refund of {}: refused: {e}", label(&charge)),
             };
         }
-        let resp = self
-            .http
-            .post(format!("{}/refunds", self.web.url))
-            .bearer_auth(common::secret("app"))
-            .header("Idempotency-Key", key.to_string())
-            .json(&json!({ "attempt_id": charge.id, "amount_minor": minor }))
-            .send()
-            .await
-            .expect("POST /refunds");
-        let (status, reply) = answer(resp, &[201, 404, 409, 422]).await;
+        let refund = json!({ "attempt_id": charge.id, "amount_minor": minor });
+        let expected = [201, 404, 409, 422];
+        let Answered {
+            status,
+            body: reply,
+            ..
+        } = self
+            .post("app", "/refunds", Some(key.to_string()), &refund, &expected)
+            .await;
         match status {
             201 => format!(
                 "201 refund {} of {minor} of {}",

@@ -12,7 +12,7 @@ use serde_json::json;
 
 use super::super::common;
 use super::super::steps::ORDERS;
-use super::{World, answer, label};
+use super::{Answered, World, label};
 
 impl World {
     /// Finance decides the order's attempt in doubt by the gateway's ledger
@@ -68,20 +68,15 @@ impl World {
             }
             _ => json!({"action": "check_now", "version": version, "note": "model: look again"}),
         };
-        let resp = self
-            .http
-            .post(format!(
-                "{}/finance/api/attempts/{}/resolve",
-                self.web.url, a.id
-            ))
-            .bearer_auth(common::secret("ana"))
-            .json(&body)
-            .send()
-            .await
-            .expect("POST /finance/api/attempts/{id}/resolve");
         // 202: a decline asked for (a payment object, or a sent charge or
         // refund, that may still succeed).
-        let (status, reply) = answer(resp, &[200, 202, 404, 409, 422]).await;
+        let path = format!("/finance/api/attempts/{}/resolve", a.id);
+        let expected = [200, 202, 404, 409, 422];
+        let Answered {
+            status,
+            body: reply,
+            ..
+        } = self.post("ana", &path, None, &body, &expected).await;
         let what = body["action"].as_str().unwrap_or("");
         match status {
             200 => format!("{what} {} {}: now {}", label(&a), a.state, reply["state"]),
@@ -97,20 +92,15 @@ impl World {
             return "no declined charge".into();
         }
         let a = &declined[usize::from(pick) % declined.len()];
-        let resp = self
-            .http
-            .post(format!(
-                "{}/finance/api/attempts/{}/retry",
-                self.web.url, a.id
-            ))
-            .bearer_auth(common::secret("luis"))
-            .json(&json!({}))
-            .send()
-            .await
-            .expect("POST /finance/api/attempts/{id}/retry");
         // 202: the declined attempt's retry is due now; a worker step looks
         // it up and makes the new attempt (if the rule still allows it).
-        let (status, reply) = answer(resp, &[202, 404, 409, 422]).await;
+        let path = format!("/finance/api/attempts/{}/retry", a.id);
+        let expected = [202, 404, 409, 422];
+        let Answered {
+            status,
+            body: reply,
+            ..
+        } = self.post("luis", &path, None, &json!({}), &expected).await;
         match status {
             202 => format!(
                 "retry of {}: 202 requested, number {} key {}",
@@ -202,18 +192,15 @@ impl World {
                 refunded.join(", ")
             ),
         };
-        let resp = self
-            .http
-            .post(format!(
-                "{}/finance/api/cases/{}/resolve",
-                self.web.url, c.id
-            ))
-            .bearer_auth(common::secret("ana"))
-            .json(&json!({ "note": note }))
-            .send()
-            .await
-            .expect("POST /finance/api/cases/{id}/resolve");
-        let (status, reply) = answer(resp, &[200, 404, 409, 422]).await;
+        let path = format!("/finance/api/cases/{}/resolve", c.id);
+        let expected = [200, 404, 409, 422];
+        let Answered {
+            status,
+            body: reply,
+            ..
+        } = self
+            .post("ana", &path, None, &json!({ "note": note }), &expected)
+            .await;
         format!(
             "case {} ({}): {status} {}{}",
             c.id,
