@@ -255,7 +255,8 @@ async fn run(backend: Backend) {
     // Every case's database is a copy of this one, migrated once.
     let template = common::TestDb::template(backend).await;
     let mut reports = Vec::new();
-    // Answers 5xx: no invariant, but worth a look (see the verbose output).
+    // Answers 5xx, or a rule's refusal the route did not check first: no
+    // invariant, but worth a look (see the verbose output).
     let mut server_errors = 0;
     let mut causes = BTreeSet::new();
     // The corpus first: the rarest holds, driven every run.
@@ -283,7 +284,7 @@ async fn run(backend: Backend) {
         server_errors += run
             .outcomes
             .iter()
-            .filter(|o| o.contains("SERVER ERROR"))
+            .filter(|o| o.contains("SERVER ERROR") || o.contains("RULE REFUSAL"))
             .count();
         causes.extend(run.causes.iter().cloned());
         let Some(failure) = &run.failure else {
@@ -330,7 +331,7 @@ async fn run(backend: Backend) {
         reports.join("\n")
     );
     println!(
-        "{name}: {} cases of {} steps, every invariant held ({:.1} s); {server_errors} steps answered 5xx",
+        "{name}: {} cases of {} steps, every invariant held ({:.1} s); {server_errors} steps answered 5xx or a rule's refusal",
         s.seeds.len(),
         s.steps,
         started.elapsed().as_secs_f64()

@@ -89,7 +89,11 @@ pub(crate) fn refusal(e: &sqlx::Error) -> Option<(String, String)> {
     {
         return Some((code.into_owned(), msg.to_owned()));
     }
-    // SQLite: "CB011: order ..." or "invalid amount_minor: ...".
+    // SQLite: a trigger's RAISE leads its message with the code ("CB011:
+    // order ...") or says "invalid amount_minor: ...". PostgreSQL's own
+    // errors (some also begin "invalid ": a corrupt page, a bad encoding)
+    // carry their SQLSTATE and are no rule of cobro's.
+    db.try_downcast_ref::<sqlx::sqlite::SqliteError>()?;
     if let Some((lead, rest)) = msg.split_once(": ")
         && lead.len() == 5
         && lead.starts_with("CB")

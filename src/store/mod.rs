@@ -66,6 +66,7 @@ pub use change::{Applied, Change, CheckRecord, Lease, NoticeKind};
 pub use contradiction::{Contradiction, Marked, RefundMark};
 pub use enqueue::{EnqueueError, Enqueued};
 pub use escalation::{Escalated, QueueCursor, QueueQuery, Totals};
+pub(crate) use gate::invalid_from_message;
 pub use gate::{Hold, send_held};
 pub use listing::{AttemptFilter, AttemptKind};
 pub use lite::enqueue_charge as enqueue_charge_sqlite;

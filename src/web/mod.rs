@@ -160,26 +160,48 @@ impl<S: Send + Sync> axum::extract::FromRequestParts<S> for OrderInPath {
     }
 }
 
-/// A failed database call as the client reads it. When one of the
-/// database's rules refused the write (a `CB0..` code, listed in the
-/// errors reference), 409 with the rule's code and words (422 for input
-/// it refused as invalid): the transaction rolled back and a retry meets
-/// the same rule, so there is no "retry" to advise. When the schema is
-/// missing or behind the binary, 503 with the fix (`cobro migrate`). Else
-/// 503 with `advice` ("retry with the same key", …). The driver's words
-/// (hosts, users, files) go to the log only.
+/// A failed database call as the client reads it. A refusal by one of the
+/// database's rules (errors reference) that the route's own check did not
+/// meet first (a race it lost, a rule added to the database): the
+/// transaction rolled back and a retry meets the same rule, so no "retry"
+/// is advised. A rule a request can run into (the order's or attempt's
+/// state, a key, an amount) is a 409 with its code and words, `CB404` a
+/// 404, bad input a 422 naming the field; a rule only cobro's own writes
+/// can break (a missing log row, `CB021`; a settlement rewritten, `CB030`;
+/// the isolation level, `CB013`) is a 500 whose words go to the log only.
+/// When the schema is missing or behind the binary, 503 with the fix
+/// (`cobro migrate`); else 503 with `advice` ("retry with the same key",
+/// …). The driver's words (hosts, users, files) go to the log only.
 pub(crate) fn db_failed(e: &crate::store::StoreError, failed: &str, advice: &str) -> Response {
+    /// The rules a request can run into: 409 with their words.
+    const CONFLICTS: [&str; 12] = [
+        "CB001", "CB002", "CB003", "CB005", "CB006", "CB007", "CB008", "CB010", "CB011", "CB012",
+        "CB020", "CB409",
+    ];
     if let Some((code, words)) = e.rule_refusal() {
-        tracing::warn!(%code, "{failed}: refused by a database rule: {words}");
-        let status = match code.as_str() {
-            "22023" => StatusCode::UNPROCESSABLE_ENTITY,
-            _ => StatusCode::CONFLICT,
+        let answer = |status: StatusCode| {
+            let message =
+                format!("{words} (the database's rule {code} refused it; nothing was written)");
+            (status, Json(json!({ "error": message, "code": code }))).into_response()
         };
-        let body = json!({
-            "error": format!("{words} (the database's rule {code} refused it; nothing was written)"),
-            "code": code,
-        });
-        return (status, Json(body)).into_response();
+        if code == "22023" {
+            return invalid(&crate::store::invalid_from_message(&words));
+        }
+        if code == "CB404" {
+            return answer(StatusCode::NOT_FOUND);
+        }
+        if CONFLICTS.contains(&code.as_str()) {
+            tracing::warn!(%code, "{failed}: refused by a database rule: {words}");
+            return answer(StatusCode::CONFLICT);
+        }
+        tracing::error!(%code, "{failed}: a write of cobro's own broke a database rule: {words}");
+        return error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            None,
+            format!(
+                "a write of cobro's own broke the database's rule {code}: a defect in cobro, not in the request; nothing was written, and the server's log has the details"
+            ),
+        );
     }
     tracing::warn!(error = %e, "{failed}");
     let message = if e.is_missing_schema() {

@@ -1,44 +1,59 @@
 //! A refusal by one of the database's rules, reaching a door whose code
 //! did not refuse first (a race the code's check lost, a rule added to the
-//! database later), is answered as what it is: 409 with the rule's code
-//! and words, nothing written, never the 503 "the database is not
-//! available; retry" of an outage, since a retry meets the same rule.
+//! database later), is answered as what it is, nothing written, never the
+//! 503 "the database is not available; retry" of an outage (a retry meets
+//! the same rule): a rule a request can run into is a 409 with its code
+//! and words; one only cobro's own writes can break is a 500 whose words
+//! stay in the log.
 
 use cobro::domain::ChargeRequest;
 use cobro::state::State;
+use cobro::store::StoreError;
 use serde_json::{Value, json};
 
 use super::common::{self, Backend, TestDb, enqueued, finish_web, in_review_of, web_on};
 use super::doors::post;
 
-on_both_backends!(a_rule_the_code_did_not_check_first_is_a_409_naming_it);
+on_both_backends!(a_rule_the_code_did_not_check_first_is_answered_as_what_it_is);
 
-/// A rule that refuses every change of an attempt, raised as the
-/// database's own rules are (PostgreSQL: its code as SQLSTATE; SQLite: its
-/// code leading the message).
-async fn add_a_rule_the_code_does_not_know(db: &TestDb) {
-    const WORDS: &str = "attempts are frozen for an audit";
-    db.exec(
-        "CREATE FUNCTION cobro.test_frozen() RETURNS trigger LANGUAGE plpgsql AS $$
-         BEGIN
-           RAISE EXCEPTION 'attempts are frozen for an audit' USING ERRCODE = 'CB020';
-         END $$",
-        "CREATE TRIGGER test_frozen BEFORE UPDATE ON payment_attempts
-         BEGIN SELECT RAISE(ABORT, 'CB020: attempts are frozen for an audit'); END",
-        &[],
-    )
-    .await
-    .expect(WORDS);
-    if db.backend == Backend::Postgres {
-        db.exec(
-            "CREATE TRIGGER test_frozen BEFORE UPDATE ON cobro.payment_attempts
-             FOR EACH ROW EXECUTE FUNCTION cobro.test_frozen()",
-            "",
-            &[],
-        )
-        .await
-        .expect(WORDS);
-    }
+/// A rule of the database's that cobro's code does not know: every change
+/// of an attempt refused with CB020, a rule a request can run into.
+const FROZEN: [&str; 2] = [
+    "CREATE OR REPLACE FUNCTION cobro.test_rule() RETURNS trigger LANGUAGE plpgsql AS $$
+     BEGIN
+       RAISE EXCEPTION 'attempts are frozen for an audit' USING ERRCODE = 'CB020';
+     END $$",
+    "CREATE TRIGGER test_rule BEFORE UPDATE ON payment_attempts
+     BEGIN SELECT RAISE(ABORT, 'CB020: attempts are frozen for an audit'); END",
+];
+
+/// The same with CB021, a rule only a write of cobro's own can break (here
+/// its words name a table: they must reach the log only).
+const BROKEN: [&str; 2] = [
+    "CREATE OR REPLACE FUNCTION cobro.test_rule() RETURNS trigger LANGUAGE plpgsql AS $$
+     BEGIN
+       RAISE EXCEPTION 'no row in cobro.attempt_transitions (test)' USING ERRCODE = 'CB021';
+     END $$",
+    "CREATE TRIGGER test_rule BEFORE UPDATE ON payment_attempts
+     BEGIN SELECT RAISE(ABORT, 'CB021: no row in attempt_transitions (test)'); END",
+];
+
+/// Puts `rule` in force on the attempts, in place of any earlier one,
+/// raised as the database's own rules are (PostgreSQL: its code as
+/// SQLSTATE; SQLite: its code leading the message).
+async fn in_force(db: &TestDb, [pg, lite]: [&'static str; 2]) {
+    // One transaction, on one connection: a connection whose schema is
+    // stale would not see the old trigger dropped.
+    let statements: &[&str] = match db.backend {
+        Backend::Postgres => &[
+            "DROP TRIGGER IF EXISTS test_rule ON cobro.payment_attempts",
+            pg,
+            "CREATE TRIGGER test_rule BEFORE UPDATE ON cobro.payment_attempts
+             FOR EACH ROW EXECUTE FUNCTION cobro.test_rule()",
+        ],
+        Backend::Sqlite => &["DROP TRIGGER IF EXISTS test_rule", lite],
+    };
+    db.in_one_tx(statements, &[]).await.expect(pg);
 }
 
 fn assert_refused_by_the_rule(what: &str, (status, body): &(u16, Value)) {
@@ -55,13 +70,13 @@ fn assert_refused_by_the_rule(what: &str, (status, body): &(u16, Value)) {
     );
 }
 
-async fn a_rule_the_code_did_not_check_first_is_a_409_naming_it(b: Backend) {
+async fn a_rule_the_code_did_not_check_first_is_answered_as_what_it_is(b: Backend) {
     let db = TestDb::new(b).await;
     let unsent = ChargeRequest::parse("rule-unsent", 1_000, "USD", None, None).unwrap();
     let unsent = enqueued(&db.store, &unsent).await;
     let review = ChargeRequest::parse("rule-review", 2_000, "USD", None, None).unwrap();
     let review = in_review_of(&db.store, &review).await;
-    add_a_rule_the_code_does_not_know(&db).await;
+    in_force(&db, FROZEN).await;
     let web = web_on(&db.store).await;
 
     // The cancel's own check lets an unsent attempt be cancelled; the rule
@@ -85,5 +100,60 @@ async fn a_rule_the_code_did_not_check_first_is_a_409_naming_it(b: Backend) {
         (now.state, now.version),
         (State::EnRevision, review.version)
     );
+
+    // A rule only cobro's own writes can break: a defect, 500, its words
+    // in the log only.
+    in_force(&db, BROKEN).await;
+    let body = json!({"reason": "customer_request"});
+    let (status, body) = post(&web, "/orders/rule-unsent/cancel", "app", None, body).await;
+    assert_eq!(status, 500, "{body}");
+    let msg = body["error"].as_str().unwrap_or_default();
+    assert!(
+        msg.contains("CB021") && msg.contains("defect in cobro"),
+        "{msg}"
+    );
+    assert!(
+        !msg.contains("attempt_transitions"),
+        "the rule's words: {msg}"
+    );
+    let (now, _) = db.store.load(unsent.id).await.unwrap();
+    assert_eq!((now.state, now.cancel_reason), (State::Pendiente, None));
     finish_web(web, db).await;
+}
+
+/// PostgreSQL's own errors are no rule of cobro's, even when their words
+/// begin as cobro's bad-input refusals do ("invalid …"): only their code
+/// is read. SQLite's trigger messages are read for a code.
+#[tokio::test]
+async fn only_cobros_rules_are_read_as_refusals() {
+    let lite = TestDb::new(Backend::Sqlite).await;
+    let mut conn = lite.store.sqlite_pool().unwrap().acquire().await.unwrap();
+    for sql in [
+        "CREATE TEMP TABLE t (x INTEGER)",
+        "CREATE TEMP TRIGGER t_refuses BEFORE INSERT ON t
+         BEGIN SELECT RAISE(ABORT, 'invalid amount_minor: too large'); END",
+    ] {
+        sqlx::query(sql).execute(&mut *conn).await.unwrap();
+    }
+    let raised = sqlx::query("INSERT INTO t VALUES (1)")
+        .execute(&mut *conn)
+        .await
+        .unwrap_err();
+    drop(conn);
+    let read = StoreError::Db(raised).rule_refusal();
+    assert_eq!(read.map(|(code, _)| code).as_deref(), Some("22023"));
+    lite.drop_db().await;
+    let Some(db) = common::postgres_db().await else {
+        return;
+    };
+    let native = sqlx::query("SELECT 'abc'::int")
+        .execute(db.store.pg_pool().unwrap())
+        .await
+        .unwrap_err();
+    assert!(
+        native.to_string().contains("invalid input syntax"),
+        "{native}"
+    );
+    assert_eq!(StoreError::Db(native).rule_refusal(), None);
+    db.drop_db().await;
 }

@@ -272,7 +272,9 @@ impl World {
 
 /// Status and JSON body of a door's answer. A status outside `expected`
 /// that is a server error (5xx) is recorded as the outcome, flagged; any
-/// other is a harness problem (a wrong route, key or body).
+/// other is a harness problem (a wrong route, key or body). So is, flagged,
+/// a refusal by a database rule the route's own check did not meet first
+/// (its body names the rule's `code`): the code and the database disagree.
 async fn answer(resp: reqwest::Response, expected: &[u16]) -> (u16, Value) {
     let status = resp.status().as_u16();
     let body: Value = resp.json().await.unwrap_or(Value::Null);
@@ -282,6 +284,10 @@ async fn answer(resp: reqwest::Response, expected: &[u16]) -> (u16, Value) {
     );
     if status >= 500 && !expected.contains(&status) {
         let flagged = json!({ "error": format!("SERVER ERROR {status}: {body}") });
+        return (status, flagged);
+    }
+    if body.get("code").is_some() {
+        let flagged = json!({ "error": format!("RULE REFUSAL {status}: {body}") });
         return (status, flagged);
     }
     (status, body)
