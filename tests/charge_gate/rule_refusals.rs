@@ -14,7 +14,10 @@ use serde_json::{Value, json};
 use super::common::{self, Backend, TestDb, enqueued, finish_web, in_review_of, web_on};
 use super::doors::post;
 
-on_both_backends!(a_rule_the_code_did_not_check_first_is_answered_as_what_it_is);
+on_both_backends!(
+    a_rule_the_code_did_not_check_first_is_answered_as_what_it_is,
+    a_gateway_ref_changed_is_refused_with_its_code,
+);
 
 /// A rule of the database's that cobro's code does not know: every change
 /// of an attempt refused with CB020, a rule a request can run into.
@@ -160,5 +163,33 @@ async fn only_cobros_rules_are_read_as_refusals() {
         "{native}"
     );
     assert_eq!(StoreError::Db(native).rule_refusal(), None);
+    db.drop_db().await;
+}
+
+/// `gateway_ref`'s set-once rule names its code on both backends (CB008),
+/// so a door reads it as a rule's refusal, never as an outage.
+async fn a_gateway_ref_changed_is_refused_with_its_code(b: Backend) {
+    let db = TestDb::new(b).await;
+    let req = ChargeRequest::parse("rule-ref", 1_000, "USD", None, None).unwrap();
+    let a = enqueued(&db.store, &req).await;
+    let id = a.id.to_string();
+    let set = match b {
+        Backend::Postgres => {
+            "UPDATE cobro.payment_attempts SET gateway_ref = $2 WHERE id = $1::uuid"
+        }
+        Backend::Sqlite => "UPDATE payment_attempts SET gateway_ref = ?2 WHERE id = ?1",
+    };
+    db.in_one_tx(&[set], &[&id, "pi_first"])
+        .await
+        .expect("first set");
+    let refused = db
+        .in_one_tx(&[set], &[&id, "pi_second"])
+        .await
+        .expect_err("changed");
+    let (code, words) = StoreError::Db(refused)
+        .rule_refusal()
+        .expect("a rule's refusal");
+    assert_eq!(code, "CB008", "{words}");
+    assert!(words.contains("set once"), "{words}");
     db.drop_db().await;
 }
