@@ -184,24 +184,24 @@ pub(crate) fn db_failed(e: &crate::store::StoreError, failed: &str, advice: &str
                 format!("{words} (the database's rule {code} refused it; nothing was written)");
             (status, Json(json!({ "error": message, "code": code }))).into_response()
         };
-        if code == "22023" {
-            return invalid(&crate::store::invalid_from_message(&words));
-        }
-        if code == "CB404" {
-            return answer(StatusCode::NOT_FOUND);
-        }
-        if CONFLICTS.contains(&code.as_str()) {
-            tracing::warn!(%code, "{failed}: refused by a database rule: {words}");
-            return answer(StatusCode::CONFLICT);
-        }
-        tracing::error!(%code, "{failed}: a write of cobro's own broke a database rule: {words}");
-        return error(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            None,
-            format!(
-                "a write of cobro's own broke the database's rule {code}: a defect in cobro, not in the request; nothing was written, and the server's log has the details"
-            ),
-        );
+        return match code.as_str() {
+            "22023" => invalid(&crate::store::invalid_from_message(&words)),
+            "CB404" => answer(StatusCode::NOT_FOUND),
+            c if CONFLICTS.contains(&c) => {
+                tracing::warn!(%code, "{failed}: refused by a database rule: {words}");
+                answer(StatusCode::CONFLICT)
+            }
+            _ => {
+                tracing::error!(%code, "{failed}: a write of cobro's own broke a database rule: {words}");
+                error(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    None,
+                    format!(
+                        "a write of cobro's own broke the database's rule {code}: a defect in cobro, not in the request; nothing was written, and the server's log has the details"
+                    ),
+                )
+            }
+        };
     }
     tracing::warn!(error = %e, "{failed}");
     let message = if e.is_missing_schema() {
