@@ -17,6 +17,23 @@
 /// `on_db!(self, recon::cases(open_only))` is
 /// `pg::recon::cases(pool, open_only).await` on PostgreSQL and
 /// `lite::recon::cases(pool, open_only).await` on SQLite.
+/// [`on_db!`] for a read written once for both databases (generic over the
+/// backend, in `store::$m`) with the SQL its backend holds:
+/// `on_db_sql!(store, webhooks::counts[COUNTS]())` calls
+/// `webhooks::counts(pool, pg::webhooks::COUNTS)` or the SQLite twin.
+macro_rules! on_db_sql {
+    ($store:expr, $m:ident :: $step:ident [$($sql:ident),+] ( $($arg:expr),* $(,)? )) => {
+        match &$store.db {
+            $crate::store::Db::Pg(p) => {
+                $crate::store::$m::$step(p, $($crate::store::pg::$m::$sql,)+ $($arg),*).await
+            }
+            $crate::store::Db::Lite(p) => {
+                $crate::store::$m::$step(p, $($crate::store::lite::$m::$sql,)+ $($arg),*).await
+            }
+        }
+    };
+}
+
 macro_rules! on_db {
     ($store:expr, $($step:ident)::+ ( $($arg:expr),* $(,)? )) => {
         match &$store.db {

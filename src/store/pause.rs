@@ -57,7 +57,8 @@ impl Store {
 /// statements of a backend (`sql`), each bound to the same three values.
 pub(crate) async fn set<DB>(
     tx: &mut DB::Connection,
-    sql: [&'static str; 2],
+    set: &'static str,
+    log: &'static str,
     paused: bool,
     actor: &str,
     reason: Option<&str>,
@@ -68,7 +69,7 @@ where
     for<'q> &'q str: Encode<'q, DB> + Type<DB>,
     for<'q> Option<&'q str>: Encode<'q, DB> + Type<DB>,
 {
-    for sql in sql {
+    for sql in [set, log] {
         sqlx::query(sql)
             .bind(paused)
             .bind(actor)

@@ -37,6 +37,21 @@ pub(crate) enum Tx {
     Lite(Transaction<'static, Sqlite>),
 }
 
+/// Runs a step written once for both databases (generic over the backend,
+/// in `store::$m`) with the SQL its backend holds:
+/// `on_sql!(tx, poison::write[WRITE](f, case_id))` calls
+/// `poison::write::<Postgres>(conn, pg::poison::WRITE, f, case_id)` or the
+/// same with `Sqlite` and `lite::poison::WRITE`. The Rust is written once;
+/// only the SQL text is written per backend.
+macro_rules! on_sql {
+    ($tx:expr, $m:ident :: $step:ident [$($sql:ident),+] ( $($arg:expr),* $(,)? )) => {
+        match $tx {
+            Tx::Pg(t) => super::$m::$step::<Postgres>(t, $(pg::$m::$sql,)+ $($arg),*).await,
+            Tx::Lite(t) => super::$m::$step::<Sqlite>(t, $(lite::$m::$sql,)+ $($arg),*).await,
+        }
+    };
+}
+
 /// Runs the backend's own step: `on!(tx, webhooks::insert_event(ev))` calls
 /// `pg::webhooks::insert_event(conn, ev)` or `lite::webhooks::…`.
 macro_rules! on {
@@ -150,7 +165,7 @@ impl Tx {
         gateway: &str,
         new: &BreakerRow,
     ) -> Result<(), StoreError> {
-        on!(self, breaker::write(gateway, new))
+        on_sql!(self, breaker::write[WRITE](gateway, new))
     }
 
     /// Appends `ev` to the breaker's log.
@@ -161,7 +176,7 @@ impl Tx {
         actor: &str,
         at: DateTime<Utc>,
     ) -> Result<(), StoreError> {
-        on!(self, breaker::log_event(gateway, ev, actor, at))
+        on_sql!(self, breaker::log_event[LOG_EVENT](gateway, ev, actor, at))
     }
 
     /// Records one settled charge; true when it is new.
@@ -179,7 +194,7 @@ impl Tx {
         actor: &str,
         reason: Option<&str>,
     ) -> Result<(), StoreError> {
-        on!(self, pause::set(paused, actor, reason))
+        on_sql!(self, pause::set[SET, LOG](paused, actor, reason))
     }
 
     /// What is known of the attempt's failed wake-ups (locked), and its case.
@@ -201,7 +216,7 @@ impl Tx {
         f: &Failed<'_>,
         case_id: Option<i64>,
     ) -> Result<(), StoreError> {
-        on!(self, poison::write(f, case_id))
+        on_sql!(self, poison::write[WRITE](f, case_id))
     }
 
     /// A reconciliation case as the duplicate's refund reads it, locked.

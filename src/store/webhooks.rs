@@ -411,12 +411,12 @@ impl Store {
 
     /// (accepted events, rejected deliveries) stored so far.
     pub async fn webhook_counts(&self) -> Result<(i64, i64), StoreError> {
-        on_db!(self, webhooks::counts())
+        on_db_sql!(self, webhooks::counts[COUNTS]())
     }
 
     /// The reasons of every rejected delivery, oldest first.
     pub async fn rejected_webhook_reasons(&self) -> Result<Vec<String>, StoreError> {
-        on_db!(self, webhooks::rejected_reasons())
+        on_db_sql!(self, webhooks::rejected_reasons[REJECTED_REASONS]())
     }
 }
 

@@ -6,12 +6,12 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use sqlx::sqlite::SqliteRow;
-use sqlx::{Row, Sqlite, SqliteConnection, SqlitePool};
+use sqlx::{Row, SqliteConnection, SqlitePool};
 
 use super::{ms, push_wake, uuid};
 use crate::state::State;
 use crate::store::StoreError;
-use crate::store::breaker::{self, BreakerEvent, BreakerRow, GatewayHealth};
+use crate::store::breaker::{BreakerRow, GatewayHealth};
 
 fn row(r: &SqliteRow) -> Result<BreakerRow, StoreError> {
     let at = |c: &str| -> Result<Option<DateTime<Utc>>, StoreError> {
@@ -63,31 +63,13 @@ pub(crate) async fn locked(
     row(&found)
 }
 
-pub(crate) async fn write(
-    tx: &mut SqliteConnection,
-    gateway: &str,
-    new: &BreakerRow,
-) -> Result<(), StoreError> {
-    breaker::write::<Sqlite>(tx, WRITE, gateway, new).await
-}
-
-const WRITE: &str = "UPDATE gateway_breakers SET
+pub(crate) const WRITE: &str = "UPDATE gateway_breakers SET
             state = ?2, failures = ?3, failing_since = ?4, last_failure = ?5,
             last_failure_at = ?6, last_answer_at = ?7, opened_at = ?8, closed_at = ?9,
             next_probe_at = ?10, probes = ?11, next_rewake_at = ?12
           WHERE gateway = ?1";
 
-pub(crate) async fn log_event(
-    tx: &mut SqliteConnection,
-    gateway: &str,
-    ev: &BreakerEvent,
-    actor: &str,
-    at: DateTime<Utc>,
-) -> Result<(), StoreError> {
-    breaker::log_event::<Sqlite>(tx, LOG_EVENT, gateway, ev, actor, at).await
-}
-
-const LOG_EVENT: &str =
+pub(crate) const LOG_EVENT: &str =
     "INSERT INTO gateway_breaker_events (gateway, state, cause, actor, detail, at)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6)";
 

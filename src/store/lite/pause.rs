@@ -1,23 +1,14 @@
 //! SQLite SQL for the incident switch (see `store::pause`); times are
 //! milliseconds since the epoch, the row's id is 1.
 
-use sqlx::{Sqlite, SqliteConnection, SqlitePool};
+use sqlx::SqlitePool;
 
 use super::ms;
 use crate::store::StoreError;
 use crate::store::pause::{self, PauseState};
 
-/// Sets the switch and appends the change to its history.
-pub(crate) async fn set(
-    tx: &mut SqliteConnection,
-    paused: bool,
-    actor: &str,
-    reason: Option<&str>,
-) -> Result<(), StoreError> {
-    pause::set::<Sqlite>(tx, [SET, LOG], paused, actor, reason).await
-}
-
-const SET: &str = concat!(
+/// Sets the switch (`store::pause::set` runs it, then `LOG`).
+pub(crate) const SET: &str = concat!(
     "INSERT INTO pause_switch (id, paused, changed_at, changed_by, reason)
          VALUES (1, ?1, ",
     now_ms!(),
@@ -26,7 +17,8 @@ const SET: &str = concat!(
             SET paused = excluded.paused, changed_at = excluded.changed_at,
                 changed_by = excluded.changed_by, reason = excluded.reason"
 );
-const LOG: &str = concat!(
+/// Appends the change to the switch's history.
+pub(crate) const LOG: &str = concat!(
     "INSERT INTO pause_events (paused, actor, reason, at) VALUES (?1, ?2, ?3, ",
     now_ms!(),
     ")"

@@ -1,12 +1,12 @@
 //! SQLite SQL for poison wake-ups (see `store::poison`); the transaction
 //! holds the write lock (`BEGIN IMMEDIATE`), times are milliseconds.
 
-use sqlx::{Row, Sqlite, SqliteConnection};
+use sqlx::{Row, SqliteConnection};
 use uuid::Uuid;
 
 use super::ms;
 use crate::store::StoreError;
-use crate::store::poison::{self, Failed, Seen, details};
+use crate::store::poison::{Failed, Seen, details};
 
 /// What is known of the attempt's failures, and the case it points to.
 pub(crate) async fn seen(
@@ -65,15 +65,7 @@ pub(crate) async fn open_case(
 }
 
 /// The attempt's failure count, last error and case.
-pub(crate) async fn write(
-    tx: &mut SqliteConnection,
-    f: &Failed<'_>,
-    case_id: Option<i64>,
-) -> Result<(), StoreError> {
-    poison::write::<Sqlite>(tx, WRITE, f, case_id).await
-}
-
-const WRITE: &str = "INSERT INTO wake_failures
+pub(crate) const WRITE: &str = "INSERT INTO wake_failures
             (attempt_id, failures, first_failed_at, last_failed_at, last_error, case_id)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6)
          ON CONFLICT (attempt_id) DO UPDATE SET

@@ -86,16 +86,12 @@ pub(crate) async fn record_rejected(pool: &SqlitePool, r: &Rejected<'_>) -> Resu
     Ok(())
 }
 
-pub(crate) async fn counts(pool: &SqlitePool) -> Result<(i64, i64), StoreError> {
-    let sql =
-        "SELECT (SELECT count(*) FROM webhook_events), (SELECT count(*) FROM rejected_webhooks)";
-    webhooks::counts(pool, sql).await
-}
+/// (accepted events, rejected deliveries) stored so far.
+pub(crate) const COUNTS: &str =
+    "SELECT (SELECT count(*) FROM webhook_events), (SELECT count(*) FROM rejected_webhooks)";
 
-pub(crate) async fn rejected_reasons(pool: &SqlitePool) -> Result<Vec<String>, StoreError> {
-    let sql = "SELECT reason FROM rejected_webhooks ORDER BY id";
-    webhooks::rejected_reasons(pool, sql).await
-}
+/// The rejected deliveries' reasons, oldest first.
+pub(crate) const REJECTED_REASONS: &str = "SELECT reason FROM rejected_webhooks ORDER BY id";
 
 /// The attempt whose recorded gateway object (a PaymentIntent) is `gateway_ref`.
 pub(crate) async fn by_gateway_ref(

@@ -4,10 +4,10 @@
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use sqlx::{PgConnection, PgPool, Postgres};
+use sqlx::{PgConnection, PgPool};
 
 use crate::store::StoreError;
-use crate::store::breaker::{self, BreakerEvent, BreakerRow, GatewayHealth};
+use crate::store::breaker::{BreakerRow, GatewayHealth};
 
 pub(crate) async fn get(pool: &PgPool, gateway: &str) -> Result<Option<BreakerRow>, StoreError> {
     Ok(
@@ -33,31 +33,13 @@ pub(crate) async fn locked(tx: &mut PgConnection, gateway: &str) -> Result<Break
     )
 }
 
-pub(crate) async fn write(
-    tx: &mut PgConnection,
-    gateway: &str,
-    new: &BreakerRow,
-) -> Result<(), StoreError> {
-    breaker::write::<Postgres>(tx, WRITE, gateway, new).await
-}
-
-const WRITE: &str = "UPDATE cobro.gateway_breakers SET
+pub(crate) const WRITE: &str = "UPDATE cobro.gateway_breakers SET
             state = $2, failures = $3, failing_since = $4, last_failure = $5,
             last_failure_at = $6, last_answer_at = $7, opened_at = $8, closed_at = $9,
             next_probe_at = $10, probes = $11, next_rewake_at = $12
           WHERE gateway = $1";
 
-pub(crate) async fn log_event(
-    tx: &mut PgConnection,
-    gateway: &str,
-    ev: &BreakerEvent,
-    actor: &str,
-    at: DateTime<Utc>,
-) -> Result<(), StoreError> {
-    breaker::log_event::<Postgres>(tx, LOG_EVENT, gateway, ev, actor, at).await
-}
-
-const LOG_EVENT: &str =
+pub(crate) const LOG_EVENT: &str =
     "INSERT INTO cobro.gateway_breaker_events (gateway, state, cause, actor, detail, at)
          VALUES ($1, $2, $3, $4, $5, $6)";
 

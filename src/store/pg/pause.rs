@@ -1,25 +1,18 @@
 //! PostgreSQL SQL for the incident switch (see `store::pause`).
 
-use sqlx::{PgConnection, PgPool, Postgres};
+use sqlx::PgPool;
 
 use crate::store::StoreError;
 use crate::store::pause::{self, PauseState};
 
-/// Sets the switch and appends the change to its history.
-pub(crate) async fn set(
-    tx: &mut PgConnection,
-    paused: bool,
-    actor: &str,
-    reason: Option<&str>,
-) -> Result<(), StoreError> {
-    pause::set::<Postgres>(tx, [SET, LOG], paused, actor, reason).await
-}
-
-const SET: &str = "INSERT INTO cobro.pause_switch (id, paused, changed_by, reason)
+/// Sets the switch (`store::pause::set` runs it, then `LOG`).
+pub(crate) const SET: &str = "INSERT INTO cobro.pause_switch (id, paused, changed_by, reason)
          VALUES (true, $1, $2, $3)
          ON CONFLICT (id) DO UPDATE
             SET paused = $1, changed_by = $2, reason = $3, changed_at = now()";
-const LOG: &str = "INSERT INTO cobro.pause_events (paused, actor, reason) VALUES ($1, $2, $3)";
+/// Appends the change to the switch's history.
+pub(crate) const LOG: &str =
+    "INSERT INTO cobro.pause_events (paused, actor, reason) VALUES ($1, $2, $3)";
 
 pub(crate) async fn state(pool: &PgPool) -> Result<Option<PauseState>, StoreError> {
     pause::state(

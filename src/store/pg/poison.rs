@@ -1,11 +1,11 @@
 //! PostgreSQL SQL for poison wake-ups (see `store::poison`).
 
 use chrono::{DateTime, Utc};
-use sqlx::{PgConnection, Postgres};
+use sqlx::PgConnection;
 use uuid::Uuid;
 
 use crate::store::StoreError;
-use crate::store::poison::{self, Failed, Seen, details};
+use crate::store::poison::{Failed, Seen, details};
 
 /// What is known of the attempt's failures, its row locked, and the case
 /// it points to.
@@ -63,15 +63,7 @@ pub(crate) async fn open_case(tx: &mut PgConnection, f: &Failed<'_>) -> Result<i
 }
 
 /// The attempt's failure count, last error and case.
-pub(crate) async fn write(
-    tx: &mut PgConnection,
-    f: &Failed<'_>,
-    case_id: Option<i64>,
-) -> Result<(), StoreError> {
-    poison::write::<Postgres>(tx, WRITE, f, case_id).await
-}
-
-const WRITE: &str = "INSERT INTO cobro.wake_failures
+pub(crate) const WRITE: &str = "INSERT INTO cobro.wake_failures
             (attempt_id, failures, first_failed_at, last_failed_at, last_error, case_id)
          VALUES ($1, $2, $3, $4, $5, $6)
          ON CONFLICT (attempt_id) DO UPDATE SET

@@ -90,16 +90,12 @@ pub(crate) async fn record_rejected(pool: &PgPool, r: &Rejected<'_>) -> Result<(
     Ok(())
 }
 
-pub(crate) async fn counts(pool: &PgPool) -> Result<(i64, i64), StoreError> {
-    let sql = "SELECT (SELECT count(*) FROM cobro.webhook_events),
+/// (accepted events, rejected deliveries) stored so far.
+pub(crate) const COUNTS: &str = "SELECT (SELECT count(*) FROM cobro.webhook_events),
                 (SELECT count(*) FROM cobro.rejected_webhooks)";
-    webhooks::counts(pool, sql).await
-}
 
-pub(crate) async fn rejected_reasons(pool: &PgPool) -> Result<Vec<String>, StoreError> {
-    let sql = "SELECT reason FROM cobro.rejected_webhooks ORDER BY id";
-    webhooks::rejected_reasons(pool, sql).await
-}
+/// The rejected deliveries' reasons, oldest first.
+pub(crate) const REJECTED_REASONS: &str = "SELECT reason FROM cobro.rejected_webhooks ORDER BY id";
 
 /// The attempt whose recorded gateway object (a PaymentIntent) is `gateway_ref`.
 pub(crate) async fn by_gateway_ref(
