@@ -278,7 +278,7 @@ async fn two_workers_never_claim_one_notice_and_only_the_claim_holder_records(b:
         db.store.claim_notices(hold, 8)
     );
     let (x, y) = (x.unwrap(), y.unwrap());
-    let mut ids: Vec<i64> = x.iter().chain(&y).map(|n| n.id).collect();
+    let mut ids: Vec<i64> = x.iter().chain(&y).map(|n| n.notice.id).collect();
     ids.sort();
     ids.dedup();
     assert_eq!(
@@ -298,7 +298,10 @@ async fn two_workers_never_claim_one_notice_and_only_the_claim_holder_records(b:
     let first = db.store.claim_notices(Duration::ZERO, 1).await.unwrap();
     let second = db.store.claim_notices(hold, 1).await.unwrap();
     assert_eq!((first.len(), second.len()), (1, 1));
-    assert_eq!(first[0].id, second[0].id, "an expired claim is free again");
+    assert_eq!(
+        first[0].notice.id, second[0].notice.id,
+        "an expired claim is free again"
+    );
     let delivered = TryOutcome::Delivered { status: 200 };
     assert!(
         !db.store

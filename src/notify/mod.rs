@@ -206,12 +206,13 @@ impl Notifier {
     }
 
     /// POSTs one notice and records how it went.
-    async fn deliver(&self, store: &Store, n: &Outgoing) {
+    async fn deliver(&self, store: &Store, out: &Outgoing) {
+        let n = &out.notice;
         let retryable = n
             .decline_code
             .as_deref()
             .is_some_and(|c| self.retry.is_retryable(c));
-        let body = payload::body(n, retryable).to_string().into_bytes();
+        let body = payload::body(out, retryable).to_string().into_bytes();
         let msg_id = payload::message_id(n.id);
         let headers = self
             .signer
@@ -228,7 +229,7 @@ impl Notifier {
                 warn!(notice = n.id, tries, %error, "notice not delivered after the last try: failed")
             }
         }
-        match store.record_notice_try(n, outcome).await {
+        match store.record_notice_try(out, outcome).await {
             Ok(true) => {}
             Ok(false) => debug!(notice = n.id, "claim lost meanwhile; nothing recorded"),
             Err(e) => {

@@ -57,7 +57,8 @@ fn rfc3339(t: DateTime<Utc>) -> String {
 
 /// The body POSTed for notice `n`. `code_is_retryable`: whether its decline
 /// code gets business retries (`COBRO_RETRYABLE_DECLINES`).
-pub fn body(n: &Outgoing, code_is_retryable: bool) -> Value {
+pub fn body(out: &Outgoing, code_is_retryable: bool) -> Value {
+    let n = &out.notice;
     let category = n.decline_code.as_deref().map(Category::of);
     let reason = category.map_or("the payment was declined", Category::words);
     let (what, update) = match n.kind.as_str() {
@@ -71,7 +72,7 @@ pub fn body(n: &Outgoing, code_is_retryable: bool) -> Value {
             category.is_some_and(Category::new_card_helps),
         ),
         "payment_failed" => {
-            let end = match ending(n.refusal.as_deref(), code_is_retryable) {
+            let end = match ending(out.refusal.as_deref(), code_is_retryable) {
                 Ending::FinalDecline => "This decline is final: the payment is not tried again",
                 Ending::OutOfAttempts => "No attempts are left for this order",
                 Ending::CardCap => {
@@ -83,7 +84,7 @@ pub fn body(n: &Outgoing, code_is_retryable: bool) -> Value {
         _ => (
             format!(
                 "The payment was approved on attempt {}, after an earlier decline.",
-                n.attempt_number
+                out.attempt_number
             ),
             false,
         ),
@@ -95,9 +96,9 @@ pub fn body(n: &Outgoing, code_is_retryable: bool) -> Value {
             "notice_id": n.id,
             "order_id": n.order_id,
             "attempt_id": n.attempt_id,
-            "attempt_number": n.attempt_number,
-            "amount_minor": n.amount_minor,
-            "currency": n.currency,
+            "attempt_number": out.attempt_number,
+            "amount_minor": out.amount_minor,
+            "currency": out.currency,
             "what_happened": what,
             "decline_code": n.decline_code,
             "decline_category": category.map(Category::as_str),
@@ -111,6 +112,7 @@ pub fn body(n: &Outgoing, code_is_retryable: bool) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::Notice;
 
     #[test]
     fn decline_codes_map_to_their_category_and_advice() {
@@ -164,14 +166,23 @@ mod tests {
             .unwrap()
             .with_timezone(&Utc);
         Outgoing {
-            id: 17,
-            order_id: "order-42".into(),
-            attempt_id: uuid::Uuid::nil(),
-            kind: kind.into(),
-            decline_code: code.map(str::to_owned),
-            next_retry_at: (kind == "retry_scheduled").then(|| at + chrono::Duration::days(1)),
-            created_at: at,
-            delivery_attempts: 0,
+            notice: Notice {
+                id: 17,
+                order_id: "order-42".into(),
+                attempt_id: uuid::Uuid::nil(),
+                kind: kind.into(),
+                decline_code: code.map(str::to_owned),
+                next_retry_at: (kind == "retry_scheduled").then(|| at + chrono::Duration::days(1)),
+                created_at: at,
+                acked_at: None,
+                acked_by: None,
+                delivery_attempts: 0,
+                next_delivery_at: None,
+                last_status: None,
+                last_error: None,
+                delivered_at: None,
+                failed_at: None,
+            },
             amount_minor: 1999,
             currency: "USD".into(),
             attempt_number: 2,

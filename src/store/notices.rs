@@ -11,24 +11,17 @@
 
 use std::time::Duration;
 
-use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
 use super::Notice;
 use super::{Db, Store, StoreError};
 
-/// A claimed notice with what its payload needs from its attempt.
+/// A claimed notice (its `delivery_attempts`: the tries recorded before
+/// this one) with what its payload needs from its attempt.
 #[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
 pub struct Outgoing {
-    pub id: i64,
-    pub order_id: String,
-    pub attempt_id: Uuid,
-    pub kind: String,
-    pub decline_code: Option<String>,
-    pub next_retry_at: Option<DateTime<Utc>>,
-    pub created_at: DateTime<Utc>,
-    /// Tries recorded before this one.
-    pub delivery_attempts: i32,
+    #[sqlx(flatten)]
+    pub notice: Notice,
     pub amount_minor: i64,
     pub currency: String,
     pub attempt_number: i32,
@@ -94,7 +87,9 @@ const PG_CLAIM: &str = "UPDATE cobro.notices n
                   ORDER BY id LIMIT $3
                   FOR UPDATE SKIP LOCKED)
 RETURNING n.id, n.order_id, n.attempt_id, n.kind, n.decline_code, n.next_retry_at,
-          n.created_at, n.delivery_attempts, a.amount_minor, a.currency, a.attempt_number,
+          n.created_at, n.acked_at, n.acked_by, n.delivery_attempts, n.next_delivery_at,
+          n.last_status, n.last_error, n.delivered_at, n.failed_at,
+          a.amount_minor, a.currency, a.attempt_number,
           CASE WHEN a.last_evidence->>'call' = 'business_retry'
                THEN a.last_evidence->>'error_kind' END AS refusal,
           n.claim_token AS claim";
@@ -140,7 +135,7 @@ impl Store {
         let row = outcome.row();
         let done = match &self.db {
             Db::Pg(p) => sqlx::query(PG_RECORD)
-                .bind(n.id)
+                .bind(n.notice.id)
                 .bind(n.claim)
                 .bind(row.status)
                 .bind(row.error)

@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use sqlx::sqlite::SqliteRow;
 use sqlx::{Row, SqlitePool};
 use uuid::Uuid;
 
@@ -36,8 +37,7 @@ pub(crate) async fn claim(
     .execute(&mut *tx)
     .await?;
     let rows = sqlx::query(
-        "SELECT n.id, n.order_id, n.attempt_id, n.kind, n.decline_code, n.next_retry_at,
-                n.created_at, n.delivery_attempts, a.amount_minor, a.currency, a.attempt_number,
+        "SELECT n.*, a.amount_minor, a.currency, a.attempt_number,
                 CASE WHEN json_extract(a.last_evidence, '$.call') = 'business_retry'
                      THEN json_extract(a.last_evidence, '$.error_kind') END AS refusal
            FROM notices n JOIN payment_attempts a ON a.id = n.attempt_id
@@ -50,14 +50,7 @@ pub(crate) async fn claim(
     rows.iter()
         .map(|r| {
             Ok(Outgoing {
-                id: r.try_get("id")?,
-                order_id: r.try_get("order_id")?,
-                attempt_id: uuid(r.try_get("attempt_id")?)?,
-                kind: r.try_get("kind")?,
-                decline_code: r.try_get("decline_code")?,
-                next_retry_at: r.try_get::<Option<i64>, _>("next_retry_at")?.map(ms),
-                created_at: ms(r.try_get("created_at")?),
-                delivery_attempts: r.try_get("delivery_attempts")?,
+                notice: notice(r)?,
                 amount_minor: r.try_get("amount_minor")?,
                 currency: r.try_get("currency")?,
                 attempt_number: r.try_get("attempt_number")?,
@@ -94,7 +87,7 @@ pub(crate) async fn record(
             claim_token = NULL, claim_expires_at = NULL
           WHERE id = ?1 AND claim_token = ?2"
     ))
-    .bind(n.id)
+    .bind(n.notice.id)
     .bind(n.claim.hyphenated().to_string())
     .bind(row.status)
     .bind(row.error)
@@ -111,27 +104,28 @@ pub(crate) async fn list(pool: &SqlitePool, unacked_only: bool) -> Result<Vec<No
         .bind(unacked_only)
         .fetch_all(pool)
         .await?;
-    rows.iter()
-        .map(|r| {
-            Ok(Notice {
-                id: r.try_get("id")?,
-                order_id: r.try_get("order_id")?,
-                attempt_id: uuid(r.try_get("attempt_id")?)?,
-                kind: r.try_get("kind")?,
-                decline_code: r.try_get("decline_code")?,
-                next_retry_at: r.try_get::<Option<i64>, _>("next_retry_at")?.map(ms),
-                created_at: ms(r.try_get("created_at")?),
-                acked_at: r.try_get::<Option<i64>, _>("acked_at")?.map(ms),
-                acked_by: r.try_get("acked_by")?,
-                delivery_attempts: r.try_get("delivery_attempts")?,
-                next_delivery_at: r.try_get::<Option<i64>, _>("next_delivery_at")?.map(ms),
-                last_status: r.try_get("last_status")?,
-                last_error: r.try_get("last_error")?,
-                delivered_at: r.try_get::<Option<i64>, _>("delivered_at")?.map(ms),
-                failed_at: r.try_get::<Option<i64>, _>("failed_at")?.map(ms),
-            })
-        })
-        .collect()
+    rows.iter().map(notice).collect()
+}
+
+/// A `notices` row, decoded.
+fn notice(r: &SqliteRow) -> Result<Notice, StoreError> {
+    Ok(Notice {
+        id: r.try_get("id")?,
+        order_id: r.try_get("order_id")?,
+        attempt_id: uuid(r.try_get("attempt_id")?)?,
+        kind: r.try_get("kind")?,
+        decline_code: r.try_get("decline_code")?,
+        next_retry_at: r.try_get::<Option<i64>, _>("next_retry_at")?.map(ms),
+        created_at: ms(r.try_get("created_at")?),
+        acked_at: r.try_get::<Option<i64>, _>("acked_at")?.map(ms),
+        acked_by: r.try_get("acked_by")?,
+        delivery_attempts: r.try_get("delivery_attempts")?,
+        next_delivery_at: r.try_get::<Option<i64>, _>("next_delivery_at")?.map(ms),
+        last_status: r.try_get("last_status")?,
+        last_error: r.try_get("last_error")?,
+        delivered_at: r.try_get::<Option<i64>, _>("delivered_at")?.map(ms),
+        failed_at: r.try_get::<Option<i64>, _>("failed_at")?.map(ms),
+    })
 }
 
 /// Acknowledges a notice once; false when it was already.
