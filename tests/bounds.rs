@@ -29,7 +29,7 @@ use common::*;
 use serde_json::Value;
 use uuid::Uuid;
 
-on_both_backends!(
+on_both_dbs!(
     over_http_an_amount_above_the_maximum_is_refused_and_nothing_is_written,
     the_cli_refuses_an_amount_above_the_maximum_and_writes_nothing,
     the_library_stops_at_the_ceiling_or_at_its_own_limit,
@@ -72,8 +72,7 @@ fn assert_over_the_maximum(status: u16, reply: &Value, max: &str, set_by: &str, 
     );
 }
 
-async fn over_http_an_amount_above_the_maximum_is_refused_and_nothing_is_written(b: Backend) {
-    let db = TestDb::new(b).await;
+async fn over_http_an_amount_above_the_maximum_is_refused_and_nothing_is_written(db: &TestDb) {
     let v = || verifier(&test_secret());
     let web = start_web(&db.store, v()).await;
     let max = DEFAULT_MAX_AMOUNT.to_string();
@@ -173,7 +172,7 @@ async fn over_http_an_amount_above_the_maximum_is_refused_and_nothing_is_written
     let (status, reply) = post(format!("{}/refunds", web.url), KEY, &body).await;
     assert_eq!(status, 201, "at the maximum: {reply}");
     assert_eq!(db.attempts().await, 3, "two charges and one refund");
-    finish_web(web, db).await;
+    web.stop().await;
 }
 
 const KEY: &str = "5b0c9a8e-1f2d-4c3b-8a7e-6d5c4b3a2f10";
@@ -194,8 +193,7 @@ fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
-async fn the_cli_refuses_an_amount_above_the_maximum_and_writes_nothing(b: Backend) {
-    let db = TestDb::new(b).await;
+async fn the_cli_refuses_an_amount_above_the_maximum_and_writes_nothing(db: &TestDb) {
     let enqueue = |env: &[(&str, &str)], amount: &str| {
         cobro(
             &db.url,
@@ -285,7 +283,6 @@ async fn the_cli_refuses_an_amount_above_the_maximum_and_writes_nothing(b: Backe
     );
     assert!(out.status.success(), "at the maximum: {}", stderr(&out));
     assert_eq!(db.store.refunds_of(captured.id).await.unwrap().len(), 1);
-    db.drop_db().await;
 }
 
 #[test]
@@ -306,8 +303,7 @@ fn migrate_refuses_a_maximum_above_the_ceiling() {
     }
 }
 
-async fn the_library_stops_at_the_ceiling_or_at_its_own_limit(b: Backend) {
-    let db = TestDb::new(b).await;
+async fn the_library_stops_at_the_ceiling_or_at_its_own_limit(db: &TestDb) {
     for over in [AMOUNT_CEILING + 1, i64::MAX] {
         let e = ChargeRequest::parse("b-lib", over, "USD", None, None).unwrap_err();
         assert_eq!(e.field, "amount_minor");
@@ -331,7 +327,6 @@ async fn the_library_stops_at_the_ceiling_or_at_its_own_limit(b: Backend) {
         db.store.load(id).await.unwrap().0.amount_minor,
         AMOUNT_CEILING
     );
-    db.drop_db().await;
 }
 
 #[tokio::test]
@@ -391,8 +386,7 @@ async fn postgres_the_sql_functions_refuse_amounts_above_the_ceiling() {
     db.drop_db().await;
 }
 
-async fn the_database_refuses_a_raw_insert_above_the_ceiling(b: Backend) {
-    let db = TestDb::new(b).await;
+async fn the_database_refuses_a_raw_insert_above_the_ceiling(db: &TestDb) {
     let insert = |order: &'static str, amount: &'static str| {
         let db = &db;
         async move {
@@ -425,5 +419,4 @@ async fn the_database_refuses_a_raw_insert_above_the_ceiling(b: Backend) {
     db.store.set_max_amount(MaxAmount::CEILING).await.unwrap();
     insert("b-raw", "999999999999").await.unwrap();
     assert_eq!(db.attempts().await, 1);
-    db.drop_db().await;
 }

@@ -23,12 +23,13 @@ use cobro::store::Attempt;
 use common::*;
 use uuid::Uuid;
 
-on_both_backends!(
-    an_outage_longer_than_the_schedule_parks_attempts_and_resumes_them_paced,
+on_both_dbs!(
     without_the_breaker_the_same_outage_sends_attempts_to_finance,
-    two_workers_share_one_rate_limit_and_are_never_throttled,
     without_the_limit_the_same_load_is_throttled,
     cobro_status_shows_the_breaker_and_what_waits_for_it,
+    ; by_backend:
+    an_outage_longer_than_the_schedule_parks_attempts_and_resumes_them_paced,
+    two_workers_share_one_rate_limit_and_are_never_throttled,
 );
 
 const ORDERS: usize = 12;
@@ -190,20 +191,21 @@ async fn an_outage_longer_than_the_schedule_parks_attempts_and_resumes_them_pace
             .iter()
             .all(|t| t.to_state != "EN_REVISION")
     );
-    finish_worker(worker, db).await;
+    worker.stop().await;
+    db.drop_db().await;
 }
 
-async fn without_the_breaker_the_same_outage_sends_attempts_to_finance(b: Backend) {
-    let (db, sim) = db_and_sim(b, outage()).await;
+async fn without_the_breaker_the_same_outage_sends_attempts_to_finance(db: &TestDb) {
+    let sim = start_sim(true, outage()).await;
     let mut args = worker_args(&db.url, &sim.url());
     args.breaker.breaker_failures = 0;
     let worker = spawn_worker(args);
-    let ids = enqueue(&db, "nobreaker", 4).await;
+    let ids = enqueue(db, "nobreaker", 4).await;
     eventually(
         OUTAGE_PAST_SCHEDULE + Duration::from_secs(10),
         "attempts in finance's queue",
         || async {
-            let now = all(&db, &ids).await;
+            let now = all(db, &ids).await;
             now.iter()
                 .any(|a| a.state == State::EnRevision)
                 .then_some(())
@@ -211,7 +213,7 @@ async fn without_the_breaker_the_same_outage_sends_attempts_to_finance(b: Backen
     )
     .await;
     assert_eq!(db.store.gateway_health().await.unwrap().parked, 0);
-    finish_worker(worker, db).await;
+    worker.stop().await;
 }
 
 /// A gateway that answers 429 above 20 requests/s (bursts of 5): twice
@@ -253,13 +255,13 @@ async fn two_workers_share_one_rate_limit_and_are_never_throttled(b: Backend) {
     db.drop_db().await;
 }
 
-async fn without_the_limit_the_same_load_is_throttled(b: Backend) {
-    let (db, sim) = db_and_sim(b, throttling()).await;
-    let ids = enqueue(&db, "unpaced", LOAD).await;
+async fn without_the_limit_the_same_load_is_throttled(db: &TestDb) {
+    let sim = start_sim(true, throttling()).await;
+    let ids = enqueue(db, "unpaced", LOAD).await;
     let workers: Vec<_> = (0..2)
         .map(|_| spawn_worker(worker_args(&db.url, &sim.url())))
         .collect();
-    all_approved(&db, &ids, Duration::from_secs(60)).await;
+    all_approved(db, &ids, Duration::from_secs(60)).await;
     let stats = ledger(&sim.url()).await.stats;
     assert!(stats.throttled > 0, "{stats:?}");
     assert_eq!(
@@ -272,12 +274,10 @@ async fn without_the_limit_the_same_load_is_throttled(b: Backend) {
     for w in workers {
         w.stop().await;
     }
-    db.drop_db().await;
 }
 
-async fn cobro_status_shows_the_breaker_and_what_waits_for_it(b: Backend) {
-    let db = TestDb::new(b).await;
-    let id = enqueue(&db, "status", 1).await[0];
+async fn cobro_status_shows_the_breaker_and_what_waits_for_it(db: &TestDb) {
+    let id = enqueue(db, "status", 1).await[0];
     let gw = "http://gw.test:8089/";
     db.store
         .breaker_update(gw, "test", |row, now| {
@@ -316,5 +316,4 @@ async fn cobro_status_shows_the_breaker_and_what_waits_for_it(b: Backend) {
     assert_eq!(json["attempts"]["PENDIENTE"], 1, "{json}");
     let one = run(&["status", "--attempt", &id.to_string()]);
     assert!(one.contains("parked since "), "{one}");
-    db.drop_db().await;
 }

@@ -15,7 +15,7 @@ use cobro::state::{Event, State};
 use cobro::store::{CancelError, CancelReason};
 use common::*;
 
-on_both_backends!(
+on_both_dbs!(
     paying_by_transfer_cancels_the_scheduled_retry_and_nothing_more_is_charged,
     an_attempt_that_may_have_charged_is_never_cancelled,
     an_unsent_attempt_is_cancelled_and_never_sent,
@@ -33,8 +33,8 @@ async fn post_cancel(web: &Web, order: &str, reason: &str) -> (u16, serde_json::
     (r.status().as_u16(), r.json().await.unwrap_or_default())
 }
 
-async fn paying_by_transfer_cancels_the_scheduled_retry_and_nothing_more_is_charged(b: Backend) {
-    let (db, sim, worker) = rig(b, declining("insufficient_funds")).await;
+async fn paying_by_transfer_cancels_the_scheduled_retry_and_nothing_more_is_charged(db: &TestDb) {
+    let (sim, worker) = sim_and_worker(db, declining("insufficient_funds")).await;
     let web = web_on(&db.store).await;
     let req = ChargeRequest::parse("transfer-1", 7_500, "USD", None, None).unwrap();
     let first = db.store.enqueue(&req).await.unwrap().attempt_id;
@@ -80,12 +80,10 @@ async fn paying_by_transfer_cancels_the_scheduled_retry_and_nothing_more_is_char
     let (status, bad) = post_cancel(&web, "transfer-1", "because").await;
     assert_refused(status, &bad, 422, "reason");
     web.stop().await;
-    finish_worker(worker, db).await;
+    worker.stop().await;
 }
 
-async fn an_attempt_that_may_have_charged_is_never_cancelled(b: Backend) {
-    init_logs();
-    let db = TestDb::new(b).await;
+async fn an_attempt_that_may_have_charged_is_never_cancelled(db: &TestDb) {
     let web = web_on(&db.store).await;
     let req = ChargeRequest::parse("doubt-1", 1_000, "EUR", None, None).unwrap();
     let a = enqueued(&db.store, &req).await;
@@ -93,7 +91,7 @@ async fn an_attempt_that_may_have_charged_is_never_cancelled(b: Backend) {
     let a = step(&db.store, &a, Event::Claim, None).await;
     let a = step(&db.store, &a, Event::Unknown, None).await;
     assert_eq!(a.state, State::Desconocido);
-    refused_by_the_database(b, raw_cancel(&db, "doubt-1").await);
+    refused_by_the_database(db.backend, raw_cancel(db, "doubt-1").await);
     let (status, body) = post_cancel(&web, "doubt-1", "customer_request").await;
     assert_eq!(status, 409, "{body}");
     let msg = body["error"]
@@ -154,16 +152,16 @@ async fn an_attempt_that_may_have_charged_is_never_cancelled(b: Backend) {
     let (after, _) = db.store.load(id).await.unwrap();
     assert_eq!((after.state, after.version), (State::Pendiente, a.version));
     // Nor does any other door: the database refuses the cancel itself.
-    refused_by_the_database(b, raw_cancel(&db, "doubt-1").await);
+    refused_by_the_database(db.backend, raw_cancel(db, "doubt-1").await);
     let (after, _) = db.store.load(id).await.unwrap();
     assert_eq!((after.state, after.cancel_reason), (State::Pendiente, None));
     // An attempt never sent is cancelled by the same raw SQL.
     let unsent = ChargeRequest::parse("unsent-2", 1_000, "EUR", None, None).unwrap();
     let unsent = db.store.enqueue(&unsent).await.unwrap().attempt_id;
-    assert_eq!(raw_cancel(&db, "unsent-2").await.unwrap(), vec![1, 1]);
+    assert_eq!(raw_cancel(db, "unsent-2").await.unwrap(), vec![1, 1]);
     let (after, _) = db.store.load(unsent).await.unwrap();
     assert_eq!(after.state, State::Rechazado);
-    finish_web(web, db).await;
+    web.stop().await;
 }
 
 /// Cancels every attempt of `order` by raw SQL, as a careful door would
@@ -203,9 +201,7 @@ fn refused_by_the_database(b: Backend, written: Result<Vec<u64>, sqlx::Error>) {
     }
 }
 
-async fn an_unsent_attempt_is_cancelled_and_never_sent(b: Backend) {
-    init_logs();
-    let db = TestDb::new(b).await;
+async fn an_unsent_attempt_is_cancelled_and_never_sent(db: &TestDb) {
     let req = ChargeRequest::parse("unsent-1", 2_000, "EUR", None, None).unwrap();
     let id = db.store.enqueue(&req).await.unwrap().attempt_id;
     let done = db
@@ -254,5 +250,5 @@ async fn an_unsent_attempt_is_cancelled_and_never_sent(b: Backend) {
             .await,
         Err(CancelError::NotFound(_))
     ));
-    finish_worker(worker, db).await;
+    worker.stop().await;
 }

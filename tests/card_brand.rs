@@ -19,7 +19,7 @@ use cobro::state::{Event, State};
 use cobro::store::{Applied, Attempt, CardCaps, Change, RetryError, Store};
 use common::*;
 
-on_both_backends!(
+on_both_dbs!(
     a_visa_card_is_held_to_visas_cap_only,
     a_mastercard_is_held_to_mastercards_caps_only,
     an_unknown_brand_keeps_every_cap,
@@ -76,8 +76,7 @@ async fn refused(store: &Store, a: &Attempt) -> String {
     e.to_string()
 }
 
-async fn a_visa_card_is_held_to_visas_cap_only(b: Backend) {
-    let db = TestDb::new(b).await;
+async fn a_visa_card_is_held_to_visas_cap_only(db: &TestDb) {
     let s = &db.store;
     // The card's first charge was declined; the answer said "visa".
     let first = declined_on(s, "visa-first", "pm_v", Some("visa")).await;
@@ -98,11 +97,9 @@ async fn a_visa_card_is_held_to_visas_cap_only(b: Backend) {
         "{why}"
     );
     assert_eq!(s.attempts_for_order("visa-16").await.unwrap().len(), 1);
-    db.drop_db().await;
 }
 
-async fn a_mastercard_is_held_to_mastercards_caps_only(b: Backend) {
-    let db = TestDb::new(b).await;
+async fn a_mastercard_is_held_to_mastercards_caps_only(db: &TestDb) {
     let s = &db.store;
     declined_on(s, "mc-first", "pm_m", Some("mastercard")).await;
     retries(s, "pm_m", 0, 10).await;
@@ -117,11 +114,11 @@ async fn a_mastercard_is_held_to_mastercards_caps_only(b: Backend) {
     );
     // Spread beyond 24 hours: the 16th in 30 days goes through (Visa's 15
     // does not apply to a Mastercard), and so on up to 35.
-    two_days_ago(&db, "pm_m").await;
+    two_days_ago(db, "pm_m").await;
     retries(s, "pm_m", 10, 6).await;
-    two_days_ago(&db, "pm_m").await;
+    two_days_ago(db, "pm_m").await;
     retries(s, "pm_m", 16, 10).await;
-    two_days_ago(&db, "pm_m").await;
+    two_days_ago(db, "pm_m").await;
     retries(s, "pm_m", 26, 9).await;
     // 35 in 30 days: the 36th is refused, by Mastercard's monthly cap.
     let why = refused(s, &eleventh).await;
@@ -131,11 +128,9 @@ async fn a_mastercard_is_held_to_mastercards_caps_only(b: Backend) {
         "{why}"
     );
     assert_eq!(s.attempts_for_order("mc-11").await.unwrap().len(), 1);
-    db.drop_db().await;
 }
 
-async fn an_unknown_brand_keeps_every_cap(b: Backend) {
-    let db = TestDb::new(b).await;
+async fn an_unknown_brand_keeps_every_cap(db: &TestDb) {
     let s = &db.store;
     // Another network's brand, and no brand at all: every cap applies.
     declined_on(s, "amex-first", "pm_a", Some("amex")).await;
@@ -149,20 +144,17 @@ async fn an_unknown_brand_keeps_every_cap(b: Backend) {
             "{card}: {why}"
         );
         // A day later Visa's 15 in 30 days still stops it.
-        two_days_ago(&db, card).await;
+        two_days_ago(db, card).await;
         retries(s, card, 10, 5).await;
         let why = refused(s, &eleventh).await;
         assert!(why.contains("COBRO_RETRY_CARD_CAP=15"), "{card}: {why}");
     }
-    db.drop_db().await;
 }
 
 /// The real path: the simulator, a real HTTP server, declines a
 /// `pm_card_mastercard` and reports its brand; the worker records the
 /// decline with it; the caps then are Mastercard's.
-async fn the_brand_the_simulator_reports_decides_the_caps(b: Backend) {
-    init_logs();
-    let db = TestDb::new(b).await;
+async fn the_brand_the_simulator_reports_decides_the_caps(db: &TestDb) {
     let s = &db.store;
     let faults = declining("insufficient_funds");
     let sim = start_sim(true, faults).await;
@@ -194,10 +186,10 @@ async fn the_brand_the_simulator_reports_decides_the_caps(b: Backend) {
     );
     // Spread over days, 16 in 30 days: the next goes through (Visa's 15
     // would have stopped an unknown brand).
-    two_days_ago(&db, card).await;
+    two_days_ago(db, card).await;
     retries(s, card, 10, 6).await;
     s.business_retry_capped(real.id, 4, caps(), "scheduler", None)
         .await
         .expect("a Mastercard's 17th retry in 30 days goes through");
-    finish_sim(sim, db).await;
+    sim.shutdown().await;
 }

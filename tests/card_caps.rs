@@ -14,7 +14,7 @@ use cobro::store::{Attempt, CardCaps, RetryError, Store};
 use common::*;
 use serde_json::{Value, json};
 
-on_both_backends!(
+on_both_dbs!(
     mastercard_refuses_the_eleventh_retry_in_a_day_and_the_thirty_sixth_in_thirty_days,
     a_manual_retry_at_a_cap_needs_an_override_with_a_reason,
     the_command_line_retry_honours_the_caps_unless_overridden,
@@ -46,11 +46,10 @@ async fn retries(db: &TestDb, card: &str, from: usize, n: usize, caps: CardCaps)
 }
 
 async fn mastercard_refuses_the_eleventh_retry_in_a_day_and_the_thirty_sixth_in_thirty_days(
-    b: Backend,
+    db: &TestDb,
 ) {
-    let db = TestDb::new(b).await;
     // 24 hours: ten retries go through, the eleventh is refused by name.
-    retries(&db, "pm_mc_day", 0, 10, default_caps()).await;
+    retries(db, "pm_mc_day", 0, 10, default_caps()).await;
     let eleventh = declined_on(&db.store, "pm_mc_day-10", "pm_mc_day").await;
     let refused = db
         .store
@@ -75,7 +74,7 @@ async fn mastercard_refuses_the_eleventh_retry_in_a_day_and_the_thirty_sixth_in_
         "nothing written"
     );
     // The day is over (the history backdated): the eleventh goes through.
-    two_days_ago(&db, "pm_mc_day").await;
+    two_days_ago(db, "pm_mc_day").await;
     db.store
         .business_retry_capped(eleventh.id, 4, default_caps(), "scheduler", None)
         .await
@@ -88,10 +87,10 @@ async fn mastercard_refuses_the_eleventh_retry_in_a_day_and_the_thirty_sixth_in_
         ..default_caps()
     };
     for batch in 0..3 {
-        retries(&db, "pm_mc_month", batch * 10, 10, mastercard).await;
-        two_days_ago(&db, "pm_mc_month").await;
+        retries(db, "pm_mc_month", batch * 10, 10, mastercard).await;
+        two_days_ago(db, "pm_mc_month").await;
     }
-    retries(&db, "pm_mc_month", 30, 5, mastercard).await;
+    retries(db, "pm_mc_month", 30, 5, mastercard).await;
     let thirty_sixth = declined_on(&db.store, "pm_mc_month-35", "pm_mc_month").await;
     let refused = db
         .store
@@ -114,13 +113,11 @@ async fn mastercard_refuses_the_eleventh_retry_in_a_day_and_the_thirty_sixth_in_
         .to_string();
     assert!(visa.contains("COBRO_RETRY_CARD_CAP=15"), "{visa}");
     // Another card is not affected.
-    retries(&db, "pm_other", 0, 1, mastercard).await;
-    db.drop_db().await;
+    retries(db, "pm_other", 0, 1, mastercard).await;
 }
 
-async fn a_manual_retry_at_a_cap_needs_an_override_with_a_reason(b: Backend) {
-    let db = TestDb::new(b).await;
-    retries(&db, "pm_busy", 0, 10, default_caps()).await;
+async fn a_manual_retry_at_a_cap_needs_an_override_with_a_reason(db: &TestDb) {
+    retries(db, "pm_busy", 0, 10, default_caps()).await;
     let a = declined_on(&db.store, "busy-order", "pm_busy").await;
     let web = web_on(&db.store).await;
     let http = reqwest::Client::new();
@@ -200,7 +197,7 @@ async fn a_manual_retry_at_a_cap_needs_an_override_with_a_reason(b: Backend) {
     let other = declined_on(&db.store, "busy-order-2", "pm_busy").await;
     let (status, err) = retry_of(&http, &web.url, other.id, None).await;
     assert_eq!(status, 409, "{err}");
-    finish_web(web, db).await;
+    web.stop().await;
 }
 
 async fn retry_of(
@@ -232,9 +229,8 @@ fn cobro(db: &TestDb, args: &[&str]) -> std::process::Output {
 /// `cobro retry`, the same door by shell: refused at a cap naming it and
 /// the flag; an empty reason refused naming the field; with a reason the
 /// request is accepted and the reason kept in the log.
-async fn the_command_line_retry_honours_the_caps_unless_overridden(b: Backend) {
-    let db = TestDb::new(b).await;
-    retries(&db, "pm_cli", 0, 10, default_caps()).await;
+async fn the_command_line_retry_honours_the_caps_unless_overridden(db: &TestDb) {
+    retries(db, "pm_cli", 0, 10, default_caps()).await;
     let a = declined_on(&db.store, "cli-capped", "pm_cli").await;
     let id = a.id.to_string();
     let base = [
@@ -247,14 +243,14 @@ async fn the_command_line_retry_honours_the_caps_unless_overridden(b: Backend) {
     ];
     let before = db.store.transitions(a.id).await.unwrap().len();
 
-    let out = cobro(&db, &base);
+    let out = cobro(db, &base);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
     assert!(
         err.contains("COBRO_RETRY_MC_CAP_24H=10") && err.contains("--override-reason"),
         "{err}"
     );
-    let out = cobro(&db, &[&base[..], &["--override-reason", "  "]].concat());
+    let out = cobro(db, &[&base[..], &["--override-reason", "  "]].concat());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
         !out.status.success() && err.contains("override_reason"),
@@ -263,7 +259,7 @@ async fn the_command_line_retry_honours_the_caps_unless_overridden(b: Backend) {
     assert_eq!(db.store.transitions(a.id).await.unwrap().len(), before);
 
     let why = "finance call 2026-12-03: customer asked";
-    let out = cobro(&db, &[&base[..], &["--override-reason", why]].concat());
+    let out = cobro(db, &[&base[..], &["--override-reason", why]].concat());
     assert_success(&out);
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["cap_override"], why);
@@ -274,5 +270,4 @@ async fn the_command_line_retry_honours_the_caps_unless_overridden(b: Backend) {
         ("manual:ana", Some("cap_override"))
     );
     assert_eq!(last.evidence.as_ref().unwrap()["detail"], why);
-    db.drop_db().await;
 }

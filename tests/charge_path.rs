@@ -15,12 +15,11 @@ use cobro::store::Store;
 use common::*;
 use uuid::Uuid;
 
-on_both_backends!(
+on_both_dbs!(
     seed_test_1_connection_cut_after_the_charge_is_resolved_by_lookup,
     a_lost_request_is_looked_up_then_resent_with_the_same_key,
     lookups_that_keep_failing_give_exactly_five_checks_on_time_then_review,
     a_decline_is_final_for_the_attempt_and_a_5xx_is_unknown,
-    duplicated_wake_ups_and_racing_workers_charge_once,
     an_old_key_is_never_resent,
     a_resend_put_off_past_the_keys_lifetime_goes_to_finance_unsent,
     a_lost_wake_up_is_recreated_by_the_sweeper,
@@ -28,6 +27,8 @@ on_both_backends!(
     a_gateway_that_keeps_losing_requests_ends_in_review_not_in_a_loop,
     wake_ups_due_later_are_found_by_a_poll_shorter_than_a_fetch,
     a_worker_restarted_under_its_name_takes_back_what_it_left_running,
+    ; by_backend:
+    duplicated_wake_ups_and_racing_workers_charge_once,
 );
 
 async fn enqueue(store: &Store, order: &str, amount: i64) -> Uuid {
@@ -35,8 +36,8 @@ async fn enqueue(store: &Store, order: &str, amount: i64) -> Uuid {
     store.enqueue(&req).await.unwrap().attempt_id
 }
 
-async fn seed_test_1_connection_cut_after_the_charge_is_resolved_by_lookup(b: Backend) {
-    let (db, sim, worker) = rig(b, answers_lost()).await;
+async fn seed_test_1_connection_cut_after_the_charge_is_resolved_by_lookup(db: &TestDb) {
+    let (sim, worker) = sim_and_worker(db, answers_lost()).await;
     let id = enqueue(&db.store, "order-cut", 25_000).await;
 
     let a = settled(&db.store, id, State::Aprobado, Duration::from_secs(20)).await;
@@ -59,11 +60,11 @@ async fn seed_test_1_connection_cut_after_the_charge_is_resolved_by_lookup(b: Ba
     );
     assert_eq!(l.entries[0].idempotency_key, a.idempotency_key.to_string());
 
-    finish(worker, sim, db).await;
+    finish(worker, sim).await;
 }
 
-async fn a_lost_request_is_looked_up_then_resent_with_the_same_key(b: Backend) {
-    let (db, sim, worker) = rig(b, requests_lost()).await;
+async fn a_lost_request_is_looked_up_then_resent_with_the_same_key(db: &TestDb) {
+    let (sim, worker) = sim_and_worker(db, requests_lost()).await;
     let id = enqueue(&db.store, "order-lost", 4_200).await;
 
     settled(&db.store, id, State::Desconocido, Duration::from_secs(10)).await;
@@ -94,11 +95,11 @@ async fn a_lost_request_is_looked_up_then_resent_with_the_same_key(b: Backend) {
         "same key"
     );
 
-    finish(worker, sim, db).await;
+    finish(worker, sim).await;
 }
 
-async fn lookups_that_keep_failing_give_exactly_five_checks_on_time_then_review(b: Backend) {
-    let (db, sim) = db_and_sim(b, answers_lost_lookups_fail()).await;
+async fn lookups_that_keep_failing_give_exactly_five_checks_on_time_then_review(db: &TestDb) {
+    let sim = start_sim(true, answers_lost_lookups_fail()).await;
     let args = worker_args(&db.url, &sim.url());
     let schedule = CheckSchedule::parse(&args.check_schedule, args.check_jitter).unwrap();
     let worker = spawn_worker(args);
@@ -148,11 +149,11 @@ async fn lookups_that_keep_failing_give_exactly_five_checks_on_time_then_review(
     assert_eq!((l.entries.len(), l.stats.charge_requests), (1, 1));
     assert_eq!(l.stats.lookup_requests, 5);
 
-    finish(worker, sim, db).await;
+    finish(worker, sim).await;
 }
 
-async fn a_decline_is_final_for_the_attempt_and_a_5xx_is_unknown(b: Backend) {
-    let (db, sim, worker) = rig(b, declining("insufficient_funds")).await;
+async fn a_decline_is_final_for_the_attempt_and_a_5xx_is_unknown(db: &TestDb) {
+    let (sim, worker) = sim_and_worker(db, declining("insufficient_funds")).await;
     let declined = enqueue(&db.store, "order-poor", 1_000).await;
     let a = settled(
         &db.store,
@@ -184,7 +185,7 @@ async fn a_decline_is_final_for_the_attempt_and_a_5xx_is_unknown(b: Backend) {
     let l = ledger(&sim.url()).await;
     assert_eq!(approved_per_order(&l).get("order-5xx"), Some(&1));
 
-    finish(worker, sim, db).await;
+    finish(worker, sim).await;
 }
 
 async fn duplicated_wake_ups_and_racing_workers_charge_once(b: Backend) {
@@ -253,11 +254,12 @@ async fn duplicated_wake_ups_and_racing_workers_charge_once(b: Backend) {
 
     w1.stop().await;
     w2.stop().await;
-    finish_sim(sim, db).await;
+    sim.shutdown().await;
+    db.drop_db().await;
 }
 
-async fn an_old_key_is_never_resent(b: Backend) {
-    let (db, sim) = db_and_sim(b, Faults::default()).await;
+async fn an_old_key_is_never_resent(db: &TestDb) {
+    let sim = start_sim(true, Faults::default()).await;
     let id = enqueue(&db.store, "order-old", 3_000).await;
     // The attempt was sent two days ago, and nobody knows what happened.
     let a = db.store.load(id).await.unwrap().0;
@@ -287,7 +289,7 @@ async fn an_old_key_is_never_resent(b: Backend) {
     let last = db.store.transitions(id).await.unwrap().pop().unwrap();
     assert_eq!(last.cause, "key_expired_not_found");
     assert_eq!(ledger(&sim.url()).await.stats.charge_requests, 0);
-    finish_sim(sim, db).await;
+    sim.shutdown().await;
 }
 
 /// Review finding 4 (stop 39): a charge whose send timed out, found
@@ -297,10 +299,10 @@ async fn an_old_key_is_never_resent(b: Backend) {
 /// first send executed after all: it goes to finance unsent, the janitor
 /// scheduled. Its twin with a young key, and one whose sends were only ever
 /// refused (nothing could have executed), are sent.
-async fn a_resend_put_off_past_the_keys_lifetime_goes_to_finance_unsent(b: Backend) {
+async fn a_resend_put_off_past_the_keys_lifetime_goes_to_finance_unsent(db: &TestDb) {
     use cobro::state::Event;
     use cobro::store::ClaimPlan;
-    let (db, sim) = db_and_sim(b, Faults::default()).await;
+    let sim = start_sim(true, Faults::default()).await;
     // (order, checks done, key age in hours, sent now?)
     let cases = [
         ("order-resend-old", 1, 48, false),
@@ -367,11 +369,11 @@ async fn a_resend_put_off_past_the_keys_lifetime_goes_to_finance_unsent(b: Backe
         "the old resend never sent"
     );
     assert!(l.entries.iter().all(|e| e.order_id != "order-resend-old"));
-    finish_sim(sim, db).await;
+    sim.shutdown().await;
 }
 
-async fn a_lost_wake_up_is_recreated_by_the_sweeper(b: Backend) {
-    let (db, sim) = db_and_sim(b, Faults::default()).await;
+async fn a_lost_wake_up_is_recreated_by_the_sweeper(db: &TestDb) {
+    let sim = start_sim(true, Faults::default()).await;
     let id = enqueue(&db.store, "order-lost-job", 2_500).await;
     // The queue loses the job (as if deleted by hand or failed for good).
     let deleted = db
@@ -388,12 +390,10 @@ async fn a_lost_wake_up_is_recreated_by_the_sweeper(b: Backend) {
     let a = settled(&db.store, id, State::Aprobado, Duration::from_secs(15)).await;
     assert_eq!(a.send_count, 1);
     assert_eq!(ledger(&sim.url()).await.entries.len(), 1);
-    finish(worker, sim, db).await;
+    finish(worker, sim).await;
 }
 
-async fn a_wake_up_late_behind_a_backlog_is_not_duplicated_by_the_sweeper(b: Backend) {
-    init_logs();
-    let db = TestDb::new(b).await;
+async fn a_wake_up_late_behind_a_backlog_is_not_duplicated_by_the_sweeper(db: &TestDb) {
     let id = enqueue(&db.store, "order-late-job", 2_500).await;
     // An hour late, with its wake-up still queued and due (a backlog, no
     // worker has reached it yet): the sweeper leaves it alone.
@@ -440,14 +440,13 @@ async fn a_wake_up_late_behind_a_backlog_is_not_duplicated_by_the_sweeper(b: Bac
     .unwrap();
     assert_eq!(db.store.sweep(grace, every, 500).await.unwrap(), 0);
     assert_eq!(jobs().await, 2);
-    db.drop_db().await;
 }
 
-async fn a_gateway_that_keeps_losing_requests_ends_in_review_not_in_a_loop(b: Backend) {
+async fn a_gateway_that_keeps_losing_requests_ends_in_review_not_in_a_loop(db: &TestDb) {
     // Every charge request is lost (never executed, the client times out)
     // and every lookup truthfully says "not found".
-    let (db, sim) = db_and_sim(
-        b,
+    let sim = start_sim(
+        true,
         Faults {
             hold_ms: 1_300,
             ..requests_lost()
@@ -472,7 +471,7 @@ async fn a_gateway_that_keeps_losing_requests_ends_in_review_not_in_a_loop(b: Ba
     );
     let l = ledger(&sim.url()).await;
     assert_eq!((l.entries.len() as u64, l.stats.charge_requests), (0, 5));
-    finish(worker, sim, db).await;
+    finish(worker, sim).await;
 }
 
 /// The stall's regression test (BENCHMARKS.md, "The stall"): wake-ups that
@@ -482,8 +481,8 @@ async fn a_gateway_that_keeps_losing_requests_ends_in_review_not_in_a_loop(b: Ba
 /// always fires while a fetch is in flight: apalis-core 1.0's `Persisted`
 /// lost that wake-up, and a worker whose next fetch came back empty slept
 /// until something else woke it. cobro's backend re-arms its own timer.
-async fn wake_ups_due_later_are_found_by_a_poll_shorter_than_a_fetch(b: Backend) {
-    let (db, sim) = db_and_sim(b, Faults::default()).await;
+async fn wake_ups_due_later_are_found_by_a_poll_shorter_than_a_fetch(db: &TestDb) {
+    let sim = start_sim(true, Faults::default()).await;
     let mut ids = Vec::new();
     for i in 0..100 {
         ids.push(enqueue(&db.store, &format!("order-later-{i}"), 1_000 + i).await);
@@ -510,7 +509,7 @@ async fn wake_ups_due_later_are_found_by_a_poll_shorter_than_a_fetch(b: Backend)
     }
     let l = ledger(&sim.url()).await;
     assert_eq!(l.entries.len(), 100, "each order charged once");
-    finish(worker, sim, db).await;
+    finish(worker, sim).await;
 }
 
 /// A process restarted under the same name (a container's hostname and
@@ -518,8 +517,8 @@ async fn wake_ups_due_later_are_found_by_a_poll_shorter_than_a_fetch(b: Backend)
 /// where the orphan recovery (which looks for dead names) never would: it
 /// puts them back at registration, so the charge goes on at once, not only
 /// when the sweeper's grace runs out (ten minutes here).
-async fn a_worker_restarted_under_its_name_takes_back_what_it_left_running(b: Backend) {
-    let (db, sim) = db_and_sim(b, Faults::default()).await;
+async fn a_worker_restarted_under_its_name_takes_back_what_it_left_running(db: &TestDb) {
+    let sim = start_sim(true, Faults::default()).await;
     let id = enqueue(&db.store, "order-restarted", 4_200).await;
     let name = format!("restarted-{}", Uuid::new_v4().simple());
     // The charge queue's apalis worker is named `<name>-<restarts>`.
@@ -552,5 +551,5 @@ async fn a_worker_restarted_under_its_name_takes_back_what_it_left_running(b: Ba
     let a = settled(&db.store, id, State::Aprobado, Duration::from_secs(5)).await;
     assert_eq!(a.send_count, 1);
     assert_eq!(ledger(&sim.url()).await.entries.len(), 1);
-    finish(worker, sim, db).await;
+    finish(worker, sim).await;
 }

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use common::*;
 
-on_both_backends!(
+on_both_dbs!(
     migrate_enqueue_and_status_from_the_command_line,
     finance_retries_a_declined_order_from_the_command_line,
     refunds_from_the_command_line,
@@ -16,8 +16,7 @@ on_both_backends!(
     finance_pages_the_queue_and_checks_again_now_from_the_command_line,
 );
 
-async fn migrate_enqueue_and_status_from_the_command_line(b: Backend) {
-    let db = TestDb::new(b).await;
+async fn migrate_enqueue_and_status_from_the_command_line(db: &TestDb) {
     let out = cobro(&db.url, &["migrate"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
 
@@ -100,7 +99,6 @@ async fn migrate_enqueue_and_status_from_the_command_line(b: Backend) {
         human.contains("state PENDIENTE") && human.contains("enqueued"),
         "{human}"
     );
-    db.drop_db().await;
 }
 
 #[tokio::test]
@@ -177,9 +175,8 @@ fn the_web_process_refuses_to_start_without_a_proper_secret() {
     }
 }
 
-async fn finance_retries_a_declined_order_from_the_command_line(b: Backend) {
+async fn finance_retries_a_declined_order_from_the_command_line(db: &TestDb) {
     use cobro::state::Event;
-    let db = TestDb::new(b).await;
     let req = cobro::domain::ChargeRequest::parse("cli-retry", 900, "USD", None, None).unwrap();
     let a = enqueued(&db.store, &req).await;
     let id = a.id;
@@ -215,12 +212,10 @@ async fn finance_retries_a_declined_order_from_the_command_line(b: Backend) {
     // Again: the order already has a live attempt.
     let out = cobro(&db.url, &args);
     assert_fails_saying(&out, "already has a live attempt");
-    db.drop_db().await;
 }
 
-async fn refunds_from_the_command_line(b: Backend) {
+async fn refunds_from_the_command_line(db: &TestDb) {
     use cobro::state::Event;
-    let db = TestDb::new(b).await;
     let req = cobro::domain::ChargeRequest::parse("cli-refund", 900, "USD", None, None).unwrap();
     let id = db.store.enqueue(&req).await.unwrap().attempt_id;
     let id_text = id.to_string();
@@ -258,12 +253,10 @@ async fn refunds_from_the_command_line(b: Backend) {
     let over = refund("501", "");
     assert_fails_saying(&over, "exceeds");
     assert_eq!(db.store.refunds_of(id).await.unwrap().len(), 1);
-    db.drop_db().await;
 }
 
-async fn finance_works_the_escalation_queue_from_the_command_line(b: Backend) {
+async fn finance_works_the_escalation_queue_from_the_command_line(db: &TestDb) {
     use cobro::state::Event;
-    let db = TestDb::new(b).await;
     let req = cobro::domain::ChargeRequest::parse("cli-esc", 1_250, "USD", None, None).unwrap();
     let mut a = enqueued(&db.store, &req).await;
     let id = a.id;
@@ -325,13 +318,11 @@ async fn finance_works_the_escalation_queue_from_the_command_line(b: Backend) {
     let out = cobro(&db.url, &["escalations", "summary", "--json"]);
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["queue"]["en_revision"], 1);
-    db.drop_db().await;
 }
 
-async fn finance_pages_the_queue_and_checks_again_now_from_the_command_line(b: Backend) {
+async fn finance_pages_the_queue_and_checks_again_now_from_the_command_line(db: &TestDb) {
     use cobro::state::Event;
     use cobro::store::{Applied, Change, Lease};
-    let db = TestDb::new(b).await;
     let mut ids = Vec::new();
     for (order, currency) in [("cli-a", "USD"), ("cli-b", "EUR"), ("cli-c", "USD")] {
         let req = cobro::domain::ChargeRequest::parse(order, 1_000, currency, None, None).unwrap();
@@ -429,5 +420,4 @@ async fn finance_pages_the_queue_and_checks_again_now_from_the_command_line(b: B
         &["escalations", "check-now", "--by", "ana", "--note", " "],
     );
     assert_fails_saying(&out, "note");
-    db.drop_db().await;
 }

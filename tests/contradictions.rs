@@ -19,7 +19,7 @@ use cobro::webhook::{Scheme, Verifier};
 use common::*;
 use serde_json::{Value, json};
 
-on_both_backends!(
+on_both_dbs!(
     a_late_approval_by_webhook_opens_a_case_and_cancels_the_retry,
     a_late_decline_of_an_approved_charge_opens_a_case,
     an_approval_of_another_charge_under_an_approved_ones_key_opens_a_case,
@@ -52,8 +52,7 @@ async fn signed(web: &Web, v: &Verifier, id: &str, body: &Value) -> Value {
     resp.json().await.unwrap()
 }
 
-async fn a_late_approval_by_webhook_opens_a_case_and_cancels_the_retry(b: Backend) {
-    let db = TestDb::new(b).await;
+async fn a_late_approval_by_webhook_opens_a_case_and_cancels_the_retry(db: &TestDb) {
     let secret = test_secret();
     let v = Verifier::from_env_value(Scheme::StandardWebhooks, &secret).unwrap();
     let web = start_web(&db.store, v.clone()).await;
@@ -97,11 +96,10 @@ async fn a_late_approval_by_webhook_opens_a_case_and_cancels_the_retry(b: Backen
     assert!(ledger(&sim.url()).await.entries.is_empty());
     worker.stop().await;
     sim.shutdown().await;
-    finish_web(web, db).await;
+    web.stop().await;
 }
 
-async fn a_late_decline_of_an_approved_charge_opens_a_case(b: Backend) {
-    let db = TestDb::new(b).await;
+async fn a_late_decline_of_an_approved_charge_opens_a_case(db: &TestDb) {
     let secret = test_secret();
     let v = Verifier::from_env_value(Scheme::StandardWebhooks, &secret).unwrap();
     let web = start_web(&db.store, v.clone()).await;
@@ -118,14 +116,13 @@ async fn a_late_decline_of_an_approved_charge_opens_a_case(b: Backend) {
     assert_eq!(cases.len(), 1, "{cases:?}");
     assert_eq!(cases[0].kind, "missing_at_gateway");
     assert_eq!(cases[0].attempt_id, Some(id));
-    finish_web(web, db).await;
+    web.stop().await;
 }
 
 /// The same news reconciliation would judge ("APROBADO with another
 /// gateway id"): a second charge approved under one key. News of the
 /// charge we hold is a duplicate and opens nothing.
-async fn an_approval_of_another_charge_under_an_approved_ones_key_opens_a_case(b: Backend) {
-    let db = TestDb::new(b).await;
+async fn an_approval_of_another_charge_under_an_approved_ones_key_opens_a_case(db: &TestDb) {
     let v = Verifier::from_env_value(Scheme::StandardWebhooks, &test_secret()).unwrap();
     let web = start_web(&db.store, v.clone()).await;
     let approved_as = |order: &'static str, charge: &'static str| {
@@ -160,11 +157,11 @@ async fn an_approval_of_another_charge_under_an_approved_ones_key_opens_a_case(b
         reason.contains("we hold the attempt as APROBADO with ch_first"),
         "{reason}"
     );
-    finish_web(web, db).await;
+    web.stop().await;
 }
 
-async fn the_lookup_before_a_business_retry_stops_it_when_the_gateway_approved(b: Backend) {
-    let (db, sim) = db_and_sim(b, Faults::default()).await;
+async fn the_lookup_before_a_business_retry_stops_it_when_the_gateway_approved(db: &TestDb) {
+    let sim = start_sim(true, Faults::default()).await;
     // We hold the attempt as declined (say a proxy's 400 was read as a
     // refusal), but the gateway executed it: its books have an approved
     // charge under the attempt's key.
@@ -206,15 +203,14 @@ async fn the_lookup_before_a_business_retry_stops_it_when_the_gateway_approved(b
             .unwrap()
             .contains("before its business retry")
     );
-    finish(worker, sim, db).await;
+    finish(worker, sim).await;
 }
 
 /// Review of the webhook door (stop 40): an event names our attempt by key
 /// alone. One that says another amount or currency than the attempt's is
 /// not news of it: nothing moves, an `amount_mismatch` case opens (once);
 /// the same news with the attempt's own amount then settles it.
-async fn news_of_another_amount_or_currency_moves_nothing_and_opens_a_case(b: Backend) {
-    let db = TestDb::new(b).await;
+async fn news_of_another_amount_or_currency_moves_nothing_and_opens_a_case(db: &TestDb) {
     let v = Verifier::from_env_value(Scheme::StandardWebhooks, &test_secret()).unwrap();
     let web = start_web(&db.store, v.clone()).await;
     let req = ChargeRequest::parse("mismatch-1", 2_500, "EUR", None, None).unwrap();
@@ -253,5 +249,5 @@ async fn news_of_another_amount_or_currency_moves_nothing_and_opens_a_case(b: Ba
     assert_eq!(reply["outcome"]["result"], "applied", "{reply}");
     let now = db.store.load(a.id).await.unwrap().0;
     assert_eq!(now.state, State::Aprobado);
-    finish_web(web, db).await;
+    web.stop().await;
 }

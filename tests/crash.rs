@@ -14,7 +14,7 @@ use cobro::state::State;
 use common::*;
 use uuid::Uuid;
 
-on_both_backends!(
+on_both_dbs!(
     a_worker_killed_while_en_proceso_is_recovered_after_its_lease_with_one_charge,
     sigterm_finishes_the_charge_in_flight_then_exits_zero,
 );
@@ -69,11 +69,13 @@ async fn wait_exit(child: &mut Child, limit: Duration) -> std::process::ExitStat
     }
 }
 
-async fn a_worker_killed_while_en_proceso_is_recovered_after_its_lease_with_one_charge(b: Backend) {
+async fn a_worker_killed_while_en_proceso_is_recovered_after_its_lease_with_one_charge(
+    db: &TestDb,
+) {
     // The gateway charges at once but holds its answer for 3 s: the worker is
     // killed after the money moved and before it could record it.
-    let (db, sim) = db_and_sim(
-        b,
+    let sim = start_sim(
+        true,
         Faults {
             p_timeout_after_charge: 1.0,
             hold_ms: 3_000,
@@ -139,12 +141,12 @@ async fn a_worker_killed_while_en_proceso_is_recovered_after_its_lease_with_one_
         }
     }
     assert!(status.success(), "SIGTERM exits 0, got {status}");
-    finish_sim(sim, db).await;
+    sim.shutdown().await;
 }
 
-async fn sigterm_finishes_the_charge_in_flight_then_exits_zero(b: Backend) {
-    let (db, sim) = db_and_sim(
-        b,
+async fn sigterm_finishes_the_charge_in_flight_then_exits_zero(db: &TestDb) {
+    let sim = start_sim(
+        true,
         Faults {
             latency_ms: 1_000,
             ..Faults::default()
@@ -169,5 +171,5 @@ async fn sigterm_finishes_the_charge_in_flight_then_exits_zero(b: Backend) {
         "the in-flight charge was finished, not dropped"
     );
     assert_eq!(a.lease_owner, None);
-    finish_sim(sim, db).await;
+    sim.shutdown().await;
 }

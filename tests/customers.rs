@@ -16,10 +16,11 @@ use cobro::store::{Backend, EnqueueError};
 use common::*;
 use serde_json::{Value, json};
 
-on_both_backends!(
+on_both_dbs!(
     post_charges_stores_and_shows_the_customer_and_refuses_card_data,
     the_rust_api_stores_it_and_a_business_retry_carries_it,
     the_database_refuses_a_customer_that_looks_like_card_data,
+    ; by_backend:
     the_cli_takes_customer_and_status_shows_it,
 );
 
@@ -40,8 +41,7 @@ async fn post(web: &Web, key: &str, body: &Value) -> (u16, Value) {
     post_keyed_json(&url, As::Bearer("app"), Some(key), &body.to_string()).await
 }
 
-async fn post_charges_stores_and_shows_the_customer_and_refuses_card_data(b: Backend) {
-    let db = TestDb::new(b).await;
+async fn post_charges_stores_and_shows_the_customer_and_refuses_card_data(db: &TestDb) {
     let web = web_on(&db.store).await;
 
     // Card data, or not a token: 422 naming `customer`, nothing written.
@@ -86,11 +86,10 @@ async fn post_charges_stores_and_shows_the_customer_and_refuses_card_data(b: Bac
     assert_eq!(status, 201, "{created}");
     assert!(created.get("customer").is_none(), "{created}");
     assert_eq!(db.attempts().await, 2);
-    finish_web(web, db).await;
+    web.stop().await;
 }
 
-async fn the_rust_api_stores_it_and_a_business_retry_carries_it(b: Backend) {
-    let db = TestDb::new(b).await;
+async fn the_rust_api_stores_it_and_a_business_retry_carries_it(db: &TestDb) {
     let req = ChargeRequest::parse("rust-c", 3_000, "USD", None, Some("pm_saved"))
         .unwrap()
         .with_customer(Some("cus_Rust1"))
@@ -124,13 +123,11 @@ async fn the_rust_api_stores_it_and_a_business_retry_carries_it(b: Backend) {
         .with_customer(Some("378282246310005"))
         .unwrap_err();
     assert_eq!(e.field, "customer");
-    db.drop_db().await;
 }
 
 /// The column's CHECK holds whatever door writes (a psql session, a door
 /// not yet written): a customer with a card number's digits is refused.
-async fn the_database_refuses_a_customer_that_looks_like_card_data(b: Backend) {
-    let db = TestDb::new(b).await;
+async fn the_database_refuses_a_customer_that_looks_like_card_data(db: &TestDb) {
     let req = ChargeRequest::parse("db-c", 100, "USD", None, Some("pm_x"))
         .unwrap()
         .with_customer(Some("cus_ok"))
@@ -150,7 +147,6 @@ async fn the_database_refuses_a_customer_that_looks_like_card_data(b: Backend) {
     );
     let shown = db.store.load(id.parse().unwrap()).await.unwrap().0;
     assert_eq!(shown.customer.as_deref(), Some("cus_ok"));
-    db.drop_db().await;
 }
 
 async fn the_cli_takes_customer_and_status_shows_it(b: Backend) {

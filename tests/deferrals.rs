@@ -15,7 +15,7 @@ use cobro::sim::{Faults, SimConfig, SimHandle};
 use cobro::state::State;
 use common::*;
 
-on_both_backends!(
+on_both_dbs!(
     a_refused_connection_waits_and_sends_again_with_the_same_key,
     a_lookup_that_cannot_reach_the_gateway_spends_no_check,
     a_throttling_gateway_spends_no_check_and_charges_each_order_once,
@@ -45,9 +45,7 @@ async fn sim_at(addr: std::net::SocketAddr, faults: Faults) -> SimHandle {
     .expect("start gateway simulator")
 }
 
-async fn a_refused_connection_waits_and_sends_again_with_the_same_key(b: Backend) {
-    init_logs();
-    let db = TestDb::new(b).await;
+async fn a_refused_connection_waits_and_sends_again_with_the_same_key(db: &TestDb) {
     let addr = free_addr();
     let worker = spawn_worker(worker_args(&db.url, &format!("http://{addr}")));
     let req = ChargeRequest::parse("defer-1", 1_500, "USD", None, Some("pm_x")).unwrap();
@@ -84,12 +82,12 @@ async fn a_refused_connection_waits_and_sends_again_with_the_same_key(b: Backend
     let ledger = ledger(&sim.url()).await;
     assert_eq!(ledger.entries.len(), 1, "charged once");
     assert_eq!(ledger.entries[0].idempotency_key, req.key.to_string());
-    finish(worker, sim, db).await;
+    finish(worker, sim).await;
 }
 
-async fn a_lookup_that_cannot_reach_the_gateway_spends_no_check(b: Backend) {
+async fn a_lookup_that_cannot_reach_the_gateway_spends_no_check(db: &TestDb) {
     // The answer to the charge is lost after the gateway charged: unknown.
-    let (db, sim) = db_and_sim(b, answers_lost()).await;
+    let sim = start_sim(true, answers_lost()).await;
     let worker = spawn_worker(worker_args(&db.url, &sim.url()));
     let req = ChargeRequest::parse("defer-2", 2_500, "EUR", None, None).unwrap();
     let id = db.store.enqueue(&req).await.unwrap().attempt_id;
@@ -116,12 +114,12 @@ async fn a_lookup_that_cannot_reach_the_gateway_spends_no_check(b: Backend) {
         "one lookup, no resend"
     );
     assert_eq!(ledger(&sim.url()).await.entries.len(), 1, "charged once");
-    finish(worker, sim, db).await;
+    finish(worker, sim).await;
 }
 
-async fn a_throttling_gateway_spends_no_check_and_charges_each_order_once(b: Backend) {
-    let (db, sim) = db_and_sim(
-        b,
+async fn a_throttling_gateway_spends_no_check_and_charges_each_order_once(db: &TestDb) {
+    let sim = start_sim(
+        true,
         Faults {
             rate_limit_per_s: 5.0,
             rate_limit_burst: 5,
@@ -160,5 +158,5 @@ async fn a_throttling_gateway_spends_no_check_and_charges_each_order_once(b: Bac
         "30 charges at 5/s: {deferred} sends deferred by 429, {} throttled",
         ledger.stats.throttled
     );
-    finish(worker, sim, db).await;
+    finish(worker, sim).await;
 }

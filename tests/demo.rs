@@ -7,7 +7,7 @@ mod common;
 use cobro::demo::{Report, World};
 use common::*;
 
-on_both_backends!(a_small_fleet_shows_the_naive_overcharge_and_none_for_cobro);
+on_both_dbs!(a_small_fleet_shows_the_naive_overcharge_and_none_for_cobro,);
 
 fn assert_report(r: &Report, orders: usize) {
     assert_eq!(r.worlds.len(), 3);
@@ -46,10 +46,8 @@ fn assert_report(r: &Report, orders: usize) {
     assert_eq!(r.worlds[2].gateway, "memoryless");
 }
 
-async fn a_small_fleet_shows_the_naive_overcharge_and_none_for_cobro(b: Backend) {
-    init_logs();
-    let db = TestDb::new(b).await;
-    let opts = demo_options(&db, 60);
+async fn a_small_fleet_shows_the_naive_overcharge_and_none_for_cobro(db: &TestDb) {
+    let opts = demo_options(db, 60);
     let report = cobro::demo::run(&opts, None).await.expect("demo runs");
     assert_report(&report, 60);
     let table = cobro::demo::render(&report);
@@ -57,7 +55,6 @@ async fn a_small_fleet_shows_the_naive_overcharge_and_none_for_cobro(b: Backend)
         table.contains("orders charged 2+ times") && table.contains("overcharge"),
         "{table}"
     );
-    db.drop_db().await;
 }
 
 #[test]

@@ -10,7 +10,7 @@ mod common;
 use cobro::demo::{Report, Scenario};
 use common::*;
 
-on_both_backends!(
+on_both_dbs!(
     scenario_a_double_click_is_1000_usd_naive_and_500_with_cobro,
     a_new_key_on_every_retry_is_1500_usd_even_against_keys_and_cobro_charges_once,
     scenario_c_prints_the_seeds_fleet_beside_cobros,
@@ -30,10 +30,8 @@ fn assert_cobro_once(r: &Report) {
     assert_eq!(r.worlds[2].gateway, "memoryless");
 }
 
-async fn scenario_a_double_click_is_1000_usd_naive_and_500_with_cobro(b: Backend) {
-    init_logs();
-    let db = TestDb::new(b).await;
-    let r = cobro::demo::run_scenario(&demo_options(&db, 1000), Scenario::A, None)
+async fn scenario_a_double_click_is_1000_usd_naive_and_500_with_cobro(db: &TestDb) {
+    let r = cobro::demo::run_scenario(&demo_options(db, 1000), Scenario::A, None)
         .await
         .expect("scenario a runs");
     assert_eq!(r.orders, 1, "one buyer, whatever --orders says");
@@ -59,13 +57,12 @@ async fn scenario_a_double_click_is_1000_usd_naive_and_500_with_cobro(b: Backend
     ] {
         assert!(table.contains(shown), "{shown} in\n{table}");
     }
-    db.drop_db().await;
 }
 
-async fn a_new_key_on_every_retry_is_1500_usd_even_against_keys_and_cobro_charges_once(b: Backend) {
-    init_logs();
-    let db = TestDb::new(b).await;
-    let r = cobro::demo::run_scenario(&demo_options(&db, 1000), Scenario::NewKey, None)
+async fn a_new_key_on_every_retry_is_1500_usd_even_against_keys_and_cobro_charges_once(
+    db: &TestDb,
+) {
+    let r = cobro::demo::run_scenario(&demo_options(db, 1000), Scenario::NewKey, None)
         .await
         .expect("scenario new-key runs");
     let naive = &r.worlds[0];
@@ -86,13 +83,10 @@ async fn a_new_key_on_every_retry_is_1500_usd_even_against_keys_and_cobro_charge
         table.contains("$1,500.00") && table.contains("seed: same key"),
         "{table}"
     );
-    db.drop_db().await;
 }
 
-async fn scenario_c_prints_the_seeds_fleet_beside_cobros(b: Backend) {
-    init_logs();
-    let db = TestDb::new(b).await;
-    let r = cobro::demo::run_scenario(&demo_options(&db, 40), Scenario::C, None)
+async fn scenario_c_prints_the_seeds_fleet_beside_cobros(db: &TestDb) {
+    let r = cobro::demo::run_scenario(&demo_options(db, 40), Scenario::C, None)
         .await
         .expect("scenario c runs");
     assert_eq!(r.worlds.len(), 3);
@@ -117,7 +111,6 @@ async fn scenario_c_prints_the_seeds_fleet_beside_cobros(b: Backend) {
     ] {
         assert!(table.contains(shown), "{shown} in\n{table}");
     }
-    db.drop_db().await;
 }
 
 #[test]

@@ -10,7 +10,7 @@ use cobro::domain::{CURRENCIES, ChargeRequest};
 use cobro::store::{EnqueueError, enqueue_charge, enqueue_charge_sqlite};
 use common::{Backend, TestDb, postgres_db, raw_move};
 
-on_both_backends!(
+on_both_dbs!(
     a_rolled_back_transaction_leaves_neither_attempt_nor_job,
     the_same_key_twice_is_one_attempt_and_a_changed_charge_is_refused,
     a_second_live_attempt_for_an_order_is_refused,
@@ -56,12 +56,11 @@ async fn counts(db: &TestDb) -> (i64, i64) {
     (db.attempts().await, db.store.open_wakeups().await.unwrap())
 }
 
-async fn a_rolled_back_transaction_leaves_neither_attempt_nor_job(b: Backend) {
-    let db = TestDb::new(b).await;
-    in_caller_tx(&db, &req("o-1", 1000, KEY), false).await;
-    assert_eq!(counts(&db).await, (0, 0));
-    in_caller_tx(&db, &req("o-1", 1000, KEY), true).await;
-    assert_eq!(counts(&db).await, (1, 1));
+async fn a_rolled_back_transaction_leaves_neither_attempt_nor_job(db: &TestDb) {
+    in_caller_tx(db, &req("o-1", 1000, KEY), false).await;
+    assert_eq!(counts(db).await, (0, 0));
+    in_caller_tx(db, &req("o-1", 1000, KEY), true).await;
+    assert_eq!(counts(db).await, (1, 1));
     let id = db.store.attempts_for_order("o-1").await.unwrap()[0].id;
     let log = db.store.transitions(id).await.unwrap();
     assert_eq!(log.len(), 1);
@@ -69,7 +68,6 @@ async fn a_rolled_back_transaction_leaves_neither_attempt_nor_job(b: Backend) {
         (log[0].from_state.as_deref(), log[0].to_state.as_str()),
         (None, "PENDIENTE")
     );
-    db.drop_db().await;
 }
 
 #[tokio::test]
@@ -115,14 +113,13 @@ async fn postgres_the_sql_function_commits_and_rolls_back_with_the_caller() {
     db.drop_db().await;
 }
 
-async fn the_same_key_twice_is_one_attempt_and_a_changed_charge_is_refused(b: Backend) {
-    let db = TestDb::new(b).await;
+async fn the_same_key_twice_is_one_attempt_and_a_changed_charge_is_refused(db: &TestDb) {
     let first = db.store.enqueue(&req("o-1", 1000, KEY)).await.unwrap();
     let again = db.store.enqueue(&req("o-1", 1000, KEY)).await.unwrap();
     assert!(first.created && !again.created);
     assert_eq!(first.attempt_id, again.attempt_id);
     assert_eq!(
-        counts(&db).await,
+        counts(db).await,
         (1, 1),
         "a replayed enqueue pushes no second wake-up"
     );
@@ -141,11 +138,9 @@ async fn the_same_key_twice_is_one_attempt_and_a_changed_charge_is_refused(b: Ba
         EnqueueError::KeyReused(_)
     ));
     assert_eq!(db.attempts().await, 1);
-    db.drop_db().await;
 }
 
-async fn a_second_live_attempt_for_an_order_is_refused(b: Backend) {
-    let db = TestDb::new(b).await;
+async fn a_second_live_attempt_for_an_order_is_refused(db: &TestDb) {
     db.store.enqueue(&req("o-1", 1000, KEY)).await.unwrap();
     let other_key = "5b0c3a2e-8d1f-4c6b-9e7a-1f2d3c4b5a69";
     let err = db
@@ -159,7 +154,7 @@ async fn a_second_live_attempt_for_an_order_is_refused(b: Backend) {
 
     // Once approved, a new charge for the order is refused too.
     assert_eq!(
-        raw_move(&db, "order_id = 'o-1'", "APROBADO").await.unwrap(),
+        raw_move(db, "order_id = 'o-1'", "APROBADO").await.unwrap(),
         1
     );
     let err = db
@@ -168,7 +163,6 @@ async fn a_second_live_attempt_for_an_order_is_refused(b: Backend) {
         .await
         .unwrap_err();
     assert!(matches!(err, EnqueueError::AlreadyApproved(_)), "{err:?}");
-    db.drop_db().await;
 }
 
 #[tokio::test]
@@ -234,8 +228,7 @@ async fn postgres_bad_input_through_sql_names_the_field_and_writes_nothing() {
     db.drop_db().await;
 }
 
-async fn the_database_enforces_the_invariants_without_the_code(b: Backend) {
-    let db = TestDb::new(b).await;
+async fn the_database_enforces_the_invariants_without_the_code(db: &TestDb) {
     let insert = |order: &'static str, state: &'static str, amount: &'static str| {
         let db = &db;
         async move {
@@ -279,17 +272,15 @@ async fn the_database_enforces_the_invariants_without_the_code(b: Backend) {
         err.as_database_error().unwrap().is_check_violation(),
         "{err}"
     );
-    db.drop_db().await;
 }
 
-async fn the_database_knows_the_same_currencies_as_the_code(b: Backend) {
-    let db = TestDb::new(b).await;
+async fn the_database_knows_the_same_currencies_as_the_code(db: &TestDb) {
     let mut code: Vec<(String, i64)> = CURRENCIES
         .iter()
         .map(|(c, e)| (c.to_string(), i64::from(*e)))
         .collect();
     code.sort();
-    let rows: Vec<(String, i64)> = match b {
+    let rows: Vec<(String, i64)> = match db.backend {
         Backend::Postgres => {
             sqlx::query_as("SELECT code, minor_unit::bigint FROM cobro.currencies ORDER BY code")
                 .fetch_all(db.store.pg_pool().unwrap())
@@ -302,13 +293,10 @@ async fn the_database_knows_the_same_currencies_as_the_code(b: Backend) {
             .unwrap(),
     };
     assert_eq!(rows, code);
-    db.drop_db().await;
 }
 
-async fn migrate_twice_is_a_no_op(b: Backend) {
-    let db = TestDb::new(b).await;
+async fn migrate_twice_is_a_no_op(db: &TestDb) {
     db.store.migrate().await.expect("second migrate");
-    db.drop_db().await;
 }
 
 /// No index repeats another (the same table, columns, expressions and

@@ -11,14 +11,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use cobro::domain::ChargeRequest;
-use cobro::sim::Faults;
+use cobro::sim::{Faults, SimHandle};
 use cobro::state::State;
 use cobro::store::{ClaimPlan, Store};
 use cobro::wakeq::{LiteDb, Outcome, PgDb, WakeConfig, WakeDb, Wakeup};
 use common::*;
 use uuid::Uuid;
 
-on_both_backends!(
+on_both_dbs!(
     a_fetch_claims_due_charges_up_to_its_free_handlers_and_they_are_sent_once,
     a_fetch_leaves_the_claim_to_the_handler_while_sending_is_paused,
     a_charge_claimed_by_a_fetch_that_never_handed_it_out_is_resolved_by_its_lease,
@@ -50,7 +50,8 @@ async fn a_real_worker_claims_a_lone_charge_in_its_fetch() {
     .await
     .unwrap();
     assert!(same, "claimed in the fetch's transaction");
-    finish(worker, sim, db).await;
+    finish(worker, sim).await;
+    db.drop_db().await;
 }
 
 async fn enqueue(store: &Store, order: &str) -> Uuid {
@@ -116,8 +117,8 @@ fn pairs(want: &[(&str, &str)]) -> Vec<(String, String)> {
 /// Handed to the engine, the claimed ones are sent at once, the other is
 /// claimed by its handler; each order is charged once, and every log reads
 /// as a handler's claim would.
-async fn a_fetch_claims_due_charges_up_to_its_free_handlers_and_they_are_sent_once(b: Backend) {
-    let (db, sim) = db_and_sim(b, Faults::default()).await;
+async fn a_fetch_claims_due_charges_up_to_its_free_handlers_and_they_are_sent_once(db: &TestDb) {
+    let sim = start_sim(true, Faults::default()).await;
     let ids = [
         enqueue(&db.store, "order-claim-1").await,
         enqueue(&db.store, "order-claim-2").await,
@@ -169,13 +170,13 @@ async fn a_fetch_claims_due_charges_up_to_its_free_handlers_and_they_are_sent_on
     let l = ledger(&sim.url()).await;
     assert_eq!(l.entries.len(), 3, "each order charged once");
     assert!(approved_per_order(&l).values().all(|n| *n == 1));
-    finish_sim(sim, db).await;
+    sim.shutdown().await;
 }
 
 /// While sending is paused, the fetch claims nothing: the handler parks
 /// the charge as before, and nothing reaches the gateway.
-async fn a_fetch_leaves_the_claim_to_the_handler_while_sending_is_paused(b: Backend) {
-    let (db, sim) = db_and_sim(b, Faults::default()).await;
+async fn a_fetch_leaves_the_claim_to_the_handler_while_sending_is_paused(db: &TestDb) {
+    let sim = start_sim(true, Faults::default()).await;
     let id = enqueue(&db.store, "order-paused").await;
     db.store
         .set_sending_paused(true, "test", Some("incident"))
@@ -197,15 +198,17 @@ async fn a_fetch_leaves_the_claim_to_the_handler_while_sending_is_paused(b: Back
     assert!(a.parked_since.is_some(), "the handler parked it");
     assert_eq!(a.send_count, 0);
     assert!(ledger(&sim.url()).await.entries.is_empty());
-    finish_sim(sim, db).await;
+    sim.shutdown().await;
 }
 
 /// A fetch claims a charge, and its process dies before handing it out
 /// (nothing sent). The claim is a lease like any other: once it expires a
 /// live worker marks the attempt `DESCONOCIDO`, looks it up by its key,
 /// finds nothing, and sends it with the same key; charged once.
-async fn a_charge_claimed_by_a_fetch_that_never_handed_it_out_is_resolved_by_its_lease(b: Backend) {
-    let (db, sim) = db_and_sim(b, Faults::default()).await;
+async fn a_charge_claimed_by_a_fetch_that_never_handed_it_out_is_resolved_by_its_lease(
+    db: &TestDb,
+) {
+    let sim = start_sim(true, Faults::default()).await;
     let id = enqueue(&db.store, "order-claimed-lost").await;
     let gone = Arc::new(engine(&db.store, &sim.url(), "gone"));
     let got = fetch(&db.store, "gone-fetch", gone, 8).await;
@@ -228,14 +231,14 @@ async fn a_charge_claimed_by_a_fetch_that_never_handed_it_out_is_resolved_by_its
     );
     let l = ledger(&sim.url()).await;
     assert_eq!(l.entries.len(), 1, "charged once");
-    finish(worker, sim, db).await;
+    finish(worker, sim).await;
 }
 
 /// Sending is paused between the fetch that claimed a charge and its
 /// handler: the handler gives the claim back unsent (`PENDIENTE`, parked,
 /// as a handler parks a charge while paused); nothing reaches the gateway.
-async fn a_claim_is_given_back_unsent_when_sending_was_paused_after_the_fetch(b: Backend) {
-    let (db, sim) = db_and_sim(b, Faults::default()).await;
+async fn a_claim_is_given_back_unsent_when_sending_was_paused_after_the_fetch(db: &TestDb) {
+    let sim = start_sim(true, Faults::default()).await;
     let id = enqueue(&db.store, "order-paused-late").await;
     let pause = Arc::new(cobro::pause::Pause::new(db.store.clone()));
     let engine = Arc::new(engine(&db.store, &sim.url(), "paused-late").with_pause(pause.clone()));
@@ -263,14 +266,14 @@ async fn a_claim_is_given_back_unsent_when_sending_was_paused_after_the_fetch(b:
         ])
     );
     assert!(ledger(&sim.url()).await.entries.is_empty(), "nothing sent");
-    finish_sim(sim, db).await;
+    sim.shutdown().await;
 }
 
 /// A charge claimed in the fetch whose handler starts later than
 /// `CLAIM_FRESH` is given back and claimed again by its handler, so the
 /// log's claim is the send's; charged once.
-async fn a_claim_handled_late_is_given_back_and_claimed_again(b: Backend) {
-    let (db, sim) = db_and_sim(b, Faults::default()).await;
+async fn a_claim_handled_late_is_given_back_and_claimed_again(db: &TestDb) {
+    let sim = start_sim(true, Faults::default()).await;
     let id = enqueue(&db.store, "order-late-handler").await;
     let engine = Arc::new(engine(&db.store, &sim.url(), "late"));
     let got = fetch(&db.store, "late-fetch", engine.clone(), 8).await;
@@ -285,26 +288,32 @@ async fn a_claim_handled_late_is_given_back_and_claimed_again(b: Backend) {
         .unwrap();
 
     assert_eq!(db.store.load(id).await.unwrap().0.state, State::Aprobado);
+    sent_once_after_release(db, &sim, id, "claim_released_late").await;
+    sim.shutdown().await;
+}
+
+/// Attempt `id` was claimed, given back (`cause`), claimed again and
+/// approved, and the gateway holds one charge of it.
+async fn sent_once_after_release(db: &TestDb, sim: &SimHandle, id: Uuid, cause: &str) {
     assert_eq!(
         states_and_causes(&db.store, id).await,
         pairs(&[
             ("PENDIENTE", "enqueued"),
             ("EN_PROCESO", "claim"),
-            ("PENDIENTE", "claim_released_late"),
+            ("PENDIENTE", cause),
             ("EN_PROCESO", "claim"),
             ("APROBADO", "gateway_approved"),
         ])
     );
     assert_eq!(ledger(&sim.url()).await.entries.len(), 1, "charged once");
-    finish_sim(sim, db).await;
 }
 
 /// A worker shuts down with a charge its fetch claimed but never handed
 /// out: the release gives the claim back (due at once, with a wake-up of
 /// its own) and acknowledges the old wake-up; the next worker sends it
 /// once, without waiting for a lease to expire.
-async fn a_claim_given_back_at_shutdown_is_sent_once_by_the_next_worker(b: Backend) {
-    let (db, sim) = db_and_sim(b, Faults::default()).await;
+async fn a_claim_given_back_at_shutdown_is_sent_once_by_the_next_worker(db: &TestDb) {
+    let sim = start_sim(true, Faults::default()).await;
     let id = enqueue(&db.store, "order-shutdown").await;
     let leaving = Arc::new(engine(&db.store, &sim.url(), "leaving"));
     let worker = "leaving-fetch";
@@ -334,17 +343,7 @@ async fn a_claim_given_back_at_shutdown_is_sent_once_by_the_next_worker(b: Backe
     args.sweep_interval = Duration::from_secs(60);
     let next = spawn_worker(args);
     settled(&db.store, id, State::Aprobado, Duration::from_secs(10)).await;
-    assert_eq!(
-        states_and_causes(&db.store, id).await,
-        pairs(&[
-            ("PENDIENTE", "enqueued"),
-            ("EN_PROCESO", "claim"),
-            ("PENDIENTE", "claim_released_shutdown"),
-            ("EN_PROCESO", "claim"),
-            ("APROBADO", "gateway_approved"),
-        ])
-    );
-    assert_eq!(ledger(&sim.url()).await.entries.len(), 1, "charged once");
+    sent_once_after_release(db, &sim, id, "claim_released_shutdown").await;
     next.stop().await;
-    finish_sim(sim, db).await;
+    sim.shutdown().await;
 }

@@ -17,7 +17,7 @@ use cobro::store::{Attempt, Change, Lease, Store};
 use common::*;
 use serde_json::{Value, json};
 
-on_both_backends!(
+on_both_dbs!(
     an_escalated_attempt_shows_its_evidence_and_is_resolved_once,
     check_again_now_takes_a_fresh_lookup_through_a_real_worker,
     the_api_resolves_as_the_signed_in_person_and_refuses_clearly,
@@ -53,8 +53,7 @@ fn approve(a: &Attempt, version: i64, by: &'static str) -> ResolveRequest<'stati
     }
 }
 
-async fn an_escalated_attempt_shows_its_evidence_and_is_resolved_once(b: Backend) {
-    let db = TestDb::new(b).await;
+async fn an_escalated_attempt_shows_its_evidence_and_is_resolved_once(db: &TestDb) {
     let review = in_review(&db.store, "fin-review", 12_345, "USD").await;
     let young = in_doubt(&db.store, "fin-young").await;
     let hour = Duration::from_secs(3600);
@@ -175,12 +174,11 @@ async fn an_escalated_attempt_shows_its_evidence_and_is_resolved_once(b: Backend
         db.store.load(young.id).await.unwrap().0.state,
         State::Desconocido
     );
-    db.drop_db().await;
 }
 
-async fn check_again_now_takes_a_fresh_lookup_through_a_real_worker(b: Backend) {
+async fn check_again_now_takes_a_fresh_lookup_through_a_real_worker(db: &TestDb) {
     // Charged, answer lost, and every lookup fails: the checks run out.
-    let (db, sim) = db_and_sim(b, answers_lost_lookups_fail()).await;
+    let sim = start_sim(true, answers_lost_lookups_fail()).await;
     let worker = spawn_worker(worker_args(&db.url, &sim.url()));
     let req = ChargeRequest::parse("fin-recheck", 4_200, "USD", None, None).unwrap();
     let id = db.store.enqueue(&req).await.unwrap().attempt_id;
@@ -205,12 +203,11 @@ async fn check_again_now_takes_a_fresh_lookup_through_a_real_worker(b: Backend) 
     );
     assert_eq!(log[log.len() - 2].actor, "finance:ana");
     assert_eq!(ledger(&sim.url()).await.entries.len(), 1, "charged once");
-    finish(worker, sim, db).await;
+    finish(worker, sim).await;
 }
 
 /// The web process with the finance routes and the test keys.
-async fn the_api_resolves_as_the_signed_in_person_and_refuses_clearly(b: Backend) {
-    let db = TestDb::new(b).await;
+async fn the_api_resolves_as_the_signed_in_person_and_refuses_clearly(db: &TestDb) {
     let a = in_review(&db.store, "fin-api", 990, "EUR").await;
     let web = web_on(&db.store).await;
     let http = reqwest::Client::new();
@@ -302,7 +299,7 @@ async fn the_api_resolves_as_the_signed_in_person_and_refuses_clearly(b: Backend
     sim.shutdown().await;
     let (again, _) = post_json(&retry_url, As::Bearer("luis"), &json!({})).await;
     assert_eq!(again, 409, "already being retried");
-    finish_web(web, db).await;
+    web.stop().await;
 }
 
 /// Minimal RFC 4180 reader: quoted fields with doubled quotes and line breaks.
@@ -331,8 +328,7 @@ fn parse_csv(text: &str) -> Vec<Vec<String>> {
     rows
 }
 
-async fn the_csv_export_opens_cleanly_in_a_spreadsheet(b: Backend) {
-    let db = TestDb::new(b).await;
+async fn the_csv_export_opens_cleanly_in_a_spreadsheet(db: &TestDb) {
     in_review(&db.store, "=HYPERLINK(\"http://evil\")", 1_999, "USD").await;
     in_review(&db.store, "fin, with comma", 1_999, "JPY").await;
     in_review(&db.store, "fin-kwd", 1_999, "KWD").await;
@@ -371,11 +367,10 @@ async fn the_csv_export_opens_cleanly_in_a_spreadsheet(b: Backend) {
         assert_eq!(r[col("state")], "EN_REVISION");
         assert_eq!(r[col("last_http_status")], "503");
     }
-    finish_web(web, db).await;
+    web.stop().await;
 }
 
-async fn the_daily_summary_is_deterministic_and_counts_right(b: Backend) {
-    let db = TestDb::new(b).await;
+async fn the_daily_summary_is_deterministic_and_counts_right(db: &TestDb) {
     in_review(&db.store, "fin-s1", 1_000, "USD").await;
     in_review(&db.store, "fin-s2", 2_500, "USD").await;
     in_doubt(&db.store, "fin-s3").await;
@@ -413,11 +408,9 @@ async fn the_daily_summary_is_deterministic_and_counts_right(b: Backend) {
     assert!(one.to_text().contains("2 in EN_REVISION, 1 DESCONOCIDO"));
     // Read-only: nothing was written.
     assert_eq!(db.attempts().await, 3);
-    db.drop_db().await;
 }
 
-async fn reconciliation_cases_are_in_the_queue_and_closed_once(b: Backend) {
-    let db = TestDb::new(b).await;
+async fn reconciliation_cases_are_in_the_queue_and_closed_once(db: &TestDb) {
     db.exec(
         "INSERT INTO cobro.recon_cases (kind, dedupe_key, order_id, gateway_ref, details, window_from, window_to)
          VALUES ('unmatched_charge', 'unmatched_charge:ch_9', 'order-9', 'ch_9', '{\"gateway\": {\"amount_minor\": 500}}',
@@ -472,11 +465,10 @@ async fn reconciliation_cases_are_in_the_queue_and_closed_once(b: Backend) {
         "{err}"
     );
     assert!(finance::open_cases(&db.store).await.unwrap().is_empty());
-    finish_web(web, db).await;
+    web.stop().await;
 }
 
-async fn finance_cannot_decide_while_a_worker_is_asking_the_gateway(b: Backend) {
-    let db = TestDb::new(b).await;
+async fn finance_cannot_decide_while_a_worker_is_asking_the_gateway(db: &TestDb) {
     let a = in_doubt(&db.store, "fin-busy").await;
     // A worker takes the lease to look the charge up (as a check does).
     let mut take = Change::new(None, "check", "worker:w1");
@@ -518,5 +510,4 @@ async fn finance_cannot_decide_while_a_worker_is_asking_the_gateway(b: Backend) 
     // A decision on the version seen before is refused as stale, not applied.
     let err = finance::resolve(&db.store, &decline).await.unwrap_err();
     assert!(matches!(err, ResolveError::Moved(_)), "{err:?}");
-    db.drop_db().await;
 }

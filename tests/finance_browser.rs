@@ -17,7 +17,7 @@ use cobro::state::State;
 use common::*;
 use fantoccini::Locator;
 
-on_both_backends!(a_finance_person_lists_opens_and_resolves_an_item_in_a_browser,);
+on_both_dbs!(a_finance_person_lists_opens_and_resolves_an_item_in_a_browser,);
 
 /// The same browser, still signed in to the finance page, visits pages of
 /// another site (`localhost` is another site than `127.0.0.1`) that post
@@ -120,11 +120,10 @@ async fn cross_site_pages_change_nothing(browser: &fantoccini::Client, db: &Test
     drop(evil);
 }
 
-async fn a_finance_person_lists_opens_and_resolves_an_item_in_a_browser(b: Backend) {
+async fn a_finance_person_lists_opens_and_resolves_an_item_in_a_browser(db: &TestDb) {
     let Some(driver) = start_driver().await else {
         return;
     };
-    let db = TestDb::new(b).await;
     let item = in_review(&db.store, "order-browser-1").await;
     let web = web_on(&db.store).await;
 
@@ -195,7 +194,7 @@ async fn a_finance_person_lists_opens_and_resolves_an_item_in_a_browser(b: Backe
             .await
             .is_err()
     );
-    cross_site_pages_change_nothing(&browser, &db, &web).await;
+    cross_site_pages_change_nothing(&browser, db, &web).await;
     browser.close().await.unwrap();
 
     let (now, _) = db.store.load(item.id).await.unwrap();
@@ -209,6 +208,6 @@ async fn a_finance_person_lists_opens_and_resolves_an_item_in_a_browser(b: Backe
         (last.actor.as_str(), last.cause.as_str()),
         ("finance:ana", "finance_approved")
     );
-    finish_web(web, db).await;
+    web.stop().await;
     drop(driver);
 }

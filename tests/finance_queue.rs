@@ -18,7 +18,7 @@ use common::*;
 use serde_json::{Value, json};
 use uuid::Uuid;
 
-on_both_backends!(
+on_both_dbs!(
     the_queue_pages_every_row_exactly_once_with_filters,
     bulk_check_now_schedules_exactly_the_matching_attempts_in_review,
 );
@@ -86,8 +86,7 @@ async fn all_pages(store: &Store, filter: &Filter, limit: u32) -> (Vec<Uuid>, Ha
     panic!("more than 100 pages");
 }
 
-async fn the_queue_pages_every_row_exactly_once_with_filters(b: Backend) {
-    let db = TestDb::new(b).await;
+async fn the_queue_pages_every_row_exactly_once_with_filters(db: &TestDb) {
     let mut usd = Vec::new();
     for i in 0..7 {
         usd.push(in_review(&db.store, &format!("q-usd-{i}"), "USD").await.id);
@@ -281,11 +280,10 @@ async fn the_queue_pages_every_row_exactly_once_with_filters(b: Backend) {
         !html.contains("id=\"next\""),
         "8 rows fit on one page of 50"
     );
-    finish_web(web, db).await;
+    web.stop().await;
 }
 
-async fn bulk_check_now_schedules_exactly_the_matching_attempts_in_review(b: Backend) {
-    let db = TestDb::new(b).await;
+async fn bulk_check_now_schedules_exactly_the_matching_attempts_in_review(db: &TestDb) {
     let mut usd = Vec::new();
     for i in 0..3 {
         usd.push(in_review(&db.store, &format!("b-usd-{i}"), "USD").await);
@@ -407,7 +405,7 @@ async fn bulk_check_now_schedules_exactly_the_matching_attempts_in_review(b: Bac
         v
     };
     assert_eq!(all_versions, [a_plus(&usd, 1), a_plus(&eur, 1)].concat());
-    finish_web(web, db).await;
+    web.stop().await;
 }
 
 fn a_plus(attempts: &[Attempt], n: i64) -> Vec<i64> {

@@ -13,10 +13,11 @@ use std::time::{Duration, Instant};
 
 use common::*;
 
-on_both_backends!(
-    a_database_never_migrated_says_run_cobro_migrate_everywhere,
+on_both_dbs!(
     a_schema_behind_the_binary_is_not_ready,
     status_watch_prints_one_snapshot_per_interval_into_a_pipe,
+    ; by_backend:
+    a_database_never_migrated_says_run_cobro_migrate_everywhere,
 );
 
 fn cobro(db_url: &str, args: &[&str]) -> Output {
@@ -183,8 +184,7 @@ async fn a_database_never_migrated_says_run_cobro_migrate_everywhere(b: Backend)
     db.drop_db().await;
 }
 
-async fn a_schema_behind_the_binary_is_not_ready(b: Backend) {
-    let db = TestDb::new(b).await;
+async fn a_schema_behind_the_binary_is_not_ready(db: &TestDb) {
     assert!(db.store.readiness().await.unwrap().is_ready());
     let last: i64 = db
         .scalar(
@@ -216,11 +216,10 @@ async fn a_schema_behind_the_binary_is_not_ready(b: Backend) {
     // Liveness: one migration behind (a rolling deploy) is not a dead process.
     let (code, _) = get(&format!("{}/health", web.url)).await;
     assert_eq!(code, 200);
-    finish_web(web, db).await;
+    web.stop().await;
 }
 
-async fn status_watch_prints_one_snapshot_per_interval_into_a_pipe(b: Backend) {
-    let db = TestDb::new(b).await;
+async fn status_watch_prints_one_snapshot_per_interval_into_a_pipe(db: &TestDb) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_cobro"))
         .args(["status", "--watch", "--interval", "300ms"])
         .env("DATABASE_URL", &db.url)
@@ -263,7 +262,6 @@ async fn status_watch_prints_one_snapshot_per_interval_into_a_pipe(b: Backend) {
         &["status", "--watch", "--interval", "10ms"],
     ));
     assert!(busy.contains("--interval must be at least 100ms"), "{busy}");
-    db.drop_db().await;
 }
 
 /// PostgreSQL that cannot be used is named at once: host, port, cause, no

@@ -14,11 +14,11 @@ use common::*;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-on_both_backends!(a_thousand_orders_with_15_percent_lost_responses_are_charged_exactly_once,);
+on_both_dbs!(a_thousand_orders_with_15_percent_lost_responses_are_charged_exactly_once,);
 
-async fn a_thousand_orders_with_15_percent_lost_responses_are_charged_exactly_once(b: Backend) {
-    let (db, sim) = db_and_sim(
-        b,
+async fn a_thousand_orders_with_15_percent_lost_responses_are_charged_exactly_once(db: &TestDb) {
+    let sim = start_sim(
+        true,
         Faults {
             p_response_lost: 0.15,
             ..Faults::default()
@@ -99,5 +99,5 @@ async fn a_thousand_orders_with_15_percent_lost_responses_are_charged_exactly_on
         "{via_lookup} attempts went DESCONOCIDO, {lost} responses were lost"
     );
 
-    finish_sim(sim, db).await;
+    sim.shutdown().await;
 }

@@ -22,7 +22,7 @@ use cobro::state::Event;
 use common::*;
 use fantoccini::Locator;
 
-on_both_backends!(another_site_cannot_frame_the_finance_page,);
+on_both_dbs!(another_site_cannot_frame_the_finance_page,);
 
 /// What the document in frame `index` of the current page is: its URL and
 /// whether it shows the finance queue and the attacker's own marker.
@@ -39,11 +39,10 @@ async fn framed(browser: &fantoccini::Client, index: u16) -> (String, bool, bool
     (url, queue, own)
 }
 
-async fn another_site_cannot_frame_the_finance_page(b: Backend) {
+async fn another_site_cannot_frame_the_finance_page(db: &TestDb) {
     let Some(driver) = start_driver().await else {
         return;
     };
-    let db = TestDb::new(b).await;
     let req = ChargeRequest::parse("order-framed", 1_000, "USD", None, Some("pm_test")).unwrap();
     let a = enqueued(&db.store, &req).await;
     let a = step(&db.store, &a, Event::Claim, None).await;
@@ -104,5 +103,4 @@ async fn another_site_cannot_frame_the_finance_page(b: Backend) {
     browser.close().await.unwrap();
     web.stop().await;
     drop(attacker);
-    db.drop_db().await;
 }

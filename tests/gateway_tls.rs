@@ -28,7 +28,7 @@ use tokio_rustls::TlsAcceptor;
 use tokio_rustls::rustls;
 use uuid::Uuid;
 
-on_both_backends!(a_worker_charges_through_https_trusting_a_private_ca);
+on_both_dbs!(a_worker_charges_through_https_trusting_a_private_ca,);
 
 /// A private CA and a server certificate it signed for `127.0.0.1` and
 /// `localhost`, in a temp dir: `ca.pem` is what the worker is told to trust.
@@ -174,8 +174,8 @@ fn read(log: &Path) -> String {
     std::fs::read_to_string(log).unwrap_or_default()
 }
 
-async fn a_worker_charges_through_https_trusting_a_private_ca(b: Backend) {
-    let (db, sim) = db_and_sim(b, Faults::default()).await;
+async fn a_worker_charges_through_https_trusting_a_private_ca(db: &TestDb) {
+    let sim = start_sim(true, Faults::default()).await;
     let ca = PrivateCa::new();
     let tls = Terminator::start(ca.server.clone(), &sim).await;
     assert!(tls.url.starts_with("https://127.0.0.1:"), "{}", tls.url);
@@ -223,7 +223,7 @@ async fn a_worker_charges_through_https_trusting_a_private_ca(b: Backend) {
     let status = wait_exit(&mut worker, Duration::from_secs(15)).await;
     assert!(status.success(), "exit {status}:\n{}", read(&log));
     let _ = std::fs::remove_file(&log);
-    finish_sim(sim, db).await;
+    sim.shutdown().await;
 }
 
 fn call(order: &str) -> ChargeCall {

@@ -20,7 +20,7 @@ use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-on_both_backends!(
+on_both_dbs!(
     a_client_trickling_headers_is_cut_off_while_others_are_served,
     a_stalled_body_is_cut_off_and_writes_nothing,
     oversized_bodies_get_413_on_every_route,
@@ -59,10 +59,9 @@ async fn closed_within(
     }
 }
 
-async fn a_client_trickling_headers_is_cut_off_while_others_are_served(b: Backend) {
-    let db = TestDb::new(b).await;
+async fn a_client_trickling_headers_is_cut_off_while_others_are_served(db: &TestDb) {
     let timeout = Duration::from_secs(1);
-    let web = start(&db, limits(timeout, 64)).await;
+    let web = start(db, limits(timeout, 64)).await;
     let addr = web.url.trim_start_matches("http://").to_owned();
 
     // One header byte every 100 ms: the whole head would take 30 s.
@@ -129,7 +128,7 @@ async fn a_client_trickling_headers_is_cut_off_while_others_are_served(b: Backen
     // third is refused at once (503, Retry-After), a health probe is still
     // answered, and once the two are cut off the third is served.
     web.stop().await;
-    let web = start(&db, limits(timeout, 2)).await;
+    let web = start(db, limits(timeout, 2)).await;
     let addr = web.url.trim_start_matches("http://").to_owned();
     let _a = TcpStream::connect(&addr).await.unwrap();
     let _b = TcpStream::connect(&addr).await.unwrap();
@@ -152,12 +151,11 @@ async fn a_client_trickling_headers_is_cut_off_while_others_are_served(b: Backen
     tokio::time::sleep(timeout + Duration::from_millis(500)).await;
     let resp = quick.get(&summary).bearer_auth(secret("ana")).send().await;
     assert_eq!(resp.unwrap().status(), 200, "served once the slots freed");
-    finish_web(web, db).await;
+    web.stop().await;
 }
 
-async fn a_stalled_body_is_cut_off_and_writes_nothing(b: Backend) {
-    let db = TestDb::new(b).await;
-    let web = start(&db, limits(Duration::from_secs(5), 64)).await;
+async fn a_stalled_body_is_cut_off_and_writes_nothing(db: &TestDb) {
+    let web = start(db, limits(Duration::from_secs(5), 64)).await;
     let addr = web.url.trim_start_matches("http://").to_owned();
     let mut conn = TcpStream::connect(&addr).await.unwrap();
     let head = format!(
@@ -177,11 +175,10 @@ async fn a_stalled_body_is_cut_off_and_writes_nothing(b: Backend) {
     let status: u16 = reply[9..12].parse().unwrap();
     assert!((400..500).contains(&status), "{reply}");
     assert_eq!(db.attempts().await, 0, "nothing written");
-    finish_web(web, db).await;
+    web.stop().await;
 }
 
-async fn oversized_bodies_get_413_on_every_route(b: Backend) {
-    let db = TestDb::new(b).await;
+async fn oversized_bodies_get_413_on_every_route(db: &TestDb) {
     let web = web_on(&db.store).await;
     let http = reqwest::Client::new();
     let big = format!(
@@ -224,7 +221,7 @@ async fn oversized_bodies_get_413_on_every_route(b: Backend) {
         .unwrap();
     assert_eq!(resp.status(), 431);
     assert_eq!(db.attempts().await, 0);
-    finish_web(web, db).await;
+    web.stop().await;
 }
 
 /// The values of the samples on `/metrics` whose line starts with `prefix`.
@@ -244,9 +241,8 @@ async fn rejected_counter(web: &Web) -> f64 {
         .sum()
 }
 
-async fn ten_thousand_forged_webhooks_leave_a_bounded_number_of_rows(b: Backend) {
+async fn ten_thousand_forged_webhooks_leave_a_bounded_number_of_rows(db: &TestDb) {
     const FORGED: usize = 10_000;
-    let db = TestDb::new(b).await;
     let secret = test_secret();
     let ours = Verifier::from_env_value(Scheme::StandardWebhooks, &secret).unwrap();
     let web = start_web(&db.store, ours.clone()).await;
@@ -304,11 +300,10 @@ async fn ten_thousand_forged_webhooks_leave_a_bounded_number_of_rows(b: Backend)
     let counted = rejected_counter(&web).await - counted_before;
     assert!(counted >= FORGED as f64, "every forgery counted: {counted}");
     eprintln!("{FORGED} forged webhooks: {rows} rows over {minutes} minute(s), {counted} counted");
-    finish_web(web, db).await;
+    web.stop().await;
 }
 
-async fn database_gauges_are_cached_and_health_hides_database_errors(b: Backend) {
-    let db = TestDb::new(b).await;
+async fn database_gauges_are_cached_and_health_hides_database_errors(db: &TestDb) {
     let mut cfg = web_config(&db.store, test_verifier());
     cfg.metrics_cache = Duration::from_secs(2);
     let web = start_web_cfg(cfg).await;
@@ -329,5 +324,5 @@ async fn database_gauges_are_cached_and_health_hides_database_errors(b: Backend)
         body,
         serde_json::json!({"ok": false, "database": "unreachable"})
     );
-    finish_web(web, db).await;
+    web.stop().await;
 }

@@ -7,7 +7,7 @@ mod common;
 use common::*;
 use serde_json::{Value, json};
 
-on_both_backends!(
+on_both_dbs!(
     a_replay_gets_the_original_response_and_a_changed_body_gets_409,
     bad_requests_name_what_is_wrong_and_write_nothing,
     health_says_the_database_answers,
@@ -38,8 +38,7 @@ async fn create(
     (status, replayed, resp.json().await.unwrap_or(Value::Null))
 }
 
-async fn a_replay_gets_the_original_response_and_a_changed_body_gets_409(b: Backend) {
-    let db = TestDb::new(b).await;
+async fn a_replay_gets_the_original_response_and_a_changed_body_gets_409(db: &TestDb) {
     let web = web_on(&db.store).await;
     let body = json!({"order_id": "web-1", "amount_minor": 1999, "currency": "USD",
                       "payment_method": "pm_card_visa"})
@@ -71,11 +70,10 @@ async fn a_replay_gets_the_original_response_and_a_changed_body_gets_409(b: Back
     assert_eq!(shown["attempt"]["state"], "PENDIENTE");
     assert_eq!(shown["transitions"][0]["cause"], "enqueued");
     assert_eq!(db.attempts().await, 1);
-    finish_web(web, db).await;
+    web.stop().await;
 }
 
-async fn bad_requests_name_what_is_wrong_and_write_nothing(b: Backend) {
-    let db = TestDb::new(b).await;
+async fn bad_requests_name_what_is_wrong_and_write_nothing(db: &TestDb) {
     let web = web_on(&db.store).await;
     let ok = r#"{"order_id": "web-2", "amount_minor": 500, "currency": "EUR"}"#;
     let json = "application/json";
@@ -110,15 +108,14 @@ async fn bad_requests_name_what_is_wrong_and_write_nothing(b: Backend) {
         assert!(reply["error"].is_string(), "{reply}");
     }
     assert_eq!(db.attempts().await, 0, "nothing written");
-    finish_web(web, db).await;
+    web.stop().await;
 }
 
-async fn health_says_the_database_answers(b: Backend) {
-    let db = TestDb::new(b).await;
+async fn health_says_the_database_answers(db: &TestDb) {
     let web = web_on(&db.store).await;
     let resp = reqwest::get(format!("{}/health", web.url)).await.unwrap();
     assert_eq!(resp.status().as_u16(), 200);
     let v: Value = resp.json().await.unwrap();
     assert_eq!(v["ok"], true);
-    finish_web(web, db).await;
+    web.stop().await;
 }

@@ -17,7 +17,7 @@ use cobro::state::{Event, State};
 use common::*;
 use serde_json::{Value, json};
 
-on_both_backends!(
+on_both_dbs!(
     every_json_post_refuses_another_content_type_and_writes_nothing,
     a_wrong_json_type_is_named_with_the_type_and_writes_nothing,
     bodiless_posts_take_no_body_or_an_empty_json_one,
@@ -143,12 +143,11 @@ async fn seed(db: &TestDb) -> Seeded {
     }
 }
 
-async fn every_json_post_refuses_another_content_type_and_writes_nothing(b: Backend) {
-    let db = TestDb::new(b).await;
+async fn every_json_post_refuses_another_content_type_and_writes_nothing(db: &TestDb) {
     let web = web_on(&db.store).await;
-    let s = seed(&db).await;
+    let s = seed(db).await;
     let ids = [s.approved, s.pending, s.review.id];
-    let before = snapshot(&db, &ids).await;
+    let before = snapshot(db, &ids).await;
     for (who, path, body) in json_posts(s.approved, &s.review) {
         for ct in [
             Some("text/plain"),
@@ -164,7 +163,7 @@ async fn every_json_post_refuses_another_content_type_and_writes_nothing(b: Back
         let (status, reply) = post(&web, who, &path, None, String::new()).await;
         assert_eq!(status, 415, "{path} with nothing: {reply}");
     }
-    assert_eq!(snapshot(&db, &ids).await, before, "nothing written");
+    assert_eq!(snapshot(db, &ids).await, before, "nothing written");
     // The same posts declared as JSON get past the check and act (so the
     // snapshot would have seen them).
     for (who, path, body) in json_posts(s.approved, &s.review) {
@@ -172,18 +171,17 @@ async fn every_json_post_refuses_another_content_type_and_writes_nothing(b: Back
         let (status, reply) = post(&web, who, &path, ct, body.to_string()).await;
         assert_ne!(status, 415, "{path}: {reply}");
     }
-    assert_ne!(snapshot(&db, &ids).await, before, "the JSON posts acted");
-    finish_web(web, db).await;
+    assert_ne!(snapshot(db, &ids).await, before, "the JSON posts acted");
+    web.stop().await;
 }
 
 /// Declared as JSON but not JSON: 400 on every route, as the OpenAPI
 /// document says (finance's API used to answer 422), and nothing written.
-async fn a_body_that_is_not_json_is_a_400_on_every_json_post(b: Backend) {
-    let db = TestDb::new(b).await;
+async fn a_body_that_is_not_json_is_a_400_on_every_json_post(db: &TestDb) {
     let web = web_on(&db.store).await;
-    let s = seed(&db).await;
+    let s = seed(db).await;
     let ids = [s.approved, s.pending, s.review.id];
-    let before = snapshot(&db, &ids).await;
+    let before = snapshot(db, &ids).await;
     let mut posts = json_posts(s.approved, &s.review);
     let retry = format!("/finance/api/attempts/{}/retry", s.review.id);
     posts.push(("ana", retry, Value::Null));
@@ -194,21 +192,20 @@ async fn a_body_that_is_not_json_is_a_400_on_every_json_post(b: Backend) {
         let error = reply["error"].as_str().unwrap_or_default();
         assert!(error.starts_with("the body is not JSON"), "{path}: {reply}");
     }
-    assert_eq!(snapshot(&db, &ids).await, before, "nothing written");
-    finish_web(web, db).await;
+    assert_eq!(snapshot(db, &ids).await, before, "nothing written");
+    web.stop().await;
 }
 
 /// A NUL (PostgreSQL refuses it in text) in a person's text or in an order
 /// id of a path or a query used to reach the database and fail there, as a
 /// 503 "the database is not available; retry", which a retry cannot cure.
 /// Each is refused before, naming its field, and nothing is written.
-async fn a_nul_in_a_persons_text_or_an_order_id_is_refused_naming_it(b: Backend) {
-    let db = TestDb::new(b).await;
+async fn a_nul_in_a_persons_text_or_an_order_id_is_refused_naming_it(db: &TestDb) {
     let web = web_on(&db.store).await;
-    let s = seed(&db).await;
-    let case = open_case(&db, "unmatched_charge", "je-case", "ch_nul", "{}").await;
+    let s = seed(db).await;
+    let case = open_case(db, "unmatched_charge", "je-case", "ch_nul", "{}").await;
     let ids = [s.approved, s.pending, s.review.id];
-    let before = snapshot(&db, &ids).await;
+    let before = snapshot(db, &ids).await;
     let ct = Some("application/json");
     let posts: Vec<(&str, String, Value, &str)> = vec![
         (
@@ -274,21 +271,20 @@ async fn a_nul_in_a_persons_text_or_an_order_id_is_refused_naming_it(b: Backend)
         (400, &json!("order_id")),
         "{reply}"
     );
-    assert_eq!(snapshot(&db, &ids).await, before, "nothing written");
+    assert_eq!(snapshot(db, &ids).await, before, "nothing written");
     assert_eq!(
         db.store.open_cases().await.unwrap().len(),
         1,
         "the case is still open"
     );
-    finish_web(web, db).await;
+    web.stop().await;
 }
 
-async fn a_wrong_json_type_is_named_with_the_type_and_writes_nothing(b: Backend) {
-    let db = TestDb::new(b).await;
+async fn a_wrong_json_type_is_named_with_the_type_and_writes_nothing(db: &TestDb) {
     let web = web_on(&db.store).await;
-    let s = seed(&db).await;
+    let s = seed(db).await;
     let ids = [s.approved, s.pending, s.review.id];
-    let before = snapshot(&db, &ids).await;
+    let before = snapshot(db, &ids).await;
     let resolve = format!("/finance/api/attempts/{}/resolve", s.review.id);
     let cases: Vec<(&str, String, Value, &str, &str)> = vec![
         (
@@ -399,12 +395,11 @@ async fn a_wrong_json_type_is_named_with_the_type_and_writes_nothing(b: Backend)
             "a wrong type reads as missing: {reply}"
         );
     }
-    assert_eq!(snapshot(&db, &ids).await, before, "nothing written");
-    finish_web(web, db).await;
+    assert_eq!(snapshot(db, &ids).await, before, "nothing written");
+    web.stop().await;
 }
 
-async fn bodiless_posts_take_no_body_or_an_empty_json_one(b: Backend) {
-    let db = TestDb::new(b).await;
+async fn bodiless_posts_take_no_body_or_an_empty_json_one(db: &TestDb) {
     let web = web_on(&db.store).await;
     db.store
         .set_sending_paused(true, "test", Some("incident"))
@@ -467,11 +462,10 @@ async fn bodiless_posts_take_no_body_or_an_empty_json_one(b: Backend) {
     assert_eq!((status, &reply["field"]), (422, &json!("now")), "{reply}");
     let (status, _) = post(&web, "ana", &retry, None, String::new()).await;
     assert_eq!(status, 404, "read as a retry of an unknown attempt");
-    finish_web(web, db).await;
+    web.stop().await;
 }
 
-async fn an_order_id_of_150_accented_letters_is_enqueued_and_found(b: Backend) {
-    let db = TestDb::new(b).await;
+async fn an_order_id_of_150_accented_letters_is_enqueued_and_found(db: &TestDb) {
     let web = web_on(&db.store).await;
     let order = "é".repeat(150);
     assert_eq!((order.len(), order.chars().count()), (300, 150));
@@ -509,5 +503,5 @@ async fn an_order_id_of_150_accented_letters_is_enqueued_and_found(b: Backend) {
         over["error"],
         "invalid order_id: must be at most 200 characters, got 201"
     );
-    finish_web(web, db).await;
+    web.stop().await;
 }

@@ -51,7 +51,8 @@ async fn charge_once_through(b: Backend, idempotent: bool, order: &str) -> (usiz
         .entries_for_key(&req.key.to_string())
         .count();
     let causes = causes(&db.store, id).await;
-    finish(worker, sim, db).await;
+    finish(worker, sim).await;
+    db.drop_db().await;
     (charges, causes)
 }
 

@@ -18,10 +18,11 @@ use cobro::store::Store;
 use common::*;
 use uuid::Uuid;
 
-on_both_backends!(
-    scrapes_agree_with_the_database_and_count_every_gateway_call,
+on_both_dbs!(
     double_approved_orders_and_open_cases_are_counted_from_the_rows,
     the_on_call_gauges_read_the_rows,
+    ; by_backend:
+    scrapes_agree_with_the_database_and_count_every_gateway_call,
 );
 
 /// One sample line: `name{label="value",...} value`.
@@ -398,11 +399,11 @@ async fn scrapes_agree_with_the_database_and_count_every_gateway_call(b: Backend
     }
 
     web.stop().await;
-    finish(worker, sim, db).await;
+    finish(worker, sim).await;
+    db.drop_db().await;
 }
 
-async fn double_approved_orders_and_open_cases_are_counted_from_the_rows(b: Backend) {
-    let db = TestDb::new(b).await;
+async fn double_approved_orders_and_open_cases_are_counted_from_the_rows(db: &TestDb) {
     let web = web_on(&db.store).await;
     let s = scrape(&web.url).await;
     assert_eq!(s.get("cobro_orders_double_approved", &[]), 0.0);
@@ -437,7 +438,7 @@ async fn double_approved_orders_and_open_cases_are_counted_from_the_rows(b: Back
     );
 
     // The database refuses a second approval for the order...
-    let approve_both = || raw_move(&db, "order_id = 'm-twice'", "APROBADO");
+    let approve_both = || raw_move(db, "order_id = 'm-twice'", "APROBADO");
     let refused = approve_both().await;
     assert!(
         refused.is_err(),
@@ -498,7 +499,7 @@ async fn double_approved_orders_and_open_cases_are_counted_from_the_rows(b: Back
     assert_eq!(s.get("cobro_database_up", &[]), 0.0);
     assert_eq!(s.matching("cobro_attempts", &[]).count(), 0);
 
-    finish_web(web, db).await;
+    web.stop().await;
 }
 
 #[test]
@@ -515,8 +516,7 @@ fn the_parser_reads_labels_escapes_and_special_values() {
 /// What an on-call watches, from the rows: how late the queue is, open
 /// cases per kind, notices the app has not taken, when reconciliation last
 /// succeeded.
-async fn the_on_call_gauges_read_the_rows(b: Backend) {
-    let db = TestDb::new(b).await;
+async fn the_on_call_gauges_read_the_rows(db: &TestDb) {
     let web = web_on(&db.store).await;
     let s = scrape(&web.url).await;
     assert_eq!(s.get("cobro_due_lag_seconds", &[]), 0.0);
@@ -554,5 +554,5 @@ async fn the_on_call_gauges_read_the_rows(b: Backend) {
     assert_eq!(s.get("cobro_cases_open", &[("kind", "dispute")]), 1.0);
     assert_eq!(s.get("cobro_cases_open", &[("kind", "double_charge")]), 0.0);
     assert_eq!(s.get("cobro_notices_pending", &[]), 1.0);
-    finish_web(web, db).await;
+    web.stop().await;
 }

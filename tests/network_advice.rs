@@ -17,7 +17,7 @@ use cobro::state::State;
 use cobro::store::{Attempt, RetryError, Store};
 use common::*;
 
-on_both_backends!(the_networks_advice_decides_the_business_retry,);
+on_both_dbs!(the_networks_advice_decides_the_business_retry,);
 
 fn declining_with(advice: &str) -> Faults {
     Faults {
@@ -38,8 +38,8 @@ async fn declined(store: &Store, order: &str) -> (Attempt, chrono::DateTime<chro
     .await
 }
 
-async fn the_networks_advice_decides_the_business_retry(b: Backend) {
-    let (db, sim, worker) = rig(b, declining_with("03")).await;
+async fn the_networks_advice_decides_the_business_retry(db: &TestDb) {
+    let (sim, worker) = sim_and_worker(db, declining_with("03")).await;
 
     // "Do not try again": insufficient_funds alone would be retried in a day.
     let (a, _) = declined(&db.store, "advice-03").await;
@@ -87,5 +87,5 @@ async fn the_networks_advice_decides_the_business_retry(b: Backend) {
         "{scheduled:?}"
     );
 
-    finish(worker, sim, db).await;
+    finish(worker, sim).await;
 }

@@ -26,7 +26,7 @@ use common::*;
 use declines::*;
 use serde_json::{Value, json};
 
-on_both_backends!(
+on_both_dbs!(
     notices_reach_a_verifying_receiver_once_redelivered_after_500s_and_failed_after_the_last_try,
     two_workers_never_claim_one_notice_and_only_the_claim_holder_records,
 );
@@ -99,13 +99,11 @@ async fn metric(web: &Web, name: &str) -> f64 {
 }
 
 async fn notices_reach_a_verifying_receiver_once_redelivered_after_500s_and_failed_after_the_last_try(
-    b: Backend,
+    db: &TestDb,
 ) {
     if !python_library_available() {
         return;
     }
-    init_logs();
-    let db = TestDb::new(b).await;
     let secret = test_secret();
     let receiver = start_receiver(
         &secret,
@@ -140,7 +138,7 @@ async fn notices_reach_a_verifying_receiver_once_redelivered_after_500s_and_fail
     declined(&db.store, "n-expired", None).await;
     // The retry is approved: one more notice.
     set_faults(&sim.url(), &Faults::default()).await;
-    due_now(&db, funds.id).await;
+    due_now(db, funds.id).await;
 
     let all = eventually(Duration::from_secs(30), "every notice settled", || async {
         let all = db.store.notices(false).await.unwrap();
@@ -250,16 +248,15 @@ async fn notices_reach_a_verifying_receiver_once_redelivered_after_500s_and_fail
 
     worker.stop().await;
     web.stop().await;
-    finish_sim(sim, db).await;
+    sim.shutdown().await;
 }
 
 /// Two workers claiming at once get disjoint notices; a claimed notice is
 /// not due for anyone else; after a claim expires another worker takes the
 /// notice, and the first holder's late result is not recorded.
-async fn two_workers_never_claim_one_notice_and_only_the_claim_holder_records(b: Backend) {
+async fn two_workers_never_claim_one_notice_and_only_the_claim_holder_records(db: &TestDb) {
     use cobro::state::Event;
     use cobro::store::TryOutcome;
-    let db = TestDb::new(b).await;
     let declined_for_good = |order: String| {
         let store = db.store.clone();
         async move {
@@ -322,5 +319,4 @@ async fn two_workers_never_claim_one_notice_and_only_the_claim_holder_records(b:
         (late.delivery_attempts, late.acked_by.as_deref()),
         (1, Some("delivery"))
     );
-    db.drop_db().await;
 }

@@ -62,5 +62,6 @@ async fn one_listener_per_process_wakes_both_queues() {
         )
         .await;
     }
-    finish(worker, sim, db).await;
+    finish(worker, sim).await;
+    db.drop_db().await;
 }

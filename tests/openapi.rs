@@ -321,7 +321,8 @@ async fn the_router_guards_each_operation_as_the_document_says() {
     }
     assert!(checked >= 30, "only {checked} guarded operations");
     println!("{checked} guarded operations, each guarded as documented");
-    finish_web(web, db).await;
+    web.stop().await;
+    db.drop_db().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -432,5 +433,6 @@ async fn the_web_process_answers_what_the_document_names_and_nothing_else() {
         fits(&doc, "CancelAnswer", &cancelled);
         assert_eq!(cancelled["detail"].as_str(), detail, "{cancelled}");
     }
-    finish_web(web, db).await;
+    web.stop().await;
+    db.drop_db().await;
 }

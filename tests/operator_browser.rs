@@ -21,13 +21,12 @@ use cobro::state::Event;
 use common::*;
 use fantoccini::Locator;
 
-on_both_backends!(an_operator_searches_an_order_and_reads_its_history_while_paused,);
+on_both_dbs!(an_operator_searches_an_order_and_reads_its_history_while_paused,);
 
-async fn an_operator_searches_an_order_and_reads_its_history_while_paused(b: Backend) {
+async fn an_operator_searches_an_order_and_reads_its_history_while_paused(db: &TestDb) {
     let Some(driver) = start_driver().await else {
         return;
     };
-    let db = TestDb::new(b).await;
     let doubt = in_review(&db.store, "order-ops-1").await;
     for order in ["order-ops-2", "order-ops-3"] {
         let req = ChargeRequest::parse(order, 1_500, "USD", None, None).unwrap();
@@ -138,6 +137,6 @@ async fn an_operator_searches_an_order_and_reads_its_history_while_paused(b: Bac
         "no banner once resumed"
     );
     browser.close().await.unwrap();
-    finish_web(web, db).await;
+    web.stop().await;
     drop(driver);
 }

@@ -15,7 +15,7 @@ use cobro::state::State;
 use cobro::store::{Attempt, Store};
 use common::*;
 
-on_both_backends!(
+on_both_dbs!(
     pages_forbid_framing_and_escape_markup,
     form_tokens_are_bound_to_a_sign_in_and_expire,
     the_landing_page_asks_for_credentials_and_links_what_the_key_may_see,
@@ -29,8 +29,7 @@ async fn in_review(store: &Store, order: &str) -> Attempt {
     in_review_of(store, &req).await
 }
 
-async fn pages_forbid_framing_and_escape_markup(b: Backend) {
-    let db = TestDb::new(b).await;
+async fn pages_forbid_framing_and_escape_markup(db: &TestDb) {
     let web = web_on(&db.store).await;
     let evil = "<script>alert(1)</script>\"'&";
     let a = in_review(&db.store, evil).await;
@@ -80,7 +79,7 @@ async fn pages_forbid_framing_and_escape_markup(b: Backend) {
     assert_eq!(css.headers()["x-frame-options"], "DENY");
     let health = get_as(&format!("{}/health", web.url), As::Nobody).await;
     assert_eq!(health.headers()["x-content-type-options"], "nosniff");
-    finish_web(web, db).await;
+    web.stop().await;
 }
 
 /// The form token on `path`'s page as `cookie`'s sign-in sees it.
@@ -92,8 +91,7 @@ async fn token(http: &reqwest::Client, url: &str, path: &str, cookie: &str) -> S
     form_token_in(&send_text(req).await)
 }
 
-async fn form_tokens_are_bound_to_a_sign_in_and_expire(b: Backend) {
-    let db = TestDb::new(b).await;
+async fn form_tokens_are_bound_to_a_sign_in_and_expire(db: &TestDb) {
     let mut cfg = web_config(&db.store, test_verifier());
     cfg.finance.form_token_ttl = Duration::from_secs(1);
     let web = start_web_cfg(cfg).await;
@@ -188,11 +186,10 @@ async fn form_tokens_are_bound_to_a_sign_in_and_expire(b: Backend) {
     let resp = post(COOKIE_A, fresh).await;
     assert_eq!(resp.status(), 303, "{}", resp.text().await.unwrap());
     assert_eq!(db.store.load(a.id).await.unwrap().0.state, State::Aprobado);
-    finish_web(web, db).await;
+    web.stop().await;
 }
 
-async fn the_landing_page_asks_for_credentials_and_links_what_the_key_may_see(b: Backend) {
-    let db = TestDb::new(b).await;
+async fn the_landing_page_asks_for_credentials_and_links_what_the_key_may_see(db: &TestDb) {
     let web = web_on(&db.store).await;
     let http = no_redirects();
     let anonymous = get_as(&format!("{}/", web.url), As::Nobody).await;
@@ -254,5 +251,5 @@ async fn the_landing_page_asks_for_credentials_and_links_what_the_key_may_see(b:
         text.contains("finance:read") && text.contains("attempts:read"),
         "{text}"
     );
-    finish_web(web, db).await;
+    web.stop().await;
 }

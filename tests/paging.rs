@@ -13,15 +13,14 @@ use std::collections::HashSet;
 use common::*;
 use serde_json::Value;
 
-on_both_backends!(
+on_both_dbs!(
     open_cases_are_paged_and_pages_stay_small,
     the_csv_streams_every_row_once_across_pages,
 );
 
 const CASES: i64 = 30_000;
 
-async fn open_cases_are_paged_and_pages_stay_small(b: Backend) {
-    let db = TestDb::new(b).await;
+async fn open_cases_are_paged_and_pages_stay_small(db: &TestDb) {
     // 30,000 open cases, each with what both sides said (ties on the
     // opening time, to exercise the cursor's tie-break by id).
     db.exec(
@@ -123,14 +122,13 @@ async fn open_cases_are_paged_and_pages_stay_small(b: Backend) {
         assert_eq!(status, 422, "{field}: {body}");
         assert!(body.contains(&format!("\"{field}\"")), "{body}");
     }
-    finish_web(web, db).await;
+    web.stop().await;
 }
 
 /// More rows than one page of the export (1,000): the CSV is read page by
 /// page and holds each row once, in the queue's order; a bad filter is
 /// refused before anything is sent.
-async fn the_csv_streams_every_row_once_across_pages(b: Backend) {
-    let db = TestDb::new(b).await;
+async fn the_csv_streams_every_row_once_across_pages(db: &TestDb) {
     db.exec(
         "INSERT INTO cobro.payment_attempts
              (id, order_id, amount_minor, currency, idempotency_key, state, next_action_at,
@@ -180,5 +178,5 @@ async fn the_csv_streams_every_row_once_across_pages(b: Backend) {
     .await;
     assert_eq!(bad.status(), 422);
     assert!(bad.text().await.unwrap().contains("\"state\""));
-    finish_web(web, db).await;
+    web.stop().await;
 }

@@ -13,7 +13,7 @@ use cobro::sim::Faults;
 use cobro::state::State;
 use common::*;
 
-on_both_backends!(pausing_stops_new_charges_lookups_go_on_and_resume_sends_once);
+on_both_dbs!(pausing_stops_new_charges_lookups_go_on_and_resume_sends_once,);
 
 async fn post(
     web: &Web,
@@ -24,10 +24,10 @@ async fn post(
     post_json(&format!("{}{path}", web.url), As::Bearer(key), &body).await
 }
 
-async fn pausing_stops_new_charges_lookups_go_on_and_resume_sends_once(b: Backend) {
+async fn pausing_stops_new_charges_lookups_go_on_and_resume_sends_once(db: &TestDb) {
     // Every answer is lost after the charge: an attempt goes DESCONOCIDO
     // and its lookup (2 s later) finds the charge.
-    let (db, sim) = db_and_sim(b, answers_lost()).await;
+    let sim = start_sim(true, answers_lost()).await;
     let mut args = worker_args(&db.url, &sim.url());
     args.check_schedule = "2s,2s,2s,2s,2s".into();
     args.check_jitter = 0.0;
@@ -127,5 +127,5 @@ async fn pausing_stops_new_charges_lookups_go_on_and_resume_sends_once(b: Backen
         .await;
     assert_eq!(history, 2, "both changes on the record, with who");
     web.stop().await;
-    finish_worker(worker, db).await;
+    worker.stop().await;
 }

@@ -18,7 +18,7 @@ use common::*;
 use declines::*;
 use serde_json::{Value, json};
 
-on_both_backends!(the_next_retry_charges_the_new_payment_method_and_refusals_name_the_field);
+on_both_dbs!(the_next_retry_charges_the_new_payment_method_and_refusals_name_the_field,);
 
 /// The body that gives `pm` as the order's payment method from now on.
 fn new_method(pm: &str) -> Value {
@@ -30,8 +30,8 @@ async fn post_method(web: &Web, key: &str, order: &str, body: Value) -> (u16, Va
     post_json(&url, As::Bearer(key), &body).await
 }
 
-async fn the_next_retry_charges_the_new_payment_method_and_refusals_name_the_field(b: Backend) {
-    let (db, sim, worker) = rig(b, Faults::default()).await;
+async fn the_next_retry_charges_the_new_payment_method_and_refusals_name_the_field(db: &TestDb) {
+    let (sim, worker) = sim_and_worker(db, Faults::default()).await;
     let web = web_on(&db.store).await;
     decline_with(&sim.url(), "insufficient_funds").await;
     let first = declined(&db.store, "pm-1", Some("pm_card_old")).await;
@@ -68,7 +68,7 @@ async fn the_next_retry_charges_the_new_payment_method_and_refusals_name_the_fie
 
     // The retry charges the new token at the gateway.
     set_faults(&sim.url(), &Faults::default()).await;
-    due_now(&db, first.id).await;
+    due_now(db, first.id).await;
     let attempts = eventually(Duration::from_secs(15), "the retry approved", || async {
         let all = db.store.attempts_for_order("pm-1").await.unwrap();
         (all.len() == 2 && all[1].state == State::Aprobado).then_some(all)
@@ -141,5 +141,5 @@ async fn the_next_retry_charges_the_new_payment_method_and_refusals_name_the_fie
 
     worker.stop().await;
     web.stop().await;
-    finish_sim(sim, db).await;
+    sim.shutdown().await;
 }

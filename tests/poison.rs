@@ -16,7 +16,7 @@ use cobro::state::State;
 use cobro::store::{ReconCase, Store};
 use common::*;
 
-on_both_backends!(a_poison_wake_up_is_quarantined_to_finance_and_released_by_closing_its_case,);
+on_both_dbs!(a_poison_wake_up_is_quarantined_to_finance_and_released_by_closing_its_case,);
 
 async fn poison_case(store: &Store) -> Option<ReconCase> {
     store
@@ -35,9 +35,7 @@ async fn failures(db: &TestDb) -> i64 {
     .await
 }
 
-async fn a_poison_wake_up_is_quarantined_to_finance_and_released_by_closing_its_case(b: Backend) {
-    init_logs();
-    let db = TestDb::new(b).await;
+async fn a_poison_wake_up_is_quarantined_to_finance_and_released_by_closing_its_case(db: &TestDb) {
     // The bug: every claim of this one order is refused by the database.
     db.exec(
         "CREATE FUNCTION cobro.test_poison() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -99,17 +97,17 @@ async fn a_poison_wake_up_is_quarantined_to_finance_and_released_by_closing_its_
 
     // Quarantined: once apalis' own retries of the last job are spent, no
     // sweep wakes it again (unquarantined, the sweeper would every 4 s).
-    let mut settled_count = failures(&db).await;
+    let mut settled_count = failures(db).await;
     loop {
         tokio::time::sleep(Duration::from_secs(3)).await;
-        let now = failures(&db).await;
+        let now = failures(db).await;
         if now == settled_count {
             break;
         }
         settled_count = now;
     }
     tokio::time::sleep(Duration::from_secs(9)).await;
-    assert_eq!(failures(&db).await, settled_count, "no wake-up since");
+    assert_eq!(failures(db).await, settled_count, "no wake-up since");
     let (a, _) = db.store.load(poisoned).await.unwrap();
     assert_eq!(
         a.state,
@@ -151,5 +149,5 @@ async fn a_poison_wake_up_is_quarantined_to_finance_and_released_by_closing_its_
         1
     );
 
-    finish(worker, sim, db).await;
+    finish(worker, sim).await;
 }

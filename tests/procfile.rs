@@ -269,7 +269,8 @@ async fn the_procfile_runs_under_honcho_charges_and_stops_cleanly_on_sigterm(b: 
     assert!(output.contains("SIGTERM received"), "{output}");
     assert_eq!(status.code(), Some(143), "honcho: {status}\n{output}");
     drop(honcho);
-    finish_sim(sim, db).await;
+    sim.shutdown().await;
+    db.drop_db().await;
 }
 
 async fn several_processes_migrating_one_database_at_once_all_succeed(b: Backend) {

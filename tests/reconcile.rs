@@ -19,7 +19,7 @@ use cobro::store::{Attempt, CaseStatus, Store};
 use common::*;
 use serde::de::DeserializeOwned;
 
-on_both_backends!(
+on_both_dbs!(
     a_clean_window_opens_nothing_and_a_rerun_nothing_new,
     a_double_charge_opens_exactly_one_case,
     a_charge_made_outside_cobro_opens_exactly_one_case,
@@ -97,8 +97,8 @@ fn charge_injection(order: &str, amount: i64, key: Option<uuid::Uuid>) -> Inject
     }
 }
 
-async fn a_clean_window_opens_nothing_and_a_rerun_nothing_new(b: Backend) {
-    let (db, sim) = db_and_sim(b, Faults::default()).await;
+async fn a_clean_window_opens_nothing_and_a_rerun_nothing_new(db: &TestDb) {
+    let sim = start_sim(true, Faults::default()).await;
     let gw = sim_gateway(&sim.url());
     // The real path: a worker charges three orders and refunds one.
     let worker = spawn_worker(worker_args(&db.url, &sim.url()));
@@ -125,11 +125,11 @@ async fn a_clean_window_opens_nothing_and_a_rerun_nothing_new(b: Backend) {
     assert!(r.in_flight.is_empty());
     assert_rerun_opens_nothing(&db.store, &gw, &r).await;
     assert!(db.store.all_cases().await.unwrap().is_empty());
-    finish_sim(sim, db).await;
+    sim.shutdown().await;
 }
 
-async fn a_double_charge_opens_exactly_one_case(b: Backend) {
-    let (db, sim) = db_and_sim(b, Faults::default()).await;
+async fn a_double_charge_opens_exactly_one_case(db: &TestDb) {
+    let sim = start_sim(true, Faults::default()).await;
     let gw = sim_gateway(&sim.url());
     let ours = charged(&db.store, &gw, "double-1", 4_200).await;
     // The gateway charged the order again, under another key.
@@ -151,11 +151,11 @@ async fn a_double_charge_opens_exactly_one_case(b: Backend) {
     assert_eq!(case.details["gateway"].as_array().map(Vec::len), Some(2));
     assert_eq!(case.resolved_at, None);
     assert_rerun_opens_nothing(&db.store, &gw, &r).await;
-    finish_sim(sim, db).await;
+    sim.shutdown().await;
 }
 
-async fn a_charge_made_outside_cobro_opens_exactly_one_case(b: Backend) {
-    let (db, sim) = db_and_sim(b, Faults::default()).await;
+async fn a_charge_made_outside_cobro_opens_exactly_one_case(db: &TestDb) {
+    let sim = start_sim(true, Faults::default()).await;
     let gw = sim_gateway(&sim.url());
     charged(&db.store, &gw, "known-1", 1_000).await;
     let stranger: LedgerEntry = inject(&sim.url(), &charge_injection("nobody-1", 990, None)).await;
@@ -174,11 +174,11 @@ async fn a_charge_made_outside_cobro_opens_exactly_one_case(b: Backend) {
     );
     assert_eq!(case.details["gateway"]["amount_minor"], 990);
     assert_rerun_opens_nothing(&db.store, &gw, &r).await;
-    finish_sim(sim, db).await;
+    sim.shutdown().await;
 }
 
-async fn a_charge_declined_here_but_approved_there_opens_exactly_one_case(b: Backend) {
-    let (db, sim) = db_and_sim(b, Faults::default()).await;
+async fn a_charge_declined_here_but_approved_there_opens_exactly_one_case(db: &TestDb) {
+    let sim = start_sim(true, Faults::default()).await;
     let gw = sim_gateway(&sim.url());
     let a = pending(&db.store, "contradiction-1", 1_500).await;
     let a = step(&db.store, &a, Event::Claim, None).await;
@@ -201,11 +201,11 @@ async fn a_charge_declined_here_but_approved_there_opens_exactly_one_case(b: Bac
     assert_eq!(case.details["ours"]["state"], "RECHAZADO");
     assert_eq!(db.store.load(a.id).await.unwrap().0.state, State::Rechazado);
     assert_rerun_opens_nothing(&db.store, &gw, &r).await;
-    finish_sim(sim, db).await;
+    sim.shutdown().await;
 }
 
-async fn an_approved_attempt_missing_at_the_gateway_opens_exactly_one_case(b: Backend) {
-    let (db, sim) = db_and_sim(b, Faults::default()).await;
+async fn an_approved_attempt_missing_at_the_gateway_opens_exactly_one_case(db: &TestDb) {
+    let sim = start_sim(true, Faults::default()).await;
     let gw = sim_gateway(&sim.url());
     charged(&db.store, &gw, "fine-1", 1_000).await;
     let ghost = pending(&db.store, "ghost-1", 2_000).await;
@@ -222,11 +222,11 @@ async fn an_approved_attempt_missing_at_the_gateway_opens_exactly_one_case(b: Ba
     let looked_up = ledger(&sim.url()).await.stats.lookup_requests;
     assert_eq!(looked_up, 1, "confirmed by key before the case was opened");
     assert_rerun_opens_nothing(&db.store, &gw, &r).await;
-    finish_sim(sim, db).await;
+    sim.shutdown().await;
 }
 
-async fn an_amount_mismatch_opens_exactly_one_case(b: Backend) {
-    let (db, sim) = db_and_sim(b, Faults::default()).await;
+async fn an_amount_mismatch_opens_exactly_one_case(db: &TestDb) {
+    let sim = start_sim(true, Faults::default()).await;
     let gw = sim_gateway(&sim.url());
     // Our attempt is for 10.00; the gateway captured 9.90 under its key.
     let a = pending(&db.store, "mismatch-1", 1_000).await;
@@ -258,11 +258,11 @@ async fn an_amount_mismatch_opens_exactly_one_case(b: Backend) {
         "amounts a person reads are in major units"
     );
     assert_rerun_opens_nothing(&db.store, &gw, &r).await;
-    finish_sim(sim, db).await;
+    sim.shutdown().await;
 }
 
-async fn refund_discrepancies_open_one_case_each(b: Backend) {
-    let (db, sim) = db_and_sim(b, Faults::default()).await;
+async fn refund_discrepancies_open_one_case_each(db: &TestDb) {
+    let sim = start_sim(true, Faults::default()).await;
     let gw = sim_gateway(&sim.url());
     let charge = charged(&db.store, &gw, "refunds-1", 5_000).await;
     let charge_id = charge.gateway_charge_id.clone().unwrap();
@@ -295,14 +295,14 @@ async fn refund_discrepancies_open_one_case_each(b: Backend) {
     assert!(keys.contains(&format!("missing_at_gateway:{}", ghost.id)));
     assert_eq!(ledger(&sim.url()).await.stats.refund_lookup_requests, 1);
     assert_rerun_opens_nothing(&db.store, &gw, &r).await;
-    finish_sim(sim, db).await;
+    sim.shutdown().await;
 }
 
 /// The reconciliation door marks a refund as the webhook door does: one
 /// the gateway made while we hold it declined counts as refunded; one it
 /// failed while we hold it approved frees its amount. Each once.
-async fn refunds_the_gateway_settled_the_other_way_are_marked(b: Backend) {
-    let (db, sim) = db_and_sim(b, Faults::default()).await;
+async fn refunds_the_gateway_settled_the_other_way_are_marked(db: &TestDb) {
+    let sim = start_sim(true, Faults::default()).await;
     let gw = sim_gateway(&sim.url());
     let charge = charged(&db.store, &gw, "marks-1", 5_000).await;
     let charge_id = charge.gateway_charge_id.clone().unwrap();
@@ -440,11 +440,11 @@ async fn refunds_the_gateway_settled_the_other_way_are_marked(b: Backend) {
             db.store.transitions(failed.id).await.unwrap().len(),
         )
     );
-    finish_sim(sim, db).await;
+    sim.shutdown().await;
 }
 
-async fn an_unknown_attempt_approved_at_the_gateway_is_settled_not_escalated(b: Backend) {
-    let (db, sim) = db_and_sim(b, Faults::default()).await;
+async fn an_unknown_attempt_approved_at_the_gateway_is_settled_not_escalated(db: &TestDb) {
+    let sim = start_sim(true, Faults::default()).await;
     let gw = sim_gateway(&sim.url());
     // Sent, then the answer was lost: DESCONOCIDO. Another one ran out of
     // checks: EN_REVISION. The gateway approved both under their keys.
@@ -494,11 +494,11 @@ async fn an_unknown_attempt_approved_at_the_gateway_is_settled_not_escalated(b: 
         assert_eq!(evidence["call"], "reconciliation");
     }
     assert_rerun_opens_nothing(&db.store, &gw, &r).await;
-    finish_sim(sim, db).await;
+    sim.shutdown().await;
 }
 
-async fn a_failed_listing_opens_nothing(b: Backend) {
-    let (db, sim) = db_and_sim(b, Faults::default()).await;
+async fn a_failed_listing_opens_nothing(db: &TestDb) {
+    let sim = start_sim(true, Faults::default()).await;
     let gw = sim_gateway(&sim.url());
     inject::<LedgerEntry>(&sim.url(), &charge_injection("nobody-2", 500, None)).await;
     let unknown = pending(&db.store, "settle-3", 900).await;
@@ -520,5 +520,5 @@ async fn a_failed_listing_opens_nothing(b: Backend) {
     let r = run(&db.store, &gw).await;
     assert_eq!(opened(&r), [CaseKind::UnmatchedCharge]);
     assert_eq!(r.resolved.len(), 1);
-    finish_sim(sim, db).await;
+    sim.shutdown().await;
 }

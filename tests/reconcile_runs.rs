@@ -17,7 +17,7 @@ use cobro::store::{CaseError, CaseStatus};
 use common::*;
 use serde_json::{Value, json};
 
-on_both_backends!(
+on_both_dbs!(
     resolving_a_case_is_compare_and_set_and_it_is_never_reopened,
     a_window_is_claimed_once_retried_after_failure_and_taken_over_when_stale,
     two_workers_run_the_daily_window_once,
@@ -30,8 +30,8 @@ async fn stranger(sim_url: &str, order: &str) -> LedgerEntry {
     inject_charge(sim_url, order, 1_000).await
 }
 
-async fn resolving_a_case_is_compare_and_set_and_it_is_never_reopened(b: Backend) {
-    let (db, sim) = db_and_sim(b, Faults::default()).await;
+async fn resolving_a_case_is_compare_and_set_and_it_is_never_reopened(db: &TestDb) {
+    let sim = start_sim(true, Faults::default()).await;
     let gw = sim_gateway(&sim.url());
     stranger(&sim.url(), "stranger-1").await;
     let first = reconcile(&db.store, &gw, &around_now()).await.unwrap();
@@ -83,11 +83,10 @@ async fn resolving_a_case_is_compare_and_set_and_it_is_never_reopened(b: Backend
     assert_eq!(rerun.cases[0].status, CaseStatus::AlreadyResolved);
     assert!(db.store.open_cases().await.unwrap().is_empty());
     assert_eq!(db.store.all_cases().await.unwrap().len(), 1);
-    finish_sim(sim, db).await;
+    sim.shutdown().await;
 }
 
-async fn a_window_is_claimed_once_retried_after_failure_and_taken_over_when_stale(b: Backend) {
-    let db = TestDb::new(b).await;
+async fn a_window_is_claimed_once_retried_after_failure_and_taken_over_when_stale(db: &TestDb) {
     let s = &db.store;
     let day = Window::day(Utc::now().date_naive() - TimeDelta::days(1));
     let (retry, stale) = (Duration::from_secs(900), Duration::from_secs(3600));
@@ -156,11 +155,10 @@ async fn a_window_is_claimed_once_retried_after_failure_and_taken_over_when_stal
         ("w3", 3, Some("ok"))
     );
     assert_eq!(run.report, Some(json!({"opened": 0})));
-    db.drop_db().await;
 }
 
-async fn two_workers_run_the_daily_window_once(b: Backend) {
-    let (db, sim) = db_and_sim(b, Faults::default()).await;
+async fn two_workers_run_the_daily_window_once(db: &TestDb) {
+    let sim = start_sim(true, Faults::default()).await;
     let daily = |name: &str| {
         let mut args = worker_args(&db.url, &sim.url());
         args.worker_name = Some(name.into());
@@ -215,7 +213,7 @@ async fn two_workers_run_the_daily_window_once(b: Backend) {
         2,
         "charges and refunds, once"
     );
-    finish_sim(sim, db).await;
+    sim.shutdown().await;
 }
 
 fn cobro(db_url: &str, sim_url: &str, args: &[&str]) -> Output {
@@ -229,8 +227,8 @@ fn cobro(db_url: &str, sim_url: &str, args: &[&str]) -> Output {
         .expect("run cobro")
 }
 
-async fn reconcile_from_the_command_line(b: Backend) {
-    let (db, sim) = db_and_sim(b, Faults::default()).await;
+async fn reconcile_from_the_command_line(db: &TestDb) {
+    let sim = start_sim(true, Faults::default()).await;
     let charge = stranger(&sim.url(), "cli-stranger").await;
     let today = Utc::now().date_naive();
     let (from, to) = (today.to_string(), (today + TimeDelta::days(1)).to_string());
@@ -283,11 +281,10 @@ async fn reconcile_from_the_command_line(b: Backend) {
         "{err}"
     );
     assert_eq!(db.store.all_cases().await.unwrap().len(), 1);
-    finish_sim(sim, db).await;
+    sim.shutdown().await;
 }
 
-async fn the_due_window_is_computed_from_the_database_clock(b: Backend) {
-    let db = TestDb::new(b).await;
+async fn the_due_window_is_computed_from_the_database_clock(db: &TestDb) {
     let at = chrono::NaiveTime::from_hms_opt(2, 30, 0).unwrap();
     let before = db.store.now().await.unwrap();
     let window = due_now(&db.store, at).await.unwrap();
@@ -303,7 +300,6 @@ async fn the_due_window_is_computed_from_the_database_clock(b: Backend) {
         drift < TimeDelta::seconds(5),
         "database clock off by {drift}"
     );
-    db.drop_db().await;
 }
 
 /// A PostgreSQL whose clock says 2031-03-04 01:00 UTC: `now()` is shadowed

@@ -13,7 +13,7 @@ use cobro::state::Event;
 use cobro::store::{Attempt, RetryOutcome, Store};
 use common::*;
 
-on_both_backends!(retries_are_counted_by_the_class_of_the_decline_before_them);
+on_both_dbs!(retries_are_counted_by_the_class_of_the_decline_before_them,);
 
 /// How a retry is left.
 #[derive(Clone, Copy)]
@@ -61,8 +61,7 @@ fn samples<'a>(text: &'a str, name: &str) -> Vec<&'a str> {
     text.lines().filter(|l| l.starts_with(&prefix)).collect()
 }
 
-async fn retries_are_counted_by_the_class_of_the_decline_before_them(b: Backend) {
-    let db = TestDb::new(b).await;
+async fn retries_are_counted_by_the_class_of_the_decline_before_them(db: &TestDb) {
     let s = &db.store;
     let v = test_verifier();
     let web = start_web(s, v).await;
@@ -152,5 +151,5 @@ async fn retries_are_counted_by_the_class_of_the_decline_before_them(b: Backend)
     );
     assert!(text.contains("# TYPE cobro_business_retry_recovery_ratio gauge"));
 
-    finish_web(web, db).await;
+    web.stop().await;
 }

@@ -20,7 +20,7 @@ use cobro::state::State;
 use common::*;
 use serde_json::json;
 
-on_both_backends!(
+on_both_dbs!(
     a_charge_answered_307_is_not_executed_and_never_sent_to_the_other_host,
     a_lookup_answered_307_is_a_failed_check_never_not_found,
 );
@@ -67,14 +67,12 @@ async fn gateway(to: String, redirect_posts: bool) -> String {
     stand_in(app).await
 }
 
-async fn a_charge_answered_307_is_not_executed_and_never_sent_to_the_other_host(b: Backend) {
-    init_logs();
-    let db = TestDb::new(b).await;
+async fn a_charge_answered_307_is_not_executed_and_never_sent_to_the_other_host(db: &TestDb) {
     let (other, hits) = elsewhere().await;
     let url = gateway(other.clone(), true).await;
     // One wake-up: sent, redirected, deferred, sent again after the
     // (test-scaled) backoff, … until the handler's step limit.
-    let id = one_wake_up(&db, &url, "moved-1", 1_999).await;
+    let id = one_wake_up(db, &url, "moved-1", 1_999).await;
 
     assert_eq!(hits.load(Ordering::SeqCst), 0, "nothing reached {other}");
     let (a, _) = db.store.load(id).await.unwrap();
@@ -103,15 +101,12 @@ async fn a_charge_answered_307_is_not_executed_and_never_sent_to_the_other_host(
             "{detail}"
         );
     }
-    db.drop_db().await;
 }
 
-async fn a_lookup_answered_307_is_a_failed_check_never_not_found(b: Backend) {
-    init_logs();
-    let db = TestDb::new(b).await;
+async fn a_lookup_answered_307_is_a_failed_check_never_not_found(db: &TestDb) {
     let (other, hits) = elsewhere().await;
     let url = gateway(other.clone(), false).await;
-    let id = one_wake_up(&db, &url, "moved-2", 2_999).await;
+    let id = one_wake_up(db, &url, "moved-2", 2_999).await;
 
     assert_eq!(hits.load(Ordering::SeqCst), 0, "nothing reached {other}");
     let (a, _) = db.store.load(id).await.unwrap();
@@ -131,5 +126,4 @@ async fn a_lookup_answered_307_is_a_failed_check_never_not_found(b: Backend) {
             "{c:?}"
         );
     }
-    db.drop_db().await;
 }

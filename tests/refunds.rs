@@ -16,7 +16,7 @@ use common::*;
 use serde_json::{Value, json};
 use uuid::Uuid;
 
-on_both_backends!(
+on_both_dbs!(
     a_refund_of_anything_but_an_approved_charge_is_refused_clearly,
     the_same_refund_key_twice_is_one_refund,
     twenty_concurrent_partial_refunds_never_exceed_the_capture,
@@ -56,8 +56,7 @@ async fn refund(store: &Store, charge: Uuid, minor: i64) -> Result<Uuid, RefundE
         .map(|r| r.refund_id)
 }
 
-async fn a_refund_of_anything_but_an_approved_charge_is_refused_clearly(b: Backend) {
-    let db = TestDb::new(b).await;
+async fn a_refund_of_anything_but_an_approved_charge_is_refused_clearly(db: &TestDb) {
     let pending = pending_charge(&db.store, "r-pending", 1_000).await;
     let declined = {
         let a = pending_charge(&db.store, "r-declined", 1_000).await;
@@ -100,11 +99,9 @@ async fn a_refund_of_anything_but_an_approved_charge_is_refused_clearly(b: Backe
         before + 2,
         "only the approved charge and its one refund were written"
     );
-    db.drop_db().await;
 }
 
-async fn the_same_refund_key_twice_is_one_refund(b: Backend) {
-    let db = TestDb::new(b).await;
+async fn the_same_refund_key_twice_is_one_refund(db: &TestDb) {
     let charge = approved_charge(&db.store, "r-key", 1_000).await;
     let key = IdempotencyKey::generate();
     let first = db
@@ -164,11 +161,9 @@ async fn the_same_refund_key_twice_is_one_refund(b: Backend) {
         )
         .await;
     assert_eq!(queued, 1);
-    db.drop_db().await;
 }
 
-async fn twenty_concurrent_partial_refunds_never_exceed_the_capture(b: Backend) {
-    let db = TestDb::new(b).await;
+async fn twenty_concurrent_partial_refunds_never_exceed_the_capture(db: &TestDb) {
     let charge = approved_charge(&db.store, "r-race", 1_000).await;
     let asks = (0..20).map(|_| refund(&db.store, charge.id, 70));
     let results = futures::future::join_all(asks).await;
@@ -190,11 +185,9 @@ async fn twenty_concurrent_partial_refunds_never_exceed_the_capture(b: Backend) 
         matches!(&err, RefundError::ExceedsCapture(m) if m.contains("exceeds")),
         "{err:?}"
     );
-    db.drop_db().await;
 }
 
-async fn the_database_refuses_an_over_refund_written_by_hand(b: Backend) {
-    let db = TestDb::new(b).await;
+async fn the_database_refuses_an_over_refund_written_by_hand(db: &TestDb) {
     let charge = approved_charge(&db.store, "r-hand", 500).await;
     let pending = pending_charge(&db.store, "r-hand-2", 500).await;
     let insert = |refund_of: &Attempt, amount: &'static str| {
@@ -238,11 +231,10 @@ async fn the_database_refuses_an_over_refund_written_by_hand(b: Backend) {
         )
         .await;
     assert!(changed.is_err(), "the captured amount is fixed");
-    db.drop_db().await;
 }
 
-async fn a_lost_refund_response_is_looked_up_and_refunded_once(b: Backend) {
-    let (db, sim, worker) = rig(b, Faults::default()).await;
+async fn a_lost_refund_response_is_looked_up_and_refunded_once(db: &TestDb) {
+    let (sim, worker) = sim_and_worker(db, Faults::default()).await;
     let charge = approved_by_worker(&db.store, "r-lost", 2_500).await;
 
     // The gateway refunds, then the response is lost.
@@ -287,11 +279,11 @@ async fn a_lost_refund_response_is_looked_up_and_refunded_once(b: Backend) {
         db.store.notices(false).await.unwrap().is_empty(),
         "refunds write no customer notices"
     );
-    finish(worker, sim, db).await;
+    finish(worker, sim).await;
 }
 
-async fn a_lost_refund_request_is_resent_with_the_same_key(b: Backend) {
-    let (db, sim, worker) = rig(b, Faults::default()).await;
+async fn a_lost_refund_request_is_resent_with_the_same_key(db: &TestDb) {
+    let (sim, worker) = sim_and_worker(db, Faults::default()).await;
     let charge = approved_by_worker(&db.store, "r-resend", 2_500).await;
     set_faults(&sim.url(), &requests_lost()).await;
     let asked = ask_refund(&db.store, charge.id, 2_500, "app").await;
@@ -329,11 +321,10 @@ async fn a_lost_refund_request_is_resent_with_the_same_key(b: Backend) {
         l.refunds[0].idempotency_key,
         asked.idempotency_key.to_string()
     );
-    finish(worker, sim, db).await;
+    finish(worker, sim).await;
 }
 
-async fn refunds_over_http_with_an_idempotency_key(b: Backend) {
-    let db = TestDb::new(b).await;
+async fn refunds_over_http_with_an_idempotency_key(db: &TestDb) {
     let web = web_on(&db.store).await;
     let charge = approved_charge(&db.store, "r-http", 1_000).await;
     let pending = pending_charge(&db.store, "r-http-2", 1_000).await;
@@ -432,5 +423,5 @@ async fn refunds_over_http_with_an_idempotency_key(b: Backend) {
         1,
         "no refused request wrote anything"
     );
-    finish_web(web, db).await;
+    web.stop().await;
 }

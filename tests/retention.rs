@@ -14,7 +14,7 @@ use cobro::store::{EventOutcome, IncomingEvent, Purged, Store, WebhookResult};
 use common::*;
 use uuid::Uuid;
 
-on_both_backends!(
+on_both_dbs!(
     old_webhook_records_are_purged_recent_ones_kept_and_the_money_trail_untouched,
     a_worker_purges_old_webhook_records_on_its_own,
     finished_wake_up_jobs_are_purged_and_live_ones_kept,
@@ -104,8 +104,9 @@ fn b_pool(db: &TestDb) -> Pool<'_> {
     }
 }
 
-async fn old_webhook_records_are_purged_recent_ones_kept_and_the_money_trail_untouched(b: Backend) {
-    let db = TestDb::new(b).await;
+async fn old_webhook_records_are_purged_recent_ones_kept_and_the_money_trail_untouched(
+    db: &TestDb,
+) {
     let req = ChargeRequest::parse("r-1", 2_000, "USD", None, None).unwrap();
     let enq = db.store.enqueue(&req).await.unwrap();
     let key = enq.idempotency_key.uuid();
@@ -119,13 +120,13 @@ async fn old_webhook_records_are_purged_recent_ones_kept_and_the_money_trail_unt
             .unwrap();
     }
     for id in &ids[..3] {
-        age_event(&db, id, "31").await;
+        age_event(db, id, "31").await;
     }
-    age_event(&db, "evt-29d", "29").await;
+    age_event(db, "evt-29d", "29").await;
     for detail in ["old", "old", "old", "new"] {
         reject(&db.store, detail).await;
     }
-    age_rejected(&db, "old", "40").await;
+    age_rejected(db, "old", "40").await;
 
     let (attempt, _) = db.store.load(enq.attempt_id).await.unwrap();
     assert_eq!(attempt.state, State::Aprobado);
@@ -146,7 +147,7 @@ async fn old_webhook_records_are_purged_recent_ones_kept_and_the_money_trail_unt
             rejected: 3
         }
     );
-    assert_eq!(event_ids(&db).await, ["evt-29d", "evt-new"]);
+    assert_eq!(event_ids(db).await, ["evt-29d", "evt-new"]);
     assert_eq!(db.store.webhook_counts().await.unwrap(), (2, 1));
     assert_eq!(db.store.rejected_webhook_reasons().await.unwrap().len(), 1);
     // The money trail is untouched.
@@ -173,13 +174,9 @@ async fn old_webhook_records_are_purged_recent_ones_kept_and_the_money_trail_unt
         .unwrap();
     assert!(matches!(again, WebhookResult::Noop { .. }), "{again:?}");
     assert_eq!(db.store.transition_rows().await.unwrap(), transitions);
-
-    db.drop_db().await;
 }
 
-async fn a_worker_purges_old_webhook_records_on_its_own(b: Backend) {
-    init_logs();
-    let db = TestDb::new(b).await;
+async fn a_worker_purges_old_webhook_records_on_its_own(db: &TestDb) {
     let req = ChargeRequest::parse("r-2", 2_000, "USD", None, None).unwrap();
     let key = db.store.enqueue(&req).await.unwrap().idempotency_key.uuid();
     db.store
@@ -190,9 +187,9 @@ async fn a_worker_purges_old_webhook_records_on_its_own(b: Backend) {
         .record_webhook(&approved("evt-recent", key), None)
         .await
         .unwrap();
-    age_event(&db, "evt-ancient", "45").await;
+    age_event(db, "evt-ancient", "45").await;
     reject(&db.store, "old").await;
-    age_rejected(&db, "old", "45").await;
+    age_rejected(db, "old", "45").await;
 
     // Nothing is charged here, so no gateway is needed.
     let mut args = worker_args(&db.url, "http://127.0.0.1:9");
@@ -202,8 +199,8 @@ async fn a_worker_purges_old_webhook_records_on_its_own(b: Backend) {
         (db.store.webhook_counts().await.unwrap() == (1, 0)).then_some(())
     })
     .await;
-    assert_eq!(event_ids(&db).await, ["evt-recent"]);
-    finish_worker(worker, db).await;
+    assert_eq!(event_ids(db).await, ["evt-recent"]);
+    worker.stop().await;
 }
 
 #[tokio::test]
@@ -251,8 +248,8 @@ fn args_ok(retention: &str) {
 
 /// Finished wake-ups (apalis' `jobs`) go after `COBRO_JOB_RETENTION`; a
 /// wake-up still due stays, and the attempts keep everything.
-async fn finished_wake_up_jobs_are_purged_and_live_ones_kept(b: Backend) {
-    let (db, _sim, worker) = rig(b, cobro::sim::Faults::default()).await;
+async fn finished_wake_up_jobs_are_purged_and_live_ones_kept(db: &TestDb) {
+    let (_sim, worker) = sim_and_worker(db, cobro::sim::Faults::default()).await;
     let mut ids = Vec::new();
     for i in 0..5 {
         let req = cobro::domain::ChargeRequest::parse(&format!("jobs-{i}"), 100, "EUR", None, None)
@@ -302,5 +299,4 @@ async fn finished_wake_up_jobs_are_purged_and_live_ones_kept(b: Backend) {
         "a wake-up still due is kept"
     );
     assert_eq!(db.attempts().await, 6, "the attempts are untouched");
-    db.drop_db().await;
 }

@@ -15,7 +15,7 @@ use cobro::store::{Applied, Attempt, Change, RetryError, Store};
 use common::*;
 use uuid::Uuid;
 
-on_both_backends!(
+on_both_dbs!(
     seed_test_4_two_parallel_retries_one_fails_on_the_uniqueness_constraint,
     a_hundred_orders_times_fifty_concurrent_triggers_make_one_attempt_each,
     no_retry_while_in_doubt_or_approved,
@@ -34,8 +34,7 @@ async fn declined(store: &Store, order: &str) -> Attempt {
     step(store, &a, Event::Declined, Some("insufficient_funds")).await
 }
 
-async fn seed_test_4_two_parallel_retries_one_fails_on_the_uniqueness_constraint(b: Backend) {
-    let db = TestDb::new(b).await;
+async fn seed_test_4_two_parallel_retries_one_fails_on_the_uniqueness_constraint(db: &TestDb) {
     let first = declined(&db.store, "retry-race").await;
     let (x, y) = futures::join!(
         db.store.business_retry(first.id, 4, "finance:ana", None),
@@ -57,11 +56,9 @@ async fn seed_test_4_two_parallel_retries_one_fails_on_the_uniqueness_constraint
     assert_eq!(attempts[1].state, State::Pendiente);
     let log = db.store.transitions(won.attempt_id).await.unwrap();
     assert_eq!(log[0].cause, "business_retry");
-    db.drop_db().await;
 }
 
-async fn a_hundred_orders_times_fifty_concurrent_triggers_make_one_attempt_each(b: Backend) {
-    let db = TestDb::new(b).await;
+async fn a_hundred_orders_times_fifty_concurrent_triggers_make_one_attempt_each(db: &TestDb) {
     let mut firsts = Vec::new();
     for i in 0..100 {
         firsts.push(declined(&db.store, &format!("storm-{i:03}")).await.id);
@@ -91,11 +88,9 @@ async fn a_hundred_orders_times_fifty_concurrent_triggers_make_one_attempt_each(
     assert_eq!(db.attempts().await, 200);
     let states = db.store.count_by_state().await.unwrap();
     assert_eq!(states, [(State::Pendiente, 100), (State::Rechazado, 100)]);
-    db.drop_db().await;
 }
 
-async fn no_retry_while_in_doubt_or_approved(b: Backend) {
-    let db = TestDb::new(b).await;
+async fn no_retry_while_in_doubt_or_approved(db: &TestDb) {
     let retry = |id: Uuid| db.store.business_retry(id, 9, "finance", None);
 
     // The attempt itself is in doubt: only a declined attempt is retried.
@@ -140,11 +135,9 @@ async fn no_retry_while_in_doubt_or_approved(b: Backend) {
         db.store.attempts_for_order("doubt-2").await.unwrap().len(),
         2
     );
-    db.drop_db().await;
 }
 
-async fn the_maximum_number_of_attempts_is_respected(b: Backend) {
-    let db = TestDb::new(b).await;
+async fn the_maximum_number_of_attempts_is_respected(db: &TestDb) {
     let mut last = declined(&db.store, "max-1").await;
     for n in 2..=4 {
         let r = db
@@ -163,11 +156,10 @@ async fn the_maximum_number_of_attempts_is_respected(b: Backend) {
         "{refused:?}"
     );
     assert_eq!(db.attempts().await, 4);
-    db.drop_db().await;
 }
 
-async fn a_retryable_decline_is_retried_later_with_a_new_key_and_a_final_one_never(b: Backend) {
-    let (db, sim, worker) = rig(b, declining("insufficient_funds")).await;
+async fn a_retryable_decline_is_retried_later_with_a_new_key_and_a_final_one_never(db: &TestDb) {
+    let (sim, worker) = sim_and_worker(db, declining("insufficient_funds")).await;
     let req = ChargeRequest::parse("later-1", 7_500, "USD", None, None).unwrap();
     let first = db.store.enqueue(&req).await.unwrap().attempt_id;
     let a = eventually(Duration::from_secs(10), "the decline", || async {
@@ -185,7 +177,7 @@ async fn a_retryable_decline_is_retried_later_with_a_new_key_and_a_final_one_nev
     // A day passes (the database's clock is the injectable one), and the
     // gateway would now approve.
     set_faults(&sim.url(), &Faults::default()).await;
-    due_now(&db, first).await;
+    due_now(db, first).await;
     let attempts = eventually(
         Duration::from_secs(15),
         "the retry to be approved",
@@ -231,11 +223,10 @@ async fn a_retryable_decline_is_retried_later_with_a_new_key_and_a_final_one_nev
         a.next_action_at, None,
         "nothing scheduled after a final decline"
     );
-    finish(worker, sim, db).await;
+    finish(worker, sim).await;
 }
 
-async fn notices_are_written_with_their_cause_and_acknowledged_once(b: Backend) {
-    let db = TestDb::new(b).await;
+async fn notices_are_written_with_their_cause_and_acknowledged_once(db: &TestDb) {
     let first = declined(&db.store, "notice-1").await; // no retry scheduled by `step`
     let notices = db.store.notices(true).await.unwrap();
     assert_eq!(notices.len(), 1);
@@ -268,11 +259,9 @@ async fn notices_are_written_with_their_cause_and_acknowledged_once(b: Backend) 
     assert!(db.store.notices(true).await.unwrap().is_empty());
     let all = db.store.notices(false).await.unwrap();
     assert_eq!(all[0].acked_by.as_deref(), Some("app"));
-    db.drop_db().await;
 }
 
-async fn a_scheduled_retry_runs_once_even_when_woken_twice_or_late(b: Backend) {
-    let db = TestDb::new(b).await;
+async fn a_scheduled_retry_runs_once_even_when_woken_twice_or_late(db: &TestDb) {
     let req = ChargeRequest::parse("sched-1", 3_000, "USD", None, None).unwrap();
     let a = enqueued(&db.store, &req).await;
     let a = step(&db.store, &a, Event::Claim, None).await;
@@ -307,7 +296,6 @@ async fn a_scheduled_retry_runs_once_even_when_woken_twice_or_late(b: Backend) {
         "{late:?}"
     );
     assert_eq!(db.attempts().await, 2);
-    db.drop_db().await;
 }
 
 /// The card network's rule (Visa: 15 retries of one card in 30 days),
@@ -315,8 +303,7 @@ async fn a_scheduled_retry_runs_once_even_when_woken_twice_or_late(b: Backend) {
 /// with the reason; another card is not affected; the store's uncapped
 /// call does not count (finance's manual retry is capped in
 /// tests/card_caps.rs).
-async fn the_sixteenth_retry_of_one_card_in_thirty_days_is_refused(b: Backend) {
-    let db = TestDb::new(b).await;
+async fn the_sixteenth_retry_of_one_card_in_thirty_days_is_refused(db: &TestDb) {
     let on_card = |order: String, card: &'static str| {
         let store = db.store.clone();
         async move {
@@ -356,5 +343,4 @@ async fn the_sixteenth_retry_of_one_card_in_thirty_days_is_refused(b: Backend) {
         .business_retry(sixteenth.id, 4, "finance:ana", None)
         .await
         .expect("the uncapped store call does not count");
-    db.drop_db().await;
 }

@@ -22,11 +22,12 @@ use cobro::store::{Attempt, Store};
 use common::*;
 use uuid::Uuid;
 
-on_both_backends!(
-    the_janitor_settles_an_attempt_the_gateway_approved_later,
-    the_janitor_settles_an_attempt_the_gateway_declined,
+on_both_dbs!(
     not_found_stays_in_review_and_the_next_check_follows_the_schedule,
     past_the_key_lifetime_the_janitor_reads_the_listing_and_never_resends,
+    ; by_backend:
+    the_janitor_settles_an_attempt_the_gateway_approved_later,
+    the_janitor_settles_an_attempt_the_gateway_declined,
 );
 
 async fn enqueue(store: &Store, order: &str) -> Uuid {
@@ -179,15 +180,8 @@ async fn until_due(store: &Store, id: Uuid) {
     tokio::time::sleep(wait + Duration::from_millis(60)).await;
 }
 
-async fn not_found_stays_in_review_and_the_next_check_follows_the_schedule(b: Backend) {
-    let (db, sim) = db_and_sim(
-        b,
-        Faults {
-            p_lookup_fail: 1.0,
-            ..Faults::default()
-        },
-    )
-    .await;
+async fn not_found_stays_in_review_and_the_next_check_follows_the_schedule(db: &TestDb) {
+    let sim = start_sim(true, lookups_fail()).await;
     let e = engine(&db.store, &sim.url(), Duration::from_secs(86_400));
     let id = in_doubt(&db.store, "rev-missing").await;
     // The one check fails: checks exhausted, in review, first janitor check
@@ -249,12 +243,12 @@ async fn not_found_stays_in_review_and_the_next_check_follows_the_schedule(b: Ba
     assert!((ms(a.next_action_at.unwrap() - again) - 2500).abs() <= 30);
     assert_eq!(a.send_count, 1, "its first send only: never sent again");
     assert_eq!(ledger(&sim.url()).await.stats.charge_requests, 0);
-    finish_sim(sim, db).await;
+    sim.shutdown().await;
 }
 
-async fn past_the_key_lifetime_the_janitor_reads_the_listing_and_never_resends(b: Backend) {
+async fn past_the_key_lifetime_the_janitor_reads_the_listing_and_never_resends(db: &TestDb) {
     // Charged, answer lost; every lookup by key fails. The listing works.
-    let (db, sim) = db_and_sim(b, answers_lost_lookups_fail()).await;
+    let sim = start_sim(true, answers_lost_lookups_fail()).await;
     // The gateway keeps keys 1 s: the janitor's first check (2.5 s after
     // review) is past it.
     let e = engine(&db.store, &sim.url(), Duration::from_secs(1));
@@ -304,5 +298,5 @@ async fn past_the_key_lifetime_the_janitor_reads_the_listing_and_never_resends(b
         "past the key lifetime: no send, no lookup by key"
     );
     assert_eq!(l.entries.len(), 1);
-    finish_sim(sim, db).await;
+    sim.shutdown().await;
 }

@@ -21,7 +21,7 @@ use cobro::store::{Contradiction, ReconCase, Store};
 use common::*;
 use serde_json::{Value, json};
 
-on_both_backends!(a_double_charge_is_found_the_same_day_and_its_duplicate_refunded_once,);
+on_both_dbs!(a_double_charge_is_found_the_same_day_and_its_duplicate_refunded_once,);
 
 const INTERVAL: Duration = Duration::from_secs(2);
 
@@ -45,8 +45,8 @@ async fn double_charges_gauge(store: &Store) -> i64 {
     store.gauges().await.unwrap().on_call.gateway_double_charges
 }
 
-async fn a_double_charge_is_found_the_same_day_and_its_duplicate_refunded_once(b: Backend) {
-    let (db, sim) = db_and_sim(b, Faults::default()).await;
+async fn a_double_charge_is_found_the_same_day_and_its_duplicate_refunded_once(db: &TestDb) {
+    let sim = start_sim(true, Faults::default()).await;
     let mut args = worker_args(&db.url, &sim.url());
     args.reconcile = ReconcileArgs {
         reconcile_at: ReconcileAt::Off,
@@ -189,5 +189,5 @@ async fn a_double_charge_is_found_the_same_day_and_its_duplicate_refunded_once(b
     assert_ne!(anew["refund_id"], asked["refund_id"]);
 
     web.stop().await;
-    finish(worker, sim, db).await;
+    finish(worker, sim).await;
 }

@@ -13,7 +13,7 @@ use std::time::Duration;
 use common::*;
 use serde_json::json;
 
-on_both_backends!(the_public_listener_serves_only_webhooks_and_health);
+on_both_dbs!(the_public_listener_serves_only_webhooks_and_health,);
 
 fn serve(db_url: &str, env: &[(&str, String)]) -> Child {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_cobro"));
@@ -56,8 +56,7 @@ fn terminate(mut child: Child) -> std::process::ExitStatus {
     panic!("cobro serve did not stop within 10 s of SIGTERM");
 }
 
-async fn the_public_listener_serves_only_webhooks_and_health(b: Backend) {
-    let db = TestDb::new(b).await;
+async fn the_public_listener_serves_only_webhooks_and_health(db: &TestDb) {
     let (public, internal) = (free_port(), free_port());
     let web = serve(
         &db.url,
@@ -110,7 +109,6 @@ async fn the_public_listener_serves_only_webhooks_and_health(b: Backend) {
     assert_eq!(db.attempts().await, 1);
     let status = terminate(web);
     assert_eq!(status.code(), Some(0), "SIGTERM: a clean exit");
-    db.drop_db().await;
 }
 
 #[tokio::test]

@@ -23,7 +23,7 @@ use cobro::sim::{Faults, Injection, LedgerEntry};
 use cobro::store::{CaseStatus, Store};
 use common::*;
 
-on_both_backends!(
+on_both_dbs!(
     a_never_settled_charge_opens_one_unsettled_case_once_the_delay_has_passed,
     a_fee_other_than_the_contracts_opens_one_fee_mismatch,
     a_payout_that_does_not_add_up_opens_one_payout_mismatch,
@@ -89,10 +89,10 @@ async fn post(sim_url: &str, path: &str, body: Option<&Injection>) -> serde_json
         .expect("JSON")
 }
 
-async fn a_never_settled_charge_opens_one_unsettled_case_once_the_delay_has_passed(b: Backend) {
+async fn a_never_settled_charge_opens_one_unsettled_case_once_the_delay_has_passed(db: &TestDb) {
     // Every third approved charge of the gateway is never settled.
-    let (db, sim) = db_and_sim(
-        b,
+    let sim = start_sim(
+        true,
         Faults {
             unsettled_every: 3,
             ..faults()
@@ -185,12 +185,12 @@ async fn a_never_settled_charge_opens_one_unsettled_case_once_the_delay_has_pass
         .find(|l| l.contains(",settle-a,"))
         .expect("settle-a's row");
     assert!(row.contains(",EUR,20.00,0.88,19.12,2000,88,1912,"), "{csv}");
-    finish_sim(sim, db).await;
+    sim.shutdown().await;
 }
 
-async fn a_fee_other_than_the_contracts_opens_one_fee_mismatch(b: Backend) {
-    let (db, sim) = db_and_sim(
-        b,
+async fn a_fee_other_than_the_contracts_opens_one_fee_mismatch(db: &TestDb) {
+    let sim = start_sim(
+        true,
         Faults {
             fee_off_every: 2,
             fee_off_minor: 7,
@@ -221,12 +221,12 @@ async fn a_fee_other_than_the_contracts_opens_one_fee_mismatch(b: Backend) {
     let again = run(&db.store, &gw, Duration::from_secs(3600)).await;
     assert_eq!((again.opened, again.already_open), (0, 1));
     // The case does not hold the order (its charge is APROBADO anyway).
-    finish_sim(sim, db).await;
+    sim.shutdown().await;
 }
 
-async fn a_payout_that_does_not_add_up_opens_one_payout_mismatch(b: Backend) {
-    let (db, sim) = db_and_sim(
-        b,
+async fn a_payout_that_does_not_add_up_opens_one_payout_mismatch(db: &TestDb) {
+    let sim = start_sim(
+        true,
         Faults {
             payout_off_minor: -5,
             ..faults()
@@ -272,12 +272,12 @@ async fn a_payout_that_does_not_add_up_opens_one_payout_mismatch(b: Backend) {
     assert_eq!(bad.status(), 422);
     assert!(bad.text().await.unwrap().contains("\"to\""));
     assert_eq!(get_as(&url, As::Nobody).await.status(), 401);
-    finish_sim(sim, db).await;
+    sim.shutdown().await;
 }
 
-async fn a_throttled_listing_defers_the_run_and_writes_nothing(b: Backend) {
-    let (db, sim) = db_and_sim(
-        b,
+async fn a_throttled_listing_defers_the_run_and_writes_nothing(db: &TestDb) {
+    let sim = start_sim(
+        true,
         Faults {
             unsettled_every: 1,
             ..faults()
@@ -305,13 +305,13 @@ async fn a_throttled_listing_defers_the_run_and_writes_nothing(b: Backend) {
     assert!(err.is_deferred(), "{err:?}");
     assert!(db.store.all_cases().await.unwrap().is_empty());
     assert!(db.store.settlements(w.from, w.to).await.unwrap().is_empty());
-    finish_sim(sim, db).await;
+    sim.shutdown().await;
 }
 
 /// The rule is the database's, not the check's: any door that writes a
 /// settlement goes through it.
-async fn the_database_keeps_a_settlement_to_an_approved_charge_written_once(b: Backend) {
-    let (db, sim) = db_and_sim(b, faults()).await;
+async fn the_database_keeps_a_settlement_to_an_approved_charge_written_once(db: &TestDb) {
+    let sim = start_sim(true, faults()).await;
     let gw = gateway(&sim.url());
     let a = charged(&db.store, &gw, "guard-1", 1_000).await;
     let req = ChargeRequest::parse("guard-2", 1_000, "EUR", None, None).unwrap();
@@ -365,14 +365,14 @@ async fn the_database_keeps_a_settlement_to_an_approved_charge_written_once(b: B
     db.store.record_settlements(&[other]).await.unwrap();
     let rows = db.store.settlements(w.from, w.to).await.unwrap();
     assert_eq!(rows[0].payout.as_deref(), Some("po_1"), "kept");
-    finish_sim(sim, db).await;
+    sim.shutdown().await;
 }
 
 /// The worker's daily close runs the settlement check of the day whose
 /// charges are now `COBRO_SETTLEMENT_DELAY` old, once, under a claim of
 /// its own (`[day, day end + delay)`, a window no charge run uses).
-async fn the_worker_checks_the_day_now_delay_old_once_under_its_own_claim(b: Backend) {
-    let (db, sim) = db_and_sim(b, faults()).await;
+async fn the_worker_checks_the_day_now_delay_old_once_under_its_own_claim(db: &TestDb) {
+    let sim = start_sim(true, faults()).await;
     let mut worker = worker_args(&db.url, &sim.url());
     worker.reconcile = cobro::recon::ReconcileArgs {
         reconcile_at: cobro::recon::ReconcileAt::parse("00:00").unwrap(),
@@ -410,5 +410,5 @@ async fn the_worker_checks_the_day_now_delay_old_once_under_its_own_claim(b: Bac
         2,
         "the daily close and the settlement check, once each: {runs:#?}"
     );
-    finish_sim(sim, db).await;
+    sim.shutdown().await;
 }

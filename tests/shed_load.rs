@@ -18,7 +18,7 @@ use common::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpSocket, TcpStream};
 
-on_both_backends!(
+on_both_dbs!(
     dribbling_clients_on_every_slot_leave_health_answering_and_the_rest_refused,
     webhook_bodies_at_one_byte_a_second_are_cut_and_health_answers,
     one_address_past_its_share_is_refused_while_another_is_served,
@@ -131,11 +131,10 @@ fn dribblers(addr: &str, n: usize) -> Vec<tokio::task::JoinHandle<Option<String>
         .collect()
 }
 
-async fn dribbling_clients_on_every_slot_leave_health_answering_and_the_rest_refused(b: Backend) {
-    let db = TestDb::new(b).await;
+async fn dribbling_clients_on_every_slot_leave_health_answering_and_the_rest_refused(db: &TestDb) {
     // The issue's setting: 20 connections, a 5 s header timeout, 60
     // clients dribbling headers.
-    let (web, addr) = start(&db, limits(20, 64), Duration::from_secs(5)).await;
+    let (web, addr) = start(db, limits(20, 64), Duration::from_secs(5)).await;
     let flood_started = Instant::now();
     let flood = dribblers(&addr, 60);
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -178,13 +177,12 @@ async fn dribbling_clients_on_every_slot_leave_health_answering_and_the_rest_ref
          a request past the limit refused in {refused_in:?}; the flood ended after {:?}",
         flood_started.elapsed()
     );
-    finish_web(web, db).await;
+    web.stop().await;
 }
 
-async fn webhook_bodies_at_one_byte_a_second_are_cut_and_health_answers(b: Backend) {
-    let db = TestDb::new(b).await;
+async fn webhook_bodies_at_one_byte_a_second_are_cut_and_health_answers(db: &TestDb) {
     let deadline = Duration::from_secs(2);
-    let (web, addr) = start(&db, limits(20, 64), deadline).await;
+    let (web, addr) = start(db, limits(20, 64), deadline).await;
     // 20 deliveries, each announcing 200 bytes and sending one a second.
     let tricklers: Vec<_> = (0..20)
         .map(|_| {
@@ -248,12 +246,11 @@ async fn webhook_bodies_at_one_byte_a_second_are_cut_and_health_answers(b: Backe
         "20 webhook bodies at 1 byte/s on 20 slots: /health worst {worst:?}; \
          every trickler cut by {slowest:?} (deadline {deadline:?})"
     );
-    finish_web(web, db).await;
+    web.stop().await;
 }
 
-async fn one_address_past_its_share_is_refused_while_another_is_served(b: Backend) {
-    let db = TestDb::new(b).await;
-    let (web, addr) = start(&db, limits(20, 3), Duration::from_secs(5)).await;
+async fn one_address_past_its_share_is_refused_while_another_is_served(db: &TestDb) {
+    let (web, addr) = start(db, limits(20, 3), Duration::from_secs(5)).await;
     // 127.0.0.1 holds its three connections, saying nothing.
     let mut held = Vec::new();
     for _ in 0..3 {
@@ -292,5 +289,5 @@ async fn one_address_past_its_share_is_refused_while_another_is_served(b: Backen
         .await
         .unwrap();
     assert_eq!(status_of(&reply), 200, "{reply}");
-    finish_web(web, db).await;
+    web.stop().await;
 }

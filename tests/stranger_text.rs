@@ -16,7 +16,7 @@ use cobro::state::State;
 use common::*;
 use serde_json::{Value, json};
 
-on_both_backends!(
+on_both_dbs!(
     a_decline_carrying_nul_and_100_kb_settles_rechazado_bounded_and_nul_free,
     an_approval_whose_charge_id_carries_nul_is_unknown_never_approved_with_another_id,
 );
@@ -50,9 +50,7 @@ fn long_nul_text() -> String {
     "Tarjeta rechazada, lo\0 siento. ".repeat(3_300)
 }
 
-async fn a_decline_carrying_nul_and_100_kb_settles_rechazado_bounded_and_nul_free(b: Backend) {
-    init_logs();
-    let db = TestDb::new(b).await;
+async fn a_decline_carrying_nul_and_100_kb_settles_rechazado_bounded_and_nul_free(db: &TestDb) {
     let long = long_nul_text();
     assert!(long.len() >= 100_000);
     let decline = json!({"status": "declined", "decline_code": format!("card\0declined{long}"),
@@ -83,14 +81,11 @@ async fn a_decline_carrying_nul_and_100_kb_settles_rechazado_bounded_and_nul_fre
         evidence.to_string().len() < 2_000 && no_nul(evidence),
         "{evidence}"
     );
-    db.drop_db().await;
 }
 
 async fn an_approval_whose_charge_id_carries_nul_is_unknown_never_approved_with_another_id(
-    b: Backend,
+    db: &TestDb,
 ) {
-    init_logs();
-    let db = TestDb::new(b).await;
     let approved = json!({"status": "approved", "charge_id": "ch_\0real"});
     let url = gateway((200, approved.clone()), (200, approved)).await;
     let req = ChargeRequest::parse("text-2", 2_999, "USD", None, None).unwrap();
@@ -122,5 +117,4 @@ async fn an_approval_whose_charge_id_carries_nul_is_unknown_never_approved_with_
             .contains(r"charge_id holds the control character U+0000: ch_\u0000real"),
         "{evidence}"
     );
-    db.drop_db().await;
 }

@@ -27,7 +27,7 @@ mod stripe_support;
 #[path = "common/stripe_tap.rs"]
 mod stripe_tap;
 
-on_both_backends!(
+on_both_dbs!(
     a_saved_card_is_charged_with_its_customer,
     a_business_retry_of_a_saved_card_carries_the_customer_off_session,
     without_the_customer_localstripe_still_charges_a_saved_card,
@@ -40,13 +40,13 @@ fn worker(db: &TestDb, tap: &Tap) -> InProcessWorker {
     spawn_worker(args)
 }
 
-async fn a_saved_card_is_charged_with_its_customer(b: Backend) {
-    let Some((db, stripe)) = db_and_stripe(b).await else {
+async fn a_saved_card_is_charged_with_its_customer(db: &TestDb) {
+    let Some(stripe) = local_stripe().await else {
         return;
     };
     let tap = Tap::start(&stripe.url).await;
     let (cus, pm) = stripe.customer_with_card("4242424242424242").await;
-    let worker = worker(&db, &tap);
+    let worker = worker(db, &tap);
     let req = ChargeRequest::parse("saved-1", 2_500, "EUR", None, Some(&pm))
         .unwrap()
         .with_customer(Some(&cus))
@@ -78,17 +78,17 @@ async fn a_saved_card_is_charged_with_its_customer(b: Backend) {
         None,
         "the first attempt is the customer's own (on-session)"
     );
-    finish_worker(worker, db).await;
+    worker.stop().await;
 }
 
-async fn a_business_retry_of_a_saved_card_carries_the_customer_off_session(b: Backend) {
-    let Some((db, stripe)) = db_and_stripe(b).await else {
+async fn a_business_retry_of_a_saved_card_carries_the_customer_off_session(db: &TestDb) {
+    let Some(stripe) = local_stripe().await else {
         return;
     };
     let tap = Tap::start(&stripe.url).await;
     // localstripe attaches this card and declines charging it.
     let (cus, pm) = stripe.customer_with_card("4000000000000341").await;
-    let worker = worker(&db, &tap);
+    let worker = worker(db, &tap);
     let req = ChargeRequest::parse("saved-2", 4_000, "USD", None, Some(&pm))
         .unwrap()
         .with_customer(Some(&cus))
@@ -155,16 +155,16 @@ async fn a_business_retry_of_a_saved_card_carries_the_customer_off_session(b: Ba
         .find(|s| s.path == format!("/v1/payment_intents/{first_pi}/confirm"))
         .expect("the first confirm");
     assert_eq!(first_confirm.field("off_session"), None);
-    finish_worker(worker, db).await;
+    worker.stop().await;
 }
 
-async fn without_the_customer_localstripe_still_charges_a_saved_card(b: Backend) {
-    let Some((db, stripe)) = db_and_stripe(b).await else {
+async fn without_the_customer_localstripe_still_charges_a_saved_card(db: &TestDb) {
+    let Some(stripe) = local_stripe().await else {
         return;
     };
     let tap = Tap::start(&stripe.url).await;
     let (_cus, pm) = stripe.customer_with_card("4242424242424242").await;
-    let worker = worker(&db, &tap);
+    let worker = worker(db, &tap);
     let req = ChargeRequest::parse("saved-3", 700, "EUR", None, Some(&pm)).unwrap();
     let id = db.store.enqueue(&req).await.unwrap().attempt_id;
     let a = settled(&db.store, id, State::Aprobado, Duration::from_secs(30)).await;
@@ -181,5 +181,5 @@ async fn without_the_customer_localstripe_still_charges_a_saved_card(b: Backend)
     let pi = stripe.object(&format!("/v1/payment_intents/{pi_id}")).await;
     assert_eq!(pi["status"], "succeeded");
     assert!(pi["customer"].is_null(), "{pi}");
-    finish_worker(worker, db).await;
+    worker.stop().await;
 }

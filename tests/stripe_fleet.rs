@@ -24,10 +24,11 @@ use stripe_support::*;
 #[path = "common/stripe.rs"]
 mod stripe_support;
 
-on_both_backends!(
+on_both_dbs!(
+    a_refund_whose_answer_is_lost_is_one_refund,
+    ; by_backend:
     the_fleet_through_a_lossy_proxy_charges_no_order_twice,
     saved_cards_and_their_retries_through_a_lossy_proxy_are_charged_once_with_their_customer,
-    a_refund_whose_answer_is_lost_is_one_refund,
 );
 
 async fn start_proxy(upstream: &str, seed: u64, faults: Faults) -> SimHandle {
@@ -350,8 +351,8 @@ async fn saved_cards_and_their_retries_through_a_lossy_proxy_are_charged_once_wi
     db.drop_db().await;
 }
 
-async fn a_refund_whose_answer_is_lost_is_one_refund(b: Backend) {
-    let Some((db, stripe)) = db_and_stripe(b).await else {
+async fn a_refund_whose_answer_is_lost_is_one_refund(db: &TestDb) {
+    let Some(stripe) = local_stripe().await else {
         return;
     };
     let proxy = start_proxy(&stripe.url, 7, Faults::default()).await;
@@ -384,5 +385,5 @@ async fn a_refund_whose_answer_is_lost_is_one_refund(b: Backend) {
         key.as_deref(),
         Some(done.idempotency_key.to_string().as_str())
     );
-    finish_worker(worker, db).await;
+    worker.stop().await;
 }

@@ -19,7 +19,7 @@ use stripe_support::*;
 #[path = "common/stripe.rs"]
 mod stripe_support;
 
-on_both_backends!(
+on_both_dbs!(
     a_charge_is_one_succeeded_payment_intent_recorded_before_its_confirm,
     a_declined_card_is_rechazado_with_stripes_code,
     a_key_stripe_refuses_stops_the_worker_before_it_charges,
@@ -29,8 +29,8 @@ on_both_backends!(
     finances_decline_cancels_the_payment_intent_before_it_is_recorded,
 );
 
-async fn a_charge_is_one_succeeded_payment_intent_recorded_before_its_confirm(b: Backend) {
-    let Some((db, stripe)) = db_and_stripe(b).await else {
+async fn a_charge_is_one_succeeded_payment_intent_recorded_before_its_confirm(db: &TestDb) {
+    let Some(stripe) = local_stripe().await else {
         return;
     };
     let worker = spawn_worker(stripe_worker_args(&db.url, &stripe.url));
@@ -77,11 +77,11 @@ async fn a_charge_is_one_succeeded_payment_intent_recorded_before_its_confirm(b:
         db.store.apply(&a, &c).await.is_err(),
         "gateway_ref is set once"
     );
-    finish_worker(worker, db).await;
+    worker.stop().await;
 }
 
-async fn a_declined_card_is_rechazado_with_stripes_code(b: Backend) {
-    let Some((db, stripe)) = db_and_stripe(b).await else {
+async fn a_declined_card_is_rechazado_with_stripes_code(db: &TestDb) {
+    let Some(stripe) = local_stripe().await else {
         return;
     };
     let worker = spawn_worker(stripe_worker_args(&db.url, &stripe.url));
@@ -110,11 +110,11 @@ async fn a_declined_card_is_rechazado_with_stripes_code(b: Backend) {
         .find(|p| p.key.as_deref() == Some(&req.key.to_string()))
         .expect("the PaymentIntent exists");
     assert_eq!(pi.status, "requires_payment_method");
-    finish_worker(worker, db).await;
+    worker.stop().await;
 }
 
-async fn a_key_stripe_refuses_stops_the_worker_before_it_charges(b: Backend) {
-    let Some((db, stripe)) = db_and_stripe(b).await else {
+async fn a_key_stripe_refuses_stops_the_worker_before_it_charges(db: &TestDb) {
+    let Some(stripe) = local_stripe().await else {
         return;
     };
     let mut ids = Vec::new();
@@ -158,15 +158,15 @@ async fn a_key_stripe_refuses_stops_the_worker_before_it_charges(b: Backend) {
     })
     .await;
     assert_eq!(started.len(), 3);
-    finish_worker(worker, db).await;
+    worker.stop().await;
 }
 
 /// Off-session, nobody can complete 3-D Secure: the PaymentIntent is
 /// canceled (so it can never succeed behind our decline), the attempt is
 /// RECHAZADO `authentication_required`, never retried on its own, and the
 /// customer gets a notice.
-async fn a_card_that_needs_3d_secure_is_canceled_and_the_customer_told(b: Backend) {
-    let Some((db, stripe)) = db_and_stripe(b).await else {
+async fn a_card_that_needs_3d_secure_is_canceled_and_the_customer_told(db: &TestDb) {
+    let Some(stripe) = local_stripe().await else {
         return;
     };
     // Stripe's test card that always asks for authentication, registered
@@ -193,15 +193,15 @@ async fn a_card_that_needs_3d_secure_is_canceled_and_the_customer_told(b: Backen
             && n.decline_code.as_deref() == Some("authentication_required")),
         "{notices:?}"
     );
-    finish_worker(worker, db).await;
+    worker.stop().await;
 }
 
 /// Reconciliation reads localstripe's PaymentIntents (all pages, filtered
 /// to the window here: localstripe has no `created` filter): our approved
 /// charges match; a second charge of the same order made outside cobro is
 /// a double charge for finance.
-async fn reconciliation_lists_payment_intents_and_finds_a_double_charge(b: Backend) {
-    let Some((db, stripe)) = db_and_stripe(b).await else {
+async fn reconciliation_lists_payment_intents_and_finds_a_double_charge(db: &TestDb) {
+    let Some(stripe) = local_stripe().await else {
         return;
     };
     let args = stripe_worker_args(&db.url, &stripe.url);
@@ -230,12 +230,11 @@ async fn reconciliation_lists_payment_intents_and_finds_a_double_charge(b: Backe
     assert_eq!(found.gateway_charges, 4);
     let kinds: Vec<String> = found.cases.iter().map(|c| c.kind.to_string()).collect();
     assert!(kinds.contains(&"double_charge".to_owned()), "{kinds:?}");
-    db.drop_db().await;
 }
 
 /// `cobro demo --gateway stripe` on a small fleet, through its lossy proxy.
-async fn the_demo_runs_the_fleet_against_a_stripe_compatible_server(b: Backend) {
-    let Some((db, stripe)) = db_and_stripe(b).await else {
+async fn the_demo_runs_the_fleet_against_a_stripe_compatible_server(db: &TestDb) {
+    let Some(stripe) = local_stripe().await else {
         return;
     };
     let opts = cobro::demo::DemoOptions {
@@ -258,7 +257,6 @@ async fn the_demo_runs_the_fleet_against_a_stripe_compatible_server(b: Backend) 
         "through the proxy: {}",
         w.attempts_sent
     );
-    db.drop_db().await;
 }
 
 /// An attempt in review whose PaymentIntent exists, unconfirmed, at the
@@ -267,15 +265,15 @@ async fn the_demo_runs_the_fleet_against_a_stripe_compatible_server(b: Backend) 
 /// in review); the review janitor cancels the PaymentIntent at Stripe and
 /// only then records RECHAZADO. A second attempt whose PaymentIntent
 /// succeeded meanwhile is recorded APROBADO: the gateway's word wins.
-async fn finances_decline_cancels_the_payment_intent_before_it_is_recorded(b: Backend) {
+async fn finances_decline_cancels_the_payment_intent_before_it_is_recorded(db: &TestDb) {
     use cobro::finance::{Resolution, ResolveRequest, resolve};
     use cobro::state::Event;
     use cobro::store::{Applied, Change, Lease};
-    let Some((db, stripe)) = db_and_stripe(b).await else {
+    let Some(stripe) = local_stripe().await else {
         return;
     };
     let in_review = |order: &'static str| {
-        let (db, stripe) = (&db, &stripe);
+        let (db, stripe) = (db, &stripe);
         async move {
             let req = visa_charge(order, 4_200);
             let a = enqueued(&db.store, &req).await;
@@ -348,5 +346,4 @@ async fn finances_decline_cancels_the_payment_intent_before_it_is_recorded(b: Ba
         "cancelled before the decline was recorded"
     );
     assert_eq!(status(&paid_pi), "succeeded");
-    db.drop_db().await;
 }

@@ -29,9 +29,9 @@ use cobro::state::{Event, State as St};
 use cobro::store::{Applied, Change, Lease};
 use common::*;
 use serde_json::{Value, json};
-use stripe::db_and_stripe;
+use stripe::local_stripe;
 
-on_both_backends!(
+on_both_dbs!(
     a_429_on_every_lookup_path_spends_no_check,
     a_search_not_found_within_its_lag_is_checked_again_and_nothing_is_sent,
     against_localstripe_search_falls_back_to_the_listing,
@@ -158,9 +158,7 @@ fn intent(id: &str, status: &str, key: &str) -> Value {
            "metadata": {"cobro_key": key}})
 }
 
-async fn a_429_on_every_lookup_path_spends_no_check(b: Backend) {
-    init_logs();
-    let db = TestDb::new(b).await;
+async fn a_429_on_every_lookup_path_spends_no_check(db: &TestDb) {
     let search = FindConfig {
         search: true,
         ..FindConfig::default()
@@ -173,7 +171,7 @@ async fn a_429_on_every_lookup_path_spends_no_check(b: Backend) {
         let order = format!("throttled-{n}");
         let pi = format!("pi_t{n}");
         let recorded = (route == Route::Retrieve).then_some(pi.as_str());
-        let (req, id) = in_doubt(&db, &order, recorded).await;
+        let (req, id) = in_doubt(db, &order, recorded).await;
         let key = req.key.to_string();
         let truth = intent(&pi, "succeeded", &key);
         let throttled = (
@@ -197,7 +195,7 @@ async fn a_429_on_every_lookup_path_spends_no_check(b: Backend) {
             seen: Vec::new(),
         })
         .await;
-        let e = engine(&db, &url, find, true);
+        let e = engine(db, &url, find, true);
 
         // The 429: no check spent, still in doubt, looked up again later.
         e.process(id).await.unwrap();
@@ -230,13 +228,10 @@ async fn a_429_on_every_lookup_path_spends_no_check(b: Backend) {
         );
         assert_eq!(seen.first(), Some(&route), "{seen:?}");
     }
-    db.drop_db().await;
 }
 
-async fn a_search_not_found_within_its_lag_is_checked_again_and_nothing_is_sent(b: Backend) {
-    init_logs();
-    let db = TestDb::new(b).await;
-    let (_, id) = in_doubt(&db, "lagging-1", None).await;
+async fn a_search_not_found_within_its_lag_is_checked_again_and_nothing_is_sent(db: &TestDb) {
+    let (_, id) = in_doubt(db, "lagging-1", None).await;
     let (url, seen) = fake(Fake {
         truth: vec![(
             Route::Search,
@@ -250,7 +245,7 @@ async fn a_search_not_found_within_its_lag_is_checked_again_and_nothing_is_sent(
         search_lag: Duration::from_secs(60),
         max_pages: 10,
     };
-    let e = engine(&db, &url, find, true);
+    let e = engine(db, &url, find, true);
     e.process(id).await.unwrap();
     let (a, _) = db.store.load(id).await.unwrap();
     assert_eq!(a.state, St::Desconocido, "not a clearance");
@@ -269,14 +264,13 @@ async fn a_search_not_found_within_its_lag_is_checked_again_and_nothing_is_sent(
         vec![Route::Search],
         "only the search; nothing re-sent"
     );
-    db.drop_db().await;
 }
 
-async fn against_localstripe_search_falls_back_to_the_listing(b: Backend) {
-    let Some((db, ls)) = db_and_stripe(b).await else {
+async fn against_localstripe_search_falls_back_to_the_listing(db: &TestDb) {
+    let Some(ls) = local_stripe().await else {
         return;
     };
-    let (req, id) = in_doubt(&db, "unrecorded-1", None).await;
+    let (req, id) = in_doubt(db, "unrecorded-1", None).await;
     // The vanished worker created and confirmed it; no id was recorded.
     let pi = ls.create_intent(&req, &id.to_string()).await;
     ls.confirm(&pi).await;
@@ -284,7 +278,7 @@ async fn against_localstripe_search_falls_back_to_the_listing(b: Backend) {
         search: true,
         ..FindConfig::default()
     };
-    let e = engine(&db, &ls.url, find, false);
+    let e = engine(db, &ls.url, find, false);
     e.process(id).await.unwrap();
     let (a, _) = db.store.load(id).await.unwrap();
     assert_eq!(a.state, St::Aprobado);
@@ -292,5 +286,4 @@ async fn against_localstripe_search_falls_back_to_the_listing(b: Backend) {
     assert_eq!(a.check_count, 1);
     let intents = ls.intents().await;
     assert_eq!(intents.len(), 1, "nothing created again: {intents:?}");
-    db.drop_db().await;
 }

@@ -29,7 +29,7 @@ use cobro::state::State;
 use common::*;
 use serde_json::json;
 
-on_both_backends!(
+on_both_dbs!(
     a_proxys_408_to_the_create_puts_the_charge_back_and_never_declines_it,
     a_proxys_408_to_the_confirm_is_looked_up_and_confirmed_again_never_sent_to_finance,
     a_create_500_stripe_replays_goes_to_finance_not_a_day_of_creates,
@@ -150,13 +150,11 @@ async fn enqueue(db: &TestDb, order: &str) -> uuid::Uuid {
     db.store.enqueue(&req).await.unwrap().attempt_id
 }
 
-async fn a_proxys_408_to_the_create_puts_the_charge_back_and_never_declines_it(b: Backend) {
-    init_logs();
-    let db = TestDb::new(b).await;
+async fn a_proxys_408_to_the_create_puts_the_charge_back_and_never_declines_it(db: &TestDb) {
     let (url, seen) = stripe(Create::Lost, 0).await;
-    let id = enqueue(&db, "proxied-create").await;
+    let id = enqueue(db, "proxied-create").await;
 
-    engine(&db, &url).process(id).await.unwrap();
+    engine(db, &url).process(id).await.unwrap();
 
     let (a, _) = db.store.load(id).await.unwrap();
     assert_eq!(a.state, State::Pendiente, "created again later, same key");
@@ -181,17 +179,14 @@ async fn a_proxys_408_to_the_create_puts_the_charge_back_and_never_declines_it(b
         seen.iter().all(|r| r == "POST /v1/payment_intents"),
         "nothing but creates: {seen:?}"
     );
-    db.drop_db().await;
 }
 
 async fn a_proxys_408_to_the_confirm_is_looked_up_and_confirmed_again_never_sent_to_finance(
-    b: Backend,
+    db: &TestDb,
 ) {
-    init_logs();
-    let db = TestDb::new(b).await;
     let (url, seen) = stripe(Create::Made, 1).await;
-    let id = enqueue(&db, "proxied-confirm").await;
-    let e = engine(&db, &url);
+    let id = enqueue(db, "proxied-confirm").await;
+    let e = engine(db, &url);
 
     let a = eventually(Duration::from_secs(10), "the charge to settle", || async {
         e.process(id).await.unwrap();
@@ -225,7 +220,6 @@ async fn a_proxys_408_to_the_confirm_is_looked_up_and_confirmed_again_never_sent
         2,
         "{seen:?}"
     );
-    db.drop_db().await;
 }
 
 /// Stripe answered the create 500 and keeps that answer for the key for
@@ -233,12 +227,10 @@ async fn a_proxys_408_to_the_confirm_is_looked_up_and_confirmed_again_never_sent
 /// same key), but once Stripe says it replays it, sending again gets the
 /// same 500 all day. Finance gets the attempt (nothing was confirmed, so
 /// nothing charged), instead of a create every few seconds for a day.
-async fn a_create_500_stripe_replays_goes_to_finance_not_a_day_of_creates(b: Backend) {
-    init_logs();
-    let db = TestDb::new(b).await;
+async fn a_create_500_stripe_replays_goes_to_finance_not_a_day_of_creates(db: &TestDb) {
     let (url, seen) = stripe(Create::Failed, 0).await;
-    let id = enqueue(&db, "replayed-500").await;
-    let e = engine(&db, &url);
+    let id = enqueue(db, "replayed-500").await;
+    let e = engine(db, &url);
 
     // (the engine sends again within this call: the deferral is short)
     e.process(id).await.unwrap();
@@ -266,5 +258,4 @@ async fn a_create_500_stripe_replays_goes_to_finance_not_a_day_of_creates(b: Bac
         ["POST /v1/payment_intents", "POST /v1/payment_intents"],
         "two creates, never a confirm"
     );
-    db.drop_db().await;
 }

@@ -20,10 +20,10 @@ use stripe_support::*;
 #[path = "common/stripe.rs"]
 mod stripe_support;
 
-on_both_backends!(charges_approved_through_localstripe_are_found_settled);
+on_both_dbs!(charges_approved_through_localstripe_are_found_settled,);
 
-async fn charges_approved_through_localstripe_are_found_settled(b: Backend) {
-    let Some((db, stripe)) = db_and_stripe(b).await else {
+async fn charges_approved_through_localstripe_are_found_settled(db: &TestDb) {
+    let Some(stripe) = local_stripe().await else {
         return;
     };
     let args = stripe_worker_args(&db.url, &stripe.url);
@@ -84,5 +84,4 @@ async fn charges_approved_through_localstripe_are_found_settled(b: Backend) {
     let kinds: Vec<String> = r.cases.iter().map(|c| c.kind.to_string()).collect();
     assert_eq!(kinds, ["fee_mismatch", "fee_mismatch"], "{r:#?}");
     assert_eq!(r.recorded, 0, "kept from the first run");
-    db.drop_db().await;
 }

@@ -18,7 +18,7 @@ use stripe_support::*;
 #[path = "common/stripe.rs"]
 mod stripe_support;
 
-on_both_backends!(
+on_both_dbs!(
     a_webhook_from_localstripe_settles_a_desconocido_attempt_once,
     a_dispute_opens_a_case_for_finance_once,
     an_event_without_cobros_metadata_finds_its_attempt_by_payment_intent,
@@ -83,8 +83,8 @@ async fn desconocido_with_intent(
 /// answer (the attempt is DESCONOCIDO, its next check far away): Stripe's
 /// `payment_intent.succeeded`, signed by localstripe, settles it; the same
 /// event again is a duplicate.
-async fn a_webhook_from_localstripe_settles_a_desconocido_attempt_once(b: Backend) {
-    let Some((db, stripe)) = db_and_stripe(b).await else {
+async fn a_webhook_from_localstripe_settles_a_desconocido_attempt_once(db: &TestDb) {
+    let Some(stripe) = local_stripe().await else {
         return;
     };
     let (secret, verifier) = stripe_verifier();
@@ -93,7 +93,7 @@ async fn a_webhook_from_localstripe_settles_a_desconocido_attempt_once(b: Backen
         .register_webhook(&format!("{}/webhooks/gateway", web.url), secret)
         .await;
     let req = visa_charge("ord-wh", 2_500);
-    let (id, pi) = desconocido_with_intent(&db, &stripe, &req).await;
+    let (id, pi) = desconocido_with_intent(db, &stripe, &req).await;
     stripe.confirm(&pi).await;
     let a = settled(&db.store, id, State::Aprobado, Duration::from_secs(20)).await;
     assert_eq!(a.gateway_charge_id.as_deref(), Some(pi.as_str()));
@@ -123,14 +123,14 @@ async fn a_webhook_from_localstripe_settles_a_desconocido_attempt_once(b: Backen
         )
         .await;
     assert_eq!(applied, 1);
-    finish_web(web, db).await;
+    web.stop().await;
 }
 
 /// `charge.dispute.created` (localstripe does not make disputes: signed
 /// here, in Stripe's shape) opens one case, matched to the attempt by its
 /// PaymentIntent; a redelivery opens nothing more.
-async fn a_dispute_opens_a_case_for_finance_once(b: Backend) {
-    let Some((db, stripe)) = db_and_stripe(b).await else {
+async fn a_dispute_opens_a_case_for_finance_once(db: &TestDb) {
+    let Some(stripe) = local_stripe().await else {
         return;
     };
     let worker = spawn_worker(stripe_worker_args(&db.url, &stripe.url));
@@ -156,20 +156,20 @@ async fn a_dispute_opens_a_case_for_finance_once(b: Backend) {
     assert_eq!(disputes.len(), 1, "{cases:?}");
     assert_eq!(disputes[0].attempt_id, Some(id));
     assert_eq!(disputes[0].order_id.as_deref(), Some("ord-dispute"));
-    finish_web(web, db).await;
+    web.stop().await;
 }
 
 /// A PaymentIntent event whose object carries no cobro metadata (Stripe
 /// trims nothing, but another integration may have rewritten it) still
 /// settles its attempt, found by the PaymentIntent id recorded on it.
-async fn an_event_without_cobros_metadata_finds_its_attempt_by_payment_intent(b: Backend) {
-    let Some((db, stripe)) = db_and_stripe(b).await else {
+async fn an_event_without_cobros_metadata_finds_its_attempt_by_payment_intent(db: &TestDb) {
+    let Some(stripe) = local_stripe().await else {
         return;
     };
     let (_, verifier) = stripe_verifier();
     let web = start_web(&db.store, verifier.clone()).await;
     let req = visa_charge("ord-nometa", 900);
-    let (id, pi) = desconocido_with_intent(&db, &stripe, &req).await;
+    let (id, pi) = desconocido_with_intent(db, &stripe, &req).await;
     stripe.confirm(&pi).await;
     let now = chrono::Utc::now().timestamp();
     let event = serde_json::json!({
@@ -185,5 +185,5 @@ async fn an_event_without_cobros_metadata_finds_its_attempt_by_payment_intent(b:
     assert!(answer.contains("applied"), "{answer}");
     let a = settled(&db.store, id, State::Aprobado, Duration::from_secs(5)).await;
     assert_eq!(a.gateway_charge_id.as_deref(), Some(pi.as_str()));
-    finish_web(web, db).await;
+    web.stop().await;
 }

@@ -11,7 +11,7 @@ use cobro::state::{Event, State};
 use cobro::store::{Applied, Change};
 use common::{Backend, TestDb, ask_refund, enqueued, raw_move, step};
 
-on_both_backends!(
+on_both_dbs!(
     the_transition_log_is_append_only,
     every_change_of_state_has_its_log_row,
     every_mark_of_a_refund_has_its_log_row,
@@ -22,8 +22,7 @@ fn req(order: &str, amount: i64) -> ChargeRequest {
     ChargeRequest::parse(order, amount, "USD", None, None).unwrap()
 }
 
-async fn the_transition_log_is_append_only(b: Backend) {
-    let db = TestDb::new(b).await;
+async fn the_transition_log_is_append_only(db: &TestDb) {
     db.store.enqueue(&req("o-1", 1000)).await.unwrap();
     let statements: &[(&str, &str)] = &[
         (
@@ -44,7 +43,6 @@ async fn the_transition_log_is_append_only(b: Backend) {
         assert!(err.to_string().contains("append-only"), "{pg}: {err}");
     }
     assert_eq!(db.store.transition_rows().await.unwrap(), 1);
-    db.drop_db().await;
 }
 
 /// `err` is the database's refusal of a write without its log row (CB021).
@@ -61,8 +59,7 @@ fn refused_for_its_row(b: Backend, err: sqlx::Error) {
 /// not its own (another version), is refused (CB021) and writes nothing;
 /// one that writes its row goes through. The store's own moves carry the
 /// attempt's version, and a compare-and-set that lost writes no row.
-async fn every_change_of_state_has_its_log_row(b: Backend) {
-    let db = TestDb::new(b).await;
+async fn every_change_of_state_has_its_log_row(db: &TestDb) {
     let id = db
         .store
         .enqueue(&req("o-1", 1000))
@@ -74,7 +71,7 @@ async fn every_change_of_state_has_its_log_row(b: Backend) {
         "UPDATE cobro.payment_attempts SET state = 'EN_PROCESO', version = version + 1",
         "UPDATE payment_attempts SET state = 'EN_PROCESO', version = version + 1",
     );
-    let refused_for_its_row = |err| refused_for_its_row(b, err);
+    let refused_for_its_row = |err| refused_for_its_row(db.backend, err);
     refused_for_its_row(db.exec(claim.0, claim.1, &[]).await.unwrap_err());
     // A row of another version (the attempt's old one) is not its row.
     let stale_row = (
@@ -90,13 +87,13 @@ async fn every_change_of_state_has_its_log_row(b: Backend) {
 
     // With its row, the same move goes through.
     assert_eq!(
-        raw_move(&db, "order_id = 'o-1'", "EN_PROCESO")
+        raw_move(db, "order_id = 'o-1'", "EN_PROCESO")
             .await
             .unwrap(),
         1
     );
     assert_eq!(db.store.load(id).await.unwrap().0.state, State::EnProceso);
-    if b == Backend::Postgres {
+    if db.backend == Backend::Postgres {
         // PostgreSQL checks at commit: the row may follow the move.
         db.in_one_tx(
             &[
@@ -142,15 +139,13 @@ async fn every_change_of_state_has_its_log_row(b: Backend) {
         )
         .await;
     assert_eq!(last, moved.version);
-    db.drop_db().await;
 }
 
 /// A refund's mark (failed after success, made after a decline) frees or
 /// holds its amount as a move of state would, so it has its log row too:
 /// a raw UPDATE that sets one without its row is refused (CB021) and
 /// writes nothing; one with its row goes through.
-async fn every_mark_of_a_refund_has_its_log_row(b: Backend) {
-    let db = TestDb::new(b).await;
+async fn every_mark_of_a_refund_has_its_log_row(db: &TestDb) {
     let charge = enqueued(&db.store, &req("o-marks", 3000)).await;
     let charge = step(&db.store, &charge, Event::Claim, None).await;
     let charge = step(&db.store, &charge, Event::Approved, Some("ch_marks")).await;
@@ -176,7 +171,7 @@ async fn every_mark_of_a_refund_has_its_log_row(b: Backend) {
         ),
     ];
     for (pg, lite, id) in unlogged {
-        refused_for_its_row(b, db.exec(pg, lite, &[id]).await.unwrap_err());
+        refused_for_its_row(db.backend, db.exec(pg, lite, &[id]).await.unwrap_err());
     }
     assert_eq!(db.store.transition_rows().await.unwrap(), rows);
     assert_eq!(
@@ -197,5 +192,4 @@ async fn every_mark_of_a_refund_has_its_log_row(b: Backend) {
     ];
     db.in_one_tx(&logged, &[&made_id]).await.unwrap();
     assert_eq!(db.store.transition_rows().await.unwrap(), rows + 1);
-    db.drop_db().await;
 }

@@ -13,7 +13,7 @@ use cobro::state::{Event, State};
 use common::*;
 use serde_json::{Value, json};
 
-on_both_backends!(
+on_both_dbs!(
     charges_refuse_an_unknown_field_and_write_nothing,
     refunds_refuse_an_unknown_field_and_write_nothing,
     an_orders_cancel_and_payment_method_refuse_an_unknown_field,
@@ -50,8 +50,7 @@ fn assert_unknown(got: &(u16, Value), field: &str, expected: &str) {
     );
 }
 
-async fn charges_refuse_an_unknown_field_and_write_nothing(b: Backend) {
-    let db = TestDb::new(b).await;
+async fn charges_refuse_an_unknown_field_and_write_nothing(db: &TestDb) {
     let web = web_on(&db.store).await;
     let got = post(
         &web,
@@ -78,11 +77,10 @@ async fn charges_refuse_an_unknown_field_and_write_nothing(b: Backend) {
     .await;
     assert_eq!(status, 201, "{created}");
     assert_eq!(created["payment_method"], "pm_card_visa");
-    finish_web(web, db).await;
+    web.stop().await;
 }
 
-async fn refunds_refuse_an_unknown_field_and_write_nothing(b: Backend) {
-    let db = TestDb::new(b).await;
+async fn refunds_refuse_an_unknown_field_and_write_nothing(db: &TestDb) {
     let web = web_on(&db.store).await;
     let req = ChargeRequest::parse("uf-2", 5_000, "EUR", None, None).unwrap();
     let a = enqueued(&db.store, &req).await;
@@ -98,11 +96,10 @@ async fn refunds_refuse_an_unknown_field_and_write_nothing(b: Backend) {
     .await;
     assert_unknown(&got, "reason", "attempt_id, amount_minor");
     assert_eq!(db.attempts().await, 1, "no refund attempt");
-    finish_web(web, db).await;
+    web.stop().await;
 }
 
-async fn an_orders_cancel_and_payment_method_refuse_an_unknown_field(b: Backend) {
-    let db = TestDb::new(b).await;
+async fn an_orders_cancel_and_payment_method_refuse_an_unknown_field(db: &TestDb) {
     let web = web_on(&db.store).await;
     let req = ChargeRequest::parse("uf-3", 2_500, "USD", None, Some("pm_old")).unwrap();
     let id = db.store.enqueue(&req).await.unwrap().attempt_id;
@@ -128,11 +125,10 @@ async fn an_orders_cancel_and_payment_method_refuse_an_unknown_field(b: Backend)
     assert_eq!(a.state, State::Pendiente, "not cancelled");
     assert_eq!(a.payment_method.as_deref(), Some("pm_old"), "not changed");
     assert_eq!(path(&db.store, id).await, ["PENDIENTE"]);
-    finish_web(web, db).await;
+    web.stop().await;
 }
 
-async fn the_incident_switch_refuses_an_unknown_field(b: Backend) {
-    let db = TestDb::new(b).await;
+async fn the_incident_switch_refuses_an_unknown_field(db: &TestDb) {
     let web = web_on(&db.store).await;
     let got = post(
         &web,
@@ -146,11 +142,10 @@ async fn the_incident_switch_refuses_an_unknown_field(b: Backend) {
         db.store.pause_state().await.unwrap().is_none(),
         "the switch was never set"
     );
-    finish_web(web, db).await;
+    web.stop().await;
 }
 
-async fn finances_api_refuses_an_unknown_field_and_moves_nothing(b: Backend) {
-    let db = TestDb::new(b).await;
+async fn finances_api_refuses_an_unknown_field_and_moves_nothing(db: &TestDb) {
     let web = web_on(&db.store).await;
     let a = in_review(&db.store, "uf-4").await;
 
@@ -198,5 +193,5 @@ async fn finances_api_refuses_an_unknown_field_and_moves_nothing(b: Backend) {
     assert_eq!(now.version, a.version, "nothing moved");
     assert_eq!(now.next_action_at, a.next_action_at, "no check pulled");
     assert_eq!(db.attempts().await, 1, "no refund");
-    finish_web(web, db).await;
+    web.stop().await;
 }

@@ -14,7 +14,7 @@ use cobro::state::State;
 use common::*;
 use uuid::Uuid;
 
-on_both_backends!(
+on_both_dbs!(
     a_pending_row_the_parser_refuses_goes_to_finance_unsent,
     an_unknown_row_the_parser_refuses_is_looked_up_then_goes_to_finance_unsent,
 );
@@ -106,15 +106,15 @@ async fn assert_in_review_unsent(
     assert_eq!(l.stats.charge_requests, 0, "no charge request was sent");
 }
 
-async fn a_pending_row_the_parser_refuses_goes_to_finance_unsent(b: Backend) {
-    let (db, sim) = db_and_sim(b, Default::default()).await;
+async fn a_pending_row_the_parser_refuses_goes_to_finance_unsent(db: &TestDb) {
+    let sim = start_sim(true, Default::default()).await;
     // U+00A0 at the end: the old SQL function's btrim() kept it, the parser
     // refuses it; it used to stay PENDIENTE for ever, holding its order.
-    let id = insert_by_hand(&db, "o-nbsp\u{00A0}", "PENDIENTE").await;
+    let id = insert_by_hand(db, "o-nbsp\u{00A0}", "PENDIENTE").await;
     let worker = spawn_worker(worker_args(&db.url, &sim.url()));
 
     assert_in_review_unsent(
-        &db,
+        db,
         &sim.url(),
         id,
         "PENDIENTE",
@@ -126,18 +126,18 @@ async fn a_pending_row_the_parser_refuses_goes_to_finance_unsent(b: Backend) {
     assert_eq!(a.send_count, 0);
     assert!(db.store.checks(id).await.unwrap().is_empty());
 
-    finish(worker, sim, db).await;
+    finish(worker, sim).await;
 }
 
-async fn an_unknown_row_the_parser_refuses_is_looked_up_then_goes_to_finance_unsent(b: Backend) {
-    let (db, sim) = db_and_sim(b, Default::default()).await;
+async fn an_unknown_row_the_parser_refuses_is_looked_up_then_goes_to_finance_unsent(db: &TestDb) {
+    let sim = start_sim(true, Default::default()).await;
     // Sent by an older version, outcome unknown: the lookup finds nothing,
     // and a re-send is impossible, so finance decides.
-    let id = insert_by_hand(&db, "o-\u{FEFF}bom", "DESCONOCIDO").await;
+    let id = insert_by_hand(db, "o-\u{FEFF}bom", "DESCONOCIDO").await;
     let worker = spawn_worker(worker_args(&db.url, &sim.url()));
 
     assert_in_review_unsent(
-        &db,
+        db,
         &sim.url(),
         id,
         "DESCONOCIDO",
@@ -152,5 +152,5 @@ async fn an_unknown_row_the_parser_refuses_is_looked_up_then_goes_to_finance_uns
     assert_eq!(checks[0].lookup_result, "not_found");
     assert_eq!(ledger(&sim.url()).await.stats.lookup_requests, 1);
 
-    finish(worker, sim, db).await;
+    finish(worker, sim).await;
 }

@@ -110,5 +110,6 @@ async fn the_official_python_library_and_cobro_agree_on_signatures() {
     // ...and accepts our signature on the real body.
     let out = python(PY_VERIFY, &[&secret, &headers], &body).unwrap();
     assert_success(&out);
-    finish_web(web, db).await;
+    web.stop().await;
+    db.drop_db().await;
 }

@@ -11,13 +11,12 @@ use cobro::state::Event;
 use cobro::store::RefundError;
 use common::*;
 
-on_both_backends!(
+on_both_dbs!(
     a_reused_key_names_the_first_charge_in_major_units,
     a_refund_over_what_is_left_says_it_in_major_units,
 );
 
-async fn a_reused_key_names_the_first_charge_in_major_units(b: Backend) {
-    let db = TestDb::new(b).await;
+async fn a_reused_key_names_the_first_charge_in_major_units(db: &TestDb) {
     for (n, (minor, currency, shown)) in [
         (700, "USD", "7.00 USD"),
         (700, "JPY", "700 JPY"),
@@ -58,11 +57,9 @@ async fn a_reused_key_names_the_first_charge_in_major_units(b: Backend) {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("(order words-cli, 7.00 USD)"), "{stderr}");
     assert!(!stderr.contains("700 USD"), "{stderr}");
-    db.drop_db().await;
 }
 
-async fn a_refund_over_what_is_left_says_it_in_major_units(b: Backend) {
-    let db = TestDb::new(b).await;
+async fn a_refund_over_what_is_left_says_it_in_major_units(db: &TestDb) {
     let req = ChargeRequest::parse("words-refund", 1000, "USD", None, Some("pm_test")).unwrap();
     let charge = enqueued(&db.store, &req).await;
     let charge = step(&db.store, &charge, Event::Claim, None).await;
@@ -84,12 +81,11 @@ async fn a_refund_over_what_is_left_says_it_in_major_units(b: Backend) {
         !msg.contains("800 USD") && !msg.contains("of 1000"),
         "{msg}"
     );
-    if b == Backend::Postgres {
+    if db.backend == Backend::Postgres {
         assert!(
             msg.contains("refund of 8.00 USD exceeds")
                 && msg.contains("3.00 USD of 10.00 USD already refunded"),
             "{msg}"
         );
     }
-    db.drop_db().await;
 }

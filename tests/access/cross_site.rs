@@ -5,21 +5,20 @@
 
 use cobro::state::State;
 
-use super::common::{self, Backend, TestDb, finish_web, secret, web_on};
+use super::common::{self, TestDb, secret, web_on};
 use super::fixtures::{client, declined, form_token, in_review, open_case, snapshot};
 
-on_both_backends!(a_cross_site_post_changes_nothing);
+on_both_dbs!(a_cross_site_post_changes_nothing,);
 
-async fn a_cross_site_post_changes_nothing(b: Backend) {
-    let db = TestDb::new(b).await;
+async fn a_cross_site_post_changes_nothing(db: &TestDb) {
     let web = web_on(&db.store).await;
     let http = client();
     let review = in_review(&db.store, "csrf-review").await;
     let rejected = declined(&db.store, "csrf-declined").await;
-    let case = open_case(&db, "ch_csrf").await;
+    let case = open_case(db, "ch_csrf").await;
     let token = form_token(&http, &web.url, "ana", review.id).await;
     let host = web.url.trim_start_matches("http://").to_owned();
-    let before = snapshot(&db).await;
+    let before = snapshot(db).await;
 
     // What a page on another site can make a signed-in browser send: a
     // form post with `text/plain` (no preflight), its own Origin, and the
@@ -99,7 +98,7 @@ async fn a_cross_site_post_changes_nothing(b: Backend) {
         .await
         .unwrap();
     assert_eq!(no_token.status(), 403);
-    assert_eq!(snapshot(&db).await, before, "nothing changed");
+    assert_eq!(snapshot(db).await, before, "nothing changed");
 
     // The same form from our own page goes through.
     let resp = http
@@ -116,5 +115,5 @@ async fn a_cross_site_post_changes_nothing(b: Backend) {
         db.store.load(review.id).await.unwrap().0.state,
         State::Aprobado
     );
-    finish_web(web, db).await;
+    web.stop().await;
 }

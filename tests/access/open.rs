@@ -4,15 +4,12 @@
 
 use serde_json::{Value, json};
 
-use super::common::{
-    self, Backend, TestDb, finish_web, secret, start_web_cfg, test_verifier, web_on,
-};
+use super::common::{self, TestDb, secret, start_web_cfg, test_verifier, web_on};
 use super::fixtures::client;
 
-on_both_backends!(only_the_webhook_receiver_and_health_are_open);
+on_both_dbs!(only_the_webhook_receiver_and_health_are_open,);
 
-async fn only_the_webhook_receiver_and_health_are_open(b: Backend) {
-    let db = TestDb::new(b).await;
+async fn only_the_webhook_receiver_and_health_are_open(db: &TestDb) {
     let web = web_on(&db.store).await;
     let http = client();
     let health = http
@@ -71,5 +68,5 @@ async fn only_the_webhook_receiver_and_health_are_open(b: Backend) {
         .unwrap();
     assert_eq!(doc.status(), 200);
     bare.stop().await;
-    finish_web(web, db).await;
+    web.stop().await;
 }

@@ -9,15 +9,13 @@ use reqwest::{Method, RequestBuilder, StatusCode};
 use serde_json::{Value, json};
 use uuid::Uuid;
 
-use super::common::{
-    self, Backend, TestDb, assert_last_move, finish_web, open_case_ids, secret, send_json, web_on,
-};
+use super::common::{self, TestDb, assert_last_move, open_case_ids, secret, send_json, web_on};
 use super::fixtures::{
     approved, client, declined, double_charge_case, form_token, in_review, open_case,
     retry_pending, snapshot,
 };
 
-on_both_backends!(
+on_both_dbs!(
     every_route_needs_a_credential_with_its_scope,
     the_agent_reads_the_queue_and_the_summary_and_writes_nothing,
 );
@@ -90,8 +88,7 @@ impl Route {
     }
 }
 
-async fn every_route_needs_a_credential_with_its_scope(b: Backend) {
-    let db = TestDb::new(b).await;
+async fn every_route_needs_a_credential_with_its_scope(db: &TestDb) {
     let web = web_on(&db.store).await;
     let http = client();
     let charge = approved(&db.store, "acc-approved").await;
@@ -99,9 +96,9 @@ async fn every_route_needs_a_credential_with_its_scope(b: Backend) {
     let review_api = in_review(&db.store, "acc-review-api").await;
     let rejected = declined(&db.store, "acc-declined").await;
     retry_pending(&db.store, "acc-new-card").await;
-    let case_form = open_case(&db, "ch_form").await;
-    let case_api = open_case(&db, "ch_api").await;
-    let doubled = double_charge_case(&db, &charge.order_id).await;
+    let case_form = open_case(db, "ch_form").await;
+    let case_api = open_case(db, "ch_api").await;
+    let doubled = double_charge_case(db, &charge.order_id).await;
     let token = form_token(&http, &web.url, "ana", review_form.id).await;
 
     let get = |path: String, holder, outsider, basic| Route {
@@ -232,7 +229,7 @@ async fn every_route_needs_a_credential_with_its_scope(b: Backend) {
         ),
     ];
     for route in &routes {
-        let before = snapshot(&db).await;
+        let before = snapshot(db).await;
         for cred in [Cred::None, Cred::Forged] {
             let resp = route.request(&http, &web.url, cred).send().await.unwrap();
             assert_eq!(resp.status(), 401, "{} with {cred:?}", route.name());
@@ -256,7 +253,7 @@ async fn every_route_needs_a_credential_with_its_scope(b: Backend) {
             .unwrap();
         assert_eq!(resp.status(), 403, "{} with {outsider:?}", route.name());
         assert_eq!(
-            snapshot(&db).await,
+            snapshot(db).await,
             before,
             "{}: refused, nothing changed",
             route.name()
@@ -345,17 +342,16 @@ async fn every_route_needs_a_credential_with_its_scope(b: Backend) {
         [doubled],
         "refunding a duplicate leaves its case open"
     );
-    finish_web(web, db).await;
+    web.stop().await;
 }
 
-async fn the_agent_reads_the_queue_and_the_summary_and_writes_nothing(b: Backend) {
-    let db = TestDb::new(b).await;
+async fn the_agent_reads_the_queue_and_the_summary_and_writes_nothing(db: &TestDb) {
     let web = web_on(&db.store).await;
     let http = client();
     let review = in_review(&db.store, "agent-review").await;
     let charge = approved(&db.store, "agent-approved").await;
     let rejected = declined(&db.store, "agent-declined").await;
-    let case = open_case(&db, "ch_agent").await;
+    let case = open_case(db, "ch_agent").await;
     let agent = |req: RequestBuilder| req.bearer_auth(secret("agent"));
 
     let queue: Value = send_json(agent(
@@ -372,7 +368,7 @@ async fn the_agent_reads_the_queue_and_the_summary_and_writes_nothing(b: Backend
     let summary: Value = summary.json().await.unwrap();
     assert_eq!(summary["queue"]["en_revision"], 1);
 
-    let before = snapshot(&db).await;
+    let before = snapshot(db).await;
     let writes = [
         (
             format!("/finance/api/attempts/{}/resolve", review.id),
@@ -419,10 +415,10 @@ async fn the_agent_reads_the_queue_and_the_summary_and_writes_nothing(b: Backend
         .await
         .unwrap();
     assert_eq!(form.status(), 403);
-    assert_eq!(snapshot(&db).await, before, "the agent changed nothing");
+    assert_eq!(snapshot(db).await, before, "the agent changed nothing");
     assert_eq!(
         db.store.load(review.id).await.unwrap().0.state,
         State::EnRevision
     );
-    finish_web(web, db).await;
+    web.stop().await;
 }

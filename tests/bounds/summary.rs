@@ -10,7 +10,7 @@ use uuid::Uuid;
 use super::common::{self, *};
 use super::{approved, in_review};
 
-on_both_backends!(
+on_both_dbs!(
     the_summary_is_exact_with_amounts_at_the_ceiling,
     the_summary_stays_exact_past_the_range_of_i64,
 );
@@ -34,8 +34,7 @@ async fn summary(db: &TestDb) -> finance::Summary {
         .unwrap()
 }
 
-async fn the_summary_is_exact_with_amounts_at_the_ceiling(b: Backend) {
-    let db = TestDb::new(b).await;
+async fn the_summary_is_exact_with_amounts_at_the_ceiling(db: &TestDb) {
     db.store.set_max_amount(MaxAmount::CEILING).await.unwrap();
     let n = 7;
     for i in 0..n {
@@ -43,7 +42,7 @@ async fn the_summary_is_exact_with_amounts_at_the_ceiling(b: Backend) {
     }
     approved(&db.store, "b-sum-ok", AMOUNT_CEILING).await;
     let want = i128::from(AMOUNT_CEILING) * n;
-    let s = summary(&db).await;
+    let s = summary(db).await;
     let review = s
         .totals
         .iter()
@@ -62,15 +61,13 @@ async fn the_summary_is_exact_with_amounts_at_the_ceiling(b: Backend) {
     assert!(text.contains("9999999999.99"), "{text}");
     let json = serde_json::to_string(&s).unwrap();
     assert!(json_amounts(&json).contains(&want.to_string()), "{json}");
-    db.drop_db().await;
 }
 
 /// Rows above the ceiling cannot be written any more; this test takes the
 /// guard off its own database to stand for amounts stored before it, and
 /// shows the sums stay exact past `i64::MAX` (where PostgreSQL's bigint
 /// cast, SQLite's sum() and an i64 `+=` all used to fail).
-async fn the_summary_stays_exact_past_the_range_of_i64(b: Backend) {
-    let db = TestDb::new(b).await;
+async fn the_summary_stays_exact_past_the_range_of_i64(db: &TestDb) {
     db.exec(
         "ALTER TABLE cobro.payment_attempts DROP CONSTRAINT payment_attempts_amount_minor_ceiling",
         "DROP TRIGGER amount_within_ceiling_on_insert",
@@ -107,7 +104,7 @@ async fn the_summary_stays_exact_past_the_range_of_i64(b: Backend) {
     }
     insert("b-big-4", "RECHAZADO").await.unwrap();
     let want = i128::from(i64::MAX) * 3;
-    let s = summary(&db).await;
+    let s = summary(db).await;
     let review = s
         .totals
         .iter()
@@ -122,5 +119,4 @@ async fn the_summary_stays_exact_past_the_range_of_i64(b: Backend) {
     assert!(s.to_text().contains("276701161105643274.21"));
     let json = serde_json::to_string(&s).unwrap();
     assert!(json_amounts(&json).contains(&want.to_string()), "{json}");
-    db.drop_db().await;
 }

@@ -12,15 +12,14 @@ use uuid::Uuid;
 use super::common::{self, Backend, TestDb, declined_with_retry, enqueued, raw_move, step};
 use super::doors::DAY;
 
-on_both_backends!(
+on_both_dbs!(
     settled_states_are_held_by_the_database,
     the_state_moves_table_is_the_state_machine,
 );
 
 /// The seventh situation: raw SQL cannot move a settled attempt,
 /// nor make a move the state machine does not.
-async fn settled_states_are_held_by_the_database(b: Backend) {
-    let db = TestDb::new(b).await;
+async fn settled_states_are_held_by_the_database(db: &TestDb) {
     let req = ChargeRequest::parse("gate-settled", 3_000, "USD", None, None).unwrap();
     let a = enqueued(&db.store, &req).await;
     let a = step(&db.store, &a, Event::Claim, None).await;
@@ -60,13 +59,11 @@ async fn settled_states_are_held_by_the_database(b: Backend) {
     assert!(err.to_string().contains("not a move"), "{err}");
     // A move the machine makes still goes through.
     set(fresh, "EN_PROCESO").await.unwrap();
-    db.drop_db().await;
 }
 
 /// The database's table of moves is exactly the moves of
 /// `state::transition` between two different states.
-async fn the_state_moves_table_is_the_state_machine(b: Backend) {
-    let db = TestDb::new(b).await;
+async fn the_state_moves_table_is_the_state_machine(db: &TestDb) {
     let mut machine = BTreeSet::new();
     for from in State::ALL {
         for event in Event::ALL {
@@ -77,7 +74,7 @@ async fn the_state_moves_table_is_the_state_machine(b: Backend) {
             }
         }
     }
-    let table: BTreeSet<(String, String)> = match b {
+    let table: BTreeSet<(String, String)> = match db.backend {
         Backend::Postgres => {
             sqlx::query_as("SELECT from_state, to_state FROM cobro.state_moves")
                 .fetch_all(db.store.pg_pool().unwrap())
@@ -93,7 +90,6 @@ async fn the_state_moves_table_is_the_state_machine(b: Backend) {
     .into_iter()
     .collect();
     assert_eq!(table, machine);
-    db.drop_db().await;
 }
 
 /// SQLite's rules are triggers whose messages are constant strings: a

@@ -18,9 +18,9 @@ use cobro::gateway::HttpGateway;
 use cobro::state::{Event, State};
 use cobro::store::{Applied, Attempt, Change};
 
-use super::common::{self, Backend, TestDb, ask_refund, enqueued, step};
+use super::common::{self, TestDb, ask_refund, enqueued, step};
 
-on_both_backends!(
+on_both_dbs!(
     finance_declines_a_sent_charge_only_on_the_gateways_word,
     finance_declines_a_sent_refund_only_on_the_gateways_word,
 );
@@ -117,15 +117,15 @@ async fn sent_in_doubt(db: &TestDb, order: &str) -> Attempt {
 /// gateway (its answer lost), it is `APROBADO`; never made, it is declined
 /// only once a lookup long after the send finds nothing. A charge never
 /// sent is declined at once.
-async fn finance_declines_a_sent_charge_only_on_the_gateways_word(b: Backend) {
+async fn finance_declines_a_sent_charge_only_on_the_gateways_word(db: &TestDb) {
     use cobro::gateway::{ChargeCall, ChargeOutcome, Gateway};
-    let (db, sim) = common::db_and_sim(b, cobro::sim::Faults::default()).await;
+    let sim = common::start_sim(true, cobro::sim::Faults::default()).await;
     let gw = Arc::new(common::sim_gateway(&sim.url()));
     let decline = |a: &Attempt| decline(a, "no_charge_found", "the dashboard shows no charge");
-    let engine = |max_processing| engine(&db, &gw, max_processing);
+    let engine = |max_processing| engine(db, &gw, max_processing);
 
     // Sent and charged at the gateway, its answer lost.
-    let a = sent_in_doubt(&db, "charge-doubt-1").await;
+    let a = sent_in_doubt(db, "charge-doubt-1").await;
     let call = ChargeCall {
         key: IdempotencyKey::from_uuid(a.idempotency_key),
         attempt_id: None,
@@ -141,7 +141,7 @@ async fn finance_declines_a_sent_charge_only_on_the_gateways_word(b: Backend) {
         gw.charge(&call).await,
         ChargeOutcome::Approved { .. }
     ));
-    let a = asked_for_in_review(&db, &a, "charge", &decline).await;
+    let a = asked_for_in_review(db, &a, "charge", &decline).await;
     engine(Duration::ZERO).process(a.id).await.unwrap();
     let made = db.store.load(a.id).await.unwrap().0;
     assert_eq!(
@@ -151,10 +151,10 @@ async fn finance_declines_a_sent_charge_only_on_the_gateways_word(b: Backend) {
     );
 
     // Sent, never executed at the gateway.
-    let a = sent_in_doubt(&db, "charge-doubt-2").await;
+    let a = sent_in_doubt(db, "charge-doubt-2").await;
     let a = step(&db.store, &a, Event::ChecksExhausted, None).await;
     finance::resolve(&db.store, &decline(&a)).await.unwrap();
-    confirmed_long_after_the_send(&db, &engine, a.id).await;
+    confirmed_long_after_the_send(db, &engine, a.id).await;
 
     // Never sent (no worker could send it): declined at once.
     let req = ChargeRequest::parse("charge-unsent", 4_990, "EUR", None, None).unwrap();
@@ -172,7 +172,7 @@ async fn finance_declines_a_sent_charge_only_on_the_gateways_word(b: Backend) {
         1,
         "one charge made at the gateway: {entries:?}"
     );
-    common::finish_sim(sim, db).await;
+    sim.shutdown().await;
 }
 
 /// Review of refunds (stop 40): finance's decline of a refund that was
@@ -181,9 +181,9 @@ async fn finance_declines_a_sent_charge_only_on_the_gateways_word(b: Backend) {
 /// the janitor records what the gateway says: the refund it made
 /// (`APROBADO`, not declined), or no record of one long after the send
 /// (declined, its amount free again).
-async fn finance_declines_a_sent_refund_only_on_the_gateways_word(b: Backend) {
+async fn finance_declines_a_sent_refund_only_on_the_gateways_word(db: &TestDb) {
     use cobro::gateway::{ChargeOutcome, Gateway, RefundCall};
-    let (db, sim) = common::db_and_sim(b, cobro::sim::Faults::default()).await;
+    let sim = common::start_sim(true, cobro::sim::Faults::default()).await;
     let gw = Arc::new(common::sim_gateway(&sim.url()));
     let decline = |a: &Attempt| {
         decline(
@@ -192,7 +192,7 @@ async fn finance_declines_a_sent_refund_only_on_the_gateways_word(b: Backend) {
             "the dashboard shows no refund",
         )
     };
-    let engine = |max_processing| engine(&db, &gw, max_processing);
+    let engine = |max_processing| engine(db, &gw, max_processing);
     // A refund sent, made at the gateway, its answer lost; then in review.
     let charge = common::charged(&db.store, &gw, "refund-doubt-1", 3_000).await;
     let r = ask_refund(&db.store, charge.id, 3_000, "app").await;
@@ -210,7 +210,7 @@ async fn finance_declines_a_sent_refund_only_on_the_gateways_word(b: Backend) {
         ChargeOutcome::Approved { .. }
     ));
     let r = step(&db.store, &r, Event::Unknown, None).await;
-    let r = asked_for_in_review(&db, &r, "refund", &decline).await;
+    let r = asked_for_in_review(db, &r, "refund", &decline).await;
     assert!(
         ask_refund_err(&db.store, charge.id).await,
         "its amount stays held meanwhile"
@@ -232,7 +232,7 @@ async fn finance_declines_a_sent_refund_only_on_the_gateways_word(b: Backend) {
     let r = step(&db.store, &r, Event::Unknown, None).await;
     let r = step(&db.store, &r, Event::ChecksExhausted, None).await;
     finance::resolve(&db.store, &decline(&r)).await.unwrap();
-    confirmed_long_after_the_send(&db, &engine, r.id).await;
+    confirmed_long_after_the_send(db, &engine, r.id).await;
     ask_refund(&db.store, charge.id, 2_000, "app").await;
     let refunds = common::ledger(&sim.url()).await.refunds;
     assert_eq!(
@@ -240,7 +240,7 @@ async fn finance_declines_a_sent_refund_only_on_the_gateways_word(b: Backend) {
         1,
         "one refund made at the gateway: {refunds:?}"
     );
-    common::finish_sim(sim, db).await;
+    sim.shutdown().await;
 }
 
 /// A worker's claim of `a`: its lease, and one more send.

@@ -9,12 +9,11 @@ use cobro::store::{Applied, CancelReason, Change};
 use serde_json::json;
 
 use super::common::{
-    self, Backend, TestDb, ask_refund, declined_with_retry, enqueued, finish_web, start_web, step,
-    test_verifier, web_on,
+    self, TestDb, ask_refund, declined_with_retry, enqueued, start_web, step, test_verifier, web_on,
 };
 use super::doors::{DAY, assert_held, charge_again, finance_retry, post, signed_webhook};
 
-on_both_backends!(
+on_both_dbs!(
     a_contradicted_decline_holds_the_order_until_finance_resolves_its_case,
     a_cancel_that_means_do_not_charge_holds_the_order_at_every_door,
     a_cancel_never_touches_a_refund,
@@ -24,8 +23,7 @@ on_both_backends!(
 /// attempt we recorded RECHAZADO (charge.failed, then charge.succeeded for
 /// the same key). The case opens, and no door may charge the order again
 /// until finance resolves it.
-async fn a_contradicted_decline_holds_the_order_until_finance_resolves_its_case(b: Backend) {
-    let db = TestDb::new(b).await;
+async fn a_contradicted_decline_holds_the_order_until_finance_resolves_its_case(db: &TestDb) {
     let v = test_verifier();
     let web = start_web(&db.store, v.clone()).await;
     let a = declined_with_retry(&db.store, "gate-1", DAY).await;
@@ -85,14 +83,13 @@ async fn a_contradicted_decline_holds_the_order_until_finance_resolves_its_case(
         .unwrap();
     let (status, body) = charge_again(&web, "gate-1").await;
     assert_eq!(status, 201, "{body}");
-    finish_web(web, db).await;
+    web.stop().await;
 }
 
 /// The second situation, and every cancel reason: a reason that
 /// means "do not charge this order" holds it at every door; the others
 /// leave it open to a new charge.
-async fn a_cancel_that_means_do_not_charge_holds_the_order_at_every_door(b: Backend) {
-    let db = TestDb::new(b).await;
+async fn a_cancel_that_means_do_not_charge_holds_the_order_at_every_door(db: &TestDb) {
     let web = web_on(&db.store).await;
     for reason in CancelReason::ALL {
         let order = format!("gate-cancel-{}", reason.as_str());
@@ -156,13 +153,12 @@ async fn a_cancel_that_means_do_not_charge_holds_the_order_at_every_door(b: Back
         "cancelled",
         "paid_by_other_means",
     );
-    finish_web(web, db).await;
+    web.stop().await;
 }
 
 /// The third situation: a cancel on an approved order with a
 /// pending refund leaves the refund alone (it is the customer's money).
-async fn a_cancel_never_touches_a_refund(b: Backend) {
-    let db = TestDb::new(b).await;
+async fn a_cancel_never_touches_a_refund(db: &TestDb) {
     let web = web_on(&db.store).await;
     let req = ChargeRequest::parse("gate-refund", 3_000, "USD", None, None).unwrap();
     let a = enqueued(&db.store, &req).await;
@@ -182,5 +178,5 @@ async fn a_cancel_never_touches_a_refund(b: Backend) {
     let r = db.store.load(refund.refund_id).await.unwrap().0;
     assert_eq!(r.state, State::Pendiente, "the refund is untouched");
     assert_eq!(r.cancel_reason, None);
-    finish_web(web, db).await;
+    web.stop().await;
 }

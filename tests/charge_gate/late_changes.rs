@@ -12,12 +12,11 @@ use cobro::webhook::{Scheme, Verifier};
 use serde_json::json;
 
 use super::common::{
-    self, Backend, TestDb, ask_refund, assert_last_move, enqueued, finish_web, start_web, step,
-    web_on,
+    self, TestDb, ask_refund, assert_last_move, enqueued, start_web, step, web_on,
 };
 use super::doors::post;
 
-on_both_backends!(
+on_both_dbs!(
     a_refund_that_fails_after_success_opens_a_case_and_frees_its_amount,
     a_refund_made_at_the_gateway_that_we_hold_declined_opens_a_case,
     a_duplicates_refund_made_after_another_was_asked_opens_its_case,
@@ -95,11 +94,10 @@ fn refund_updated(event: &str, id: &str, status: &str, amount: i64, key: uuid::U
 /// refund stays APROBADO (settled states stay settled) but is marked
 /// failed, once, a case opens for finance, and its amount can be refunded
 /// again.
-async fn a_refund_that_fails_after_success_opens_a_case_and_frees_its_amount(b: Backend) {
+async fn a_refund_that_fails_after_success_opens_a_case_and_frees_its_amount(db: &TestDb) {
     use cobro::domain::Amount;
-    let db = TestDb::new(b).await;
-    let (web, v) = stripe_web(&db).await;
-    let charge = approved(&db, "gate-refund-failed", "pi_1").await;
+    let (web, v) = stripe_web(db).await;
+    let charge = approved(db, "gate-refund-failed", "pi_1").await;
     let refund = |amount: i64| {
         let store = db.store.clone();
         async move {
@@ -144,8 +142,8 @@ async fn a_refund_that_fails_after_success_opens_a_case_and_frees_its_amount(b: 
     refund(3_000)
         .await
         .expect("the failed refund's amount is refundable");
-    mark_is_never_undone(&db, RefundMark::FailedAfterSuccess, r.id).await;
-    finish_web(web, db).await;
+    mark_is_never_undone(db, RefundMark::FailedAfterSuccess, r.id).await;
+    web.stop().await;
 }
 
 /// The sixth situation: finance's decline of an attempt whose
@@ -153,8 +151,7 @@ async fn a_refund_that_fails_after_success_opens_a_case_and_frees_its_amount(b: 
 /// later. In review it is asked for (202; the worker cancels the object at
 /// the gateway first: tests/stripe_local.rs); still being checked it is
 /// refused, saying why. Neither records a decline.
-async fn finance_cannot_decline_a_payment_object_that_may_still_succeed(b: Backend) {
-    let db = TestDb::new(b).await;
+async fn finance_cannot_decline_a_payment_object_that_may_still_succeed(db: &TestDb) {
     let web = web_on(&db.store).await;
     let a = in_doubt_with_intent(&db.store, "gate-pi", "pi_open_1").await;
     let decline = |a: &Attempt| {
@@ -181,7 +178,7 @@ async fn finance_cannot_decline_a_payment_object_that_may_still_succeed(b: Backe
     let now = db.store.load(a.id).await.unwrap().0;
     assert_eq!(now.state, State::EnRevision);
     assert_eq!(now.decline_code, None);
-    finish_web(web, db).await;
+    web.stop().await;
 }
 
 /// Review of refunds (stop 40): a refund we hold `RECHAZADO` (declined by
@@ -189,10 +186,9 @@ async fn finance_cannot_decline_a_payment_object_that_may_still_succeed(b: Backe
 /// made. It is not a no-op: the refund stays `RECHAZADO` (settled states
 /// stay settled), marked made, once; its amount counts as refunded again,
 /// and a case opens for finance, naming the refund.
-async fn a_refund_made_at_the_gateway_that_we_hold_declined_opens_a_case(b: Backend) {
-    let db = TestDb::new(b).await;
-    let (web, v) = stripe_web(&db).await;
-    let charge = approved(&db, "gate-refund-made", "pi_1").await;
+async fn a_refund_made_at_the_gateway_that_we_hold_declined_opens_a_case(db: &TestDb) {
+    let (web, v) = stripe_web(db).await;
+    let charge = approved(db, "gate-refund-made", "pi_1").await;
     let r = ask_refund(&db.store, charge.id, 1_000, "app").await;
     let r = db.store.load(r.refund_id).await.unwrap().0;
     let r = step(&db.store, &r, Event::Claim, None).await;
@@ -238,8 +234,8 @@ async fn a_refund_made_at_the_gateway_that_we_hold_declined_opens_a_case(b: Back
         "{over:?}"
     );
     ask_refund(&db.store, charge.id, 2_000, "app").await;
-    mark_is_never_undone(&db, RefundMark::MadeAfterDecline, r.id).await;
-    finish_web(web, db).await;
+    mark_is_never_undone(db, RefundMark::MadeAfterDecline, r.id).await;
+    web.stop().await;
 }
 
 /// A refund of a duplicate the gateway declined, asked again (a second
@@ -248,10 +244,9 @@ async fn a_refund_made_at_the_gateway_that_we_hold_declined_opens_a_case(b: Back
 /// make a second refund of one duplicate count (`one_refund_per_duplicate`),
 /// is not set. Before, the mark failed the webhook's transaction: 503 on
 /// every delivery, and no case.
-async fn a_duplicates_refund_made_after_another_was_asked_opens_its_case(b: Backend) {
-    let db = TestDb::new(b).await;
-    let (web, v) = stripe_web(&db).await;
-    let a = approved(&db, "gate-dup", "pi_anchor").await;
+async fn a_duplicates_refund_made_after_another_was_asked_opens_its_case(db: &TestDb) {
+    let (web, v) = stripe_web(db).await;
+    let a = approved(db, "gate-dup", "pi_anchor").await;
     let listed = json!({"id": "pi_dup", "status": "approved", "order_id": "gate-dup",
                         "amount_minor": 3_000, "currency": "USD"});
     let double = cobro::domain::Finding {
@@ -300,15 +295,14 @@ async fn a_duplicates_refund_made_after_another_was_asked_opens_its_case(b: Back
         State::Pendiente,
         "the second refund is untouched"
     );
-    finish_web(web, db).await;
+    web.stop().await;
 }
 
 /// Review of the webhook door (stop 40): Stripe's news of a refund that
 /// carries a charge's key (same amount) is not news of the charge: it does
 /// not approve it; an `amount_mismatch` case opens instead.
-async fn a_refunds_news_under_a_charges_key_moves_nothing(b: Backend) {
-    let db = TestDb::new(b).await;
-    let (web, v) = stripe_web(&db).await;
+async fn a_refunds_news_under_a_charges_key_moves_nothing(db: &TestDb) {
+    let (web, v) = stripe_web(db).await;
     let req = ChargeRequest::parse("gate-kind", 3_000, "USD", None, None).unwrap();
     let a = enqueued(&db.store, &req).await;
     let a = step(&db.store, &a, Event::Claim, None).await;
@@ -329,7 +323,7 @@ async fn a_refunds_news_under_a_charges_key_moves_nothing(b: Backend) {
         reason.contains("it is about a refund, the attempt is a charge"),
         "{reason}"
     );
-    finish_web(web, db).await;
+    web.stop().await;
 }
 
 /// A 30.00 USD charge for `order` whose PaymentIntent `pi` was created and
@@ -355,9 +349,8 @@ async fn in_doubt_with_intent(
 /// dispute (its PaymentIntent recorded, no charge id yet) was not found:
 /// only the dispute's day was read. It is found by its PaymentIntent, so
 /// the case names the attempt and the order (and holds the order).
-async fn a_dispute_finds_its_charge_by_payment_intent_on_any_day(b: Backend) {
-    let db = TestDb::new(b).await;
-    let (web, v) = stripe_web(&db).await;
+async fn a_dispute_finds_its_charge_by_payment_intent_on_any_day(db: &TestDb) {
+    let (web, v) = stripe_web(db).await;
     let a = in_doubt_with_intent(&db.store, "gate-dispute", "pi_disputed_1").await;
     step(&db.store, &a, Event::ChecksExhausted, None).await;
     let tomorrow = chrono::Utc::now().timestamp() + 86_400;
@@ -375,5 +368,5 @@ async fn a_dispute_finds_its_charge_by_payment_intent_on_any_day(b: Backend) {
     assert_eq!(cases[0].kind.as_str(), "dispute");
     assert_eq!(cases[0].attempt_id, Some(a.id));
     assert_eq!(cases[0].order_id.as_deref(), Some("gate-dispute"));
-    finish_web(web, db).await;
+    web.stop().await;
 }

@@ -14,13 +14,13 @@ use serde_json::json;
 use uuid::Uuid;
 
 use super::common::{
-    self, Backend, TestDb, approved_per_order, db_and_sim, declined_with_retry, engine, eventually,
-    finish_sim, ledger, postgres_db, set_faults, spawn_worker, start_sim, worker_args,
+    self, TestDb, approved_per_order, declined_with_retry, engine, eventually, ledger,
+    lookups_fail, postgres_db, set_faults, spawn_worker, start_sim, worker_args,
 };
 use super::declines;
 use super::doors::DAY;
 
-on_both_backends!(
+on_both_dbs!(
     a_business_retry_key_is_derived_from_the_order_and_its_number,
     past_the_key_lifetime_the_pre_check_reads_the_gateways_listing,
 );
@@ -28,8 +28,7 @@ on_both_backends!(
 /// A business retry's key: the order's number two under the deployment's
 /// namespace, the same from either door; PostgreSQL's SQL function
 /// derives the same key Rust does.
-async fn a_business_retry_key_is_derived_from_the_order_and_its_number(b: Backend) {
-    let db = TestDb::new(b).await;
+async fn a_business_retry_key_is_derived_from_the_order_and_its_number(db: &TestDb) {
     let ns = db.store.settings().await.unwrap().key_namespace;
     let a = declined_with_retry(&db.store, "gate-key", DAY).await;
     let r = db
@@ -59,7 +58,6 @@ async fn a_business_retry_key_is_derived_from_the_order_and_its_number(b: Backen
             .unwrap_err();
         assert!(err.to_string().contains("never changes"), "{err}");
     }
-    db.drop_db().await;
 }
 
 /// Issue 27, item 9: a PostgreSQL failover to a replica that lacks the
@@ -159,7 +157,8 @@ async fn postgres_a_retry_created_again_after_a_lossy_failover_is_charged_once()
         "charged once at the gateway: {:?}",
         ledger.entries
     );
-    finish_sim(sim, db).await;
+    sim.shutdown().await;
+    db.drop_db().await;
 }
 
 /// The issue's fifth situation: before a business retry the declined
@@ -168,15 +167,8 @@ async fn postgres_a_retry_created_again_after_a_lossy_failover_is_charged_once()
 /// gateway's listing. Here lookups by key all fail (they would only
 /// postpone the retry) and the listing shows the gateway did charge the
 /// declined key: a case opens and no retry is made.
-async fn past_the_key_lifetime_the_pre_check_reads_the_gateways_listing(b: Backend) {
-    let (db, sim) = db_and_sim(
-        b,
-        Faults {
-            p_lookup_fail: 1.0,
-            ..Faults::default()
-        },
-    )
-    .await;
+async fn past_the_key_lifetime_the_pre_check_reads_the_gateways_listing(db: &TestDb) {
+    let sim = start_sim(true, lookups_fail()).await;
     let a = declined_with_retry(&db.store, "gate-old-key", DAY).await;
     let resp = reqwest::Client::new()
         .post(format!("{}/control/inject", sim.url()))
@@ -196,7 +188,7 @@ async fn past_the_key_lifetime_the_pre_check_reads_the_gateways_listing(b: Backe
     )
     .await
     .unwrap();
-    common::due_now(&db, a.id).await;
+    common::due_now(db, a.id).await;
     engine(&db.store, &sim.url(), "w")
         .process(a.id)
         .await
@@ -213,5 +205,5 @@ async fn past_the_key_lifetime_the_pre_check_reads_the_gateways_listing(b: Backe
         1,
         "no retry"
     );
-    finish_sim(sim, db).await;
+    sim.shutdown().await;
 }

@@ -11,10 +11,10 @@ use cobro::state::State;
 use cobro::store::StoreError;
 use serde_json::{Value, json};
 
-use super::common::{self, Backend, TestDb, enqueued, finish_web, in_review_of, web_on};
+use super::common::{self, Backend, TestDb, enqueued, in_review_of, web_on};
 use super::doors::post;
 
-on_both_backends!(
+on_both_dbs!(
     a_rule_the_code_did_not_check_first_is_answered_as_what_it_is,
     a_gateway_ref_changed_is_refused_with_its_code,
 );
@@ -81,13 +81,12 @@ fn assert_refused_by_the_rule(what: &str, answer: &(u16, Value)) {
     assert_answered(what, answer, 409, "frozen for an audit", "cobro.");
 }
 
-async fn a_rule_the_code_did_not_check_first_is_answered_as_what_it_is(b: Backend) {
-    let db = TestDb::new(b).await;
+async fn a_rule_the_code_did_not_check_first_is_answered_as_what_it_is(db: &TestDb) {
     let unsent = ChargeRequest::parse("rule-unsent", 1_000, "USD", None, None).unwrap();
     let unsent = enqueued(&db.store, &unsent).await;
     let review = ChargeRequest::parse("rule-review", 2_000, "USD", None, None).unwrap();
     let review = in_review_of(&db.store, &review).await;
-    in_force(&db, FROZEN).await;
+    in_force(db, FROZEN).await;
     let web = web_on(&db.store).await;
 
     // The cancel's own check lets an unsent attempt be cancelled; the rule
@@ -114,7 +113,7 @@ async fn a_rule_the_code_did_not_check_first_is_answered_as_what_it_is(b: Backen
 
     // A rule only cobro's own writes can break: a defect, 500, its words
     // in the log only.
-    in_force(&db, BROKEN).await;
+    in_force(db, BROKEN).await;
     let body = json!({"reason": "customer_request"});
     let cancel = post(&web, "/orders/rule-unsent/cancel", "app", None, body).await;
     assert_answered(
@@ -126,7 +125,7 @@ async fn a_rule_the_code_did_not_check_first_is_answered_as_what_it_is(b: Backen
     );
     let (now, _) = db.store.load(unsent.id).await.unwrap();
     assert_eq!((now.state, now.cancel_reason), (State::Pendiente, None));
-    finish_web(web, db).await;
+    web.stop().await;
 }
 
 /// PostgreSQL's own errors are no rule of cobro's, even when their words
@@ -168,12 +167,11 @@ async fn only_cobros_rules_are_read_as_refusals() {
 
 /// `gateway_ref`'s set-once rule names its code on both backends (CB008),
 /// so a door reads it as a rule's refusal, never as an outage.
-async fn a_gateway_ref_changed_is_refused_with_its_code(b: Backend) {
-    let db = TestDb::new(b).await;
+async fn a_gateway_ref_changed_is_refused_with_its_code(db: &TestDb) {
     let req = ChargeRequest::parse("rule-ref", 1_000, "USD", None, None).unwrap();
     let a = enqueued(&db.store, &req).await;
     let id = a.id.to_string();
-    let set = match b {
+    let set = match db.backend {
         Backend::Postgres => {
             "UPDATE cobro.payment_attempts SET gateway_ref = $2 WHERE id = $1::uuid"
         }
@@ -191,5 +189,4 @@ async fn a_gateway_ref_changed_is_refused_with_its_code(b: Backend) {
         .expect("a rule's refusal");
     assert_eq!(code, "CB008", "{words}");
     assert!(words.contains("set once"), "{words}");
-    db.drop_db().await;
 }

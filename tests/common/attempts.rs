@@ -216,6 +216,19 @@ pub async fn raw_move(db: &TestDb, which: &str, to: &str) -> Result<u64, sqlx::E
     Ok(rows[1])
 }
 
+/// A raw send of attempt `id` (its move to `EN_PROCESO`, log row
+/// written, as [`raw_move`] makes it) is refused by the charge rule: the
+/// order may have been charged (CB011).
+pub async fn raw_send_is_held(db: &TestDb, id: Uuid) {
+    let raw = raw_move(db, &format!("id = '{id}'"), "EN_PROCESO")
+        .await
+        .unwrap_err();
+    assert!(
+        raw.to_string().contains("CB011") || raw.to_string().contains("may have charged it"),
+        "{raw}"
+    );
+}
+
 /// Makes attempt `id`'s next action (a declined attempt's business retry,
 /// the review janitor's next check) due now and wakes it.
 pub async fn due_now(db: &TestDb, id: Uuid) {

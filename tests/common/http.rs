@@ -158,3 +158,13 @@ pub fn no_redirects() -> reqwest::Client {
         .build()
         .expect("HTTP client")
 }
+
+/// A webhook delivery was taken (200) and its `outcome.result` is `want`
+/// (`applied`, `ignored`, `rescheduled`, …).
+pub fn assert_webhook_took(status: u16, reply: &Value, want: &str) {
+    assert_eq!(
+        (status, reply["outcome"]["result"].as_str()),
+        (200, Some(want)),
+        "{reply}"
+    );
+}

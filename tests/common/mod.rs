@@ -8,7 +8,7 @@
 //! PostgreSQL is unreachable the tests fail loudly: they never skip.
 //!
 //! This file holds what every test uses first (whether PostgreSQL is there,
-//! [`on_both_backends!`], waiting for a condition, logs); each other idea
+//! [`on_both_dbs!`], waiting for a condition, logs); each other idea
 //! has its own file, re-exported here: `db.rs` (a database per test),
 //! `sim.rs` (the simulator), `worker.rs` (a worker and the usual rig),
 //! `web.rs` (the web process and the test keys), `attempts.rs` (attempts
@@ -101,24 +101,53 @@ pub fn skip_postgres() -> bool {
     true
 }
 
+/// Runs each named `async fn name(db: &TestDb)` once per backend, as
+/// `postgres::name` and `sqlite::name`, on a fresh migrated database of its
+/// own (logs set up as [`init_logs`] does): dropped when the test returns,
+/// kept when it panics, to be looked at. A test that makes its databases
+/// itself takes the backend instead: name it after `; by_backend:`.
+///
+/// `on_both_dbs!(a_scenario, another; by_backend: one_that_makes_its_own);`
+#[macro_export]
+macro_rules! on_both_dbs {
+    ($($name:ident),* $(,)? $(; by_backend: $($by:ident),* $(,)?)?) => {
+        mod postgres {
+            on_both_dbs!(@tests Postgres, [$($name),*], [$($($by),*)?]);
+        }
+        mod sqlite {
+            on_both_dbs!(@tests Sqlite, [$($name),*], [$($($by),*)?]);
+        }
+    };
+    (@tests $backend:ident, [$($name:ident),*], [$($by:ident),*]) => {
+        $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $name() {
+            let backend = cobro::store::Backend::$backend;
+            if backend == cobro::store::Backend::Postgres && super::common::skip_postgres() {
+                return;
+            }
+            super::common::init_logs();
+            let db = super::common::TestDb::new(backend).await;
+            super::$name(&db).await;
+            db.drop_db().await;
+        })*
+        $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $by() {
+            let backend = cobro::store::Backend::$backend;
+            if backend == cobro::store::Backend::Postgres && super::common::skip_postgres() {
+                return;
+            }
+            super::$by(backend).await
+        })*
+    };
+}
+
 /// Runs each named `async fn name(backend: Backend)` once per backend, as
-/// `postgres::name` and `sqlite::name`: one suite, a backend parameter.
+/// `postgres::name` and `sqlite::name`: one suite, a backend parameter
+/// (what [`on_both_dbs!`] calls `by_backend`).
 #[macro_export]
 macro_rules! on_both_backends {
     ($($name:ident),* $(,)?) => {
-        mod postgres {
-            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn $name() {
-                if super::common::skip_postgres() {
-                    return;
-                }
-                super::$name(cobro::store::Backend::Postgres).await
-            })*
-        }
-        mod sqlite {
-            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn $name() { super::$name(cobro::store::Backend::Sqlite).await })*
-        }
+        on_both_dbs!(; by_backend: $($name),*);
     };
 }
 

@@ -96,12 +96,20 @@ pub fn answers_lost() -> Faults {
     }
 }
 
+/// Every lookup failing (503); charges and refunds answer.
+pub fn lookups_fail() -> Faults {
+    Faults {
+        p_lookup_fail: 1.0,
+        ..Faults::default()
+    }
+}
+
 /// Every call executed and its answer lost, and every lookup failing:
 /// nothing says what happened.
 pub fn answers_lost_lookups_fail() -> Faults {
     Faults {
-        p_lookup_fail: 1.0,
-        ..answers_lost()
+        p_response_lost: 1.0,
+        ..lookups_fail()
     }
 }
 

@@ -1,7 +1,7 @@
 //! localstripe for tests: started on a free loopback port through
 //! `scripts/localstripe/serve` (installed with `pip install localstripe`),
-//! killed on drop, and read through its own Stripe API; with a database
-//! beside it, and the charges it approves.
+//! killed on drop, and read through its own Stripe API; and the charges
+//! it approves.
 
 #![allow(dead_code)]
 
@@ -12,10 +12,10 @@ use cobro::domain::ChargeRequest;
 use cobro::gateway::{GatewayChoice, GatewayKind};
 use cobro::runtime::WorkerArgs;
 use cobro::state::State;
-use cobro::store::{Attempt, Backend, Store};
+use cobro::store::{Attempt, Store};
 use serde_json::Value;
 
-use super::common::{TestDb, settled};
+use super::common::settled;
 
 /// The secret key tests use: localstripe accepts any `sk_…`.
 pub const TEST_KEY: &str = "sk_test_cobro_local";
@@ -54,15 +54,13 @@ pub fn localstripe_installed() -> bool {
     super::common::python::python_with("localstripe").is_some()
 }
 
-/// A database and localstripe for this test; `None` when localstripe cannot
-/// run (the test is skipped, see [`localstripe_installed`]).
-pub async fn db_and_stripe(b: Backend) -> Option<(TestDb, LocalStripe)> {
+/// localstripe for this test; `None` when it cannot run (the test is
+/// skipped, see [`localstripe_installed`]).
+pub async fn local_stripe() -> Option<LocalStripe> {
     if !localstripe_installed() {
         return None;
     }
-    super::common::init_logs();
-    let db = TestDb::new(b).await;
-    Some((db, LocalStripe::start().await))
+    Some(LocalStripe::start().await)
 }
 
 /// A charge of `amount` EUR minor units for `order` on `pm_card_visa`,

@@ -10,8 +10,6 @@ use cobro::store::Store;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
-use super::TestDb;
-
 /// A test webhook secret (Standard Webhooks format, 32 random bytes).
 pub fn test_secret() -> String {
     use base64::Engine;
@@ -126,11 +124,4 @@ impl Web {
         let _ = self.stop.send(());
         let _ = self.task.await;
     }
-}
-
-/// Stops the web process, then drops the database (a test that panics
-/// before this keeps its database for a look).
-pub async fn finish_web(web: Web, db: TestDb) {
-    web.stop().await;
-    db.drop_db().await;
 }

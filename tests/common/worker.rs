@@ -99,12 +99,13 @@ impl InProcessWorker {
     }
 }
 
-/// A database, the simulator (idempotent, with `faults`) and one
-/// in-process worker with [`worker_args`]: where most scenarios start.
-pub async fn rig(b: Backend, faults: Faults) -> (TestDb, SimHandle, InProcessWorker) {
-    let (db, sim) = db_and_sim(b, faults).await;
+/// The simulator (idempotent, with `faults`) and one in-process worker
+/// with [`worker_args`] charging through it on `db`: where most scenarios
+/// start.
+pub async fn sim_and_worker(db: &TestDb, faults: Faults) -> (SimHandle, InProcessWorker) {
+    let sim = start_sim(true, faults).await;
     let worker = spawn_worker(worker_args(&db.url, &sim.url()));
-    (db, sim, worker)
+    (sim, worker)
 }
 
 /// A database and the simulator (idempotent, with `faults`), for a test
@@ -125,25 +126,11 @@ pub async fn postgres_db_and_sim(faults: Faults) -> Option<(TestDb, SimHandle)> 
     Some(db_and_sim(Backend::Postgres, faults).await)
 }
 
-/// Stops the worker and the simulator, then drops the database (a test
-/// that panics before this keeps its database for a look).
-pub async fn finish(worker: InProcessWorker, sim: SimHandle, db: TestDb) {
+/// Stops the worker, then the simulator (the database is dropped by
+/// [`on_both_dbs!`] when the test returns, or by the test itself).
+pub async fn finish(worker: InProcessWorker, sim: SimHandle) {
     worker.stop().await;
-    finish_sim(sim, db).await;
-}
-
-/// Stops the worker, then drops the database: [`finish`] without a
-/// simulator to stop (localstripe, or one the test drops itself).
-pub async fn finish_worker(worker: InProcessWorker, db: TestDb) {
-    worker.stop().await;
-    db.drop_db().await;
-}
-
-/// Stops the simulator, then drops the database: [`finish`] for a test
-/// without a worker.
-pub async fn finish_sim(sim: SimHandle, db: TestDb) {
     sim.shutdown().await;
-    db.drop_db().await;
 }
 
 /// An engine named `name` on the simulator at `gateway_url`, with the

@@ -3,14 +3,13 @@
 
 use std::collections::BTreeSet;
 
-use cobro::store::Backend;
 use serde_json::Value;
 
 use super::common::{self, *};
 use super::concrete;
 use super::schema::*;
 
-on_both_backends!(every_json_request_body_is_the_one_its_handler_reads);
+on_both_dbs!(every_json_request_body_is_the_one_its_handler_reads,);
 
 /// Each JSON request body the served document names, posted to the running
 /// web process (with a key of the route's scope): the body of every
@@ -22,8 +21,7 @@ on_both_backends!(every_json_request_body_is_the_one_its_handler_reads);
 /// does not name, refused naming it (every JSON route refuses unknown
 /// fields). A `oneOf` is checked one alternative at a time, and a property
 /// of another alternative is refused as unknown.
-async fn every_json_request_body_is_the_one_its_handler_reads(backend: Backend) {
-    let db = TestDb::new(backend).await;
+async fn every_json_request_body_is_the_one_its_handler_reads(db: &TestDb) {
     let web = web_on(&db.store).await;
     let http = reqwest::Client::new();
     let doc: Value = get_json(&format!("{}/openapi.json", web.url), As::Nobody).await;
@@ -120,7 +118,7 @@ async fn every_json_request_body_is_the_one_its_handler_reads(backend: Backend) 
     // Every JSON body of the API: a document without them would pass.
     assert!(checked.len() >= 10, "only {checked:?}");
     println!("{}", checked.join("\n"));
-    finish_web(web, db).await;
+    web.stop().await;
 }
 
 /// One documented route that takes a JSON body.
