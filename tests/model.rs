@@ -17,7 +17,11 @@
 //! declined) is told by webhook in the same step; it is only allowed for the
 //! order's latest attempt, or for the one before a business retry not yet
 //! sent, so no second charge can already be on its way when cobro hears of
-//! it (the unsent retry is cobro's to hold). Finance is honest too: it decides an attempt in
+//! it (the unsent retry is cobro's to hold). Once in a while the gateway
+//! breaks one promise: it makes, late, a refund it had shown nothing of for
+//! longer than the processing time it promises (so the review janitor had
+//! confirmed finance's decline of it), and says so by webhook; cobro must
+//! mark the refund made, so its amount counts as refunded. Finance is honest too: it decides an attempt in
 //! doubt by what the gateway's ledger shows (a refund the gateway neither
 //! approved nor declined it has looked up again). So every difference
 //! between the two sides is cobro's to prevent or to explain. Two steps
@@ -35,8 +39,9 @@
 //!    only by a decline the gateway gave and its ledger shows (the answer, a
 //!    lookup, a webhook, the review janitor, or finance relaying it), by
 //!    finance's decline confirmed by the review janitor while the gateway
-//!    made no refund under its key, or by finance's decline of a refund
-//!    never sent; never by a cancel.
+//!    made no refund under its key (a refund it makes later is marked made
+//!    in the refund's log), or by finance's decline of a refund never sent;
+//!    never by a cancel.
 //! 3. Every attempt's transition log is a valid chain: NULL -> `PENDIENTE`
 //!    first, each row starting where the previous one ended, each row a move
 //!    of `cobro::state::transition` for some event (or one that keeps the
@@ -56,8 +61,9 @@
 //! settles fails this invariant too; draining does not run the daily
 //! reconciliation, so a difference must already be on a case, from any door
 //! or a reconciliation step, or in review):
-//! 4. Per order, the sum of our `APROBADO` charges minus our `APROBADO`
-//!    refunds equals the gateway's approved charges minus its approved
+//! 4. Per order, the sum of our `APROBADO` charges minus our refunds
+//!    (`APROBADO` ones not marked failed since, and `RECHAZADO` ones marked
+//!    made) equals the gateway's approved charges minus its approved
 //!    refunds, to the cent. Where they differ, every charge that nets
 //!    (captured minus refunded) to different amounts on the two sides, or
 //!    that the gateway made under a key we do not know, is explained: it or

@@ -112,6 +112,44 @@ pub fn cases() -> Vec<(&'static str, Vec<Step>)> {
             .concat(),
         ),
         (
+            // A refund lost on its way to the gateway, declined by finance
+            // without looking and confirmed by the review janitor once the
+            // gateway's processing time passed with no record; the gateway
+            // then makes it anyway, and finance closes the case it opens.
+            // Without the mark, the refund we hold declined was made
+            // (invariant 2), and once the case is closed the order's totals
+            // part (invariant 4).
+            "a refund the gateway makes after its decline was confirmed (refund_made_after_decline)",
+            [
+                enqueued_then(0, Net::Clean),
+                vec![
+                    Step::Refund {
+                        order: 0,
+                        part: Part::Full,
+                        http: true,
+                    },
+                    Step::Wake {
+                        order: 0,
+                        net: Net::Down,
+                    },
+                    Step::TimePasses,
+                    Step::Wake {
+                        order: 0,
+                        net: Net::Down,
+                    },
+                    HASTY,
+                    Step::TimePasses,
+                    Step::Wake {
+                        order: 0,
+                        net: Net::Clean,
+                    },
+                    Step::LateRefund { order: 0 },
+                    Step::CloseCase { pick: 0 },
+                ],
+            ]
+            .concat(),
+        ),
+        (
             // With finance's decline of a sent charge recorded at once, the
             // charge was declined on finance's reading of a dashboard that
             // did not show it yet, and the gateway then charged it

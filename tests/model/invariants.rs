@@ -175,8 +175,14 @@ fn only_the_gateway_declines_refunds(s: &Snapshot) -> Result<(), Violation> {
         let fine = match entered.cause.as_str() {
             // Finance's decline of a sent refund, recorded by the review
             // janitor on the gateway's word: its decline, or no record of
-            // the refund long after the send.
-            "finance_decline_confirmed" => !made_there,
+            // the refund long after the send. A refund the gateway made
+            // after that (late, past the processing time it promised) is
+            // cobro's to take note of: the refund is marked made.
+            "finance_decline_confirmed" => {
+                !made_there
+                    || (there.clone().all(|r| !r.is_approved() || r.at > entered.at)
+                        && marked(log, entered, MADE))
+            }
             // Finance's decline of a refund never sent: nothing to ask.
             "finance_declined" if a.send_count == 0 => there.next().is_none(),
             cause => GATEWAY_DECLINES.contains(&cause) && there.any(|r| !r.is_approved()),
@@ -200,6 +206,29 @@ fn only_the_gateway_declines_refunds(s: &Snapshot) -> Result<(), Violation> {
         }
     }
     Ok(())
+}
+
+/// The causes of the log rows that mark a settled refund the gateway
+/// settled the other way: made after we held it `RECHAZADO`, failed after
+/// we held it `APROBADO`.
+const MADE: &str = "refund_made_after_decline";
+const FAILED: &str = "refund_failed_after_success";
+
+/// Whether `log` has a row `cause` after `since`.
+fn marked(log: &[Transition], since: &Transition, cause: &str) -> bool {
+    log.iter().any(|t| t.id > since.id && t.cause == cause)
+}
+
+/// Whether refund `a` (with its log) counts as refunded here: `APROBADO`
+/// and not marked failed since, or `RECHAZADO` and marked made (the mark's
+/// meaning: its amount counts as refunded).
+fn counts_as_refunded(a: &Attempt, log: &[Transition]) -> bool {
+    let mark = |cause| log.iter().any(|t| t.cause == cause);
+    match a.state {
+        State::Aprobado => !mark(FAILED),
+        State::Rechazado => mark(MADE),
+        _ => false,
+    }
 }
 
 /// Whether some event of the state machine moves `from` to `to`.
@@ -371,8 +400,13 @@ pub fn reconciled(s: &Snapshot) -> Result<(), Violation> {
         let ours_of = |refund: bool| -> i64 {
             s.attempts
                 .iter()
-                .filter(|(a, _)| {
-                    a.order_id == order && a.is_refund() == refund && a.state == State::Aprobado
+                .filter(|(a, log)| {
+                    a.order_id == order
+                        && a.is_refund() == refund
+                        && match refund {
+                            true => counts_as_refunded(a, log),
+                            false => a.state == State::Aprobado,
+                        }
                 })
                 .map(|(a, _)| a.amount_minor)
                 .sum()
@@ -453,19 +487,19 @@ fn disagreements(s: &Snapshot, order: &str) -> Vec<Disagreement> {
     {
         let key = a.idempotency_key.to_string();
         ours.insert(key.clone());
-        let refunds: Vec<&Attempt> = s
+        let with_logs: Vec<&(Attempt, Vec<Transition>)> = s
             .attempts
             .iter()
-            .map(|(r, _)| r)
-            .filter(|r| r.refund_of == Some(a.id))
+            .filter(|(r, _)| r.refund_of == Some(a.id))
             .collect();
+        let refunds: Vec<&Attempt> = with_logs.iter().map(|(r, _)| r).collect();
         let our_net = match a.state {
             State::Aprobado => {
                 a.amount_minor
-                    - refunds
+                    - with_logs
                         .iter()
-                        .filter(|r| r.state == State::Aprobado)
-                        .map(|r| r.amount_minor)
+                        .filter(|(r, log)| counts_as_refunded(r, log))
+                        .map(|(r, _)| r.amount_minor)
                         .sum::<i64>()
             }
             _ => 0,

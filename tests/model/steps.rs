@@ -125,6 +125,14 @@ pub enum Step {
     /// not yet sent, which cobro must then hold), and says so by webhook
     /// (`charge.failed` then `charge.succeeded` for the same key).
     LateApproval { order: u8 },
+    /// The gateway makes, late, a refund it showed nothing of when cobro
+    /// took finance's decline of it as confirmed (past the longest
+    /// processing time the gateway promises, so a broken promise): under
+    /// the key of a refund of the order held `RECHAZADO` that was sent and
+    /// of which the ledger shows nothing, when what is left of its charge
+    /// at the gateway covers it; and says so by webhook
+    /// (`charge.succeeded` under the refund's key, with the refund's id).
+    LateRefund { order: u8 },
     /// Finance decides an attempt of the order in `DESCONOCIDO` or
     /// `EN_REVISION` by what the gateway's dashboard (its ledger) shows, or
     /// asks for a fresh lookup (`check_now`); or, `hasty`, declines it
@@ -167,6 +175,7 @@ impl Step {
             Step::DayPasses => "day_passes",
             Step::Webhook { .. } => "webhook",
             Step::LateApproval { .. } => "late_approval",
+            Step::LateRefund { .. } => "late_refund",
             Step::Resolve { .. } => "resolve",
             Step::FinanceRetry { .. } => "finance_retry",
             Step::CloseCase { .. } => "close_case",
@@ -235,7 +244,7 @@ impl Step {
 }
 
 /// Every kind of step with its weight (how often the generator picks it).
-const WEIGHTS: [(&str, u32); 16] = [
+const WEIGHTS: [(&str, u32); 17] = [
     ("enqueue_http", 10),
     ("enqueue_sql", 7),
     ("wake", 18),
@@ -245,6 +254,7 @@ const WEIGHTS: [(&str, u32); 16] = [
     ("day_passes", 4),
     ("webhook", 9),
     ("late_approval", 4),
+    ("late_refund", 2),
     ("resolve", 4),
     ("finance_retry", 5),
     ("close_case", 2),
@@ -321,6 +331,7 @@ fn one(kind: &str, rng: &mut StdRng) -> Step {
             crossed: rng.random_bool(0.1),
         },
         "late_approval" => Step::LateApproval { order },
+        "late_refund" => Step::LateRefund { order },
         "resolve" => Step::Resolve {
             order,
             check_now: rng.random_bool(0.25),

@@ -2,11 +2,13 @@
 //! ledger (charges, then refunds; delivered again under the same event id
 //! when replayed), and a late approval of what it had declined, told by
 //! webhook in the same step (of an order's latest charge, or of the one
-//! before a retry not yet sent). A crossed webhook carries one entry's news
-//! under the key of an attempt of another order: a gateway's bug, or a
-//! stranger with the signing secret.
+//! before a retry not yet sent), and a late refund (one cobro holds
+//! declined, on finance's word confirmed by the review janitor, that the
+//! gateway makes past the processing time it promised). A crossed webhook
+//! carries one entry's news under the key of an attempt of another order: a
+//! gateway's bug, or a stranger with the signing secret.
 
-use cobro::sim::LedgerEntry;
+use cobro::sim::{LedgerEntry, RefundEntry};
 use cobro::state::State;
 use serde_json::{Value, json};
 
@@ -27,12 +29,7 @@ impl World {
             Some(e) => (format!("ch:{}", e.seq), e.is_approved(), charge_news(e)),
             None => {
                 let r = &ledger.refunds[i - ledger.entries.len()];
-                let data = json!({
-                    "charge_id": r.refund_id, "idempotency_key": r.idempotency_key,
-                    "order_id": r.order_id, "amount_minor": r.amount_minor,
-                    "currency": r.currency, "status": r.status, "decline_code": r.decline_code,
-                });
-                (format!("re:{}", r.seq), r.is_approved(), data)
+                (format!("re:{}", r.seq), r.is_approved(), refund_news(r))
             }
         };
         if !crossed {
@@ -155,6 +152,87 @@ impl World {
             entry.charge_id
         )
     }
+
+    /// The gateway makes, late, the refund of a refund attempt held
+    /// `RECHAZADO` (of the order, or the next order's) that was sent and of
+    /// which its ledger shows nothing, when what is left of the refunded
+    /// charge at the gateway covers it (a gateway refunds no more than was
+    /// captured); and sends `charge.succeeded` with the refund's id.
+    pub(super) async fn late_refund(&mut self, order: u8) -> String {
+        let ledger = self.ledger().await;
+        let nothing_there = |key: &str| !ledger.refunds.iter().any(|r| r.idempotency_key == key);
+        let declined = self
+            .candidates(order, |a| {
+                a.is_refund()
+                    && a.state == State::Rechazado
+                    && a.send_count > 0
+                    && nothing_there(&a.idempotency_key.to_string())
+            })
+            .await;
+        let mut found = None;
+        for refund in declined {
+            let charge_id = match (&refund.refund_of_gateway, refund.refund_of) {
+                (Some(id), _) => Some(id.clone()),
+                (None, Some(of)) => self.db.store.load(of).await.unwrap().0.gateway_charge_id,
+                (None, None) => None,
+            };
+            let Some(charge) = charge_id.and_then(|id| {
+                ledger
+                    .entries
+                    .iter()
+                    .find(|e| e.charge_id == id && e.is_approved())
+            }) else {
+                continue;
+            };
+            let left = charge.amount_minor
+                - ledger
+                    .refunds_for_charge(&charge.charge_id)
+                    .filter(|r| r.is_approved())
+                    .map(|r| r.amount_minor)
+                    .sum::<i64>();
+            if refund.amount_minor <= left {
+                found = Some((refund, charge.charge_id.clone()));
+                break;
+            }
+        }
+        let Some((refund, charge_id)) = found else {
+            return "no refund held RECHAZADO after it was sent that the gateway could still make"
+                .into();
+        };
+        let key = refund.idempotency_key.to_string();
+        let resp = self
+            .http
+            .post(format!("{}/control/inject", self.sim_url))
+            .json(&json!({
+                "kind": "refund", "idempotency_key": key, "charge_id": charge_id,
+                "order_id": refund.order_id, "amount_minor": refund.amount_minor,
+                "currency": refund.currency,
+            }))
+            .send()
+            .await
+            .expect("POST /control/inject");
+        assert!(resp.status().is_success(), "inject: {}", resp.status());
+        let made: RefundEntry = resp.json().await.expect("injected refund");
+        let news = self
+            .deliver(&format!("re:{}", made.seq), true, refund_news(&made), false)
+            .await;
+        format!(
+            "the gateway made {} late as {}; {news}",
+            label(&refund),
+            made.refund_id
+        )
+    }
+}
+
+/// What a webhook says of a refund in the gateway's ledger: a refund's
+/// news is charge news under the refund's own key, with the refund's id
+/// (what cobro's event format acts on).
+fn refund_news(r: &RefundEntry) -> Value {
+    json!({
+        "charge_id": r.refund_id, "idempotency_key": r.idempotency_key,
+        "order_id": r.order_id, "amount_minor": r.amount_minor,
+        "currency": r.currency, "status": r.status, "decline_code": r.decline_code,
+    })
 }
 
 /// What a webhook says of a charge in the gateway's ledger.

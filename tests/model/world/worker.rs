@@ -1,7 +1,8 @@
 //! The worker's side of a case: one wake-up per attempt with the gateway
 //! misbehaving as the step says, a worker that vanishes mid-send, time
-//! passing (a test clock), draining at the end, and the engine's test
-//! timings.
+//! passing (a test clock, but for the gateway's processing time, waited
+//! out for real where a decline of a sent attempt needs it), draining at
+//! the end, and the engine's test timings.
 
 use std::time::Duration;
 
@@ -18,6 +19,13 @@ use super::{World, label};
 /// How long the gateway keeps idempotency keys (Stripe's 24 h), as the
 /// worker is told; [`Step::DayPasses`] ages every key past it.
 pub const KEY_LIFETIME: Duration = Duration::from_secs(86_400);
+
+/// The longest the gateway takes to show what it executed, as the worker
+/// is told (`COBRO_GATEWAY_MAX_PROCESSING`): longer than a [`Net::Late`]
+/// request takes, so the simulator keeps the promise; short enough that
+/// [`World::time_passes`] can wait it out for real (a "not found" after it
+/// confirms finance's decline of a sent attempt).
+pub const MAX_PROCESSING: Duration = Duration::from_millis(LATE.as_millis() as u64 + 500);
 
 /// The lease owner of a worker that vanished mid-send.
 const CRASHED: &str = "crashed";
@@ -115,8 +123,12 @@ impl World {
 
     /// Every scheduled time has come: due times move to now, and the lease
     /// of a vanished worker runs out. (A test clock: only `next_action_at`
-    /// and a crashed lease's expiry are written, never a state.)
+    /// and a crashed lease's expiry are written, never a state.) The
+    /// transition log cannot be aged, so where finance asked to decline an
+    /// attempt that was sent, the gateway's processing time passes for real
+    /// first ([`MAX_PROCESSING`] since its last send, at most that long).
     pub async fn time_passes(&self) -> u64 {
+        self.processing_time_passes().await;
         let (due, leases) = match self.db.backend {
             Backend::Postgres => (
                 "UPDATE cobro.payment_attempts SET next_action_at = now() - interval '1 millisecond'
@@ -141,6 +153,36 @@ impl World {
             .exec(leases, leases, &[CRASHED])
             .await
             .expect(leases)
+    }
+
+    /// Waits until every attempt in review with a decline asked for was
+    /// last sent [`MAX_PROCESSING`] ago.
+    async fn processing_time_passes(&self) {
+        let sending = State::EnProceso.as_str();
+        let mut last_send = None;
+        for order in 0..ORDERS {
+            let attempts = self
+                .db
+                .store
+                .attempts_for_order(&super::order_id(order))
+                .await
+                .unwrap();
+            for a in attempts.iter().filter(|a| a.state == State::EnRevision) {
+                let log = self.db.store.transitions(a.id).await.unwrap();
+                if !log.iter().any(|t| t.cause == "finance_decline_requested") {
+                    continue;
+                }
+                let sent = log.iter().rev().find(|t| t.to_state == sending);
+                last_send = last_send.max(sent.map(|t| t.at));
+            }
+        }
+        let Some(sent) = last_send else {
+            return;
+        };
+        let since = (chrono::Utc::now() - sent).to_std().unwrap_or_default();
+        if let Some(left) = MAX_PROCESSING.checked_sub(since) {
+            tokio::time::sleep(left + Duration::from_millis(50)).await;
+        }
     }
 
     /// More than a day passes: what [`World::time_passes`] does, and every
@@ -277,7 +319,7 @@ pub(super) fn engine(store: &cobro::store::Store, gateway_url: &str) -> Engine {
             defer_backoff: Duration::from_millis(100),
             not_found: cobro::policy::NotFoundRule {
                 gateway_idempotent: true,
-                max_processing: Duration::from_secs(60),
+                max_processing: MAX_PROCESSING,
             },
             review: Default::default(),
         },
