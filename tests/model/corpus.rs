@@ -21,6 +21,17 @@ fn enqueued_then(order: u8, net: Net) -> Vec<Step> {
     ]
 }
 
+/// Order 0 charged, then its full refund asked for over HTTP.
+fn refund_asked() -> Vec<Step> {
+    let mut steps = enqueued_then(0, Net::Clean);
+    steps.push(Step::Refund {
+        order: 0,
+        part: Part::Full,
+        http: true,
+    });
+    steps
+}
+
 /// Finance, hasty, declines order 0's attempt in doubt without looking.
 const HASTY: Step = Step::Resolve {
     order: 0,
@@ -84,13 +95,8 @@ pub fn cases() -> Vec<(&'static str, Vec<Step>)> {
             // refund the gateway made was held RECHAZADO (invariant 2).
             "a hasty decline of a refund that was sent (decline_requested)",
             [
-                enqueued_then(0, Net::Clean),
+                refund_asked(),
                 vec![
-                    Step::Refund {
-                        order: 0,
-                        part: Part::Full,
-                        http: true,
-                    },
                     Step::Wake {
                         order: 0,
                         net: Net::LoseAnswerAndLookups,
@@ -121,13 +127,8 @@ pub fn cases() -> Vec<(&'static str, Vec<Step>)> {
             // part (invariant 4).
             "a refund the gateway makes after its decline was confirmed (refund_made_after_decline)",
             [
-                enqueued_then(0, Net::Clean),
+                refund_asked(),
                 vec![
-                    Step::Refund {
-                        order: 0,
-                        part: Part::Full,
-                        http: true,
-                    },
                     Step::Wake {
                         order: 0,
                         net: Net::Down,

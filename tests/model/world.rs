@@ -52,6 +52,16 @@ fn short(id: Uuid) -> String {
     id.simple().to_string()[..8].to_owned()
 }
 
+/// What is left of charge `e` at the gateway: its amount less its approved refunds.
+fn left_of(ledger: &Ledger, e: &cobro::sim::LedgerEntry) -> i64 {
+    e.amount_minor
+        - ledger
+            .refunds_for_charge(&e.charge_id)
+            .filter(|r| r.is_approved())
+            .map(|r| r.amount_minor)
+            .sum::<i64>()
+}
+
 /// An attempt as the outcomes name it: its id's first 8 digits and its order.
 fn label(a: &Attempt) -> String {
     format!("{} ({})", short(a.id), a.order_id)

@@ -12,7 +12,7 @@ use serde_json::json;
 
 use super::super::common;
 use super::super::steps::ORDERS;
-use super::{Answered, World, label};
+use super::{Answered, World, label, left_of};
 
 impl World {
     /// Finance decides the order's attempt in doubt by the gateway's ledger
@@ -163,12 +163,7 @@ impl World {
             let held = ours.iter().any(|a| {
                 a.idempotency_key.to_string() == e.idempotency_key && a.state == State::Aprobado
             });
-            let left = e.amount_minor
-                - ledger
-                    .refunds_for_charge(&e.charge_id)
-                    .filter(|r| r.is_approved())
-                    .map(|r| r.amount_minor)
-                    .sum::<i64>();
+            let left = left_of(&ledger, e);
             if held || left <= 0 {
                 continue;
             }

@@ -13,7 +13,7 @@ use cobro::state::State;
 use serde_json::{Value, json};
 
 use super::super::steps::ORDERS;
-use super::{World, answer, label};
+use super::{World, answer, label, left_of};
 
 impl World {
     /// The webhook of one entry of the gateway's ledger (charges, then
@@ -184,13 +184,7 @@ impl World {
             }) else {
                 continue;
             };
-            let left = charge.amount_minor
-                - ledger
-                    .refunds_for_charge(&charge.charge_id)
-                    .filter(|r| r.is_approved())
-                    .map(|r| r.amount_minor)
-                    .sum::<i64>();
-            if refund.amount_minor <= left {
+            if refund.amount_minor <= left_of(&ledger, charge) {
                 found = Some((refund, charge.charge_id.clone()));
                 break;
             }
