@@ -21,7 +21,10 @@
 //! breaks one promise: it makes, late, a refund it had shown nothing of for
 //! longer than the processing time it promises (so the review janitor had
 //! confirmed finance's decline of it), and says so by webhook; cobro must
-//! mark the refund made, so its amount counts as refunded. Finance is honest too: it decides an attempt in
+//! mark the refund made, so its amount counts as refunded. And a refund it
+//! approved may fail there after it succeeded (the card's bank returned the
+//! money), told by webhook too: cobro must mark it failed, so its amount
+//! no longer counts as refunded. Finance is honest too: it decides an attempt in
 //! doubt by what the gateway's ledger shows (a refund the gateway neither
 //! approved nor declined it has looked up again). So every difference
 //! between the two sides is cobro's to prevent or to explain. Two steps

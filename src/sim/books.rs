@@ -84,6 +84,15 @@ impl Recorded for RefundEntry {
     }
 }
 
+/// Why [`Books::fail_refund`] changed nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RefundNotFailed {
+    /// No refund has that id.
+    Unknown,
+    /// It is declined already.
+    NotApproved,
+}
+
 /// The executed requests of one kind, in order, with their key index.
 #[derive(Debug)]
 struct Journal<E> {
@@ -404,6 +413,32 @@ impl Books {
     /// Executed refunds, in `seq` order.
     pub(crate) fn refunds(&self) -> &[RefundEntry] {
         &self.refunds.entries
+    }
+
+    /// The approved refund `refund_id` fails after it succeeded (Stripe's
+    /// `succeeded` -> `failed`, when the card's bank returns the money):
+    /// recorded as declined with `reason`, so lookups, listings and the
+    /// ledger tell it that way and its amount is free to be refunded again.
+    /// The refund as it now stands, or why nothing changed.
+    pub(crate) fn fail_refund(
+        &mut self,
+        refund_id: &str,
+        reason: &str,
+    ) -> Result<RefundEntry, RefundNotFailed> {
+        let Some(r) = self
+            .refunds
+            .entries
+            .iter_mut()
+            .find(|r| r.refund_id == refund_id)
+        else {
+            return Err(RefundNotFailed::Unknown);
+        };
+        if !r.is_approved() {
+            return Err(RefundNotFailed::NotApproved);
+        }
+        r.status = status(Some(reason));
+        r.decline_code = Some(reason.to_owned());
+        Ok(r.clone())
     }
 
     pub(crate) fn snapshot(&self) -> Ledger {

@@ -5,14 +5,23 @@
 //! `/control/faults`; a real gateway has nothing like it. Answer: 200 with the new
 //! [`LedgerEntry`] or [`RefundEntry`].
 //!
+//!
+//! `POST /control/refund-failed` (body `{"refund_id": "re_…", "reason": "…"}`, the reason
+//! optional, default [`REFUND_FAILED_REASON`]): an approved refund fails after it succeeded,
+//! as Stripe's refunds can when the card's bank returns the money. Answer: 200 with the
+//! [`RefundEntry`] as it now stands (declined, `decline_code` the reason), 404 for no such
+//! refund, 409 when it is declined already, 400 naming the field of a malformed body.
+//!
 //! Invariant: an injection appends exactly one entry (next `seq`, new id), bypassing
 //! idempotency and faults; an injected refund is still approved or declined by the books'
-//! rules, so approved refunds never exceed their charge. No webhook is sent.
+//! rules, so approved refunds never exceed their charge. A failed refund changes only its
+//! own status and code. No webhook is sent.
 
 use axum::{
     Json,
     body::Bytes,
     extract::State,
+    http::StatusCode,
     response::{IntoResponse, Response},
 };
 use chrono::Utc;
@@ -20,10 +29,49 @@ use tracing::info;
 use uuid::Uuid;
 
 use super::{
+    books::RefundNotFailed,
     ledger::{ChargeBody, Injection, LedgerEntry, RefundBody, RefundEntry},
     parse::{Invalid, invalid, normalize_key},
-    server::{AppState, bad_request},
+    server::{AppState, bad_request, error},
 };
+
+/// Why a refund failed when `POST /control/refund-failed` names no reason
+/// (one of Stripe's `failure_reason` values).
+pub const REFUND_FAILED_REASON: &str = "declined";
+
+/// Body of `POST /control/refund-failed`.
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RefundFailure {
+    refund_id: String,
+    #[serde(default)]
+    reason: Option<String>,
+}
+
+pub(crate) async fn refund_failed(State(app): State<AppState>, body: Bytes) -> Response {
+    let failure = match serde_json::from_slice::<RefundFailure>(&body) {
+        Ok(f) => f,
+        Err(e) => return bad_request("body", &format!("invalid refund-failed JSON: {e}")),
+    };
+    if crate::domain::text::id(&failure.refund_id).is_err() {
+        return bad_request("refund_id", "refund_id must be a refund's id (re_…)");
+    }
+    let reason = failure.reason.as_deref().unwrap_or(REFUND_FAILED_REASON);
+    if crate::domain::text::id(reason).is_err() {
+        return bad_request(
+            "reason",
+            "reason must be 1-255 bytes with no control character",
+        );
+    }
+    match app.with(|s| s.books.fail_refund(&failure.refund_id, reason)) {
+        Ok(entry) => {
+            info!(?entry, "sim: refund failed after it succeeded");
+            Json(entry).into_response()
+        }
+        Err(RefundNotFailed::Unknown) => error(StatusCode::NOT_FOUND, "refund_not_found"),
+        Err(RefundNotFailed::NotApproved) => error(StatusCode::CONFLICT, "refund_not_approved"),
+    }
+}
 
 pub(crate) async fn inject(State(app): State<AppState>, body: Bytes) -> Response {
     let parsed = serde_json::from_slice::<Injection>(&body)

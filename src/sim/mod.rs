@@ -26,7 +26,9 @@
 //!   [`ListPage`] of the entries executed in `[from, to)`, for reconciliation (see `listing`).
 //! - `GET /ledger` -> [`Ledger`]; `GET|PUT /control/faults` -> [`Faults`];
 //!   `POST /control/reset`; `POST /control/inject` ([`Injection`]: a charge or refund made
-//!   outside cobro, for reconciliation tests); `POST /control/refuse` (`{"for_ms": N}`: stop
+//!   outside cobro, for reconciliation tests); `POST /control/refund-failed`
+//!   (`{"refund_id", "reason"}`: an approved refund fails after it succeeded, see
+//!   `inject`); `POST /control/refuse` (`{"for_ms": N}`: stop
 //!   listening for N ms, see `refuse`); `GET /health`. None of these is rate limited.
 //!
 //! Proxy mode ([`spawn_proxy`], [`serve_proxy`], `--upstream URL`): every `/v1/` request is

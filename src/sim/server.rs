@@ -29,7 +29,7 @@ use super::{
     books::Books,
     faults::{Dice, Faults},
     flow::{create_payment, lookup_payment},
-    inject::inject,
+    inject::{inject, refund_failed},
     ledger::{ChargeBody, RefundBody},
     limit::Bucket,
     listing::{list_charges, list_refunds},
@@ -172,6 +172,7 @@ pub(crate) fn router(state: AppState) -> Router {
         .route("/control/faults", get(get_faults).put(put_faults))
         .route("/control/reset", post(reset))
         .route("/control/inject", post(inject))
+        .route("/control/refund-failed", post(refund_failed))
         .route("/control/refuse", post(refuse))
         .route("/control/payout", post(settlement::pay_out))
         .route("/control/card-updated", post(card_updated))

@@ -151,6 +151,25 @@ pub fn cases() -> Vec<(&'static str, Vec<Step>)> {
             .concat(),
         ),
         (
+            // A refund the gateway approved fails there after it succeeded;
+            // finance closes the case it opens. Without the mark, we still
+            // count the refund as made, and once the case is closed the
+            // order's totals part (invariant 4).
+            "a refund that fails after it succeeded (refund_failed_after_success)",
+            [
+                refund_asked(),
+                vec![
+                    Step::Wake {
+                        order: 0,
+                        net: Net::Clean,
+                    },
+                    Step::RefundFails { order: 0 },
+                    Step::CloseCase { pick: 0 },
+                ],
+            ]
+            .concat(),
+        ),
+        (
             // With finance's decline of a sent charge recorded at once, the
             // charge was declined on finance's reading of a dashboard that
             // did not show it yet, and the gateway then charged it

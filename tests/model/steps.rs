@@ -133,6 +133,12 @@ pub enum Step {
     /// at the gateway covers it; and says so by webhook
     /// (`charge.succeeded` under the refund's key, with the refund's id).
     LateRefund { order: u8 },
+    /// A refund of the order that the gateway approved fails there after it
+    /// succeeded (the card's bank returned the money), and the gateway says
+    /// so by webhook (`charge.failed` under the refund's key, with its id):
+    /// a refund of the order's own charge, one whose failure leaves no
+    /// second charge of the order standing at the gateway.
+    RefundFails { order: u8 },
     /// Finance decides an attempt of the order in `DESCONOCIDO` or
     /// `EN_REVISION` by what the gateway's dashboard (its ledger) shows, or
     /// asks for a fresh lookup (`check_now`); or, `hasty`, declines it
@@ -176,6 +182,7 @@ impl Step {
             Step::Webhook { .. } => "webhook",
             Step::LateApproval { .. } => "late_approval",
             Step::LateRefund { .. } => "late_refund",
+            Step::RefundFails { .. } => "refund_fails",
             Step::Resolve { .. } => "resolve",
             Step::FinanceRetry { .. } => "finance_retry",
             Step::CloseCase { .. } => "close_case",
@@ -244,7 +251,7 @@ impl Step {
 }
 
 /// Every kind of step with its weight (how often the generator picks it).
-const WEIGHTS: [(&str, u32); 17] = [
+const WEIGHTS: [(&str, u32); 18] = [
     ("enqueue_http", 10),
     ("enqueue_sql", 7),
     ("wake", 18),
@@ -255,6 +262,7 @@ const WEIGHTS: [(&str, u32); 17] = [
     ("webhook", 9),
     ("late_approval", 4),
     ("late_refund", 2),
+    ("refund_fails", 2),
     ("resolve", 4),
     ("finance_retry", 5),
     ("close_case", 2),
@@ -332,6 +340,7 @@ fn one(kind: &str, rng: &mut StdRng) -> Step {
         },
         "late_approval" => Step::LateApproval { order },
         "late_refund" => Step::LateRefund { order },
+        "refund_fails" => Step::RefundFails { order },
         "resolve" => Step::Resolve {
             order,
             check_now: rng.random_bool(0.25),

@@ -11,7 +11,7 @@
 //! The steps' doors, one idea per file under `world/`: `app.rs` (the app's
 //! enqueues, refunds, cancels and raw SQL), `worker.rs` (wake-ups, a
 //! crashed worker, time passing, draining), `gateway.rs` (the gateway's
-//! webhooks, late approvals and late refunds) and `finance.rs` (finance's resolutions,
+//! webhooks, late approvals, late refunds and refunds that fail) and `finance.rs` (finance's resolutions,
 //! retries, case closes and the daily reconciliation).
 
 #[path = "world/app.rs"]
@@ -225,6 +225,7 @@ impl World {
             } => self.webhook(pick, replay, crossed).await,
             Step::LateApproval { order } => self.late_approval(order).await,
             Step::LateRefund { order } => self.late_refund(order).await,
+            Step::RefundFails { order } => self.refund_fails(order).await,
             Step::Resolve {
                 order,
                 check_now,

@@ -8,6 +8,16 @@
 use super::*;
 
 impl Api {
+    /// `POST /control/refund-failed` with `body`: the status and the JSON answer.
+    async fn fail_refund(&self, body: Value) -> TestResult<(StatusCode, Value)> {
+        let resp = self
+            .post("/control/refund-failed")
+            .json(&body)
+            .send()
+            .await?;
+        Ok((resp.status(), resp.json().await?))
+    }
+
     /// Refunds with a fresh key; returns the HTTP status and the decoded answer.
     async fn refund_once(&self, b: &RefundBody) -> TestResult<(StatusCode, RefundResult)> {
         let resp = self.refund(&key(), b).await?;
@@ -350,4 +360,64 @@ async fn per_order_draws_give_each_refund_the_same_faults_whatever_the_arrival_o
     assert_eq!(runs[0], runs[1], "same faults order by order");
     assert!(runs[0].iter().any(|(_, l)| *l) && runs[0].iter().any(|(_, l)| !*l));
     Ok(())
+}
+
+#[tokio::test]
+async fn a_refund_that_fails_after_it_succeeded_is_told_declined_and_frees_its_amount() -> TestResult
+{
+    let (sim, ch) = charged().await?;
+    let k = key();
+    let r: RefundResult = sim.refund(&k, &refund_of(&ch, 1000)).await?.json().await?;
+    assert_eq!(r.status, APPROVED);
+    let (status, failed) = sim.fail_refund(json!({"refund_id": r.refund_id})).await?;
+    assert_eq!(status, StatusCode::OK, "{failed}");
+    assert_eq!(
+        (failed["status"].as_str(), failed["decline_code"].as_str()),
+        (Some(DECLINED), Some("declined"))
+    );
+    // Lookups and the ledger tell it failed; its amount can be refunded again.
+    let looked: RefundResult = expect_json(sim.lookup_refund(&k).await?, StatusCode::OK).await?;
+    assert_eq!(
+        (looked.status.as_str(), looked.decline_code.as_deref()),
+        (DECLINED, Some("declined"))
+    );
+    assert_eq!(sim.ledger().await?.refunds[0].status, DECLINED);
+    let (status, again) = sim.refund_once(&refund_of(&ch, 1000)).await?;
+    assert_eq!((status, again.status.as_str()), (StatusCode::OK, APPROVED));
+    // Once failed it stays failed; an unknown refund or a malformed body changes nothing.
+    let (status, body) = sim
+        .fail_refund(json!({"refund_id": r.refund_id, "reason": "lost_or_stolen_card"}))
+        .await?;
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (StatusCode::CONFLICT, Some("refund_not_approved"))
+    );
+    let (status, body) = sim.fail_refund(json!({"refund_id": "re_999999"})).await?;
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (StatusCode::NOT_FOUND, Some("refund_not_found"))
+    );
+    let (status, body) = sim
+        .fail_refund(json!({"refund_id": again.refund_id, "reason": "a\u{0}b"}))
+        .await?;
+    assert_eq!(
+        (status, body["field"].as_str()),
+        (StatusCode::BAD_REQUEST, Some("reason"))
+    );
+    let (status, body) = sim
+        .fail_refund(json!({"refund_id": again.refund_id, "why": "x"}))
+        .await?;
+    assert_eq!(
+        (status, body["field"].as_str()),
+        (StatusCode::BAD_REQUEST, Some("body"))
+    );
+    let l = sim.ledger().await?;
+    assert_eq!(
+        l.refunds
+            .iter()
+            .map(|r| r.status.as_str())
+            .collect::<Vec<_>>(),
+        [DECLINED, APPROVED]
+    );
+    sim.stop().await
 }

@@ -4,7 +4,8 @@
 //! webhook in the same step (of an order's latest charge, or of the one
 //! before a retry not yet sent), and a late refund (one cobro holds
 //! declined, on finance's word confirmed by the review janitor, that the
-//! gateway makes past the processing time it promised). A crossed webhook
+//! gateway makes past the processing time it promised), and a refund that
+//! fails after it succeeded (the card's bank returned the money). A crossed webhook
 //! carries one entry's news under the key of an attempt of another order: a
 //! gateway's bug, or a stranger with the signing secret.
 
@@ -214,6 +215,78 @@ impl World {
             "the gateway made {} late as {}; {news}",
             label(&refund),
             made.refund_id
+        )
+    }
+
+    /// A refund cobro holds `APROBADO` (of the order, or the next order's)
+    /// that the gateway approved fails there after it succeeded, and the
+    /// gateway sends `charge.failed` with the refund's id. Only a refund
+    /// of the order's own charge (not of a duplicate), and only when its
+    /// failure leaves at most one charge of the order standing at the
+    /// gateway: the gateway's failure must not charge the order twice.
+    pub(super) async fn refund_fails(&mut self, order: u8) -> String {
+        let ledger = self.ledger().await;
+        let standing_without = |r: &RefundEntry| {
+            ledger
+                .entries_for_order(&r.order_id)
+                .filter(|e| e.is_approved())
+                .filter(|e| {
+                    let refunded: i64 = ledger
+                        .refunds_for_charge(&e.charge_id)
+                        .filter(|x| x.is_approved() && x.refund_id != r.refund_id)
+                        .map(|x| x.amount_minor)
+                        .sum();
+                    refunded < e.amount_minor
+                })
+                .count()
+        };
+        let approved_there = |key: &str| {
+            ledger
+                .refunds
+                .iter()
+                .find(|r| r.idempotency_key == key && r.is_approved())
+                .filter(|r| standing_without(r) <= 1)
+                .cloned()
+        };
+        let refunds = self
+            .candidates(order, |a| {
+                a.is_refund()
+                    && a.state == State::Aprobado
+                    && a.refund_of_gateway.is_none()
+                    && approved_there(&a.idempotency_key.to_string()).is_some()
+            })
+            .await;
+        let Some((refund, there)) = refunds.into_iter().find_map(|a| {
+            let there = approved_there(&a.idempotency_key.to_string())?;
+            Some((a, there))
+        }) else {
+            return "no approved refund whose failure leaves the order charged once".into();
+        };
+        let resp = self
+            .http
+            .post(format!("{}/control/refund-failed", self.sim_url))
+            .json(&json!({ "refund_id": there.refund_id, "reason": "expired_or_canceled_card" }))
+            .send()
+            .await
+            .expect("POST /control/refund-failed");
+        assert!(
+            resp.status().is_success(),
+            "refund-failed: {}",
+            resp.status()
+        );
+        let failed: RefundEntry = resp.json().await.expect("the failed refund");
+        let news = self
+            .deliver(
+                &format!("re:{}", failed.seq),
+                false,
+                refund_news(&failed),
+                false,
+            )
+            .await;
+        format!(
+            "the gateway failed {} ({}) after it succeeded; {news}",
+            label(&refund),
+            failed.refund_id
         )
     }
 }
