@@ -50,6 +50,7 @@ pub(crate) mod caps;
 mod card_updated;
 mod change;
 mod contradiction;
+mod counts;
 mod duplicate;
 mod enqueue;
 mod escalation;
@@ -517,10 +518,7 @@ impl Store {
         &self,
         prefix: &str,
     ) -> Result<Vec<(State, i64)>, StoreError> {
-        let rows = match &self.db {
-            Db::Pg(p) => pg::count_by_state(p, prefix).await?,
-            Db::Lite(p) => lite::count_by_state(p, prefix).await?,
-        };
+        let rows = on_db_sql!(self, counts::by_state[BY_STATE](prefix))?;
         rows.into_iter()
             .map(|(s, n)| {
                 s.parse::<State>()
@@ -532,12 +530,12 @@ impl Store {
 
     /// Wake-up jobs not yet finished (pending, queued or running).
     pub async fn open_wakeups(&self) -> Result<i64, StoreError> {
-        on_db!(self, open_wakeups())
+        on_db_sql!(self, counts::count[OPEN_WAKEUPS]())
     }
 
     /// Transition-log rows in the whole database.
     pub async fn transition_rows(&self) -> Result<i64, StoreError> {
-        on_db!(self, transition_rows())
+        on_db_sql!(self, counts::count[TRANSITION_ROWS]())
     }
 
     /// Checks the database answers (for `/health`).

@@ -196,7 +196,7 @@ impl Store {
 
     /// How many cases are open (a SQL count, not a list).
     pub async fn open_cases_count(&self) -> Result<i64, StoreError> {
-        on_db!(self, recon::open_count())
+        on_db_sql!(self, counts::count[OPEN_CASES]())
     }
 
     /// Every reconciliation case, resolved or not, oldest first.

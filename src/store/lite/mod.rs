@@ -53,6 +53,7 @@ macro_rules! due_last {
 
 pub(crate) mod breaker;
 pub(crate) mod caps;
+pub(crate) mod counts;
 pub(crate) mod duplicate;
 pub(crate) mod enqueue;
 pub(crate) mod escalation;
@@ -499,36 +500,4 @@ pub(super) async fn checks(pool: &SqlitePool, id: Uuid) -> Result<Vec<Check>, St
             })
         })
         .collect()
-}
-
-pub(super) async fn count_by_state(
-    pool: &SqlitePool,
-    prefix: &str,
-) -> Result<Vec<(String, i64)>, StoreError> {
-    Ok(sqlx::query_as(
-        "SELECT state, count(*) FROM payment_attempts
-          WHERE substr(order_id, 1, length(?1)) = ?1
-          GROUP BY state ORDER BY state",
-    )
-    .bind(prefix)
-    .fetch_all(pool)
-    .await?)
-}
-
-pub(super) async fn open_wakeups(pool: &SqlitePool) -> Result<i64, StoreError> {
-    Ok(sqlx::query_scalar(
-        "SELECT count(*) FROM Jobs
-          WHERE job_type = ?1 AND status IN ('Pending', 'Queued', 'Running')",
-    )
-    .bind(CHARGE_QUEUE)
-    .fetch_one(pool)
-    .await?)
-}
-
-pub(super) async fn transition_rows(pool: &SqlitePool) -> Result<i64, StoreError> {
-    Ok(
-        sqlx::query_scalar("SELECT count(*) FROM attempt_transitions")
-            .fetch_one(pool)
-            .await?,
-    )
 }

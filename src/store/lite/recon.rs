@@ -131,14 +131,6 @@ pub(crate) async fn open_page(
     rows.iter().map(case_row).collect()
 }
 
-pub(crate) async fn open_count(pool: &SqlitePool) -> Result<i64, StoreError> {
-    Ok(
-        sqlx::query_scalar("SELECT count(*) FROM recon_cases WHERE resolved_at IS NULL")
-            .fetch_one(pool)
-            .await?,
-    )
-}
-
 pub(crate) async fn case(pool: &SqlitePool, id: i64) -> Result<Option<ReconCase>, StoreError> {
     let row = sqlx::query("SELECT * FROM recon_cases WHERE id = ?1")
         .bind(id)

@@ -34,6 +34,7 @@ macro_rules! due_last {
 
 pub(crate) mod breaker;
 pub(crate) mod cas;
+pub(crate) mod counts;
 pub(crate) mod duplicate;
 pub(crate) mod escalation;
 pub(crate) mod listing;
@@ -436,37 +437,6 @@ pub(super) async fn checks(pool: &PgPool, id: Uuid) -> Result<Vec<Check>, StoreE
     .bind(id)
     .fetch_all(pool)
     .await?)
-}
-
-pub(super) async fn count_by_state(
-    pool: &PgPool,
-    prefix: &str,
-) -> Result<Vec<(String, i64)>, StoreError> {
-    Ok(sqlx::query_as(
-        "SELECT state, count(*) FROM cobro.payment_attempts
-          WHERE substr(order_id, 1, length($1)) = $1
-          GROUP BY state ORDER BY state",
-    )
-    .bind(prefix)
-    .fetch_all(pool)
-    .await?)
-}
-
-pub(super) async fn open_wakeups(pool: &PgPool) -> Result<i64, StoreError> {
-    Ok(sqlx::query_scalar(
-        "SELECT count(*) FROM apalis.jobs
-          WHERE job_type = 'cobro.charge' AND status IN ('Pending', 'Queued', 'Running')",
-    )
-    .fetch_one(pool)
-    .await?)
-}
-
-pub(super) async fn transition_rows(pool: &PgPool) -> Result<i64, StoreError> {
-    Ok(
-        sqlx::query_scalar("SELECT count(*) FROM cobro.attempt_transitions")
-            .fetch_one(pool)
-            .await?,
-    )
 }
 
 pub(super) async fn business_retry(

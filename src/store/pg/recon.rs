@@ -93,14 +93,6 @@ pub(crate) async fn open_page(
     .await?)
 }
 
-pub(crate) async fn open_count(pool: &PgPool) -> Result<i64, StoreError> {
-    Ok(
-        sqlx::query_scalar("SELECT count(*) FROM cobro.recon_cases WHERE resolved_at IS NULL")
-            .fetch_one(pool)
-            .await?,
-    )
-}
-
 pub(crate) async fn case(pool: &PgPool, id: i64) -> Result<Option<ReconCase>, StoreError> {
     Ok(
         sqlx::query_as("SELECT * FROM cobro.recon_cases WHERE id = $1")
