@@ -44,7 +44,7 @@ impl Store {
 
     /// The switch, if it was ever set.
     pub async fn pause_state(&self) -> Result<Option<PauseState>, StoreError> {
-        on_db!(self, pause::state())
+        on_db_sql!(self, pause::state[STATE, AT]())
     }
 
     /// Whether sending is paused now.

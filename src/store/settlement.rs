@@ -65,12 +65,12 @@ impl Store {
         from: DateTime<Utc>,
         to: DateTime<Utc>,
     ) -> Result<Vec<SettledCharge>, StoreError> {
-        on_db!(self, settlement::between(from, to))
+        on_db_sql!(self, settlement::between[BETWEEN, STORED](from, to))
     }
 
     /// Every settled charge, summed per currency.
     pub async fn settlement_totals(&self) -> Result<Vec<SettlementTotal>, StoreError> {
-        on_db!(self, settlement::totals())
+        on_db_sql!(self, settlement::totals[TOTALS]())
     }
 }
 

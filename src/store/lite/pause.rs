@@ -1,11 +1,9 @@
 //! SQLite SQL for the incident switch (see `store::pause`); times are
 //! milliseconds since the epoch, the row's id is 1.
 
-use sqlx::SqlitePool;
+use chrono::{DateTime, Utc};
 
 use super::ms;
-use crate::store::StoreError;
-use crate::store::pause::{self, PauseState};
 
 /// Sets the switch (`store::pause::set` runs it, then `LOG`).
 pub(crate) const SET: &str = concat!(
@@ -24,11 +22,6 @@ pub(crate) const LOG: &str = concat!(
     ")"
 );
 
-pub(crate) async fn state(pool: &SqlitePool) -> Result<Option<PauseState>, StoreError> {
-    pause::state(
-        pool,
-        "SELECT paused, changed_at, changed_by, reason FROM pause_switch",
-        ms,
-    )
-    .await
-}
+/// Reads the switch; its time is milliseconds (`AT`).
+pub(crate) const STATE: &str = "SELECT paused, changed_at, changed_by, reason FROM pause_switch";
+pub(crate) const AT: fn(i64) -> DateTime<Utc> = ms;

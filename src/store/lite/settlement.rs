@@ -1,13 +1,13 @@
 //! SQLite SQL for settled charges (see `store::settlement`). Ids are text,
 //! times milliseconds since the epoch.
 
-use chrono::{DateTime, Utc};
-use sqlx::{SqliteConnection, SqlitePool};
+use chrono::DateTime;
+use sqlx::SqliteConnection;
 
 use super::uuid;
 use crate::domain::settlement::SettledCharge;
 use crate::store::StoreError;
-use crate::store::settlement::{self, SettlementTotal, Stored};
+use crate::store::settlement::Stored;
 
 /// Records one settled charge; true when it is new (a row already there
 /// keeps its figures; only a missing payout is filled in). SQLite has no
@@ -44,33 +44,23 @@ pub(crate) async fn insert(
     Ok(!existed)
 }
 
-pub(crate) async fn between(
-    pool: &SqlitePool,
-    from: DateTime<Utc>,
-    to: DateTime<Utc>,
-) -> Result<Vec<SettledCharge>, StoreError> {
-    let stored = Stored {
-        id: |id: String| uuid(&id),
-        at: |at| {
-            DateTime::from_timestamp_millis(at)
-                .ok_or_else(|| StoreError::Corrupt(format!("settled_at {at} out of range")))
-        },
-    };
-    settlement::between(pool, BETWEEN, stored, from, to).await
-}
+/// How the rows' id (text) and time (milliseconds) are read.
+pub(crate) const STORED: Stored<String, i64> = Stored {
+    id: |id| uuid(&id),
+    at: |at| {
+        DateTime::from_timestamp_millis(at)
+            .ok_or_else(|| StoreError::Corrupt(format!("settled_at {at} out of range")))
+    },
+};
 
-const BETWEEN: &str = "SELECT s.attempt_id, a.order_id, a.gateway_charge_id, s.balance_txn,
+pub(crate) const BETWEEN: &str =
+    "SELECT s.attempt_id, a.order_id, a.gateway_charge_id, s.balance_txn,
                 s.gross_minor, s.fee_minor, s.net_minor, s.currency, s.payout, s.settled_at
            FROM settlements s
            JOIN payment_attempts a ON a.id = s.attempt_id
           WHERE s.settled_at >= ?1 AND s.settled_at < ?2
           ORDER BY s.settled_at, s.attempt_id";
 
-pub(crate) async fn totals(pool: &SqlitePool) -> Result<Vec<SettlementTotal>, StoreError> {
-    settlement::totals(
-        pool,
-        "SELECT currency, count(*), sum(gross_minor), sum(fee_minor), sum(net_minor)
-           FROM settlements GROUP BY currency ORDER BY currency",
-    )
-    .await
-}
+pub(crate) const TOTALS: &str =
+    "SELECT currency, count(*), sum(gross_minor), sum(fee_minor), sum(net_minor)
+           FROM settlements GROUP BY currency ORDER BY currency";

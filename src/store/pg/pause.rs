@@ -1,9 +1,6 @@
 //! PostgreSQL SQL for the incident switch (see `store::pause`).
 
-use sqlx::PgPool;
-
-use crate::store::StoreError;
-use crate::store::pause::{self, PauseState};
+use chrono::{DateTime, Utc};
 
 /// Sets the switch (`store::pause::set` runs it, then `LOG`).
 pub(crate) const SET: &str = "INSERT INTO cobro.pause_switch (id, paused, changed_by, reason)
@@ -14,11 +11,7 @@ pub(crate) const SET: &str = "INSERT INTO cobro.pause_switch (id, paused, change
 pub(crate) const LOG: &str =
     "INSERT INTO cobro.pause_events (paused, actor, reason) VALUES ($1, $2, $3)";
 
-pub(crate) async fn state(pool: &PgPool) -> Result<Option<PauseState>, StoreError> {
-    pause::state(
-        pool,
-        "SELECT paused, changed_at, changed_by, reason FROM cobro.pause_switch",
-        |at| at,
-    )
-    .await
-}
+/// Reads the switch; its time is read as it is (`AT`).
+pub(crate) const STATE: &str =
+    "SELECT paused, changed_at, changed_by, reason FROM cobro.pause_switch";
+pub(crate) const AT: fn(DateTime<Utc>) -> DateTime<Utc> = |at| at;

@@ -1,11 +1,11 @@
 //! PostgreSQL SQL for settled charges (see `store::settlement`).
 
 use chrono::{DateTime, Utc};
-use sqlx::{PgConnection, PgPool};
+use sqlx::PgConnection;
 
 use crate::domain::settlement::SettledCharge;
 use crate::store::StoreError;
-use crate::store::settlement::{self, SettlementTotal, Stored};
+use crate::store::settlement::Stored;
 
 /// Records one settled charge; true when it is new (a row already there
 /// keeps its figures; only a missing payout is filled in).
@@ -30,16 +30,11 @@ pub(crate) async fn insert(tx: &mut PgConnection, r: &SettledCharge) -> Result<b
     .await?)
 }
 
-pub(crate) async fn between(
-    pool: &PgPool,
-    from: DateTime<Utc>,
-    to: DateTime<Utc>,
-) -> Result<Vec<SettledCharge>, StoreError> {
-    let stored = Stored { id: Ok, at: Ok };
-    settlement::between(pool, BETWEEN, stored, from, to).await
-}
+/// How the rows' id and time are read: as they are.
+pub(crate) const STORED: Stored<uuid::Uuid, DateTime<Utc>> = Stored { id: Ok, at: Ok };
 
-const BETWEEN: &str = "SELECT s.attempt_id, a.order_id, a.gateway_charge_id, s.balance_txn,
+pub(crate) const BETWEEN: &str =
+    "SELECT s.attempt_id, a.order_id, a.gateway_charge_id, s.balance_txn,
                 s.gross_minor, s.fee_minor, s.net_minor, s.currency, s.payout, s.settled_at
            FROM cobro.settlements s
            JOIN cobro.payment_attempts a ON a.id = s.attempt_id
@@ -47,12 +42,6 @@ const BETWEEN: &str = "SELECT s.attempt_id, a.order_id, a.gateway_charge_id, s.b
           ORDER BY s.settled_at, s.attempt_id";
 
 /// The sums are cast back to bigint (PostgreSQL's sum of bigint is numeric).
-pub(crate) async fn totals(pool: &PgPool) -> Result<Vec<SettlementTotal>, StoreError> {
-    settlement::totals(
-        pool,
-        "SELECT currency, count(*), sum(gross_minor)::bigint, sum(fee_minor)::bigint,
-                sum(net_minor)::bigint
-           FROM cobro.settlements GROUP BY currency ORDER BY currency",
-    )
-    .await
-}
+pub(crate) const TOTALS: &str = "SELECT currency, count(*), sum(gross_minor)::bigint,
+                sum(fee_minor)::bigint, sum(net_minor)::bigint
+           FROM cobro.settlements GROUP BY currency ORDER BY currency";
