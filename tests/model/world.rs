@@ -250,6 +250,24 @@ struct Answered {
 }
 
 impl World {
+    /// `POST path` on the gateway simulator's control API (a test facility
+    /// a real gateway does not have) with `body`: its answer, which must be
+    /// a success.
+    async fn control<T: serde::de::DeserializeOwned>(&self, path: &str, body: &Value) -> T {
+        let resp = self
+            .http
+            .post(format!("{}{path}", self.sim_url))
+            .json(body)
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("POST {path}: {e}"));
+        let status = resp.status();
+        assert!(status.is_success(), "POST {path}: {status}");
+        resp.json()
+            .await
+            .unwrap_or_else(|e| panic!("POST {path}: {e}"))
+    }
+
     /// `POST path` on the web process as `who` (a test key, by name), with
     /// `key` as its `Idempotency-Key` when given.
     async fn post(

@@ -167,17 +167,15 @@ impl World {
             if held || left <= 0 {
                 continue;
             }
-            let resp = self
-                .http
-                .post(format!("{}/control/inject", self.sim_url))
-                .json(&json!({
-                    "kind": "refund", "charge_id": e.charge_id, "order_id": e.order_id,
-                    "amount_minor": left, "currency": e.currency,
-                }))
-                .send()
-                .await
-                .expect("POST /control/inject");
-            assert!(resp.status().is_success(), "inject: {}", resp.status());
+            let _: serde_json::Value = self
+                .control(
+                    "/control/inject",
+                    &json!({
+                        "kind": "refund", "charge_id": e.charge_id, "order_id": e.order_id,
+                        "amount_minor": left, "currency": e.currency,
+                    }),
+                )
+                .await;
             refunded.push(format!("{} ({left})", e.charge_id));
         }
         let note = match refunded.is_empty() {

@@ -134,18 +134,15 @@ impl World {
         let Some((latest, key)) = found else {
             return "no order's latest charge (or the one before an unsent retry) was declined by the gateway".into();
         };
-        let resp = self
-            .http
-            .post(format!("{}/control/inject", self.sim_url))
-            .json(&json!({
-                "kind": "charge", "idempotency_key": key, "order_id": latest.order_id,
-                "amount_minor": latest.amount_minor, "currency": latest.currency,
-            }))
-            .send()
-            .await
-            .expect("POST /control/inject");
-        assert!(resp.status().is_success(), "inject: {}", resp.status());
-        let entry: LedgerEntry = resp.json().await.expect("injected entry");
+        let entry: LedgerEntry = self
+            .control(
+                "/control/inject",
+                &json!({
+                    "kind": "charge", "idempotency_key": key, "order_id": latest.order_id,
+                    "amount_minor": latest.amount_minor, "currency": latest.currency,
+                }),
+            )
+            .await;
         let news = self.deliver_charge(&entry, false).await;
         format!(
             "the gateway approved {} late as {}; {news}",
@@ -195,19 +192,16 @@ impl World {
                 .into();
         };
         let key = refund.idempotency_key.to_string();
-        let resp = self
-            .http
-            .post(format!("{}/control/inject", self.sim_url))
-            .json(&json!({
-                "kind": "refund", "idempotency_key": key, "charge_id": charge_id,
-                "order_id": refund.order_id, "amount_minor": refund.amount_minor,
-                "currency": refund.currency,
-            }))
-            .send()
-            .await
-            .expect("POST /control/inject");
-        assert!(resp.status().is_success(), "inject: {}", resp.status());
-        let made: RefundEntry = resp.json().await.expect("injected refund");
+        let made: RefundEntry = self
+            .control(
+                "/control/inject",
+                &json!({
+                    "kind": "refund", "idempotency_key": key, "charge_id": charge_id,
+                    "order_id": refund.order_id, "amount_minor": refund.amount_minor,
+                    "currency": refund.currency,
+                }),
+            )
+            .await;
         let news = self
             .deliver(&format!("re:{}", made.seq), true, refund_news(&made), false)
             .await;
@@ -262,19 +256,12 @@ impl World {
         }) else {
             return "no approved refund whose failure leaves the order charged once".into();
         };
-        let resp = self
-            .http
-            .post(format!("{}/control/refund-failed", self.sim_url))
-            .json(&json!({ "refund_id": there.refund_id, "reason": "expired_or_canceled_card" }))
-            .send()
-            .await
-            .expect("POST /control/refund-failed");
-        assert!(
-            resp.status().is_success(),
-            "refund-failed: {}",
-            resp.status()
-        );
-        let failed: RefundEntry = resp.json().await.expect("the failed refund");
+        let failed: RefundEntry = self
+            .control(
+                "/control/refund-failed",
+                &json!({ "refund_id": there.refund_id, "reason": "expired_or_canceled_card" }),
+            )
+            .await;
         let news = self
             .deliver(
                 &format!("re:{}", failed.seq),
