@@ -385,32 +385,28 @@ async fn a_refund_that_fails_after_it_succeeded_is_told_declined_and_frees_its_a
     let (status, again) = sim.refund_once(&refund_of(&ch, 1000)).await?;
     assert_eq!((status, again.status.as_str()), (StatusCode::OK, APPROVED));
     // Once failed it stays failed; an unknown refund or a malformed body changes nothing.
-    let (status, body) = sim
-        .fail_refund(json!({"refund_id": r.refund_id, "reason": "lost_or_stolen_card"}))
-        .await?;
-    assert_eq!(
-        (status, body["error"].as_str()),
-        (StatusCode::CONFLICT, Some("refund_not_approved"))
-    );
-    let (status, body) = sim.fail_refund(json!({"refund_id": "re_999999"})).await?;
-    assert_eq!(
-        (status, body["error"].as_str()),
-        (StatusCode::NOT_FOUND, Some("refund_not_found"))
-    );
-    let (status, body) = sim
-        .fail_refund(json!({"refund_id": again.refund_id, "reason": "a\u{0}b"}))
-        .await?;
-    assert_eq!(
-        (status, body["field"].as_str()),
-        (StatusCode::BAD_REQUEST, Some("reason"))
-    );
-    let (status, body) = sim
-        .fail_refund(json!({"refund_id": again.refund_id, "why": "x"}))
-        .await?;
-    assert_eq!(
-        (status, body["field"].as_str()),
-        (StatusCode::BAD_REQUEST, Some("body"))
-    );
+    let refused = [
+        (
+            json!({"refund_id": r.refund_id, "reason": "lost_or_stolen_card"}),
+            (StatusCode::CONFLICT, "error", "refund_not_approved"),
+        ),
+        (
+            json!({"refund_id": "re_999999"}),
+            (StatusCode::NOT_FOUND, "error", "refund_not_found"),
+        ),
+        (
+            json!({"refund_id": again.refund_id, "reason": "a\u{0}b"}),
+            (StatusCode::BAD_REQUEST, "field", "reason"),
+        ),
+        (
+            json!({"refund_id": again.refund_id, "why": "x"}),
+            (StatusCode::BAD_REQUEST, "field", "body"),
+        ),
+    ];
+    for (asked, (want, key, says)) in refused {
+        let (status, body) = sim.fail_refund(asked.clone()).await?;
+        assert_eq!((status, body[key].as_str()), (want, Some(says)), "{asked}");
+    }
     let l = sim.ledger().await?;
     assert_eq!(
         l.refunds

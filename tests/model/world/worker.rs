@@ -25,7 +25,7 @@ pub const KEY_LIFETIME: Duration = Duration::from_secs(86_400);
 /// request takes, so the simulator keeps the promise; short enough that
 /// [`World::time_passes`] can wait it out for real (a "not found" after it
 /// confirms finance's decline of a sent attempt).
-pub const MAX_PROCESSING: Duration = Duration::from_millis(LATE.as_millis() as u64 + 500);
+pub const MAX_PROCESSING: Duration = LATE.saturating_add(Duration::from_millis(500));
 
 /// The lease owner of a worker that vanished mid-send.
 const CRASHED: &str = "crashed";
